@@ -1,0 +1,216 @@
+//! Topics and the events published on them (DESIGN.md §5).
+
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+
+use crate::decision_log::DecisionLog;
+use crate::ids::{AgentId, ClusterId};
+
+/// A pub/sub topic. The names are the seeds' and part of the contract.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Topic {
+    /// `gateway:messages`: accepted DecisionLogs.
+    Messages,
+    /// `gateway:violations`: refused DecisionLogs (hash only).
+    Violations,
+    /// `gateway:webhooks`: delivery status, dead letters, signature failures.
+    Webhooks,
+    /// `gateway:agents`: evictions.
+    Agents,
+    /// `agent:<agent_id>:scheduled`: one agent's reminders.
+    AgentScheduled(AgentId),
+}
+
+impl Topic {
+    /// Parses a topic name; `None` for anything that is not one of the contract's topics.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "gateway:messages" => Some(Self::Messages),
+            "gateway:violations" => Some(Self::Violations),
+            "gateway:webhooks" => Some(Self::Webhooks),
+            "gateway:agents" => Some(Self::Agents),
+            _ => {
+                let agent = name.strip_prefix("agent:")?.strip_suffix(":scheduled")?;
+                AgentId::new(agent).ok().map(Self::AgentScheduled)
+            }
+        }
+    }
+
+    /// `gateway:*` topics are the operator's; an agent's own reminder topic is not.
+    pub fn is_operator_only(&self) -> bool {
+        !matches!(self, Self::AgentScheduled(_))
+    }
+}
+
+impl fmt::Display for Topic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Messages => f.write_str("gateway:messages"),
+            Self::Violations => f.write_str("gateway:violations"),
+            Self::Webhooks => f.write_str("gateway:webhooks"),
+            Self::Agents => f.write_str("gateway:agents"),
+            Self::AgentScheduled(agent_id) => write!(f, "agent:{agent_id}:scheduled"),
+        }
+    }
+}
+
+/// One published event: `{"event_type", "id", "timestamp", ...fields}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// Unique and stable: a redelivered event keeps its id, so consumers can deduplicate on it.
+    pub id: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub timestamp: OffsetDateTime,
+    #[serde(flatten)]
+    pub payload: EventPayload,
+}
+
+impl Event {
+    /// An event with a fresh random id.
+    pub fn new(payload: EventPayload, timestamp: OffsetDateTime) -> Self {
+        Self { id: random_event_id(), timestamp, payload }
+    }
+
+    /// An event whose id is derived from what it reports, so publishing it twice yields the same id.
+    pub fn with_id(id: impl Into<String>, payload: EventPayload, timestamp: OffsetDateTime) -> Self {
+        Self { id: id.into(), timestamp, payload }
+    }
+
+    pub fn event_type(&self) -> &'static str {
+        self.payload.event_type()
+    }
+
+    pub fn to_json(&self) -> String {
+        // Serializing these plain structs cannot fail: every map key is a string and no Serialize impl errors.
+        serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
+    }
+}
+
+/// 128 random bits as hex.
+fn random_event_id() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    // SystemRandom only fails when the OS has no entropy source at all; a counter keeps ids unique then.
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        static FALLBACK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let count = FALLBACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bytes[..8].copy_from_slice(&count.to_be_bytes());
+    }
+    crate::hex::encode(&bytes)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event_type", rename_all = "snake_case")]
+pub enum EventPayload {
+    DecisionLog(DecisionLog),
+    SchemaViolation {
+        agent_id: String,
+        capability_version: String,
+        violation_reason: String,
+        raw_payload_hash: String,
+    },
+    Reminder {
+        job_id: i64,
+        agent_id: AgentId,
+        #[serde(with = "time::serde::rfc3339")]
+        scheduled_for: OffsetDateTime,
+        payload: Map<String, Value>,
+        fire_id: String,
+    },
+    AgentEvicted {
+        agent_id: AgentId,
+        cluster_id: ClusterId,
+        #[serde(with = "time::serde::rfc3339")]
+        last_seen: OffsetDateTime,
+    },
+    WebhookDeliveryStatus {
+        delivery_id: i64,
+        webhook_id: i64,
+        session_id: String,
+        status: String,
+        attempt_count: i32,
+        #[serde(with = "time::serde::rfc3339::option")]
+        next_retry_at: Option<OffsetDateTime>,
+        error_detail: Option<String>,
+    },
+    WebhookDlq {
+        delivery_id: i64,
+        webhook_id: i64,
+        session_id: String,
+        attempt_count: i32,
+        error_detail: Option<String>,
+    },
+    WebhookSignatureFailure {
+        webhook_id: i64,
+    },
+}
+
+impl EventPayload {
+    pub fn event_type(&self) -> &'static str {
+        match self {
+            Self::DecisionLog(_) => "decision_log",
+            Self::SchemaViolation { .. } => "schema_violation",
+            Self::Reminder { .. } => "reminder",
+            Self::AgentEvicted { .. } => "agent_evicted",
+            Self::WebhookDeliveryStatus { .. } => "webhook_delivery_status",
+            Self::WebhookDlq { .. } => "webhook_dlq",
+            Self::WebhookSignatureFailure { .. } => "webhook_signature_failure",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use time::macros::datetime;
+
+    use super::*;
+
+    #[test]
+    fn topics_parse_and_print_the_contract_names() {
+        for name in
+            ["gateway:messages", "gateway:violations", "gateway:webhooks", "gateway:agents", "agent:a-1:scheduled"]
+        {
+            assert_eq!(Topic::parse(name).unwrap().to_string(), name);
+        }
+        assert_eq!(Topic::parse("agent:ns:x:scheduled"), Some(Topic::AgentScheduled(AgentId::new("ns:x").unwrap())));
+        for bad in ["", "gateway:other", "agent::scheduled", "agent:x", "x:scheduled"] {
+            assert_eq!(Topic::parse(bad), None, "{bad}");
+        }
+        assert!(Topic::Messages.is_operator_only());
+        assert!(!Topic::parse("agent:a:scheduled").unwrap().is_operator_only());
+    }
+
+    #[test]
+    fn event_json_is_flat_with_type_id_and_timestamp() {
+        let event = Event::with_id(
+            "e-1",
+            EventPayload::AgentEvicted {
+                agent_id: AgentId::new("agent-99").unwrap(),
+                cluster_id: ClusterId::new("west").unwrap(),
+                last_seen: datetime!(2026-02-22 12:00:00 UTC),
+            },
+            datetime!(2026-02-22 12:01:31 UTC),
+        );
+        let value: Value = serde_json::from_str(&event.to_json()).unwrap();
+        assert_eq!(
+            value,
+            json!({"event_type": "agent_evicted", "id": "e-1", "timestamp": "2026-02-22T12:01:31Z",
+                   "agent_id": "agent-99", "cluster_id": "west", "last_seen": "2026-02-22T12:00:00Z"})
+        );
+        assert_eq!(event.event_type(), "agent_evicted");
+    }
+
+    #[test]
+    fn random_ids_differ() {
+        let payload = EventPayload::WebhookSignatureFailure { webhook_id: 7 };
+        let now = datetime!(2026-02-22 12:00:00 UTC);
+        let first = Event::new(payload.clone(), now);
+        let second = Event::new(payload, now);
+        assert_ne!(first.id, second.id);
+        assert_eq!(first.id.len(), 32);
+    }
+}

@@ -1,0 +1,130 @@
+//! Validated identifiers.
+//!
+//! Agent and cluster ids arrive from untrusted agents and end up as map keys, SQL values, topic names and log
+//! fields, so they are checked once at the edge and carried as types afterwards.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Longest accepted id, in bytes. Bounds the memory a flood of made-up ids can take in the liveness map.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Why a string is not a valid identifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("must be at most {MAX_ID_BYTES} bytes")]
+    TooLong,
+    #[error("must not contain control characters")]
+    ControlCharacter,
+}
+
+pub(crate) fn validate_id(value: &str) -> Result<(), IdError> {
+    if value.is_empty() {
+        return Err(IdError::Empty);
+    }
+    if value.len() > MAX_ID_BYTES {
+        return Err(IdError::TooLong);
+    }
+    if value.chars().any(char::is_control) {
+        return Err(IdError::ControlCharacter);
+    }
+    Ok(())
+}
+
+macro_rules! validated_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Checks `value` and wraps it.
+            pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
+                let value = value.into();
+                validate_id(&value)?;
+                Ok(Self(value))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            pub fn into_inner(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(value: String) -> Result<Self, IdError> {
+                Self::new(value)
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = IdError;
+            fn try_from(value: &str) -> Result<Self, IdError> {
+                Self::new(value)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let value = String::deserialize(deserializer)?;
+                Self::new(value).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+validated_id!(
+    /// The id an agent calls itself by: non-empty, at most [`MAX_ID_BYTES`] bytes, no control characters.
+    AgentId
+);
+validated_id!(
+    /// The cluster an agent says it belongs to; same rules as [`AgentId`].
+    ClusterId
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_ids() {
+        assert_eq!(AgentId::new("researcher-alpha-9").unwrap().as_str(), "researcher-alpha-9");
+        assert!(ClusterId::new("mesh-04").is_ok());
+        assert!(AgentId::new("ünïcode:ok/with spaces").is_ok());
+    }
+
+    #[test]
+    fn rejects_empty_long_and_control() {
+        assert_eq!(AgentId::new(""), Err(IdError::Empty));
+        assert_eq!(AgentId::new("a".repeat(MAX_ID_BYTES + 1)), Err(IdError::TooLong));
+        assert!(AgentId::new("a".repeat(MAX_ID_BYTES)).is_ok());
+        assert_eq!(AgentId::new("bad\nid"), Err(IdError::ControlCharacter));
+        assert_eq!(ClusterId::new("nul\0"), Err(IdError::ControlCharacter));
+    }
+
+    #[test]
+    fn deserialize_validates() {
+        assert!(serde_json::from_str::<AgentId>("\"ok\"").is_ok());
+        assert!(serde_json::from_str::<AgentId>("\"\"").is_err());
+    }
+}

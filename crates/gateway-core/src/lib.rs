@@ -1,0 +1,28 @@
+//! gateway-core: the agent gateway's domain types, the DecisionLog and its SchemaInterceptor, the ports every
+//! component talks through, and in-memory implementations of those ports.
+//!
+//! Component crates (heartbeat, cron, webhooks, pubsub) and the storage crate depend on this crate and on
+//! nothing else of the workspace.
+
+pub mod blocking;
+pub mod clock;
+pub mod decision_log;
+pub mod event;
+pub mod health;
+pub mod hex;
+pub mod ids;
+pub mod interceptor;
+pub mod memory;
+pub mod ports;
+
+pub use blocking::run_blocking;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision_log::{DecisionLog, SchemaViolation};
+pub use event::{Event, EventPayload, Topic};
+pub use health::{ComponentHealth, HealthReport, RunningGuard};
+pub use ids::{AgentId, ClusterId, IdError};
+pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
+pub use ports::{
+    CapabilityEntry, CapabilityMap, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, Leadership,
+    PublishError, SingleProcessLeadership, StoreError, StoreHealth,
+};

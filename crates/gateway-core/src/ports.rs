@@ -1,0 +1,100 @@
+//! The ports: small synchronous traits through which components reach storage, the bus, the capability map,
+//! the clock and leadership. Each has an in-memory implementation in [`crate::memory`] and a real adapter in
+//! another crate. Synchronous because Diesel is; async callers go through [`crate::run_blocking`].
+
+use std::fmt::Debug;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::event::{Event, Topic};
+use crate::ids::{AgentId, ClusterId};
+
+/// A storage failure, as every store port reports it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached right now (pool exhausted, database locked past the busy timeout, disk
+    /// gone); retrying later may succeed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A uniqueness or state rule refused the write.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Anything else: a bug or corrupt data. Logged with context, reported as a server error.
+    #[error("store error: {0}")]
+    Internal(String),
+}
+
+impl From<crate::blocking::BlockingTaskFailed> for StoreError {
+    fn from(error: crate::blocking::BlockingTaskFailed) -> Self {
+        Self::Unavailable(error.to_string())
+    }
+}
+
+/// Readiness probe of a store.
+pub trait StoreHealth: Send + Sync + Debug {
+    fn ping(&self) -> Result<(), StoreError>;
+}
+
+/// One row of `gateway_heartbeats`: the most recent heartbeat of one agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatRecord {
+    pub agent_id: AgentId,
+    pub cluster_id: ClusterId,
+    /// The timestamp the agent sent (or the receipt time when it sent none that parses).
+    pub last_seen_at: OffsetDateTime,
+}
+
+/// Durable liveness snapshot, one row per agent (FR-10.4).
+pub trait HeartbeatStore: Send + Sync + Debug {
+    /// Inserts the row, or replaces the agent's existing one: the last heartbeat wins.
+    fn upsert_heartbeat(&self, record: &HeartbeatRecord) -> Result<(), StoreError>;
+    fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError>;
+}
+
+/// Why an event could not be published.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("publish failed: {0}")]
+pub struct PublishError(pub String);
+
+/// Publishes events on topics. Publishing never waits for subscribers; having none is not an error.
+pub trait EventPublisher: Send + Sync + Debug {
+    fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError>;
+}
+
+/// What the gateway knows of a live agent's capabilities: the identity of its latest accepted DecisionLog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CapabilityEntry {
+    pub agent_type: String,
+    pub capability_version: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+/// The live capability map. Entries go when their agent is evicted.
+pub trait CapabilityMap: Send + Sync + Debug {
+    fn register(&self, agent_id: &AgentId, entry: CapabilityEntry);
+    fn remove_agent(&self, agent_id: &AgentId);
+    fn get(&self, agent_id: &AgentId) -> Option<CapabilityEntry>;
+}
+
+/// A leadership term. Every leader-only write carries it, and a store may refuse writes of an older term
+/// (phase 2 fencing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct FencingToken(pub u64);
+
+/// "Am I leader, and with which token?" The timed loops (eviction, cron dispatch, webhook poll) only act
+/// while this answers `Some`.
+pub trait Leadership: Send + Sync + Debug {
+    fn current(&self) -> Option<FencingToken>;
+}
+
+/// The single-process deployment: always leader, with a fixed token.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SingleProcessLeadership;
+
+impl Leadership for SingleProcessLeadership {
+    fn current(&self) -> Option<FencingToken> {
+        Some(FencingToken(1))
+    }
+}
