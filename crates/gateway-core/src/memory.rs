@@ -13,7 +13,7 @@ use crate::ports::{
 };
 
 /// Locks a mutex, ignoring poisoning: every critical section here leaves the data consistent.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
