@@ -1,0 +1,160 @@
+//! The connection pool, its per-connection pragmas, migrations, and the two ways port methods reach a
+//! connection.
+
+use std::fmt;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::sqlite::SqliteConnection;
+use diesel::{Connection, QueryResult, RunQueryDsl};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use gateway_core::{StoreError, StoreHealth};
+
+use crate::database_url::DatabaseUrl;
+use crate::error::{OpenError, classify};
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations/sqlite");
+
+/// How long a connection waits for SQLite's write lock before reporting the store unavailable.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections in the pool. SQLite in WAL mode serves many readers and one writer; more connections than the
+/// blocking pool can use only hold file handles.
+pub const POOL_SIZE: u32 = 8;
+/// How long a caller waits for a free pooled connection.
+pub const POOL_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Applies the pragmas to every connection the pool hands out. `busy_timeout` comes first so that the
+/// statements after it already wait for a lock instead of failing at once.
+#[derive(Debug, Clone, Copy)]
+struct SqlitePragmas;
+
+impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for SqlitePragmas {
+    fn on_acquire(&self, connection: &mut SqliteConnection) -> Result<(), diesel::r2d2::Error> {
+        connection
+            .batch_execute(&format!(
+                "PRAGMA busy_timeout = {}; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+                BUSY_TIMEOUT.as_millis()
+            ))
+            .map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+/// Every store port over one pool. Cheap to clone.
+#[derive(Clone)]
+pub struct DieselStore {
+    pool: Pool<ConnectionManager<SqliteConnection>>,
+}
+
+impl fmt::Debug for DieselStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.pool.state();
+        f.debug_struct("DieselStore")
+            .field("connections", &state.connections)
+            .field("idle_connections", &state.idle_connections)
+            .finish()
+    }
+}
+
+impl DieselStore {
+    /// Opens (creating if needed) and migrates the database. Blocking: call it before the runtime serves
+    /// traffic, or through `run_blocking`.
+    pub fn open(url: &DatabaseUrl) -> Result<Self, OpenError> {
+        let path = match url {
+            DatabaseUrl::Sqlite(path) => path,
+            DatabaseUrl::Postgres(_) => return Err(OpenError::PostgresNotSupported),
+        };
+        let path = path.to_str().ok_or_else(|| OpenError::InvalidUrl("the path is not valid UTF-8".into()))?;
+
+        // WAL is a property of the database file: set it once, with migrations, on a dedicated connection.
+        let mut setup = SqliteConnection::establish(path).map_err(|error| OpenError::Connect(error.to_string()))?;
+        SqlitePragmas.on_acquire(&mut setup).map_err(|error| OpenError::Connect(error.to_string()))?;
+        setup.batch_execute("PRAGMA journal_mode = WAL;").map_err(|error| OpenError::Connect(error.to_string()))?;
+        setup.run_pending_migrations(SQLITE_MIGRATIONS).map_err(|error| OpenError::Migrate(error.to_string()))?;
+        drop(setup);
+
+        let pool = Pool::builder()
+            .max_size(POOL_SIZE)
+            .connection_timeout(POOL_CHECKOUT_TIMEOUT)
+            .connection_customizer(Box::new(SqlitePragmas))
+            .build(ConnectionManager::new(path))
+            .map_err(|error| OpenError::Connect(error.to_string()))?;
+        Ok(Self { pool })
+    }
+
+    fn connection(&self, operation: &str) -> Result<PooledConnection<ConnectionManager<SqliteConnection>>, StoreError> {
+        self.pool.get().map_err(|error| StoreError::Unavailable(format!("{operation}: no connection: {error}")))
+    }
+
+    /// Runs `work` on a pooled connection. For single statements and read-only work.
+    pub(crate) fn with_connection<T>(
+        &self,
+        operation: &str,
+        work: impl FnOnce(&mut SqliteConnection) -> QueryResult<T>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection(operation)?;
+        work(&mut connection).map_err(|error| classify(operation, error))
+    }
+
+    /// Runs `work` in an IMMEDIATE transaction: the write lock is taken up front, so a read followed by a write
+    /// can never be invalidated by another writer in between (and never fails half-way with SQLITE_BUSY on
+    /// upgrade).
+    pub(crate) fn immediate<T>(
+        &self,
+        operation: &str,
+        work: impl FnOnce(&mut SqliteConnection) -> QueryResult<T>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection(operation)?;
+        connection.immediate_transaction(work).map_err(|error| classify(operation, error))
+    }
+}
+
+impl StoreHealth for DieselStore {
+    fn ping(&self) -> Result<(), StoreError> {
+        self.with_connection("ping", |connection| diesel::sql_query("SELECT 1").execute(connection).map(drop))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::sql_types::Text;
+
+    use super::*;
+
+    #[derive(diesel::QueryableByName)]
+    struct Pragma {
+        #[diesel(sql_type = Text)]
+        value: String,
+    }
+
+    fn pragma(store: &DieselStore, name: &str, column: &str) -> String {
+        store
+            .with_connection("pragma", |connection| {
+                diesel::sql_query(format!("SELECT CAST({column} AS TEXT) AS value FROM pragma_{name}"))
+                    .get_result::<Pragma>(connection)
+            })
+            .unwrap()
+            .value
+    }
+
+    #[test]
+    fn opens_migrates_and_sets_pragmas_on_pooled_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
+        store.ping().unwrap();
+        assert_eq!(pragma(&store, "journal_mode", "journal_mode"), "wal");
+        assert_eq!(pragma(&store, "busy_timeout", "timeout"), "5000");
+        assert_eq!(pragma(&store, "foreign_keys", "foreign_keys"), "1");
+        assert_eq!(pragma(&store, "synchronous", "synchronous"), "1");
+        // Opening again runs no migration twice.
+        DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
+    }
+
+    #[test]
+    fn postgres_is_refused_in_phase_one() {
+        assert!(matches!(
+            DieselStore::open(&DatabaseUrl::Postgres("postgres://h/db".into())),
+            Err(OpenError::PostgresNotSupported)
+        ));
+    }
+}

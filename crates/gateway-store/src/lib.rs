@@ -1,0 +1,16 @@
+//! gateway-store: the Diesel adapters of gateway-core's store ports.
+//!
+//! One [`DieselStore`] implements every store port over a connection pool. SQLite is the embedded default
+//! (bundled, so no system library is needed); PostgreSQL arrives in phase 2 behind the same type. Migrations are
+//! embedded in the binary and run by [`DieselStore::open`].
+
+mod connection;
+mod database_url;
+mod error;
+mod heartbeat;
+pub mod schema;
+pub mod timestamp;
+
+pub use connection::DieselStore;
+pub use database_url::DatabaseUrl;
+pub use error::OpenError;

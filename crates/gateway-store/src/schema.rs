@@ -1,0 +1,53 @@
+//! Diesel's view of the tables (DESIGN.md §7 plus later additive migrations).
+
+diesel::table! {
+    gateway_heartbeats (agent_id) {
+        agent_id -> Text,
+        cluster_id -> Text,
+        last_seen_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    cron_jobs (id) {
+        id -> BigInt,
+        agent_id -> Text,
+        schedule -> Nullable<Text>,
+        next_fire_at -> Timestamp,
+        payload -> Text,
+        is_one_time -> Bool,
+    }
+}
+
+diesel::table! {
+    webhook_configs (id) {
+        id -> BigInt,
+        source_identifier -> Text,
+        event_type -> Text,
+        agent_intent -> Text,
+        target_session -> Text,
+        target_url -> Text,
+        secret -> Text,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    webhook_deliveries (id) {
+        id -> BigInt,
+        webhook_id -> BigInt,
+        session_id -> Text,
+        payload -> Text,
+        target_url -> Text,
+        signature -> Text,
+        status -> Text,
+        attempt_count -> Integer,
+        last_attempted_at -> Nullable<Timestamp>,
+        next_retry_at -> Nullable<Timestamp>,
+        created_at -> Timestamp,
+        error_detail -> Nullable<Text>,
+    }
+}
+
+diesel::joinable!(webhook_deliveries -> webhook_configs (webhook_id));
+diesel::allow_tables_to_appear_in_same_query!(gateway_heartbeats, cron_jobs, webhook_configs, webhook_deliveries);
