@@ -1,0 +1,220 @@
+//! gateway-pubsub: topics with fan-out to subscribers that can never slow the publisher.
+//!
+//! Each topic is a `tokio::sync::broadcast` ring of [`DEFAULT_QUEUE_CAPACITY`] events, in which every subscriber
+//! keeps its own cursor: in effect a bounded queue per subscriber that costs one copy of each event. Publishing
+//! never waits. A subscriber that falls more than the capacity behind loses the oldest events it has not read
+//! and is told how many ([`Received::Lagged`]); the others are unaffected. Events are serialized once, at
+//! publish time, so a hundred SSE subscribers do not serialize the same event a hundred times.
+//!
+//! A topic exists only while someone subscribes to it: publishing to a topic nobody listens to drops the event
+//! (as Phoenix.PubSub does), and the last subscriber leaving removes the topic, so memory is bounded by live
+//! subscriptions rather than by the number of agents ever seen.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use gateway_core::memory::lock;
+use gateway_core::{Event, EventPublisher, PublishError, Topic};
+use tokio::sync::broadcast;
+
+/// Events a subscriber may fall behind by before it starts losing them.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+
+/// An event as subscribers receive it: serialized once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedEvent {
+    pub id: String,
+    pub event_type: &'static str,
+    /// The event as a JSON object.
+    pub json: String,
+}
+
+/// What a subscriber gets next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    Event(Arc<PublishedEvent>),
+    /// The subscriber was too slow and this many events were dropped for it.
+    Lagged(u64),
+    /// The bus is gone.
+    Closed,
+}
+
+#[derive(Debug)]
+struct BusInner {
+    topics: Mutex<HashMap<String, broadcast::Sender<Arc<PublishedEvent>>>>,
+    capacity: usize,
+}
+
+/// The in-process bus. Cheap to clone; clones share topics.
+#[derive(Debug, Clone)]
+pub struct Bus {
+    inner: Arc<BusInner>,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Self::new(DEFAULT_QUEUE_CAPACITY)
+    }
+}
+
+impl Bus {
+    /// A bus whose subscribers may each fall `capacity` events behind (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        Self { inner: Arc::new(BusInner { topics: Mutex::new(HashMap::new()), capacity: capacity.max(1) }) }
+    }
+
+    pub fn subscribe(&self, topic: &Topic) -> Subscription {
+        let name = topic.to_string();
+        let mut topics = lock(&self.inner.topics);
+        let receiver = match topics.get(&name) {
+            Some(sender) => sender.subscribe(),
+            None => {
+                let (sender, receiver) = broadcast::channel(self.inner.capacity);
+                topics.insert(name.clone(), sender);
+                receiver
+            }
+        };
+        Subscription { receiver, topic: name, bus: Arc::clone(&self.inner) }
+    }
+
+    /// Subscribers of `topic` right now.
+    pub fn subscriber_count(&self, topic: &Topic) -> usize {
+        lock(&self.inner.topics).get(&topic.to_string()).map_or(0, broadcast::Sender::receiver_count)
+    }
+
+    /// Topics with at least one subscriber.
+    pub fn topic_count(&self) -> usize {
+        lock(&self.inner.topics).len()
+    }
+}
+
+impl EventPublisher for Bus {
+    fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError> {
+        let Some(sender) = lock(&self.inner.topics).get(&topic.to_string()).cloned() else {
+            return Ok(());
+        };
+        let published = PublishedEvent { id: event.id.clone(), event_type: event.event_type(), json: event.to_json() };
+        // An error only means the last subscriber left since the lookup; the event had no one to reach.
+        let _ = sender.send(Arc::new(published));
+        Ok(())
+    }
+}
+
+/// One subscriber's view of one topic. Dropping it unsubscribes.
+#[derive(Debug)]
+pub struct Subscription {
+    receiver: broadcast::Receiver<Arc<PublishedEvent>>,
+    topic: String,
+    bus: Arc<BusInner>,
+}
+
+impl Subscription {
+    pub async fn recv(&mut self) -> Received {
+        match self.receiver.recv().await {
+            Ok(event) => Received::Event(event),
+            Err(broadcast::error::RecvError::Lagged(missed)) => Received::Lagged(missed),
+            Err(broadcast::error::RecvError::Closed) => Received::Closed,
+        }
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut topics = lock(&self.bus.topics);
+        // Our own receiver is still alive here, so "only us" is a count of one. Checked under the map lock, so a
+        // concurrent subscribe either happened before (count > 1) or will create a fresh topic after.
+        if topics.get(&self.topic).is_some_and(|sender| sender.receiver_count() <= 1) {
+            topics.remove(&self.topic);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gateway_core::{AgentId, EventPayload};
+    use time::macros::datetime;
+
+    use super::*;
+
+    fn event(n: i64) -> Event {
+        Event::with_id(
+            format!("e-{n}"),
+            EventPayload::WebhookSignatureFailure { webhook_id: n },
+            datetime!(2026-02-22 12:00:00 UTC),
+        )
+    }
+
+    fn id_of(received: Received) -> String {
+        match received {
+            Received::Event(event) => event.id.clone(),
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn fans_out_to_every_subscriber_of_a_topic() {
+        let bus = Bus::default();
+        let mut first = bus.subscribe(&Topic::Webhooks);
+        let mut second = bus.subscribe(&Topic::Webhooks);
+        bus.publish(&Topic::Webhooks, &event(1)).unwrap();
+        assert_eq!(id_of(first.recv().await), "e-1");
+        assert_eq!(id_of(second.recv().await), "e-1");
+    }
+
+    #[tokio::test]
+    async fn topics_are_isolated() {
+        let bus = Bus::default();
+        let agent = Topic::AgentScheduled(AgentId::new("a").unwrap());
+        let mut webhooks = bus.subscribe(&Topic::Webhooks);
+        let mut reminders = bus.subscribe(&agent);
+        bus.publish(&agent, &event(1)).unwrap();
+        bus.publish(&Topic::Webhooks, &event(2)).unwrap();
+        assert_eq!(id_of(webhooks.recv().await), "e-2");
+        assert_eq!(id_of(reminders.recv().await), "e-1");
+        let other = Topic::AgentScheduled(AgentId::new("b").unwrap());
+        assert_eq!(bus.subscriber_count(&other), 0);
+    }
+
+    #[tokio::test]
+    async fn a_slow_subscriber_is_told_what_it_missed_and_does_not_hold_back_others() {
+        let bus = Bus::new(4);
+        let mut slow = bus.subscribe(&Topic::Messages);
+        let mut fast = bus.subscribe(&Topic::Messages);
+        for n in 1..=10 {
+            bus.publish(&Topic::Messages, &event(n)).unwrap();
+            assert_eq!(id_of(fast.recv().await), format!("e-{n}"));
+        }
+        assert_eq!(slow.recv().await, Received::Lagged(6));
+        for n in 7..=10 {
+            assert_eq!(id_of(slow.recv().await), format!("e-{n}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn events_are_serialized_once_with_their_type_and_id() {
+        let bus = Bus::default();
+        let mut subscription = bus.subscribe(&Topic::Webhooks);
+        bus.publish(&Topic::Webhooks, &event(7)).unwrap();
+        let Received::Event(published) = subscription.recv().await else { panic!("expected an event") };
+        assert_eq!(published.event_type, "webhook_signature_failure");
+        assert!(published.json.contains(r#""webhook_id":7"#));
+    }
+
+    #[test]
+    fn publishing_without_subscribers_is_fine_and_unsubscribing_removes_the_topic() {
+        let bus = Bus::default();
+        bus.publish(&Topic::Agents, &event(1)).unwrap();
+        assert_eq!(bus.topic_count(), 0);
+        let first = bus.subscribe(&Topic::Agents);
+        let second = bus.subscribe(&Topic::Agents);
+        assert_eq!(bus.subscriber_count(&Topic::Agents), 2);
+        drop(first);
+        assert_eq!(bus.topic_count(), 1);
+        drop(second);
+        assert_eq!(bus.topic_count(), 0);
+    }
+}
