@@ -105,7 +105,7 @@ fn random_event_id() -> String {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event_type", rename_all = "snake_case")]
 pub enum EventPayload {
-    DecisionLog(DecisionLog),
+    DecisionLog(Box<DecisionLog>),
     SchemaViolation {
         agent_id: String,
         capability_version: String,

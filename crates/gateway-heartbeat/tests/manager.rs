@@ -1,0 +1,207 @@
+//! The HeartbeatManager against gateway-core's in-memory fakes, on a ManualClock and paused tokio time.
+#![allow(clippy::unwrap_used)] // Test helpers may panic: that is how a test fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_core::memory::{InMemoryCapabilityMap, InMemoryHeartbeatStore, RecordingPublisher};
+use gateway_core::{
+    AgentId, CapabilityMap, ClusterId, EventPayload, HeartbeatStore, ManualClock, SingleProcessLeadership, Topic,
+};
+use gateway_heartbeat::{
+    CHECK_INTERVAL, EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatError, HeartbeatManager, HeartbeatPing,
+};
+use tokio_util::sync::CancellationToken;
+
+struct Fixture {
+    manager: Arc<HeartbeatManager>,
+    clock: ManualClock,
+    store: Arc<InMemoryHeartbeatStore>,
+    capabilities: Arc<InMemoryCapabilityMap>,
+    publisher: Arc<RecordingPublisher>,
+    shutdown: CancellationToken,
+    loop_task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(config: HeartbeatConfig) -> Fixture {
+    let clock = ManualClock::at_fixed_start();
+    let store = Arc::new(InMemoryHeartbeatStore::default());
+    let capabilities = Arc::new(InMemoryCapabilityMap::new(config.max_tracked_agents));
+    let publisher = Arc::new(RecordingPublisher::default());
+    let manager = Arc::new(HeartbeatManager::new(
+        config,
+        store.clone(),
+        capabilities.clone(),
+        publisher.clone(),
+        Arc::new(clock.clone()),
+        Arc::new(SingleProcessLeadership),
+    ));
+    let shutdown = CancellationToken::new();
+    let loop_task = tokio::spawn(Arc::clone(&manager).run(shutdown.clone()));
+    // Let the loop start and mark itself running.
+    tokio::task::yield_now().await;
+    Fixture { manager, clock, store, capabilities, publisher, shutdown, loop_task }
+}
+
+fn agent(id: &str) -> AgentId {
+    AgentId::new(id).unwrap()
+}
+
+fn cluster() -> ClusterId {
+    ClusterId::new("cluster-west").unwrap()
+}
+
+/// Moves both clocks: the manual wall clock the manager reads, and tokio's paused timer that drives the loop.
+async fn elapse(fixture: &Fixture, by: Duration) {
+    fixture.clock.advance(time::Duration::try_from(by).unwrap());
+    tokio::time::advance(by).await;
+    tokio::task::yield_now().await;
+}
+
+fn evictions(publisher: &RecordingPublisher) -> Vec<AgentId> {
+    publisher
+        .on_topic(&Topic::Agents)
+        .into_iter()
+        .map(|event| match event.payload {
+            EventPayload::AgentEvicted { agent_id, .. } => agent_id,
+            other => panic!("unexpected event {other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn silent_for_91_seconds_is_evicted_at_the_next_check() {
+    let fixture = start(HeartbeatConfig::default()).await;
+    fixture.manager.record_heartbeat(agent("agent-99"), cluster()).unwrap();
+    fixture.manager.note_capabilities(&agent("agent-99"), "researcher", "1.0");
+    assert!(fixture.capabilities.get(&agent("agent-99")).is_some());
+
+    // Checks at T=30 and T=60 keep it; the check at T=90 too (90 s is not *more* than 90 s).
+    for _ in 0..3 {
+        elapse(&fixture, CHECK_INTERVAL).await;
+    }
+    assert_eq!(fixture.manager.tracked_count(), 1);
+    // T=91: a check now finds it silent for 91 s.
+    elapse(&fixture, Duration::from_secs(1)).await;
+    assert_eq!(fixture.manager.check().len(), 1);
+
+    assert_eq!(fixture.manager.tracked_count(), 0);
+    assert_eq!(evictions(&fixture.publisher), vec![agent("agent-99")]);
+    assert!(fixture.capabilities.get(&agent("agent-99")).is_none(), "capability map entry removed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_evicts_on_its_own_schedule() {
+    let fixture = start(HeartbeatConfig::default()).await;
+    fixture.manager.record_heartbeat(agent("agent-99"), cluster()).unwrap();
+    // 4 ticks = T=120 s: the T=120 check sees 120 s of silence.
+    for _ in 0..4 {
+        elapse(&fixture, CHECK_INTERVAL).await;
+    }
+    assert_eq!(evictions(&fixture.publisher), vec![agent("agent-99")]);
+    let event = &fixture.publisher.on_topic(&Topic::Agents)[0];
+    let EventPayload::AgentEvicted { cluster_id, last_seen, .. } = &event.payload else { unreachable!() };
+    assert_eq!(cluster_id.as_str(), "cluster-west");
+    assert_eq!(*last_seen, gateway_core::Clock::now(&ManualClock::at_fixed_start()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn silent_for_89_seconds_is_kept() {
+    let fixture = start(HeartbeatConfig::default()).await;
+    fixture.manager.record_heartbeat(agent("agent-1"), cluster()).unwrap();
+    elapse(&fixture, Duration::from_secs(89)).await;
+    assert!(fixture.manager.check().is_empty());
+    assert_eq!(fixture.manager.tracked_count(), 1);
+    assert!(evictions(&fixture.publisher).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_heartbeat_resets_the_silence() {
+    let fixture = start(HeartbeatConfig::default()).await;
+    fixture.manager.record_heartbeat(agent("agent-1"), cluster()).unwrap();
+    elapse(&fixture, Duration::from_secs(80)).await;
+    fixture.manager.record_heartbeat(agent("agent-1"), cluster()).unwrap();
+    elapse(&fixture, Duration::from_secs(80)).await;
+    assert!(fixture.manager.check().is_empty());
+    elapse(&fixture, Duration::from_secs(11)).await;
+    assert_eq!(fixture.manager.check().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_cap_refuses_new_agents_but_known_ones_still_update() {
+    let fixture = start(HeartbeatConfig { max_tracked_agents: 2, ..HeartbeatConfig::default() }).await;
+    fixture.manager.record_heartbeat(agent("a"), cluster()).unwrap();
+    fixture.manager.record_heartbeat(agent("b"), cluster()).unwrap();
+    assert_eq!(
+        fixture.manager.record_heartbeat(agent("c"), cluster()),
+        Err(HeartbeatError::CapacityExceeded { cap: 2 })
+    );
+    elapse(&fixture, Duration::from_secs(60)).await;
+    fixture.manager.record_heartbeat(agent("a"), cluster()).unwrap();
+    elapse(&fixture, Duration::from_secs(31)).await;
+    // b is silent for 91 s and goes (by the loop's T=90 tick, which reads the manual clock at 91 s, or by this
+    // check); a (refreshed at 60 s) stays; then c fits.
+    fixture.manager.check();
+    assert_eq!(evictions(&fixture.publisher), vec![agent("b")]);
+    fixture.manager.record_heartbeat(agent("c"), cluster()).unwrap();
+    assert_eq!(fixture.manager.tracked_count(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn accept_persists_the_agents_timestamp_and_a_refused_agent_touches_nothing() {
+    let fixture = start(HeartbeatConfig { max_tracked_agents: 1, ..HeartbeatConfig::default() }).await;
+    let sent_at = time::macros::datetime!(2026-02-22 11:59:58 UTC);
+    let ping = |id: &str, timestamp| HeartbeatPing { agent_id: agent(id), cluster_id: cluster(), timestamp };
+    fixture.manager.accept(ping("a", Some(sent_at))).await.unwrap();
+    assert_eq!(fixture.store.heartbeat(&agent("a")).unwrap().unwrap().last_seen_at, sent_at);
+
+    fixture.clock.advance(time::Duration::seconds(5));
+    fixture.manager.accept(ping("a", None)).await.unwrap();
+    let receipt = gateway_core::Clock::now(&fixture.clock);
+    assert_eq!(fixture.store.heartbeat(&agent("a")).unwrap().unwrap().last_seen_at, receipt);
+
+    assert!(matches!(fixture.manager.accept(ping("b", None)).await, Err(HeartbeatError::CapacityExceeded { .. })));
+    assert_eq!(fixture.store.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_failure_is_reported_not_swallowed() {
+    let fixture = start(HeartbeatConfig::default()).await;
+    fixture.store.failure.set_failing(true);
+    let ping = HeartbeatPing { agent_id: agent("a"), cluster_id: cluster(), timestamp: None };
+    assert!(matches!(fixture.manager.accept(ping).await, Err(HeartbeatError::Store(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_manager_is_unavailable() {
+    let fixture = start(HeartbeatConfig::default()).await;
+    fixture.manager.record_heartbeat(agent("a"), cluster()).unwrap();
+    fixture.shutdown.cancel();
+    fixture.loop_task.await.unwrap();
+    assert_eq!(fixture.manager.record_heartbeat(agent("a"), cluster()), Err(HeartbeatError::Unavailable));
+    assert!(!fixture.manager.health().report().running);
+}
+
+#[tokio::test(start_paused = true)]
+async fn live_agents_are_paged_in_id_order_with_capabilities() {
+    let fixture = start(HeartbeatConfig::default()).await;
+    for id in ["c", "a", "b"] {
+        fixture.manager.record_heartbeat(agent(id), cluster()).unwrap();
+    }
+    fixture.manager.note_capabilities(&agent("b"), "planner", "2.1");
+    fixture.manager.note_capabilities(&agent("unknown"), "planner", "2.1");
+    let first = fixture.manager.live_agents(None, 2);
+    assert_eq!(first.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(first[1].capabilities.as_ref().unwrap().capability_version, "2.1");
+    let rest = fixture.manager.live_agents(Some(&agent("b")), 2);
+    assert_eq!(rest.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>(), ["c"]);
+    assert_eq!(fixture.capabilities.len(), 1, "agents that never heartbeat get no capability entry");
+}
+
+#[test]
+fn defaults_are_the_seeds_constants() {
+    let config = HeartbeatConfig::default();
+    assert_eq!(config.eviction_threshold, Duration::from_secs(90));
+    assert_eq!(config.check_interval, Duration::from_secs(30));
+    assert_eq!(EVICTION_THRESHOLD, Duration::from_secs(90));
+}
