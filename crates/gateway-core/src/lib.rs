@@ -14,6 +14,8 @@ pub mod ids;
 pub mod interceptor;
 pub mod memory;
 pub mod ports;
+pub mod webhook;
+pub mod webhook_memory;
 
 pub use blocking::run_blocking;
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -25,4 +27,9 @@ pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestEr
 pub use ports::{
     CapabilityEntry, CapabilityMap, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, Leadership,
     PublishError, SingleProcessLeadership, StoreError, StoreHealth,
+};
+pub use webhook::{
+    AttemptOutcome, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
+    FailureClass, NewDelivery, NewWebhookConfig, OutboundRequest, RetryNowOutcome, UnknownDeliveryStatus,
+    WebhookConfig, WebhookSecret, WebhookStore, WebhookTransport,
 };

@@ -1,0 +1,432 @@
+//! Webhook domain types and the two webhook ports: [`WebhookStore`] (configs, deliveries and their attempt
+//! history) and [`WebhookTransport`] (one outbound HTTP attempt).
+//!
+//! In-memory implementations of both are in [`crate::webhook_memory`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::ports::StoreError;
+
+/// The shared secret of a webhook config. Its `Debug` is redacted and it has no `Display` or `Serialize`, so
+/// it cannot reach a log line or a response body by accident; [`Self::expose`] is the one way to read it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookSecret(String);
+
+impl WebhookSecret {
+    pub fn new(secret: impl Into<String>) -> Self {
+        Self(secret.into())
+    }
+
+    /// The secret itself, for signing and for the store. Never log what this returns.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WebhookSecret(<redacted>)")
+    }
+}
+
+/// One row of `webhook_configs`: where a `{source_identifier, event_type}` pair is routed, and the secret that
+/// signs its traffic both ways.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    pub id: i64,
+    pub source_identifier: String,
+    pub event_type: String,
+    pub agent_intent: String,
+    pub target_session: String,
+    pub target_url: String,
+    pub secret: WebhookSecret,
+    pub created_at: OffsetDateTime,
+}
+
+/// A config to create; the store assigns the id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWebhookConfig {
+    pub source_identifier: String,
+    pub event_type: String,
+    pub agent_intent: String,
+    pub target_session: String,
+    pub target_url: String,
+    pub secret: WebhookSecret,
+    pub created_at: OffsetDateTime,
+}
+
+/// Where a delivery is in its life. The names are the `status` column's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    /// Not attempted yet (or reset by "Retry now").
+    Pending,
+    /// A 2xx came back; final.
+    Delivered,
+    /// At least one attempt failed and another is scheduled.
+    Failed,
+    /// Every attempt failed; only an operator's "Retry now" revives it.
+    Dead,
+}
+
+impl DeliveryStatus {
+    pub const ALL: [Self; 4] = [Self::Pending, Self::Delivered, Self::Failed, Self::Dead];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Delivered => "delivered",
+            Self::Failed => "failed",
+            Self::Dead => "dead",
+        }
+    }
+
+    /// The statuses the poll picks up when `next_retry_at` has come.
+    pub fn is_awaiting_attempt(self) -> bool {
+        matches!(self, Self::Pending | Self::Failed)
+    }
+
+    /// The statuses an operator's "Retry now" may reset (FR-10.12).
+    pub fn allows_retry_now(self) -> bool {
+        matches!(self, Self::Failed | Self::Dead)
+    }
+}
+
+impl fmt::Display for DeliveryStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `status` value that is not one of the four.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown delivery status {0:?} (expected pending, delivered, failed or dead)")]
+pub struct UnknownDeliveryStatus(pub String);
+
+impl FromStr for DeliveryStatus {
+    type Err = UnknownDeliveryStatus;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|status| status.as_str() == text).ok_or_else(|| UnknownDeliveryStatus(text.into()))
+    }
+}
+
+/// One row of `webhook_deliveries`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub id: i64,
+    pub webhook_id: i64,
+    pub session_id: String,
+    /// The exact bytes that are POSTed (JSON text) and that `signature` covers.
+    pub payload: String,
+    pub target_url: String,
+    /// `sha256=<hex>`, the value of the `X-Observatory-Signature` header.
+    pub signature: String,
+    pub status: DeliveryStatus,
+    pub attempt_count: i32,
+    pub last_attempted_at: Option<OffsetDateTime>,
+    /// When the poll may pick the row up. While an attempt is in flight this is the end of that attempt's
+    /// claim, so a crash mid-attempt leaves the row due again then.
+    pub next_retry_at: Option<OffsetDateTime>,
+    pub created_at: OffsetDateTime,
+    pub error_detail: Option<String>,
+}
+
+/// A delivery to insert: always `pending` with `attempt_count = 0`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NewDelivery {
+    pub webhook_id: i64,
+    pub session_id: String,
+    pub payload: String,
+    pub target_url: String,
+    pub signature: String,
+    pub created_at: OffsetDateTime,
+    pub next_retry_at: OffsetDateTime,
+}
+
+impl fmt::Debug for NewDelivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Payloads are customer data: only their size may appear in a log.
+        f.debug_struct("NewDelivery")
+            .field("webhook_id", &self.webhook_id)
+            .field("session_id", &self.session_id)
+            .field("payload_bytes", &self.payload.len())
+            .field("target_url", &self.target_url)
+            .field("created_at", &self.created_at)
+            .field("next_retry_at", &self.next_retry_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the poll needs to choose among due rows, without loading their payloads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueDelivery {
+    pub id: i64,
+    pub target_url: String,
+    pub next_retry_at: OffsetDateTime,
+}
+
+/// One row of `webhook_delivery_attempts`: the history the forensic inspector shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeliveryAttempt {
+    pub delivery_id: i64,
+    /// 1-based; after a "Retry now" the numbering starts again at 1, so the pair with `started_at` is what
+    /// identifies an attempt.
+    pub attempt_number: i32,
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    pub duration_ms: i64,
+    /// The response status, when a response came back.
+    pub status_code: Option<u16>,
+    /// `timeout`, `connect`, `dns`, `ssrf_blocked`, `http_<code>`, ...; `None` when the attempt succeeded.
+    pub error_class: Option<String>,
+    pub error_detail: Option<String>,
+}
+
+/// The row's new state after an attempt, written together with the attempt's history row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryUpdate {
+    pub status: DeliveryStatus,
+    pub attempt_count: i32,
+    pub last_attempted_at: OffsetDateTime,
+    pub next_retry_at: Option<OffsetDateTime>,
+    pub error_detail: Option<String>,
+}
+
+/// The forensic inspector's query: every filter optional, keyset pagination by id (ascending).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryFilter {
+    pub session_id: Option<String>,
+    pub status: Option<DeliveryStatus>,
+    /// Inclusive lower bound on `created_at`.
+    pub created_from: Option<OffsetDateTime>,
+    /// Exclusive upper bound on `created_at`.
+    pub created_before: Option<OffsetDateTime>,
+    /// Only rows with an id greater than this (the last id of the previous page).
+    pub after_id: Option<i64>,
+    pub limit: usize,
+}
+
+/// What "Retry now" found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryNowOutcome {
+    NotFound,
+    /// The row is pending or delivered: there is nothing to retry.
+    NotAllowed(DeliveryStatus),
+    /// The row as reset: `pending`, `attempt_count = 0`, due at the given instant.
+    Reset(Delivery),
+}
+
+/// Durable storage of webhook configs, deliveries and attempts.
+///
+/// The claim protocol keeps one attempt per row at a time without holding a transaction across the HTTP call:
+/// [`Self::claim`] moves a due row's `next_retry_at` to the end of a lease, atomically; [`Self::record_attempt`]
+/// writes the outcome only if the row still carries that lease. A crash mid-attempt leaves the row due again
+/// when the lease ends.
+pub trait WebhookStore: Send + Sync + fmt::Debug {
+    /// Inserts a config; [`StoreError::Conflict`] when the `(source_identifier, event_type)` pair exists.
+    fn create_config(&self, config: &NewWebhookConfig) -> Result<WebhookConfig, StoreError>;
+    fn config(&self, id: i64) -> Result<Option<WebhookConfig>, StoreError>;
+    /// Every config, by id.
+    fn list_configs(&self) -> Result<Vec<WebhookConfig>, StoreError>;
+    /// Deletes the config together with its deliveries and their attempts; `false` when there was none.
+    fn delete_config(&self, id: i64) -> Result<bool, StoreError>;
+
+    fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError>;
+    fn delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError>;
+    fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError>;
+    /// A delivery's attempts, oldest first.
+    fn attempts(&self, delivery_id: i64) -> Result<Vec<DeliveryAttempt>, StoreError>;
+
+    /// Rows with status pending or failed and `next_retry_at <= now`, oldest `next_retry_at` first (ties by
+    /// id), at most `limit`. Read only: the caller claims what it picks.
+    fn due_deliveries(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<DueDelivery>, StoreError>;
+    /// Atomically claims those of `ids` that are pending or failed with `next_retry_at <= due_by`, setting
+    /// their `next_retry_at` to `lease_until`; returns the claimed rows as stored. Rows claimed by someone
+    /// else meanwhile, or changed, are left out.
+    fn claim(
+        &self,
+        ids: &[i64],
+        due_by: OffsetDateTime,
+        lease_until: OffsetDateTime,
+    ) -> Result<Vec<Delivery>, StoreError>;
+    /// In one transaction: appends `attempt` to the history, and applies `update` to the delivery if its
+    /// `next_retry_at` still equals `lease` (the claim this attempt ran under). `Ok(false)` when the claim was
+    /// lost (the row was reset, deleted or re-claimed meanwhile): the attempt is recorded, the row untouched.
+    fn record_attempt(
+        &self,
+        attempt: &DeliveryAttempt,
+        lease: OffsetDateTime,
+        update: &DeliveryUpdate,
+    ) -> Result<bool, StoreError>;
+    /// "Retry now": in one transaction, if the row is failed or dead, sets `status = pending`,
+    /// `attempt_count = 0`, `next_retry_at = now`.
+    fn retry_now(&self, id: i64, now: OffsetDateTime) -> Result<RetryNowOutcome, StoreError>;
+}
+
+/// One outbound POST: the stored payload bytes, signed, to the stored target.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OutboundRequest {
+    pub delivery_id: i64,
+    pub url: String,
+    pub body: String,
+    /// `sha256=<hex>`.
+    pub signature: String,
+}
+
+impl fmt::Debug for OutboundRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutboundRequest")
+            .field("delivery_id", &self.delivery_id)
+            .field("url", &self.url)
+            .field("body_bytes", &self.body.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an attempt failed; its label is the prefix of `error_detail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureClass {
+    /// A response that is not 2xx (3xx included: redirects are not followed).
+    Http(u16),
+    /// The attempt's time limit ran out (resolving, connecting, sending or waiting for the response).
+    Timeout,
+    /// The connection could not be made or broke (refused, reset, TLS handshake failed).
+    Connect,
+    /// The host name did not resolve.
+    Dns,
+    /// Every address of the target is in a refused range (SSRF guard).
+    SsrfBlocked,
+    /// The stored target is not an absolute http(s) URL.
+    InvalidUrl,
+    /// The server answered with something that is not HTTP/1.1.
+    Protocol,
+}
+
+impl FailureClass {
+    pub fn label(self) -> String {
+        match self {
+            Self::Http(code) => format!("http_{code}"),
+            Self::Timeout => "timeout".into(),
+            Self::Connect => "connect".into(),
+            Self::Dns => "dns".into(),
+            Self::SsrfBlocked => "ssrf_blocked".into(),
+            Self::InvalidUrl => "invalid_url".into(),
+            Self::Protocol => "protocol".into(),
+        }
+    }
+}
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// A 2xx response.
+    Delivered { status_code: u16 },
+    Failed {
+        class: FailureClass,
+        /// A short explanation without payload or secret (an OS error, the refused address range).
+        detail: Option<String>,
+    },
+}
+
+impl AttemptOutcome {
+    pub fn failed(class: FailureClass, detail: impl Into<String>) -> Self {
+        Self::Failed { class, detail: Some(detail.into()) }
+    }
+
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            Self::Delivered { status_code } => Some(*status_code),
+            Self::Failed { class: FailureClass::Http(code), .. } => Some(*code),
+            Self::Failed { .. } => None,
+        }
+    }
+
+    /// `error_detail` as stored: the class label, then the detail when there is one.
+    pub fn error_detail(&self) -> Option<String> {
+        match self {
+            Self::Delivered { .. } => None,
+            Self::Failed { class, detail: None } => Some(class.label()),
+            Self::Failed { class, detail: Some(detail) } => Some(format!("{}: {detail}", class.label())),
+        }
+    }
+}
+
+/// Makes one outbound attempt. Synchronous (the real adapter is a blocking HTTP client); async callers go
+/// through [`crate::run_blocking`]. Never fails as a Rust error: every way an attempt can go wrong is an
+/// [`AttemptOutcome::Failed`] with its class.
+pub trait WebhookTransport: Send + Sync + fmt::Debug {
+    fn post(&self, request: &OutboundRequest) -> AttemptOutcome;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_never_show_in_debug_output() {
+        let config = NewWebhookConfig {
+            source_identifier: "github".into(),
+            event_type: "push".into(),
+            agent_intent: "review".into(),
+            target_session: "s-1".into(),
+            target_url: "https://example.com/hook".into(),
+            secret: WebhookSecret::new("hunter2-very-secret"),
+            created_at: time::macros::datetime!(2026-02-22 12:00:00 UTC),
+        };
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(printed.contains("<redacted>"));
+        assert_eq!(config.secret.expose(), "hunter2-very-secret");
+    }
+
+    #[test]
+    fn payloads_never_show_in_debug_output() {
+        let request = OutboundRequest {
+            delivery_id: 3,
+            url: "https://example.com/hook".into(),
+            body: r#"{"card":"4111111111111111"}"#.into(),
+            signature: "sha256=00".into(),
+        };
+        let printed = format!("{request:?}");
+        assert!(!printed.contains("4111"), "{printed}");
+        assert!(printed.contains("body_bytes: 27"), "{printed}");
+    }
+
+    #[test]
+    fn statuses_round_trip_and_know_what_they_allow() {
+        for status in DeliveryStatus::ALL {
+            assert_eq!(status.as_str().parse::<DeliveryStatus>(), Ok(status));
+        }
+        assert!("PENDING".parse::<DeliveryStatus>().is_err());
+        let awaiting: Vec<_> = DeliveryStatus::ALL.into_iter().filter(|s| s.is_awaiting_attempt()).collect();
+        assert_eq!(awaiting, [DeliveryStatus::Pending, DeliveryStatus::Failed]);
+        let retryable: Vec<_> = DeliveryStatus::ALL.into_iter().filter(|s| s.allows_retry_now()).collect();
+        assert_eq!(retryable, [DeliveryStatus::Failed, DeliveryStatus::Dead]);
+    }
+
+    #[test]
+    fn error_detail_starts_with_the_class_label() {
+        assert_eq!(AttemptOutcome::Delivered { status_code: 204 }.error_detail(), None);
+        let http = AttemptOutcome::Failed { class: FailureClass::Http(503), detail: None };
+        assert_eq!(http.error_detail().as_deref(), Some("http_503"));
+        assert_eq!(http.status_code(), Some(503));
+        let blocked = AttemptOutcome::failed(FailureClass::SsrfBlocked, "127.0.0.1 is loopback");
+        assert_eq!(blocked.error_detail().as_deref(), Some("ssrf_blocked: 127.0.0.1 is loopback"));
+        assert_eq!(blocked.status_code(), None);
+        for (class, label) in [
+            (FailureClass::Timeout, "timeout"),
+            (FailureClass::Connect, "connect"),
+            (FailureClass::Dns, "dns"),
+            (FailureClass::InvalidUrl, "invalid_url"),
+            (FailureClass::Protocol, "protocol"),
+            (FailureClass::Http(302), "http_302"),
+        ] {
+            assert_eq!(class.label(), label);
+        }
+    }
+}
