@@ -6,6 +6,7 @@
 
 pub mod blocking;
 pub mod clock;
+pub mod cron;
 pub mod decision_log;
 pub mod event;
 pub mod health;
@@ -19,6 +20,9 @@ pub mod webhook_memory;
 
 pub use blocking::run_blocking;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use cron::{
+    ClaimLease, CronJob, CronJobStore, FireCompletion, FireKey, InMemoryCronJobStore, NewCronJob, PendingFire,
+};
 pub use decision_log::{DecisionLog, SchemaViolation};
 pub use event::{Event, EventPayload, Topic};
 pub use health::{ComponentHealth, HealthReport, RunningGuard};

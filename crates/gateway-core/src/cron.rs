@@ -1,0 +1,389 @@
+//! The durable cron job port (`cron_jobs`, DESIGN.md §7) and its in-memory implementation.
+//!
+//! The database is the source of truth for every pending job; a scheduler keeps in memory only what is due
+//! soon. Firing one instant of one job goes through a *claim*: a conditional write that only one claimer can
+//! win while the claim's lease runs, so two loops (or, later, two processes) on one database never both fire
+//! the same instant. The claim leaves the row where it is until the fire is completed (the one-time row
+//! deleted, the recurring row advanced), so a claimer that dies after publishing leaves a row that is claimed
+//! again once its lease runs out, and fires again with the same `fire_id`.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+
+use crate::ids::AgentId;
+use crate::memory::{FailureSwitch, lock};
+use crate::ports::{FencingToken, StoreError, StoreHealth};
+
+/// A job to be written; the store assigns the id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewCronJob {
+    pub agent_id: AgentId,
+    /// The cron expression of a recurring job as the operator wrote it; `None` for a one-time job.
+    pub schedule: Option<String>,
+    pub next_fire_at: OffsetDateTime,
+    pub payload: Map<String, Value>,
+    pub is_one_time: bool,
+}
+
+/// One row of `cron_jobs`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CronJob {
+    pub id: i64,
+    pub agent_id: AgentId,
+    pub schedule: Option<String>,
+    /// The instant the job fires next (UTC). While a fire is claimed it stays the claimed instant.
+    #[serde(with = "time::serde::rfc3339")]
+    pub next_fire_at: OffsetDateTime,
+    pub payload: Map<String, Value>,
+    pub is_one_time: bool,
+}
+
+/// One instant of one job: what a claim is about and what `fire_id` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FireKey {
+    pub job_id: i64,
+    pub scheduled_for: OffsetDateTime,
+}
+
+/// A row that is due before some instant, as the scheduler's window needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingFire {
+    pub job_id: i64,
+    pub scheduled_for: OffsetDateTime,
+    /// Set while some claimer holds (or held, if it died) a claim on this instant.
+    pub claimed_until: Option<OffsetDateTime>,
+}
+
+impl PendingFire {
+    /// The earliest moment a claim on this row can succeed.
+    pub fn claimable_at(&self) -> OffsetDateTime {
+        match self.claimed_until {
+            Some(until) if until > self.scheduled_for => until,
+            _ => self.scheduled_for,
+        }
+    }
+
+    pub fn key(&self) -> FireKey {
+        FireKey { job_id: self.job_id, scheduled_for: self.scheduled_for }
+    }
+}
+
+/// Who claims, under which leadership term, and until when the claim holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimLease {
+    /// Unique per claimer (per scheduler instance); completing a fire requires the same owner.
+    pub owner: String,
+    pub token: FencingToken,
+    /// The claimer's "now": claims whose lease ended at or before it are free again.
+    pub now: OffsetDateTime,
+    pub expires_at: OffsetDateTime,
+}
+
+/// What to do with a claimed row once its reminder is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FireCompletion {
+    /// A one-time job (or a recurring one with no instant left): the row goes.
+    Delete(FireKey),
+    /// A recurring job: the row moves to its next instant and the claim is cleared.
+    Advance { fire: FireKey, next_fire_at: OffsetDateTime },
+}
+
+impl FireCompletion {
+    pub fn fire(&self) -> FireKey {
+        match self {
+            Self::Delete(fire) | Self::Advance { fire, .. } => *fire,
+        }
+    }
+}
+
+/// Durable storage of cron jobs.
+///
+/// Claim rule, which every implementation must keep: a claim of `(job_id, scheduled_for)` succeeds only if the
+/// row exists, its `next_fire_at` equals `scheduled_for`, and it is not claimed, or its claim expired
+/// (`claimed_until <= lease.now`), or its claim was made under an older leadership token. A completion
+/// succeeds only if the row is still claimed by the same owner for the same instant.
+pub trait CronJobStore: Send + Sync + std::fmt::Debug {
+    fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError>;
+    fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError>;
+    /// Jobs by ascending id, starting after `after_id` (keyset pagination).
+    fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError>;
+    /// `true` when a row was deleted.
+    fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError>;
+    /// Rows with `next_fire_at < before`, ordered by `(next_fire_at, id)`, at most `limit` (claimed or not).
+    fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError>;
+    /// Claims what can be claimed of `fires` (all in one transaction) and returns those rows; a fire that
+    /// cannot be claimed (gone, moved on, claimed by someone else) is simply absent from the result.
+    fn claim_fires(&self, fires: &[FireKey], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError>;
+    /// Applies the completions whose claim `owner` still holds (all in one transaction); returns how many.
+    fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError>;
+}
+
+#[derive(Debug, Clone)]
+struct StoredJob {
+    job: CronJob,
+    claim: Option<StoredClaim>,
+}
+
+#[derive(Debug, Clone)]
+struct StoredClaim {
+    owner: String,
+    token: FencingToken,
+    until: OffsetDateTime,
+}
+
+#[derive(Debug, Default)]
+struct CronRows {
+    next_id: i64,
+    rows: BTreeMap<i64, StoredJob>,
+}
+
+/// `cron_jobs` in memory. Each switch makes the matching operations report [`StoreError::Unavailable`], so
+/// tests can cut the store off entirely or only fail claims or completions (a crash between publishing and
+/// deleting looks like a completion that never happened).
+#[derive(Debug, Default)]
+pub struct InMemoryCronJobStore {
+    state: Mutex<CronRows>,
+    /// Fails every operation.
+    pub failure: FailureSwitch,
+    /// Fails only `claim_fires`.
+    pub claim_failure: FailureSwitch,
+    /// Fails only `complete_fires`.
+    pub completion_failure: FailureSwitch,
+}
+
+impl InMemoryCronJobStore {
+    pub fn len(&self) -> usize {
+        lock(&self.state).rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The claim currently recorded on a row: `(owner, claimed_until)`.
+    pub fn claim_of(&self, id: i64) -> Option<(String, OffsetDateTime)> {
+        lock(&self.state).rows.get(&id)?.claim.as_ref().map(|claim| (claim.owner.clone(), claim.until))
+    }
+}
+
+impl CronJobStore for InMemoryCronJobStore {
+    fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError> {
+        self.failure.check()?;
+        let mut state = lock(&self.state);
+        state.next_id += 1;
+        let stored = CronJob {
+            id: state.next_id,
+            agent_id: job.agent_id.clone(),
+            schedule: job.schedule.clone(),
+            next_fire_at: job.next_fire_at,
+            payload: job.payload.clone(),
+            is_one_time: job.is_one_time,
+        };
+        state.rows.insert(stored.id, StoredJob { job: stored.clone(), claim: None });
+        Ok(stored)
+    }
+
+    fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.state).rows.get(&id).map(|stored| stored.job.clone()))
+    }
+
+    fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError> {
+        self.failure.check()?;
+        let state = lock(&self.state);
+        let start = after_id.map_or(i64::MIN, |id| id.saturating_add(1));
+        Ok(state.rows.range(start..).take(limit).map(|(_, stored)| stored.job.clone()).collect())
+    }
+
+    fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.state).rows.remove(&id).is_some())
+    }
+
+    fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError> {
+        self.failure.check()?;
+        let state = lock(&self.state);
+        let mut due: Vec<PendingFire> = state
+            .rows
+            .values()
+            .filter(|stored| stored.job.next_fire_at < before)
+            .map(|stored| PendingFire {
+                job_id: stored.job.id,
+                scheduled_for: stored.job.next_fire_at,
+                claimed_until: stored.claim.as_ref().map(|claim| claim.until),
+            })
+            .collect();
+        due.sort_by_key(|fire| (fire.scheduled_for, fire.job_id));
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    fn claim_fires(&self, fires: &[FireKey], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError> {
+        self.failure.check()?;
+        self.claim_failure.check()?;
+        let mut state = lock(&self.state);
+        let mut claimed = Vec::with_capacity(fires.len());
+        for fire in fires {
+            let Some(stored) = state.rows.get_mut(&fire.job_id) else { continue };
+            if stored.job.next_fire_at != fire.scheduled_for {
+                continue;
+            }
+            let free = match &stored.claim {
+                None => true,
+                Some(claim) => claim.until <= lease.now || claim.token < lease.token,
+            };
+            if free {
+                stored.claim =
+                    Some(StoredClaim { owner: lease.owner.clone(), token: lease.token, until: lease.expires_at });
+                claimed.push(stored.job.clone());
+            }
+        }
+        Ok(claimed)
+    }
+
+    fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError> {
+        self.failure.check()?;
+        self.completion_failure.check()?;
+        let mut state = lock(&self.state);
+        let mut completed = 0;
+        for completion in completions {
+            let fire = completion.fire();
+            let held = state.rows.get(&fire.job_id).is_some_and(|stored| {
+                stored.job.next_fire_at == fire.scheduled_for
+                    && stored.claim.as_ref().is_some_and(|claim| claim.owner == owner)
+            });
+            if !held {
+                continue;
+            }
+            match completion {
+                FireCompletion::Delete(_) => {
+                    state.rows.remove(&fire.job_id);
+                }
+                FireCompletion::Advance { next_fire_at, .. } => {
+                    if let Some(stored) = state.rows.get_mut(&fire.job_id) {
+                        stored.job.next_fire_at = *next_fire_at;
+                        stored.claim = None;
+                    }
+                }
+            }
+            completed += 1;
+        }
+        Ok(completed)
+    }
+}
+
+impl StoreHealth for InMemoryCronJobStore {
+    fn ping(&self) -> Result<(), StoreError> {
+        self.failure.check()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use time::Duration;
+    use time::macros::datetime;
+
+    use super::*;
+
+    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+    fn one_time(at: OffsetDateTime) -> NewCronJob {
+        NewCronJob {
+            agent_id: AgentId::new("agent-7").unwrap(),
+            schedule: None,
+            next_fire_at: at,
+            payload: Map::new(),
+            is_one_time: true,
+        }
+    }
+
+    fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {
+        ClaimLease { owner: owner.into(), token: FencingToken(token), now, expires_at: now + Duration::seconds(10) }
+    }
+
+    #[test]
+    fn pending_fires_are_ordered_bounded_and_before_the_limit() {
+        let store = InMemoryCronJobStore::default();
+        let late = store.insert_cron_job(&one_time(START + Duration::seconds(5))).unwrap();
+        let early = store.insert_cron_job(&one_time(START + Duration::seconds(1))).unwrap();
+        store.insert_cron_job(&one_time(START + Duration::seconds(60))).unwrap();
+        let due = store.pending_fires(START + Duration::seconds(30), 10).unwrap();
+        assert_eq!(due.iter().map(|fire| fire.job_id).collect::<Vec<_>>(), vec![early.id, late.id]);
+        assert_eq!(store.pending_fires(START + Duration::seconds(30), 1).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn one_claim_per_instant_until_the_lease_expires() {
+        let store = InMemoryCronJobStore::default();
+        let job = store.insert_cron_job(&one_time(START)).unwrap();
+        let fire = FireKey { job_id: job.id, scheduled_for: START };
+        assert_eq!(store.claim_fires(&[fire], &lease("a", 1, START)).unwrap().len(), 1);
+        assert!(store.claim_fires(&[fire], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
+        assert_eq!(
+            store.pending_fires(START + Duration::seconds(1), 10).unwrap()[0].claimable_at(),
+            START + Duration::seconds(10)
+        );
+        // The lease ran out without a completion: the instant is claimable again, and the old owner lost it.
+        assert_eq!(store.claim_fires(&[fire], &lease("b", 1, START + Duration::seconds(10))).unwrap().len(), 1);
+        assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).unwrap(), 0);
+        assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).unwrap(), 1);
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_newer_leadership_term_takes_over_a_live_claim() {
+        let store = InMemoryCronJobStore::default();
+        let job = store.insert_cron_job(&one_time(START)).unwrap();
+        let fire = FireKey { job_id: job.id, scheduled_for: START };
+        store.claim_fires(&[fire], &lease("old-leader", 1, START)).unwrap();
+        assert_eq!(store.claim_fires(&[fire], &lease("new-leader", 2, START)).unwrap().len(), 1);
+        assert_eq!(store.claim_of(job.id).unwrap().0, "new-leader");
+    }
+
+    #[test]
+    fn a_claim_names_one_instant_and_advance_clears_it() {
+        let store = InMemoryCronJobStore::default();
+        let job = store
+            .insert_cron_job(&NewCronJob { schedule: Some("* * * * *".into()), is_one_time: false, ..one_time(START) })
+            .unwrap();
+        let stale = FireKey { job_id: job.id, scheduled_for: START - Duration::minutes(1) };
+        assert!(store.claim_fires(&[stale], &lease("a", 1, START)).unwrap().is_empty());
+        let fire = FireKey { job_id: job.id, scheduled_for: START };
+        store.claim_fires(&[fire], &lease("a", 1, START)).unwrap();
+        let next = START + Duration::minutes(1);
+        assert_eq!(store.complete_fires("a", &[FireCompletion::Advance { fire, next_fire_at: next }]).unwrap(), 1);
+        let stored = store.cron_job(job.id).unwrap().unwrap();
+        assert_eq!(stored.next_fire_at, next);
+        assert_eq!(store.claim_of(job.id), None);
+        // Completing the same instant twice does nothing: the row has moved on.
+        assert_eq!(store.complete_fires("a", &[FireCompletion::Advance { fire, next_fire_at: next }]).unwrap(), 0);
+    }
+
+    #[test]
+    fn list_is_keyset_paginated_and_switches_fail() {
+        let store = InMemoryCronJobStore::default();
+        let ids: Vec<i64> = (0..5).map(|_| store.insert_cron_job(&one_time(START)).unwrap().id).collect();
+        let first = store.list_cron_jobs(None, 2).unwrap();
+        assert_eq!(first.iter().map(|job| job.id).collect::<Vec<_>>(), ids[..2]);
+        let rest = store.list_cron_jobs(Some(ids[1]), 10).unwrap();
+        assert_eq!(rest.iter().map(|job| job.id).collect::<Vec<_>>(), ids[2..]);
+        assert!(store.delete_cron_job(ids[0]).unwrap());
+        assert!(!store.delete_cron_job(ids[0]).unwrap());
+
+        let fire = FireKey { job_id: ids[1], scheduled_for: START };
+        store.claim_failure.set_failing(true);
+        assert!(matches!(store.claim_fires(&[fire], &lease("a", 1, START)), Err(StoreError::Unavailable(_))));
+        store.claim_failure.set_failing(false);
+        store.claim_fires(&[fire], &lease("a", 1, START)).unwrap();
+        store.completion_failure.set_failing(true);
+        assert!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).is_err());
+        assert!(store.cron_job(ids[1]).unwrap().is_some());
+        store.failure.set_failing(true);
+        assert!(store.ping().is_err());
+        assert!(store.cron_job(ids[1]).is_err());
+    }
+}
