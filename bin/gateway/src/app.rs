@@ -1,0 +1,102 @@
+//! Wiring: concrete adapters handed to the components, their loops spawned, and stopped again on shutdown.
+
+use std::sync::Arc;
+
+use gateway_core::memory::InMemoryCapabilityMap;
+use gateway_core::{Clock, ComponentHealth, SingleProcessLeadership, SystemClock};
+use gateway_heartbeat::HeartbeatManager;
+use gateway_pubsub::Bus;
+use gateway_store::DieselStore;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::StartError;
+use crate::config::{AdminToken, Config};
+use crate::http::auth::OperatorAuth;
+
+/// Concurrent SSE streams; past this, new ones get 503 so streams cannot exhaust memory or file handles.
+pub const MAX_EVENT_STREAMS: usize = 1024;
+
+/// Everything a request handler may use.
+#[derive(Debug)]
+pub struct AppState {
+    pub operator: OperatorAuth,
+    pub store: DieselStore,
+    pub bus: Bus,
+    pub heartbeat: Arc<HeartbeatManager>,
+    pub clock: Arc<dyn Clock>,
+    pub shutdown: CancellationToken,
+    pub event_streams: Arc<Semaphore>,
+}
+
+impl AppState {
+    /// The loops `/readyz` reports on.
+    pub fn components(&self) -> Vec<ComponentHealth> {
+        vec![self.heartbeat.health().clone()]
+    }
+}
+
+/// The running application: shared state plus its background loops.
+#[derive(Debug)]
+pub struct App {
+    state: Arc<AppState>,
+    loops: JoinSet<()>,
+    /// The loops' own stop signal, cancelled only after HTTP has drained: a request still in flight when
+    /// shutdown begins must find the components running.
+    stop_loops: CancellationToken,
+}
+
+impl App {
+    /// Builds the components on `store` and spawns their loops. `shutdown` ends the HTTP side (event streams
+    /// included); the loops run until [`App::stop`].
+    pub fn start(
+        config: &Config,
+        store: DieselStore,
+        admin_token: &AdminToken,
+        shutdown: CancellationToken,
+    ) -> Result<Self, StartError> {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let leadership = Arc::new(SingleProcessLeadership);
+        let bus = Bus::default();
+        let heartbeat_config = config.heartbeat();
+        let heartbeat = Arc::new(HeartbeatManager::new(
+            heartbeat_config,
+            Arc::new(store.clone()),
+            Arc::new(InMemoryCapabilityMap::new(heartbeat_config.max_tracked_agents)),
+            Arc::new(bus.clone()),
+            Arc::clone(&clock),
+            leadership,
+        ));
+
+        let stop_loops = CancellationToken::new();
+        let mut loops = JoinSet::new();
+        loops.spawn(Arc::clone(&heartbeat).run(stop_loops.clone()));
+
+        let state = AppState {
+            operator: OperatorAuth::new(admin_token.expose()).map_err(|_| StartError::Entropy)?,
+            store,
+            bus,
+            heartbeat,
+            clock,
+            shutdown,
+            event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
+        };
+        Ok(Self { state: Arc::new(state), loops, stop_loops })
+    }
+
+    pub fn state(&self) -> Arc<AppState> {
+        Arc::clone(&self.state)
+    }
+
+    /// Stops the loops and waits for each to finish. A loop that panicked is logged; the others still get to
+    /// finish.
+    pub async fn stop(mut self) {
+        self.stop_loops.cancel();
+        while let Some(outcome) = self.loops.join_next().await {
+            if let Err(error) = outcome {
+                tracing::error!(%error, "a background loop ended abnormally");
+            }
+        }
+    }
+}

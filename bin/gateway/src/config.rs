@@ -1,0 +1,258 @@
+//! Configuration: every flag of DESIGN.md §3, each with its environment variable (flags win).
+//!
+//! Defaults are the owning crates' constants, not literals repeated here. A bad value stops the process at start
+//! with one line naming the flag and exit code 2 (see [`Config::from_args_or_exit`]).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::builder::BoolishValueParser;
+use clap::{Parser, ValueEnum};
+use gateway_store::DatabaseUrl;
+
+/// Shortest accepted `--admin-token`: a guessable operator token is an open door.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "gateway",
+    version,
+    about = "Agent gateway: heartbeats, DecisionLogs, reminders and webhooks for AI agents"
+)]
+pub struct Config {
+    /// HTTP address to listen on (port 0 picks a free port; the chosen address is printed at start).
+    #[arg(long, env = "GATEWAY_LISTEN", default_value = "127.0.0.1:4000", value_name = "ADDR")]
+    pub listen: SocketAddr,
+
+    /// sqlite://PATH (created and migrated at start) or, in phase 2, postgres://…
+    #[arg(long, env = "GATEWAY_DATABASE_URL", default_value = "sqlite://gateway.db", value_name = "URL",
+          value_parser = parse_database_url, hide_env_values = true)]
+    pub database_url: DatabaseUrl,
+
+    /// Bearer token of the operator API and UI; generated at start and printed once when absent.
+    #[arg(long, env = "GATEWAY_ADMIN_TOKEN", value_name = "TOKEN", value_parser = parse_admin_token,
+          hide_env_values = true)]
+    pub admin_token: Option<AdminToken>,
+
+    /// Eviction check period, in milliseconds.
+    #[arg(long, env = "GATEWAY_HEARTBEAT_CHECK_INTERVAL_MS", value_name = "MS",
+          default_value_t = millis(gateway_heartbeat::CHECK_INTERVAL), value_parser = positive_u64)]
+    pub heartbeat_check_interval_ms: u64,
+
+    /// Silence, in seconds, after which an agent is evicted.
+    #[arg(long, env = "GATEWAY_HEARTBEAT_EVICTION_THRESHOLD_S", value_name = "S",
+          default_value_t = gateway_heartbeat::EVICTION_THRESHOLD.as_secs(), value_parser = positive_u64)]
+    pub heartbeat_eviction_threshold_s: u64,
+
+    /// Hard cap of the in-memory liveness map.
+    #[arg(long, env = "GATEWAY_MAX_TRACKED_AGENTS", value_name = "N",
+          default_value_t = gateway_heartbeat::MAX_TRACKED_AGENTS, value_parser = positive_usize)]
+    pub max_tracked_agents: usize,
+
+    /// Webhook retry poll period, in milliseconds [default: the webhook crate's POLL_INTERVAL, 5000].
+    #[arg(long, env = "GATEWAY_WEBHOOK_POLL_INTERVAL_MS", value_name = "MS", value_parser = positive_u64)]
+    pub webhook_poll_interval_ms: Option<u64>,
+
+    /// Thundering-herd cap: outbound webhook requests per poll cycle and in flight [default: MAX_PER_CYCLE, 5].
+    #[arg(long, env = "GATEWAY_WEBHOOK_MAX_PER_CYCLE", value_name = "N", value_parser = positive_usize)]
+    pub webhook_max_per_cycle: Option<usize>,
+
+    /// Delays in seconds after failed attempts 1..5, comma-separated [default: RETRY_SCHEDULE,
+    /// 30,120,600,3600,21600].
+    #[arg(long, env = "GATEWAY_WEBHOOK_RETRY_SCHEDULE_S", value_name = "S,S,…", value_parser = parse_retry_schedule)]
+    pub webhook_retry_schedule_s: Option<RetryScheduleSeconds>,
+
+    /// Time limit of one outbound webhook attempt, in milliseconds [default: 10000].
+    #[arg(long, env = "GATEWAY_WEBHOOK_TIMEOUT_MS", value_name = "MS", value_parser = positive_u64)]
+    pub webhook_timeout_ms: Option<u64>,
+
+    /// Allow outbound webhook targets on loopback/private ranges (turns the SSRF guard off).
+    #[arg(long, env = "GATEWAY_WEBHOOK_ALLOW_PRIVATE_TARGETS", value_name = "BOOL", num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub webhook_allow_private_targets: bool,
+
+    /// Log format.
+    #[arg(long, env = "GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The operator token. Debug never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(String);
+
+impl AdminToken {
+    pub fn new(token: String) -> Self {
+        Self(token)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AdminToken(<redacted>)")
+    }
+}
+
+/// `--webhook-retry-schedule-s`: at least one delay, each a positive number of seconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryScheduleSeconds(pub Vec<u64>);
+
+impl Config {
+    /// Parses the command line and environment. Help and version print and exit 0; any bad value prints one line
+    /// naming the flag and exits 2.
+    pub fn from_args_or_exit() -> Self {
+        match Self::try_parse() {
+            Ok(config) => config,
+            Err(error) => match error.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    let _ = error.print();
+                    std::process::exit(0);
+                }
+                _ => {
+                    let rendered = error.render().to_string();
+                    let line =
+                        rendered.lines().find(|line| !line.trim().is_empty()).unwrap_or("error: invalid arguments");
+                    #[allow(
+                        clippy::print_stderr,
+                        reason = "configuration errors go to the terminal before logging exists"
+                    )]
+                    {
+                        eprintln!("{line}");
+                    }
+                    std::process::exit(2);
+                }
+            },
+        }
+    }
+
+    pub fn heartbeat(&self) -> gateway_heartbeat::HeartbeatConfig {
+        gateway_heartbeat::HeartbeatConfig {
+            eviction_threshold: Duration::from_secs(self.heartbeat_eviction_threshold_s),
+            check_interval: Duration::from_millis(self.heartbeat_check_interval_ms),
+            max_tracked_agents: self.max_tracked_agents,
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn positive_u64(value: &str) -> Result<u64, String> {
+    match value.trim().parse::<u64>() {
+        Ok(0) => Err("must be greater than 0".to_owned()),
+        Ok(number) => Ok(number),
+        Err(_) => Err("must be a positive integer".to_owned()),
+    }
+}
+
+fn positive_usize(value: &str) -> Result<usize, String> {
+    positive_u64(value).and_then(|number| usize::try_from(number).map_err(|_| "is too large".to_owned()))
+}
+
+fn parse_retry_schedule(value: &str) -> Result<RetryScheduleSeconds, String> {
+    if value.trim().is_empty() {
+        return Err("must list at least one delay in seconds, e.g. 30,120,600,3600,21600".to_owned());
+    }
+    value
+        .split(',')
+        .map(|delay| positive_u64(delay).map_err(|reason| format!("each delay {reason}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map(RetryScheduleSeconds)
+}
+
+fn parse_database_url(value: &str) -> Result<DatabaseUrl, String> {
+    match DatabaseUrl::parse(value) {
+        Ok(DatabaseUrl::Postgres(_)) => Err("PostgreSQL arrives in phase 2; use sqlite://PATH".to_owned()),
+        Ok(url) => Ok(url),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+fn parse_admin_token(value: &str) -> Result<AdminToken, String> {
+    let token = value.trim();
+    if token.chars().count() < MIN_ADMIN_TOKEN_CHARS {
+        return Err(format!("must be at least {MIN_ADMIN_TOKEN_CHARS} characters"));
+    }
+    if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("must not contain whitespace or control characters".to_owned());
+    }
+    Ok(AdminToken(token.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from(std::iter::once("gateway").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_are_the_contract() {
+        let config = parse(&[]).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:4000".parse().unwrap());
+        assert_eq!(config.database_url, DatabaseUrl::Sqlite("gateway.db".into()));
+        assert_eq!(config.admin_token, None);
+        assert_eq!(config.heartbeat_check_interval_ms, 30_000);
+        assert_eq!(config.heartbeat_eviction_threshold_s, 90);
+        assert_eq!(config.max_tracked_agents, 100_000);
+        assert!(!config.webhook_allow_private_targets);
+        assert_eq!(config.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn flags_override() {
+        let config = parse(&[
+            "--listen=0.0.0.0:8080",
+            "--webhook-retry-schedule-s=1,2,3",
+            "--webhook-allow-private-targets",
+            "--log-format=json",
+            "--admin-token=0123456789abcdef",
+        ])
+        .unwrap();
+        assert_eq!(config.listen.port(), 8080);
+        assert_eq!(config.webhook_retry_schedule_s, Some(RetryScheduleSeconds(vec![1, 2, 3])));
+        assert!(config.webhook_allow_private_targets);
+        assert_eq!(config.admin_token.unwrap().expose(), "0123456789abcdef");
+        assert!(!parse(&["--webhook-allow-private-targets=false"]).unwrap().webhook_allow_private_targets);
+    }
+
+    #[test]
+    fn bad_values_name_their_flag() {
+        let cases = [
+            (vec!["--heartbeat-check-interval-ms=0"], "--heartbeat-check-interval-ms"),
+            (vec!["--heartbeat-eviction-threshold-s=-5"], "--heartbeat-eviction-threshold-s"),
+            (vec!["--max-tracked-agents=lots"], "--max-tracked-agents"),
+            (vec!["--webhook-retry-schedule-s="], "--webhook-retry-schedule-s"),
+            (vec!["--webhook-retry-schedule-s=30,,60"], "--webhook-retry-schedule-s"),
+            (vec!["--webhook-max-per-cycle=0"], "--webhook-max-per-cycle"),
+            (vec!["--database-url=mysql://x"], "--database-url"),
+            (vec!["--database-url=postgres://h/db"], "--database-url"),
+            (vec!["--listen=nowhere"], "--listen"),
+            (vec!["--admin-token=short"], "--admin-token"),
+            (vec!["--log-format=xml"], "--log-format"),
+        ];
+        for (args, flag) in cases {
+            let error = parse(&args).unwrap_err().render().to_string();
+            let first_line = error.lines().next().unwrap();
+            assert!(first_line.contains(flag), "{args:?}: {first_line}");
+        }
+    }
+
+    #[test]
+    fn the_token_never_shows_in_debug() {
+        let config = parse(&["--admin-token=super-secret-token-value"]).unwrap();
+        assert!(!format!("{config:?}").contains("super-secret"));
+    }
+}

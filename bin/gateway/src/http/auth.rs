@@ -1,0 +1,66 @@
+//! The operator bearer token, checked in constant time.
+
+use http::HeaderMap;
+use http::header::AUTHORIZATION;
+use ring::hmac;
+
+use crate::http::error::ApiError;
+
+/// Checks `Authorization: Bearer <token>`. The token is never compared byte by byte: both sides go through
+/// HMAC under a per-process random key and `ring::hmac::verify` compares the tags in constant time, so response
+/// timing says nothing about how much of a guess was right.
+#[derive(Debug)]
+pub struct OperatorAuth {
+    key: hmac::Key,
+    expected: hmac::Tag,
+}
+
+impl OperatorAuth {
+    pub fn new(token: &str) -> Result<Self, ring::error::Unspecified> {
+        let key = hmac::Key::generate(hmac::HMAC_SHA256, &ring::rand::SystemRandom::new())?;
+        let expected = hmac::sign(&key, token.as_bytes());
+        Ok(Self { key, expected })
+    }
+
+    pub fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let presented = headers
+            .get(AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .ok_or_else(ApiError::unauthorized)?;
+        hmac::verify(&self.key, presented.as_bytes(), self.expected.as_ref()).map_err(|_| ApiError::unauthorized())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn headers(authorization: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = authorization {
+            headers.insert(AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn accepts_only_the_exact_bearer_token() {
+        let auth = OperatorAuth::new("0123456789abcdef").unwrap();
+        assert!(auth.check(&headers(Some("Bearer 0123456789abcdef"))).is_ok());
+        assert!(auth.check(&headers(Some("bearer 0123456789abcdef"))).is_ok());
+        for bad in [
+            None,
+            Some("Bearer 0123456789abcdeF"),
+            Some("Bearer 0123456789abcde"),
+            Some("Basic x"),
+            Some("0123456789abcdef"),
+        ] {
+            assert_eq!(auth.check(&headers(bad)), Err(ApiError::unauthorized()), "{bad:?}");
+        }
+    }
+}

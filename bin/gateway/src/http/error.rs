@@ -1,0 +1,96 @@
+//! Error policy of the HTTP layer, and the one place where every crate's errors become HTTP statuses.
+//!
+//! - Bad input is always a 4xx with `{"status":"error","reason":"<snake_case>","detail":…}` and changes nothing.
+//! - A dependency that is down (store, a stopped loop) is a 503 with a reason naming it; the client may retry.
+//! - Anything else is a 500 `internal_error` whose detail stays in the log, never in the response.
+//! - `detail` names fields and limits; it never echoes request values, secrets or payloads.
+
+use gateway_core::StoreError;
+use gateway_heartbeat::HeartbeatError;
+use http::StatusCode;
+use serde_json::json;
+
+use crate::http::response::{Response, json_response};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub reason: &'static str,
+    pub detail: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, reason: &'static str) -> Self {
+        Self { status, reason, detail: None }
+    }
+
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    pub fn not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found")
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized")
+    }
+
+    pub fn invalid_json() -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_json")
+    }
+
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").with_detail(format!("limit is {limit} bytes"))
+    }
+
+    pub fn internal() -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
+    }
+
+    pub fn into_response(self) -> Response {
+        let mut body = json!({"status": "error", "reason": self.reason});
+        if let Some(detail) = self.detail {
+            body["detail"] = serde_json::Value::String(detail);
+        }
+        json_response(self.status, &body)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(cause) => {
+                tracing::warn!(%cause, "store unavailable");
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+            }
+            StoreError::Conflict(cause) => Self::new(StatusCode::CONFLICT, "conflict").with_detail(cause),
+            StoreError::Internal(cause) => {
+                tracing::error!(%cause, "store error");
+                Self::internal()
+            }
+        }
+    }
+}
+
+impl From<HeartbeatError> for ApiError {
+    fn from(error: HeartbeatError) -> Self {
+        let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+        match error {
+            HeartbeatError::InvalidType => Self::new(unprocessable, "invalid_heartbeat_type"),
+            HeartbeatError::MissingRequiredField(_) => {
+                Self::new(unprocessable, "missing_required_fields").with_detail(error.to_string())
+            }
+            HeartbeatError::InvalidField { .. } => {
+                Self::new(unprocessable, "invalid_field").with_detail(error.to_string())
+            }
+            HeartbeatError::Unavailable => Self::new(StatusCode::SERVICE_UNAVAILABLE, "heartbeat_manager_unavailable"),
+            HeartbeatError::CapacityExceeded { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "heartbeat_manager_unavailable")
+                    .with_detail(error.to_string())
+            }
+            HeartbeatError::Store(store) => store.into(),
+        }
+    }
+}

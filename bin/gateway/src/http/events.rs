@@ -1,0 +1,84 @@
+//! `GET /gateway/events?topic=…`: one topic as Server-Sent Events (DESIGN.md §4, §5).
+//!
+//! Each stream has a small buffer between the bus and the socket. A client that reads slowly first makes its
+//! bus subscription lag (it gets `event: lagged` with the count it missed); a client that accepts nothing for
+//! [`SLOW_CONSUMER_TIMEOUT`] is disconnected. Neither ever slows a publisher or another subscriber.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway_core::Topic;
+use gateway_pubsub::{Received, Subscription};
+use http::StatusCode;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::mpsc::{self, error::SendTimeoutError};
+use tokio::time::{Instant, interval_at};
+use tokio_util::sync::CancellationToken;
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::http::request::{Request, query_param};
+use crate::http::response::{Response, event_stream};
+
+/// A comment line this often keeps proxies and clients from timing out an idle stream.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// A client that cannot take the next chunk within this time is disconnected.
+pub const SLOW_CONSUMER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Chunks buffered between the bus and the socket of one stream.
+const STREAM_BUFFER: usize = 16;
+
+pub fn get(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+    let invalid_topic = || {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_topic").with_detail(
+            "topic must be gateway:messages, gateway:violations, gateway:webhooks, gateway:agents or agent:<agent_id>:scheduled",
+        )
+    };
+    let topic = query_param(request.uri(), "topic").and_then(|name| Topic::parse(&name)).ok_or_else(invalid_topic)?;
+    if topic.is_operator_only() {
+        state.operator.check(request.headers())?;
+    }
+    let permit = state
+        .event_streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_streams"))?;
+    // Subscribed before the response goes out: once a client sees the headers, it sees every later event.
+    let subscription = state.bus.subscribe(&topic);
+    let (chunks, body) = mpsc::channel(STREAM_BUFFER);
+    tokio::spawn(pump(subscription, chunks, state.shutdown.clone(), permit));
+    Ok(event_stream(body))
+}
+
+async fn pump(
+    mut subscription: Subscription,
+    chunks: mpsc::Sender<Bytes>,
+    shutdown: CancellationToken,
+    _permit: OwnedSemaphorePermit,
+) {
+    if chunks.send(Bytes::from_static(b": connected\n\n")).await.is_err() {
+        return;
+    }
+    let mut keep_alive = interval_at(Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    loop {
+        let chunk = tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = chunks.closed() => break,
+            _ = keep_alive.tick() => Bytes::from_static(b": keep-alive\n\n"),
+            received = subscription.recv() => match received {
+                Received::Event(event) => {
+                    Bytes::from(format!("id: {}\nevent: {}\ndata: {}\n\n", event.id, event.event_type, event.json))
+                }
+                Received::Lagged(missed) => Bytes::from(format!("event: lagged\ndata: {{\"missed\":{missed}}}\n\n")),
+                Received::Closed => break,
+            },
+        };
+        match chunks.send_timeout(chunk, SLOW_CONSUMER_TIMEOUT).await {
+            Ok(()) => {}
+            Err(SendTimeoutError::Timeout(_)) => {
+                tracing::info!(topic = subscription.topic(), "disconnecting a slow event-stream consumer");
+                break;
+            }
+            Err(SendTimeoutError::Closed(_)) => break,
+        }
+    }
+}

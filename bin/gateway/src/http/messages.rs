@@ -1,0 +1,74 @@
+//! `POST /gateway/messages`: a DecisionLog through the SchemaInterceptor (DESIGN.md §4, §6).
+
+use gateway_core::interceptor::RejectedLog;
+use gateway_core::{
+    AcceptedLog, Event, EventPayload, EventPublisher, Rejection, ReminderRequest, ReminderRequestError,
+    SchemaInterceptor, Topic,
+};
+use http::StatusCode;
+use serde_json::json;
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::http::request::{Request, read_body};
+use crate::http::response::{Response, json_response};
+
+pub async fn post(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let body = read_body(request).await?;
+    match SchemaInterceptor.inspect(&body) {
+        Ok(accepted) => Ok(accept(state, accepted).await),
+        Err(Rejection::InvalidJson) => Err(ApiError::invalid_json()),
+        Err(Rejection::SchemaViolation(rejected)) => Ok(reject(state, &rejected)),
+    }
+}
+
+async fn accept(state: &AppState, accepted: AcceptedLog) -> Response {
+    let AcceptedLog { log, reminder } = accepted;
+    // FR-10.7: the reminder is handed to the scheduler before the log is published.
+    match reminder {
+        Some(Ok(request)) => schedule_reminder(state, request).await,
+        Some(Err(invalid)) => warn_unscheduled(&invalid),
+        None => {}
+    }
+    if let Some(identity) = &log.identity {
+        state.heartbeat.note_capabilities(&identity.agent_id, &identity.agent_type, &identity.capability_version);
+    }
+    let trace_id = log.trace_id().map(str::to_owned);
+    let event = Event::new(EventPayload::DecisionLog(Box::new(log)), state.clock.now());
+    if let Err(error) = state.bus.publish(&Topic::Messages, &event) {
+        tracing::warn!(%error, event_id = %event.id, "decision_log event not published");
+    }
+    json_response(StatusCode::ACCEPTED, &json!({"status": "accepted", "trace_id": trace_id}))
+}
+
+/// The hand-off of an agent's reminder request to the scheduler (issue 3 wires the CronScheduler here).
+async fn schedule_reminder(_state: &AppState, request: ReminderRequest) {
+    tracing::warn!(agent_id = %request.agent_id, "schedule_reminder not scheduled: this build has no scheduler");
+}
+
+fn warn_unscheduled(invalid: &ReminderRequestError) {
+    tracing::warn!("{invalid}");
+}
+
+/// 422, and a `schema_violation` event that carries the body's hash, never the body. The log line names the
+/// failing field path only.
+fn reject(state: &AppState, rejected: &RejectedLog) -> Response {
+    let reason = rejected.violation.to_string();
+    tracing::info!(field = %rejected.violation.path, raw_payload_hash = %rejected.raw_payload_hash, "decision log rejected");
+    let event = Event::new(
+        EventPayload::SchemaViolation {
+            agent_id: rejected.agent_id.clone(),
+            capability_version: rejected.capability_version.clone(),
+            violation_reason: reason.clone(),
+            raw_payload_hash: rejected.raw_payload_hash.clone(),
+        },
+        state.clock.now(),
+    );
+    if let Err(error) = state.bus.publish(&Topic::Violations, &event) {
+        tracing::warn!(%error, event_id = %event.id, "schema_violation event not published");
+    }
+    json_response(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &json!({"status": "rejected", "reason": "schema_violation", "detail": reason, "trace_id": null}),
+    )
+}

@@ -1,0 +1,82 @@
+//! The HTTP server: accepts connections on a pre-bound listener, routes requests, and drains in-flight requests
+//! on shutdown.
+
+pub mod auth;
+pub mod error;
+pub mod request;
+pub mod response;
+mod router;
+
+mod agents;
+mod events;
+mod health;
+mod heartbeat;
+mod messages;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::AppState;
+
+/// Open connections at once; further clients wait in the listen backlog.
+pub const MAX_CONNECTIONS: usize = 10_000;
+/// A client must send its request head within this time (slowloris guard).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long shutdown waits for in-flight requests before closing what is left.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Serves until `shutdown` is cancelled, then stops accepting and lets in-flight requests finish.
+pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: CancellationToken) {
+    let graceful = GracefulShutdown::new();
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut accept_backoff = Duration::from_millis(5);
+    loop {
+        let permit = tokio::select! {
+            () = shutdown.cancelled() => break,
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let (stream, peer) = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: wait a little rather than spin.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(accept_backoff).await;
+                    accept_backoff = (accept_backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            },
+        };
+        accept_backoff = Duration::from_millis(5);
+        let state = Arc::clone(&state);
+        let service = service_fn(move |request| router::handle(Arc::clone(&state), request));
+        let connection = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections drained"),
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => tracing::warn!("shutdown grace period over; closing remaining connections"),
+    }
+}

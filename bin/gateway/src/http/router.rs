@@ -1,0 +1,108 @@
+//! Routing: path → route (404), method (405 with `Allow`), operator token (401), handler.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::header::{ALLOW, HeaderValue};
+use http::{Method, StatusCode};
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::http::request::Request;
+use crate::http::response::Response;
+use crate::http::{agents, events, health, heartbeat, messages};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Heartbeat,
+    Messages,
+    Events,
+    Agents,
+    Healthz,
+    Readyz,
+}
+
+fn resolve(path: &str) -> Option<Route> {
+    let segments: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+    match segments.as_slice() {
+        ["gateway", "heartbeat"] => Some(Route::Heartbeat),
+        ["gateway", "messages"] => Some(Route::Messages),
+        ["gateway", "events"] => Some(Route::Events),
+        ["gateway", "agents"] => Some(Route::Agents),
+        ["healthz"] => Some(Route::Healthz),
+        ["readyz"] => Some(Route::Readyz),
+        _ => None,
+    }
+}
+
+impl Route {
+    fn methods(self) -> &'static [Method] {
+        match self {
+            Self::Heartbeat | Self::Messages => &[Method::POST],
+            Self::Events | Self::Agents | Self::Healthz | Self::Readyz => &[Method::GET],
+        }
+    }
+
+    /// Routes behind the operator token. (The event stream decides per topic, in its handler.)
+    fn operator_only(self) -> bool {
+        matches!(self, Self::Agents)
+    }
+}
+
+/// Runs one request. The handler runs in its own task so that a bug that panics costs one 500, not the
+/// connection, and is logged.
+pub async fn handle(state: Arc<AppState>, request: Request) -> Result<Response, Infallible> {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = match tokio::spawn(dispatch(state, request)).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => error.into_response(),
+        Err(join_error) => {
+            tracing::error!(%method, %path, %join_error, "request handler failed");
+            ApiError::internal().into_response()
+        }
+    };
+    tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
+    Ok(response)
+}
+
+async fn dispatch(state: Arc<AppState>, request: Request) -> Result<Response, ApiError> {
+    let route = resolve(request.uri().path()).ok_or_else(ApiError::not_found)?;
+    if !route.methods().contains(request.method()) {
+        return Ok(method_not_allowed(route.methods()));
+    }
+    if route.operator_only() {
+        state.operator.check(request.headers())?;
+    }
+    match route {
+        Route::Heartbeat => heartbeat::post(&state, request).await,
+        Route::Messages => messages::post(&state, request).await,
+        Route::Events => events::get(&state, &request),
+        Route::Agents => agents::list(&state, &request),
+        Route::Healthz => Ok(health::live()),
+        Route::Readyz => Ok(health::ready(&state).await),
+    }
+}
+
+fn method_not_allowed(allowed: &[Method]) -> Response {
+    let mut response = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").into_response();
+    let allow = allowed.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
+    if let Ok(value) = HeaderValue::from_str(&allow) {
+        response.headers_mut().insert(ALLOW, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_exact_paths_only() {
+        assert_eq!(resolve("/gateway/heartbeat"), Some(Route::Heartbeat));
+        assert_eq!(resolve("/readyz"), Some(Route::Readyz));
+        for unknown in ["/", "", "/gateway", "/gateway/heartbeat/", "/gateway/heartbeat/x", "gateway/heartbeat"] {
+            assert_eq!(resolve(unknown), None, "{unknown}");
+        }
+    }
+}

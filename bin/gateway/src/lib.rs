@@ -1,0 +1,66 @@
+//! The `gateway` binary as a library: configuration, wiring and the HTTP server, so integration tests and
+//! embedders can start the real server on a listener they bound themselves.
+
+pub mod app;
+pub mod config;
+pub mod http;
+pub mod telemetry;
+
+use gateway_core::run_blocking;
+use gateway_store::{DieselStore, OpenError};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::App;
+use crate::config::{AdminToken, Config};
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("--database-url: {0}")]
+    Store(#[from] OpenError),
+    #[error("--listen: cannot bind: {0}")]
+    Bind(std::io::Error),
+    #[error("the operating system has no randomness source")]
+    Entropy,
+    #[error("start-up task failed: {0}")]
+    Task(String),
+}
+
+/// A gateway whose store is open and migrated and whose loops run, not yet serving HTTP.
+#[derive(Debug)]
+pub struct Gateway {
+    app: App,
+    shutdown: CancellationToken,
+}
+
+impl Gateway {
+    pub async fn start(
+        config: &Config,
+        admin_token: &AdminToken,
+        shutdown: CancellationToken,
+    ) -> Result<Self, StartError> {
+        let url = config.database_url.clone();
+        let store = run_blocking(move || DieselStore::open(&url))
+            .await
+            .map_err(|error| StartError::Task(error.to_string()))??;
+        let app = App::start(config, store, admin_token, shutdown.clone())?;
+        Ok(Self { app, shutdown })
+    }
+
+    /// Serves on `listener` until the shutdown token is cancelled, drains in-flight requests, stops the loops
+    /// and closes the store.
+    pub async fn serve(self, listener: TcpListener) {
+        http::serve(listener, self.app.state(), self.shutdown.clone()).await;
+        self.app.stop().await;
+        tracing::info!("gateway stopped");
+    }
+}
+
+/// A fresh operator token: 256 random bits as hex.
+pub fn generate_admin_token() -> Result<AdminToken, StartError> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 32];
+    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| StartError::Entropy)?;
+    Ok(AdminToken::new(gateway_core::hex::encode(&bytes)))
+}

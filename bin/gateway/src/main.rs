@@ -1,0 +1,79 @@
+//! `gateway`: parse configuration, set up logging, open the store, bind, serve until SIGTERM or Ctrl-C.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use gateway::config::Config;
+use gateway::{Gateway, StartError, generate_admin_token, telemetry};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+fn main() -> ExitCode {
+    let config = Config::from_args_or_exit();
+    telemetry::init(config.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&StartError::Task(error.to_string())),
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => fail(&error),
+    }
+}
+
+async fn run(config: Config) -> Result<(), StartError> {
+    let (admin_token, generated) = match config.admin_token.clone() {
+        Some(token) => (token, false),
+        None => (generate_admin_token()?, true),
+    };
+    let shutdown = CancellationToken::new();
+    let gateway = Gateway::start(&config, &admin_token, shutdown.clone()).await?;
+    let listener = TcpListener::bind(config.listen).await.map_err(StartError::Bind)?;
+    let address = listener.local_addr().map_err(StartError::Bind)?;
+
+    // The banner goes to stdout, apart from the logs: scripts and tests read the address from it.
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "gateway listening on http://{address}");
+    if generated {
+        let _ = writeln!(stdout, "admin token (generated, shown once): {}", admin_token.expose());
+    }
+    let _ = stdout.flush();
+    drop(stdout);
+    tracing::info!(%address, "gateway started");
+
+    tokio::spawn(cancel_on_signal(shutdown));
+    gateway.serve(listener).await;
+    Ok(())
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the gateway");
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested; draining in-flight requests");
+    shutdown.cancel();
+}
+
+fn fail(error: &StartError) -> ExitCode {
+    tracing::error!(%error, "gateway failed to start");
+    #[allow(clippy::print_stderr, reason = "the one-line reason must reach the terminal even with logs filtered")]
+    {
+        eprintln!("error: {error}");
+    }
+    ExitCode::FAILURE
+}

@@ -1,0 +1,51 @@
+//! Start-up configuration errors: one line naming the flag, exit code 2.
+
+use std::process::{Command, Output};
+
+fn run_gateway(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("g.db").display());
+    Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--listen", "127.0.0.1:0", "--database-url", &database])
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_bad_flag_value_exits_2_with_one_line_naming_the_flag() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--heartbeat-check-interval-ms", "0"], "--heartbeat-check-interval-ms"),
+        (&["--webhook-retry-schedule-s", ""], "--webhook-retry-schedule-s"),
+        (&["--database-url", "mysql://db"], "--database-url"),
+        (&["--max-tracked-agents", "many"], "--max-tracked-agents"),
+        (&["--admin-token", "short"], "--admin-token"),
+    ];
+    for (args, flag) in cases {
+        let output = run_gateway(args, &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_bad_environment_value_names_the_flag_too() {
+    let output = run_gateway(&[], &[("GATEWAY_HEARTBEAT_EVICTION_THRESHOLD_S", "0")]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--heartbeat-eviction-threshold-s"), "{stderr}");
+}
+
+#[test]
+fn an_unwritable_database_path_fails_with_a_clear_line() {
+    let output = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--listen", "127.0.0.1:0", "--database-url", "sqlite:///nonexistent-dir/sub/g.db"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.lines().any(|line| line.starts_with("error: --database-url")), "{stderr}");
+}

@@ -1,0 +1,51 @@
+//! GET /gateway/events (SSE) and the eviction it reports.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{EventStream, Gateway};
+
+#[test]
+fn an_evicted_agent_is_announced_over_sse() {
+    // One-second threshold, checks every 100 ms: the real loop, on a short fuse.
+    let gateway = Gateway::start(&["--heartbeat-check-interval-ms", "100", "--heartbeat-eviction-threshold-s", "1"]);
+    let agents = gateway.subscribe("gateway:agents");
+    let ping = json!({"type": "heartbeat", "agent_id": "agent-99", "cluster_id": "cluster-west", "timestamp": "2026-02-22T12:00:00Z"});
+    assert_eq!(gateway.post_json("/gateway/heartbeat", &ping).0, 200);
+
+    let event = agents.expect("agent_evicted");
+    assert_eq!(event.data["agent_id"], "agent-99");
+    assert_eq!(event.data["cluster_id"], "cluster-west");
+    assert!(event.data["last_seen"].is_string());
+    assert!(gateway.logs().contains("agent evicted"), "eviction is logged");
+    assert_eq!(gateway.operator_get("/gateway/agents").1["agents"], json!([]));
+    assert_eq!(crate::support::count_rows(&gateway.database_path(), "gateway_heartbeats"), 1, "rows are kept");
+}
+
+#[test]
+fn gateway_topics_need_the_operator_token_agent_topics_do_not() {
+    let gateway = Gateway::start(&[]);
+    let url = gateway.url("/gateway/events?topic=gateway:agents");
+    assert_eq!(EventStream::open(&url, None).status, 401);
+    assert_eq!(EventStream::open(&url, Some("wrong-token-wrong-token")).status, 401);
+    let agent_topic = gateway.url("/gateway/events?topic=agent%3Aagent-7%3Ascheduled");
+    assert_eq!(EventStream::open(&agent_topic, None).status, 200);
+}
+
+#[test]
+fn unknown_topics_are_400() {
+    let gateway = Gateway::start(&[]);
+    for query in ["", "?topic=", "?topic=gateway:secrets", "?topic=agent::scheduled"] {
+        let (status, body) = gateway.operator_get(&format!("/gateway/events{query}"));
+        assert_eq!((status, body["reason"].as_str()), (400, Some("invalid_topic")), "{query}");
+    }
+}
+
+#[test]
+fn subscribers_of_other_topics_see_nothing() {
+    let gateway = Gateway::start(&[]);
+    let violations = gateway.subscribe("gateway:violations");
+    assert_eq!(gateway.post_json("/gateway/messages", &json!({})).0, 202);
+    assert!(violations.next_within(Duration::from_millis(300)).is_none());
+}

@@ -1,0 +1,12 @@
+//! Integration tests: the real `gateway` binary, started on port 0 against a temporary SQLite file.
+//! One test binary for the whole crate (one link step); a module per capability.
+#![allow(clippy::unwrap_used, clippy::print_stderr)] // A test fails by panicking.
+
+mod support;
+
+mod config;
+mod events;
+mod heartbeat;
+mod lifecycle;
+mod messages;
+mod operator;

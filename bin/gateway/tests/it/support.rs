@@ -1,0 +1,305 @@
+//! Starting the real binary and talking to it over HTTP and SSE.
+#![allow(dead_code, reason = "shared by every test module; not each one uses every helper")]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The operator token every test gateway runs with.
+pub const TOKEN: &str = "integration-test-operator-token";
+/// Upper bound for anything the tests wait for; generous because CI machines are slow, never a timing assertion.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A running `gateway` process. Killed when dropped.
+pub struct Gateway {
+    child: Child,
+    pub base: String,
+    pub dir: Arc<tempfile::TempDir>,
+    stderr: Arc<Mutex<String>>,
+    agent: ureq::Agent,
+}
+
+impl Gateway {
+    /// Starts a gateway on a fresh temporary database with extra `args`.
+    pub fn start(args: &[&str]) -> Self {
+        Self::start_in(Arc::new(tempfile::tempdir().unwrap()), args)
+    }
+
+    /// Starts a gateway on the database in `dir` (to restart on the same file).
+    pub fn start_in(dir: Arc<tempfile::TempDir>, args: &[&str]) -> Self {
+        let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+            .args(["--listen", "127.0.0.1:0", "--database-url", &database, "--admin-token", TOKEN])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        drain_into(child.stderr.take().unwrap(), Arc::clone(&stderr));
+        let (lines_tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let base = loop {
+            match lines.recv_timeout(PATIENCE) {
+                Ok(line) => {
+                    if let Some(address) = line.strip_prefix("gateway listening on ") {
+                        break address.to_owned();
+                    }
+                }
+                Err(_) => panic!("gateway did not start; stderr:\n{}", stderr.lock().unwrap()),
+            }
+        };
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(PATIENCE))
+            .build()
+            .new_agent();
+        Self { child, base, dir, stderr, agent }
+    }
+
+    pub fn database_path(&self) -> PathBuf {
+        self.dir.path().join("gateway.db")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Everything the process logged so far.
+    pub fn logs(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn post(&self, path: &str, body: &str) -> (u16, Value) {
+        read(self.agent.post(self.url(path)).content_type("application/json").send(body))
+    }
+
+    pub fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post(path, &body.to_string())
+    }
+
+    pub fn operator_post(&self, path: &str, body: &Value) -> (u16, Value) {
+        read(
+            self.agent
+                .post(self.url(path))
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .content_type("application/json")
+                .send(body.to_string()),
+        )
+    }
+
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        read(self.agent.get(self.url(path)).call())
+    }
+
+    pub fn operator_get(&self, path: &str) -> (u16, Value) {
+        read(self.agent.get(self.url(path)).header("authorization", format!("Bearer {TOKEN}")).call())
+    }
+
+    pub fn operator_delete(&self, path: &str) -> (u16, Value) {
+        read(self.agent.delete(self.url(path)).header("authorization", format!("Bearer {TOKEN}")).call())
+    }
+
+    /// Opens an SSE stream of `topic`, with the operator token. Returns once the stream is established, so
+    /// every event published afterwards will be seen.
+    pub fn subscribe(&self, topic: &str) -> EventStream {
+        EventStream::open(&self.url(&format!("/gateway/events?topic={topic}")), Some(TOKEN))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -TERM failed");
+        self.wait()
+    }
+
+    /// SIGKILL: no chance to clean up, as in a crash.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    pub fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "gateway did not exit; stderr:\n{}", self.logs());
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn drain_into(stream: impl Read + Send + 'static, sink: Arc<Mutex<String>>) {
+    thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            let mut sink = sink.lock().unwrap();
+            sink.push_str(&line);
+            sink.push('\n');
+        }
+    });
+}
+
+fn read(result: Result<http::Response<ureq::Body>, ureq::Error>) -> (u16, Value) {
+    let mut response = result.unwrap();
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap();
+    let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+    (status, body)
+}
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub event: String,
+    pub id: Option<String>,
+    pub data: Value,
+}
+
+/// An open SSE stream, read by a background thread.
+pub struct EventStream {
+    events: Receiver<SseEvent>,
+    pub status: u16,
+}
+
+impl EventStream {
+    pub fn open(url: &str, token: Option<&str>) -> Self {
+        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+        let mut request = agent.get(url);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let response = request.call().unwrap();
+        let status = response.status().as_u16();
+        let (events_tx, events) = mpsc::channel();
+        let mut reader = BufReader::new(response.into_body().into_reader());
+        let (ready_tx, ready) = mpsc::channel();
+        thread::spawn(move || {
+            let mut event = String::new();
+            let mut id = None;
+            let mut data = String::new();
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match reader.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let line = line.trim_end_matches('\n');
+                if line == ": connected" {
+                    let _ = ready_tx.send(());
+                } else if let Some(value) = line.strip_prefix("event: ") {
+                    event = value.to_owned();
+                } else if let Some(value) = line.strip_prefix("id: ") {
+                    id = Some(value.to_owned());
+                } else if let Some(value) = line.strip_prefix("data: ") {
+                    data = value.to_owned();
+                } else if line.is_empty() && !event.is_empty() {
+                    let parsed = SseEvent {
+                        event: std::mem::take(&mut event),
+                        id: id.take(),
+                        data: serde_json::from_str(&std::mem::take(&mut data)).unwrap_or(Value::Null),
+                    };
+                    if events_tx.send(parsed).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        if status == 200 {
+            ready.recv_timeout(PATIENCE).expect("the event stream did not start");
+        }
+        Self { events, status }
+    }
+
+    /// The next event, or `None` if none comes within `wait` (or the stream ended).
+    pub fn next_within(&self, wait: Duration) -> Option<SseEvent> {
+        self.events.recv_timeout(wait).ok()
+    }
+
+    /// The next event of type `event_type`, skipping others; panics if none comes within [`PATIENCE`].
+    pub fn expect(&self, event_type: &str) -> SseEvent {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(event) if event.event == event_type => return event,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => panic!("no {event_type} event within {PATIENCE:?}"),
+                Err(RecvTimeoutError::Disconnected) => panic!("stream ended before a {event_type} event"),
+            }
+        }
+    }
+
+    /// True once the server has closed the stream.
+    pub fn ended_within(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(_) => {}
+                Err(RecvTimeoutError::Disconnected) => return true,
+                Err(RecvTimeoutError::Timeout) => return false,
+            }
+        }
+    }
+}
+
+/// Sends `head` (request line and headers, without the blank line) and `body` over a plain TCP connection and
+/// returns the raw response. Write errors are ignored: the server may answer and close before reading it all.
+pub fn raw_request(gateway: &Gateway, head: &str, body: &[u8]) -> String {
+    use std::io::Write;
+    let address = gateway.base.trim_start_matches("http://").to_owned();
+    let mut connection = std::net::TcpStream::connect(&address).unwrap();
+    connection.set_read_timeout(Some(PATIENCE)).unwrap();
+    let _ = write!(connection, "{head}\r\nhost: {address}\r\nconnection: close\r\n\r\n");
+    let _ = connection.write_all(body);
+    let mut response = Vec::new();
+    let _ = connection.read_to_end(&mut response);
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// Rows of `table` in the SQLite file at `path`, read with Diesel directly.
+pub fn count_rows(path: &Path, table: &str) -> i64 {
+    use diesel::{Connection, QueryableByName, RunQueryDsl, sql_types::BigInt};
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let mut connection = diesel::SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+    diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}")).get_result::<Count>(&mut connection).unwrap().n
+}
+
+/// Polls `condition` until it holds or [`PATIENCE`] runs out.
+pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        thread::sleep(Duration::from_millis(25));
+    }
+}
