@@ -254,9 +254,12 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
         due_by: OffsetDateTime,
         lease_until: OffsetDateTime,
     ) -> Result<Vec<Delivery>, StoreError>;
-    /// In one transaction: appends `attempt` to the history, and applies `update` to the delivery if its
-    /// `next_retry_at` still equals `lease` (the claim this attempt ran under). `Ok(false)` when the claim was
-    /// lost (the row was reset, deleted or re-claimed meanwhile): the attempt is recorded, the row untouched.
+    /// In one transaction: appends `attempt` to the history, and applies `update` to the delivery if it still
+    /// carries the claim this attempt ran under: `next_retry_at = lease` and `attempt_count =
+    /// attempt.attempt_number - 1`. (The lease instant alone is not enough: a "Retry now" and a new claim
+    /// within the same millisecond would reproduce it, but never with the same attempt count.) `Ok(false)`
+    /// when the claim was lost (the row was reset, deleted or re-claimed meanwhile): the attempt is recorded,
+    /// the row untouched.
     fn record_attempt(
         &self,
         attempt: &DeliveryAttempt,

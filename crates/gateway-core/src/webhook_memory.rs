@@ -202,7 +202,7 @@ impl WebhookStore for InMemoryWebhookStore {
             // The config (and with it the delivery) was deleted mid-attempt: nothing to record against.
             return Ok(false);
         };
-        let still_ours = delivery.next_retry_at == Some(lease);
+        let still_ours = delivery.next_retry_at == Some(lease) && delivery.attempt_count == attempt.attempt_number - 1;
         if still_ours {
             delivery.status = update.status;
             delivery.attempt_count = update.attempt_count;

@@ -1,0 +1,101 @@
+//! The delivery payload made from a verified inbound webhook (DESIGN.md §8).
+
+use std::borrow::Cow;
+
+use gateway_core::WebhookConfig;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use time::OffsetDateTime;
+
+#[derive(Serialize)]
+struct InboundEnvelope<'a> {
+    webhook_id: i64,
+    source_identifier: &'a str,
+    event_type: &'a str,
+    agent_intent: &'a str,
+    target_session: &'a str,
+    #[serde(with = "time::serde::rfc3339")]
+    received_at: OffsetDateTime,
+    body: InboundBody<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum InboundBody<'a> {
+    /// The sender's JSON, byte for byte: embedded raw rather than parsed and re-serialized, so numbers and key
+    /// order are exactly what was signed.
+    Json(&'a RawValue),
+    /// A body that is not JSON, carried as a string (invalid UTF-8 replaced by U+FFFD).
+    Text(Cow<'a, str>),
+}
+
+/// `{"webhook_id","source_identifier","event_type","agent_intent","target_session","received_at","body"}`,
+/// where `body` is the inbound JSON value itself, or a string when the inbound body is not JSON.
+pub fn inbound_envelope(config: &WebhookConfig, received_at: OffsetDateTime, body: &[u8]) -> String {
+    let body = match serde_json::from_slice::<&RawValue>(body) {
+        Ok(raw) => InboundBody::Json(raw),
+        Err(_) => InboundBody::Text(String::from_utf8_lossy(body)),
+    };
+    let envelope = InboundEnvelope {
+        webhook_id: config.id,
+        source_identifier: &config.source_identifier,
+        event_type: &config.event_type,
+        agent_intent: &config.agent_intent,
+        target_session: &config.target_session,
+        received_at,
+        body,
+    };
+    // Serializing strings, integers, a timestamp and a validated raw value cannot fail.
+    serde_json::to_string(&envelope).unwrap_or_else(|_| String::from("{}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use gateway_core::WebhookSecret;
+    use serde_json::{Value, json};
+    use time::macros::datetime;
+
+    use super::*;
+
+    fn config() -> WebhookConfig {
+        WebhookConfig {
+            id: 7,
+            source_identifier: "github".into(),
+            event_type: "pull_request.opened".into(),
+            agent_intent: "code_review".into(),
+            target_session: "reviewer-cluster".into(),
+            target_url: "https://example.com/hook".into(),
+            secret: WebhookSecret::new("s"),
+            created_at: datetime!(2026-02-22 11:00:00 UTC),
+        }
+    }
+
+    #[test]
+    fn a_json_body_is_embedded_byte_for_byte() {
+        let received = datetime!(2026-02-22 12:00:00 UTC);
+        let body = br#" {"n": 1.50, "z": 1, "a": [true]} "#;
+        let envelope = inbound_envelope(&config(), received, body);
+        assert!(envelope.contains(r#""body":{"n": 1.50, "z": 1, "a": [true]}"#), "{envelope}");
+        let parsed: Value = serde_json::from_str(&envelope).unwrap();
+        assert_eq!(
+            parsed,
+            json!({"webhook_id": 7, "source_identifier": "github", "event_type": "pull_request.opened",
+                   "agent_intent": "code_review", "target_session": "reviewer-cluster",
+                   "received_at": "2026-02-22T12:00:00Z", "body": {"n": 1.5, "z": 1, "a": [true]}})
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_is_carried_as_a_string() {
+        let received = datetime!(2026-02-22 12:00:00 UTC);
+        for (body, expected) in [
+            (&b"a=1&b=2"[..], json!("a=1&b=2")),
+            (&b""[..], json!("")),
+            (&b"{\"unterminated\""[..], json!("{\"unterminated\"")),
+            (&[0x66, 0xff, 0x6f][..], json!("f\u{fffd}o")),
+        ] {
+            let parsed: Value = serde_json::from_str(&inbound_envelope(&config(), received, body)).unwrap();
+            assert_eq!(parsed["body"], expected);
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! The crate's one error type. The binary maps each variant to an HTTP status in one place.
+
+use gateway_core::{DeliveryStatus, StoreError};
+
+use crate::signature::SignatureError;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookError {
+    /// No webhook config has this id.
+    #[error("unknown webhook {0}")]
+    UnknownWebhook(i64),
+    /// No delivery has this id.
+    #[error("unknown delivery {0}")]
+    UnknownDelivery(i64),
+    /// An inbound webhook's signature header is missing, malformed or wrong.
+    #[error("inbound webhook {webhook_id}: {reason}")]
+    SignatureMismatch { webhook_id: i64, reason: SignatureError },
+    /// A config for this `(source_identifier, event_type)` pair exists.
+    #[error("a webhook config for this source_identifier and event_type already exists")]
+    DuplicateConfig,
+    /// A webhook config to create is invalid.
+    #[error("{field}: {problem}")]
+    InvalidConfig { field: &'static str, problem: String },
+    /// A delivery to enqueue is invalid.
+    #[error("{field}: {problem}")]
+    InvalidDelivery { field: &'static str, problem: String },
+    /// The inspector's query is invalid.
+    #[error("{field}: {problem}")]
+    InvalidQuery { field: &'static str, problem: String },
+    /// "Retry now" on a delivery that is neither failed nor dead.
+    #[error("delivery {id} is {status}; only failed or dead deliveries can be retried")]
+    RetryNotAllowed { id: i64, status: DeliveryStatus },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<gateway_core::blocking::BlockingTaskFailed> for WebhookError {
+    fn from(error: gateway_core::blocking::BlockingTaskFailed) -> Self {
+        Self::Store(error.into())
+    }
+}

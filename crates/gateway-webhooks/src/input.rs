@@ -1,0 +1,256 @@
+//! Checks of what operators and senders hand the router: webhook configs to create, deliveries to enqueue,
+//! and the forensic inspector's query.
+
+use gateway_core::{DeliveryFilter, DeliveryStatus, WebhookSecret};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::error::WebhookError;
+
+/// Longest accepted `source_identifier`, `event_type`, `agent_intent`, `target_session` and `session_id`.
+pub const MAX_TEXT_FIELD_BYTES: usize = 256;
+/// Longest accepted `target_url`.
+pub const MAX_TARGET_URL_BYTES: usize = 2048;
+/// Longest accepted secret.
+pub const MAX_SECRET_BYTES: usize = 1024;
+/// Page size of the inspector when `limit` is not given.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// Largest page the inspector returns.
+pub const MAX_PAGE_SIZE: usize = 500;
+
+/// A webhook config as an operator submits it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfigDraft {
+    pub source_identifier: String,
+    pub event_type: String,
+    pub agent_intent: String,
+    pub target_session: String,
+    pub target_url: String,
+    pub secret: WebhookSecret,
+}
+
+fn check_text(field: &'static str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if value.len() > MAX_TEXT_FIELD_BYTES {
+        return Err(format!("must be at most {MAX_TEXT_FIELD_BYTES} bytes"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(format!("{field} must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// An absolute `http://` or `https://` URL with a host and without credentials (they would end up in logs
+/// and in the inspector).
+pub fn check_target_url(url: &str) -> Result<(), String> {
+    const EXPECTED: &str = "must be an absolute http(s) URL";
+    if url.len() > MAX_TARGET_URL_BYTES {
+        return Err(format!("must be at most {MAX_TARGET_URL_BYTES} bytes"));
+    }
+    let uri: http::Uri = url.parse().map_err(|_| EXPECTED.to_owned())?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(EXPECTED.into());
+    }
+    let authority = uri.authority().ok_or_else(|| EXPECTED.to_owned())?;
+    if authority.as_str().contains('@') {
+        return Err("must not contain credentials".into());
+    }
+    if authority.host().is_empty() {
+        return Err(EXPECTED.into());
+    }
+    Ok(())
+}
+
+impl WebhookConfigDraft {
+    pub fn validate(&self) -> Result<(), WebhookError> {
+        let invalid = |field, problem| WebhookError::InvalidConfig { field, problem };
+        for (field, value) in [
+            ("source_identifier", &self.source_identifier),
+            ("event_type", &self.event_type),
+            ("agent_intent", &self.agent_intent),
+            ("target_session", &self.target_session),
+        ] {
+            check_text(field, value).map_err(|problem| invalid(field, problem))?;
+        }
+        check_target_url(&self.target_url).map_err(|problem| invalid("target_url", problem))?;
+        let secret = self.secret.expose();
+        if secret.is_empty() {
+            return Err(invalid("secret", "must not be empty".into()));
+        }
+        if secret.len() > MAX_SECRET_BYTES {
+            return Err(invalid("secret", format!("must be at most {MAX_SECRET_BYTES} bytes")));
+        }
+        Ok(())
+    }
+}
+
+/// Checks an enqueued delivery's `session_id` and that its payload is JSON.
+pub fn check_delivery(session_id: &str, payload: &str) -> Result<(), WebhookError> {
+    check_text("session_id", session_id)
+        .map_err(|problem| WebhookError::InvalidDelivery { field: "session_id", problem })?;
+    serde_json::from_str::<serde::de::IgnoredAny>(payload)
+        .map_err(|error| WebhookError::InvalidDelivery { field: "payload", problem: format!("not JSON: {error}") })?;
+    Ok(())
+}
+
+/// Builds the inspector's filter from decoded query parameters: `session_id`, `status`, `from`, `to` (RFC 3339
+/// instants on `created_at`; from inclusive, to exclusive), `limit` (1..=500, default 100), `after_id`.
+pub fn delivery_filter<K, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Result<DeliveryFilter, WebhookError>
+where
+    K: AsRef<str>,
+    V: AsRef<str>,
+{
+    fn invalid(field: &'static str, problem: impl Into<String>) -> WebhookError {
+        WebhookError::InvalidQuery { field, problem: problem.into() }
+    }
+    fn instant(field: &'static str, value: &str) -> Result<OffsetDateTime, WebhookError> {
+        OffsetDateTime::parse(value, &Rfc3339).map_err(|_| invalid(field, "must be an RFC 3339 instant"))
+    }
+    let mut filter = DeliveryFilter {
+        session_id: None,
+        status: None,
+        created_from: None,
+        created_before: None,
+        after_id: None,
+        limit: DEFAULT_PAGE_SIZE,
+    };
+    for (key, value) in pairs {
+        let value = value.as_ref();
+        match key.as_ref() {
+            "session_id" => filter.session_id = Some(value.to_owned()),
+            "status" => {
+                filter.status =
+                    Some(value.parse::<DeliveryStatus>().map_err(|error| invalid("status", error.to_string()))?);
+            }
+            "from" => filter.created_from = Some(instant("from", value)?),
+            "to" => filter.created_before = Some(instant("to", value)?),
+            "after_id" => {
+                filter.after_id =
+                    Some(value.parse::<i64>().map_err(|_| invalid("after_id", "must be an integer (a delivery id)"))?);
+            }
+            "limit" => {
+                filter.limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|limit| (1..=MAX_PAGE_SIZE).contains(limit))
+                    .ok_or_else(|| invalid("limit", format!("must be an integer from 1 to {MAX_PAGE_SIZE}")))?;
+            }
+            _ => {
+                return Err(invalid(
+                    "query",
+                    "unknown parameter (expected session_id, status, from, to, limit, after_id)",
+                ));
+            }
+        }
+    }
+    Ok(filter)
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    fn draft() -> WebhookConfigDraft {
+        WebhookConfigDraft {
+            source_identifier: "github".into(),
+            event_type: "pull_request.opened".into(),
+            agent_intent: "code_review".into(),
+            target_session: "reviewer-cluster".into(),
+            target_url: "https://hooks.example.com:8443/in?team=a".into(),
+            secret: WebhookSecret::new("It's a Secret to Everybody"),
+        }
+    }
+
+    #[test]
+    fn a_complete_draft_passes() {
+        assert_eq!(draft().validate(), Ok(()));
+        assert_eq!(WebhookConfigDraft { target_url: "http://127.0.0.1:9/x".into(), ..draft() }.validate(), Ok(()));
+    }
+
+    #[test]
+    fn target_urls_must_be_absolute_http_without_credentials() {
+        for url in [
+            "",
+            "/relative/path",
+            "example.com/hook",
+            "ftp://example.com/hook",
+            "file:///etc/passwd",
+            "http://",
+            "https://user:pass@example.com/",
+            "not a url",
+        ] {
+            let result = WebhookConfigDraft { target_url: url.into(), ..draft() }.validate();
+            assert!(
+                matches!(result, Err(WebhookError::InvalidConfig { field: "target_url", .. })),
+                "{url}: {result:?}"
+            );
+        }
+        let long = format!("https://example.com/{}", "a".repeat(MAX_TARGET_URL_BYTES));
+        assert!(WebhookConfigDraft { target_url: long, ..draft() }.validate().is_err());
+    }
+
+    #[test]
+    fn text_fields_and_the_secret_are_bounded() {
+        let result = WebhookConfigDraft { event_type: String::new(), ..draft() }.validate();
+        assert_eq!(
+            result,
+            Err(WebhookError::InvalidConfig { field: "event_type", problem: "must not be empty".into() })
+        );
+        let result = WebhookConfigDraft { agent_intent: "x".repeat(MAX_TEXT_FIELD_BYTES + 1), ..draft() }.validate();
+        assert!(matches!(result, Err(WebhookError::InvalidConfig { field: "agent_intent", .. })));
+        let result = WebhookConfigDraft { target_session: "a\nb".into(), ..draft() }.validate();
+        assert!(matches!(result, Err(WebhookError::InvalidConfig { field: "target_session", .. })));
+        let result = WebhookConfigDraft { secret: WebhookSecret::new(""), ..draft() }.validate();
+        assert!(matches!(result, Err(WebhookError::InvalidConfig { field: "secret", .. })));
+        let result = WebhookConfigDraft { secret: WebhookSecret::new("k".repeat(MAX_SECRET_BYTES + 1)), ..draft() };
+        assert!(matches!(result.validate(), Err(WebhookError::InvalidConfig { field: "secret", .. })));
+    }
+
+    #[test]
+    fn deliveries_need_a_session_and_a_json_payload() {
+        assert_eq!(check_delivery("s-1", r#"{"a":1}"#), Ok(()));
+        assert_eq!(check_delivery("s-1", "[1,2]"), Ok(()));
+        assert!(matches!(check_delivery("", "{}"), Err(WebhookError::InvalidDelivery { field: "session_id", .. })));
+        assert!(matches!(check_delivery("s", "{"), Err(WebhookError::InvalidDelivery { field: "payload", .. })));
+    }
+
+    #[test]
+    fn the_inspector_query_is_parsed_and_bounded() {
+        let filter = delivery_filter([
+            ("session_id", "s-1"),
+            ("status", "dead"),
+            ("from", "2026-02-22T00:00:00Z"),
+            ("to", "2026-02-23T00:00:00+01:00"),
+            ("limit", "500"),
+            ("after_id", "41"),
+        ])
+        .unwrap();
+        assert_eq!(
+            filter,
+            DeliveryFilter {
+                session_id: Some("s-1".into()),
+                status: Some(DeliveryStatus::Dead),
+                created_from: Some(datetime!(2026-02-22 00:00:00 UTC)),
+                created_before: Some(datetime!(2026-02-22 23:00:00 UTC)),
+                after_id: Some(41),
+                limit: 500,
+            }
+        );
+        assert_eq!(delivery_filter(Vec::<(&str, &str)>::new()).unwrap().limit, DEFAULT_PAGE_SIZE);
+        for (key, value) in [
+            ("limit", "501"),
+            ("limit", "0"),
+            ("limit", "-1"),
+            ("status", "gone"),
+            ("from", "yesterday"),
+            ("after_id", "x"),
+            ("colour", "red"),
+        ] {
+            assert!(matches!(delivery_filter([(key, value)]), Err(WebhookError::InvalidQuery { .. })), "{key}={value}");
+        }
+    }
+}

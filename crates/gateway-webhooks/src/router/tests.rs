@@ -1,0 +1,558 @@
+//! The router against gateway-core's fakes: ManualClock for the schedule, tokio's paused time for the loop.
+
+use std::sync::atomic::AtomicBool;
+
+use gateway_core::memory::RecordingPublisher;
+use gateway_core::webhook_memory::{FakeTransport, InMemoryWebhookStore};
+use gateway_core::{FencingToken, ManualClock, WebhookSecret};
+use serde_json::Value;
+use time::Duration as TimeDuration;
+
+use super::*;
+use crate::signature::SignatureError;
+
+const SECRET: &str = "It's a Secret to Everybody";
+
+#[derive(Debug, Default)]
+struct SwitchableLeadership {
+    follower: AtomicBool,
+}
+
+impl Leadership for SwitchableLeadership {
+    fn current(&self) -> Option<FencingToken> {
+        (!self.follower.load(Ordering::SeqCst)).then_some(FencingToken(1))
+    }
+}
+
+struct Harness {
+    router: WebhookRouter,
+    store: Arc<InMemoryWebhookStore>,
+    transport: Arc<FakeTransport>,
+    publisher: Arc<RecordingPublisher>,
+    leadership: Arc<SwitchableLeadership>,
+    clock: ManualClock,
+    shutdown: CancellationToken,
+}
+
+impl Harness {
+    fn new(settings: RouterSettings) -> Self {
+        let store = Arc::new(InMemoryWebhookStore::default());
+        let transport = Arc::new(FakeTransport::new());
+        let publisher = Arc::new(RecordingPublisher::default());
+        let leadership = Arc::new(SwitchableLeadership::default());
+        let clock = ManualClock::at_fixed_start();
+        let shutdown = CancellationToken::new();
+        let ports = RouterPorts {
+            store: store.clone(),
+            transport: transport.clone(),
+            publisher: publisher.clone(),
+            clock: Arc::new(clock.clone()),
+            leadership: leadership.clone(),
+        };
+        let router = WebhookRouter::new(ports, settings, shutdown.clone());
+        Self { router, store, transport, publisher, leadership, clock, shutdown }
+    }
+
+    fn with_defaults() -> Self {
+        Self::new(RouterSettings::default())
+    }
+
+    async fn config_for(&self, source: &str, target_url: &str) -> WebhookConfig {
+        self.router
+            .create_config(WebhookConfigDraft {
+                source_identifier: source.into(),
+                event_type: "push".into(),
+                agent_intent: "review".into(),
+                target_session: format!("{source}-session"),
+                target_url: target_url.into(),
+                secret: WebhookSecret::new(SECRET),
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn config(&self) -> WebhookConfig {
+        self.config_for("github", "https://receiver.example/hook").await
+    }
+
+    /// A row inserted straight into the store (no immediate attempt), due at `due_at`.
+    fn due_row(&self, config: &WebhookConfig, target_url: &str, due_at: OffsetDateTime) -> Delivery {
+        self.store
+            .insert_delivery(&NewDelivery {
+                webhook_id: config.id,
+                session_id: "s".into(),
+                payload: "{}".into(),
+                target_url: target_url.into(),
+                signature: sign(&config.secret, b"{}"),
+                created_at: due_at - ENQUEUE_SAFETY_NET,
+                next_retry_at: due_at,
+            })
+            .unwrap()
+    }
+
+    fn row(&self, id: i64) -> Delivery {
+        self.store.delivery(id).unwrap().unwrap()
+    }
+
+    async fn poll(&self) -> usize {
+        let started = self.router.poll_once(&self.shutdown).await.unwrap();
+        self.router.wait_idle().await;
+        started
+    }
+
+    fn statuses(&self) -> Vec<(String, i32)> {
+        self.publisher
+            .on_topic(&Topic::Webhooks)
+            .into_iter()
+            .filter_map(|event| match event.payload {
+                EventPayload::WebhookDeliveryStatus { status, attempt_count, .. } => Some((status, attempt_count)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn dlq_events(&self) -> Vec<EventPayload> {
+        self.publisher
+            .on_topic(&Topic::Webhooks)
+            .into_iter()
+            .map(|event| event.payload)
+            .filter(|payload| matches!(payload, EventPayload::WebhookDlq { .. }))
+            .collect()
+    }
+
+    /// Sleeps poll intervals (paused time) until `done` holds; fails the test after `rounds`.
+    async fn until(&self, rounds: usize, mut done: impl FnMut() -> bool) {
+        for _ in 0..rounds {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(self.router.settings().poll_interval).await;
+        }
+        assert!(done(), "condition not reached after {rounds} poll intervals");
+    }
+}
+
+fn http_failure(code: u16) -> AttemptOutcome {
+    AttemptOutcome::Failed { class: FailureClass::Http(code), detail: None }
+}
+
+fn seconds(count: i64) -> TimeDuration {
+    TimeDuration::seconds(count)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_enqueued_delivery_is_attempted_at_once_signed_and_delivered() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let payload = r#"{"task":"done","n":1}"#;
+    let row = h.router.enqueue(config.id, "session-9".into(), payload.into()).await.unwrap();
+    assert_eq!((row.status, row.attempt_count), (DeliveryStatus::Pending, 0));
+    assert_eq!(row.next_retry_at, Some(row.created_at + seconds(30)), "the FR-10.8 safety net");
+    h.router.wait_idle().await;
+
+    let requests = h.transport.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].delivery_id, row.id);
+    assert_eq!(requests[0].url, "https://receiver.example/hook");
+    assert_eq!(requests[0].body, payload);
+    assert_eq!(requests[0].signature, sign(&WebhookSecret::new(SECRET), payload.as_bytes()));
+
+    let detail = h.router.delivery(row.id).await.unwrap();
+    assert_eq!(detail.delivery.status, DeliveryStatus::Delivered);
+    assert_eq!(detail.delivery.attempt_count, 1);
+    assert_eq!(detail.delivery.next_retry_at, None);
+    assert_eq!(detail.delivery.last_attempted_at, Some(h.clock.now()));
+    assert_eq!(detail.attempts.len(), 1);
+    assert_eq!((detail.attempts[0].attempt_number, detail.attempts[0].status_code), (1, Some(200)));
+    assert_eq!(detail.attempts[0].error_class, None);
+    assert_eq!(h.statuses(), [("pending".into(), 0), ("delivered".into(), 1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_target_is_retried_on_the_exact_schedule_then_dead() {
+    let h = Harness::with_defaults();
+    h.transport.set_fallback(http_failure(500));
+    let config = h.config().await;
+    let row = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    let after_first = h.row(row.id);
+    assert_eq!((after_first.status, after_first.attempt_count), (DeliveryStatus::Failed, 1));
+    assert_eq!(after_first.next_retry_at, Some(h.clock.now() + seconds(30)));
+    assert_eq!(after_first.error_detail.as_deref(), Some("http_500"));
+
+    let mut due = after_first.next_retry_at.unwrap();
+    for (attempt, wait) in [(2, 120), (3, 600), (4, 3600), (5, 21600)] {
+        h.clock.set(due - seconds(1));
+        assert_eq!(h.poll().await, 0, "attempt {attempt} went a second early");
+        h.clock.set(due);
+        assert_eq!(h.poll().await, 1, "attempt {attempt} did not go when due");
+        let stored = h.row(row.id);
+        assert_eq!((stored.status, stored.attempt_count), (DeliveryStatus::Failed, attempt));
+        assert_eq!(stored.next_retry_at, Some(due + seconds(wait)), "after attempt {attempt}");
+        due = stored.next_retry_at.unwrap();
+    }
+    h.clock.set(due);
+    assert_eq!(h.poll().await, 1);
+    let dead = h.row(row.id);
+    assert_eq!((dead.status, dead.attempt_count, dead.next_retry_at), (DeliveryStatus::Dead, 6, None));
+    assert_eq!(
+        h.dlq_events(),
+        [EventPayload::WebhookDlq {
+            delivery_id: row.id,
+            webhook_id: config.id,
+            session_id: "s".into(),
+            attempt_count: 6,
+            error_detail: Some("http_500".into()),
+        }]
+    );
+
+    h.clock.advance(TimeDuration::days(100));
+    assert_eq!(h.poll().await, 0, "a dead delivery was retried automatically");
+    assert_eq!(h.transport.request_count(), 6);
+    let history = h.router.delivery(row.id).await.unwrap().attempts;
+    assert_eq!(history.iter().map(|attempt| attempt.attempt_number).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+    assert!(history.iter().all(|attempt| attempt.error_class.as_deref() == Some("http_500")));
+    let statuses: Vec<_> = h.statuses().into_iter().map(|(status, _)| status).collect();
+    assert_eq!(statuses, ["pending", "failed", "failed", "failed", "failed", "failed", "dead"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_now_resets_a_dead_delivery_to_the_full_envelope() {
+    let settings = RouterSettings { retry_schedule: RetrySchedule::from_seconds(&[1]).unwrap(), ..Default::default() };
+    let h = Harness::new(settings);
+    h.transport.push_outcome(http_failure(502));
+    h.transport.push_outcome(AttemptOutcome::failed(FailureClass::Timeout, "global"));
+    let config = h.config().await;
+    let row = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    h.clock.advance(seconds(1));
+    assert_eq!(h.poll().await, 1);
+    assert_eq!(h.row(row.id).status, DeliveryStatus::Dead);
+
+    h.clock.advance(seconds(600));
+    let reset = h.router.retry_now(row.id).await.unwrap();
+    assert_eq!((reset.status, reset.attempt_count), (DeliveryStatus::Pending, 0));
+    assert_eq!(reset.next_retry_at, Some(h.clock.now()));
+    h.router.wait_idle().await;
+    let delivered = h.row(row.id);
+    assert_eq!((delivered.status, delivered.attempt_count), (DeliveryStatus::Delivered, 1));
+    assert_eq!(h.transport.request_count(), 3);
+
+    assert_eq!(
+        h.router.retry_now(row.id).await,
+        Err(WebhookError::RetryNotAllowed { id: row.id, status: DeliveryStatus::Delivered })
+    );
+    assert_eq!(h.router.retry_now(999).await, Err(WebhookError::UnknownDelivery(999)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_now_refuses_pending_deliveries_and_accepts_failed_ones() {
+    let h = Harness::with_defaults();
+    h.transport.set_fallback(http_failure(500));
+    let config = h.config().await;
+    let pending = h.due_row(&config, &config.target_url, h.clock.now() + seconds(30));
+    assert_eq!(
+        h.router.retry_now(pending.id).await,
+        Err(WebhookError::RetryNotAllowed { id: pending.id, status: DeliveryStatus::Pending })
+    );
+    let failing = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(h.row(failing.id).status, DeliveryStatus::Failed);
+    let reset = h.router.retry_now(failing.id).await.unwrap();
+    assert_eq!((reset.status, reset.attempt_count), (DeliveryStatus::Pending, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn twelve_due_rows_with_a_cap_of_five_go_five_five_two_oldest_first() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let start = h.clock.now();
+    let ids: Vec<i64> =
+        (0..12).map(|index| h.due_row(&config, &config.target_url, start + seconds(index)).id).collect();
+    h.clock.set(start + seconds(60));
+    let mut per_cycle = Vec::new();
+    for _ in 0..4 {
+        let before = h.transport.request_count();
+        h.poll().await;
+        per_cycle.push(h.transport.request_count() - before);
+    }
+    assert_eq!(per_cycle, [5, 5, 2, 0]);
+    let order: Vec<i64> = h.transport.requests().iter().map(|request| request.delivery_id).collect();
+    let mut first_cycle = order[..5].to_vec();
+    first_cycle.sort_unstable();
+    assert_eq!(first_cycle, ids[..5], "the oldest five go first");
+    assert!(ids.iter().all(|id| h.row(*id).status == DeliveryStatus::Delivered));
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_more_attempts_in_flight_than_the_cap() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    for index in 0..4 {
+        h.due_row(&config, &config.target_url, h.clock.now() - seconds(index + 1));
+    }
+    h.transport.hold();
+    let poll = tokio::spawn(h.router.clone().run(h.shutdown.clone()));
+    let mut enqueued = Vec::new();
+    for index in 0..8 {
+        enqueued.push(h.router.enqueue(config.id, format!("s{index}"), "{}".into()).await.unwrap().id);
+    }
+    let transport = h.transport.clone();
+    let reached = run_blocking(move || transport.wait_for_requests(5, Duration::from_secs(30))).await.unwrap();
+    assert!(reached, "five attempts never started");
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(h.transport.in_flight(), 5);
+    assert_eq!(h.transport.request_count(), 5, "a sixth attempt started while five were in flight");
+
+    h.transport.release();
+    h.until(20, || h.store.deliveries().iter().all(|row| row.status == DeliveryStatus::Delivered)).await;
+    assert_eq!(h.transport.max_in_flight(), 5);
+    assert_eq!(h.transport.request_count(), 12, "each delivery exactly once");
+    h.shutdown.cancel();
+    poll.await.unwrap();
+}
+
+#[test]
+fn round_robin_takes_one_per_target_in_turn() {
+    let start = time::macros::datetime!(2026-02-22 12:00:00 UTC);
+    let due: Vec<DueDelivery> = [(1, "a"), (2, "a"), (3, "a"), (4, "b"), (5, "a"), (6, "c"), (7, "b"), (8, "a")]
+        .into_iter()
+        .enumerate()
+        .map(|(index, (id, url))| DueDelivery {
+            id,
+            target_url: url.into(),
+            next_retry_at: start + seconds(index as i64),
+        })
+        .collect();
+    assert_eq!(round_robin(&due, 5), [1, 4, 6, 2, 7]);
+    assert_eq!(round_robin(&due, 100), [1, 4, 6, 2, 7, 3, 5, 8]);
+    assert_eq!(round_robin(&due, 0), Vec::<i64>::new());
+    assert_eq!(round_robin(&[], 5), Vec::<i64>::new());
+    assert_eq!(candidate_window(5), 50);
+    assert_eq!(candidate_window(500), MAX_CANDIDATE_WINDOW);
+    assert_eq!(candidate_window(5000), 5000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backlog_for_one_dead_endpoint_does_not_starve_a_healthy_one() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let start = h.clock.now();
+    for index in 0..20 {
+        h.due_row(&config, "https://dead.example/hook", start + seconds(index));
+    }
+    let healthy: Vec<i64> = (0..2)
+        .map(|index| h.due_row(&config, "https://healthy.example/hook", start + seconds(100 + index)).id)
+        .collect();
+    h.clock.set(start + seconds(200));
+    assert_eq!(h.poll().await, 5);
+    let first_cycle: Vec<i64> = h.transport.requests().iter().map(|request| request.delivery_id).collect();
+    assert!(healthy.iter().all(|id| first_cycle.contains(id)), "{first_cycle:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_start_due_rows_go_in_the_first_cycle_future_ones_wait_and_dead_ones_never() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let now = h.clock.now();
+    // As a previous run left them: a failed row past due, a pending row whose immediate attempt never ran,
+    // a row due later, and a dead row.
+    let failed = h.due_row(&config, &config.target_url, now - seconds(300));
+    h.store.put_delivery(Delivery { status: DeliveryStatus::Failed, attempt_count: 2, ..failed.clone() });
+    let stranded = h.due_row(&config, &config.target_url, now - seconds(1));
+    let future = h.due_row(&config, &config.target_url, now + seconds(90));
+    let dead = h.due_row(&config, &config.target_url, now - seconds(900));
+    h.store.put_delivery(Delivery { status: DeliveryStatus::Dead, attempt_count: 6, ..dead.clone() });
+
+    let poll = tokio::spawn(h.router.clone().run(h.shutdown.clone()));
+    h.until(1, || h.transport.request_count() == 2).await;
+    let mut first: Vec<i64> = h.transport.requests().iter().map(|request| request.delivery_id).collect();
+    first.sort_unstable();
+    assert_eq!(first, [failed.id, stranded.id]);
+    assert_eq!(h.row(failed.id).attempt_count, 3);
+
+    h.clock.set(future.next_retry_at.unwrap());
+    h.until(3, || h.transport.request_count() == 3).await;
+    h.clock.advance(TimeDuration::days(30));
+    for _ in 0..3 {
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    assert_eq!(h.transport.request_count(), 3, "the dead row was picked up");
+    assert_eq!(h.row(dead.id).status, DeliveryStatus::Dead);
+    h.shutdown.cancel();
+    poll.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_mid_attempt_leaves_the_row_due_again_when_its_claim_ends() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let row = h.due_row(&config, &config.target_url, h.clock.now());
+    // A process claims the row and dies before recording anything.
+    let lease = h.router.lease_end(h.clock.now());
+    assert_eq!(h.store.claim(&[row.id], h.clock.now(), lease).unwrap().len(), 1);
+    assert_eq!(lease, h.clock.now() + seconds(10) + LEASE_MARGIN);
+
+    h.clock.set(lease - seconds(1));
+    assert_eq!(h.poll().await, 0, "picked up while another attempt may still be running");
+    h.clock.set(lease);
+    assert_eq!(h.poll().await, 1);
+    assert_eq!(h.row(row.id).status, DeliveryStatus::Delivered);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_that_lost_its_claim_does_not_overwrite_the_row() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let row = h.due_row(&config, &config.target_url, h.clock.now());
+    h.store.put_delivery(Delivery { status: DeliveryStatus::Failed, attempt_count: 2, ..row.clone() });
+    h.transport.hold();
+    h.transport.set_fallback(http_failure(500));
+    let started = h.router.poll_once(&h.shutdown).await.unwrap();
+    assert_eq!(started, 1);
+    let transport = h.transport.clone();
+    assert!(run_blocking(move || transport.wait_for_requests(1, Duration::from_secs(30))).await.unwrap());
+
+    // The operator resets the row while its attempt is in flight; the reset's own attempt starts too.
+    h.router.retry_now(row.id).await.unwrap();
+    let transport = h.transport.clone();
+    assert!(run_blocking(move || transport.wait_for_requests(2, Duration::from_secs(30))).await.unwrap());
+    h.transport.release();
+    h.router.wait_idle().await;
+
+    // Both attempts failed; only the one made under the reset's claim counts: attempt 1, not attempt 3.
+    let stored = h.row(row.id);
+    assert_eq!((stored.status, stored.attempt_count), (DeliveryStatus::Failed, 1), "the stale attempt wrote");
+    assert_eq!(stored.next_retry_at, Some(h.clock.now() + seconds(30)));
+    assert_eq!(h.router.delivery(row.id).await.unwrap().attempts.len(), 2, "both attempts are history");
+}
+
+#[tokio::test(start_paused = true)]
+async fn inbound_webhooks_are_verified_on_raw_bytes_and_routed_as_an_envelope() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let body = br#"{"action":"opened","number": 1.50}"#;
+    let header = sign(&WebhookSecret::new(SECRET), body);
+
+    let row = h.router.receive_inbound(config.id, Some(header.as_bytes()), body).await.unwrap();
+    assert_eq!(row.session_id, "github-session");
+    assert_eq!(row.target_url, config.target_url);
+    assert_eq!(row.next_retry_at, Some(row.created_at + seconds(30)));
+    let envelope: Value = serde_json::from_str(&row.payload).unwrap();
+    assert_eq!(envelope["webhook_id"], config.id);
+    assert_eq!(envelope["agent_intent"], "review");
+    assert_eq!(envelope["received_at"], "2026-02-22T12:00:00Z");
+    assert!(row.payload.contains(r#""number": 1.50"#), "the body was re-serialized: {}", row.payload);
+    h.router.wait_idle().await;
+    let sent = h.transport.requests();
+    assert_eq!(sent[0].body, row.payload);
+    assert_eq!(sent[0].signature, sign(&config.secret, row.payload.as_bytes()));
+
+    let tampered = br#"{"action":"opened","number": 1.51}"#;
+    assert_eq!(
+        h.router.receive_inbound(config.id, Some(header.as_bytes()), tampered).await,
+        Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Mismatch })
+    );
+    assert_eq!(
+        h.router.receive_inbound(config.id, None, body).await,
+        Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Missing })
+    );
+    let failures: Vec<_> = h
+        .publisher
+        .on_topic(&Topic::Webhooks)
+        .into_iter()
+        .filter(|event| event.payload == EventPayload::WebhookSignatureFailure { webhook_id: config.id })
+        .collect();
+    assert_eq!(failures.len(), 2);
+    assert_eq!(
+        h.router.receive_inbound(404, Some(header.as_bytes()), body).await,
+        Err(WebhookError::UnknownWebhook(404))
+    );
+    assert_eq!(h.store.deliveries().len(), 1, "a refused webhook created a delivery");
+}
+
+#[tokio::test(start_paused = true)]
+async fn configs_are_validated_unique_and_deleted_with_their_deliveries() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let duplicate = WebhookConfigDraft {
+        source_identifier: "github".into(),
+        event_type: "push".into(),
+        agent_intent: "other".into(),
+        target_session: "other".into(),
+        target_url: "https://other.example/".into(),
+        secret: WebhookSecret::new("x"),
+    };
+    assert_eq!(h.router.create_config(duplicate.clone()).await, Err(WebhookError::DuplicateConfig));
+    let invalid = WebhookConfigDraft { event_type: "other".into(), target_url: "ftp://x/".into(), ..duplicate };
+    assert!(matches!(
+        h.router.create_config(invalid).await,
+        Err(WebhookError::InvalidConfig { field: "target_url", .. })
+    ));
+    assert_eq!(h.router.configs().await.unwrap(), std::slice::from_ref(&config));
+
+    h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert!(matches!(
+        h.router.enqueue(config.id, "s".into(), "not json".into()).await,
+        Err(WebhookError::InvalidDelivery { field: "payload", .. })
+    ));
+    h.router.delete_config(config.id).await.unwrap();
+    assert_eq!(h.router.config(config.id).await, Err(WebhookError::UnknownWebhook(config.id)));
+    assert_eq!(h.router.delete_config(config.id).await, Err(WebhookError::UnknownWebhook(config.id)));
+    assert_eq!(
+        h.router.enqueue(config.id, "s".into(), "{}".into()).await,
+        Err(WebhookError::UnknownWebhook(config.id))
+    );
+    assert!(h.store.deliveries().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_poll_survives_store_failures_reports_them_and_recovers() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let row = h.due_row(&config, &config.target_url, h.clock.now());
+    h.store.failure.set_failing(true);
+    let health = h.router.health();
+    let poll = tokio::spawn(h.router.clone().run(h.shutdown.clone()));
+    h.until(3, || health.report().problem.is_some()).await;
+    let report = health.report();
+    assert!(report.running && !report.healthy, "{report:?}");
+
+    h.store.failure.set_failing(false);
+    h.until(30, || health.report().healthy).await;
+    h.until(3, || h.row(row.id).status == DeliveryStatus::Delivered).await;
+    h.shutdown.cancel();
+    poll.await.unwrap();
+    assert!(!health.report().running, "the loop stopped but still reports running");
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_leader_polls() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    h.due_row(&config, &config.target_url, h.clock.now());
+    h.leadership.follower.store(true, Ordering::SeqCst);
+    let poll = tokio::spawn(h.router.clone().run(h.shutdown.clone()));
+    for _ in 0..3 {
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    assert_eq!(h.transport.request_count(), 0, "a follower polled");
+    h.leadership.follower.store(false, Ordering::SeqCst);
+    h.until(3, || h.transport.request_count() == 1).await;
+    h.shutdown.cancel();
+    poll.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_shutdown_no_new_attempt_starts() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    h.shutdown.cancel();
+    let row = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(h.transport.request_count(), 0);
+    assert_eq!(h.row(row.id).next_retry_at, Some(row.created_at + seconds(30)), "left for the next start");
+}
