@@ -1,0 +1,521 @@
+//! The CronScheduler: the API that creates, lists and removes jobs, and the loop that fires them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use gateway_core::memory::lock;
+use gateway_core::{
+    AgentId, ClaimLease, Clock, ComponentHealth, CronJob, CronJobStore, Event, EventPayload, EventPublisher,
+    FencingToken, FireCompletion, FireKey, Leadership, NewCronJob, PendingFire, StoreError, Topic, run_blocking,
+};
+use serde_json::{Map, Value};
+use time::{Duration, OffsetDateTime};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::error::CronError;
+use crate::schedule::{CronSchedule, PREVIEW_INSTANTS};
+use crate::window::Window;
+
+/// Longest accepted one-time delay: ten years (of 365.25 days). Longer is almost surely a unit mistake
+/// (seconds or microseconds sent as milliseconds), and a row that fires after the operator's retirement only
+/// clutters the table.
+pub const MAX_DELAY_MS: i64 = 10 * 36_525 * 86_400_000 / 100;
+
+/// How far ahead the window is loaded.
+pub const DEFAULT_LOOKAHEAD: std::time::Duration = std::time::Duration::from_secs(30);
+/// Most fires held in memory at once; beyond it the window's horizon moves in and the rest waits in the
+/// database.
+pub const DEFAULT_WINDOW_CAPACITY: usize = 10_000;
+/// How often the window is reloaded even when nothing seems missing (rows written by other processes).
+pub const DEFAULT_REFILL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a claim holds. A claimer that dies after claiming leaves the instant to be claimed again (with
+/// the same fire_id) once this has passed; a live claimer publishes and completes well within it.
+pub const CLAIM_LEASE: std::time::Duration = std::time::Duration::from_secs(10);
+/// Most fires claimed, published and completed per database transaction pair.
+pub const DEFAULT_BATCH_SIZE: usize = 512;
+/// First pause after a store error; doubled per consecutive failure up to [`RETRY_MAX`].
+pub const RETRY_INITIAL: std::time::Duration = std::time::Duration::from_millis(250);
+/// The cap of the store-error backoff (seed scheduler-hardening D: bounded, never unbounded).
+pub const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often a non-leader checks whether it became leader.
+pub const LEADERSHIP_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Most jobs one `list` call returns.
+pub const MAX_LIST_LIMIT: usize = 1_000;
+
+/// Tuning of the timing engine. The defaults are the constants above.
+#[derive(Debug, Clone)]
+pub struct CronConfig {
+    pub lookahead: std::time::Duration,
+    pub window_capacity: usize,
+    pub refill_interval: std::time::Duration,
+    pub claim_lease: std::time::Duration,
+    pub batch_size: usize,
+    pub retry_initial: std::time::Duration,
+    pub retry_max: std::time::Duration,
+    pub leadership_poll: std::time::Duration,
+}
+
+impl Default for CronConfig {
+    fn default() -> Self {
+        Self {
+            lookahead: DEFAULT_LOOKAHEAD,
+            window_capacity: DEFAULT_WINDOW_CAPACITY,
+            refill_interval: DEFAULT_REFILL_INTERVAL,
+            claim_lease: CLAIM_LEASE,
+            batch_size: DEFAULT_BATCH_SIZE,
+            retry_initial: RETRY_INITIAL,
+            retry_max: RETRY_MAX,
+            leadership_poll: LEADERSHIP_POLL,
+        }
+    }
+}
+
+/// What the loop has done so far; watch it with [`CronScheduler::progress`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopProgress {
+    /// Completed loop iterations (each ends right before the loop sleeps).
+    pub cycles: u64,
+    /// Reminders published, counted when the cycle that published them has ended (their rows completed, or
+    /// the completion failed), so a watcher that sees `fired >= n` also sees the n-th fire's row settled.
+    pub fired: u64,
+    /// Consecutive store failures (0 while healthy).
+    pub failures: u32,
+}
+
+/// The `fire_id` of one instant of one job: `"<job_id>:<scheduled_for as RFC 3339 UTC>"`. It is also the
+/// reminder event's id, so a refire after a crash carries the same id and consumers can deduplicate.
+pub fn fire_id(job_id: i64, scheduled_for: OffsetDateTime) -> String {
+    format!("{job_id}:{}", rfc3339(scheduled_for))
+}
+
+fn rfc3339(instant: OffsetDateTime) -> String {
+    instant
+        .to_offset(time::UtcOffset::UTC)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| instant.unix_timestamp().to_string())
+}
+
+/// The instants a job fires next: its `next_fire_at`, then (recurring jobs) the following ones, up to
+/// [`PREVIEW_INSTANTS`] in all. Shown by the API so a mistaken expression is seen before it fires.
+pub fn preview(job: &CronJob) -> Vec<OffsetDateTime> {
+    let mut instants = vec![job.next_fire_at];
+    if let Some(Ok(schedule)) = job.schedule.as_deref().map(CronSchedule::parse) {
+        instants.extend(schedule.upcoming(job.next_fire_at, PREVIEW_INSTANTS - 1));
+    }
+    instants
+}
+
+/// Durable recurring and one-time jobs. Cloning is cheap and clones share everything.
+///
+/// The API methods ([`Self::schedule_once`], [`Self::add_recurring`], [`Self::remove`], [`Self::list`],
+/// [`Self::job`]) are synchronous because they write to the store: async callers run them through
+/// `gateway_core::run_blocking`. [`Self::run`] is the loop that fires jobs; it must be spawned once.
+#[derive(Debug, Clone)]
+pub struct CronScheduler {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Arc<dyn CronJobStore>,
+    publisher: Arc<dyn EventPublisher>,
+    clock: Arc<dyn Clock>,
+    leadership: Arc<dyn Leadership>,
+    config: CronConfig,
+    /// Identifies this scheduler's claims in the database.
+    owner: String,
+    window: Mutex<Window>,
+    wake: Notify,
+    health: ComponentHealth,
+    progress: watch::Sender<LoopProgress>,
+    published: AtomicU64,
+}
+
+/// What the loop does after a cycle.
+enum Next {
+    Immediately,
+    At(OffsetDateTime),
+}
+
+impl CronScheduler {
+    pub fn new(
+        store: Arc<dyn CronJobStore>,
+        publisher: Arc<dyn EventPublisher>,
+        clock: Arc<dyn Clock>,
+        leadership: Arc<dyn Leadership>,
+        config: CronConfig,
+    ) -> Self {
+        let window = Mutex::new(Window::new(config.window_capacity));
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                publisher,
+                clock,
+                leadership,
+                config,
+                owner: claimer_id(),
+                window,
+                wake: Notify::new(),
+                health: ComponentHealth::new("cron_scheduler"),
+                progress: watch::Sender::new(LoopProgress::default()),
+                published: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The loop's readiness: running while [`Self::run`] runs, unhealthy while it cannot reach the store.
+    pub fn health(&self) -> ComponentHealth {
+        self.inner.health.clone()
+    }
+
+    pub fn progress(&self) -> watch::Receiver<LoopProgress> {
+        self.inner.progress.subscribe()
+    }
+
+    /// The id this scheduler's claims carry in the database.
+    pub fn claimer_id(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// Files a one-time reminder for `agent_id` in `delay_ms` milliseconds (FR-10.5). The row is written
+    /// first and the timer armed after, so a job that was acknowledged survives a crash.
+    pub fn schedule_once(
+        &self,
+        agent_id: AgentId,
+        delay_ms: i64,
+        payload: Map<String, Value>,
+    ) -> Result<CronJob, CronError> {
+        if !(1..=MAX_DELAY_MS).contains(&delay_ms) {
+            return Err(CronError::InvalidDelay(delay_ms));
+        }
+        let next_fire_at = ceil_to_millisecond(self.inner.clock.now() + Duration::milliseconds(delay_ms));
+        let job = self.inner.store.insert_cron_job(&NewCronJob {
+            agent_id,
+            schedule: None,
+            next_fire_at,
+            payload,
+            is_one_time: true,
+        })?;
+        debug!(job_id = job.id, agent_id = %job.agent_id, delay_ms, "one-time job scheduled");
+        self.arm(&job);
+        Ok(job)
+    }
+
+    /// Adds a recurring job; `schedule` is crontab (5 fields, `@` shorthands) or 6/7 fields with seconds.
+    pub fn add_recurring(
+        &self,
+        agent_id: AgentId,
+        schedule: &str,
+        payload: Map<String, Value>,
+    ) -> Result<CronJob, CronError> {
+        let parsed = CronSchedule::parse(schedule)?;
+        let next_fire_at = parsed
+            .next_after(self.inner.clock.now())
+            .ok_or_else(|| CronError::InvalidSchedule("the schedule has no upcoming instant".to_owned()))?;
+        let job = self.inner.store.insert_cron_job(&NewCronJob {
+            agent_id,
+            schedule: Some(parsed.source().to_owned()),
+            next_fire_at,
+            payload,
+            is_one_time: false,
+        })?;
+        info!(job_id = job.id, agent_id = %job.agent_id, schedule = parsed.source(), "recurring job added");
+        self.arm(&job);
+        Ok(job)
+    }
+
+    /// Deletes a job. A fire of it already claimed may still be published; none is claimed afterwards.
+    pub fn remove(&self, job_id: i64) -> Result<(), CronError> {
+        if self.inner.store.delete_cron_job(job_id)? {
+            info!(job_id, "cron job removed");
+            Ok(())
+        } else {
+            Err(CronError::NotFound(job_id))
+        }
+    }
+
+    pub fn job(&self, job_id: i64) -> Result<CronJob, CronError> {
+        self.inner.store.cron_job(job_id)?.ok_or(CronError::NotFound(job_id))
+    }
+
+    /// Jobs by ascending id after `after_id`, at most `limit` (capped at [`MAX_LIST_LIMIT`]).
+    pub fn list(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, CronError> {
+        Ok(self.inner.store.list_cron_jobs(after_id, limit.min(MAX_LIST_LIMIT))?)
+    }
+
+    fn arm(&self, job: &CronJob) {
+        let fire = PendingFire { job_id: job.id, scheduled_for: job.next_fire_at, claimed_until: None };
+        if lock(&self.inner.window).push(fire) {
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// Fires jobs until `shutdown`. Never returns early: store errors are logged, backed off (capped) and
+    /// reported through [`Self::health`]; fires happen only while leadership says so.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let inner = &self.inner;
+        let _running = inner.health.start();
+        info!(claimer = %inner.owner, "cron scheduler started");
+        let mut failures: u32 = 0;
+        loop {
+            // `None`: sleep without listening to wake-ups (backing off, or not leader).
+            let (pause, wakeable) = match inner.leadership.current() {
+                None => {
+                    lock(&inner.window).reset();
+                    (inner.config.leadership_poll, false)
+                }
+                Some(token) => match self.cycle(token).await {
+                    Ok(next) => {
+                        if failures > 0 {
+                            info!(failures, "cron scheduler reaches the store again");
+                            inner.health.recovered();
+                        }
+                        failures = 0;
+                        match next {
+                            Next::Immediately => (std::time::Duration::ZERO, true),
+                            Next::At(at) => (until(inner.clock.now(), at), true),
+                        }
+                    }
+                    Err(store_error) => {
+                        failures = failures.saturating_add(1);
+                        let delay = backoff(&inner.config, failures);
+                        warn!(error = %store_error, failures, retry_in_ms = delay.as_millis(),
+                            "cron dispatch failed; backing off");
+                        inner.health.degraded(format!("cannot reach the cron store: {store_error}"));
+                        lock(&inner.window).mark_stale();
+                        (delay, false)
+                    }
+                },
+            };
+            let fired = inner.published.load(Ordering::Relaxed);
+            inner.progress.send_modify(|progress| {
+                progress.cycles += 1;
+                progress.fired = fired;
+                progress.failures = failures;
+            });
+            if pause.is_zero() {
+                tokio::task::yield_now().await;
+                if shutdown.is_cancelled() {
+                    break;
+                }
+                continue;
+            }
+            let woken = async {
+                if wakeable {
+                    inner.wake.notified().await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                () = woken => {}
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+        info!("cron scheduler stopped");
+    }
+
+    /// One pass: reload the window if needed, fire one batch of due jobs, say when to look again.
+    async fn cycle(&self, token: FencingToken) -> Result<Next, StoreError> {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        if lock(&inner.window).needs_refill(now) {
+            let before = now + duration(inner.config.lookahead);
+            let limit = inner.config.window_capacity.max(1);
+            let store = Arc::clone(&inner.store);
+            let rows = run_blocking(move || store.pending_fires(before, limit)).await??;
+            debug!(rows = rows.len(), "cron window reloaded");
+            lock(&inner.window).refill(now, before, &rows, limit, duration(inner.config.refill_interval));
+        }
+        let batch_size = inner.config.batch_size.max(1);
+        let due = lock(&inner.window).pop_due(now, batch_size);
+        if due.is_empty() {
+            return Ok(Next::At(lock(&inner.window).next_wake(now)));
+        }
+        let full = due.len() == batch_size;
+        self.fire(due, token).await?;
+        let now = inner.clock.now();
+        let window = lock(&inner.window);
+        if full || window.needs_refill(now) { Ok(Next::Immediately) } else { Ok(Next::At(window.next_wake(now))) }
+    }
+
+    /// Claims `due`, publishes a reminder per claimed fire, then completes them (delete or advance).
+    async fn fire(&self, due: Vec<FireKey>, token: FencingToken) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let lease =
+            ClaimLease { owner: inner.owner.clone(), token, now, expires_at: now + duration(inner.config.claim_lease) };
+        let expires_at = lease.expires_at;
+        let store = Arc::clone(&inner.store);
+        let claimed = run_blocking(move || store.claim_fires(&due, &lease)).await??;
+        if claimed.is_empty() {
+            return Ok(());
+        }
+        let mut completions = Vec::with_capacity(claimed.len());
+        let mut published: u64 = 0;
+        for job in claimed {
+            let now = inner.clock.now();
+            let fire = FireKey { job_id: job.id, scheduled_for: job.next_fire_at };
+            let fire_id = fire_id(job.id, job.next_fire_at);
+            if now >= expires_at {
+                // Someone else may hold this instant by now; publishing could make it a double fire.
+                warn!(job_id = job.id, fire_id, "claim lease ran out before publishing; the fire is claimed again");
+                continue;
+            }
+            let completion = completion(&job, now);
+            let topic = Topic::AgentScheduled(job.agent_id.clone());
+            let event = Event::with_id(
+                fire_id.clone(),
+                EventPayload::Reminder {
+                    job_id: job.id,
+                    agent_id: job.agent_id,
+                    scheduled_for: job.next_fire_at,
+                    payload: job.payload,
+                    fire_id: fire_id.clone(),
+                },
+                now,
+            );
+            if let Err(publish_error) = inner.publisher.publish(&topic, &event) {
+                warn!(job_id = fire.job_id, fire_id, error = %publish_error,
+                    "reminder not published; it fires again when its claim lease ends");
+                lock(&inner.window).push(PendingFire {
+                    job_id: fire.job_id,
+                    scheduled_for: fire.scheduled_for,
+                    claimed_until: Some(expires_at),
+                });
+                continue;
+            }
+            debug!(job_id = fire.job_id, fire_id, %topic, "reminder fired");
+            published += 1;
+            completions.push(completion);
+        }
+        inner.published.fetch_add(published, Ordering::Relaxed);
+        if completions.is_empty() {
+            return Ok(());
+        }
+        let store = Arc::clone(&inner.store);
+        let owner = inner.owner.clone();
+        let (completed, completions) =
+            run_blocking(move || store.complete_fires(&owner, &completions).map(|count| (count, completions)))
+                .await??;
+        if completed < completions.len() {
+            debug!(completed, attempted = completions.len(), "some fires were deleted or taken over meanwhile");
+        }
+        let mut window = lock(&inner.window);
+        for completion in completions {
+            if let FireCompletion::Advance { fire, next_fire_at } = completion {
+                window.push(PendingFire { job_id: fire.job_id, scheduled_for: next_fire_at, claimed_until: None });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a fire of `job` at `now` leaves behind: no row (one-time) or the row at its next instant after now.
+fn completion(job: &CronJob, now: OffsetDateTime) -> FireCompletion {
+    let fire = FireKey { job_id: job.id, scheduled_for: job.next_fire_at };
+    if job.is_one_time {
+        return FireCompletion::Delete(fire);
+    }
+    match job.schedule.as_deref().map(CronSchedule::parse) {
+        // Strictly after now, not after the missed instant: a job that missed several instants during a
+        // downtime fires once for all of them.
+        Some(Ok(schedule)) => match schedule.next_after(now) {
+            Some(next_fire_at) => FireCompletion::Advance { fire, next_fire_at },
+            None => {
+                info!(job_id = job.id, "recurring job has no instant left; removing it");
+                FireCompletion::Delete(fire)
+            }
+        },
+        _ => {
+            error!(job_id = job.id, "recurring job has no valid schedule (edited outside the API?); removing it");
+            FireCompletion::Delete(fire)
+        }
+    }
+}
+
+fn backoff(config: &CronConfig, failures: u32) -> std::time::Duration {
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
+    config.retry_initial.saturating_mul(factor).min(config.retry_max)
+}
+
+fn duration(std: std::time::Duration) -> Duration {
+    Duration::try_from(std).unwrap_or(Duration::MAX)
+}
+
+/// The pause until `at`, zero if it has passed.
+fn until(now: OffsetDateTime, at: OffsetDateTime) -> std::time::Duration {
+    std::time::Duration::try_from(at - now).unwrap_or(std::time::Duration::ZERO)
+}
+
+/// Rounds up to whole milliseconds: the instant survives the database round trip unchanged (so the fire_id
+/// is the same after a restart), and a reminder never fires before its full delay.
+fn ceil_to_millisecond(instant: OffsetDateTime) -> OffsetDateTime {
+    let sub_millisecond = i64::from(instant.nanosecond() % 1_000_000);
+    if sub_millisecond == 0 { instant } else { instant + Duration::nanoseconds(1_000_000 - sub_millisecond) }
+}
+
+/// A random id per scheduler instance, so two loops on one database tell their claims apart.
+fn claimer_id() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 12];
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        // No entropy source: fall back to what differs between processes and between instances of one.
+        static INSTANCES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
+        bytes[..4].copy_from_slice(&std::process::id().to_be_bytes());
+        bytes[4..8].copy_from_slice(&instance.to_be_bytes());
+        let nanos = OffsetDateTime::now_utc().nanosecond();
+        bytes[8..].copy_from_slice(&nanos.to_be_bytes());
+    }
+    format!("cron-{}", gateway_core::hex::encode(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    #[test]
+    fn fire_id_names_job_and_instant_in_rfc3339_utc() {
+        assert_eq!(fire_id(42, datetime!(2026-02-22 12:00:05 UTC)), "42:2026-02-22T12:00:05Z");
+        assert_eq!(fire_id(7, datetime!(2026-02-22 14:00:05.25 +02:00)), "7:2026-02-22T12:00:05.25Z");
+    }
+
+    #[test]
+    fn ten_years_is_the_longest_delay() {
+        assert_eq!(MAX_DELAY_MS, 315_576_000_000);
+    }
+
+    #[test]
+    fn rounding_up_to_milliseconds_never_fires_early() {
+        let exact = datetime!(2026-02-22 12:00:00.005 UTC);
+        assert_eq!(ceil_to_millisecond(exact), exact);
+        assert_eq!(
+            ceil_to_millisecond(datetime!(2026-02-22 12:00:00.005000001 UTC)),
+            exact + Duration::milliseconds(1)
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let config = CronConfig::default();
+        let delays: Vec<_> = (1..=10).map(|failures| backoff(&config, failures)).collect();
+        assert_eq!(delays[0], RETRY_INITIAL);
+        assert_eq!(delays[1], RETRY_INITIAL * 2);
+        assert_eq!(delays[2], RETRY_INITIAL * 4);
+        assert!(delays.windows(2).all(|pair| pair[0] <= pair[1]));
+        assert_eq!(delays[9], RETRY_MAX);
+        assert_eq!(backoff(&config, u32::MAX), RETRY_MAX);
+    }
+
+    #[test]
+    fn claimer_ids_differ() {
+        assert_ne!(claimer_id(), claimer_id());
+    }
+}

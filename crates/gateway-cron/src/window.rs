@@ -1,0 +1,208 @@
+//! The in-memory part of the timing engine: the fires due before a horizon, bounded in number.
+//!
+//! The database holds every pending job; this holds only what is due soon, so a million pending jobs cost a
+//! database index, not a million timers. Invariant: every row whose `next_fire_at` is before `horizon` is in
+//! `entries` (or being fired). Entries may be stale (the row was deleted or moved on): their claim fails and
+//! they are dropped, so the window never needs to learn of deletions.
+
+use std::collections::BTreeMap;
+
+use gateway_core::{FireKey, PendingFire};
+use time::{Duration, OffsetDateTime};
+
+#[derive(Debug)]
+pub(crate) struct Window {
+    /// `(claimable_at, job_id) -> scheduled_for`.
+    entries: BTreeMap<(OffsetDateTime, i64), OffsetDateTime>,
+    horizon: OffsetDateTime,
+    capacity: usize,
+    /// Set at start, after a store error and when leadership was lost: the window must be reloaded.
+    stale: bool,
+    /// When to reload even if nothing seems missing: rows written by other processes appear this way.
+    periodic_refill_at: OffsetDateTime,
+}
+
+impl Window {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            horizon: OffsetDateTime::UNIX_EPOCH,
+            capacity: capacity.max(1),
+            stale: true,
+            periodic_refill_at: OffsetDateTime::UNIX_EPOCH,
+        }
+    }
+
+    pub(crate) fn mark_stale(&mut self) {
+        self.stale = true;
+    }
+
+    /// Forgets everything (leadership lost: another instance owns the timed work now).
+    pub(crate) fn reset(&mut self) {
+        self.entries.clear();
+        self.horizon = OffsetDateTime::UNIX_EPOCH;
+        self.stale = true;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn has_due(&self, now: OffsetDateTime) -> bool {
+        self.entries.first_key_value().is_some_and(|((at, _), _)| *at <= now)
+    }
+
+    pub(crate) fn needs_refill(&self, now: OffsetDateTime) -> bool {
+        // Past the horizon the window no longer knows what is due, but while it still holds due entries (a
+        // backlog bigger than the capacity) those are fired first instead of reloading on every batch.
+        self.stale || now >= self.periodic_refill_at || (now >= self.horizon && !self.has_due(now))
+    }
+
+    /// Merges a reload of the rows due before `before`, fetched with `limit`.
+    pub(crate) fn refill(
+        &mut self,
+        now: OffsetDateTime,
+        before: OffsetDateTime,
+        rows: &[PendingFire],
+        limit: usize,
+        refill_interval: Duration,
+    ) {
+        for row in rows {
+            self.entries.insert((row.claimable_at(), row.job_id), row.scheduled_for);
+        }
+        // Merged, not replaced: a job armed while the query ran is kept even if the query missed it.
+        self.horizon = match rows.last() {
+            Some(last) if rows.len() >= limit => last.scheduled_for,
+            _ => before,
+        };
+        self.stale = false;
+        self.periodic_refill_at = now + refill_interval;
+        self.trim();
+    }
+
+    /// Adds a fire the scheduler just created or advanced. Returns `true` when it is now the earliest entry,
+    /// so the loop must be woken to shorten its sleep.
+    pub(crate) fn push(&mut self, fire: PendingFire) -> bool {
+        // While stale the horizon means nothing; keeping the entry closes the race with a reload in flight.
+        if fire.scheduled_for >= self.horizon && !self.stale {
+            return false;
+        }
+        let key = (fire.claimable_at(), fire.job_id);
+        self.entries.insert(key, fire.scheduled_for);
+        self.trim();
+        self.entries.first_key_value().is_some_and(|(first, _)| *first == key)
+    }
+
+    /// Removes and returns up to `max` fires claimable at `now`, earliest first.
+    pub(crate) fn pop_due(&mut self, now: OffsetDateTime, max: usize) -> Vec<FireKey> {
+        let mut due = Vec::new();
+        while due.len() < max {
+            match self.entries.first_key_value() {
+                Some(((at, _), _)) if *at <= now => {}
+                _ => break,
+            }
+            if let Some(((_, job_id), scheduled_for)) = self.entries.pop_first() {
+                due.push(FireKey { job_id, scheduled_for });
+            }
+        }
+        due
+    }
+
+    /// When the loop must look again: the earliest entry, the horizon, or the periodic reload. A horizon
+    /// already passed does not count: the loop reloads right after firing a batch when it needs to, and a
+    /// window whose every entry is held by another claimer must not spin.
+    pub(crate) fn next_wake(&self, now: OffsetDateTime) -> OffsetDateTime {
+        let mut wake = self.periodic_refill_at;
+        if self.horizon > now {
+            wake = wake.min(self.horizon);
+        }
+        if let Some(((at, _), _)) = self.entries.first_key_value() {
+            wake = wake.min(*at);
+        }
+        wake
+    }
+
+    fn trim(&mut self) {
+        while self.entries.len() > self.capacity {
+            if let Some((_, scheduled_for)) = self.entries.pop_last() {
+                self.horizon = self.horizon.min(scheduled_for);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    const NOW: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+    fn pending(job_id: i64, seconds: i64) -> PendingFire {
+        PendingFire { job_id, scheduled_for: NOW + Duration::seconds(seconds), claimed_until: None }
+    }
+
+    #[test]
+    fn starts_stale_and_refill_sets_horizon_and_period() {
+        let mut window = Window::new(10);
+        assert!(window.needs_refill(NOW));
+        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 5)], 10, Duration::seconds(5));
+        assert!(!window.needs_refill(NOW));
+        assert!(window.needs_refill(NOW + Duration::seconds(5)));
+        assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(5));
+        assert_eq!(window.pop_due(NOW + Duration::seconds(4), 10), vec![]);
+        assert_eq!(window.pop_due(NOW + Duration::seconds(5), 10), vec![pending(1, 5).key()]);
+    }
+
+    #[test]
+    fn a_full_reload_shrinks_the_horizon_to_the_last_row() {
+        let mut window = Window::new(10);
+        let rows = [pending(1, -20), pending(2, -10)];
+        window.refill(NOW, NOW + Duration::seconds(30), &rows, 2, Duration::seconds(5));
+        // The backlog is fired before the window reloads again.
+        assert!(!window.needs_refill(NOW));
+        assert_eq!(window.pop_due(NOW, 1).len(), 1);
+        assert!(!window.needs_refill(NOW));
+        assert_eq!(window.pop_due(NOW, 1).len(), 1);
+        assert!(window.needs_refill(NOW), "drained past the horizon: reload");
+    }
+
+    #[test]
+    fn pushes_beyond_the_horizon_wait_for_a_reload_and_earliest_wakes() {
+        let mut window = Window::new(10);
+        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 10)], 10, Duration::seconds(5));
+        assert!(window.push(pending(2, 3)), "earlier than everything: wake the loop");
+        assert!(!window.push(pending(3, 20)), "later than the earliest: no wake");
+        assert!(!window.push(pending(4, 31)), "beyond the horizon");
+        assert_eq!(window.len(), 3);
+    }
+
+    #[test]
+    fn claimed_rows_wait_for_their_lease() {
+        let mut window = Window::new(10);
+        let claimed = PendingFire { claimed_until: Some(NOW + Duration::seconds(10)), ..pending(1, -1) };
+        window.refill(NOW, NOW + Duration::seconds(30), &[claimed], 10, Duration::seconds(60));
+        assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(10));
+        assert!(window.pop_due(NOW, 10).is_empty());
+        assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![claimed.key()]);
+    }
+
+    #[test]
+    fn capacity_bounds_memory_and_pulls_the_horizon_in() {
+        let mut window = Window::new(2);
+        window.refill(NOW, NOW + Duration::seconds(30), &[], 2, Duration::seconds(5));
+        window.push(pending(1, 1));
+        window.push(pending(2, 2));
+        window.push(pending(3, 3));
+        assert_eq!(window.len(), 2);
+        // Job 3 was dropped, so the horizon moved to its instant: it is reloaded later, never lost.
+        assert!(!window.push(pending(4, 3)));
+        assert!(window.push(pending(5, 0)));
+        assert_eq!(window.len(), 2);
+        window.reset();
+        assert_eq!(window.len(), 0);
+        assert!(window.needs_refill(NOW));
+    }
+}

@@ -1,0 +1,536 @@
+//! The scheduler against gateway-core's in-memory store, on a ManualClock and tokio's paused time.
+//!
+//! The loop converts "due at T" (ManualClock) into a tokio sleep. Each test moves the ManualClock to the next
+//! instant first and then lets tokio's paused time auto-advance to the loop's timer; the test publisher
+//! records the tokio instant of every publish, so "fired exactly when due" is checked on both clocks and a
+//! timer that fires early or late fails the assertion.
+#![allow(clippy::unwrap_used)] // Test helpers may panic: that is how a test fails.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use gateway_core::{
+    AgentId, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, InMemoryCronJobStore, Leadership,
+    ManualClock, NewCronJob, PublishError, SingleProcessLeadership, Topic,
+};
+use gateway_cron::{CLAIM_LEASE, CronConfig, CronError, CronScheduler, LoopProgress, MAX_DELAY_MS, fire_id};
+use serde_json::{Map, Value, json};
+use time::macros::datetime;
+use time::{Duration, OffsetDateTime};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+/// Publishes into a channel, stamping each event with tokio's (paused) time.
+#[derive(Debug)]
+struct ChannelPublisher {
+    sender: mpsc::UnboundedSender<Fired>,
+    failing: AtomicBool,
+}
+
+#[derive(Debug)]
+struct Fired {
+    topic: Topic,
+    event: Event,
+    at: Instant,
+}
+
+impl EventPublisher for ChannelPublisher {
+    fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(PublishError("bus down".into()));
+        }
+        let fired = Fired { topic: topic.clone(), event: event.clone(), at: Instant::now() };
+        self.sender.send(fired).map_err(|_| PublishError("receiver gone".into()))
+    }
+}
+
+/// Leadership a test can take away and give back.
+#[derive(Debug, Default)]
+struct SwitchableLeadership(AtomicBool);
+
+impl Leadership for SwitchableLeadership {
+    fn current(&self) -> Option<FencingToken> {
+        self.0.load(Ordering::SeqCst).then_some(FencingToken(1))
+    }
+}
+
+struct Harness {
+    clock: ManualClock,
+    store: Arc<InMemoryCronJobStore>,
+    publisher: Arc<ChannelPublisher>,
+    fired: mpsc::UnboundedReceiver<Fired>,
+    started: Instant,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let (sender, fired) = mpsc::unbounded_channel();
+        Self {
+            clock: ManualClock::new(START),
+            store: Arc::new(InMemoryCronJobStore::default()),
+            publisher: Arc::new(ChannelPublisher { sender, failing: AtomicBool::new(false) }),
+            fired,
+            started: Instant::now(),
+        }
+    }
+
+    fn scheduler_with(&self, leadership: Arc<dyn Leadership>, config: CronConfig) -> CronScheduler {
+        CronScheduler::new(
+            Arc::clone(&self.store) as Arc<dyn CronJobStore>,
+            Arc::clone(&self.publisher) as Arc<dyn EventPublisher>,
+            Arc::new(self.clock.clone()),
+            leadership,
+            config,
+        )
+    }
+
+    /// A scheduler whose loop is running and idle.
+    async fn running(&self, shutdown: &CancellationToken) -> (CronScheduler, watch::Receiver<LoopProgress>) {
+        self.running_with(Arc::new(SingleProcessLeadership), CronConfig::default(), shutdown).await
+    }
+
+    async fn running_with(
+        &self,
+        leadership: Arc<dyn Leadership>,
+        config: CronConfig,
+        shutdown: &CancellationToken,
+    ) -> (CronScheduler, watch::Receiver<LoopProgress>) {
+        let scheduler = self.scheduler_with(leadership, config);
+        let mut progress = scheduler.progress();
+        tokio::spawn({
+            let scheduler = scheduler.clone();
+            let shutdown = shutdown.clone();
+            async move { scheduler.run(shutdown).await }
+        });
+        progress.wait_for(|progress| progress.cycles >= 1).await.unwrap();
+        (scheduler, progress)
+    }
+
+    async fn next_fire(&mut self) -> Fired {
+        self.fired.recv().await.expect("publisher alive")
+    }
+
+    fn elapsed(&self, fired: &Fired) -> std::time::Duration {
+        fired.at - self.started
+    }
+
+    fn nothing_fired(&mut self) -> bool {
+        self.fired.try_recv().is_err()
+    }
+}
+
+/// How many cycles the loop has finished; take it before doing what should make the loop run.
+fn cycles(progress: &watch::Receiver<LoopProgress>) -> u64 {
+    progress.borrow().cycles
+}
+
+/// Waits until the loop has finished a cycle after `seen`.
+async fn cycle_after(progress: &mut watch::Receiver<LoopProgress>, seen: u64) {
+    progress.wait_for(|progress| progress.cycles > seen).await.unwrap();
+}
+
+/// No periodic reload within a test's span, so the only timer is the next due fire and a ManualClock moved
+/// ahead cannot be observed early by an unrelated wake-up.
+fn quiet() -> CronConfig {
+    CronConfig {
+        lookahead: std::time::Duration::from_secs(7_200),
+        refill_interval: std::time::Duration::from_secs(3_600),
+        ..CronConfig::default()
+    }
+}
+
+/// Waits until the loop cycle that published the `count`-th reminder has ended (rows completed).
+async fn settled(progress: &mut watch::Receiver<LoopProgress>, count: u64) {
+    progress.wait_for(|progress| progress.fired >= count).await.unwrap();
+}
+
+fn agent(id: &str) -> AgentId {
+    AgentId::new(id).unwrap()
+}
+
+fn payload(value: Value) -> Map<String, Value> {
+    value.as_object().cloned().unwrap()
+}
+
+fn reminder_fields(event: &Event) -> (i64, OffsetDateTime, String, Map<String, Value>) {
+    match &event.payload {
+        EventPayload::Reminder { job_id, scheduled_for, fire_id, payload, .. } => {
+            (*job_id, *scheduled_for, fire_id.clone(), payload.clone())
+        }
+        other => panic!("expected a reminder, got {other:?}"),
+    }
+}
+
+fn secs(seconds: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(seconds)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_time_job_fires_exactly_after_its_delay_then_its_row_is_gone() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+
+    let seen = cycles(&progress);
+    let job = scheduler.schedule_once(agent("agent-7"), 5_000, payload(json!({"task": "check_quota"}))).unwrap();
+    assert_eq!(job.next_fire_at, START + Duration::seconds(5));
+    assert!(job.is_one_time);
+    assert_eq!(harness.store.len(), 1, "the row is written before the timer is armed");
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired());
+
+    harness.clock.advance(Duration::seconds(5));
+    let fired = harness.next_fire().await;
+    assert_eq!(harness.elapsed(&fired), secs(5), "the timer fires at the delay, not before or after");
+    assert_eq!(fired.topic.to_string(), "agent:agent-7:scheduled");
+    let (job_id, scheduled_for, fire, body) = reminder_fields(&fired.event);
+    assert_eq!((job_id, scheduled_for), (job.id, START + Duration::seconds(5)));
+    assert_eq!(fire, format!("{}:2026-02-22T12:00:05Z", job.id));
+    assert_eq!(fired.event.id, fire, "the event id is the fire_id, so a refire keeps it");
+    assert_eq!(fired.event.timestamp, START + Duration::seconds(5));
+    assert_eq!(body["task"], "check_quota");
+
+    settled(&mut progress, 1).await;
+    assert!(harness.store.is_empty(), "a fired one-time row is deleted");
+    assert!(harness.nothing_fired());
+    assert_eq!(progress.borrow().fired, 1);
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_delays_are_refused_before_anything_is_stored() {
+    let harness = Harness::new();
+    let scheduler = harness.scheduler_with(Arc::new(SingleProcessLeadership), CronConfig::default());
+    for delay in [0, -1, -500, i64::MIN, MAX_DELAY_MS + 1, i64::MAX] {
+        let refused = scheduler.schedule_once(agent("a"), delay, Map::new()).unwrap_err();
+        assert_eq!(refused, CronError::InvalidDelay(delay));
+        assert_eq!(refused.to_string(), format!("invalid delay_ms for schedule_reminder: {delay}"));
+    }
+    assert!(harness.store.is_empty());
+    let longest = scheduler.schedule_once(agent("a"), MAX_DELAY_MS, Map::new()).unwrap();
+    assert_eq!(longest.next_fire_at, START + Duration::milliseconds(MAX_DELAY_MS));
+    let shortest = scheduler.schedule_once(agent("a"), 1, Map::new()).unwrap();
+    assert_eq!(shortest.next_fire_at, START + Duration::milliseconds(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_refuses_the_insert_reports_it_and_arms_nothing() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running(&shutdown).await;
+    harness.store.failure.set_failing(true);
+    assert!(matches!(scheduler.schedule_once(agent("a"), 10, Map::new()), Err(CronError::Store(_))));
+    harness.store.failure.set_failing(false);
+    harness.clock.advance(Duration::seconds(1));
+    let seen = cycles(&progress);
+    tokio::time::sleep(secs(5)).await;
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired());
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recurring_job_fires_each_instant_with_distinct_fire_ids_and_advances() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let seen = cycles(&progress);
+    let job = scheduler.add_recurring(agent("agent-1"), "*/10 * * * * *", payload(json!({"n": 1}))).unwrap();
+    assert_eq!(job.next_fire_at, START + Duration::seconds(10));
+    assert_eq!(job.schedule.as_deref(), Some("*/10 * * * * *"));
+    cycle_after(&mut progress, seen).await;
+
+    let mut fire_ids = Vec::new();
+    for round in 1..=3_i64 {
+        harness.clock.advance(Duration::seconds(10));
+        let fired = harness.next_fire().await;
+        assert_eq!(harness.elapsed(&fired), secs(10 * round.unsigned_abs()));
+        let (job_id, scheduled_for, fire, _) = reminder_fields(&fired.event);
+        assert_eq!((job_id, scheduled_for), (job.id, START + Duration::seconds(10 * round)));
+        fire_ids.push(fire);
+        settled(&mut progress, round.unsigned_abs()).await;
+        let stored = harness.store.cron_job(job.id).unwrap().unwrap();
+        assert_eq!(stored.next_fire_at, START + Duration::seconds(10 * (round + 1)), "advanced past now");
+    }
+    fire_ids.dedup();
+    assert_eq!(fire_ids.len(), 3);
+
+    scheduler.remove(job.id).unwrap();
+    assert_eq!(scheduler.remove(job.id), Err(CronError::NotFound(job.id)));
+    harness.clock.advance(Duration::seconds(10));
+    let seen = cycles(&progress);
+    tokio::time::sleep(secs(10)).await;
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired(), "a removed job stops");
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn missed_instants_of_a_recurring_job_fire_once_after_downtime() {
+    let mut harness = Harness::new();
+    // Written while no scheduler runs: due every minute from 12:01.
+    let job = harness
+        .store
+        .insert_cron_job(&NewCronJob {
+            agent_id: agent("agent-1"),
+            schedule: Some("* * * * *".into()),
+            next_fire_at: START + Duration::minutes(1),
+            payload: Map::new(),
+            is_one_time: false,
+        })
+        .unwrap();
+    // Down for ten minutes and a half: ten instants missed.
+    harness.clock.advance(Duration::seconds(10 * 60 + 30));
+    let shutdown = CancellationToken::new();
+    let (_scheduler, mut progress) = harness.running(&shutdown).await;
+    let fired = harness.next_fire().await;
+    assert_eq!(harness.elapsed(&fired), secs(0), "overdue at start: fires at once");
+    let (_, scheduled_for, fire, _) = reminder_fields(&fired.event);
+    assert_eq!(scheduled_for, START + Duration::minutes(1), "the fire names the first missed instant");
+    assert_eq!(fire, fire_id(job.id, START + Duration::minutes(1)));
+    settled(&mut progress, 1).await;
+    let seen = cycles(&progress);
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired(), "once for all the missed instants");
+    let stored = harness.store.cron_job(job.id).unwrap().unwrap();
+    assert_eq!(stored.next_fire_at, START + Duration::minutes(11), "next instant strictly after now");
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn overdue_rows_fire_at_start_and_future_rows_wait() {
+    let mut harness = Harness::new();
+    let row = |at: OffsetDateTime| NewCronJob {
+        agent_id: agent("agent-2"),
+        schedule: None,
+        next_fire_at: at,
+        payload: Map::new(),
+        is_one_time: true,
+    };
+    let overdue = harness.store.insert_cron_job(&row(START - Duration::hours(3))).unwrap();
+    let future = harness.store.insert_cron_job(&row(START + Duration::seconds(42))).unwrap();
+    let shutdown = CancellationToken::new();
+    let (_scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let first = harness.next_fire().await;
+    assert_eq!((reminder_fields(&first.event).0, harness.elapsed(&first)), (overdue.id, secs(0)));
+    settled(&mut progress, 1).await;
+    assert!(harness.nothing_fired());
+    harness.clock.advance(Duration::seconds(42));
+    let second = harness.next_fire().await;
+    assert_eq!((reminder_fields(&second.event).0, harness.elapsed(&second)), (future.id, secs(42)));
+    settled(&mut progress, 2).await;
+    assert!(harness.store.is_empty());
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_delete_after_publishing_refires_with_the_same_fire_id() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running(&shutdown).await;
+    let seen = cycles(&progress);
+    let job = scheduler.schedule_once(agent("agent-3"), 1_000, Map::new()).unwrap();
+    cycle_after(&mut progress, seen).await;
+
+    // Publishing works, deleting does not: the situation a crash between the two leaves behind.
+    harness.store.completion_failure.set_failing(true);
+    harness.clock.advance(Duration::seconds(1));
+    let first = harness.next_fire().await;
+    progress.wait_for(|progress| progress.failures == 1).await.unwrap();
+    assert!(!scheduler.health().report().healthy, "degraded while the store refuses writes");
+    assert!(harness.store.cron_job(job.id).unwrap().is_some(), "the row survived the failed delete");
+    harness.store.completion_failure.set_failing(false);
+
+    // The claim holds for its lease; after it the same instant is claimed again and fires again.
+    harness.clock.advance(Duration::try_from(CLAIM_LEASE).unwrap());
+    let second = harness.next_fire().await;
+    assert_eq!(second.event.id, first.event.id);
+    assert_eq!(reminder_fields(&second.event).2, reminder_fields(&first.event).2);
+    assert_eq!(reminder_fields(&second.event).2, fire_id(job.id, START + Duration::seconds(1)));
+    settled(&mut progress, 2).await;
+    assert!(harness.store.is_empty());
+    assert!(scheduler.health().report().healthy, "recovered");
+    assert!(harness.nothing_fired());
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_crash_between_publish_and_delete_a_new_scheduler_refires_it() {
+    let mut harness = Harness::new();
+    let crashed = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running(&crashed).await;
+    let seen = cycles(&progress);
+    let job = scheduler.schedule_once(agent("agent-3"), 1_000, Map::new()).unwrap();
+    cycle_after(&mut progress, seen).await;
+    harness.store.completion_failure.set_failing(true);
+    harness.clock.advance(Duration::seconds(1));
+    let first = harness.next_fire().await;
+    progress.wait_for(|progress| progress.failures == 1).await.unwrap();
+    crashed.cancel();
+    harness.store.completion_failure.set_failing(false);
+    assert!(harness.store.claim_of(job.id).is_some(), "the dead scheduler's claim is still on the row");
+
+    // The process comes back after the dead claim's lease ran out: the row fires at start, same fire_id.
+    harness.clock.advance(Duration::try_from(CLAIM_LEASE).unwrap());
+    let shutdown = CancellationToken::new();
+    let (_restarted, mut progress) = harness.running(&shutdown).await;
+    let refired = harness.next_fire().await;
+    assert_eq!(refired.event.id, first.event.id);
+    settled(&mut progress, 1).await;
+    assert!(harness.store.is_empty());
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_survives_a_store_outage_reports_it_and_catches_up() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running(&shutdown).await;
+    let seen = cycles(&progress);
+    scheduler.schedule_once(agent("agent-4"), 2_000, Map::new()).unwrap();
+    cycle_after(&mut progress, seen).await;
+
+    harness.store.failure.set_failing(true);
+    harness.clock.advance(Duration::seconds(2));
+    progress.wait_for(|progress| progress.failures >= 3).await.unwrap();
+    let report = scheduler.health().report();
+    assert!(report.running && !report.healthy);
+    assert!(report.problem.unwrap().contains("cannot reach the cron store"));
+    assert!(harness.nothing_fired());
+
+    harness.store.failure.set_failing(false);
+    let fired = harness.next_fire().await;
+    assert_eq!(reminder_fields(&fired.event).1, START + Duration::seconds(2));
+    settled(&mut progress, 1).await;
+    assert!(scheduler.health().report().healthy);
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_fires_without_leadership() {
+    let mut harness = Harness::new();
+    let leadership = Arc::new(SwitchableLeadership::default());
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) =
+        harness.running_with(Arc::clone(&leadership) as Arc<dyn Leadership>, CronConfig::default(), &shutdown).await;
+    scheduler.schedule_once(agent("agent-5"), 1_000, Map::new()).unwrap();
+    harness.clock.advance(Duration::seconds(5));
+    let seen = cycles(&progress);
+    tokio::time::sleep(secs(5)).await;
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired());
+    assert_eq!(harness.store.len(), 1);
+
+    leadership.0.store(true, Ordering::SeqCst);
+    let fired = harness.next_fire().await;
+    assert_eq!(reminder_fields(&fired.event).1, START + Duration::seconds(1));
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_loops_on_one_store_fire_each_instant_once() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (first, mut first_progress) = harness.running(&shutdown).await;
+    let (second, mut second_progress) = harness.running(&shutdown).await;
+    assert_ne!(first.claimer_id(), second.claimer_id());
+    // Each loop learns of the other's jobs through its window reload.
+    for delay in [1_000, 1_000, 2_000, 3_000] {
+        first.schedule_once(agent("agent-6"), delay, Map::new()).unwrap();
+        second.schedule_once(agent("agent-6"), delay, Map::new()).unwrap();
+    }
+    harness.clock.advance(Duration::seconds(10));
+    let mut fire_ids = Vec::new();
+    for _ in 0..8 {
+        fire_ids.push(harness.next_fire().await.event.id);
+    }
+    let (first_seen, second_seen) = (cycles(&first_progress), cycles(&second_progress));
+    cycle_after(&mut first_progress, first_seen).await;
+    cycle_after(&mut second_progress, second_seen).await;
+    assert!(harness.nothing_fired());
+    fire_ids.sort();
+    fire_ids.dedup();
+    assert_eq!(fire_ids.len(), 8, "every instant fired exactly once across both loops");
+    assert!(harness.store.is_empty());
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_small_window_still_fires_every_job_in_order() {
+    let mut harness = Harness::new();
+    let config = CronConfig { window_capacity: 3, batch_size: 2, ..CronConfig::default() };
+    let shutdown = CancellationToken::new();
+    let (scheduler, _progress) = harness.running_with(Arc::new(SingleProcessLeadership), config, &shutdown).await;
+    // Scheduled in reverse so the bounded window keeps evicting later jobs.
+    let mut expected = Vec::new();
+    for step in (1..=12_i64).rev() {
+        let job = scheduler.schedule_once(agent("agent-8"), step * 100, Map::new()).unwrap();
+        expected.push((job.id, job.next_fire_at));
+    }
+    expected.sort_by_key(|(_, at)| *at);
+    harness.clock.advance(Duration::seconds(2));
+    let mut seen = Vec::new();
+    for _ in 0..12 {
+        let fired = harness.next_fire().await;
+        let (job_id, scheduled_for, _, _) = reminder_fields(&fired.event);
+        seen.push((job_id, scheduled_for));
+    }
+    assert_eq!(seen, expected);
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_publish_failure_keeps_the_row_and_refires_after_the_lease() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let seen = cycles(&progress);
+    let job = scheduler.schedule_once(agent("agent-9"), 1_000, Map::new()).unwrap();
+    cycle_after(&mut progress, seen).await;
+    harness.publisher.failing.store(true, Ordering::SeqCst);
+    harness.clock.advance(Duration::seconds(1));
+    let seen = cycles(&progress);
+    tokio::time::sleep(secs(1)).await;
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.store.cron_job(job.id).unwrap().is_some());
+    harness.publisher.failing.store(false, Ordering::SeqCst);
+    harness.clock.advance(Duration::try_from(CLAIM_LEASE).unwrap());
+    let fired = harness.next_fire().await;
+    assert_eq!(fired.event.id, fire_id(job.id, START + Duration::seconds(1)));
+    assert_eq!(harness.elapsed(&fired), secs(1) + CLAIM_LEASE);
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn api_lists_previews_and_rejects_bad_schedules() {
+    let harness = Harness::new();
+    let scheduler = harness.scheduler_with(Arc::new(SingleProcessLeadership), CronConfig::default());
+    let recurring = scheduler.add_recurring(agent("a"), "0 9 * * mon-fri", Map::new()).unwrap();
+    // 2026-02-22 is a Sunday: the next weekday mornings follow.
+    assert_eq!(
+        gateway_cron::preview(&recurring),
+        vec![
+            datetime!(2026-02-23 09:00:00 UTC),
+            datetime!(2026-02-24 09:00:00 UTC),
+            datetime!(2026-02-25 09:00:00 UTC),
+            datetime!(2026-02-26 09:00:00 UTC),
+            datetime!(2026-02-27 09:00:00 UTC),
+        ]
+    );
+    let once = scheduler.schedule_once(agent("a"), 60_000, Map::new()).unwrap();
+    assert_eq!(gateway_cron::preview(&once), vec![START + Duration::minutes(1)]);
+    assert_eq!(scheduler.list(None, 10).unwrap().len(), 2);
+    assert_eq!(scheduler.list(Some(recurring.id), 10).unwrap()[0].id, once.id);
+    assert_eq!(scheduler.job(once.id).unwrap(), once);
+    assert_eq!(scheduler.job(999), Err(CronError::NotFound(999)));
+    for bad in ["", "* * *", "61 * * * *", "@reboot", "0 0 30 2 *"] {
+        assert!(
+            matches!(scheduler.add_recurring(agent("a"), bad, Map::new()), Err(CronError::InvalidSchedule(_))),
+            "{bad}"
+        );
+    }
+    assert_eq!(harness.store.len(), 2, "nothing stored for a refused schedule");
+}
