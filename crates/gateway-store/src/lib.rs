@@ -10,6 +10,7 @@ mod error;
 mod heartbeat;
 pub mod schema;
 pub mod timestamp;
+mod webhook;
 
 pub use connection::DieselStore;
 pub use database_url::DatabaseUrl;

@@ -49,5 +49,25 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhook_delivery_attempts (id) {
+        id -> BigInt,
+        delivery_id -> BigInt,
+        attempt_number -> Integer,
+        started_at -> Timestamp,
+        duration_ms -> BigInt,
+        status_code -> Nullable<Integer>,
+        error_class -> Nullable<Text>,
+        error_detail -> Nullable<Text>,
+    }
+}
+
 diesel::joinable!(webhook_deliveries -> webhook_configs (webhook_id));
-diesel::allow_tables_to_appear_in_same_query!(gateway_heartbeats, cron_jobs, webhook_configs, webhook_deliveries);
+diesel::joinable!(webhook_delivery_attempts -> webhook_deliveries (delivery_id));
+diesel::allow_tables_to_appear_in_same_query!(
+    gateway_heartbeats,
+    cron_jobs,
+    webhook_configs,
+    webhook_deliveries,
+    webhook_delivery_attempts
+);

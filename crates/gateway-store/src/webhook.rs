@@ -1,0 +1,413 @@
+//! `WebhookStore` over `webhook_configs`, `webhook_deliveries` and `webhook_delivery_attempts`.
+//!
+//! The claim is one conditional `UPDATE … RETURNING`, atomic on its own; recording an attempt, "Retry now" and
+//! deleting a config read before they write, so they run in IMMEDIATE transactions.
+
+use diesel::prelude::*;
+use diesel::sqlite::Sqlite;
+use gateway_core::{
+    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, NewDelivery,
+    NewWebhookConfig, RetryNowOutcome, StoreError, WebhookConfig, WebhookSecret, WebhookStore,
+};
+use time::{OffsetDateTime, PrimitiveDateTime};
+
+use crate::connection::DieselStore;
+use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts};
+use crate::timestamp::{from_db, to_db};
+
+/// The statuses the poll picks up, in the order their due rows are read.
+const AWAITING_ATTEMPT: [DeliveryStatus; 2] = [DeliveryStatus::Pending, DeliveryStatus::Failed];
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = webhook_configs, check_for_backend(Sqlite))]
+struct ConfigRow {
+    id: i64,
+    source_identifier: String,
+    event_type: String,
+    agent_intent: String,
+    target_session: String,
+    target_url: String,
+    secret: String,
+    created_at: PrimitiveDateTime,
+}
+
+impl From<ConfigRow> for WebhookConfig {
+    fn from(row: ConfigRow) -> Self {
+        Self {
+            id: row.id,
+            source_identifier: row.source_identifier,
+            event_type: row.event_type,
+            agent_intent: row.agent_intent,
+            target_session: row.target_session,
+            target_url: row.target_url,
+            secret: WebhookSecret::new(row.secret),
+            created_at: from_db(row.created_at),
+        }
+    }
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = webhook_configs)]
+struct NewConfigRow<'a> {
+    source_identifier: &'a str,
+    event_type: &'a str,
+    agent_intent: &'a str,
+    target_session: &'a str,
+    target_url: &'a str,
+    secret: &'a str,
+    created_at: PrimitiveDateTime,
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = webhook_deliveries, check_for_backend(Sqlite))]
+struct DeliveryRow {
+    id: i64,
+    webhook_id: i64,
+    session_id: String,
+    payload: String,
+    target_url: String,
+    signature: String,
+    status: String,
+    attempt_count: i32,
+    last_attempted_at: Option<PrimitiveDateTime>,
+    next_retry_at: Option<PrimitiveDateTime>,
+    created_at: PrimitiveDateTime,
+    error_detail: Option<String>,
+}
+
+impl TryFrom<DeliveryRow> for Delivery {
+    type Error = StoreError;
+
+    fn try_from(row: DeliveryRow) -> Result<Self, StoreError> {
+        let status = row
+            .status
+            .parse()
+            .map_err(|_| StoreError::Internal(format!("webhook delivery {}: unknown status in the row", row.id)))?;
+        Ok(Self {
+            id: row.id,
+            webhook_id: row.webhook_id,
+            session_id: row.session_id,
+            payload: row.payload,
+            target_url: row.target_url,
+            signature: row.signature,
+            status,
+            attempt_count: row.attempt_count,
+            last_attempted_at: row.last_attempted_at.map(from_db),
+            next_retry_at: row.next_retry_at.map(from_db),
+            created_at: from_db(row.created_at),
+            error_detail: row.error_detail,
+        })
+    }
+}
+
+fn deliveries(rows: Vec<DeliveryRow>) -> Result<Vec<Delivery>, StoreError> {
+    rows.into_iter().map(Delivery::try_from).collect()
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = webhook_deliveries)]
+struct NewDeliveryRow<'a> {
+    webhook_id: i64,
+    session_id: &'a str,
+    payload: &'a str,
+    target_url: &'a str,
+    signature: &'a str,
+    status: &'a str,
+    attempt_count: i32,
+    next_retry_at: PrimitiveDateTime,
+    created_at: PrimitiveDateTime,
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = webhook_delivery_attempts, check_for_backend(Sqlite))]
+struct AttemptRow {
+    delivery_id: i64,
+    attempt_number: i32,
+    started_at: PrimitiveDateTime,
+    duration_ms: i64,
+    status_code: Option<i32>,
+    error_class: Option<String>,
+    error_detail: Option<String>,
+}
+
+impl From<AttemptRow> for DeliveryAttempt {
+    fn from(row: AttemptRow) -> Self {
+        Self {
+            delivery_id: row.delivery_id,
+            attempt_number: row.attempt_number,
+            started_at: from_db(row.started_at),
+            duration_ms: row.duration_ms,
+            status_code: row.status_code.and_then(|code| u16::try_from(code).ok()),
+            error_class: row.error_class,
+            error_detail: row.error_detail,
+        }
+    }
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = webhook_delivery_attempts)]
+struct NewAttemptRow<'a> {
+    delivery_id: i64,
+    attempt_number: i32,
+    started_at: PrimitiveDateTime,
+    duration_ms: i64,
+    status_code: Option<i32>,
+    error_class: Option<&'a str>,
+    error_detail: Option<&'a str>,
+}
+
+/// Due rows of one status, oldest first: a range scan of the `(status, next_retry_at)` index in index order,
+/// so neither a table scan nor a sort, however many rows are delivered or due.
+fn due_of_status(
+    connection: &mut SqliteConnection,
+    status: DeliveryStatus,
+    now: PrimitiveDateTime,
+    limit: i64,
+) -> QueryResult<Vec<(i64, String, Option<PrimitiveDateTime>)>> {
+    use webhook_deliveries::dsl;
+    dsl::webhook_deliveries
+        .filter(dsl::status.eq(status.as_str()))
+        .filter(dsl::next_retry_at.le(now))
+        .order((dsl::next_retry_at.asc(), dsl::id.asc()))
+        .limit(limit)
+        .select((dsl::id, dsl::target_url, dsl::next_retry_at))
+        .load(connection)
+}
+
+impl WebhookStore for DieselStore {
+    fn create_config(&self, config: &NewWebhookConfig) -> Result<WebhookConfig, StoreError> {
+        let row = NewConfigRow {
+            source_identifier: &config.source_identifier,
+            event_type: &config.event_type,
+            agent_intent: &config.agent_intent,
+            target_session: &config.target_session,
+            target_url: &config.target_url,
+            secret: config.secret.expose(),
+            created_at: to_db(config.created_at),
+        };
+        let created = self.with_connection("create webhook config", |connection| {
+            diesel::insert_into(webhook_configs::table)
+                .values(&row)
+                .returning(ConfigRow::as_returning())
+                .get_result(connection)
+        })?;
+        Ok(created.into())
+    }
+
+    fn config(&self, id: i64) -> Result<Option<WebhookConfig>, StoreError> {
+        let row = self.with_connection("read webhook config", |connection| {
+            webhook_configs::table.find(id).select(ConfigRow::as_select()).first(connection).optional()
+        })?;
+        Ok(row.map(WebhookConfig::from))
+    }
+
+    fn list_configs(&self) -> Result<Vec<WebhookConfig>, StoreError> {
+        let rows = self.with_connection("list webhook configs", |connection| {
+            webhook_configs::table.order(webhook_configs::id.asc()).select(ConfigRow::as_select()).load(connection)
+        })?;
+        Ok(rows.into_iter().map(WebhookConfig::from).collect())
+    }
+
+    fn delete_config(&self, id: i64) -> Result<bool, StoreError> {
+        self.immediate("delete webhook config", |connection| {
+            let owned =
+                webhook_deliveries::table.filter(webhook_deliveries::webhook_id.eq(id)).select(webhook_deliveries::id);
+            diesel::delete(
+                webhook_delivery_attempts::table.filter(webhook_delivery_attempts::delivery_id.eq_any(owned)),
+            )
+            .execute(connection)?;
+            diesel::delete(webhook_deliveries::table.filter(webhook_deliveries::webhook_id.eq(id)))
+                .execute(connection)?;
+            let deleted = diesel::delete(webhook_configs::table.find(id)).execute(connection)?;
+            Ok(deleted > 0)
+        })
+    }
+
+    fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError> {
+        let row = NewDeliveryRow {
+            webhook_id: delivery.webhook_id,
+            session_id: &delivery.session_id,
+            payload: &delivery.payload,
+            target_url: &delivery.target_url,
+            signature: &delivery.signature,
+            status: DeliveryStatus::Pending.as_str(),
+            attempt_count: 0,
+            next_retry_at: to_db(delivery.next_retry_at),
+            created_at: to_db(delivery.created_at),
+        };
+        let inserted = self.with_connection("insert webhook delivery", |connection| {
+            diesel::insert_into(webhook_deliveries::table)
+                .values(&row)
+                .returning(DeliveryRow::as_returning())
+                .get_result(connection)
+        })?;
+        inserted.try_into()
+    }
+
+    fn delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {
+        let row = self.with_connection("read webhook delivery", |connection| {
+            webhook_deliveries::table.find(id).select(DeliveryRow::as_select()).first(connection).optional()
+        })?;
+        row.map(Delivery::try_from).transpose()
+    }
+
+    fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError> {
+        use webhook_deliveries::dsl;
+        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let rows = self.with_connection("list webhook deliveries", |connection| {
+            let mut query = dsl::webhook_deliveries.select(DeliveryRow::as_select()).into_boxed();
+            if let Some(session_id) = &filter.session_id {
+                query = query.filter(dsl::session_id.eq(session_id));
+            }
+            if let Some(status) = filter.status {
+                query = query.filter(dsl::status.eq(status.as_str()));
+            }
+            if let Some(from) = filter.created_from {
+                query = query.filter(dsl::created_at.ge(to_db(from)));
+            }
+            if let Some(before) = filter.created_before {
+                query = query.filter(dsl::created_at.lt(to_db(before)));
+            }
+            if let Some(after_id) = filter.after_id {
+                query = query.filter(dsl::id.gt(after_id));
+            }
+            query.order(dsl::id.asc()).limit(limit).load(connection)
+        })?;
+        deliveries(rows)
+    }
+
+    fn attempts(&self, delivery_id: i64) -> Result<Vec<DeliveryAttempt>, StoreError> {
+        let rows = self.with_connection("read webhook delivery attempts", |connection| {
+            webhook_delivery_attempts::table
+                .filter(webhook_delivery_attempts::delivery_id.eq(delivery_id))
+                .order(webhook_delivery_attempts::id.asc())
+                .select(AttemptRow::as_select())
+                .load(connection)
+        })?;
+        Ok(rows.into_iter().map(DeliveryAttempt::from).collect())
+    }
+
+    fn due_deliveries(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<DueDelivery>, StoreError> {
+        let now = to_db(now);
+        let sql_limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // One index range per status, merged here: `status IN (…) ORDER BY next_retry_at` would sort every due
+        // row of both statuses before applying the limit.
+        let mut due = Vec::new();
+        self.with_connection("read due webhook deliveries", |connection| {
+            for status in AWAITING_ATTEMPT {
+                due.extend(due_of_status(connection, status, now, sql_limit)?);
+            }
+            Ok(())
+        })?;
+        let mut due: Vec<DueDelivery> = due
+            .into_iter()
+            .filter_map(|(id, target_url, next_retry_at)| {
+                Some(DueDelivery { id, target_url, next_retry_at: from_db(next_retry_at?) })
+            })
+            .collect();
+        due.sort_by_key(|row| (row.next_retry_at, row.id));
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    fn claim(
+        &self,
+        ids: &[i64],
+        due_by: OffsetDateTime,
+        lease_until: OffsetDateTime,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        use webhook_deliveries::dsl;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
+        let rows = self.with_connection("claim webhook deliveries", |connection| {
+            diesel::update(
+                dsl::webhook_deliveries
+                    .filter(dsl::id.eq_any(ids))
+                    .filter(dsl::status.eq_any(statuses))
+                    .filter(dsl::next_retry_at.le(to_db(due_by))),
+            )
+            .set(dsl::next_retry_at.eq(to_db(lease_until)))
+            .returning(DeliveryRow::as_returning())
+            .get_results(connection)
+        })?;
+        let mut claimed = deliveries(rows)?;
+        claimed.sort_by_key(|delivery| delivery.id);
+        Ok(claimed)
+    }
+
+    fn record_attempt(
+        &self,
+        attempt: &DeliveryAttempt,
+        lease: OffsetDateTime,
+        update: &DeliveryUpdate,
+    ) -> Result<bool, StoreError> {
+        use webhook_deliveries::dsl;
+        let history = NewAttemptRow {
+            delivery_id: attempt.delivery_id,
+            attempt_number: attempt.attempt_number,
+            started_at: to_db(attempt.started_at),
+            duration_ms: attempt.duration_ms,
+            status_code: attempt.status_code.map(i32::from),
+            error_class: attempt.error_class.as_deref(),
+            error_detail: attempt.error_detail.as_deref(),
+        };
+        self.immediate("record webhook attempt", |connection| {
+            let exists = diesel::select(diesel::dsl::exists(dsl::webhook_deliveries.find(attempt.delivery_id)))
+                .get_result::<bool>(connection)?;
+            if !exists {
+                // Deleted with its config mid-attempt: there is nothing left to attach the history to.
+                return Ok(false);
+            }
+            diesel::insert_into(webhook_delivery_attempts::table).values(&history).execute(connection)?;
+            let applied = diesel::update(
+                dsl::webhook_deliveries
+                    .find(attempt.delivery_id)
+                    .filter(dsl::next_retry_at.eq(to_db(lease)))
+                    .filter(dsl::attempt_count.eq(attempt.attempt_number - 1)),
+            )
+            .set((
+                dsl::status.eq(update.status.as_str()),
+                dsl::attempt_count.eq(update.attempt_count),
+                dsl::last_attempted_at.eq(to_db(update.last_attempted_at)),
+                dsl::next_retry_at.eq(update.next_retry_at.map(to_db)),
+                dsl::error_detail.eq(update.error_detail.as_deref()),
+            ))
+            .execute(connection)?;
+            Ok(applied == 1)
+        })
+    }
+
+    fn retry_now(&self, id: i64, now: OffsetDateTime) -> Result<RetryNowOutcome, StoreError> {
+        use webhook_deliveries::dsl;
+        let retryable = [DeliveryStatus::Failed, DeliveryStatus::Dead].map(DeliveryStatus::as_str);
+        let outcome = self.immediate("retry webhook delivery now", |connection| {
+            let Some(current) =
+                dsl::webhook_deliveries.find(id).select(DeliveryRow::as_select()).first(connection).optional()?
+            else {
+                return Ok(None);
+            };
+            if !retryable.contains(&current.status.as_str()) {
+                return Ok(Some(Err(current)));
+            }
+            let reset = diesel::update(dsl::webhook_deliveries.find(id))
+                .set((
+                    dsl::status.eq(DeliveryStatus::Pending.as_str()),
+                    dsl::attempt_count.eq(0),
+                    dsl::next_retry_at.eq(Some(to_db(now))),
+                ))
+                .returning(DeliveryRow::as_returning())
+                .get_result(connection)?;
+            Ok(Some(Ok(reset)))
+        })?;
+        match outcome {
+            None => Ok(RetryNowOutcome::NotFound),
+            Some(Err(current)) => Ok(RetryNowOutcome::NotAllowed(Delivery::try_from(current)?.status)),
+            Some(Ok(reset)) => Ok(RetryNowOutcome::Reset(reset.try_into()?)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,281 @@
+//! The SQLite adapter against the same expectations as the in-memory fake, plus what only SQL can get wrong:
+//! the due-row query's plan, constraints, and timestamps that must round-trip exactly for the claim check.
+
+use diesel::sql_types::{BigInt, Text, Timestamp};
+use time::Duration;
+use time::macros::datetime;
+
+use super::*;
+use crate::DatabaseUrl;
+
+const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+fn open() -> (tempfile::TempDir, DieselStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
+    (dir, store)
+}
+
+fn new_config(source: &str) -> NewWebhookConfig {
+    NewWebhookConfig {
+        source_identifier: source.into(),
+        event_type: "push".into(),
+        agent_intent: "review".into(),
+        target_session: "s-1".into(),
+        target_url: "https://example.com/a".into(),
+        secret: WebhookSecret::new("It's a Secret to Everybody"),
+        created_at: START,
+    }
+}
+
+fn new_delivery(webhook_id: i64, session: &str, created_at: OffsetDateTime) -> NewDelivery {
+    NewDelivery {
+        webhook_id,
+        session_id: session.into(),
+        payload: r#"{"n":1}"#.into(),
+        target_url: "https://example.com/a".into(),
+        signature: "sha256=00".into(),
+        created_at,
+        next_retry_at: created_at + Duration::seconds(30),
+    }
+}
+
+fn failed_attempt(delivery_id: i64, number: i32, at: OffsetDateTime) -> (DeliveryAttempt, DeliveryUpdate) {
+    let attempt = DeliveryAttempt {
+        delivery_id,
+        attempt_number: number,
+        started_at: at,
+        duration_ms: 12,
+        status_code: Some(503),
+        error_class: Some("http_503".into()),
+        error_detail: None,
+    };
+    let update = DeliveryUpdate {
+        status: DeliveryStatus::Failed,
+        attempt_count: number,
+        last_attempted_at: at,
+        next_retry_at: Some(at + Duration::seconds(30)),
+        error_detail: Some("http_503".into()),
+    };
+    (attempt, update)
+}
+
+#[test]
+fn configs_round_trip_keep_their_secret_and_are_unique_per_source_and_event_type() {
+    let (_dir, store) = open();
+    let created = store.create_config(&new_config("github")).unwrap();
+    assert_eq!(store.config(created.id).unwrap(), Some(created.clone()));
+    assert_eq!(created.secret.expose(), "It's a Secret to Everybody");
+    assert_eq!(created.created_at, START);
+    assert!(matches!(store.create_config(&new_config("github")), Err(StoreError::Conflict(_))));
+    let other = store.create_config(&new_config("stripe")).unwrap();
+    assert_eq!(store.list_configs().unwrap(), [created, other]);
+    assert_eq!(store.config(999).unwrap(), None);
+}
+
+#[test]
+fn a_delivery_for_a_missing_config_is_a_conflict() {
+    let (_dir, store) = open();
+    assert!(matches!(store.insert_delivery(&new_delivery(42, "s", START)), Err(StoreError::Conflict(_))));
+}
+
+#[test]
+fn a_claim_hides_the_row_until_its_lease_ends_and_only_the_claimant_records() {
+    let (_dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let row = store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
+    assert_eq!(
+        (row.status, row.attempt_count, row.next_retry_at),
+        (DeliveryStatus::Pending, 0, Some(START + Duration::seconds(30)))
+    );
+    let due_at = START + Duration::seconds(30);
+    assert!(store.due_deliveries(due_at - Duration::milliseconds(1), 10).unwrap().is_empty());
+    assert_eq!(
+        store.due_deliveries(due_at, 10).unwrap(),
+        [DueDelivery { id: row.id, target_url: row.target_url.clone(), next_retry_at: due_at }]
+    );
+
+    let lease = due_at + Duration::milliseconds(15_123);
+    let claimed = store.claim(&[row.id, 999], due_at, lease).unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].next_retry_at, Some(lease));
+    assert_eq!(claimed[0].payload, r#"{"n":1}"#);
+    assert!(store.claim(&[row.id], due_at, lease).unwrap().is_empty(), "claimed twice");
+    assert!(store.due_deliveries(lease - Duration::milliseconds(1), 10).unwrap().is_empty());
+
+    let (attempt, update) = failed_attempt(row.id, 1, due_at);
+    assert!(!store.record_attempt(&attempt, lease + Duration::milliseconds(1), &update).unwrap(), "wrong lease");
+    let stale = DeliveryAttempt { attempt_number: 3, ..attempt.clone() };
+    assert!(!store.record_attempt(&stale, lease, &update).unwrap(), "wrong attempt count");
+    assert!(store.record_attempt(&attempt, lease, &update).unwrap());
+    let stored = store.delivery(row.id).unwrap().unwrap();
+    assert_eq!((stored.status, stored.attempt_count), (DeliveryStatus::Failed, 1));
+    assert_eq!(stored.next_retry_at, update.next_retry_at);
+    assert_eq!(stored.last_attempted_at, Some(due_at));
+    assert_eq!(stored.error_detail.as_deref(), Some("http_503"));
+    let history = store.attempts(row.id).unwrap();
+    assert_eq!(history.len(), 3, "every attempt is history, applied or not");
+    assert_eq!(history[0], attempt);
+}
+
+#[test]
+fn due_rows_are_oldest_first_across_both_statuses_and_never_delivered_or_dead() {
+    let (_dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let ids: Vec<i64> = (0..6)
+        .map(|second| {
+            store.insert_delivery(&new_delivery(config.id, "s", START + Duration::seconds(second))).unwrap().id
+        })
+        .collect();
+    // Rows 1 and 3 fail once (due again later than the rest), row 4 is delivered, row 5 is dead.
+    for (index, next) in [(1, 100), (3, 40)] {
+        let due = START + Duration::seconds(30 + index);
+        let lease = due + Duration::seconds(15);
+        store.claim(&[ids[index as usize]], due, lease).unwrap();
+        let (attempt, mut update) = failed_attempt(ids[index as usize], 1, due);
+        update.next_retry_at = Some(START + Duration::seconds(next));
+        assert!(store.record_attempt(&attempt, lease, &update).unwrap());
+    }
+    for (index, status) in [(4_usize, DeliveryStatus::Delivered), (5, DeliveryStatus::Dead)] {
+        let due = START + Duration::seconds(34 + index as i64);
+        let lease = due + Duration::seconds(15);
+        store.claim(&[ids[index]], due, lease).unwrap();
+        let (attempt, mut update) = failed_attempt(ids[index], 1, due);
+        update.status = status;
+        update.next_retry_at = None;
+        assert!(store.record_attempt(&attempt, lease, &update).unwrap());
+    }
+    let order: Vec<i64> =
+        store.due_deliveries(START + Duration::days(1), 10).unwrap().iter().map(|row| row.id).collect();
+    assert_eq!(order, [ids[0], ids[2], ids[3], ids[1]]);
+    let limited: Vec<i64> =
+        store.due_deliveries(START + Duration::days(1), 2).unwrap().iter().map(|row| row.id).collect();
+    assert_eq!(limited, [ids[0], ids[2]]);
+}
+
+#[test]
+fn retry_now_resets_only_failed_or_dead_rows() {
+    let (_dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let row = store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
+    assert_eq!(store.retry_now(row.id, START).unwrap(), RetryNowOutcome::NotAllowed(DeliveryStatus::Pending));
+    assert_eq!(store.retry_now(row.id + 1, START).unwrap(), RetryNowOutcome::NotFound);
+
+    let due = START + Duration::seconds(30);
+    let lease = due + Duration::seconds(15);
+    store.claim(&[row.id], due, lease).unwrap();
+    let (attempt, mut update) = failed_attempt(row.id, 1, due);
+    update.status = DeliveryStatus::Dead;
+    update.attempt_count = 6;
+    update.next_retry_at = None;
+    store.record_attempt(&attempt, lease, &update).unwrap();
+
+    let later = START + Duration::hours(9);
+    let RetryNowOutcome::Reset(reset) = store.retry_now(row.id, later).unwrap() else { panic!("not reset") };
+    assert_eq!((reset.status, reset.attempt_count, reset.next_retry_at), (DeliveryStatus::Pending, 0, Some(later)));
+    assert_eq!(reset.error_detail.as_deref(), Some("http_503"), "the last error stays visible");
+    assert_eq!(store.due_deliveries(later, 10).unwrap().len(), 1);
+}
+
+#[test]
+fn the_inspector_filters_and_pages_by_id() {
+    let (_dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    for second in 0..8 {
+        let session = if second % 2 == 0 { "even" } else { "odd" };
+        store.insert_delivery(&new_delivery(config.id, session, START + Duration::seconds(second))).unwrap();
+    }
+    let page = |after_id, limit| DeliveryFilter {
+        session_id: Some("even".into()),
+        status: Some(DeliveryStatus::Pending),
+        created_from: Some(START + Duration::seconds(1)),
+        created_before: Some(START + Duration::seconds(7)),
+        after_id,
+        limit,
+    };
+    let ids = |filter| store.list_deliveries(&filter).unwrap().iter().map(|row| row.id).collect::<Vec<_>>();
+    assert_eq!(ids(page(None, 2)), [3, 5]);
+    assert_eq!(ids(page(Some(5), 2)), [7]);
+    assert_eq!(ids(page(Some(7), 2)), Vec::<i64>::new());
+    let everything = DeliveryFilter {
+        session_id: None,
+        status: None,
+        created_from: None,
+        created_before: None,
+        after_id: None,
+        limit: 500,
+    };
+    assert_eq!(ids(everything.clone()).len(), 8);
+    assert!(ids(DeliveryFilter { status: Some(DeliveryStatus::Dead), ..everything }).is_empty());
+}
+
+#[test]
+fn deleting_a_config_deletes_its_deliveries_and_their_attempts() {
+    let (_dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let kept = store.create_config(&new_config("stripe")).unwrap();
+    let row = store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
+    let other = store.insert_delivery(&new_delivery(kept.id, "s", START)).unwrap();
+    let due = START + Duration::seconds(30);
+    let lease = due + Duration::seconds(15);
+    store.claim(&[row.id], due, lease).unwrap();
+    let (attempt, update) = failed_attempt(row.id, 1, due);
+    store.record_attempt(&attempt, lease, &update).unwrap();
+
+    assert!(store.delete_config(config.id).unwrap());
+    assert!(!store.delete_config(config.id).unwrap());
+    assert_eq!(store.delivery(row.id).unwrap(), None);
+    assert!(store.attempts(row.id).unwrap().is_empty());
+    assert!(store.delivery(other.id).unwrap().is_some());
+    // An attempt still in flight when its config went is not an error.
+    assert!(!store.record_attempt(&attempt, lease, &update).unwrap());
+}
+
+#[test]
+fn instants_round_trip_exactly_for_the_lease_comparison() {
+    let (_dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let created = START + Duration::milliseconds(1) + Duration::microseconds(7);
+    let row = store.insert_delivery(&new_delivery(config.id, "s", created)).unwrap();
+    assert_eq!(row.created_at, created);
+    let lease = START + Duration::seconds(45) + Duration::microseconds(999_999);
+    let claimed = store.claim(&[row.id], START + Duration::minutes(1), lease).unwrap();
+    let (attempt, update) = failed_attempt(row.id, 1, START + Duration::minutes(1));
+    assert!(store.record_attempt(&attempt, claimed[0].next_retry_at.unwrap(), &update).unwrap());
+}
+
+#[derive(QueryableByName)]
+struct PlanLine {
+    #[diesel(sql_type = Text)]
+    detail: String,
+}
+
+/// FR-10.8: the poll's query must use the `(status, next_retry_at)` index — and in index order, without a sort.
+#[test]
+fn the_due_row_query_is_an_index_range_scan_without_a_sort() {
+    let (_dir, store) = open();
+    let now = to_db(START);
+    let plan: Vec<String> = store
+        .with_connection("explain", |connection| {
+            let query = webhook_deliveries::table
+                .filter(webhook_deliveries::status.eq("failed"))
+                .filter(webhook_deliveries::next_retry_at.le(now))
+                .order((webhook_deliveries::next_retry_at.asc(), webhook_deliveries::id.asc()))
+                .limit(50)
+                .select((webhook_deliveries::id, webhook_deliveries::target_url, webhook_deliveries::next_retry_at));
+            let rendered = diesel::debug_query::<Sqlite, _>(&query).to_string();
+            let sql = rendered.split(" -- binds").next().unwrap_or_default().to_owned();
+            diesel::sql_query(format!("EXPLAIN QUERY PLAN {sql}"))
+                .bind::<Text, _>("failed")
+                .bind::<Timestamp, _>(now)
+                .bind::<BigInt, _>(50_i64)
+                .load::<PlanLine>(connection)
+        })
+        .unwrap()
+        .into_iter()
+        .map(|line| line.detail)
+        .collect();
+    assert!(plan.iter().any(|line| line.contains("USING INDEX webhook_deliveries_status_next_retry_at")), "{plan:?}");
+    assert!(!plan.iter().any(|line| line.contains("TEMP B-TREE")), "the query sorts: {plan:?}");
+    assert!(!plan.iter().any(|line| line.starts_with("SCAN")), "the query scans the table: {plan:?}");
+}
