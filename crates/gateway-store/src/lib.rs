@@ -5,6 +5,7 @@
 //! embedded in the binary and run by [`DieselStore::open`].
 
 mod connection;
+mod cron;
 mod database_url;
 mod error;
 mod heartbeat;

@@ -16,6 +16,9 @@ diesel::table! {
         next_fire_at -> Timestamp,
         payload -> Text,
         is_one_time -> Bool,
+        claimed_by -> Nullable<Text>,
+        claimed_until -> Nullable<Timestamp>,
+        claim_token -> Nullable<BigInt>,
     }
 }
 

@@ -1,0 +1,352 @@
+//! `CronJobStore` over `cron_jobs` (plus the claim columns of migration `cron_job_claims`).
+//!
+//! A claim is one conditional `UPDATE` per fire, all fires of a batch in one IMMEDIATE transaction: the row
+//! must still be at the claimed instant and be unclaimed, past its lease, or claimed under an older
+//! leadership token. Completions are conditional on the same owner and instant. Plain SQL comparisons only,
+//! so the same statements serve PostgreSQL in phase 2.
+
+use diesel::prelude::*;
+use gateway_core::{
+    AgentId, ClaimLease, CronJob, CronJobStore, FireCompletion, FireKey, NewCronJob, PendingFire, StoreError,
+};
+use time::PrimitiveDateTime;
+
+use crate::connection::DieselStore;
+use crate::schema::cron_jobs;
+use crate::timestamp::{from_db, to_db};
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = cron_jobs)]
+struct CronJobRow {
+    id: i64,
+    agent_id: String,
+    schedule: Option<String>,
+    next_fire_at: PrimitiveDateTime,
+    payload: String,
+    is_one_time: bool,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = cron_jobs)]
+struct NewCronJobRow<'a> {
+    agent_id: &'a str,
+    schedule: Option<&'a str>,
+    next_fire_at: PrimitiveDateTime,
+    payload: String,
+    is_one_time: bool,
+}
+
+impl TryFrom<CronJobRow> for CronJob {
+    type Error = StoreError;
+
+    fn try_from(row: CronJobRow) -> Result<Self, StoreError> {
+        let agent_id = AgentId::new(row.agent_id)
+            .map_err(|error| StoreError::Internal(format!("cron job {}: stored agent_id invalid: {error}", row.id)))?;
+        let payload = match serde_json::from_str(&row.payload) {
+            Ok(serde_json::Value::Object(payload)) => payload,
+            _ => return Err(StoreError::Internal(format!("cron job {}: stored payload is not a JSON object", row.id))),
+        };
+        Ok(Self {
+            id: row.id,
+            agent_id,
+            schedule: row.schedule,
+            next_fire_at: from_db(row.next_fire_at),
+            payload,
+            is_one_time: row.is_one_time,
+        })
+    }
+}
+
+fn jobs(rows: Vec<CronJobRow>) -> Result<Vec<CronJob>, StoreError> {
+    rows.into_iter().map(CronJob::try_from).collect()
+}
+
+/// Tokens are `u64`; the column is a signed 64-bit integer. Terms never get near 2^63, and saturating keeps
+/// the order if one ever did.
+fn token_to_db(token: gateway_core::FencingToken) -> i64 {
+    i64::try_from(token.0).unwrap_or(i64::MAX)
+}
+
+fn limit_to_db(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+impl CronJobStore for DieselStore {
+    fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError> {
+        let row = NewCronJobRow {
+            agent_id: job.agent_id.as_str(),
+            schedule: job.schedule.as_deref(),
+            next_fire_at: to_db(job.next_fire_at),
+            payload: serde_json::Value::Object(job.payload.clone()).to_string(),
+            is_one_time: job.is_one_time,
+        };
+        let stored = self.with_connection("insert cron job", |connection| {
+            diesel::insert_into(cron_jobs::table)
+                .values(&row)
+                .returning(CronJobRow::as_returning())
+                .get_result(connection)
+        })?;
+        stored.try_into()
+    }
+
+    fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
+        let row = self.with_connection("read cron job", |connection| {
+            cron_jobs::table.find(id).select(CronJobRow::as_select()).first(connection).optional()
+        })?;
+        row.map(CronJob::try_from).transpose()
+    }
+
+    fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError> {
+        let rows = self.with_connection("list cron jobs", |connection| {
+            cron_jobs::table
+                .filter(cron_jobs::id.gt(after_id.unwrap_or(i64::MIN)))
+                .order(cron_jobs::id.asc())
+                .limit(limit_to_db(limit))
+                .select(CronJobRow::as_select())
+                .load(connection)
+        })?;
+        jobs(rows)
+    }
+
+    fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
+        let deleted = self.with_connection("delete cron job", |connection| {
+            diesel::delete(cron_jobs::table.find(id)).execute(connection)
+        })?;
+        Ok(deleted > 0)
+    }
+
+    fn pending_fires(&self, before: time::OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError> {
+        let rows: Vec<(i64, PrimitiveDateTime, Option<PrimitiveDateTime>)> =
+            self.with_connection("load due cron jobs", |connection| {
+                cron_jobs::table
+                    .filter(cron_jobs::next_fire_at.lt(to_db(before)))
+                    .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
+                    .limit(limit_to_db(limit))
+                    .select((cron_jobs::id, cron_jobs::next_fire_at, cron_jobs::claimed_until))
+                    .load(connection)
+            })?;
+        Ok(rows
+            .into_iter()
+            .map(|(job_id, scheduled_for, claimed_until)| PendingFire {
+                job_id,
+                scheduled_for: from_db(scheduled_for),
+                claimed_until: claimed_until.map(from_db),
+            })
+            .collect())
+    }
+
+    fn claim_fires(&self, fires: &[FireKey], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError> {
+        if fires.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = to_db(lease.now);
+        let expires_at = to_db(lease.expires_at);
+        let token = token_to_db(lease.token);
+        let rows = self.immediate("claim cron fires", |connection| {
+            let mut claimed = Vec::with_capacity(fires.len());
+            for fire in fires {
+                let free = cron_jobs::claimed_until
+                    .is_null()
+                    .or(cron_jobs::claimed_until.le(now))
+                    .or(cron_jobs::claim_token.lt(token));
+                let row = diesel::update(
+                    cron_jobs::table
+                        .filter(cron_jobs::id.eq(fire.job_id))
+                        .filter(cron_jobs::next_fire_at.eq(to_db(fire.scheduled_for)))
+                        .filter(free),
+                )
+                .set((
+                    cron_jobs::claimed_by.eq(lease.owner.as_str()),
+                    cron_jobs::claimed_until.eq(expires_at),
+                    cron_jobs::claim_token.eq(token),
+                ))
+                .returning(CronJobRow::as_returning())
+                .get_result(connection)
+                .optional()?;
+                claimed.extend(row);
+            }
+            Ok(claimed)
+        })?;
+        jobs(rows)
+    }
+
+    fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError> {
+        if completions.is_empty() {
+            return Ok(0);
+        }
+        self.immediate("complete cron fires", |connection| {
+            let mut completed = 0;
+            for completion in completions {
+                let fire = completion.fire();
+                let held = cron_jobs::table
+                    .filter(cron_jobs::id.eq(fire.job_id))
+                    .filter(cron_jobs::next_fire_at.eq(to_db(fire.scheduled_for)))
+                    .filter(cron_jobs::claimed_by.eq(owner));
+                completed += match completion {
+                    FireCompletion::Delete(_) => diesel::delete(held).execute(connection)?,
+                    FireCompletion::Advance { next_fire_at, .. } => diesel::update(held)
+                        .set((
+                            cron_jobs::next_fire_at.eq(to_db(*next_fire_at)),
+                            cron_jobs::claimed_by.eq(None::<String>),
+                            cron_jobs::claimed_until.eq(None::<PrimitiveDateTime>),
+                            cron_jobs::claim_token.eq(None::<i64>),
+                        ))
+                        .execute(connection)?,
+                };
+            }
+            Ok(completed)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::sql_types::Text;
+    use gateway_core::FencingToken;
+    use serde_json::{Map, json};
+    use time::macros::datetime;
+    use time::{Duration, OffsetDateTime};
+
+    use super::*;
+    use crate::DatabaseUrl;
+
+    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+    fn open() -> (tempfile::TempDir, DieselStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
+        (dir, store)
+    }
+
+    fn one_time(at: OffsetDateTime) -> NewCronJob {
+        NewCronJob {
+            agent_id: AgentId::new("agent-7").unwrap(),
+            schedule: None,
+            next_fire_at: at,
+            payload: json!({"task": "check_quota", "n": [1, 2]}).as_object().cloned().unwrap(),
+            is_one_time: true,
+        }
+    }
+
+    fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {
+        ClaimLease { owner: owner.into(), token: FencingToken(token), now, expires_at: now + Duration::seconds(10) }
+    }
+
+    #[test]
+    fn rows_round_trip_with_millisecond_instants_and_json_payloads() {
+        let (_dir, store) = open();
+        let at = START + Duration::milliseconds(5_123);
+        let inserted = store.insert_cron_job(&one_time(at)).unwrap();
+        assert_eq!(inserted.next_fire_at, at);
+        assert_eq!(store.cron_job(inserted.id).unwrap(), Some(inserted.clone()));
+        let recurring = store
+            .insert_cron_job(&NewCronJob {
+                schedule: Some("*/5 * * * *".into()),
+                is_one_time: false,
+                payload: Map::new(),
+                ..one_time(START)
+            })
+            .unwrap();
+        assert_eq!(store.cron_job(recurring.id).unwrap().unwrap().schedule.as_deref(), Some("*/5 * * * *"));
+        assert_eq!(store.list_cron_jobs(None, 10).unwrap(), vec![inserted.clone(), recurring.clone()]);
+        assert_eq!(store.list_cron_jobs(Some(inserted.id), 10).unwrap(), vec![recurring.clone()]);
+        assert_eq!(store.list_cron_jobs(None, 1).unwrap(), vec![inserted.clone()]);
+        assert!(store.delete_cron_job(inserted.id).unwrap());
+        assert!(!store.delete_cron_job(inserted.id).unwrap());
+        assert_eq!(store.cron_job(inserted.id).unwrap(), None);
+    }
+
+    #[test]
+    fn pending_fires_walk_the_next_fire_at_index_in_order() {
+        let (_dir, store) = open();
+        let late = store.insert_cron_job(&one_time(START + Duration::seconds(5))).unwrap();
+        let early = store.insert_cron_job(&one_time(START - Duration::hours(2))).unwrap();
+        store.insert_cron_job(&one_time(START + Duration::minutes(5))).unwrap();
+        let due = store.pending_fires(START + Duration::seconds(30), 10).unwrap();
+        assert_eq!(due.iter().map(|fire| fire.job_id).collect::<Vec<_>>(), vec![early.id, late.id]);
+        assert_eq!(due[0].scheduled_for, START - Duration::hours(2));
+        assert_eq!(store.pending_fires(START + Duration::seconds(30), 1).unwrap().len(), 1);
+
+        #[derive(diesel::QueryableByName)]
+        struct Plan {
+            #[diesel(sql_type = Text)]
+            detail: String,
+        }
+        let plan: Vec<Plan> = store
+            .with_connection("plan", |connection| {
+                diesel::sql_query(
+                    "EXPLAIN QUERY PLAN SELECT id, next_fire_at, claimed_until FROM cron_jobs \
+                     WHERE next_fire_at < '2026-02-22 12:00:30' ORDER BY next_fire_at, id LIMIT 10",
+                )
+                .load(connection)
+            })
+            .unwrap();
+        assert!(plan.iter().any(|step| step.detail.contains("cron_jobs_next_fire_at")), "no index used");
+    }
+
+    #[test]
+    fn one_claim_per_instant_until_the_lease_runs_out() {
+        let (_dir, store) = open();
+        let job = store.insert_cron_job(&one_time(START)).unwrap();
+        let fire = FireKey { job_id: job.id, scheduled_for: START };
+        let claimed = store.claim_fires(&[fire], &lease("a", 1, START)).unwrap();
+        assert_eq!(claimed, vec![job.clone()]);
+        assert!(store.claim_fires(&[fire], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
+        let pending = store.pending_fires(START + Duration::seconds(1), 10).unwrap();
+        assert_eq!(pending[0].claimable_at(), START + Duration::seconds(10));
+        // The lease ran out without a completion: claimable again; the first owner can no longer complete it.
+        assert_eq!(store.claim_fires(&[fire], &lease("b", 1, START + Duration::seconds(10))).unwrap().len(), 1);
+        assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).unwrap(), 0);
+        assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).unwrap(), 1);
+        assert_eq!(store.cron_job(job.id).unwrap(), None);
+    }
+
+    #[test]
+    fn a_newer_term_takes_over_and_a_stale_instant_is_not_claimed() {
+        let (_dir, store) = open();
+        let job = store.insert_cron_job(&one_time(START)).unwrap();
+        let fire = FireKey { job_id: job.id, scheduled_for: START };
+        store.claim_fires(&[fire], &lease("old", 1, START)).unwrap();
+        assert_eq!(store.claim_fires(&[fire], &lease("new", 2, START)).unwrap().len(), 1);
+        let elsewhere = FireKey { job_id: job.id, scheduled_for: START + Duration::seconds(1) };
+        assert!(store.claim_fires(&[elsewhere], &lease("x", 9, START)).unwrap().is_empty());
+        let missing = FireKey { job_id: job.id + 100, scheduled_for: START };
+        assert!(store.claim_fires(&[missing], &lease("x", 9, START)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn advancing_moves_the_row_and_clears_the_claim_once() {
+        let (_dir, store) = open();
+        let job = store
+            .insert_cron_job(&NewCronJob { schedule: Some("* * * * *".into()), is_one_time: false, ..one_time(START) })
+            .unwrap();
+        let fire = FireKey { job_id: job.id, scheduled_for: START };
+        store.claim_fires(&[fire], &lease("a", 1, START)).unwrap();
+        let next = START + Duration::minutes(1);
+        let advance = FireCompletion::Advance { fire, next_fire_at: next };
+        assert_eq!(store.complete_fires("a", &[advance]).unwrap(), 1);
+        assert_eq!(store.complete_fires("a", &[advance]).unwrap(), 0, "the instant was completed already");
+        let pending = store.pending_fires(next + Duration::seconds(1), 10).unwrap();
+        assert_eq!(pending, vec![PendingFire { job_id: job.id, scheduled_for: next, claimed_until: None }]);
+        // The new instant is free for anyone.
+        let next_fire = FireKey { job_id: job.id, scheduled_for: next };
+        assert_eq!(store.claim_fires(&[next_fire], &lease("b", 1, next)).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn batches_claim_what_they_can() {
+        let (_dir, store) = open();
+        let fires: Vec<FireKey> = (0..50)
+            .map(|n| {
+                let at = START + Duration::milliseconds(n);
+                FireKey { job_id: store.insert_cron_job(&one_time(at)).unwrap().id, scheduled_for: at }
+            })
+            .collect();
+        assert_eq!(store.claim_fires(&fires[..20], &lease("a", 1, START)).unwrap().len(), 20);
+        assert_eq!(store.claim_fires(&fires, &lease("b", 1, START)).unwrap().len(), 30);
+        let deletes: Vec<_> = fires.iter().map(|fire| FireCompletion::Delete(*fire)).collect();
+        assert_eq!(store.complete_fires("b", &deletes).unwrap(), 30);
+        assert_eq!(store.complete_fires("a", &deletes).unwrap(), 20);
+        assert!(store.list_cron_jobs(None, 100).unwrap().is_empty());
+    }
+}
