@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use gateway_core::memory::InMemoryCapabilityMap;
-use gateway_core::{Clock, ComponentHealth, SingleProcessLeadership, SystemClock};
+use gateway_core::{Clock, ComponentHealth, Leadership, SingleProcessLeadership, SystemClock};
+use gateway_cron::{CronConfig, CronScheduler};
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
 use gateway_store::DieselStore;
@@ -25,6 +26,7 @@ pub struct AppState {
     pub store: DieselStore,
     pub bus: Bus,
     pub heartbeat: Arc<HeartbeatManager>,
+    pub cron: CronScheduler,
     pub clock: Arc<dyn Clock>,
     pub shutdown: CancellationToken,
     pub event_streams: Arc<Semaphore>,
@@ -33,7 +35,7 @@ pub struct AppState {
 impl AppState {
     /// The loops `/readyz` reports on.
     pub fn components(&self) -> Vec<ComponentHealth> {
-        vec![self.heartbeat.health().clone()]
+        vec![self.heartbeat.health().clone(), self.cron.health()]
     }
 }
 
@@ -57,7 +59,7 @@ impl App {
         shutdown: CancellationToken,
     ) -> Result<Self, StartError> {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let leadership = Arc::new(SingleProcessLeadership);
+        let leadership: Arc<dyn Leadership> = Arc::new(SingleProcessLeadership);
         let bus = Bus::default();
         let heartbeat_config = config.heartbeat();
         let heartbeat = Arc::new(HeartbeatManager::new(
@@ -66,18 +68,31 @@ impl App {
             Arc::new(InMemoryCapabilityMap::new(heartbeat_config.max_tracked_agents)),
             Arc::new(bus.clone()),
             Arc::clone(&clock),
-            leadership,
+            Arc::clone(&leadership),
         ));
+        let cron = CronScheduler::new(
+            Arc::new(store.clone()),
+            Arc::new(bus.clone()),
+            Arc::clone(&clock),
+            Arc::clone(&leadership),
+            CronConfig::default(),
+        );
 
         let stop_loops = CancellationToken::new();
         let mut loops = JoinSet::new();
         loops.spawn(Arc::clone(&heartbeat).run(stop_loops.clone()));
+        loops.spawn({
+            let cron = cron.clone();
+            let stop = stop_loops.clone();
+            async move { cron.run(stop).await }
+        });
 
         let state = AppState {
             operator: OperatorAuth::new(admin_token.expose()).map_err(|_| StartError::Entropy)?,
             store,
             bus,
             heartbeat,
+            cron,
             clock,
             shutdown,
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),

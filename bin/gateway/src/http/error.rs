@@ -6,6 +6,7 @@
 //! - `detail` names fields and limits; it never echoes request values, secrets or payloads.
 
 use gateway_core::StoreError;
+use gateway_cron::CronError;
 use gateway_heartbeat::HeartbeatError;
 use http::StatusCode;
 use serde_json::json;
@@ -91,6 +92,18 @@ impl From<HeartbeatError> for ApiError {
                     .with_detail(error.to_string())
             }
             HeartbeatError::Store(store) => store.into(),
+        }
+    }
+}
+
+impl From<CronError> for ApiError {
+    fn from(error: CronError) -> Self {
+        let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+        match error {
+            CronError::InvalidDelay(_) => Self::new(unprocessable, "invalid_delay").with_detail(error.to_string()),
+            CronError::InvalidSchedule(reason) => Self::new(unprocessable, "invalid_schedule").with_detail(reason),
+            CronError::NotFound(_) => Self::new(StatusCode::NOT_FOUND, "unknown_cron_job"),
+            CronError::Store(store) => store.into(),
         }
     }
 }

@@ -3,8 +3,9 @@
 use gateway_core::interceptor::RejectedLog;
 use gateway_core::{
     AcceptedLog, Event, EventPayload, EventPublisher, Rejection, ReminderRequest, ReminderRequestError,
-    SchemaInterceptor, Topic,
+    SchemaInterceptor, Topic, run_blocking,
 };
+use gateway_cron::CronError;
 use http::StatusCode;
 use serde_json::json;
 
@@ -41,9 +42,23 @@ async fn accept(state: &AppState, accepted: AcceptedLog) -> Response {
     json_response(StatusCode::ACCEPTED, &json!({"status": "accepted", "trace_id": trace_id}))
 }
 
-/// The hand-off of an agent's reminder request to the scheduler (issue 3 wires the CronScheduler here).
-async fn schedule_reminder(_state: &AppState, request: ReminderRequest) {
-    tracing::warn!(agent_id = %request.agent_id, "schedule_reminder not scheduled: this build has no scheduler");
+/// The hand-off of an agent's reminder request to the scheduler. Whatever happens here, the log is still
+/// accepted and published (FR-10.7): a failure to schedule is a warning, never an error to the agent.
+async fn schedule_reminder(state: &AppState, request: ReminderRequest) {
+    let ReminderRequest { agent_id, delay_ms, payload } = request;
+    // A u64 beyond i64 is far past the scheduler's ten-year limit; it is refused there like any absurd delay.
+    let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
+    let scheduler = state.cron.clone();
+    let log_agent = agent_id.clone();
+    match run_blocking(move || scheduler.schedule_once(agent_id, delay, payload)).await {
+        Ok(Ok(job)) => {
+            tracing::info!(agent_id = %log_agent, job_id = job.id, delay_ms, "reminder scheduled");
+        }
+        // Same text as the interceptor's own refusals, naming the value the agent sent.
+        Ok(Err(CronError::InvalidDelay(_))) => tracing::warn!("invalid delay_ms for schedule_reminder: {delay_ms}"),
+        Ok(Err(error)) => tracing::warn!(agent_id = %log_agent, %error, "reminder not scheduled"),
+        Err(error) => tracing::warn!(agent_id = %log_agent, %error, "reminder not scheduled"),
+    }
 }
 
 fn warn_unscheduled(invalid: &ReminderRequestError) {

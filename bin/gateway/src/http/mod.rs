@@ -8,6 +8,7 @@ pub mod response;
 mod router;
 
 mod agents;
+mod cron;
 mod events;
 mod health;
 mod heartbeat;

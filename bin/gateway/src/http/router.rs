@@ -10,7 +10,7 @@ use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, events, health, heartbeat, messages};
+use crate::http::{agents, cron, events, health, heartbeat, messages};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -20,6 +20,8 @@ enum Route {
     Agents,
     Healthz,
     Readyz,
+    CronJobs,
+    CronJob(i64),
 }
 
 fn resolve(path: &str) -> Option<Route> {
@@ -31,6 +33,8 @@ fn resolve(path: &str) -> Option<Route> {
         ["gateway", "agents"] => Some(Route::Agents),
         ["healthz"] => Some(Route::Healthz),
         ["readyz"] => Some(Route::Readyz),
+        ["gateway", "cron", "jobs"] => Some(Route::CronJobs),
+        ["gateway", "cron", "jobs", id] => id.parse().ok().map(Route::CronJob),
         _ => None,
     }
 }
@@ -40,12 +44,14 @@ impl Route {
         match self {
             Self::Heartbeat | Self::Messages => &[Method::POST],
             Self::Events | Self::Agents | Self::Healthz | Self::Readyz => &[Method::GET],
+            Self::CronJobs => &[Method::GET, Method::POST],
+            Self::CronJob(_) => &[Method::GET, Method::DELETE],
         }
     }
 
     /// Routes behind the operator token. (The event stream decides per topic, in its handler.)
     fn operator_only(self) -> bool {
-        matches!(self, Self::Agents)
+        matches!(self, Self::Agents | Self::CronJobs | Self::CronJob(_))
     }
 }
 
@@ -81,6 +87,10 @@ async fn dispatch(state: Arc<AppState>, request: Request) -> Result<Response, Ap
         Route::Agents => agents::list(&state, &request),
         Route::Healthz => Ok(health::live()),
         Route::Readyz => Ok(health::ready(&state).await),
+        Route::CronJobs if request.method() == Method::POST => cron::create(&state, request).await,
+        Route::CronJobs => cron::list(&state, &request).await,
+        Route::CronJob(id) if request.method() == Method::DELETE => cron::delete(&state, id).await,
+        Route::CronJob(id) => cron::show(&state, id).await,
     }
 }
 
@@ -101,6 +111,9 @@ mod tests {
     fn resolves_exact_paths_only() {
         assert_eq!(resolve("/gateway/heartbeat"), Some(Route::Heartbeat));
         assert_eq!(resolve("/readyz"), Some(Route::Readyz));
+        assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
+        assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(42)));
+        assert_eq!(resolve("/gateway/cron/jobs/x"), None);
         for unknown in ["/", "", "/gateway", "/gateway/heartbeat/", "/gateway/heartbeat/x", "gateway/heartbeat"] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }

@@ -5,6 +5,7 @@
 mod support;
 
 mod config;
+mod cron;
 mod events;
 mod heartbeat;
 mod lifecycle;

@@ -1,0 +1,245 @@
+//! Reminders and cron jobs through the real binary (issue 3): FR-10.5–10.7 and the operator endpoints.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::support::{Gateway, SseEvent, count_rows, eventually};
+
+fn reminder_log(agent: Option<&str>, tool_input: Value) -> Value {
+    let mut log = json!({
+        "meta": {"trace_id": "trace-r", "timestamp": "2026-02-22T12:00:00Z"},
+        "action": {"status": "pending", "tool_call": "schedule_reminder", "tool_input": tool_input}
+    });
+    if let Some(agent) = agent {
+        log["identity"] = json!({"agent_id": agent, "agent_type": "researcher", "capability_version": "1.0"});
+    }
+    log
+}
+
+fn instant(value: &Value) -> OffsetDateTime {
+    OffsetDateTime::parse(value.as_str().unwrap(), &Rfc3339).unwrap()
+}
+
+/// Checks the contract fields of a `reminder` event and returns `(job_id, scheduled_for)`.
+fn check_reminder(event: &SseEvent, agent: &str) -> (i64, OffsetDateTime) {
+    assert_eq!(event.event, "reminder");
+    let data = &event.data;
+    assert_eq!(data["event_type"], "reminder");
+    assert_eq!(data["agent_id"], agent);
+    let job_id = data["job_id"].as_i64().unwrap();
+    let scheduled_for = data["scheduled_for"].as_str().unwrap();
+    let fire_id = format!("{job_id}:{scheduled_for}");
+    assert_eq!(data["fire_id"], fire_id.as_str());
+    assert_eq!(data["id"], fire_id.as_str(), "the event id is the fire_id");
+    assert_eq!(event.id.as_deref(), Some(fire_id.as_str()));
+    (job_id, instant(&data["scheduled_for"]))
+}
+
+#[test]
+fn a_reminder_requested_in_a_decision_log_arrives_over_sse_and_its_row_is_gone() {
+    let gateway = Gateway::start(&[]);
+    let reminders = gateway.subscribe("agent:agent-7:scheduled");
+    let messages = gateway.subscribe("gateway:messages");
+    let log = reminder_log(Some("agent-7"), json!({"delay_ms": 300, "payload": {"task": "check_quota"}}));
+    let (status, body) = gateway.post_json("/gateway/messages", &log);
+    assert_eq!((status, body), (202, json!({"status": "accepted", "trace_id": "trace-r"})));
+    messages.expect("decision_log");
+
+    let event = reminders.expect("reminder");
+    check_reminder(&event, "agent-7");
+    assert_eq!(event.data["payload"], json!({"task": "check_quota"}));
+    eventually("the fired one-time row is deleted", || count_rows(&gateway.database_path(), "cron_jobs") == 0);
+    assert!(gateway.logs().contains("reminder scheduled"));
+}
+
+#[test]
+fn invalid_reminder_requests_are_warned_about_and_the_log_is_still_accepted() {
+    let gateway = Gateway::start(&[]);
+    let messages = gateway.subscribe("gateway:messages");
+    let cases = [
+        (
+            reminder_log(Some("agent-7"), json!({"delay_ms": -500, "payload": {}})),
+            "invalid delay_ms for schedule_reminder: -500",
+        ),
+        (
+            reminder_log(Some("agent-7"), json!({"delay_ms": 0, "payload": {}})),
+            "invalid delay_ms for schedule_reminder: 0",
+        ),
+        // More than ten years: refused by the scheduler itself, with the same warning.
+        (
+            reminder_log(Some("agent-7"), json!({"delay_ms": 400_000_000_000_u64, "payload": {}})),
+            "invalid delay_ms for schedule_reminder: 400000000000",
+        ),
+        // No identity: fail closed, never a guessed agent.
+        (reminder_log(None, json!({"delay_ms": 1000, "payload": {}})), "schedule_reminder without identity.agent_id"),
+    ];
+    for (log, warning) in cases {
+        let (status, _) = gateway.post_json("/gateway/messages", &log);
+        assert_eq!(status, 202, "{warning}");
+        messages.expect("decision_log");
+        eventually(warning, || gateway.logs().contains(warning));
+    }
+    assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 0, "no job for any of them");
+}
+
+#[test]
+fn a_pending_reminder_survives_sigkill_and_fires_after_restart() {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let mut gateway = Gateway::start_in(Arc::clone(&dir), &[]);
+    // Long enough for the kill and the restart to happen before it is due.
+    let log = reminder_log(Some("agent-k"), json!({"delay_ms": 6_000, "payload": {"after": "crash"}}));
+    assert_eq!(gateway.post_json("/gateway/messages", &log).0, 202);
+    assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 1, "the row is written before 202");
+    gateway.kill();
+
+    let restarted = Gateway::start_in(dir, &[]);
+    let reminders = restarted.subscribe("agent:agent-k:scheduled");
+    let event = reminders.expect("reminder");
+    check_reminder(&event, "agent-k");
+    assert_eq!(event.data["payload"], json!({"after": "crash"}));
+    eventually("the fired row is deleted", || count_rows(&restarted.database_path(), "cron_jobs") == 0);
+}
+
+#[test]
+fn a_recurring_job_fires_repeatedly_with_distinct_fire_ids_and_stops_when_deleted() {
+    let gateway = Gateway::start(&[]);
+    let reminders = gateway.subscribe("agent:agent-r:scheduled");
+    let (status, job) = gateway.operator_post(
+        "/gateway/cron/jobs",
+        &json!({"agent_id": "agent-r", "schedule": "* * * * * *", "payload": {"kind": "tick"}}),
+    );
+    assert_eq!(status, 201, "{job}");
+    let job_id = job["id"].as_i64().unwrap();
+    assert_eq!(job["schedule"], "* * * * * *");
+    assert_eq!(job["is_one_time"], false);
+    let preview: Vec<OffsetDateTime> = job["preview"].as_array().unwrap().iter().map(instant).collect();
+    assert_eq!(preview.len(), 5);
+    assert_eq!(preview[0], instant(&job["next_fire_at"]));
+    assert!(preview.windows(2).all(|pair| pair[1] - pair[0] == time::Duration::SECOND));
+
+    let mut fire_ids = BTreeSet::new();
+    let mut instants = Vec::new();
+    for _ in 0..3 {
+        let event = reminders.expect("reminder");
+        let (fired_job, scheduled_for) = check_reminder(&event, "agent-r");
+        assert_eq!(fired_job, job_id);
+        assert_eq!(event.data["payload"], json!({"kind": "tick"}));
+        fire_ids.insert(event.data["fire_id"].as_str().unwrap().to_owned());
+        instants.push(scheduled_for);
+    }
+    assert_eq!(fire_ids.len(), 3, "every instant has its own fire_id");
+    assert!(instants.windows(2).all(|pair| pair[0] < pair[1]));
+
+    let (status, listed) = gateway.operator_get("/gateway/cron/jobs");
+    assert_eq!(status, 200);
+    assert_eq!(listed["jobs"][0]["id"], job_id);
+    assert!(instant(&listed["jobs"][0]["next_fire_at"]) > instants[2] - time::Duration::SECOND);
+
+    assert_eq!(
+        gateway.operator_delete(&format!("/gateway/cron/jobs/{job_id}")),
+        (200, json!({"status": "deleted", "id": job_id}))
+    );
+    // A fire already claimed when the delete landed may still arrive; after that, nothing.
+    let _in_flight = reminders.next_within(Duration::from_millis(1_500));
+    assert!(reminders.next_within(Duration::from_millis(2_500)).is_none(), "a deleted job must stop firing");
+    assert_eq!(gateway.operator_get("/gateway/cron/jobs").1["jobs"], json!([]));
+    assert_eq!(gateway.operator_delete(&format!("/gateway/cron/jobs/{job_id}")).0, 404);
+}
+
+fn create(gateway: &Gateway, schedule: &str) -> (u16, Value) {
+    gateway.operator_post("/gateway/cron/jobs", &json!({"agent_id": "agent-c", "schedule": schedule, "payload": {}}))
+}
+
+fn preview_of(gateway: &Gateway, schedule: &str) -> Vec<OffsetDateTime> {
+    let (status, job) = create(gateway, schedule);
+    assert_eq!(status, 201, "{schedule}: {job}");
+    job["preview"].as_array().unwrap().iter().map(instant).collect()
+}
+
+#[test]
+fn crontab_expressions_keep_their_crontab_meaning() {
+    use time::Weekday::{Friday, Monday, Saturday, Sunday, Wednesday};
+    let gateway = Gateway::start(&[]);
+
+    // Day-of-week numbers are crontab's: 1 is Monday, 0 and 7 are Sunday.
+    for instant in preview_of(&gateway, "30 9 * * 1") {
+        assert_eq!((instant.weekday(), instant.hour(), instant.minute(), instant.second()), (Monday, 9, 30, 0));
+    }
+    for schedule in ["0 0 * * 0", "0 0 * * 7", "0 0 * * sun", "@weekly"] {
+        assert!(preview_of(&gateway, schedule).iter().all(|instant| instant.weekday() == Sunday), "{schedule}");
+    }
+    let weekend = preview_of(&gateway, "0 12 * * 6-7");
+    assert!(weekend.iter().all(|instant| matches!(instant.weekday(), Saturday | Sunday)));
+    let odd_days = preview_of(&gateway, "0 8 * * mon,wed,FRI");
+    assert!(odd_days.iter().all(|instant| matches!(instant.weekday(), Monday | Wednesday | Friday)));
+    // Both day fields restricted: the 13th of any month OR any Friday, as crontab does.
+    let either = preview_of(&gateway, "0 0 13 * 5");
+    assert!(either.iter().all(|instant| instant.day() == 13 || instant.weekday() == Friday));
+    assert!(either.iter().any(|instant| instant.day() != 13), "{either:?}");
+    // Steps, ranges and the shorthands.
+    assert!(preview_of(&gateway, "*/15 * * * *").iter().all(|instant| instant.minute() % 15 == 0));
+    assert!(preview_of(&gateway, "@hourly").iter().all(|instant| instant.minute() == 0 && instant.second() == 0));
+    assert!(preview_of(&gateway, "@monthly").iter().all(|instant| instant.day() == 1 && instant.hour() == 0));
+    // Six fields: seconds first.
+    let every_ten_seconds = preview_of(&gateway, "*/10 * * * * *");
+    assert!(every_ten_seconds.windows(2).all(|pair| pair[1] - pair[0] == time::Duration::seconds(10)));
+
+    for (bad, names) in [
+        ("61 * * * *", "minute"),
+        ("0 0 * * 8", "day-of-week"),
+        ("0 0 32 * *", "day-of-month"),
+        ("* * *", "expected 5 fields"),
+        ("@reboot", "@reboot"),
+        ("0 0 30 2 *", "no upcoming instant"),
+    ] {
+        let (status, body) = create(&gateway, bad);
+        assert_eq!((status, body["reason"].as_str()), (422, Some("invalid_schedule")), "{bad}: {body}");
+        assert!(body["detail"].as_str().unwrap().contains(names), "{bad}: {body}");
+    }
+}
+
+#[test]
+fn the_cron_api_validates_input_and_requires_the_operator_token() {
+    let gateway = Gateway::start(&[]);
+    let unauthorized = gateway.post_json("/gateway/cron/jobs", &json!({"agent_id": "a", "schedule": "* * * * *"}));
+    assert_eq!(unauthorized.0, 401);
+    assert_eq!(gateway.get("/gateway/cron/jobs").0, 401);
+    for (body, reason) in [
+        (json!({"schedule": "* * * * *"}), "missing_required_fields"),
+        (json!({"agent_id": "a"}), "missing_required_fields"),
+        (json!({"agent_id": "", "schedule": "* * * * *"}), "missing_required_fields"),
+        (json!({"agent_id": "a", "schedule": "* * * * *", "payload": [1]}), "invalid_field"),
+        (json!({"agent_id": "bad\nid", "schedule": "* * * * *"}), "invalid_field"),
+        (json!([1, 2]), "invalid_field"),
+    ] {
+        let (status, response) = gateway.operator_post("/gateway/cron/jobs", &body);
+        assert_eq!((status, response["reason"].as_str()), (422, Some(reason)), "{body}");
+    }
+    assert_eq!(gateway.operator_get("/gateway/cron/jobs?limit=0").0, 400);
+    assert_eq!(gateway.operator_get("/gateway/cron/jobs?after_id=x").0, 400);
+    assert_eq!(gateway.operator_get("/gateway/cron/jobs/999").1["reason"], "unknown_cron_job");
+    assert_eq!(gateway.operator_get("/gateway/cron/jobs/not-a-number").0, 404);
+    assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 0);
+
+    let ids: Vec<i64> = (0..3).map(|_| create(&gateway, "@daily").1["id"].as_i64().unwrap()).collect();
+    let (status, page) = gateway.operator_get("/gateway/cron/jobs?limit=2");
+    assert_eq!(status, 200);
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 2);
+    assert_eq!(page["next_after_id"], ids[1]);
+    let (_, rest) = gateway.operator_get(&format!("/gateway/cron/jobs?limit=2&after_id={}", ids[1]));
+    assert_eq!(rest["jobs"][0]["id"], ids[2]);
+    assert_eq!(rest["next_after_id"], Value::Null);
+    assert_eq!(gateway.operator_get(&format!("/gateway/cron/jobs/{}", ids[0])).1["id"], ids[0]);
+
+    let (status, ready) = gateway.get("/readyz");
+    assert_eq!(status, 200, "{ready}");
+    let components = ready["checks"]["components"].as_array().unwrap();
+    assert!(
+        components.iter().any(|component| component["component"] == "cron_scheduler" && component["healthy"] == true)
+    );
+}
