@@ -8,6 +8,7 @@ use gateway_cron::{CronConfig, CronScheduler};
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
 use gateway_store::DieselStore;
+use gateway_webhooks::{RouterPorts, UreqTransport, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -18,6 +19,8 @@ use crate::http::auth::OperatorAuth;
 
 /// Concurrent SSE streams; past this, new ones get 503 so streams cannot exhaust memory or file handles.
 pub const MAX_EVENT_STREAMS: usize = 1024;
+/// At shutdown, webhook attempts in flight get their timeout plus this to finish and record their outcome.
+pub const WEBHOOK_DRAIN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Everything a request handler may use.
 #[derive(Debug)]
@@ -26,6 +29,7 @@ pub struct AppState {
     pub store: DieselStore,
     pub bus: Bus,
     pub heartbeat: Arc<HeartbeatManager>,
+    pub webhooks: WebhookRouter,
     pub cron: CronScheduler,
     pub clock: Arc<dyn Clock>,
     pub shutdown: CancellationToken,
@@ -35,7 +39,7 @@ pub struct AppState {
 impl AppState {
     /// The loops `/readyz` reports on.
     pub fn components(&self) -> Vec<ComponentHealth> {
-        vec![self.heartbeat.health().clone(), self.cron.health()]
+        vec![self.heartbeat.health().clone(), self.webhooks.health(), self.cron.health()]
     }
 }
 
@@ -79,8 +83,20 @@ impl App {
         );
 
         let stop_loops = CancellationToken::new();
+        let webhooks = WebhookRouter::new(
+            RouterPorts {
+                store: Arc::new(store.clone()),
+                transport: Arc::new(UreqTransport::new(config.webhook_transport())),
+                publisher: Arc::new(bus.clone()),
+                clock: Arc::clone(&clock),
+                leadership: Arc::clone(&leadership),
+            },
+            config.webhook_router(),
+            stop_loops.clone(),
+        );
         let mut loops = JoinSet::new();
         loops.spawn(Arc::clone(&heartbeat).run(stop_loops.clone()));
+        loops.spawn(webhooks.clone().run(stop_loops.clone()));
         loops.spawn({
             let cron = cron.clone();
             let stop = stop_loops.clone();
@@ -92,6 +108,7 @@ impl App {
             store,
             bus,
             heartbeat,
+            webhooks,
             cron,
             clock,
             shutdown,
@@ -112,6 +129,13 @@ impl App {
             if let Err(error) = outcome {
                 tracing::error!(%error, "a background loop ended abnormally");
             }
+        }
+        // Webhook attempts in flight finish (each is bounded by its timeout) and record their outcome before the
+        // store goes away; one still running past that is due again when its claim ends.
+        let webhooks = &self.state.webhooks;
+        let drain = webhooks.settings().attempt_timeout + WEBHOOK_DRAIN_MARGIN;
+        if tokio::time::timeout(drain, webhooks.wait_idle()).await.is_err() {
+            tracing::warn!("webhook attempts still running at shutdown; they will be retried after restart");
         }
     }
 }

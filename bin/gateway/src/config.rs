@@ -142,6 +142,34 @@ impl Config {
             max_tracked_agents: self.max_tracked_agents,
         }
     }
+
+    /// The webhook router's settings: each flag, or the webhook crate's constant when it is absent.
+    pub fn webhook_router(&self) -> gateway_webhooks::RouterSettings {
+        let defaults = gateway_webhooks::RouterSettings::default();
+        gateway_webhooks::RouterSettings {
+            poll_interval: self.webhook_poll_interval_ms.map_or(defaults.poll_interval, Duration::from_millis),
+            max_per_cycle: self.webhook_max_per_cycle.unwrap_or(defaults.max_per_cycle),
+            // The flag's parser already ran this check, so the default is never what replaces a bad value.
+            retry_schedule: self
+                .webhook_retry_schedule_s
+                .as_ref()
+                .and_then(|seconds| gateway_webhooks::RetrySchedule::from_seconds(&seconds.0).ok())
+                .unwrap_or(defaults.retry_schedule),
+            attempt_timeout: self.webhook_attempt_timeout(),
+        }
+    }
+
+    /// The outbound transport's settings (`--webhook-timeout-ms`, `--webhook-allow-private-targets`).
+    pub fn webhook_transport(&self) -> gateway_webhooks::TransportSettings {
+        gateway_webhooks::TransportSettings {
+            timeout: self.webhook_attempt_timeout(),
+            allow_private_targets: self.webhook_allow_private_targets,
+        }
+    }
+
+    fn webhook_attempt_timeout(&self) -> Duration {
+        self.webhook_timeout_ms.map_or(gateway_webhooks::ATTEMPT_TIMEOUT, Duration::from_millis)
+    }
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -168,7 +196,10 @@ fn parse_retry_schedule(value: &str) -> Result<RetryScheduleSeconds, String> {
         .split(',')
         .map(|delay| positive_u64(delay).map_err(|reason| format!("each delay {reason}")))
         .collect::<Result<Vec<_>, _>>()
-        .map(RetryScheduleSeconds)
+        .and_then(|seconds| {
+            gateway_webhooks::RetrySchedule::from_seconds(&seconds).map_err(|error| error.to_string())?;
+            Ok(RetryScheduleSeconds(seconds))
+        })
 }
 
 fn parse_database_url(value: &str) -> Result<DatabaseUrl, String> {
@@ -248,6 +279,33 @@ mod tests {
             let first_line = error.lines().next().unwrap();
             assert!(first_line.contains(flag), "{args:?}: {first_line}");
         }
+    }
+
+    #[test]
+    fn webhook_settings_default_to_the_crate_constants_and_follow_the_flags() {
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults.webhook_router(), gateway_webhooks::RouterSettings::default());
+        assert_eq!(defaults.webhook_transport().timeout, gateway_webhooks::ATTEMPT_TIMEOUT);
+        assert!(!defaults.webhook_transport().allow_private_targets);
+        let config = parse(&[
+            "--webhook-poll-interval-ms=250",
+            "--webhook-max-per-cycle=2",
+            "--webhook-retry-schedule-s=1,1,1,1,1",
+            "--webhook-timeout-ms=1500",
+            "--webhook-allow-private-targets",
+        ])
+        .unwrap();
+        let router = config.webhook_router();
+        assert_eq!(router.poll_interval, Duration::from_millis(250));
+        assert_eq!(router.max_per_cycle, 2);
+        assert_eq!(router.retry_schedule, gateway_webhooks::RetrySchedule::from_seconds(&[1; 5]).unwrap());
+        assert_eq!(router.attempt_timeout, Duration::from_millis(1500));
+        assert_eq!(
+            config.webhook_transport(),
+            gateway_webhooks::TransportSettings { timeout: Duration::from_millis(1500), allow_private_targets: true }
+        );
+        let too_long = parse(&["--webhook-retry-schedule-s=30,99999999"]).unwrap_err().render().to_string();
+        assert!(too_long.lines().next().unwrap().contains("--webhook-retry-schedule-s"), "{too_long}");
     }
 
     #[test]

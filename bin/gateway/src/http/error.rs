@@ -8,6 +8,7 @@
 use gateway_core::StoreError;
 use gateway_cron::CronError;
 use gateway_heartbeat::HeartbeatError;
+use gateway_webhooks::WebhookError;
 use http::StatusCode;
 use serde_json::json;
 
@@ -104,6 +105,30 @@ impl From<CronError> for ApiError {
             CronError::InvalidSchedule(reason) => Self::new(unprocessable, "invalid_schedule").with_detail(reason),
             CronError::NotFound(_) => Self::new(StatusCode::NOT_FOUND, "unknown_cron_job"),
             CronError::Store(store) => store.into(),
+        }
+    }
+}
+
+impl From<WebhookError> for ApiError {
+    fn from(error: WebhookError) -> Self {
+        match error {
+            WebhookError::UnknownWebhook(_) => Self::new(StatusCode::NOT_FOUND, "unknown_webhook"),
+            WebhookError::UnknownDelivery(_) => Self::new(StatusCode::NOT_FOUND, "unknown_delivery"),
+            // Which of missing, malformed or wrong is logged by the router; the sender only learns "mismatch".
+            WebhookError::SignatureMismatch { .. } => Self::new(StatusCode::UNAUTHORIZED, "signature_mismatch"),
+            WebhookError::DuplicateConfig => {
+                Self::new(StatusCode::CONFLICT, "duplicate_webhook_config").with_detail(error.to_string())
+            }
+            WebhookError::InvalidConfig { .. } | WebhookError::InvalidDelivery { .. } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").with_detail(error.to_string())
+            }
+            WebhookError::InvalidQuery { .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_query").with_detail(error.to_string())
+            }
+            WebhookError::RetryNotAllowed { .. } => {
+                Self::new(StatusCode::CONFLICT, "retry_not_allowed").with_detail(error.to_string())
+            }
+            WebhookError::Store(store) => store.into(),
         }
     }
 }

@@ -13,6 +13,7 @@ mod events;
 mod health;
 mod heartbeat;
 mod messages;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,7 +10,7 @@ use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, cron, events, health, heartbeat, messages};
+use crate::http::{agents, cron, events, health, heartbeat, messages, webhooks};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -20,6 +20,13 @@ enum Route {
     Agents,
     Healthz,
     Readyz,
+    /// `POST /gateway/webhooks/{webhook_id}`; `None` when the id is not a number (no such webhook).
+    WebhookInbound(Option<i64>),
+    WebhookConfigs,
+    WebhookConfig(i64),
+    Deliveries,
+    Delivery(i64),
+    DeliveryRetry(i64),
     CronJobs,
     CronJob(i64),
 }
@@ -33,6 +40,12 @@ fn resolve(path: &str) -> Option<Route> {
         ["gateway", "agents"] => Some(Route::Agents),
         ["healthz"] => Some(Route::Healthz),
         ["readyz"] => Some(Route::Readyz),
+        ["gateway", "webhooks", id] => Some(Route::WebhookInbound(id.parse().ok())),
+        ["gateway", "webhook-configs"] => Some(Route::WebhookConfigs),
+        ["gateway", "webhook-configs", id] => id.parse().ok().map(Route::WebhookConfig),
+        ["gateway", "deliveries"] => Some(Route::Deliveries),
+        ["gateway", "deliveries", id] => id.parse().ok().map(Route::Delivery),
+        ["gateway", "deliveries", id, "retry"] => id.parse().ok().map(Route::DeliveryRetry),
         ["gateway", "cron", "jobs"] => Some(Route::CronJobs),
         ["gateway", "cron", "jobs", id] => id.parse().ok().map(Route::CronJob),
         _ => None,
@@ -44,6 +57,10 @@ impl Route {
         match self {
             Self::Heartbeat | Self::Messages => &[Method::POST],
             Self::Events | Self::Agents | Self::Healthz | Self::Readyz => &[Method::GET],
+            Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
+            Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
+            Self::WebhookConfig(_) => &[Method::GET, Method::DELETE],
+            Self::Delivery(_) => &[Method::GET],
             Self::CronJobs => &[Method::GET, Method::POST],
             Self::CronJob(_) => &[Method::GET, Method::DELETE],
         }
@@ -51,7 +68,17 @@ impl Route {
 
     /// Routes behind the operator token. (The event stream decides per topic, in its handler.)
     fn operator_only(self) -> bool {
-        matches!(self, Self::Agents | Self::CronJobs | Self::CronJob(_))
+        matches!(
+            self,
+            Self::Agents
+                | Self::WebhookConfigs
+                | Self::WebhookConfig(_)
+                | Self::Deliveries
+                | Self::Delivery(_)
+                | Self::DeliveryRetry(_)
+                | Self::CronJobs
+                | Self::CronJob(_)
+        )
     }
 }
 
@@ -87,6 +114,15 @@ async fn dispatch(state: Arc<AppState>, request: Request) -> Result<Response, Ap
         Route::Agents => agents::list(&state, &request),
         Route::Healthz => Ok(health::live()),
         Route::Readyz => Ok(health::ready(&state).await),
+        Route::WebhookInbound(id) => webhooks::inbound(&state, id, request).await,
+        Route::WebhookConfigs if request.method() == Method::POST => webhooks::create_config(&state, request).await,
+        Route::WebhookConfigs => webhooks::list_configs(&state).await,
+        Route::WebhookConfig(id) if request.method() == Method::DELETE => webhooks::delete_config(&state, id).await,
+        Route::WebhookConfig(id) => webhooks::show_config(&state, id).await,
+        Route::Deliveries if request.method() == Method::POST => webhooks::enqueue(&state, request).await,
+        Route::Deliveries => webhooks::list_deliveries(&state, &request).await,
+        Route::Delivery(id) => webhooks::show_delivery(&state, id).await,
+        Route::DeliveryRetry(id) => webhooks::retry(&state, id).await,
         Route::CronJobs if request.method() == Method::POST => cron::create(&state, request).await,
         Route::CronJobs => cron::list(&state, &request).await,
         Route::CronJob(id) if request.method() == Method::DELETE => cron::delete(&state, id).await,
@@ -111,6 +147,12 @@ mod tests {
     fn resolves_exact_paths_only() {
         assert_eq!(resolve("/gateway/heartbeat"), Some(Route::Heartbeat));
         assert_eq!(resolve("/readyz"), Some(Route::Readyz));
+        assert_eq!(resolve("/gateway/webhooks/7"), Some(Route::WebhookInbound(Some(7))));
+        assert_eq!(resolve("/gateway/webhooks/seven"), Some(Route::WebhookInbound(None)));
+        assert_eq!(resolve("/gateway/webhook-configs/3"), Some(Route::WebhookConfig(3)));
+        assert_eq!(resolve("/gateway/deliveries/12/retry"), Some(Route::DeliveryRetry(12)));
+        assert_eq!(resolve("/gateway/deliveries/x"), None);
+        assert!(Route::Deliveries.operator_only() && !Route::WebhookInbound(None).operator_only());
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
         assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(42)));
         assert_eq!(resolve("/gateway/cron/jobs/x"), None);

@@ -2,6 +2,7 @@
 //! One test binary for the whole crate (one link step); a module per capability.
 #![allow(clippy::unwrap_used, clippy::print_stderr)] // A test fails by panicking.
 
+mod receiver;
 mod support;
 
 mod config;
@@ -11,3 +12,4 @@ mod heartbeat;
 mod lifecycle;
 mod messages;
 mod operator;
+mod webhooks;
