@@ -1,0 +1,340 @@
+//! The webhook router's benchmark (issue 4, item 9).
+//!
+//! Run: `cargo bench -p webhook-bench` (release profile). Sizes can be lowered for a quick look:
+//! `WEBHOOK_BENCH_DELIVERED=100000 WEBHOOK_BENCH_DELIVERIES=1000 cargo bench -p webhook-bench`.
+//!
+//! 1. Due-row query: `WebhookStore::due_deliveries` (what each poll cycle runs) on SQLite with 1,000,000
+//!    delivered rows and 10,000 due ones, p50/p99 over 2,000 runs, for the default window (50 rows) and the
+//!    largest (1,000).
+//! 2. End to end, the real gateway in this process with the per-cycle cap lifted: deliveries enqueued over HTTP
+//!    by 8 client threads until a local receiver has them all; deliveries per second.
+//! 3. Enqueue-to-receipt latency: deliveries enqueued one at a time; from sending the POST to the receiver
+//!    reading the request, p50/p99.
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // A benchmark reports on stdout and aborts on setup errors.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use diesel::prelude::*;
+use gateway::Gateway;
+use gateway::config::{AdminToken, Config};
+use gateway_core::{NewWebhookConfig, WebhookSecret, WebhookStore};
+use gateway_store::schema::webhook_deliveries;
+use gateway_store::timestamp::to_db;
+use gateway_store::{DatabaseUrl, DieselStore};
+use time::{OffsetDateTime, PrimitiveDateTime};
+use tokio_util::sync::CancellationToken;
+use webhook_bench::{Sample, millis, rate};
+
+const TOKEN: &str = "webhook-benchmark-operator-token";
+
+fn env_size(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = webhook_deliveries)]
+struct Row<'a> {
+    webhook_id: i64,
+    session_id: &'a str,
+    payload: &'a str,
+    target_url: &'a str,
+    signature: &'a str,
+    status: &'a str,
+    attempt_count: i32,
+    last_attempted_at: Option<PrimitiveDateTime>,
+    next_retry_at: Option<PrimitiveDateTime>,
+    created_at: PrimitiveDateTime,
+}
+
+fn fill(path: &std::path::Path, webhook_id: i64, delivered: usize, due: usize, now: OffsetDateTime) {
+    let mut connection = SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+    let signature = "sha256=0000000000000000000000000000000000000000000000000000000000000000";
+    let started = Instant::now();
+    connection
+        .transaction::<_, diesel::result::Error, _>(|connection| {
+            let mut rows = Vec::with_capacity(1000);
+            for index in 0..delivered + due {
+                let is_due = index >= delivered;
+                let created = now - time::Duration::hours(48) + time::Duration::milliseconds(index as i64);
+                rows.push(Row {
+                    webhook_id,
+                    session_id: if index % 2 == 0 { "bench-a" } else { "bench-b" },
+                    payload: r#"{"bench":true}"#,
+                    target_url: if index % 3 == 0 { "https://a.example/hook" } else { "https://b.example/hook" },
+                    signature,
+                    status: match (is_due, index % 2) {
+                        (false, _) => "delivered",
+                        (true, 0) => "failed",
+                        (true, _) => "pending",
+                    },
+                    attempt_count: i32::from(!is_due || index % 2 == 0),
+                    last_attempted_at: (!is_due).then(|| to_db(created)),
+                    // Due rows: spread over the last hour.
+                    next_retry_at: is_due.then(|| {
+                        to_db(
+                            now - time::Duration::seconds(3600)
+                                + time::Duration::milliseconds((index - delivered) as i64 * 300),
+                        )
+                    }),
+                    created_at: to_db(created),
+                });
+                if rows.len() == 1000 {
+                    diesel::insert_into(webhook_deliveries::table).values(&rows).execute(connection)?;
+                    rows.clear();
+                }
+            }
+            if !rows.is_empty() {
+                diesel::insert_into(webhook_deliveries::table).values(&rows).execute(connection)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    println!("  filled {delivered} delivered + {due} due rows in {:.1} s", started.elapsed().as_secs_f64());
+}
+
+fn due_row_query() {
+    let delivered = env_size("WEBHOOK_BENCH_DELIVERED", 1_000_000);
+    let due = env_size("WEBHOOK_BENCH_DUE", 10_000);
+    println!("1. due-row query, {delivered} delivered + {due} due rows");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    let store = DieselStore::open(&DatabaseUrl::Sqlite(path.clone())).unwrap();
+    let now = OffsetDateTime::now_utc();
+    let config = store
+        .create_config(&NewWebhookConfig {
+            source_identifier: "bench".into(),
+            event_type: "bench".into(),
+            agent_intent: "bench".into(),
+            target_session: "bench".into(),
+            target_url: "https://a.example/hook".into(),
+            secret: WebhookSecret::new("bench"),
+            created_at: now,
+        })
+        .unwrap();
+    fill(&path, config.id, delivered, due, now);
+    {
+        // What a long-running database has: fresh planner statistics, and the bulk load checkpointed out of the
+        // write-ahead log into the database file.
+        let mut connection = SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+        diesel::sql_query("ANALYZE").execute(&mut connection).unwrap();
+        diesel::sql_query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&mut connection).unwrap();
+    }
+    for window in [gateway_webhooks::router::candidate_window(gateway_webhooks::MAX_PER_CYCLE), 1000] {
+        for _ in 0..200 {
+            store.due_deliveries(now, window).unwrap();
+        }
+        let runs = 2000;
+        let mut timings = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let started = Instant::now();
+            let rows = store.due_deliveries(now, window).unwrap();
+            timings.push(started.elapsed());
+            assert_eq!(rows.len(), window.min(due));
+        }
+        let sample = Sample::new(timings);
+        println!(
+            "  window {window:>4}: p50 {}  p99 {}  ({} runs)",
+            millis(sample.percentile(0.5)),
+            millis(sample.percentile(0.99)),
+            sample.len()
+        );
+    }
+}
+
+/// The receiver: records when each `{"seq": n}` payload arrived and answers 204, on keep-alive connections.
+struct Receiver {
+    address: SocketAddr,
+    arrivals: Arc<(Mutex<HashMap<u64, Instant>>, Condvar)>,
+}
+
+impl Receiver {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let arrivals: Arc<(Mutex<HashMap<u64, Instant>>, Condvar)> = Arc::default();
+        let shared = Arc::clone(&arrivals);
+        thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let shared = Arc::clone(&shared);
+                thread::spawn(move || serve(stream, &shared));
+            }
+        });
+        Self { address, arrivals }
+    }
+
+    fn wait_for(&self, count: usize) -> HashMap<u64, Instant> {
+        let (arrivals, changed) = &*self.arrivals;
+        let guard = arrivals.lock().unwrap();
+        let (guard, timeout) =
+            changed.wait_timeout_while(guard, Duration::from_secs(600), |arrivals| arrivals.len() < count).unwrap();
+        assert!(!timeout.timed_out(), "only {} of {count} deliveries arrived", guard.len());
+        guard.clone()
+    }
+
+    fn clear(&self) {
+        self.arrivals.0.lock().unwrap().clear();
+    }
+}
+
+fn serve(stream: TcpStream, arrivals: &(Mutex<HashMap<u64, Instant>>, Condvar)) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut length = 0;
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let arrived = Instant::now();
+        let seq = serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|value| value["seq"].as_u64());
+        if let Some(seq) = seq {
+            let (map, changed) = arrivals;
+            map.lock().unwrap().insert(seq, arrived);
+            changed.notify_all();
+        }
+        if writer.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").is_err() {
+            return;
+        }
+    }
+}
+
+fn client() -> ureq::Agent {
+    ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(60))).build().new_agent()
+}
+
+fn enqueue(agent: &ureq::Agent, base: &str, webhook_id: i64, seq: u64) {
+    let body = format!(r#"{{"webhook_id":{webhook_id},"session_id":"bench","payload":{{"seq":{seq}}}}}"#);
+    let response = agent
+        .post(format!("{base}/gateway/deliveries"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .content_type("application/json")
+        .send(body)
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+}
+
+fn end_to_end() {
+    let deliveries = env_size("WEBHOOK_BENCH_DELIVERIES", 5_000);
+    let latency_runs = env_size("WEBHOOK_BENCH_LATENCY_RUNS", 1_000);
+    let cap = env_size("WEBHOOK_BENCH_CAP", 256);
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
+    let cap_text = cap.to_string();
+    let config = Config::try_parse_from([
+        "gateway",
+        "--database-url",
+        &database,
+        "--admin-token",
+        TOKEN,
+        "--webhook-allow-private-targets",
+        "--webhook-max-per-cycle",
+        &cap_text,
+    ])
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let shutdown = CancellationToken::new();
+    let base = runtime.block_on(async {
+        let gateway = Gateway::start(&config, &AdminToken::new(TOKEN.to_owned()), shutdown.clone()).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(gateway.serve(listener));
+        format!("http://{address}")
+    });
+
+    let receiver = Receiver::start();
+    let agent = client();
+    let mut response = agent
+        .post(format!("{base}/gateway/webhook-configs"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .content_type("application/json")
+        .send(format!(
+            r#"{{"source_identifier":"bench","event_type":"bench","agent_intent":"bench","target_session":"bench",
+                "target_url":"http://{}/hook","secret":"bench-secret"}}"#,
+            receiver.address
+        ))
+        .unwrap();
+    let created: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
+    let webhook_id = created["id"].as_i64().unwrap();
+
+    println!("2. end to end through the gateway, cap {cap} per cycle and in flight, 8 client threads");
+    let clients = 8;
+    let started = Instant::now();
+    let workers: Vec<_> = (0..clients)
+        .map(|worker| {
+            let base = base.clone();
+            thread::spawn(move || {
+                let agent = client();
+                for seq in (worker..deliveries).step_by(clients) {
+                    enqueue(&agent, &base, webhook_id, seq as u64);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let enqueued = started.elapsed();
+    let arrivals = receiver.wait_for(deliveries);
+    let last = arrivals.values().max().copied().unwrap_or(started);
+    let elapsed = last.duration_since(started);
+    println!(
+        "  {deliveries} deliveries: enqueued in {:.2} s ({:.0}/s), all received after {:.2} s: {:.0} deliveries/s",
+        enqueued.as_secs_f64(),
+        rate(deliveries, enqueued),
+        elapsed.as_secs_f64(),
+        rate(deliveries, elapsed)
+    );
+
+    println!("3. enqueue-to-receipt latency, {latency_runs} deliveries enqueued one at a time");
+    receiver.clear();
+    let offset = deliveries as u64;
+    let mut sent = Vec::with_capacity(latency_runs);
+    for index in 0..latency_runs as u64 {
+        sent.push(Instant::now());
+        enqueue(&agent, &base, webhook_id, offset + index);
+        // Unloaded: the next one goes once this one has arrived.
+        receiver.wait_for(index as usize + 1);
+    }
+    let arrivals = receiver.wait_for(latency_runs);
+    let latencies =
+        sent.iter().enumerate().map(|(index, at)| arrivals[&(offset + index as u64)].duration_since(*at)).collect();
+    let sample = Sample::new(latencies);
+    println!("  p50 {}  p99 {}", millis(sample.percentile(0.5)), millis(sample.percentile(0.99)));
+
+    shutdown.cancel();
+    runtime.shutdown_timeout(Duration::from_secs(5));
+}
+
+fn main() {
+    // `cargo test --benches` runs bench targets with `--bench`-less arguments; only run when benchmarking.
+    if !std::env::args().any(|argument| argument == "--bench") {
+        return;
+    }
+    due_row_query();
+    end_to_end();
+}
