@@ -12,4 +12,5 @@ mod heartbeat;
 mod lifecycle;
 mod messages;
 mod operator;
+mod robustness;
 mod webhooks;
