@@ -102,12 +102,19 @@ impl FireCompletion {
 
 /// Durable storage of cron jobs.
 ///
-/// Claim rule, which every implementation must keep: a claim of `(job_id, scheduled_for)` succeeds only if the
-/// row exists, its `next_fire_at` equals `scheduled_for`, and it is not claimed, or its claim expired
-/// (`claimed_until <= lease.now`), or its claim was made under an older leadership token. A completion
-/// succeeds only if the row is still claimed by the same owner for the same instant.
+/// Claim rule, which every implementation must keep: a row is claimed only if it exists, is due
+/// (`next_fire_at <= lease.now`), and is not claimed, or its claim expired (`claimed_until <= lease.now`), or
+/// its claim was made under an older leadership token; the claimed instant is the row's `next_fire_at`, which
+/// the claim does not change. The check and the write are one atomic step, so one instant of one job has at
+/// most one unexpired claim. A completion applies only while the row is still claimed by the same owner.
 pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError>;
+    /// Inserts all of `jobs` or none, returning them in the same order. A database adapter should do this in
+    /// one transaction: the scheduler groups concurrent `schedule_once` calls into one call of this, so the
+    /// cost of a commit is shared by every job in it.
+    fn insert_cron_jobs(&self, jobs: &[NewCronJob]) -> Result<Vec<CronJob>, StoreError> {
+        jobs.iter().map(|job| self.insert_cron_job(job)).collect()
+    }
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError>;
     /// Jobs by ascending id, starting after `after_id` (keyset pagination).
     fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError>;
@@ -115,11 +122,24 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError>;
     /// Rows with `next_fire_at < before`, ordered by `(next_fire_at, id)`, at most `limit` (claimed or not).
     fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError>;
-    /// Claims what can be claimed of `fires` (all in one transaction) and returns those rows; a fire that
-    /// cannot be claimed (gone, moved on, claimed by someone else) is simply absent from the result.
-    fn claim_fires(&self, fires: &[FireKey], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError>;
+    /// Claims what can be claimed of the rows `job_ids` (all in one transaction) and returns those rows; a
+    /// row that cannot be claimed (gone, not due, claimed by someone else) is simply absent from the result.
+    fn claim_fires(&self, job_ids: &[i64], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError>;
     /// Applies the completions whose claim `owner` still holds (all in one transaction); returns how many.
     fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError>;
+    /// [`Self::complete_fires`] then [`Self::claim_fires`]. A database adapter should do both in one
+    /// transaction: a busy scheduler completes one batch and claims the next with a single commit, which
+    /// halves what it writes per fire.
+    fn complete_and_claim(
+        &self,
+        owner: &str,
+        completions: &[FireCompletion],
+        job_ids: &[i64],
+        lease: &ClaimLease,
+    ) -> Result<(usize, Vec<CronJob>), StoreError> {
+        let completed = self.complete_fires(owner, completions)?;
+        Ok((completed, self.claim_fires(job_ids, lease)?))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -187,6 +207,12 @@ impl CronJobStore for InMemoryCronJobStore {
         Ok(stored)
     }
 
+    fn insert_cron_jobs(&self, jobs: &[NewCronJob]) -> Result<Vec<CronJob>, StoreError> {
+        // Checked once up front: all or nothing, like the database's one transaction.
+        self.failure.check()?;
+        jobs.iter().map(|job| self.insert_cron_job(job)).collect()
+    }
+
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
         self.failure.check()?;
         Ok(lock(&self.state).rows.get(&id).map(|stored| stored.job.clone()))
@@ -222,14 +248,14 @@ impl CronJobStore for InMemoryCronJobStore {
         Ok(due)
     }
 
-    fn claim_fires(&self, fires: &[FireKey], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError> {
+    fn claim_fires(&self, job_ids: &[i64], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError> {
         self.failure.check()?;
         self.claim_failure.check()?;
         let mut state = lock(&self.state);
-        let mut claimed = Vec::with_capacity(fires.len());
-        for fire in fires {
-            let Some(stored) = state.rows.get_mut(&fire.job_id) else { continue };
-            if stored.job.next_fire_at != fire.scheduled_for {
+        let mut claimed = Vec::with_capacity(job_ids.len());
+        for job_id in job_ids {
+            let Some(stored) = state.rows.get_mut(job_id) else { continue };
+            if stored.job.next_fire_at > lease.now {
                 continue;
             }
             let free = match &stored.claim {
@@ -247,14 +273,20 @@ impl CronJobStore for InMemoryCronJobStore {
 
     fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError> {
         self.failure.check()?;
+        if completions.is_empty() {
+            return Ok(0);
+        }
         self.completion_failure.check()?;
         let mut state = lock(&self.state);
         let mut completed = 0;
         for completion in completions {
             let fire = completion.fire();
+            // The owner alone identifies a claim: one owner fires one instant of a row at a time. Advancing
+            // also checks the instant, so a stale completion never moves a row twice.
             let held = state.rows.get(&fire.job_id).is_some_and(|stored| {
-                stored.job.next_fire_at == fire.scheduled_for
-                    && stored.claim.as_ref().is_some_and(|claim| claim.owner == owner)
+                stored.claim.as_ref().is_some_and(|claim| claim.owner == owner)
+                    && (matches!(completion, FireCompletion::Delete(_))
+                        || stored.job.next_fire_at == fire.scheduled_for)
             });
             if !held {
                 continue;
@@ -321,14 +353,15 @@ mod tests {
         let store = InMemoryCronJobStore::default();
         let job = store.insert_cron_job(&one_time(START)).unwrap();
         let fire = FireKey { job_id: job.id, scheduled_for: START };
-        assert_eq!(store.claim_fires(&[fire], &lease("a", 1, START)).unwrap().len(), 1);
-        assert!(store.claim_fires(&[fire], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
+        assert!(store.claim_fires(&[job.id], &lease("a", 1, START - Duration::seconds(1))).unwrap().is_empty());
+        assert_eq!(store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap().len(), 1);
+        assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
         assert_eq!(
             store.pending_fires(START + Duration::seconds(1), 10).unwrap()[0].claimable_at(),
             START + Duration::seconds(10)
         );
         // The lease ran out without a completion: the instant is claimable again, and the old owner lost it.
-        assert_eq!(store.claim_fires(&[fire], &lease("b", 1, START + Duration::seconds(10))).unwrap().len(), 1);
+        assert_eq!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(10))).unwrap().len(), 1);
         assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).unwrap(), 0);
         assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).unwrap(), 1);
         assert!(store.is_empty());
@@ -338,9 +371,9 @@ mod tests {
     fn a_newer_leadership_term_takes_over_a_live_claim() {
         let store = InMemoryCronJobStore::default();
         let job = store.insert_cron_job(&one_time(START)).unwrap();
-        let fire = FireKey { job_id: job.id, scheduled_for: START };
-        store.claim_fires(&[fire], &lease("old-leader", 1, START)).unwrap();
-        assert_eq!(store.claim_fires(&[fire], &lease("new-leader", 2, START)).unwrap().len(), 1);
+        store.claim_fires(&[job.id], &lease("old-leader", 1, START)).unwrap();
+        assert!(store.claim_fires(&[job.id], &lease("rival", 1, START)).unwrap().is_empty());
+        assert_eq!(store.claim_fires(&[job.id], &lease("new-leader", 2, START)).unwrap().len(), 1);
         assert_eq!(store.claim_of(job.id).unwrap().0, "new-leader");
     }
 
@@ -350,10 +383,8 @@ mod tests {
         let job = store
             .insert_cron_job(&NewCronJob { schedule: Some("* * * * *".into()), is_one_time: false, ..one_time(START) })
             .unwrap();
-        let stale = FireKey { job_id: job.id, scheduled_for: START - Duration::minutes(1) };
-        assert!(store.claim_fires(&[stale], &lease("a", 1, START)).unwrap().is_empty());
         let fire = FireKey { job_id: job.id, scheduled_for: START };
-        store.claim_fires(&[fire], &lease("a", 1, START)).unwrap();
+        assert_eq!(store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap()[0].next_fire_at, START);
         let next = START + Duration::minutes(1);
         assert_eq!(store.complete_fires("a", &[FireCompletion::Advance { fire, next_fire_at: next }]).unwrap(), 1);
         let stored = store.cron_job(job.id).unwrap().unwrap();
@@ -361,6 +392,8 @@ mod tests {
         assert_eq!(store.claim_of(job.id), None);
         // Completing the same instant twice does nothing: the row has moved on.
         assert_eq!(store.complete_fires("a", &[FireCompletion::Advance { fire, next_fire_at: next }]).unwrap(), 0);
+        // The next instant is not due yet, so nobody can claim it early.
+        assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(59))).unwrap().is_empty());
     }
 
     #[test]
@@ -376,9 +409,9 @@ mod tests {
 
         let fire = FireKey { job_id: ids[1], scheduled_for: START };
         store.claim_failure.set_failing(true);
-        assert!(matches!(store.claim_fires(&[fire], &lease("a", 1, START)), Err(StoreError::Unavailable(_))));
+        assert!(matches!(store.claim_fires(&[ids[1]], &lease("a", 1, START)), Err(StoreError::Unavailable(_))));
         store.claim_failure.set_failing(false);
-        store.claim_fires(&[fire], &lease("a", 1, START)).unwrap();
+        store.claim_fires(&[ids[1]], &lease("a", 1, START)).unwrap();
         store.completion_failure.set_failing(true);
         assert!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).is_err());
         assert!(store.cron_job(ids[1]).unwrap().is_some());

@@ -12,6 +12,7 @@
 //! [`gateway_core::InMemoryCronJobStore`].
 
 mod error;
+mod group_commit;
 mod schedule;
 mod scheduler;
 mod window;
@@ -19,7 +20,7 @@ mod window;
 pub use error::CronError;
 pub use schedule::{CronSchedule, MAX_SCHEDULE_LEN, PREVIEW_INSTANTS};
 pub use scheduler::{
-    CLAIM_LEASE, CronConfig, CronScheduler, DEFAULT_BATCH_SIZE, DEFAULT_LOOKAHEAD, DEFAULT_REFILL_INTERVAL,
-    DEFAULT_WINDOW_CAPACITY, LEADERSHIP_POLL, LoopProgress, MAX_DELAY_MS, MAX_LIST_LIMIT, RETRY_INITIAL, RETRY_MAX,
-    fire_id, preview,
+    CLAIM_LEASE, COMPLETION_COALESCE, CronConfig, CronScheduler, DEFAULT_BATCH_SIZE, DEFAULT_LOOKAHEAD,
+    DEFAULT_REFILL_INTERVAL, DEFAULT_WINDOW_CAPACITY, LEADERSHIP_POLL, LoopProgress, MAX_DELAY_MS, MAX_LIST_LIMIT,
+    RETRY_INITIAL, RETRY_MAX, fire_id, preview,
 };

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use gateway_core::{FireKey, PendingFire};
+use gateway_core::PendingFire;
 use time::{Duration, OffsetDateTime};
 
 #[derive(Debug)]
@@ -94,19 +94,24 @@ impl Window {
         self.entries.first_key_value().is_some_and(|(first, _)| *first == key)
     }
 
-    /// Removes and returns up to `max` fires claimable at `now`, earliest first.
-    pub(crate) fn pop_due(&mut self, now: OffsetDateTime, max: usize) -> Vec<FireKey> {
+    /// Removes and returns up to `max` jobs claimable at `now` (their ids), earliest first.
+    pub(crate) fn pop_due(&mut self, now: OffsetDateTime, max: usize) -> Vec<i64> {
         let mut due = Vec::new();
         while due.len() < max {
             match self.entries.first_key_value() {
                 Some(((at, _), _)) if *at <= now => {}
                 _ => break,
             }
-            if let Some(((_, job_id), scheduled_for)) = self.entries.pop_first() {
-                due.push(FireKey { job_id, scheduled_for });
+            if let Some(((_, job_id), _)) = self.entries.pop_first() {
+                due.push(job_id);
             }
         }
         due
+    }
+
+    /// When the earliest entry becomes claimable.
+    pub(crate) fn first_claimable_at(&self) -> Option<OffsetDateTime> {
+        self.entries.first_key_value().map(|((at, _), _)| *at)
     }
 
     /// When the loop must look again: the earliest entry, the horizon, or the periodic reload. A horizon
@@ -152,8 +157,8 @@ mod tests {
         assert!(!window.needs_refill(NOW));
         assert!(window.needs_refill(NOW + Duration::seconds(5)));
         assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(5));
-        assert_eq!(window.pop_due(NOW + Duration::seconds(4), 10), vec![]);
-        assert_eq!(window.pop_due(NOW + Duration::seconds(5), 10), vec![pending(1, 5).key()]);
+        assert!(window.pop_due(NOW + Duration::seconds(4), 10).is_empty());
+        assert_eq!(window.pop_due(NOW + Duration::seconds(5), 10), vec![1]);
     }
 
     #[test]
@@ -186,7 +191,7 @@ mod tests {
         window.refill(NOW, NOW + Duration::seconds(30), &[claimed], 10, Duration::seconds(60));
         assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(10));
         assert!(window.pop_due(NOW, 10).is_empty());
-        assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![claimed.key()]);
+        assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![1]);
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl Harness {
             let shutdown = shutdown.clone();
             async move { scheduler.run(shutdown).await }
         });
-        progress.wait_for(|progress| progress.cycles >= 1).await.unwrap();
+        progress.wait_for(|progress| progress.cycles >= 1 && !progress.reloading).await.unwrap();
         (scheduler, progress)
     }
 
@@ -127,9 +127,10 @@ fn cycles(progress: &watch::Receiver<LoopProgress>) -> u64 {
     progress.borrow().cycles
 }
 
-/// Waits until the loop has finished a cycle after `seen`.
+/// Waits until the loop has finished a cycle after `seen` and has no window reload in flight (a reload that
+/// lands later wakes the loop, which must not happen after the test moved the clock on).
 async fn cycle_after(progress: &mut watch::Receiver<LoopProgress>, seen: u64) {
-    progress.wait_for(|progress| progress.cycles > seen).await.unwrap();
+    progress.wait_for(|progress| progress.cycles > seen && !progress.reloading).await.unwrap();
 }
 
 /// No periodic reload within a test's span, so the only timer is the next due fire and a ManualClock moved

@@ -6,9 +6,7 @@
 //! so the same statements serve PostgreSQL in phase 2.
 
 use diesel::prelude::*;
-use gateway_core::{
-    AgentId, ClaimLease, CronJob, CronJobStore, FireCompletion, FireKey, NewCronJob, PendingFire, StoreError,
-};
+use gateway_core::{AgentId, ClaimLease, CronJob, CronJobStore, FireCompletion, NewCronJob, PendingFire, StoreError};
 use time::PrimitiveDateTime;
 
 use crate::connection::DieselStore;
@@ -26,14 +24,39 @@ struct CronJobRow {
     is_one_time: bool,
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = cron_jobs)]
 struct NewCronJobRow<'a> {
     agent_id: &'a str,
     schedule: Option<&'a str>,
     next_fire_at: PrimitiveDateTime,
     payload: String,
     is_one_time: bool,
+}
+
+impl<'a> NewCronJobRow<'a> {
+    fn of(job: &'a NewCronJob) -> Self {
+        Self {
+            agent_id: job.agent_id.as_str(),
+            schedule: job.schedule.as_deref(),
+            next_fire_at: to_db(job.next_fire_at),
+            payload: serde_json::to_string(&job.payload).unwrap_or_else(|_| "{}".to_owned()),
+            is_one_time: job.is_one_time,
+        }
+    }
+
+    /// Every column is bound as a value (a missing schedule as NULL rather than DEFAULT), which keeps the
+    /// statement's text fixed so Diesel reuses the prepared statement instead of compiling it per row.
+    fn insert(&self, connection: &mut SqliteConnection) -> QueryResult<CronJobRow> {
+        diesel::insert_into(cron_jobs::table)
+            .values((
+                cron_jobs::agent_id.eq(self.agent_id),
+                cron_jobs::schedule.eq(self.schedule),
+                cron_jobs::next_fire_at.eq(self.next_fire_at),
+                cron_jobs::payload.eq(&self.payload),
+                cron_jobs::is_one_time.eq(self.is_one_time),
+            ))
+            .returning(CronJobRow::as_returning())
+            .get_result(connection)
+    }
 }
 
 impl TryFrom<CronJobRow> for CronJob {
@@ -73,20 +96,22 @@ fn limit_to_db(limit: usize) -> i64 {
 
 impl CronJobStore for DieselStore {
     fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError> {
-        let row = NewCronJobRow {
-            agent_id: job.agent_id.as_str(),
-            schedule: job.schedule.as_deref(),
-            next_fire_at: to_db(job.next_fire_at),
-            payload: serde_json::Value::Object(job.payload.clone()).to_string(),
-            is_one_time: job.is_one_time,
-        };
-        let stored = self.with_connection("insert cron job", |connection| {
-            diesel::insert_into(cron_jobs::table)
-                .values(&row)
-                .returning(CronJobRow::as_returning())
-                .get_result(connection)
-        })?;
+        let row = NewCronJobRow::of(job);
+        let stored = self.with_connection("insert cron job", |connection| row.insert(connection))?;
         stored.try_into()
+    }
+
+    fn insert_cron_jobs(&self, jobs: &[NewCronJob]) -> Result<Vec<CronJob>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<NewCronJobRow<'_>> = jobs.iter().map(NewCronJobRow::of).collect();
+        // One statement per row (RETURNING order is only defined per statement), one commit for all: the
+        // commit's page writes are what a single-row insert mostly pays for.
+        let stored = self.immediate("insert cron jobs", |connection| {
+            rows.iter().map(|row| row.insert(connection)).collect::<QueryResult<Vec<CronJobRow>>>()
+        })?;
+        self::jobs(stored)
     }
 
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
@@ -135,74 +160,95 @@ impl CronJobStore for DieselStore {
             .collect())
     }
 
-    fn claim_fires(&self, fires: &[FireKey], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError> {
-        if fires.is_empty() {
+    fn claim_fires(&self, job_ids: &[i64], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError> {
+        if job_ids.is_empty() {
             return Ok(Vec::new());
         }
-        let now = to_db(lease.now);
-        let expires_at = to_db(lease.expires_at);
-        let token = token_to_db(lease.token);
-        let rows = self.immediate("claim cron fires", |connection| {
-            let mut claimed = Vec::with_capacity(fires.len());
-            for fire in fires {
-                let free = cron_jobs::claimed_until
-                    .is_null()
-                    .or(cron_jobs::claimed_until.le(now))
-                    .or(cron_jobs::claim_token.lt(token));
-                let row = diesel::update(
-                    cron_jobs::table
-                        .filter(cron_jobs::id.eq(fire.job_id))
-                        .filter(cron_jobs::next_fire_at.eq(to_db(fire.scheduled_for)))
-                        .filter(free),
-                )
-                .set((
-                    cron_jobs::claimed_by.eq(lease.owner.as_str()),
-                    cron_jobs::claimed_until.eq(expires_at),
-                    cron_jobs::claim_token.eq(token),
-                ))
-                .returning(CronJobRow::as_returning())
-                .get_result(connection)
-                .optional()?;
-                claimed.extend(row);
-            }
-            Ok(claimed)
-        })?;
-        jobs(rows)
+        jobs(self.immediate("claim cron fires", |connection| claim(connection, job_ids, lease))?)
     }
 
     fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError> {
         if completions.is_empty() {
             return Ok(0);
         }
-        self.immediate("complete cron fires", |connection| {
-            let mut completed = 0;
-            for completion in completions {
-                let fire = completion.fire();
-                let held = cron_jobs::table
-                    .filter(cron_jobs::id.eq(fire.job_id))
-                    .filter(cron_jobs::next_fire_at.eq(to_db(fire.scheduled_for)))
-                    .filter(cron_jobs::claimed_by.eq(owner));
-                completed += match completion {
-                    FireCompletion::Delete(_) => diesel::delete(held).execute(connection)?,
-                    FireCompletion::Advance { next_fire_at, .. } => diesel::update(held)
-                        .set((
-                            cron_jobs::next_fire_at.eq(to_db(*next_fire_at)),
-                            cron_jobs::claimed_by.eq(None::<String>),
-                            cron_jobs::claimed_until.eq(None::<PrimitiveDateTime>),
-                            cron_jobs::claim_token.eq(None::<i64>),
-                        ))
-                        .execute(connection)?,
-                };
-            }
-            Ok(completed)
-        })
+        self.immediate("complete cron fires", |connection| complete(connection, owner, completions))
     }
+
+    fn complete_and_claim(
+        &self,
+        owner: &str,
+        completions: &[FireCompletion],
+        job_ids: &[i64],
+        lease: &ClaimLease,
+    ) -> Result<(usize, Vec<CronJob>), StoreError> {
+        let (completed, rows) = self.immediate("complete and claim cron fires", |connection| {
+            let completed = complete(connection, owner, completions)?;
+            let rows = if job_ids.is_empty() { Vec::new() } else { claim(connection, job_ids, lease)? };
+            Ok((completed, rows))
+        })?;
+        Ok((completed, jobs(rows)?))
+    }
+}
+
+/// One statement for the whole batch: the condition and the write are one atomic step per row, and one
+/// statement is prepared per batch instead of one per fire.
+fn claim(connection: &mut SqliteConnection, job_ids: &[i64], lease: &ClaimLease) -> QueryResult<Vec<CronJobRow>> {
+    let now = to_db(lease.now);
+    let token = token_to_db(lease.token);
+    let free =
+        cron_jobs::claimed_until.is_null().or(cron_jobs::claimed_until.le(now)).or(cron_jobs::claim_token.lt(token));
+    diesel::update(
+        cron_jobs::table.filter(cron_jobs::id.eq_any(job_ids)).filter(cron_jobs::next_fire_at.le(now)).filter(free),
+    )
+    .set((
+        cron_jobs::claimed_by.eq(lease.owner.as_str()),
+        cron_jobs::claimed_until.eq(to_db(lease.expires_at)),
+        cron_jobs::claim_token.eq(token),
+    ))
+    .returning(CronJobRow::as_returning())
+    .load(connection)
+}
+
+/// Deletes in one statement (the owner identifies its claim); advances row by row (each has its own next
+/// instant), each only from the instant that was claimed.
+fn complete(connection: &mut SqliteConnection, owner: &str, completions: &[FireCompletion]) -> QueryResult<usize> {
+    let deleted: Vec<i64> = completions
+        .iter()
+        .filter_map(|completion| match completion {
+            FireCompletion::Delete(fire) => Some(fire.job_id),
+            FireCompletion::Advance { .. } => None,
+        })
+        .collect();
+    let mut completed = 0;
+    if !deleted.is_empty() {
+        completed += diesel::delete(
+            cron_jobs::table.filter(cron_jobs::id.eq_any(&deleted)).filter(cron_jobs::claimed_by.eq(owner)),
+        )
+        .execute(connection)?;
+    }
+    for completion in completions {
+        let FireCompletion::Advance { fire, next_fire_at } = completion else { continue };
+        completed += diesel::update(
+            cron_jobs::table
+                .filter(cron_jobs::id.eq(fire.job_id))
+                .filter(cron_jobs::next_fire_at.eq(to_db(fire.scheduled_for)))
+                .filter(cron_jobs::claimed_by.eq(owner)),
+        )
+        .set((
+            cron_jobs::next_fire_at.eq(to_db(*next_fire_at)),
+            cron_jobs::claimed_by.eq(None::<String>),
+            cron_jobs::claimed_until.eq(None::<PrimitiveDateTime>),
+            cron_jobs::claim_token.eq(None::<i64>),
+        ))
+        .execute(connection)?;
+    }
+    Ok(completed)
 }
 
 #[cfg(test)]
 mod tests {
     use diesel::sql_types::Text;
-    use gateway_core::FencingToken;
+    use gateway_core::{FencingToken, FireKey};
     use serde_json::{Map, json};
     use time::macros::datetime;
     use time::{Duration, OffsetDateTime};
@@ -211,6 +257,15 @@ mod tests {
     use crate::DatabaseUrl;
 
     const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+    impl DieselStore {
+        fn claim_of_test(&self, id: i64) -> Option<String> {
+            self.with_connection("claim of", |connection| {
+                cron_jobs::table.find(id).select(cron_jobs::claimed_by).first::<Option<String>>(connection)
+            })
+            .unwrap()
+        }
+    }
 
     fn open() -> (tempfile::TempDir, DieselStore) {
         let dir = tempfile::tempdir().unwrap();
@@ -257,6 +312,18 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_insert_returns_the_rows_in_order() {
+        let (_dir, store) = open();
+        let batch: Vec<NewCronJob> = (0..300).map(|n| one_time(START + Duration::milliseconds(n))).collect();
+        let stored = store.insert_cron_jobs(&batch).unwrap();
+        assert_eq!(stored.len(), 300);
+        assert!(stored.windows(2).all(|pair| pair[0].id < pair[1].id));
+        assert!(stored.iter().zip(&batch).all(|(row, new)| row.next_fire_at == new.next_fire_at));
+        assert_eq!(store.list_cron_jobs(None, 1_000).unwrap(), stored);
+        assert!(store.insert_cron_jobs(&[]).unwrap().is_empty());
+    }
+
+    #[test]
     fn pending_fires_walk_the_next_fire_at_index_in_order() {
         let (_dir, store) = open();
         let late = store.insert_cron_job(&one_time(START + Duration::seconds(5))).unwrap();
@@ -289,29 +356,27 @@ mod tests {
         let (_dir, store) = open();
         let job = store.insert_cron_job(&one_time(START)).unwrap();
         let fire = FireKey { job_id: job.id, scheduled_for: START };
-        let claimed = store.claim_fires(&[fire], &lease("a", 1, START)).unwrap();
+        assert!(store.claim_fires(&[job.id], &lease("a", 1, START - Duration::seconds(1))).unwrap().is_empty());
+        let claimed = store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap();
         assert_eq!(claimed, vec![job.clone()]);
-        assert!(store.claim_fires(&[fire], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
+        assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
         let pending = store.pending_fires(START + Duration::seconds(1), 10).unwrap();
         assert_eq!(pending[0].claimable_at(), START + Duration::seconds(10));
         // The lease ran out without a completion: claimable again; the first owner can no longer complete it.
-        assert_eq!(store.claim_fires(&[fire], &lease("b", 1, START + Duration::seconds(10))).unwrap().len(), 1);
+        assert_eq!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(10))).unwrap().len(), 1);
         assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).unwrap(), 0);
         assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).unwrap(), 1);
         assert_eq!(store.cron_job(job.id).unwrap(), None);
     }
 
     #[test]
-    fn a_newer_term_takes_over_and_a_stale_instant_is_not_claimed() {
+    fn a_newer_term_takes_over_and_missing_rows_are_not_claimed() {
         let (_dir, store) = open();
         let job = store.insert_cron_job(&one_time(START)).unwrap();
-        let fire = FireKey { job_id: job.id, scheduled_for: START };
-        store.claim_fires(&[fire], &lease("old", 1, START)).unwrap();
-        assert_eq!(store.claim_fires(&[fire], &lease("new", 2, START)).unwrap().len(), 1);
-        let elsewhere = FireKey { job_id: job.id, scheduled_for: START + Duration::seconds(1) };
-        assert!(store.claim_fires(&[elsewhere], &lease("x", 9, START)).unwrap().is_empty());
-        let missing = FireKey { job_id: job.id + 100, scheduled_for: START };
-        assert!(store.claim_fires(&[missing], &lease("x", 9, START)).unwrap().is_empty());
+        store.claim_fires(&[job.id], &lease("old", 1, START)).unwrap();
+        assert!(store.claim_fires(&[job.id], &lease("rival", 1, START)).unwrap().is_empty());
+        assert_eq!(store.claim_fires(&[job.id], &lease("new", 2, START)).unwrap().len(), 1);
+        assert!(store.claim_fires(&[job.id + 100], &lease("x", 9, START)).unwrap().is_empty());
     }
 
     #[test]
@@ -321,16 +386,32 @@ mod tests {
             .insert_cron_job(&NewCronJob { schedule: Some("* * * * *".into()), is_one_time: false, ..one_time(START) })
             .unwrap();
         let fire = FireKey { job_id: job.id, scheduled_for: START };
-        store.claim_fires(&[fire], &lease("a", 1, START)).unwrap();
+        store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap();
         let next = START + Duration::minutes(1);
         let advance = FireCompletion::Advance { fire, next_fire_at: next };
         assert_eq!(store.complete_fires("a", &[advance]).unwrap(), 1);
         assert_eq!(store.complete_fires("a", &[advance]).unwrap(), 0, "the instant was completed already");
         let pending = store.pending_fires(next + Duration::seconds(1), 10).unwrap();
         assert_eq!(pending, vec![PendingFire { job_id: job.id, scheduled_for: next, claimed_until: None }]);
-        // The new instant is free for anyone.
-        let next_fire = FireKey { job_id: job.id, scheduled_for: next };
-        assert_eq!(store.claim_fires(&[next_fire], &lease("b", 1, next)).unwrap().len(), 1);
+        // The new instant is free for anyone once due, not before.
+        assert!(store.claim_fires(&[job.id], &lease("b", 1, next - Duration::seconds(1))).unwrap().is_empty());
+        assert_eq!(store.claim_fires(&[job.id], &lease("b", 1, next)).unwrap()[0].next_fire_at, next);
+    }
+
+    #[test]
+    fn completing_one_batch_and_claiming_the_next_is_one_step() {
+        let (_dir, store) = open();
+        let first = store.insert_cron_job(&one_time(START)).unwrap();
+        let second = store.insert_cron_job(&one_time(START + Duration::milliseconds(1))).unwrap();
+        let due_at = START + Duration::seconds(1);
+        store.claim_fires(&[first.id], &lease("a", 1, due_at)).unwrap();
+        let done = FireCompletion::Delete(FireKey { job_id: first.id, scheduled_for: START });
+        let (completed, claimed) =
+            store.complete_and_claim("a", &[done], &[second.id], &lease("a", 1, due_at)).unwrap();
+        assert_eq!((completed, claimed.len()), (1, 1));
+        assert_eq!(store.cron_job(first.id).unwrap(), None);
+        assert_eq!(store.claim_of_test(second.id), Some("a".to_owned()));
+        assert_eq!(store.complete_and_claim("a", &[], &[], &lease("a", 1, due_at)).unwrap(), (0, vec![]));
     }
 
     #[test]
@@ -342,8 +423,10 @@ mod tests {
                 FireKey { job_id: store.insert_cron_job(&one_time(at)).unwrap().id, scheduled_for: at }
             })
             .collect();
-        assert_eq!(store.claim_fires(&fires[..20], &lease("a", 1, START)).unwrap().len(), 20);
-        assert_eq!(store.claim_fires(&fires, &lease("b", 1, START)).unwrap().len(), 30);
+        let ids: Vec<i64> = fires.iter().map(|fire| fire.job_id).collect();
+        let due_at = START + Duration::seconds(1);
+        assert_eq!(store.claim_fires(&ids[..20], &lease("a", 1, due_at)).unwrap().len(), 20);
+        assert_eq!(store.claim_fires(&ids, &lease("b", 1, due_at)).unwrap().len(), 30);
         let deletes: Vec<_> = fires.iter().map(|fire| FireCompletion::Delete(*fire)).collect();
         assert_eq!(store.complete_fires("b", &deletes).unwrap(), 30);
         assert_eq!(store.complete_fires("a", &deletes).unwrap(), 20);
