@@ -1,0 +1,335 @@
+//! The cron scheduler on the real SQLite adapter (issue 3, item 9), and tokio-cron-scheduler on the same
+//! workload in the same run.
+//!
+//! Run: `cargo bench -p cron-bench` (release profile). Sizes can be lowered for a quick look:
+//! `CRON_BENCH_JOBS=10000 CRON_BENCH_ROWS=100000 cargo bench -p cron-bench`.
+//!
+//! 1. Throughput: one-time jobs scheduled (`schedule_once`, one row each), fired and deleted, per second.
+//! 2. Lateness with 100,000 pending jobs due over 10 s: publish time minus the job's instant, p50/p99; then
+//!    tokio-cron-scheduler with one-shot jobs aimed at the same instants.
+//! 3. Start-up recovery with 1,000,000 rows (1,000 overdue): from opening the database to every overdue row
+//!    fired.
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // A benchmark reports on stdout and aborts on setup errors.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cron_bench::{Lateness, rate};
+use diesel::{Connection, RunQueryDsl};
+use gateway_core::{
+    AgentId, CronJobStore, Event, EventPayload, EventPublisher, PublishError, SingleProcessLeadership, SystemClock,
+    Topic,
+};
+use gateway_cron::{CronConfig, CronScheduler};
+use gateway_store::{DatabaseUrl, DieselStore};
+use serde_json::json;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+/// Records how late each reminder is published, against its `scheduled_for`.
+#[derive(Debug, Default)]
+struct LatenessRecorder {
+    micros: Mutex<Vec<i64>>,
+    fired: AtomicUsize,
+}
+
+impl EventPublisher for LatenessRecorder {
+    fn publish(&self, _topic: &Topic, event: &Event) -> Result<(), PublishError> {
+        if let EventPayload::Reminder { scheduled_for, .. } = &event.payload {
+            let late = OffsetDateTime::now_utc() - *scheduled_for;
+            let micros = i64::try_from(late.whole_microseconds()).unwrap_or(i64::MAX);
+            self.micros.lock().unwrap().push(micros);
+            self.fired.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+impl LatenessRecorder {
+    fn fired(&self) -> usize {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    fn lateness(&self) -> Lateness {
+        Lateness::new(self.micros.lock().unwrap().clone())
+    }
+}
+
+fn env_size(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+fn open(dir: &tempfile::TempDir) -> DieselStore {
+    DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("bench.db"))).unwrap()
+}
+
+fn start(store: &DieselStore, recorder: &Arc<LatenessRecorder>, shutdown: &CancellationToken) -> CronScheduler {
+    let scheduler = CronScheduler::new(
+        Arc::new(store.clone()),
+        Arc::clone(recorder) as Arc<dyn EventPublisher>,
+        Arc::new(SystemClock),
+        Arc::new(SingleProcessLeadership),
+        CronConfig::default(),
+    );
+    let running = scheduler.clone();
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move { running.run(shutdown).await });
+    scheduler
+}
+
+async fn wait_until(what: &str, limit: Duration, condition: impl FnMut() -> bool) {
+    assert!(wait_at_most(limit, condition).await, "gave up waiting for {what}");
+}
+
+/// `false` when `condition` did not hold within `limit`.
+async fn wait_at_most(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    true
+}
+
+/// Concurrent `schedule_once` callers, like requests in flight (`CRON_BENCH_PRODUCERS`, default 32).
+fn producers() -> usize {
+    env_size("CRON_BENCH_PRODUCERS", 32).max(1)
+}
+
+fn remaining_rows(store: &DieselStore) -> usize {
+    store.pending_fires(OffsetDateTime::now_utc() + time::Duration::days(36_600), 1).unwrap().len()
+}
+
+/// Schedules `count` jobs from `producers` threads, each job due `delay_of(i)` ms after its call.
+fn produce(scheduler: &CronScheduler, count: usize, producers: usize, delay_of: impl Fn(usize) -> i64 + Sync) {
+    std::thread::scope(|scope| {
+        for producer in 0..producers {
+            let scheduler = scheduler.clone();
+            let delay_of = &delay_of;
+            scope.spawn(move || {
+                let agent = AgentId::new(format!("agent-{producer}")).unwrap();
+                for index in (producer..count).step_by(producers) {
+                    let payload = json!({"n": index}).as_object().cloned().unwrap_or_default();
+                    scheduler.schedule_once(agent.clone(), delay_of(index), payload).unwrap();
+                }
+            });
+        }
+    });
+}
+
+async fn throughput(jobs: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let recorder = Arc::new(LatenessRecorder::default());
+    let shutdown = CancellationToken::new();
+    let scheduler = start(&store, &recorder, &shutdown);
+    let started = Instant::now();
+    let producing = {
+        let scheduler = scheduler.clone();
+        tokio::task::spawn_blocking(move || produce(&scheduler, jobs, producers(), |_| 1))
+    };
+    producing.await.unwrap();
+    let scheduled = started.elapsed();
+    wait_until("every job fired", Duration::from_secs(600), || recorder.fired() >= jobs).await;
+    wait_until("every row deleted", Duration::from_secs(600), || remaining_rows(&store) == 0).await;
+    let total = started.elapsed();
+    shutdown.cancel();
+    println!("## throughput: {jobs} one-time jobs (delay 1 ms), {} concurrent callers, SQLite WAL", producers());
+    println!("scheduled (rows written):        {:>9.0} jobs/s  ({scheduled:.2?})", rate(jobs, scheduled));
+    println!("scheduled + fired + deleted:     {:>9.0} jobs/s  ({total:.2?})", rate(jobs, total));
+    println!();
+}
+
+/// Spread of the lateness workload: every job is due within this span after the first
+/// (`CRON_BENCH_SPREAD_S`, default 10 s: 100,000 jobs make 10,000 fires a second).
+fn spread() -> Duration {
+    Duration::from_secs(env_size("CRON_BENCH_SPREAD_S", 10) as u64)
+}
+
+/// Time between the start of writing the jobs and the first one being due.
+const LEAD: Duration = Duration::from_secs(15);
+
+/// Returns each job's instant as an offset from the first one, for the comparison run.
+async fn lateness(jobs: usize) -> Vec<time::Duration> {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let recorder = Arc::new(LatenessRecorder::default());
+    let shutdown = CancellationToken::new();
+    let scheduler = start(&store, &recorder, &shutdown);
+    // Every job is written before the first is due, so all of them are pending at once.
+    let lead = LEAD;
+    let first = OffsetDateTime::now_utc() + lead;
+    let spread_ms = spread().as_millis() as f64;
+    let started = Instant::now();
+    {
+        let scheduler = scheduler.clone();
+        tokio::task::spawn_blocking(move || {
+            produce(&scheduler, jobs, producers(), |index| {
+                let target = first + time::Duration::milliseconds((index as f64 * spread_ms / jobs as f64) as i64);
+                (target - OffsetDateTime::now_utc()).whole_milliseconds().max(1) as i64
+            })
+        })
+        .await
+        .unwrap();
+    }
+    let written = started.elapsed();
+    assert!(written < lead, "writing the jobs took longer than the lead time; lower CRON_BENCH_JOBS");
+    let instants: Vec<OffsetDateTime> = store
+        .pending_fires(first + time::Duration::days(1), jobs)
+        .unwrap()
+        .iter()
+        .map(|fire| fire.scheduled_for)
+        .collect();
+    wait_until("every job fired", lead + spread() + Duration::from_secs(120), || recorder.fired() >= jobs).await;
+    shutdown.cancel();
+    println!(
+        "## lateness: {jobs} one-time jobs pending (written in {written:.2?}), due over {:?} ({:.0} fires/s)",
+        spread(),
+        rate(jobs, spread())
+    );
+    println!("gateway-cron (SQLite, claim per fire): {}", recorder.lateness().summary());
+    assert_eq!(instants.len(), jobs, "every job was pending before the first was due");
+    let earliest = instants.first().copied().unwrap_or(first);
+    instants.iter().map(|instant| *instant - earliest).collect()
+}
+
+/// tokio-cron-scheduler on the same workload: one one-shot job per instant, at the same offsets from a first
+/// instant [`LEAD`] after the start.
+async fn tokio_cron_scheduler_lateness(offsets: &[time::Duration]) {
+    use tokio_cron_scheduler::{Job, JobScheduler};
+    let first = OffsetDateTime::now_utc() + LEAD;
+    let instants: Vec<OffsetDateTime> = offsets.iter().map(|offset| first + *offset).collect();
+    let scheduler = JobScheduler::new().await.unwrap();
+    let recorded = Arc::new(Mutex::new(Vec::with_capacity(instants.len())));
+    let fired = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    for instant in &instants {
+        let instant = *instant;
+        let delay = (instant - OffsetDateTime::now_utc()).max(time::Duration::ZERO);
+        let recorded = Arc::clone(&recorded);
+        let fired = Arc::clone(&fired);
+        let job = Job::new_one_shot_async(delay.try_into().unwrap_or_default(), move |_id, _scheduler| {
+            let recorded = Arc::clone(&recorded);
+            let fired = Arc::clone(&fired);
+            Box::pin(async move {
+                let late = OffsetDateTime::now_utc() - instant;
+                recorded.lock().unwrap().push(i64::try_from(late.whole_microseconds()).unwrap_or(i64::MAX));
+                fired.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .unwrap();
+        scheduler.add(job).await.unwrap();
+    }
+    let added = started.elapsed();
+    let first_due = instants.first().map_or(Duration::ZERO, |first| {
+        Duration::try_from(*first - OffsetDateTime::now_utc()).unwrap_or(Duration::ZERO)
+    });
+    scheduler.start().await.unwrap();
+    let limit = first_due + spread() + Duration::from_secs(30);
+    let all = wait_at_most(limit, || fired.load(Ordering::SeqCst) >= instants.len()).await;
+    let lateness = Lateness::new(recorded.lock().unwrap().clone());
+    println!(
+        "tokio-cron-scheduler 0.15 (in memory):  {}  (jobs added in {added:.2?}{}{})",
+        lateness.summary(),
+        if first_due.is_zero() { "; adding took longer than the lead, so early jobs were already due" } else { "" },
+        if all {
+            String::new()
+        } else {
+            format!("; only {} of {} fired within 30 s after the last instant", lateness.len(), instants.len())
+        }
+    );
+    println!();
+}
+
+/// Writes `rows` one-time rows straight into the database, `overdue` of them in the past.
+fn populate(dir: &tempfile::TempDir, rows: usize, overdue: usize) {
+    use gateway_store::schema::cron_jobs;
+    use gateway_store::timestamp::to_db;
+    #[derive(diesel::Insertable)]
+    #[diesel(table_name = cron_jobs)]
+    struct Row {
+        agent_id: String,
+        next_fire_at: time::PrimitiveDateTime,
+        payload: &'static str,
+        is_one_time: bool,
+    }
+    drop(open(dir));
+    let path = dir.path().join("bench.db");
+    let mut connection = diesel::SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+    let now = OffsetDateTime::now_utc();
+    let row = |index: usize| Row {
+        agent_id: format!("agent-{}", index % 1_000),
+        next_fire_at: to_db(if index < overdue {
+            now - time::Duration::hours(1) + time::Duration::milliseconds(index as i64)
+        } else {
+            now + time::Duration::hours(1) + time::Duration::milliseconds(index as i64)
+        }),
+        payload: r#"{"kind":"bench"}"#,
+        is_one_time: true,
+    };
+    // 4 columns x 4,000 rows stays under SQLite's bound-parameter limit.
+    for chunk_start in (0..rows).step_by(100_000) {
+        let chunk_end = (chunk_start + 100_000).min(rows);
+        connection
+            .transaction(|connection| {
+                for start in (chunk_start..chunk_end).step_by(4_000) {
+                    let batch: Vec<Row> = (start..(start + 4_000).min(chunk_end)).map(row).collect();
+                    diesel::insert_into(cron_jobs::table).values(&batch).execute(connection)?;
+                }
+                diesel::QueryResult::Ok(())
+            })
+            .unwrap();
+    }
+}
+
+async fn recovery(rows: usize) {
+    let overdue = 1_000.min(rows);
+    let dir = tempfile::tempdir().unwrap();
+    let populating = Instant::now();
+    {
+        let dir = &dir;
+        tokio::task::block_in_place(|| populate(dir, rows, overdue));
+    }
+    let populated = populating.elapsed();
+    let recorder = Arc::new(LatenessRecorder::default());
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let store = tokio::task::block_in_place(|| open(&dir));
+    let opened = started.elapsed();
+    let _scheduler = start(&store, &recorder, &shutdown);
+    wait_until("the first overdue fire", Duration::from_secs(120), || recorder.fired() >= 1).await;
+    let first = started.elapsed();
+    wait_until("every overdue fire", Duration::from_secs(120), || recorder.fired() >= overdue).await;
+    let all = started.elapsed();
+    shutdown.cancel();
+    println!("## start-up recovery: {rows} rows ({overdue} overdue), populated in {populated:.2?}");
+    println!("database opened and migrated:    {opened:.2?}");
+    println!("first overdue job fired:         {first:.2?}");
+    println!("all {overdue} overdue jobs fired:  {all:.2?}");
+    println!();
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; any other argument is taken as a filter like libtest's.
+    let filter: Option<String> = std::env::args().skip(1).find(|argument| !argument.starts_with("--"));
+    let wanted = |name: &str| filter.as_deref().is_none_or(|filter| name.contains(filter));
+    let jobs = env_size("CRON_BENCH_JOBS", 100_000);
+    let rows = env_size("CRON_BENCH_ROWS", 1_000_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        println!("# gateway-cron benchmark ({} cores)\n", std::thread::available_parallelism().map_or(0, usize::from));
+        if wanted("throughput") {
+            throughput(jobs).await;
+        }
+        if wanted("lateness") {
+            let offsets = lateness(jobs).await;
+            tokio_cron_scheduler_lateness(&offsets).await;
+        }
+        if wanted("recovery") {
+            recovery(rows).await;
+        }
+    });
+}
