@@ -1,12 +1,14 @@
 //! The cron scheduler on the real SQLite adapter (issue 3, item 9), and tokio-cron-scheduler on the same
 //! workload in the same run.
 //!
-//! Run: `cargo bench -p cron-bench` (release profile). Sizes can be lowered for a quick look:
-//! `CRON_BENCH_JOBS=10000 CRON_BENCH_ROWS=100000 cargo bench -p cron-bench`.
+//! Run: `cargo bench -p cron-bench` (release profile); `cargo bench -p cron-bench -- lateness` runs one part.
+//! Environment: `CRON_BENCH_JOBS` (100,000), `CRON_BENCH_ROWS` (1,000,000), `CRON_BENCH_PRODUCERS` (32
+//! concurrent callers), `CRON_BENCH_SPREAD_S` (10), `CRON_BENCH_TCS_CHANNEL` (200, tokio-cron-scheduler's
+//! default channel size).
 //!
 //! 1. Throughput: one-time jobs scheduled (`schedule_once`, one row each), fired and deleted, per second.
 //! 2. Lateness with 100,000 pending jobs due over 10 s: publish time minus the job's instant, p50/p99; then
-//!    tokio-cron-scheduler with one-shot jobs aimed at the same instants.
+//!    tokio-cron-scheduler with one-shot jobs at the same offsets.
 //! 3. Start-up recovery with 1,000,000 rows (1,000 overdue): from opening the database to every overdue row
 //!    fired.
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // A benchmark reports on stdout and aborts on setup errors.
@@ -202,7 +204,9 @@ async fn tokio_cron_scheduler_lateness(offsets: &[time::Duration]) {
     use tokio_cron_scheduler::{Job, JobScheduler};
     let first = OffsetDateTime::now_utc() + LEAD;
     let instants: Vec<OffsetDateTime> = offsets.iter().map(|offset| first + *offset).collect();
-    let scheduler = JobScheduler::new().await.unwrap();
+    // Its default channel size (200) drops jobs under this load; `CRON_BENCH_TCS_CHANNEL` raises it.
+    let channel = env_size("CRON_BENCH_TCS_CHANNEL", 200);
+    let scheduler = JobScheduler::new_with_channel_size(channel).await.unwrap();
     let recorded = Arc::new(Mutex::new(Vec::with_capacity(instants.len())));
     let fired = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
@@ -232,7 +236,7 @@ async fn tokio_cron_scheduler_lateness(offsets: &[time::Duration]) {
     let all = wait_at_most(limit, || fired.load(Ordering::SeqCst) >= instants.len()).await;
     let lateness = Lateness::new(recorded.lock().unwrap().clone());
     println!(
-        "tokio-cron-scheduler 0.15 (in memory):  {}  (jobs added in {added:.2?}{}{})",
+        "tokio-cron-scheduler 0.15 (in memory, channel size {channel}):  {}  (jobs added in {added:.2?}{}{})",
         lateness.summary(),
         if first_due.is_zero() { "; adding took longer than the lead, so early jobs were already due" } else { "" },
         if all {
