@@ -8,6 +8,7 @@
 //! work, and one caller alone simply commits its own job.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Condvar, Mutex, PoisonError, TryLockError};
 
 use gateway_core::memory::lock;
@@ -109,10 +110,12 @@ impl GroupCommit {
             return;
         }
         let (tickets, jobs): (Vec<u64>, Vec<NewCronJob>) = group.into_iter().unzip();
-        let outcome = {
+        // Other callers wait for these tickets: even a panicking store must not leave them waiting forever.
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let _writing = lock(writes);
             store.insert_cron_jobs(&jobs)
-        };
+        }))
+        .unwrap_or_else(|_| Err(StoreError::Internal("inserting cron jobs panicked".to_owned())));
         let mut pending = lock(&self.state);
         match outcome {
             Ok(stored) if stored.len() == tickets.len() => {
@@ -179,6 +182,52 @@ mod tests {
         assert_eq!(store.len(), 1_600);
         let pending = lock(&group.state);
         assert!(pending.queued.is_empty() && pending.results.is_empty(), "nothing left behind");
+    }
+
+    /// A store whose insert panics, as a buggy adapter might.
+    #[derive(Debug, Default)]
+    struct PanickingStore(InMemoryCronJobStore);
+
+    impl CronJobStore for PanickingStore {
+        fn insert_cron_job(&self, _job: &NewCronJob) -> Result<CronJob, StoreError> {
+            panic!("adapter bug")
+        }
+        fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
+            self.0.cron_job(id)
+        }
+        fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError> {
+            self.0.list_cron_jobs(after_id, limit)
+        }
+        fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
+            self.0.delete_cron_job(id)
+        }
+        fn pending_fires(
+            &self,
+            before: time::OffsetDateTime,
+            limit: usize,
+        ) -> Result<Vec<gateway_core::PendingFire>, StoreError> {
+            self.0.pending_fires(before, limit)
+        }
+        fn claim_fires(&self, job_ids: &[i64], lease: &gateway_core::ClaimLease) -> Result<Vec<CronJob>, StoreError> {
+            self.0.claim_fires(job_ids, lease)
+        }
+        fn complete_fires(
+            &self,
+            owner: &str,
+            completions: &[gateway_core::FireCompletion],
+        ) -> Result<usize, StoreError> {
+            self.0.complete_fires(owner, completions)
+        }
+    }
+
+    #[test]
+    fn a_panicking_store_fails_the_callers_instead_of_leaving_them_waiting() {
+        let store = PanickingStore::default();
+        let group = GroupCommit::default();
+        let writes = Mutex::new(());
+        assert!(matches!(group.insert(&store, &writes, job(1)), Err(StoreError::Internal(_))));
+        assert!(matches!(group.insert(&store, &writes, job(2)), Err(StoreError::Internal(_))));
+        assert!(lock(&group.state).results.is_empty());
     }
 
     #[test]
