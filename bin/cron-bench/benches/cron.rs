@@ -4,7 +4,7 @@
 //! Run: `cargo bench -p cron-bench` (release profile); `cargo bench -p cron-bench -- lateness` runs one part.
 //! Environment: `CRON_BENCH_JOBS` (100,000), `CRON_BENCH_ROWS` (1,000,000), `CRON_BENCH_PRODUCERS` (32
 //! concurrent callers), `CRON_BENCH_SPREAD_S` (10), `CRON_BENCH_TCS_CHANNEL` (200, tokio-cron-scheduler's
-//! default channel size).
+//! default channel size), `CRON_BENCH_NO_CHECKPOINTER` (set: no background WAL checkpoints, SQLite's default).
 //!
 //! 1. Throughput: one-time jobs scheduled (`schedule_once`, one row each), fired and deleted, per second.
 //! 2. Lateness with 100,000 pending jobs due over 10 s: publish time minus the job's instant, p50/p99; then
@@ -75,8 +75,21 @@ fn start(store: &DieselStore, recorder: &Arc<LatenessRecorder>, shutdown: &Cance
         CronConfig::default(),
     );
     let running = scheduler.clone();
-    let shutdown = shutdown.clone();
-    tokio::spawn(async move { running.run(shutdown).await });
+    let stop = shutdown.clone();
+    tokio::spawn(async move { running.run(stop).await });
+    // The gateway checkpoints the WAL in the background (bin/gateway/src/app.rs); so does the benchmark, unless
+    // CRON_BENCH_NO_CHECKPOINTER is set (then commits checkpoint by themselves, SQLite's default).
+    if std::env::var_os("CRON_BENCH_NO_CHECKPOINTER").is_none() {
+        let store = store.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                tokio::time::sleep(gateway_store::CHECKPOINT_INTERVAL).await;
+                let store = store.clone();
+                let _ = tokio::task::spawn_blocking(move || store.checkpoint_wal()).await;
+            }
+        });
+    }
     scheduler
 }
 

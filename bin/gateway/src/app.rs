@@ -96,6 +96,7 @@ impl App {
         );
         let mut loops = JoinSet::new();
         loops.spawn(Arc::clone(&heartbeat).run(stop_loops.clone()));
+        loops.spawn(checkpoint_wal(store.clone(), stop_loops.clone()));
         loops.spawn(webhooks.clone().run(stop_loops.clone()));
         loops.spawn({
             let cron = cron.clone();
@@ -136,6 +137,48 @@ impl App {
         let drain = webhooks.settings().attempt_timeout + WEBHOOK_DRAIN_MARGIN;
         if tokio::time::timeout(drain, webhooks.wait_idle()).await.is_err() {
             tracing::warn!("webhook attempts still running at shutdown; they will be retried after restart");
+        }
+    }
+}
+
+/// Longest pause between WAL checkpoint attempts while they fail.
+const CHECKPOINT_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Checkpoints the SQLite WAL in the background (see `gateway_store::CHECKPOINT_INTERVAL`), so that commits on
+/// the request and timer paths do not stall doing it. Not a readiness concern: the store ping covers the store,
+/// and a missed checkpoint only leaves one for a commit to do.
+async fn checkpoint_wal(store: DieselStore, stop: CancellationToken) {
+    let mut failures: u32 = 0;
+    loop {
+        let pause = if failures == 0 {
+            gateway_store::CHECKPOINT_INTERVAL
+        } else {
+            gateway_store::CHECKPOINT_INTERVAL
+                .saturating_mul(2u32.saturating_pow(failures.min(16)))
+                .min(CHECKPOINT_RETRY_MAX)
+        };
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(pause) => {}
+        }
+        let store = store.clone();
+        let outcome = match gateway_core::run_blocking(move || store.checkpoint_wal()).await {
+            Ok(outcome) => outcome,
+            Err(failed) => Err(failed.into()),
+        };
+        match outcome {
+            Ok(()) => {
+                if failures > 0 {
+                    tracing::info!(failures, "WAL checkpoints work again");
+                }
+                failures = 0;
+            }
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                if failures == 1 {
+                    tracing::warn!(%error, "WAL checkpoint failed; retrying with backoff");
+                }
+            }
         }
     }
 }

@@ -11,8 +11,10 @@ mod error;
 mod heartbeat;
 pub mod schema;
 pub mod timestamp;
+mod wal;
 mod webhook;
 
 pub use connection::DieselStore;
 pub use database_url::DatabaseUrl;
 pub use error::OpenError;
+pub use wal::CHECKPOINT_INTERVAL;
