@@ -77,18 +77,11 @@ fn start(store: &DieselStore, recorder: &Arc<LatenessRecorder>, shutdown: &Cance
     let running = scheduler.clone();
     let stop = shutdown.clone();
     tokio::spawn(async move { running.run(stop).await });
-    // The gateway checkpoints the WAL in the background (bin/gateway/src/app.rs); so does the benchmark, unless
-    // CRON_BENCH_NO_CHECKPOINTER is set (then commits checkpoint by themselves, SQLite's default).
+    // The gateway checkpoints the WAL in the background; so does the benchmark, unless CRON_BENCH_NO_CHECKPOINTER
+    // is set (then commits checkpoint by themselves, SQLite's default). The handle lives as long as the process.
     if std::env::var_os("CRON_BENCH_NO_CHECKPOINTER").is_none() {
-        let store = store.clone();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            while !stop.is_cancelled() {
-                tokio::time::sleep(gateway_store::CHECKPOINT_INTERVAL).await;
-                let store = store.clone();
-                let _ = tokio::task::spawn_blocking(move || store.checkpoint_wal()).await;
-            }
-        });
+        let checkpointer = store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).expect("checkpoint thread");
+        std::mem::forget(checkpointer);
     }
     scheduler
 }

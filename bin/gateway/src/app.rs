@@ -7,7 +7,7 @@ use gateway_core::{Clock, ComponentHealth, Leadership, SingleProcessLeadership, 
 use gateway_cron::{CronConfig, CronScheduler};
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
-use gateway_store::DieselStore;
+use gateway_store::{DieselStore, WalCheckpointer};
 use gateway_webhooks::{RouterPorts, UreqTransport, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -51,6 +51,8 @@ pub struct App {
     /// The loops' own stop signal, cancelled only after HTTP has drained: a request still in flight when
     /// shutdown begins must find the components running.
     stop_loops: CancellationToken,
+    /// Keeps SQLite's WAL short off the commit paths; stopped (by drop) after the loops, before the store closes.
+    wal_checkpointer: Option<WalCheckpointer>,
 }
 
 impl App {
@@ -96,7 +98,6 @@ impl App {
         );
         let mut loops = JoinSet::new();
         loops.spawn(Arc::clone(&heartbeat).run(stop_loops.clone()));
-        loops.spawn(checkpoint_wal(store.clone(), stop_loops.clone()));
         loops.spawn(webhooks.clone().run(stop_loops.clone()));
         loops.spawn({
             let cron = cron.clone();
@@ -104,6 +105,8 @@ impl App {
             async move { cron.run(stop).await }
         });
 
+        let wal_checkpointer =
+            store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?;
         let state = AppState {
             operator: OperatorAuth::new(admin_token.expose()).map_err(|_| StartError::Entropy)?,
             store,
@@ -115,7 +118,7 @@ impl App {
             shutdown,
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
         };
-        Ok(Self { state: Arc::new(state), loops, stop_loops })
+        Ok(Self { state: Arc::new(state), loops, stop_loops, wal_checkpointer: Some(wal_checkpointer) })
     }
 
     pub fn state(&self) -> Arc<AppState> {
@@ -138,47 +141,6 @@ impl App {
         if tokio::time::timeout(drain, webhooks.wait_idle()).await.is_err() {
             tracing::warn!("webhook attempts still running at shutdown; they will be retried after restart");
         }
-    }
-}
-
-/// Longest pause between WAL checkpoint attempts while they fail.
-const CHECKPOINT_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Checkpoints the SQLite WAL in the background (see `gateway_store::CHECKPOINT_INTERVAL`), so that commits on
-/// the request and timer paths do not stall doing it. Not a readiness concern: the store ping covers the store,
-/// and a missed checkpoint only leaves one for a commit to do.
-async fn checkpoint_wal(store: DieselStore, stop: CancellationToken) {
-    let mut failures: u32 = 0;
-    loop {
-        let pause = if failures == 0 {
-            gateway_store::CHECKPOINT_INTERVAL
-        } else {
-            gateway_store::CHECKPOINT_INTERVAL
-                .saturating_mul(2u32.saturating_pow(failures.min(16)))
-                .min(CHECKPOINT_RETRY_MAX)
-        };
-        tokio::select! {
-            () = stop.cancelled() => break,
-            () = tokio::time::sleep(pause) => {}
-        }
-        let store = store.clone();
-        let outcome = match gateway_core::run_blocking(move || store.checkpoint_wal()).await {
-            Ok(outcome) => outcome,
-            Err(failed) => Err(failed.into()),
-        };
-        match outcome {
-            Ok(()) => {
-                if failures > 0 {
-                    tracing::info!(failures, "WAL checkpoints work again");
-                }
-                failures = 0;
-            }
-            Err(error) => {
-                failures = failures.saturating_add(1);
-                if failures == 1 {
-                    tracing::warn!(%error, "WAL checkpoint failed; retrying with backoff");
-                }
-            }
-        }
+        drop(self.wal_checkpointer.take());
     }
 }

@@ -23,6 +23,8 @@ pub enum StartError {
     Bind(std::io::Error),
     #[error("the operating system has no randomness source")]
     Entropy,
+    #[error("cannot start a background thread: {0}")]
+    Thread(std::io::Error),
     #[error("start-up task failed: {0}")]
     Task(String),
 }

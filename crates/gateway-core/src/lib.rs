@@ -4,6 +4,7 @@
 //! Component crates (heartbeat, cron, webhooks, pubsub) and the storage crate depend on this crate and on
 //! nothing else of the workspace.
 
+pub mod backoff;
 pub mod blocking;
 pub mod clock;
 pub mod cron;
@@ -18,6 +19,7 @@ pub mod ports;
 pub mod webhook;
 pub mod webhook_memory;
 
+pub use backoff::capped_backoff;
 pub use blocking::run_blocking;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cron::{

@@ -586,8 +586,7 @@ fn completion(job: &CronJob, now: OffsetDateTime) -> FireCompletion {
 }
 
 fn backoff(config: &CronConfig, failures: u32) -> std::time::Duration {
-    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
-    config.retry_initial.saturating_mul(factor).min(config.retry_max)
+    gateway_core::capped_backoff(config.retry_initial, config.retry_max, failures)
 }
 
 fn duration(std: std::time::Duration) -> Duration {

@@ -76,6 +76,10 @@ impl DieselStore {
         let pool = Pool::builder()
             .max_size(POOL_SIZE)
             .connection_timeout(POOL_CHECKOUT_TIMEOUT)
+            // r2d2 would run `SELECT 1` on every checkout: a round trip per query for a file that cannot drop a
+            // connection the way a network database can. A broken connection still fails its query, and /readyz
+            // pings the store.
+            .test_on_check_out(false)
             .connection_customizer(Box::new(SqlitePragmas))
             .build(ConnectionManager::new(path))
             .map_err(|error| OpenError::Connect(error.to_string()))?;

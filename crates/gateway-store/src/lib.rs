@@ -17,4 +17,4 @@ mod webhook;
 pub use connection::DieselStore;
 pub use database_url::DatabaseUrl;
 pub use error::OpenError;
-pub use wal::CHECKPOINT_INTERVAL;
+pub use wal::{CHECKPOINT_INTERVAL, WalCheckpointer};

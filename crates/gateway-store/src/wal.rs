@@ -2,26 +2,79 @@
 //!
 //! By default SQLite checkpoints inside whichever commit takes the WAL past 1,000 pages: that commit copies the
 //! log into the database file and fsyncs it, several milliseconds on an ordinary disk, and every writer queued
-//! behind it waits. Checkpointing in the background often enough keeps the log short, so commits on the request
-//! and timer paths almost never do it themselves (measured on the cron scheduler: fire lateness p99 8–9 ms →
-//! about 4 ms; docs/benchmarks.md).
+//! behind it waits. A [`WalCheckpointer`] checkpoints in the background often enough to keep the log short, so
+//! commits on the request and timer paths almost never do it themselves (measured on the cron scheduler: fire
+//! lateness p99 8–9 ms → about 4 ms; docs/benchmarks.md). SQLite's automatic checkpoint stays on as the
+//! backstop should the background thread fall behind.
 
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
-use gateway_core::StoreError;
+use gateway_core::{StoreError, capped_backoff};
 
 use crate::connection::DieselStore;
 
 /// How often the gateway checkpoints the WAL in the background. A checkpoint with nothing to copy is a few
 /// microseconds; one with work is bounded by what 100 ms of commits wrote.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest pause between checkpoint attempts while they fail.
+pub const CHECKPOINT_RETRY_MAX: Duration = Duration::from_secs(30);
 
 impl DieselStore {
     /// A PASSIVE checkpoint: copies what it can of the WAL into the database file without waiting for readers
-    /// or writers, so it never blocks them. Blocking: call it through `run_blocking`.
+    /// or writers, so it never blocks them. Blocking.
     pub fn checkpoint_wal(&self) -> Result<(), StoreError> {
         self.with_connection("checkpoint WAL", |connection| connection.batch_execute("PRAGMA wal_checkpoint(PASSIVE);"))
+    }
+
+    /// Starts checkpointing every `interval` on a thread of its own (checkpoints are blocking I/O, and a thread
+    /// keeps them off the async runtime). It runs until the returned handle is dropped.
+    pub fn start_wal_checkpointer(&self, interval: Duration) -> std::io::Result<WalCheckpointer> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let store = self.clone();
+        let thread = thread::Builder::new().name("wal-checkpoint".to_owned()).spawn(move || {
+            let mut failures: u32 = 0;
+            loop {
+                let pause =
+                    if failures == 0 { interval } else { capped_backoff(interval, CHECKPOINT_RETRY_MAX, failures) };
+                match stopped.recv_timeout(pause) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                }
+                match store.checkpoint_wal() {
+                    Ok(()) if failures > 0 => {
+                        tracing::info!(failures, "WAL checkpoints work again");
+                        failures = 0;
+                    }
+                    Ok(()) => {}
+                    Err(error) => {
+                        failures = failures.saturating_add(1);
+                        if failures == 1 {
+                            tracing::warn!(%error, "WAL checkpoint failed; retrying with backoff");
+                        }
+                    }
+                }
+            }
+        })?;
+        Ok(WalCheckpointer { stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+/// The background checkpoint thread; dropping the handle stops it and waits for it.
+#[derive(Debug)]
+pub struct WalCheckpointer {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for WalCheckpointer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -62,5 +115,33 @@ mod tests {
             .unwrap();
         assert!(state.log > 0, "the write went through the WAL");
         assert_eq!(state.checkpointed, state.log);
+    }
+
+    #[test]
+    fn the_checkpointer_thread_checkpoints_and_stops_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
+        let checkpointer = store.start_wal_checkpointer(Duration::from_millis(5)).unwrap();
+        store
+            .with_connection("write", |connection| {
+                connection.batch_execute(
+                    "INSERT INTO cron_jobs (agent_id, next_fire_at, payload, is_one_time) \
+                     VALUES ('a', '2026-02-22 12:00:00', '{}', 1);",
+                )
+            })
+            .unwrap();
+        let wal_state = || -> WalState {
+            store
+                .with_connection("wal state", |connection| {
+                    diesel::sql_query("PRAGMA wal_checkpoint(NOOP)").get_result(connection)
+                })
+                .unwrap()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while wal_state().checkpointed < wal_state().log {
+            assert!(std::time::Instant::now() < deadline, "the background thread never checkpointed");
+            thread::sleep(Duration::from_millis(5));
+        }
+        drop(checkpointer);
     }
 }

@@ -580,11 +580,8 @@ impl WebhookRouter {
                 Err(error) => {
                     failures = failures.saturating_add(1);
                     inner.health.degraded(format!("webhook poll failed: {error}"));
-                    let backoff = inner
-                        .settings
-                        .poll_interval
-                        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
-                        .min(MAX_POLL_BACKOFF);
+                    let backoff =
+                        gateway_core::capped_backoff(inner.settings.poll_interval, MAX_POLL_BACKOFF, failures);
                     warn!(%error, failures, backoff_ms = backoff.as_millis(), "webhook poll failed; backing off");
                     tokio::select! {
                         biased;
