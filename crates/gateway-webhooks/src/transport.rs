@@ -16,7 +16,7 @@ use std::io::{self, Read};
 use std::time::Duration;
 
 use gateway_core::{AttemptOutcome, FailureClass, OutboundRequest, WebhookTransport};
-use ureq::http::Uri;
+use ureq::http::{Response, Uri};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
@@ -100,28 +100,60 @@ impl Resolver for GuardedResolver {
     }
 }
 
-/// The ureq transport. One agent (and connection pool) shared by every attempt.
+/// Idle keep-alive connections older than this are not reused: receivers close idle connections on their own
+/// schedule (Node.js after 5 s by default), and reusing one they already closed fails the attempt.
+const MAX_IDLE_AGE: Duration = Duration::from_secs(4);
+
+/// The ureq transport. One agent (and connection pool) shared by every attempt, plus a pool-less agent for the
+/// one retry of an attempt whose reused connection turned out to be closed.
 #[derive(Debug)]
 pub struct UreqTransport {
-    agent: ureq::Agent,
+    pooled: ureq::Agent,
+    fresh: ureq::Agent,
+    timeout: Duration,
 }
 
 impl UreqTransport {
     pub fn new(settings: TransportSettings) -> Self {
-        let config = ureq::Agent::config_builder()
-            .timeout_global(Some(settings.timeout))
-            .max_redirects(0)
-            .http_status_as_error(false)
-            .proxy(None)
-            .user_agent(USER_AGENT)
-            .build();
-        let resolver = GuardedResolver {
-            inner: DefaultResolver::default(),
-            allow_private_targets: settings.allow_private_targets,
+        let agent = |max_idle_connections: usize| {
+            let config = ureq::Agent::config_builder()
+                .timeout_global(Some(settings.timeout))
+                .max_redirects(0)
+                .http_status_as_error(false)
+                .proxy(None)
+                .user_agent(USER_AGENT)
+                .max_idle_connections(max_idle_connections)
+                .max_idle_age(MAX_IDLE_AGE)
+                .build();
+            let resolver = GuardedResolver {
+                inner: DefaultResolver::default(),
+                allow_private_targets: settings.allow_private_targets,
+            };
+            ureq::Agent::with_parts(config, DefaultConnector::default(), resolver)
         };
-        Self { agent: ureq::Agent::with_parts(config, DefaultConnector::default(), resolver) }
+        Self { pooled: agent(DEFAULT_MAX_IDLE_CONNECTIONS), fresh: agent(0), timeout: settings.timeout }
+    }
+
+    fn send(
+        agent: &ureq::Agent,
+        uri: Uri,
+        request: &OutboundRequest,
+        timeout: Duration,
+    ) -> Result<Response<ureq::Body>, ureq::Error> {
+        agent
+            .post(uri)
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .header("content-type", "application/json")
+            .header(SIGNATURE_HEADER, &request.signature)
+            .header(DELIVERY_HEADER, request.delivery_id.to_string())
+            .send(request.body.as_bytes())
     }
 }
+
+/// ureq's default size of the idle pool.
+const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 10;
 
 impl WebhookTransport for UreqTransport {
     fn post(&self, request: &OutboundRequest) -> AttemptOutcome {
@@ -132,13 +164,18 @@ impl WebhookTransport for UreqTransport {
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             return AttemptOutcome::failed(FailureClass::InvalidUrl, "not an absolute http(s) URL");
         }
-        let sent = self
-            .agent
-            .post(uri)
-            .header("content-type", "application/json")
-            .header(SIGNATURE_HEADER, &request.signature)
-            .header(DELIVERY_HEADER, request.delivery_id.to_string())
-            .send(request.body.as_bytes());
+        let started = std::time::Instant::now();
+        let sent = match Self::send(&self.pooled, uri.clone(), request, self.timeout) {
+            // The connection was closed under us before any response: most likely a pooled keep-alive connection
+            // the receiver had already closed. One retry on a new connection, within what is left of the time
+            // limit. Should the receiver have processed the first request after all, it sees the same
+            // X-Observatory-Delivery twice, which at-least-once delivery allows anyway.
+            Err(error) if closed_before_response(&error) => match self.timeout.checked_sub(started.elapsed()) {
+                Some(left) if !left.is_zero() => Self::send(&self.fresh, uri, request, left),
+                _ => Err(error),
+            },
+            sent => sent,
+        };
         match sent {
             Ok(mut response) => {
                 let status = response.status().as_u16();
@@ -154,6 +191,16 @@ impl WebhookTransport for UreqTransport {
             Err(error) => classify_error(error),
         }
     }
+}
+
+fn closed_before_response(error: &ureq::Error) -> bool {
+    matches!(error, ureq::Error::Io(io) if matches!(
+        io.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    ))
 }
 
 fn classify_error(error: ureq::Error) -> AttemptOutcome {
@@ -279,6 +326,19 @@ mod tests {
         assert_eq!(seen.header("content-type"), Some("application/json"));
         assert_eq!(seen.header("x-observatory-signature"), Some(request.signature.as_str()));
         assert_eq!(seen.header("x-observatory-delivery"), Some("42"));
+    }
+
+    #[test]
+    fn a_receiver_that_closes_idle_connections_gets_every_attempt() {
+        // Each connection is closed right after its response, without `connection: close`: the pooled
+        // connection ureq keeps is dead when the next attempt picks it up.
+        let (address, seen) = serve(vec!["HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"; 20]);
+        let transport = transport(true);
+        let request = request_to(format!("http://{address}/"));
+        for attempt in 0..20 {
+            assert_eq!(transport.post(&request), AttemptOutcome::Delivered { status_code: 200 }, "attempt {attempt}");
+        }
+        assert_eq!(seen.iter().take(20).count(), 20);
     }
 
     #[test]
