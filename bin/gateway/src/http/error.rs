@@ -3,7 +3,10 @@
 //! - Bad input is always a 4xx with `{"status":"error","reason":"<snake_case>","detail":…}` and changes nothing.
 //! - A dependency that is down (store, a stopped loop) is a 503 with a reason naming it; the client may retry.
 //! - Anything else is a 500 `internal_error` whose detail stays in the log, never in the response.
-//! - `detail` names fields and limits; it never echoes request values, secrets or payloads.
+//! - `detail` names fields and limits; it never echoes request values, secrets or payloads. One exception: an
+//!   `invalid_schedule` detail quotes the offending field of the operator's own cron expression (at most 256
+//!   bytes), because "field 5: `MON-FUN` is not a weekday" is what makes the mistake findable; it goes only to the
+//!   operator who sent it and is never logged.
 
 use gateway_core::StoreError;
 use gateway_cron::CronError;
