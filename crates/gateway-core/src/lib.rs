@@ -10,6 +10,7 @@ pub mod clock;
 pub mod cron;
 pub mod decision_log;
 pub mod event;
+pub mod group_commit;
 pub mod health;
 pub mod hex;
 pub mod ids;

@@ -52,9 +52,12 @@ impl InMemoryHeartbeatStore {
 }
 
 impl HeartbeatStore for InMemoryHeartbeatStore {
-    fn upsert_heartbeat(&self, record: &HeartbeatRecord) -> Result<(), StoreError> {
+    fn upsert_heartbeats(&self, records: &[HeartbeatRecord]) -> Result<(), StoreError> {
         self.failure.check()?;
-        lock(&self.rows).insert(record.agent_id.clone(), record.clone());
+        let mut rows = lock(&self.rows);
+        for record in records {
+            rows.insert(record.agent_id.clone(), record.clone());
+        }
         Ok(())
     }
 

@@ -47,8 +47,14 @@ pub struct HeartbeatRecord {
 
 /// Durable liveness snapshot, one row per agent (FR-10.4).
 pub trait HeartbeatStore: Send + Sync + Debug {
-    /// Inserts the row, or replaces the agent's existing one: the last heartbeat wins.
-    fn upsert_heartbeat(&self, record: &HeartbeatRecord) -> Result<(), StoreError>;
+    /// Inserts each row, or replaces the agent's existing one, in order and in one transaction: the last
+    /// heartbeat wins, also between two records of one agent in the same call.
+    fn upsert_heartbeats(&self, records: &[HeartbeatRecord]) -> Result<(), StoreError>;
+
+    fn upsert_heartbeat(&self, record: &HeartbeatRecord) -> Result<(), StoreError> {
+        self.upsert_heartbeats(std::slice::from_ref(record))
+    }
+
     fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError>;
 }
 

@@ -12,7 +12,6 @@
 //! [`gateway_core::InMemoryCronJobStore`].
 
 mod error;
-mod group_commit;
 mod schedule;
 mod scheduler;
 mod window;

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use gateway_core::group_commit::GroupCommit;
 use gateway_core::memory::lock;
 use gateway_core::{
     AgentId, ClaimLease, Clock, ComponentHealth, CronJob, CronJobStore, Event, EventPayload, EventPublisher,
@@ -15,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::error::CronError;
-use crate::group_commit::GroupCommit;
 use crate::schedule::{CronSchedule, PREVIEW_INSTANTS};
 use crate::window::Window;
 
@@ -45,6 +45,8 @@ pub const LEADERSHIP_POLL: std::time::Duration = std::time::Duration::from_secs(
 /// A fire's completion (delete or advance) waits for the next batch's claim, and shares its commit, only when
 /// that claim is due within this; otherwise it is written at once.
 pub const COMPLETION_COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
+/// Most one-time jobs written in one store call by the group commit of concurrent `schedule_once` calls.
+pub const MAX_INSERT_GROUP: usize = 1_024;
 /// Most jobs one `list` call returns.
 pub const MAX_LIST_LIMIT: usize = 1_000;
 
@@ -138,7 +140,7 @@ struct Inner {
     progress: watch::Sender<LoopProgress>,
     published: AtomicU64,
     /// Shares commits between concurrent `schedule_once` calls.
-    inserts: GroupCommit,
+    inserts: GroupCommit<NewCronJob, CronJob>,
     /// Serializes this scheduler's writes. SQLite has one writer at a time, and a connection that finds the
     /// write lock taken sleeps in SQLite's busy handler for a millisecond or more; queueing here instead costs
     /// microseconds, which is most of the difference between a few thousand and tens of thousands of fires a
@@ -188,7 +190,7 @@ impl CronScheduler {
                 health: ComponentHealth::new("cron_scheduler"),
                 progress: watch::Sender::new(LoopProgress::default()),
                 published: AtomicU64::new(0),
-                inserts: GroupCommit::default(),
+                inserts: GroupCommit::new(MAX_INSERT_GROUP),
                 writes: Mutex::new(()),
             }),
         }
@@ -222,7 +224,11 @@ impl CronScheduler {
         }
         let next_fire_at = ceil_to_millisecond(self.inner.clock.now() + Duration::milliseconds(delay_ms));
         let new_job = NewCronJob { agent_id, schedule: None, next_fire_at, payload, is_one_time: true };
-        let job = self.inner.inserts.insert(self.inner.store.as_ref(), &self.inner.writes, new_job)?;
+        let (store, writes) = (&self.inner.store, &self.inner.writes);
+        let job = self.inner.inserts.submit(new_job, |jobs| {
+            let _writing = lock(writes);
+            store.insert_cron_jobs(&jobs)
+        })?;
         debug!(job_id = job.id, agent_id = %job.agent_id, delay_ms, "one-time job scheduled");
         self.arm(&job);
         Ok(job)

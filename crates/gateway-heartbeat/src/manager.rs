@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use gateway_core::group_commit::GroupCommit;
 use gateway_core::memory::lock;
 use gateway_core::{
     AgentId, CapabilityEntry, CapabilityMap, Clock, ClusterId, ComponentHealth, Event, EventPayload, EventPublisher,
@@ -15,6 +16,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::{CHECK_INTERVAL, EVICTION_THRESHOLD, HeartbeatError, HeartbeatPing, MAX_TRACKED_AGENTS};
+
+/// Most heartbeat rows written in one store transaction.
+pub const MAX_UPSERT_GROUP: usize = 512;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeartbeatConfig {
@@ -69,6 +73,8 @@ pub struct HeartbeatManager {
     clock: Arc<dyn Clock>,
     leadership: Arc<dyn Leadership>,
     health: ComponentHealth,
+    /// Concurrent heartbeats share one store commit (see `gateway_core::group_commit`).
+    upserts: Arc<GroupCommit<HeartbeatRecord, ()>>,
 }
 
 impl HeartbeatManager {
@@ -89,6 +95,7 @@ impl HeartbeatManager {
             clock,
             leadership,
             health: ComponentHealth::new("heartbeat"),
+            upserts: Arc::new(GroupCommit::new(MAX_UPSERT_GROUP)),
         }
     }
 
@@ -121,8 +128,14 @@ impl HeartbeatManager {
             cluster_id: ping.cluster_id,
             last_seen_at: ping.timestamp.unwrap_or(receipt),
         };
-        let store = Arc::clone(&self.store);
-        run_blocking(move || store.upsert_heartbeat(&record)).await.map_err(gateway_core::StoreError::from)??;
+        let (store, upserts) = (Arc::clone(&self.store), Arc::clone(&self.upserts));
+        let upsert = move || {
+            upserts.submit(record, |records| {
+                store.upsert_heartbeats(&records)?;
+                Ok(vec![(); records.len()])
+            })
+        };
+        run_blocking(upsert).await.map_err(gateway_core::StoreError::from)??;
         Ok(())
     }
 

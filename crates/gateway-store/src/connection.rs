@@ -103,7 +103,6 @@ impl DieselStore {
     /// Runs `work` in an IMMEDIATE transaction: the write lock is taken up front, so a read followed by a write
     /// can never be invalidated by another writer in between (and never fails half-way with SQLITE_BUSY on
     /// upgrade).
-    #[allow(dead_code, reason = "the cron and webhook adapters arrive with their issues")]
     pub(crate) fn immediate<T>(
         &self,
         operation: &str,

@@ -18,23 +18,30 @@ struct HeartbeatRow {
 }
 
 impl HeartbeatStore for DieselStore {
-    fn upsert_heartbeat(&self, record: &HeartbeatRecord) -> Result<(), StoreError> {
-        let row = HeartbeatRow {
-            agent_id: record.agent_id.as_str().to_owned(),
-            cluster_id: record.cluster_id.as_str().to_owned(),
-            last_seen_at: to_db(record.last_seen_at),
-        };
-        self.with_connection("upsert heartbeat", |connection| {
-            diesel::insert_into(gateway_heartbeats::table)
-                .values(&row)
-                .on_conflict(gateway_heartbeats::agent_id)
-                .do_update()
-                .set((
-                    gateway_heartbeats::cluster_id.eq(excluded(gateway_heartbeats::cluster_id)),
-                    gateway_heartbeats::last_seen_at.eq(excluded(gateway_heartbeats::last_seen_at)),
-                ))
-                .execute(connection)
-                .map(drop)
+    fn upsert_heartbeats(&self, records: &[HeartbeatRecord]) -> Result<(), StoreError> {
+        let rows: Vec<HeartbeatRow> = records
+            .iter()
+            .map(|record| HeartbeatRow {
+                agent_id: record.agent_id.as_str().to_owned(),
+                cluster_id: record.cluster_id.as_str().to_owned(),
+                last_seen_at: to_db(record.last_seen_at),
+            })
+            .collect();
+        // One statement per row rather than one multi-row INSERT: PostgreSQL refuses an upsert that touches
+        // the same row twice, and two heartbeats of one agent can share a group commit.
+        self.immediate("upsert heartbeats", |connection| {
+            for row in &rows {
+                diesel::insert_into(gateway_heartbeats::table)
+                    .values(row)
+                    .on_conflict(gateway_heartbeats::agent_id)
+                    .do_update()
+                    .set((
+                        gateway_heartbeats::cluster_id.eq(excluded(gateway_heartbeats::cluster_id)),
+                        gateway_heartbeats::last_seen_at.eq(excluded(gateway_heartbeats::last_seen_at)),
+                    ))
+                    .execute(connection)?;
+            }
+            Ok(())
         })
     }
 
@@ -80,6 +87,17 @@ mod tests {
         }
         let stored = store.heartbeat(&agent_id).unwrap().unwrap();
         assert_eq!(stored.last_seen_at, start + Duration::seconds(99));
+        // In one call, records apply in order: the last of an agent wins.
+        let batch: Vec<_> = [120, 110]
+            .iter()
+            .map(|second| HeartbeatRecord {
+                agent_id: agent_id.clone(),
+                cluster_id: ClusterId::new("c").unwrap(),
+                last_seen_at: start + Duration::seconds(*second),
+            })
+            .collect();
+        store.upsert_heartbeats(&batch).unwrap();
+        assert_eq!(store.heartbeat(&agent_id).unwrap().unwrap().last_seen_at, start + Duration::seconds(110));
         assert_eq!(stored.cluster_id.as_str(), "cluster-0");
         let rows: i64 = store
             .with_connection("count", |connection| gateway_heartbeats::table.count().get_result(connection))
