@@ -19,6 +19,9 @@ use crate::http::auth::OperatorAuth;
 
 /// Concurrent SSE streams; past this, new ones get 503 so streams cannot exhaust memory or file handles.
 pub const MAX_EVENT_STREAMS: usize = 1024;
+/// Streams of `gateway:*` topics, counted apart: agent topics need no token in phase 1, and a flood of them
+/// must not lock the operator out of their own event streams.
+pub const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
 /// At shutdown, webhook attempts in flight get their timeout plus this to finish and record their outcome.
 pub const WEBHOOK_DRAIN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -33,7 +36,10 @@ pub struct AppState {
     pub cron: CronScheduler,
     pub clock: Arc<dyn Clock>,
     pub shutdown: CancellationToken,
+    /// Open `agent:<id>:scheduled` streams.
     pub event_streams: Arc<Semaphore>,
+    /// Open `gateway:*` streams.
+    pub operator_event_streams: Arc<Semaphore>,
 }
 
 impl AppState {
@@ -117,6 +123,7 @@ impl App {
             clock,
             shutdown,
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
+            operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
         };
         Ok(Self { state: Arc::new(state), loops, stop_loops, wal_checkpointer: Some(wal_checkpointer) })
     }

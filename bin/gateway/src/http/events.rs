@@ -4,6 +4,7 @@
 //! bus subscription lag (it gets `event: lagged` with the count it missed); a client that accepts nothing for
 //! [`SLOW_CONSUMER_TIMEOUT`] is disconnected. Neither ever slows a publisher or another subscriber.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,12 +35,13 @@ pub fn get(state: &AppState, request: &Request) -> Result<Response, ApiError> {
         )
     };
     let topic = query_param(request.uri(), "topic").and_then(|name| Topic::parse(&name)).ok_or_else(invalid_topic)?;
-    if topic.is_operator_only() {
+    let streams = if topic.is_operator_only() {
         state.operator.check(request.headers())?;
-    }
-    let permit = state
-        .event_streams
-        .clone()
+        &state.operator_event_streams
+    } else {
+        &state.event_streams
+    };
+    let permit = Arc::clone(streams)
         .try_acquire_owned()
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_streams"))?;
     // Subscribed before the response goes out: once a client sees the headers, it sees every later event.
