@@ -19,6 +19,8 @@ pub enum IdError {
     TooLong,
     #[error("must not contain control characters")]
     ControlCharacter,
+    #[error("must be visible ASCII characters only")]
+    NotVisibleAscii,
 }
 
 pub(crate) fn validate_id(value: &str) -> Result<(), IdError> {
@@ -102,9 +104,47 @@ validated_id!(
     ClusterId
 );
 
+/// Longest accepted `Idempotency-Key`.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+/// A client's `Idempotency-Key`: 1 to 255 visible ASCII characters (a UUID, a hash, `order-42:retry`). A create
+/// request repeated with the same key returns the first request's result instead of creating a second one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
+        let value = value.into();
+        if value.is_empty() {
+            return Err(IdError::Empty);
+        }
+        if value.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+            return Err(IdError::TooLong);
+        }
+        if !value.bytes().all(|byte| byte.is_ascii_graphic()) {
+            return Err(IdError::NotVisibleAscii);
+        }
+        Ok(Self(value))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idempotency_keys_are_short_visible_ascii() {
+        assert!(IdempotencyKey::new("7f1c2b9e-0d3a-4c55-9a43-1f1e2d3c4b5a").is_ok());
+        assert_eq!(IdempotencyKey::new(""), Err(IdError::Empty));
+        assert_eq!(IdempotencyKey::new("k".repeat(256)), Err(IdError::TooLong));
+        assert_eq!(IdempotencyKey::new("with space"), Err(IdError::NotVisibleAscii));
+        assert_eq!(IdempotencyKey::new("ünïcode"), Err(IdError::NotVisibleAscii));
+    }
 
     #[test]
     fn accepts_ordinary_ids() {

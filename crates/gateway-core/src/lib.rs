@@ -29,7 +29,7 @@ pub use cron::{
 pub use decision_log::{DecisionLog, SchemaViolation};
 pub use event::{Event, EventPayload, Topic};
 pub use health::{ComponentHealth, HealthReport, RunningGuard};
-pub use ids::{AgentId, ClusterId, IdError};
+pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey};
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
 pub use ports::{
     CapabilityEntry, CapabilityMap, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, Leadership,

@@ -9,6 +9,7 @@ use std::str::FromStr;
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use crate::ids::IdempotencyKey;
 use crate::ports::StoreError;
 
 /// The shared secret of a webhook config. Its `Debug` is redacted and it has no `Display` or `Serialize`, so
@@ -146,6 +147,8 @@ pub struct NewDelivery {
     pub signature: String,
     pub created_at: OffsetDateTime,
     pub next_retry_at: OffsetDateTime,
+    /// The creating request's `Idempotency-Key`; unique among deliveries when present.
+    pub idempotency_key: Option<IdempotencyKey>,
 }
 
 impl fmt::Debug for NewDelivery {
@@ -158,6 +161,7 @@ impl fmt::Debug for NewDelivery {
             .field("target_url", &self.target_url)
             .field("created_at", &self.created_at)
             .field("next_retry_at", &self.next_retry_at)
+            .field("idempotency_key", &self.idempotency_key)
             .finish_non_exhaustive()
     }
 }
@@ -236,8 +240,11 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
     /// Deletes the config together with its deliveries and their attempts; `false` when there was none.
     fn delete_config(&self, id: i64) -> Result<bool, StoreError>;
 
+    /// [`StoreError::Conflict`] when the config is gone or the idempotency key is taken.
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError>;
     fn delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError>;
+    /// The delivery created with this `Idempotency-Key`, if any.
+    fn delivery_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<Delivery>, StoreError>;
     fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError>;
     /// A delivery's attempts, oldest first.
     fn attempts(&self, delivery_id: i64) -> Result<Vec<DeliveryAttempt>, StoreError>;

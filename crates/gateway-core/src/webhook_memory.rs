@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use crate::ids::IdempotencyKey;
 use crate::memory::{FailureSwitch, lock};
 use crate::ports::{StoreError, StoreHealth};
 use crate::webhook::{
@@ -23,6 +24,7 @@ struct Tables {
     attempts: Vec<DeliveryAttempt>,
     last_config_id: i64,
     last_delivery_id: i64,
+    delivery_by_key: BTreeMap<IdempotencyKey, i64>,
 }
 
 #[derive(Debug, Default)]
@@ -90,8 +92,9 @@ impl WebhookStore for InMemoryWebhookStore {
         if tables.configs.remove(&id).is_none() {
             return Ok(false);
         }
-        let Tables { deliveries, attempts, .. } = &mut *tables;
+        let Tables { deliveries, attempts, delivery_by_key, .. } = &mut *tables;
         deliveries.retain(|_, delivery| delivery.webhook_id != id);
+        delivery_by_key.retain(|_, delivery_id| deliveries.contains_key(delivery_id));
         attempts.retain(|attempt| deliveries.contains_key(&attempt.delivery_id));
         Ok(true)
     }
@@ -102,7 +105,16 @@ impl WebhookStore for InMemoryWebhookStore {
         if !tables.configs.contains_key(&delivery.webhook_id) {
             return Err(StoreError::Conflict(format!("no webhook config {}", delivery.webhook_id)));
         }
+        if let Some(key) = &delivery.idempotency_key {
+            if tables.delivery_by_key.contains_key(key) {
+                return Err(StoreError::Conflict("idempotency key already used".to_owned()));
+            }
+        }
         tables.last_delivery_id += 1;
+        if let Some(key) = &delivery.idempotency_key {
+            let id = tables.last_delivery_id;
+            tables.delivery_by_key.insert(key.clone(), id);
+        }
         let row = Delivery {
             id: tables.last_delivery_id,
             webhook_id: delivery.webhook_id,
@@ -119,6 +131,12 @@ impl WebhookStore for InMemoryWebhookStore {
         };
         tables.deliveries.insert(row.id, row.clone());
         Ok(row)
+    }
+
+    fn delivery_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<Delivery>, StoreError> {
+        self.failure.check()?;
+        let tables = lock(&self.tables);
+        Ok(tables.delivery_by_key.get(key).and_then(|id| tables.deliveries.get(id)).cloned())
     }
 
     fn delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {
@@ -363,6 +381,7 @@ mod tests {
             signature: "sha256=00".into(),
             created_at,
             next_retry_at: created_at + TimeDuration::seconds(30),
+            idempotency_key: None,
         }
     }
 

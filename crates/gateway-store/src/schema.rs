@@ -19,6 +19,7 @@ diesel::table! {
         claimed_by -> Nullable<Text>,
         claimed_until -> Nullable<Timestamp>,
         claim_token -> Nullable<BigInt>,
+        idempotency_key -> Nullable<Text>,
     }
 }
 
@@ -49,6 +50,7 @@ diesel::table! {
         next_retry_at -> Nullable<Timestamp>,
         created_at -> Timestamp,
         error_detail -> Nullable<Text>,
+        idempotency_key -> Nullable<Text>,
     }
 }
 

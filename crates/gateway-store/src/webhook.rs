@@ -6,8 +6,8 @@
 use diesel::prelude::*;
 use diesel::sqlite::Sqlite;
 use gateway_core::{
-    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, NewDelivery,
-    NewWebhookConfig, RetryNowOutcome, StoreError, WebhookConfig, WebhookSecret, WebhookStore,
+    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, IdempotencyKey,
+    NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError, WebhookConfig, WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -116,6 +116,7 @@ struct NewDeliveryRow<'a> {
     attempt_count: i32,
     next_retry_at: PrimitiveDateTime,
     created_at: PrimitiveDateTime,
+    idempotency_key: Option<&'a str>,
 }
 
 #[derive(Queryable, Selectable)]
@@ -234,6 +235,7 @@ impl WebhookStore for DieselStore {
             attempt_count: 0,
             next_retry_at: to_db(delivery.next_retry_at),
             created_at: to_db(delivery.created_at),
+            idempotency_key: delivery.idempotency_key.as_ref().map(IdempotencyKey::as_str),
         };
         let inserted = self.with_connection("insert webhook delivery", |connection| {
             diesel::insert_into(webhook_deliveries::table)
@@ -242,6 +244,17 @@ impl WebhookStore for DieselStore {
                 .get_result(connection)
         })?;
         inserted.try_into()
+    }
+
+    fn delivery_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<Delivery>, StoreError> {
+        let row = self.with_connection("read webhook delivery by idempotency key", |connection| {
+            webhook_deliveries::table
+                .filter(webhook_deliveries::idempotency_key.eq(key.as_str()))
+                .select(DeliveryRow::as_select())
+                .first(connection)
+                .optional()
+        })?;
+        row.map(Delivery::try_from).transpose()
     }
 
     fn delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {

@@ -30,6 +30,9 @@ pub enum WebhookError {
     /// "Retry now" on a delivery that is neither failed nor dead.
     #[error("delivery {id} is {status}; only failed or dead deliveries can be retried")]
     RetryNotAllowed { id: i64, status: DeliveryStatus },
+    /// An `Idempotency-Key` already created a delivery with a different webhook, session or payload.
+    #[error("this Idempotency-Key was used for a different delivery")]
+    IdempotencyKeyReused,
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -22,8 +22,8 @@ pub use error::WebhookError;
 pub use input::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, WebhookConfigDraft, delivery_filter};
 pub use retry::{MAX_ATTEMPTS, RETRY_SCHEDULE, RetrySchedule, ScheduleError};
 pub use router::{
-    ATTEMPT_TIMEOUT, DeliveryDetail, ENQUEUE_SAFETY_NET, MAX_PER_CYCLE, POLL_INTERVAL, RouterPorts, RouterSettings,
-    WebhookRouter,
+    ATTEMPT_TIMEOUT, DeliveryDetail, ENQUEUE_SAFETY_NET, Enqueued, MAX_PER_CYCLE, POLL_INTERVAL, RouterPorts,
+    RouterSettings, WebhookRouter,
 };
 pub use signature::{DELIVERY_HEADER, SIGNATURE_HEADER, SignatureError};
 pub use transport::{TransportSettings, UreqTransport};

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use gateway_core::{
     AttemptOutcome, Clock, ComponentHealth, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate,
-    DueDelivery, Event, EventPayload, EventPublisher, FailureClass, Leadership, NewDelivery, NewWebhookConfig,
-    OutboundRequest, RetryNowOutcome, StoreError, Topic, WebhookConfig, WebhookStore, WebhookTransport, run_blocking,
+    DueDelivery, Event, EventPayload, EventPublisher, FailureClass, IdempotencyKey, Leadership, NewDelivery,
+    NewWebhookConfig, OutboundRequest, RetryNowOutcome, StoreError, Topic, WebhookConfig, WebhookStore,
+    WebhookTransport, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -277,10 +278,45 @@ impl WebhookRouter {
         session_id: String,
         payload: String,
     ) -> Result<Delivery, WebhookError> {
+        Ok(self.enqueue_idempotent(webhook_id, session_id, payload, None).await?.delivery)
+    }
+
+    /// [`Self::enqueue`] under an `Idempotency-Key`: the first request with a key creates the delivery; a later
+    /// one with the same key and the same webhook, session and payload gets that delivery back (`replayed`)
+    /// and enqueues nothing; with anything different it is refused.
+    pub async fn enqueue_idempotent(
+        &self,
+        webhook_id: i64,
+        session_id: String,
+        payload: String,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<Enqueued, WebhookError> {
         check_delivery(&session_id, &payload)?;
+        let Some(key) = idempotency_key else {
+            let config = self.config(webhook_id).await?;
+            let delivery = self.create_delivery(&config, session_id, payload, self.now(), None).await?;
+            return Ok(Enqueued { delivery, replayed: false });
+        };
+        let request = (webhook_id, session_id, payload);
+        if let Some(existing) = self.delivery_by_key(&key).await? {
+            return replay(existing, &request);
+        }
         let config = self.config(webhook_id).await?;
-        let created_at = self.now();
-        self.create_delivery(&config, session_id, payload, created_at).await
+        let (_, session_id, payload) = request.clone();
+        match self.create_delivery(&config, session_id, payload, self.now(), Some(key.clone())).await {
+            Ok(delivery) => Ok(Enqueued { delivery, replayed: false }),
+            // A conflict is a deleted config, or the key taken by a concurrent request: the row tells which.
+            Err(WebhookError::UnknownWebhook(id)) => match self.delivery_by_key(&key).await? {
+                Some(existing) => replay(existing, &request),
+                None => Err(WebhookError::UnknownWebhook(id)),
+            },
+            Err(other) => Err(other),
+        }
+    }
+
+    async fn delivery_by_key(&self, key: &IdempotencyKey) -> Result<Option<Delivery>, WebhookError> {
+        let key = key.clone();
+        self.store(move |store| store.delivery_by_idempotency_key(&key)).await
     }
 
     /// Handles `POST /gateway/webhooks/{webhook_id}`: verifies `signature_header` against the raw `body`, wraps
@@ -300,7 +336,7 @@ impl WebhookRouter {
         let received_at = self.now();
         let payload = inbound_envelope(&config, received_at, body);
         let session_id = config.target_session.clone();
-        self.create_delivery(&config, session_id, payload, received_at).await
+        self.create_delivery(&config, session_id, payload, received_at, None).await
     }
 
     async fn create_delivery(
@@ -309,6 +345,7 @@ impl WebhookRouter {
         session_id: String,
         payload: String,
         created_at: OffsetDateTime,
+        idempotency_key: Option<IdempotencyKey>,
     ) -> Result<Delivery, WebhookError> {
         let signature = sign(&config.secret, payload.as_bytes());
         let new = NewDelivery {
@@ -319,6 +356,7 @@ impl WebhookRouter {
             signature,
             created_at,
             next_retry_at: created_at + ENQUEUE_SAFETY_NET,
+            idempotency_key,
         };
         let webhook_id = config.id;
         let row = self.store(move |store| store.insert_delivery(&new)).await.map_err(|error| match error {
@@ -600,6 +638,30 @@ impl WebhookRouter {
         self.inner.attempts.close();
         self.inner.attempts.wait().await;
         self.inner.attempts.reopen();
+    }
+}
+
+/// What an idempotent enqueue produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    pub delivery: Delivery,
+    /// The delivery was created by an earlier request with the same `Idempotency-Key`.
+    pub replayed: bool,
+}
+
+/// The earlier delivery of an `Idempotency-Key`, if the retried request asks for the same thing. Payloads
+/// compare as JSON values, so a client that re-serializes its retry with other spacing is not refused.
+fn replay(
+    existing: Delivery,
+    (webhook_id, session_id, payload): &(i64, String, String),
+) -> Result<Enqueued, WebhookError> {
+    let as_json = |text: &str| serde_json::from_str::<serde_json::Value>(text).ok();
+    let same_payload = existing.payload == *payload
+        || matches!((as_json(&existing.payload), as_json(payload)), (Some(stored), Some(sent)) if stored == sent);
+    if existing.webhook_id == *webhook_id && existing.session_id == *session_id && same_payload {
+        Ok(Enqueued { delivery: existing, replayed: true })
+    } else {
+        Err(WebhookError::IdempotencyKeyReused)
     }
 }
 

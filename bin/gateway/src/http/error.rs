@@ -131,6 +131,9 @@ impl From<WebhookError> for ApiError {
             WebhookError::RetryNotAllowed { .. } => {
                 Self::new(StatusCode::CONFLICT, "retry_not_allowed").with_detail(error.to_string())
             }
+            WebhookError::IdempotencyKeyReused => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused").with_detail(error.to_string())
+            }
             WebhookError::Store(store) => store.into(),
         }
     }

@@ -48,3 +48,19 @@ pub fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
     let query = uri.query()?;
     form_urlencoded::parse(query.as_bytes()).find(|(key, _)| key == name).map(|(_, value)| value.into_owned())
 }
+
+/// Request header naming a create request's idempotency key.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+/// Response header set when a create request was answered from an earlier one with the same key.
+pub const IDEMPOTENT_REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// The `Idempotency-Key` header, if present; 400 `invalid_idempotency_key` when it is not 1 to 255 visible
+/// ASCII characters.
+pub fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<gateway_core::IdempotencyKey>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else { return Ok(None) };
+    let invalid =
+        |detail: String| ApiError::new(http::StatusCode::BAD_REQUEST, "invalid_idempotency_key").with_detail(detail);
+    let text =
+        value.to_str().map_err(|_| invalid("Idempotency-Key must be visible ASCII characters only".to_owned()))?;
+    gateway_core::IdempotencyKey::new(text).map(Some).map_err(|error| invalid(format!("Idempotency-Key {error}")))
+}

@@ -22,6 +22,17 @@ pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
     response
 }
 
+/// 201 for a create request that created; 200 with `Idempotent-Replayed: true` for one answered from an earlier
+/// request with the same `Idempotency-Key`.
+pub fn created_or_replayed(body: &serde_json::Value, replayed: bool) -> Response {
+    if !replayed {
+        return json_response(StatusCode::CREATED, body);
+    }
+    let mut response = json_response(StatusCode::OK, body);
+    response.headers_mut().insert(crate::http::request::IDEMPOTENT_REPLAYED_HEADER, HeaderValue::from_static("true"));
+    response
+}
+
 fn full(bytes: Bytes) -> ResponseBody {
     http_body_util::Full::new(bytes).map_err(|never| match never {}).boxed()
 }

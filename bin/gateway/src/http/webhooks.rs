@@ -14,8 +14,8 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::app::AppState;
 use crate::http::error::ApiError;
-use crate::http::request::{Request, read_body};
-use crate::http::response::{Response, json_response};
+use crate::http::request::{Request, idempotency_key, read_body};
+use crate::http::response::{Response, created_or_replayed, json_response};
 
 fn unprocessable(reason: &'static str, detail: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_detail(detail)
@@ -103,14 +103,16 @@ struct EnqueueBody {
 }
 
 pub async fn enqueue(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let idempotency_key = idempotency_key(request.headers())?;
     let body: EnqueueBody = read_object(request).await?;
     let webhook_id = body
         .webhook_id
         .ok_or_else(|| unprocessable("missing_required_fields", "webhook_id (an integer) is required"))?;
     let session_id = required("session_id", body.session_id)?;
     let payload = body.payload.ok_or_else(|| unprocessable("missing_required_fields", "payload is required"))?;
-    let delivery = state.webhooks.enqueue(webhook_id, session_id, payload.get().to_owned()).await?;
-    Ok(json_response(StatusCode::CREATED, &delivery_json(&delivery, true)))
+    let enqueued =
+        state.webhooks.enqueue_idempotent(webhook_id, session_id, payload.get().to_owned(), idempotency_key).await?;
+    Ok(created_or_replayed(&delivery_json(&enqueued.delivery, true), enqueued.replayed))
 }
 
 /// The forensic inspector: `?session_id=&status=&from=&to=&limit=&after_id=` →

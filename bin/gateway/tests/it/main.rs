@@ -9,6 +9,7 @@ mod config;
 mod cron;
 mod events;
 mod heartbeat;
+mod idempotency;
 mod lifecycle;
 mod messages;
 mod operator;

@@ -105,6 +105,24 @@ impl Gateway {
         read(self.agent.get(self.url(path)).call())
     }
 
+    /// An operator POST with extra headers; also returns the response headers.
+    pub fn operator_post_with_headers(
+        &self,
+        path: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> (u16, http::HeaderMap, Value) {
+        let mut request = self.agent.post(self.url(path)).header("authorization", format!("Bearer {TOKEN}"));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let mut response = request.content_type("application/json").send(body.to_string()).unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.body_mut().read_to_string().unwrap();
+        (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
     pub fn operator_get(&self, path: &str) -> (u16, Value) {
         read(self.agent.get(self.url(path)).header("authorization", format!("Bearer {TOKEN}")).call())
     }

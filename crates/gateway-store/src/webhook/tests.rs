@@ -37,6 +37,7 @@ fn new_delivery(webhook_id: i64, session: &str, created_at: OffsetDateTime) -> N
         signature: "sha256=00".into(),
         created_at,
         next_retry_at: created_at + Duration::seconds(30),
+        idempotency_key: None,
     }
 }
 
@@ -278,4 +279,22 @@ fn the_due_row_query_is_an_index_range_scan_without_a_sort() {
     assert!(plan.iter().any(|line| line.contains("USING INDEX webhook_deliveries_status_next_retry_at")), "{plan:?}");
     assert!(!plan.iter().any(|line| line.contains("TEMP B-TREE")), "the query sorts: {plan:?}");
     assert!(!plan.iter().any(|line| line.starts_with("SCAN")), "the query scans the table: {plan:?}");
+}
+
+#[test]
+fn an_idempotency_key_is_unique_and_finds_its_delivery() {
+    let (_dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let key = IdempotencyKey::new("order-42").unwrap();
+    let first = store
+        .insert_delivery(&NewDelivery { idempotency_key: Some(key.clone()), ..new_delivery(config.id, "s", START) })
+        .unwrap();
+    let again = store
+        .insert_delivery(&NewDelivery { idempotency_key: Some(key.clone()), ..new_delivery(config.id, "s", START) });
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    assert_eq!(store.delivery_by_idempotency_key(&key).unwrap().map(|row| row.id), Some(first.id));
+    assert_eq!(store.delivery_by_idempotency_key(&IdempotencyKey::new("other").unwrap()).unwrap(), None);
+    // Rows without a key never collide.
+    store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
+    store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
 }

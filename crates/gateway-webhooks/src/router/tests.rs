@@ -86,6 +86,7 @@ impl Harness {
                 signature: sign(&config.secret, b"{}"),
                 created_at: due_at - ENQUEUE_SAFETY_NET,
                 next_retry_at: due_at,
+                idempotency_key: None,
             })
             .unwrap()
     }
