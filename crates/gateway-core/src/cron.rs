@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
-use crate::ids::AgentId;
+use crate::ids::{AgentId, IdempotencyKey};
 use crate::memory::{FailureSwitch, lock};
 use crate::ports::{FencingToken, StoreError, StoreHealth};
 
@@ -27,6 +27,8 @@ pub struct NewCronJob {
     pub next_fire_at: OffsetDateTime,
     pub payload: Map<String, Value>,
     pub is_one_time: bool,
+    /// The creating request's `Idempotency-Key`; unique among jobs when present.
+    pub idempotency_key: Option<IdempotencyKey>,
 }
 
 /// One row of `cron_jobs`.
@@ -116,6 +118,8 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
         jobs.iter().map(|job| self.insert_cron_job(job)).collect()
     }
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError>;
+    /// The job created with this `Idempotency-Key`, if any.
+    fn cron_job_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<CronJob>, StoreError>;
     /// Jobs by ascending id, starting after `after_id` (keyset pagination).
     fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError>;
     /// `true` when a row was deleted.
@@ -159,6 +163,7 @@ struct StoredClaim {
 struct CronRows {
     next_id: i64,
     rows: BTreeMap<i64, StoredJob>,
+    by_key: BTreeMap<IdempotencyKey, i64>,
 }
 
 /// `cron_jobs` in memory. Each switch makes the matching operations report [`StoreError::Unavailable`], so
@@ -194,7 +199,16 @@ impl CronJobStore for InMemoryCronJobStore {
     fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError> {
         self.failure.check()?;
         let mut state = lock(&self.state);
+        if let Some(key) = &job.idempotency_key {
+            if state.by_key.get(key).is_some_and(|id| state.rows.contains_key(id)) {
+                return Err(StoreError::Conflict("idempotency key already used".to_owned()));
+            }
+        }
         state.next_id += 1;
+        if let Some(key) = &job.idempotency_key {
+            let id = state.next_id;
+            state.by_key.insert(key.clone(), id);
+        }
         let stored = CronJob {
             id: state.next_id,
             agent_id: job.agent_id.clone(),
@@ -216,6 +230,12 @@ impl CronJobStore for InMemoryCronJobStore {
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
         self.failure.check()?;
         Ok(lock(&self.state).rows.get(&id).map(|stored| stored.job.clone()))
+    }
+
+    fn cron_job_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<CronJob>, StoreError> {
+        self.failure.check()?;
+        let state = lock(&self.state);
+        Ok(state.by_key.get(key).and_then(|id| state.rows.get(id)).map(|stored| stored.job.clone()))
     }
 
     fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError> {
@@ -330,6 +350,7 @@ mod tests {
             next_fire_at: at,
             payload: Map::new(),
             is_one_time: true,
+            idempotency_key: None,
         }
     }
 

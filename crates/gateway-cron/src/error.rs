@@ -14,6 +14,9 @@ pub enum CronError {
     InvalidSchedule(String),
     #[error("cron job {0} not found")]
     NotFound(i64),
+    /// An `Idempotency-Key` already created a job with a different agent, schedule or payload.
+    #[error("this Idempotency-Key was used for a different job")]
+    IdempotencyKeyReused,
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -7,7 +7,8 @@ use gateway_core::group_commit::GroupCommit;
 use gateway_core::memory::lock;
 use gateway_core::{
     AgentId, ClaimLease, Clock, ComponentHealth, CronJob, CronJobStore, Event, EventPayload, EventPublisher,
-    FencingToken, FireCompletion, FireKey, Leadership, NewCronJob, PendingFire, StoreError, Topic, run_blocking,
+    FencingToken, FireCompletion, FireKey, IdempotencyKey, Leadership, NewCronJob, PendingFire, StoreError, Topic,
+    run_blocking,
 };
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};
@@ -223,7 +224,8 @@ impl CronScheduler {
             return Err(CronError::InvalidDelay(delay_ms));
         }
         let next_fire_at = ceil_to_millisecond(self.inner.clock.now() + Duration::milliseconds(delay_ms));
-        let new_job = NewCronJob { agent_id, schedule: None, next_fire_at, payload, is_one_time: true };
+        let new_job =
+            NewCronJob { agent_id, schedule: None, next_fire_at, payload, is_one_time: true, idempotency_key: None };
         let (store, writes) = (&self.inner.store, &self.inner.writes);
         let job = self.inner.inserts.submit(new_job, |jobs| {
             let _writing = lock(writes);
@@ -241,24 +243,60 @@ impl CronScheduler {
         schedule: &str,
         payload: Map<String, Value>,
     ) -> Result<CronJob, CronError> {
+        Ok(self.add_recurring_idempotent(agent_id, schedule, payload, None)?.0)
+    }
+
+    /// [`Self::add_recurring`] under an `Idempotency-Key`: the first request with a key creates the job; a
+    /// later one with the same key, agent, schedule and payload gets that job back (`true`: replayed) and
+    /// creates nothing; with anything different it is refused.
+    pub fn add_recurring_idempotent(
+        &self,
+        agent_id: AgentId,
+        schedule: &str,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<(CronJob, bool), CronError> {
         let parsed = CronSchedule::parse(schedule)?;
+        let replay = |existing: CronJob| {
+            let same = existing.agent_id == agent_id
+                && existing.schedule.as_deref() == Some(parsed.source())
+                && existing.payload == payload;
+            if same { Ok((existing, true)) } else { Err(CronError::IdempotencyKeyReused) }
+        };
+        if let Some(key) = &idempotency_key {
+            if let Some(existing) = self.inner.store.cron_job_by_idempotency_key(key)? {
+                return replay(existing);
+            }
+        }
         let next_fire_at = parsed
             .next_after(self.inner.clock.now())
             .ok_or_else(|| CronError::InvalidSchedule("the schedule has no upcoming instant".to_owned()))?;
         let new_job = NewCronJob {
-            agent_id,
+            agent_id: agent_id.clone(),
             schedule: Some(parsed.source().to_owned()),
             next_fire_at,
-            payload,
+            payload: payload.clone(),
             is_one_time: false,
+            idempotency_key: idempotency_key.clone(),
         };
-        let job = {
+        let inserted = {
             let _writing = lock(&self.inner.writes);
-            self.inner.store.insert_cron_job(&new_job)?
+            self.inner.store.insert_cron_job(&new_job)
+        };
+        let job = match (inserted, &idempotency_key) {
+            (Ok(job), _) => job,
+            // The key was taken by a concurrent request between the lookup and the insert.
+            (Err(StoreError::Conflict(conflict)), Some(key)) => {
+                return match self.inner.store.cron_job_by_idempotency_key(key)? {
+                    Some(existing) => replay(existing),
+                    None => Err(StoreError::Conflict(conflict).into()),
+                };
+            }
+            (Err(error), _) => return Err(error.into()),
         };
         info!(job_id = job.id, agent_id = %job.agent_id, schedule = parsed.source(), "recurring job added");
         self.arm(&job);
-        Ok(job)
+        Ok((job, false))
     }
 
     /// Deletes a job. A fire of it already claimed may still be published; none is claimed afterwards.

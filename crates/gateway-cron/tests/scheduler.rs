@@ -281,6 +281,7 @@ async fn missed_instants_of_a_recurring_job_fire_once_after_downtime() {
             next_fire_at: START + Duration::minutes(1),
             payload: Map::new(),
             is_one_time: false,
+            idempotency_key: None,
         })
         .unwrap();
     // Down for ten minutes and a half: ten instants missed.
@@ -310,6 +311,7 @@ async fn overdue_rows_fire_at_start_and_future_rows_wait() {
         next_fire_at: at,
         payload: Map::new(),
         is_one_time: true,
+        idempotency_key: None,
     };
     let overdue = harness.store.insert_cron_job(&row(START - Duration::hours(3))).unwrap();
     let future = harness.store.insert_cron_job(&row(START + Duration::seconds(42))).unwrap();

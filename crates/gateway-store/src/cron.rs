@@ -6,7 +6,9 @@
 //! so the same statements serve PostgreSQL in phase 2.
 
 use diesel::prelude::*;
-use gateway_core::{AgentId, ClaimLease, CronJob, CronJobStore, FireCompletion, NewCronJob, PendingFire, StoreError};
+use gateway_core::{
+    AgentId, ClaimLease, CronJob, CronJobStore, FireCompletion, IdempotencyKey, NewCronJob, PendingFire, StoreError,
+};
 use time::PrimitiveDateTime;
 
 use crate::connection::DieselStore;
@@ -30,6 +32,7 @@ struct NewCronJobRow<'a> {
     next_fire_at: PrimitiveDateTime,
     payload: String,
     is_one_time: bool,
+    idempotency_key: Option<&'a str>,
 }
 
 impl<'a> NewCronJobRow<'a> {
@@ -40,6 +43,7 @@ impl<'a> NewCronJobRow<'a> {
             next_fire_at: to_db(job.next_fire_at),
             payload: serde_json::to_string(&job.payload).unwrap_or_else(|_| "{}".to_owned()),
             is_one_time: job.is_one_time,
+            idempotency_key: job.idempotency_key.as_ref().map(IdempotencyKey::as_str),
         }
     }
 
@@ -53,6 +57,7 @@ impl<'a> NewCronJobRow<'a> {
                 cron_jobs::next_fire_at.eq(self.next_fire_at),
                 cron_jobs::payload.eq(&self.payload),
                 cron_jobs::is_one_time.eq(self.is_one_time),
+                cron_jobs::idempotency_key.eq(self.idempotency_key),
             ))
             .returning(CronJobRow::as_returning())
             .get_result(connection)
@@ -117,6 +122,17 @@ impl CronJobStore for DieselStore {
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
         let row = self.with_connection("read cron job", |connection| {
             cron_jobs::table.find(id).select(CronJobRow::as_select()).first(connection).optional()
+        })?;
+        row.map(CronJob::try_from).transpose()
+    }
+
+    fn cron_job_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<CronJob>, StoreError> {
+        let row = self.with_connection("read cron job by idempotency key", |connection| {
+            cron_jobs::table
+                .filter(cron_jobs::idempotency_key.eq(key.as_str()))
+                .select(CronJobRow::as_select())
+                .first(connection)
+                .optional()
         })?;
         row.map(CronJob::try_from).transpose()
     }
@@ -280,7 +296,20 @@ mod tests {
             next_fire_at: at,
             payload: json!({"task": "check_quota", "n": [1, 2]}).as_object().cloned().unwrap(),
             is_one_time: true,
+            idempotency_key: None,
         }
+    }
+
+    #[test]
+    fn an_idempotency_key_is_unique_and_finds_its_job() {
+        let (_dir, store) = open();
+        let key = IdempotencyKey::new("nightly-report").unwrap();
+        let keyed = || NewCronJob { idempotency_key: Some(key.clone()), ..one_time(START) };
+        let first = store.insert_cron_job(&keyed()).unwrap();
+        assert!(matches!(store.insert_cron_job(&keyed()), Err(StoreError::Conflict(_))));
+        assert_eq!(store.cron_job_by_idempotency_key(&key).unwrap(), Some(first));
+        store.insert_cron_job(&one_time(START)).unwrap();
+        store.insert_cron_job(&one_time(START)).unwrap();
     }
 
     fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {

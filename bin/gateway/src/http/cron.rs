@@ -9,8 +9,8 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::app::AppState;
 use crate::http::error::ApiError;
-use crate::http::request::{Request, query_param, read_json};
-use crate::http::response::{Response, json_response};
+use crate::http::request::{Request, idempotency_key, query_param, read_json};
+use crate::http::response::{Response, created_or_replayed, json_response};
 
 pub const DEFAULT_PAGE: usize = 100;
 pub const MAX_PAGE: usize = gateway_cron::MAX_LIST_LIMIT;
@@ -19,8 +19,10 @@ fn unprocessable(reason: &'static str, detail: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_detail(detail)
 }
 
-/// `{agent_id, schedule, payload}` → 201 with the job, its `next_fire_at` and a preview of its next instants.
+/// `{agent_id, schedule, payload}` → 201 with the job, its `next_fire_at` and a preview of its next instants
+/// (200 and `Idempotent-Replayed: true` when an `Idempotency-Key` repeats an earlier request).
 pub async fn create(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let idempotency_key = idempotency_key(request.headers())?;
     let body = read_json(request).await?;
     let Value::Object(mut body) = body else {
         return Err(unprocessable("invalid_field", "the body must be a JSON object"));
@@ -41,10 +43,11 @@ pub async fn create(state: &AppState, request: Request) -> Result<Response, ApiE
         Some(_) => return Err(unprocessable("invalid_field", "payload must be a JSON object")),
     };
     let scheduler = state.cron.clone();
-    let job = run_blocking(move || scheduler.add_recurring(agent_id, &schedule, payload))
-        .await
-        .map_err(gateway_core::StoreError::from)??;
-    Ok(json_response(StatusCode::CREATED, &job_json(&job)))
+    let (job, replayed) =
+        run_blocking(move || scheduler.add_recurring_idempotent(agent_id, &schedule, payload, idempotency_key))
+            .await
+            .map_err(gateway_core::StoreError::from)??;
+    Ok(created_or_replayed(&job_json(&job), replayed))
 }
 
 /// `?limit=&after_id=` → `{"jobs": [...], "next_after_id": id|null}`, by ascending id.

@@ -107,6 +107,9 @@ impl From<CronError> for ApiError {
             CronError::InvalidDelay(_) => Self::new(unprocessable, "invalid_delay").with_detail(error.to_string()),
             CronError::InvalidSchedule(reason) => Self::new(unprocessable, "invalid_schedule").with_detail(reason),
             CronError::NotFound(_) => Self::new(StatusCode::NOT_FOUND, "unknown_cron_job"),
+            CronError::IdempotencyKeyReused => {
+                Self::new(unprocessable, "idempotency_key_reused").with_detail(error.to_string())
+            }
             CronError::Store(store) => store.into(),
         }
     }

@@ -63,3 +63,20 @@ fn a_malformed_idempotency_key_is_400() {
     }
     assert_eq!(count_rows(&gateway.database_path(), "webhook_deliveries"), 0);
 }
+
+#[test]
+fn a_retried_cron_job_create_returns_the_first_job() {
+    let gateway = Gateway::start(&[]);
+    let body = json!({"agent_id": "agent-7", "schedule": "0 9 * * MON-FRI", "payload": {"task": "standup"}});
+    let key = [("idempotency-key", "standup-agent-7")];
+    let (status, _, first) = gateway.operator_post_with_headers("/gateway/cron/jobs", &body, &key);
+    assert_eq!(status, 201, "{first}");
+    let (status, headers, again) = gateway.operator_post_with_headers("/gateway/cron/jobs", &body, &key);
+    assert_eq!((status, again["id"].clone()), (200, first["id"].clone()));
+    assert_eq!(headers.get("idempotent-replayed").and_then(|value| value.to_str().ok()), Some("true"));
+
+    let other = json!({"agent_id": "agent-7", "schedule": "0 10 * * MON-FRI", "payload": {"task": "standup"}});
+    let (status, _, refused) = gateway.operator_post_with_headers("/gateway/cron/jobs", &other, &key);
+    assert_eq!((status, refused["reason"].as_str()), (422, Some("idempotency_key_reused")));
+    assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 1);
+}
