@@ -329,20 +329,29 @@ async fn overdue_rows_fire_at_start_and_future_rows_wait() {
     shutdown.cancel();
 }
 
+/// Schedules a one-time job 1 s out and lets it fire while deletes fail: publishing works, deleting does not,
+/// the situation a crash between the two leaves behind. Returns the job and its first fire.
+async fn fire_with_a_failing_delete(
+    harness: &mut Harness,
+    scheduler: &CronScheduler,
+    progress: &mut watch::Receiver<LoopProgress>,
+) -> (gateway_core::CronJob, Fired) {
+    let seen = cycles(progress);
+    let job = scheduler.schedule_once(agent("agent-3"), 1_000, Map::new()).unwrap();
+    cycle_after(progress, seen).await;
+    harness.store.completion_failure.set_failing(true);
+    harness.clock.advance(Duration::seconds(1));
+    let first = harness.next_fire().await;
+    progress.wait_for(|progress| progress.failures == 1).await.unwrap();
+    (job, first)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failed_delete_after_publishing_refires_with_the_same_fire_id() {
     let mut harness = Harness::new();
     let shutdown = CancellationToken::new();
     let (scheduler, mut progress) = harness.running(&shutdown).await;
-    let seen = cycles(&progress);
-    let job = scheduler.schedule_once(agent("agent-3"), 1_000, Map::new()).unwrap();
-    cycle_after(&mut progress, seen).await;
-
-    // Publishing works, deleting does not: the situation a crash between the two leaves behind.
-    harness.store.completion_failure.set_failing(true);
-    harness.clock.advance(Duration::seconds(1));
-    let first = harness.next_fire().await;
-    progress.wait_for(|progress| progress.failures == 1).await.unwrap();
+    let (job, first) = fire_with_a_failing_delete(&mut harness, &scheduler, &mut progress).await;
     assert!(!scheduler.health().report().healthy, "degraded while the store refuses writes");
     assert!(harness.store.cron_job(job.id).unwrap().is_some(), "the row survived the failed delete");
     harness.store.completion_failure.set_failing(false);
@@ -365,13 +374,7 @@ async fn after_a_crash_between_publish_and_delete_a_new_scheduler_refires_it() {
     let mut harness = Harness::new();
     let crashed = CancellationToken::new();
     let (scheduler, mut progress) = harness.running(&crashed).await;
-    let seen = cycles(&progress);
-    let job = scheduler.schedule_once(agent("agent-3"), 1_000, Map::new()).unwrap();
-    cycle_after(&mut progress, seen).await;
-    harness.store.completion_failure.set_failing(true);
-    harness.clock.advance(Duration::seconds(1));
-    let first = harness.next_fire().await;
-    progress.wait_for(|progress| progress.failures == 1).await.unwrap();
+    let (job, first) = fire_with_a_failing_delete(&mut harness, &scheduler, &mut progress).await;
     crashed.cancel();
     harness.store.completion_failure.set_failing(false);
     assert!(harness.store.claim_of(job.id).is_some(), "the dead scheduler's claim is still on the row");
