@@ -61,7 +61,7 @@ pub struct Config {
     /// Delays in seconds after failed attempts 1..5, comma-separated [default: RETRY_SCHEDULE,
     /// 30,120,600,3600,21600].
     #[arg(long, env = "GATEWAY_WEBHOOK_RETRY_SCHEDULE_S", value_name = "S,S,…", value_parser = parse_retry_schedule)]
-    pub webhook_retry_schedule_s: Option<RetryScheduleSeconds>,
+    pub webhook_retry_schedule_s: Option<gateway_webhooks::RetrySchedule>,
 
     /// Time limit of one outbound webhook attempt, in milliseconds [default: 10000].
     #[arg(long, env = "GATEWAY_WEBHOOK_TIMEOUT_MS", value_name = "MS", value_parser = positive_u64)]
@@ -102,10 +102,6 @@ impl fmt::Debug for AdminToken {
         f.write_str("AdminToken(<redacted>)")
     }
 }
-
-/// `--webhook-retry-schedule-s`: at least one delay, each a positive number of seconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryScheduleSeconds(pub Vec<u64>);
 
 impl Config {
     /// Parses the command line and environment. Help and version print and exit 0; any bad value prints one line
@@ -149,12 +145,7 @@ impl Config {
         gateway_webhooks::RouterSettings {
             poll_interval: self.webhook_poll_interval_ms.map_or(defaults.poll_interval, Duration::from_millis),
             max_per_cycle: self.webhook_max_per_cycle.unwrap_or(defaults.max_per_cycle),
-            // The flag's parser already ran this check, so the default is never what replaces a bad value.
-            retry_schedule: self
-                .webhook_retry_schedule_s
-                .as_ref()
-                .and_then(|seconds| gateway_webhooks::RetrySchedule::from_seconds(&seconds.0).ok())
-                .unwrap_or(defaults.retry_schedule),
+            retry_schedule: self.webhook_retry_schedule_s.clone().unwrap_or(defaults.retry_schedule),
             attempt_timeout: self.webhook_attempt_timeout(),
         }
     }
@@ -188,18 +179,15 @@ fn positive_usize(value: &str) -> Result<usize, String> {
     positive_u64(value).and_then(|number| usize::try_from(number).map_err(|_| "is too large".to_owned()))
 }
 
-fn parse_retry_schedule(value: &str) -> Result<RetryScheduleSeconds, String> {
+fn parse_retry_schedule(value: &str) -> Result<gateway_webhooks::RetrySchedule, String> {
     if value.trim().is_empty() {
         return Err("must list at least one delay in seconds, e.g. 30,120,600,3600,21600".to_owned());
     }
-    value
+    let seconds = value
         .split(',')
         .map(|delay| positive_u64(delay).map_err(|reason| format!("each delay {reason}")))
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(|seconds| {
-            gateway_webhooks::RetrySchedule::from_seconds(&seconds).map_err(|error| error.to_string())?;
-            Ok(RetryScheduleSeconds(seconds))
-        })
+        .collect::<Result<Vec<_>, _>>()?;
+    gateway_webhooks::RetrySchedule::from_seconds(&seconds).map_err(|error| error.to_string())
 }
 
 fn parse_database_url(value: &str) -> Result<DatabaseUrl, String> {
@@ -253,7 +241,10 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(config.listen.port(), 8080);
-        assert_eq!(config.webhook_retry_schedule_s, Some(RetryScheduleSeconds(vec![1, 2, 3])));
+        assert_eq!(
+            config.webhook_retry_schedule_s,
+            Some(gateway_webhooks::RetrySchedule::from_seconds(&[1, 2, 3]).unwrap())
+        );
         assert!(config.webhook_allow_private_targets);
         assert_eq!(config.admin_token.unwrap().expose(), "0123456789abcdef");
         assert!(!parse(&["--webhook-allow-private-targets=false"]).unwrap().webhook_allow_private_targets);

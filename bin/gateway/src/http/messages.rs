@@ -2,8 +2,8 @@
 
 use gateway_core::interceptor::RejectedLog;
 use gateway_core::{
-    AcceptedLog, Event, EventPayload, EventPublisher, Rejection, ReminderRequest, ReminderRequestError,
-    SchemaInterceptor, Topic, run_blocking,
+    AcceptedLog, Event, EventPayload, EventPublisher, Rejection, ReminderRequest, SchemaInterceptor, Topic,
+    run_blocking,
 };
 use gateway_cron::CronError;
 use http::StatusCode;
@@ -28,7 +28,7 @@ async fn accept(state: &AppState, accepted: AcceptedLog) -> Response {
     // FR-10.7: the reminder is handed to the scheduler before the log is published.
     match reminder {
         Some(Ok(request)) => schedule_reminder(state, request).await,
-        Some(Err(invalid)) => warn_unscheduled(&invalid),
+        Some(Err(invalid)) => tracing::warn!("{invalid}"),
         None => {}
     }
     if let Some(identity) = &log.identity {
@@ -50,19 +50,16 @@ async fn schedule_reminder(state: &AppState, request: ReminderRequest) {
     let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
     let scheduler = state.cron.clone();
     let log_agent = agent_id.clone();
-    match run_blocking(move || scheduler.schedule_once(agent_id, delay, payload)).await {
-        Ok(Ok(job)) => {
-            tracing::info!(agent_id = %log_agent, job_id = job.id, delay_ms, "reminder scheduled");
-        }
+    let scheduled = run_blocking(move || scheduler.schedule_once(agent_id, delay, payload))
+        .await
+        .map_err(|failed| CronError::Store(failed.into()))
+        .and_then(|outcome| outcome);
+    match scheduled {
+        Ok(job) => tracing::info!(agent_id = %log_agent, job_id = job.id, delay_ms, "reminder scheduled"),
         // Same text as the interceptor's own refusals, naming the value the agent sent.
-        Ok(Err(CronError::InvalidDelay(_))) => tracing::warn!("invalid delay_ms for schedule_reminder: {delay_ms}"),
-        Ok(Err(error)) => tracing::warn!(agent_id = %log_agent, %error, "reminder not scheduled"),
+        Err(CronError::InvalidDelay(_)) => tracing::warn!("invalid delay_ms for schedule_reminder: {delay_ms}"),
         Err(error) => tracing::warn!(agent_id = %log_agent, %error, "reminder not scheduled"),
     }
-}
-
-fn warn_unscheduled(invalid: &ReminderRequestError) {
-    tracing::warn!("{invalid}");
 }
 
 /// 422, and a `schema_violation` event that carries the body's hash, never the body. The log line names the
