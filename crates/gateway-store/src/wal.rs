@@ -94,8 +94,8 @@ mod tests {
         checkpointed: i32,
     }
 
-    #[test]
-    fn a_checkpoint_copies_the_log_into_the_database() {
+    /// A fresh database with one committed row, still in the WAL.
+    fn store_with_one_write() -> (tempfile::TempDir, DieselStore) {
         let dir = tempfile::tempdir().unwrap();
         let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
         store
@@ -106,39 +106,39 @@ mod tests {
                 )
             })
             .unwrap();
-        store.checkpoint_wal().unwrap();
-        // A few frames never reach the automatic threshold: only the call above can have copied them.
-        let state: WalState = store
+        (dir, store)
+    }
+
+    /// WAL frames written and checkpointed so far, without checkpointing anything.
+    fn wal_state(store: &DieselStore) -> WalState {
+        store
             .with_connection("wal state", |connection| {
                 diesel::sql_query("PRAGMA wal_checkpoint(NOOP)").get_result(connection)
             })
-            .unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn a_checkpoint_copies_the_log_into_the_database() {
+        let (_dir, store) = store_with_one_write();
+        store.checkpoint_wal().unwrap();
+        // A few frames never reach the automatic threshold: only the call above can have copied them.
+        let state = wal_state(&store);
         assert!(state.log > 0, "the write went through the WAL");
         assert_eq!(state.checkpointed, state.log);
     }
 
     #[test]
     fn the_checkpointer_thread_checkpoints_and_stops_when_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
+        let (_dir, store) = store_with_one_write();
+        assert!(wal_state(&store).log > wal_state(&store).checkpointed, "nothing checkpointed yet");
         let checkpointer = store.start_wal_checkpointer(Duration::from_millis(5)).unwrap();
-        store
-            .with_connection("write", |connection| {
-                connection.batch_execute(
-                    "INSERT INTO cron_jobs (agent_id, next_fire_at, payload, is_one_time) \
-                     VALUES ('a', '2026-02-22 12:00:00', '{}', 1);",
-                )
-            })
-            .unwrap();
-        let wal_state = || -> WalState {
-            store
-                .with_connection("wal state", |connection| {
-                    diesel::sql_query("PRAGMA wal_checkpoint(NOOP)").get_result(connection)
-                })
-                .unwrap()
-        };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while wal_state().checkpointed < wal_state().log {
+        loop {
+            let state = wal_state(&store);
+            if state.checkpointed == state.log {
+                break;
+            }
             assert!(std::time::Instant::now() < deadline, "the background thread never checkpointed");
             thread::sleep(Duration::from_millis(5));
         }
