@@ -15,32 +15,34 @@ use crate::http::response::{Response, created_or_replayed, json_response};
 pub const DEFAULT_PAGE: usize = 100;
 pub const MAX_PAGE: usize = gateway_cron::MAX_LIST_LIMIT;
 
-fn unprocessable(reason: &'static str, detail: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_detail(detail)
-}
-
 /// `{agent_id, schedule, payload}` → 201 with the job, its `next_fire_at` and a preview of its next instants
 /// (200 and `Idempotent-Replayed: true` when an `Idempotency-Key` repeats an earlier request).
 pub async fn create(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let idempotency_key = idempotency_key(request.headers())?;
     let body = read_json(request).await?;
     let Value::Object(mut body) = body else {
-        return Err(unprocessable("invalid_field", "the body must be a JSON object"));
+        return Err(ApiError::unprocessable("invalid_field", "the body must be a JSON object"));
     };
     let agent_id = match body.remove("agent_id") {
-        Some(Value::String(text)) if !text.is_empty() => {
-            AgentId::new(text).map_err(|error| unprocessable("invalid_field", format!("agent_id: {error}")))?
+        Some(Value::String(text)) if !text.is_empty() => AgentId::new(text)
+            .map_err(|error| ApiError::unprocessable("invalid_field", format!("agent_id: {error}")))?,
+        _ => {
+            return Err(ApiError::unprocessable(
+                "missing_required_fields",
+                "agent_id (a non-empty string) is required",
+            ));
         }
-        _ => return Err(unprocessable("missing_required_fields", "agent_id (a non-empty string) is required")),
     };
     let schedule = match body.remove("schedule") {
         Some(Value::String(text)) if !text.trim().is_empty() => text,
-        _ => return Err(unprocessable("missing_required_fields", "schedule (a cron expression) is required")),
+        _ => {
+            return Err(ApiError::unprocessable("missing_required_fields", "schedule (a cron expression) is required"));
+        }
     };
     let payload = match body.remove("payload") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(payload)) => payload,
-        Some(_) => return Err(unprocessable("invalid_field", "payload must be a JSON object")),
+        Some(_) => return Err(ApiError::unprocessable("invalid_field", "payload must be a JSON object")),
     };
     let scheduler = state.cron.clone();
     let (job, replayed) =

@@ -34,6 +34,11 @@ impl ApiError {
         self
     }
 
+    /// 422 with a detail: the body parsed but a field breaks a rule.
+    pub fn unprocessable(reason: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_detail(detail)
+    }
+
     pub fn not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found")
     }

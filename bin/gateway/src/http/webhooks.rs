@@ -17,10 +17,6 @@ use crate::http::error::ApiError;
 use crate::http::request::{Request, idempotency_key, read_body};
 use crate::http::response::{Response, created_or_replayed, json_response};
 
-fn unprocessable(reason: &'static str, detail: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_detail(detail)
-}
-
 /// `POST /gateway/webhooks/{webhook_id}`: the raw body and the signature header go to the router untouched;
 /// 202 with the new delivery's id. A path id that is not a number names no webhook.
 pub async fn inbound(state: &AppState, webhook_id: Option<i64>, request: Request) -> Result<Response, ApiError> {
@@ -46,23 +42,30 @@ struct ConfigBody {
 }
 
 /// Reads a JSON object body into `T`; 400 `invalid_json` when it is not JSON, 422 `invalid_field` when a field
-/// has the wrong type or is unknown (serde's message names the field, never the value).
+/// has the wrong type or is unknown (serde's message names the field, never the value). One parse, straight into
+/// `T`, so a `RawValue` field keeps the client's exact text.
 async fn read_object<T: for<'de> Deserialize<'de>>(request: Request) -> Result<T, ApiError> {
     let body = read_body(request).await?;
-    let value: Value = serde_json::from_slice(&body).map_err(|_| ApiError::invalid_json())?;
-    if !value.is_object() {
-        return Err(unprocessable("invalid_field", "the body must be a JSON object"));
+    // serde would also fill a struct from a JSON array; only an object is a valid body.
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
+            Ok(_) => ApiError::unprocessable("invalid_field", "the body must be a JSON object"),
+            Err(_) => ApiError::invalid_json(),
+        });
     }
     serde_json::from_slice(&body).map_err(|error| {
+        if !error.is_data() {
+            return ApiError::invalid_json();
+        }
         let message = error.to_string();
         // serde_json appends " at line L column C", which says nothing useful to a client.
         let message = message.split(" at line ").next().unwrap_or("invalid field").to_owned();
-        unprocessable("invalid_field", message)
+        ApiError::unprocessable("invalid_field", message)
     })
 }
 
 fn required(field: &'static str, value: Option<String>) -> Result<String, ApiError> {
-    value.ok_or_else(|| unprocessable("missing_required_fields", format!("{field} is required")))
+    value.ok_or_else(|| ApiError::unprocessable("missing_required_fields", format!("{field} is required")))
 }
 
 pub async fn create_config(state: &AppState, request: Request) -> Result<Response, ApiError> {
@@ -107,9 +110,10 @@ pub async fn enqueue(state: &AppState, request: Request) -> Result<Response, Api
     let body: EnqueueBody = read_object(request).await?;
     let webhook_id = body
         .webhook_id
-        .ok_or_else(|| unprocessable("missing_required_fields", "webhook_id (an integer) is required"))?;
+        .ok_or_else(|| ApiError::unprocessable("missing_required_fields", "webhook_id (an integer) is required"))?;
     let session_id = required("session_id", body.session_id)?;
-    let payload = body.payload.ok_or_else(|| unprocessable("missing_required_fields", "payload is required"))?;
+    let payload =
+        body.payload.ok_or_else(|| ApiError::unprocessable("missing_required_fields", "payload is required"))?;
     let enqueued =
         state.webhooks.enqueue_idempotent(webhook_id, session_id, payload.get().to_owned(), idempotency_key).await?;
     Ok(created_or_replayed(&delivery_json(&enqueued.delivery, true), enqueued.replayed))
