@@ -30,6 +30,7 @@ async fn run(config: Config) -> Result<(), StartError> {
     let gateway = Gateway::start(&config, &admin_token, shutdown.clone()).await?;
     let listener = TcpListener::bind(config.listen).await.map_err(StartError::Bind)?;
     let address = listener.local_addr().map_err(StartError::Bind)?;
+    cancel_on_signal(shutdown);
 
     // The banner goes to stdout, apart from the logs: scripts and tests read the address from it.
     let mut stdout = std::io::stdout().lock();
@@ -41,30 +42,39 @@ async fn run(config: Config) -> Result<(), StartError> {
     drop(stdout);
     tracing::info!(%address, "gateway started");
 
-    tokio::spawn(cancel_on_signal(shutdown));
     gateway.serve(listener).await;
     Ok(())
 }
 
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Cancels `shutdown` on SIGTERM or Ctrl-C. The handlers are installed before this returns, so a signal sent as
+/// soon as the banner is out (as supervisors and tests do) already means a graceful stop, not the default kill.
+fn cancel_on_signal(shutdown: CancellationToken) {
     #[cfg(unix)]
     {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = terminate.recv() => {}
-                }
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(mut terminate), Ok(mut interrupt)) => {
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = terminate.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
+                    request_shutdown(&shutdown);
+                });
+                return;
             }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the gateway");
-                let _ = ctrl_c.await;
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::warn!(%error, "cannot install signal handlers; falling back to Ctrl-C only");
             }
         }
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        request_shutdown(&shutdown);
+    });
+}
+
+fn request_shutdown(shutdown: &CancellationToken) {
     tracing::info!("shutdown requested; draining in-flight requests");
     shutdown.cancel();
 }
