@@ -54,7 +54,7 @@ fn a_reminder_requested_in_a_decision_log_arrives_over_sse_and_its_row_is_gone()
     check_reminder(&event, "agent-7");
     assert_eq!(event.data["payload"], json!({"task": "check_quota"}));
     eventually("the fired one-time row is deleted", || count_rows(&gateway.database_path(), "cron_jobs") == 0);
-    assert!(gateway.logs().contains("reminder scheduled"));
+    gateway.wait_for_log("reminder scheduled");
 }
 
 #[test]
@@ -82,7 +82,7 @@ fn invalid_reminder_requests_are_warned_about_and_the_log_is_still_accepted() {
         let (status, _) = gateway.post_json("/gateway/messages", &log);
         assert_eq!(status, 202, "{warning}");
         messages.expect("decision_log");
-        eventually(warning, || gateway.logs().contains(warning));
+        gateway.wait_for_log(warning);
     }
     assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 0, "no job for any of them");
 }

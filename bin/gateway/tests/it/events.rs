@@ -18,7 +18,7 @@ fn an_evicted_agent_is_announced_over_sse() {
     assert_eq!(event.data["agent_id"], "agent-99");
     assert_eq!(event.data["cluster_id"], "cluster-west");
     assert!(event.data["last_seen"].is_string());
-    assert!(gateway.logs().contains("agent evicted"), "eviction is logged");
+    gateway.wait_for_log("agent evicted");
     assert_eq!(gateway.operator_get("/gateway/agents").1["agents"], json!([]));
     assert_eq!(crate::support::count_rows(&gateway.database_path(), "gateway_heartbeats"), 1, "rows are kept");
 }

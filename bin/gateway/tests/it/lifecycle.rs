@@ -42,7 +42,7 @@ fn sigterm_lets_in_flight_requests_finish_ends_streams_and_exits_cleanly() {
     assert!(stream.ended_within(PATIENCE), "the event stream was not closed on shutdown");
     let status = gateway.wait();
     assert!(status.success(), "exit status {status:?}; logs:\n{}", gateway.logs());
-    assert!(gateway.logs().contains("gateway stopped"));
+    gateway.wait_for_log("gateway stopped");
 
     // The store was closed cleanly: a new process on the same file sees the row.
     let dir = Arc::clone(&gateway.dir);

@@ -83,6 +83,13 @@ impl Gateway {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Waits until `text` has appeared on stderr: the gateway writes a log line and the
+    /// reader thread copies it here asynchronously, so a line written just before an SSE
+    /// event or an exit may not have arrived yet when the test looks.
+    pub fn wait_for_log(&self, text: &str) {
+        eventually(&format!("log line containing {text:?}"), || self.logs().contains(text));
+    }
+
     pub fn post(&self, path: &str, body: &str) -> (u16, Value) {
         read(self.agent.post(self.url(path)).content_type("application/json").send(body))
     }
