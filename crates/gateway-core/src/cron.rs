@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
-use time::OffsetDateTime;
+use time::{Duration, OffsetDateTime};
 
 use crate::ids::{AgentId, IdempotencyKey};
 use crate::memory::{FailureSwitch, lock};
@@ -70,11 +70,13 @@ pub struct PendingFire {
 }
 
 impl PendingFire {
-    /// The earliest moment a claim on this row can succeed.
-    pub fn claimable_at(&self) -> OffsetDateTime {
+    /// The earliest moment a claim on this row can succeed for a claimer that claims `claim_ahead` before the
+    /// instant (see [`ClaimLease::due_by`]): not before that, and not before a lease on it has ended.
+    pub fn claimable_at(&self, claim_ahead: Duration) -> OffsetDateTime {
+        let ahead = self.scheduled_for - claim_ahead;
         match self.claimed_until {
-            Some(until) if until > self.scheduled_for => until,
-            _ => self.scheduled_for,
+            Some(until) if until > ahead => until,
+            _ => ahead,
         }
     }
 
@@ -91,6 +93,10 @@ pub struct ClaimLease {
     pub token: FencingToken,
     /// The claimer's "now": claims whose lease ended at or before it are free again.
     pub now: OffsetDateTime,
+    /// Rows due at or before this can be claimed: `now` plus how far ahead the claimer claims. Claiming a few
+    /// milliseconds before the instant takes the claim's commit off the path between the instant and the
+    /// publish; the claimer still publishes no earlier than the instant.
+    pub due_by: OffsetDateTime,
     pub expires_at: OffsetDateTime,
 }
 
@@ -114,7 +120,7 @@ impl FireCompletion {
 /// Durable storage of cron jobs.
 ///
 /// Claim rule, which every implementation must keep: a row is claimed only if it exists, is due
-/// (`next_fire_at <= lease.now`), and is not claimed, or its claim expired (`claimed_until <= lease.now`), or
+/// (`next_fire_at <= lease.due_by`), and is not claimed, or its claim expired (`claimed_until <= lease.now`), or
 /// its claim was made under an older leadership token; the claimed instant is the row's `next_fire_at`, which
 /// the claim does not change. The check and the write are one atomic step, so one instant of one job has at
 /// most one unexpired claim. A completion applies only while the row is still claimed by the same owner.
@@ -316,7 +322,7 @@ impl CronJobStore for InMemoryCronJobStore {
         let mut claimed = Vec::with_capacity(job_ids.len());
         for job_id in job_ids {
             let Some(stored) = state.rows.get_mut(job_id) else { continue };
-            if stored.job.next_fire_at > lease.now {
+            if stored.job.next_fire_at > lease.due_by {
                 continue;
             }
             let free = match &stored.claim {
@@ -377,7 +383,6 @@ impl StoreHealth for InMemoryCronJobStore {
 
 #[cfg(test)]
 mod tests {
-    use time::Duration;
     use time::macros::datetime;
 
     use super::*;
@@ -396,7 +401,13 @@ mod tests {
     }
 
     fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {
-        ClaimLease { owner: owner.into(), token: FencingToken(token), now, expires_at: now + Duration::seconds(10) }
+        ClaimLease {
+            owner: owner.into(),
+            token: FencingToken(token),
+            now,
+            due_by: now,
+            expires_at: now + Duration::seconds(10),
+        }
     }
 
     #[test]
@@ -419,7 +430,7 @@ mod tests {
         assert_eq!(store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap().len(), 1);
         assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
         assert_eq!(
-            store.pending_fires(START + Duration::seconds(1), 10).unwrap()[0].claimable_at(),
+            store.pending_fires(START + Duration::seconds(1), 10).unwrap()[0].claimable_at(Duration::ZERO),
             START + Duration::seconds(10)
         );
         // The lease ran out without a completion: the instant is claimable again, and the old owner lost it.
@@ -427,6 +438,26 @@ mod tests {
         assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).unwrap(), 0);
         assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).unwrap(), 1);
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now() {
+        let store = InMemoryCronJobStore::default();
+        let job = store.insert_cron_job(&one_time(START)).unwrap();
+        let ahead = |owner: &str, now: OffsetDateTime, margin_ms: i64| ClaimLease {
+            due_by: now + Duration::milliseconds(margin_ms),
+            ..lease(owner, 1, now)
+        };
+        let early = START - Duration::milliseconds(50);
+        assert!(store.claim_fires(&[job.id], &ahead("a", early, 49)).unwrap().is_empty(), "not due by the margin");
+        let claimed = store.claim_fires(&[job.id], &ahead("a", early, 50)).unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].next_fire_at, START, "the claim does not move the instant");
+        // A rival whose margin reaches past the lease's end still sees the lease as live until it ends.
+        let lease_end = early + Duration::seconds(10);
+        let rival_now = lease_end - Duration::milliseconds(1);
+        assert!(store.claim_fires(&[job.id], &ahead("b", rival_now, 1_000)).unwrap().is_empty());
+        assert_eq!(store.claim_fires(&[job.id], &ahead("b", lease_end, 50)).unwrap().len(), 1);
     }
 
     #[test]

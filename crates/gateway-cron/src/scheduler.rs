@@ -1,5 +1,6 @@
 //! The CronScheduler: the API that creates, lists and removes jobs, and the loop that fires them.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -43,9 +44,10 @@ pub const RETRY_INITIAL: std::time::Duration = std::time::Duration::from_millis(
 pub const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often a non-leader checks whether it became leader.
 pub const LEADERSHIP_POLL: std::time::Duration = std::time::Duration::from_secs(1);
-/// A fire's completion (delete or advance) waits for the next batch's claim, and shares its commit, only when
-/// that claim is due within this; otherwise it is written at once.
-pub const COMPLETION_COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
+/// How long before its instant a fire is claimed. The claim is a database commit, and a commit can stall for
+/// milliseconds (a WAL checkpoint's fsync on a slow disk); claimed this far ahead, the fire is published at its
+/// instant by a loop that is not waiting for the database. The reminder is never published early.
+pub const DEFAULT_CLAIM_AHEAD: std::time::Duration = std::time::Duration::from_millis(50);
 /// Most one-time jobs written in one store call by the group commit of concurrent `schedule_once` calls.
 pub const MAX_INSERT_GROUP: usize = 1_024;
 /// Most jobs one `list` call returns.
@@ -58,6 +60,7 @@ pub struct CronConfig {
     pub window_capacity: usize,
     pub refill_interval: std::time::Duration,
     pub claim_lease: std::time::Duration,
+    pub claim_ahead: std::time::Duration,
     pub batch_size: usize,
     pub retry_initial: std::time::Duration,
     pub retry_max: std::time::Duration,
@@ -71,6 +74,7 @@ impl Default for CronConfig {
             window_capacity: DEFAULT_WINDOW_CAPACITY,
             refill_interval: DEFAULT_REFILL_INTERVAL,
             claim_lease: CLAIM_LEASE,
+            claim_ahead: DEFAULT_CLAIM_AHEAD,
             batch_size: DEFAULT_BATCH_SIZE,
             retry_initial: RETRY_INITIAL,
             retry_max: RETRY_MAX,
@@ -84,13 +88,15 @@ impl Default for CronConfig {
 pub struct LoopProgress {
     /// Completed loop iterations (each ends right before the loop sleeps).
     pub cycles: u64,
-    /// Reminders published, counted when the cycle that published them has ended (their rows completed, or
-    /// the completion failed), so a watcher that sees `fired >= n` also sees the n-th fire's row settled.
+    /// Reminders published, counted once the write that completes their rows has landed (written, or
+    /// failed), so a watcher that sees `fired >= n` also sees the n-th fire's row settled.
     pub fired: u64,
     /// Consecutive store failures (0 while healthy).
     pub failures: u32,
     /// A window reload is in flight (the loop will be woken when it lands).
     pub reloading: bool,
+    /// A store write (completions and claims) is in flight (the loop will be woken when it lands).
+    pub writing: bool,
 }
 
 /// The `fire_id` of one instant of one job: `"<job_id>:<scheduled_for as RFC 3339 UTC>"`. It is also the
@@ -163,6 +169,38 @@ struct Refill {
 /// What a window reload brings back.
 type Reload = Result<Vec<PendingFire>, StoreError>;
 
+/// One store transaction in flight on the blocking pool: the completions of published fires, then the claims
+/// of the fires due within the claim-ahead margin. At most one at a time.
+#[derive(Debug)]
+struct Write {
+    completions: Vec<FireCompletion>,
+    /// When the claims this write makes run out.
+    expires_at: OffsetDateTime,
+    landed: Arc<Mutex<Option<WriteOutcome>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Rows completed, and the jobs claimed.
+type WriteOutcome = Result<(usize, Vec<CronJob>), StoreError>;
+
+/// A fire this scheduler has claimed and not yet published.
+#[derive(Debug)]
+struct Claimed {
+    job: CronJob,
+    expires_at: OffsetDateTime,
+}
+
+/// What the loop carries from one cycle to the next.
+#[derive(Debug, Default)]
+struct LoopState {
+    refill: Option<Refill>,
+    write: Option<Write>,
+    /// Claimed fires by `(scheduled_for, job_id)`, published when their instant comes.
+    claimed: BTreeMap<(OffsetDateTime, i64), Claimed>,
+    /// Completions of published fires, written by the next write.
+    deferred: Vec<FireCompletion>,
+}
+
 /// What the loop does after a cycle.
 enum Next {
     Immediately,
@@ -177,7 +215,7 @@ impl CronScheduler {
         leadership: Arc<dyn Leadership>,
         config: CronConfig,
     ) -> Self {
-        let window = Mutex::new(Window::new(config.window_capacity));
+        let window = Mutex::new(Window::new(config.window_capacity, duration(config.claim_ahead)));
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -365,23 +403,24 @@ impl CronScheduler {
         let _running = inner.health.start();
         info!(claimer = %inner.owner, "cron scheduler started");
         let mut failures: u32 = 0;
-        let mut refill: Option<Refill> = None;
-        // Completions of published fires waiting to share the next claim's transaction.
-        let mut deferred: Vec<FireCompletion> = Vec::new();
+        let mut state = LoopState::default();
         loop {
             // `false`: sleep without listening to wake-ups (backing off, or not leader).
             let (pause, wakeable) = match inner.leadership.current() {
                 None => {
-                    self.flush(&mut deferred).await;
+                    // Another instance owns the timed work now: what this one claimed is left to its lease.
+                    self.settle_write(&mut state).await;
+                    state.claimed.clear();
+                    self.flush(&mut state.deferred).await;
                     lock(&inner.window).reset();
-                    if let Some(abandoned) = refill.take() {
+                    if let Some(abandoned) = state.refill.take() {
                         abandoned.task.abort();
                     }
                     (inner.config.leadership_poll, false)
                 }
-                Some(token) => match self.cycle(token, &mut refill, &mut deferred).await {
+                Some(token) => match self.cycle(token, &mut state) {
                     Ok((next, reached_store)) => {
-                        // A cycle that only started a reload has not shown the store is back.
+                        // A cycle that only started a reload or a write has not shown the store is back.
                         if reached_store {
                             if failures > 0 {
                                 info!(failures, "cron scheduler reaches the store again");
@@ -401,7 +440,7 @@ impl CronScheduler {
                             "cron dispatch failed; backing off");
                         inner.health.degraded(format!("cannot reach the cron store: {store_error}"));
                         lock(&inner.window).mark_stale();
-                        if let Some(abandoned) = refill.take() {
+                        if let Some(abandoned) = state.refill.take() {
                             abandoned.task.abort();
                         }
                         (delay, false)
@@ -409,12 +448,13 @@ impl CronScheduler {
                 },
             };
             let fired = inner.published.load(Ordering::Relaxed);
-            let reloading = refill.is_some();
+            let (reloading, writing) = (state.refill.is_some(), state.write.is_some());
             inner.progress.send_modify(|progress| {
                 progress.cycles += 1;
                 progress.fired = fired;
                 progress.failures = failures;
                 progress.reloading = reloading;
+                progress.writing = writing;
             });
             if pause.is_zero() {
                 tokio::task::yield_now().await;
@@ -437,25 +477,22 @@ impl CronScheduler {
                 () = tokio::time::sleep(pause) => {}
             }
         }
-        if let Some(abandoned) = refill.take() {
+        if let Some(abandoned) = state.refill.take() {
             abandoned.task.abort();
         }
-        self.flush(&mut deferred).await;
+        self.finish(&mut state).await;
         info!("cron scheduler stopped");
     }
 
-    /// One pass: take in a landed reload, start one if needed, fire one batch of due jobs, say when to look
-    /// again.
-    /// Also says whether the store answered in this cycle.
-    async fn cycle(
-        &self,
-        token: FencingToken,
-        refill: &mut Option<Refill>,
-        deferred: &mut Vec<FireCompletion>,
-    ) -> Result<(Next, bool), StoreError> {
+    /// One pass: take in a landed reload or write, start a reload if needed, publish the claimed fires that are
+    /// due, start the next write (completions of what was published, claims of what is due within the
+    /// claim-ahead margin), and say when to look again. Never waits for the store: reloads and writes run on
+    /// the blocking pool and wake the loop when they land, so a slow commit delays no fire that is already
+    /// claimed. Also says whether the store answered in this cycle.
+    fn cycle(&self, token: FencingToken, state: &mut LoopState) -> Result<(Next, bool), StoreError> {
         let inner = &self.inner;
         let mut reached_store = false;
-        if let Some(in_flight) = refill.take() {
+        if let Some(in_flight) = state.refill.take() {
             let outcome = lock(&in_flight.landed).take();
             match outcome {
                 Some(rows) => {
@@ -465,35 +502,48 @@ impl CronScheduler {
                     let interval = duration(inner.config.refill_interval);
                     lock(&inner.window).refill(in_flight.started, in_flight.before, &rows, in_flight.limit, interval);
                 }
-                None => *refill = Some(in_flight),
+                None => state.refill = Some(in_flight),
+            }
+        }
+        if let Some(in_flight) = state.write.take() {
+            let outcome = lock(&in_flight.landed).take();
+            match outcome {
+                Some(outcome) => {
+                    self.landed(in_flight, outcome, state)?;
+                    reached_store = true;
+                }
+                None => state.write = Some(in_flight),
             }
         }
         let now = inner.clock.now();
-        if refill.is_none() && lock(&inner.window).needs_refill(now) {
-            *refill = Some(self.start_refill(now));
+        if state.refill.is_none() && lock(&inner.window).needs_refill(now) {
+            state.refill = Some(self.start_refill(now));
         }
-        let batch_size = inner.config.batch_size.max(1);
-        let due = lock(&inner.window).pop_due(now, batch_size);
-        let full = due.len() == batch_size;
-        if !due.is_empty() {
-            self.fire(due, token, deferred).await?;
-            reached_store = true;
-        } else if !deferred.is_empty() {
-            self.complete(std::mem::take(deferred)).await?;
-            reached_store = true;
+        self.publish_due(state);
+        if state.write.is_none() {
+            let now = inner.clock.now();
+            let due = lock(&inner.window).pop_due(now, inner.config.batch_size.max(1));
+            if !due.is_empty() || !state.deferred.is_empty() {
+                let completions = std::mem::take(&mut state.deferred);
+                state.write = Some(self.start_write(token, completions, due, now));
+            }
         }
         let now = inner.clock.now();
         let window = lock(&inner.window);
-        let next = if full || (refill.is_none() && window.needs_refill(now)) {
-            Next::Immediately
-        } else if refill.is_some() {
-            // The landing reload wakes the loop; until then only entries already held can be due.
-            let idle_until = now + duration(inner.config.lookahead);
-            Next::At(window.first_claimable_at().map_or(idle_until, |at| at.min(idle_until)))
-        } else {
-            Next::At(window.next_wake(now))
+        if state.refill.is_none() && window.needs_refill(now) {
+            return Ok((Next::Immediately, reached_store));
+        }
+        // A write or reload in flight wakes the loop when it lands; until then the window's entries cannot be
+        // claimed (one write at a time) or may be incomplete (reload), so only what is held counts.
+        let window_wake = match (&state.write, &state.refill) {
+            (Some(_), _) => None,
+            (None, Some(_)) => window.first_claimable_at(),
+            (None, None) => Some(window.next_wake(now)),
         };
-        Ok((next, reached_store))
+        let claimed_wake = state.claimed.first_key_value().map(|((at, _), _)| *at);
+        let idle_until = now + duration(inner.config.lookahead);
+        let wake = [window_wake, claimed_wake].into_iter().flatten().fold(idle_until, OffsetDateTime::min);
+        Ok((Next::At(wake), reached_store))
     }
 
     fn start_refill(&self, now: OffsetDateTime) -> Refill {
@@ -516,40 +566,71 @@ impl CronScheduler {
         Refill { started: now, before, limit, landed, task }
     }
 
-    /// Claims `due`, publishes a reminder per claimed fire, then completes them (delete or advance).
-    /// `deferred` (completions of the previous batch) is written in the same transaction as this claim; this
-    /// batch's completions are written at once or deferred to the next claim (see [`COMPLETION_COALESCE`]).
-    /// If the store fails, completions not written are lost: those rows fire again once their claims expire,
-    /// with the same fire_id.
-    async fn fire(
+    /// Starts one transaction that writes `completions` (fires already published) and claims `due` (fires due
+    /// by `now` plus the claim-ahead margin).
+    fn start_write(
         &self,
-        due: Vec<i64>,
         token: FencingToken,
-        deferred: &mut Vec<FireCompletion>,
-    ) -> Result<(), StoreError> {
-        let inner = &self.inner;
-        let now = inner.clock.now();
-        let lease =
-            ClaimLease { owner: inner.owner.clone(), token, now, expires_at: now + duration(inner.config.claim_lease) };
+        completions: Vec<FireCompletion>,
+        due: Vec<i64>,
+        now: OffsetDateTime,
+    ) -> Write {
+        let config = &self.inner.config;
+        let lease = ClaimLease {
+            owner: self.inner.owner.clone(),
+            token,
+            now,
+            due_by: now + duration(config.claim_ahead),
+            expires_at: now + duration(config.claim_lease),
+        };
         let expires_at = lease.expires_at;
-        let previous = std::mem::take(deferred);
-        let writer = Arc::clone(&self.inner);
-        let (completed, claimed, previous) = run_blocking(move || {
-            let _writing = lock(&writer.writes);
-            writer
-                .store
-                .complete_and_claim(&writer.owner, &previous, &due, &lease)
-                .map(|(completed, claimed)| (completed, claimed, previous))
-        })
-        .await??;
-        self.completed(previous, completed);
-        if claimed.is_empty() {
-            return Ok(());
-        }
-        let mut completions = Vec::with_capacity(claimed.len());
-        let mut published: u64 = 0;
+        let landed = Arc::new(Mutex::new(None));
+        let task = tokio::spawn({
+            let inner = Arc::clone(&self.inner);
+            let landed = Arc::clone(&landed);
+            let completions = completions.clone();
+            async move {
+                let writer = Arc::clone(&inner);
+                let outcome = run_blocking(move || {
+                    let _writing = lock(&writer.writes);
+                    if due.is_empty() {
+                        writer.store.complete_fires(&writer.owner, &completions).map(|count| (count, Vec::new()))
+                    } else {
+                        writer.store.complete_and_claim(&writer.owner, &completions, &due, &lease)
+                    }
+                })
+                .await;
+                *lock(&landed) = Some(outcome.unwrap_or_else(|failed| Err(StoreError::from(failed))));
+                inner.wake.notify_one();
+            }
+        });
+        Write { completions, expires_at, landed, task }
+    }
+
+    /// Applies a landed write: its completions are settled (advanced rows go back into the window) and its
+    /// claims join the fires held for publishing. Published fires count as fired once their completion has
+    /// landed, written or not; if it was not, the rows fire again once their claims expire, with the same
+    /// fire_id.
+    fn landed(&self, write: Write, outcome: WriteOutcome, state: &mut LoopState) -> Result<(), StoreError> {
+        self.inner.published.fetch_add(u64::try_from(write.completions.len()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        let (completed, claimed) = outcome?;
+        self.completed(write.completions, completed);
         for job in claimed {
+            state.claimed.insert((job.next_fire_at, job.id), Claimed { job, expires_at: write.expires_at });
+        }
+        Ok(())
+    }
+
+    /// Publishes a reminder per held fire whose instant has come; their completions wait for the next write.
+    fn publish_due(&self, state: &mut LoopState) {
+        let inner = &self.inner;
+        loop {
             let now = inner.clock.now();
+            let Some(entry) = state.claimed.first_entry() else { return };
+            if entry.key().0 > now {
+                return;
+            }
+            let Claimed { job, expires_at } = entry.remove();
             let fire = FireKey { job_id: job.id, scheduled_for: job.next_fire_at };
             let fire_id = fire_id(job.id, job.next_fire_at);
             if now >= expires_at {
@@ -581,29 +662,49 @@ impl CronScheduler {
                 continue;
             }
             debug!(job_id = fire.job_id, fire_id, %topic, "reminder fired");
-            published += 1;
-            completions.push(completion);
+            state.deferred.push(completion);
         }
-        inner.published.fetch_add(published, Ordering::Relaxed);
-        if completions.is_empty() {
-            return Ok(());
-        }
-        let coalesce_until = inner.clock.now() + duration(COMPLETION_COALESCE);
-        if lock(&inner.window).first_claimable_at().is_some_and(|at| at <= coalesce_until) {
-            *deferred = completions;
-            return Ok(());
-        }
-        self.complete(completions).await
     }
 
-    /// Writes completions on their own.
+    /// Waits for the write in flight, if any, and applies it.
+    async fn settle_write(&self, state: &mut LoopState) {
+        let Some(mut in_flight) = state.write.take() else { return };
+        // The task fills `landed` before it ends; one that panicked leaves it empty.
+        let _ = (&mut in_flight.task).await;
+        let outcome = lock(&in_flight.landed).take();
+        let settled = match outcome {
+            Some(outcome) => self.landed(in_flight, outcome, state),
+            None => Err(StoreError::Unavailable("the cron write task ended without an outcome".to_owned())),
+        };
+        if let Err(store_error) = settled {
+            warn!(error = %store_error, "cron write failed; its fires repeat after their claims expire");
+        }
+    }
+
+    /// On the way out: the write in flight lands, fires already claimed (due within the claim-ahead margin)
+    /// are published on time rather than left to wait for their lease after a restart, and completions are
+    /// written.
+    async fn finish(&self, state: &mut LoopState) {
+        self.settle_write(state).await;
+        if let Some(((last, _), _)) = state.claimed.last_key_value() {
+            let wait = until(self.inner.clock.now(), *last).min(self.inner.config.claim_ahead);
+            tokio::time::sleep(wait).await;
+            self.publish_due(state);
+        }
+        self.flush(&mut state.deferred).await;
+    }
+
+    /// Writes completions on their own, waiting for them.
     async fn complete(&self, completions: Vec<FireCompletion>) -> Result<(), StoreError> {
+        let count = u64::try_from(completions.len()).unwrap_or(u64::MAX);
         let writer = Arc::clone(&self.inner);
-        let (completed, completions) = run_blocking(move || {
+        let written = run_blocking(move || {
             let _writing = lock(&writer.writes);
             writer.store.complete_fires(&writer.owner, &completions).map(|count| (count, completions))
         })
-        .await??;
+        .await;
+        self.inner.published.fetch_add(count, Ordering::Relaxed);
+        let (completed, completions) = written??;
         self.completed(completions, completed);
         Ok(())
     }

@@ -16,6 +16,8 @@ pub(crate) struct Window {
     entries: BTreeMap<(OffsetDateTime, i64), OffsetDateTime>,
     horizon: OffsetDateTime,
     capacity: usize,
+    /// How long before its instant a fire is claimed (see `CronConfig::claim_ahead`).
+    claim_ahead: Duration,
     /// Set at start, after a store error and when leadership was lost: the window must be reloaded.
     stale: bool,
     /// When to reload even if nothing seems missing: rows written by other processes appear this way.
@@ -23,11 +25,12 @@ pub(crate) struct Window {
 }
 
 impl Window {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize, claim_ahead: Duration) -> Self {
         Self {
             entries: BTreeMap::new(),
             horizon: OffsetDateTime::UNIX_EPOCH,
             capacity: capacity.max(1),
+            claim_ahead,
             stale: true,
             periodic_refill_at: OffsetDateTime::UNIX_EPOCH,
         }
@@ -69,7 +72,7 @@ impl Window {
         refill_interval: Duration,
     ) {
         for row in rows {
-            self.entries.insert((row.claimable_at(), row.job_id), row.scheduled_for);
+            self.entries.insert((row.claimable_at(self.claim_ahead), row.job_id), row.scheduled_for);
         }
         // Merged, not replaced: a job armed while the query ran is kept even if the query missed it.
         self.horizon = match rows.last() {
@@ -88,7 +91,7 @@ impl Window {
         if fire.scheduled_for >= self.horizon && !self.stale {
             return false;
         }
-        let key = (fire.claimable_at(), fire.job_id);
+        let key = (fire.claimable_at(self.claim_ahead), fire.job_id);
         self.entries.insert(key, fire.scheduled_for);
         self.trim();
         self.entries.first_key_value().is_some_and(|(first, _)| *first == key)
@@ -151,7 +154,7 @@ mod tests {
 
     #[test]
     fn starts_stale_and_refill_sets_horizon_and_period() {
-        let mut window = Window::new(10);
+        let mut window = Window::new(10, Duration::ZERO);
         assert!(window.needs_refill(NOW));
         window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 5)], 10, Duration::seconds(5));
         assert!(!window.needs_refill(NOW));
@@ -163,7 +166,7 @@ mod tests {
 
     #[test]
     fn a_full_reload_shrinks_the_horizon_to_the_last_row() {
-        let mut window = Window::new(10);
+        let mut window = Window::new(10, Duration::ZERO);
         let rows = [pending(1, -20), pending(2, -10)];
         window.refill(NOW, NOW + Duration::seconds(30), &rows, 2, Duration::seconds(5));
         // The backlog is fired before the window reloads again.
@@ -176,7 +179,7 @@ mod tests {
 
     #[test]
     fn pushes_beyond_the_horizon_wait_for_a_reload_and_earliest_wakes() {
-        let mut window = Window::new(10);
+        let mut window = Window::new(10, Duration::ZERO);
         window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 10)], 10, Duration::seconds(5));
         assert!(window.push(pending(2, 3)), "earlier than everything: wake the loop");
         assert!(!window.push(pending(3, 20)), "later than the earliest: no wake");
@@ -186,7 +189,7 @@ mod tests {
 
     #[test]
     fn claimed_rows_wait_for_their_lease() {
-        let mut window = Window::new(10);
+        let mut window = Window::new(10, Duration::ZERO);
         let claimed = PendingFire { claimed_until: Some(NOW + Duration::seconds(10)), ..pending(1, -1) };
         window.refill(NOW, NOW + Duration::seconds(30), &[claimed], 10, Duration::seconds(60));
         assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(10));
@@ -195,8 +198,20 @@ mod tests {
     }
 
     #[test]
+    fn fires_are_claimable_ahead_of_their_instant_but_not_ahead_of_a_lease() {
+        let mut window = Window::new(10, Duration::milliseconds(50));
+        let leased = PendingFire { claimed_until: Some(NOW + Duration::seconds(10)), ..pending(2, 5) };
+        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 1), leased], 10, Duration::seconds(60));
+        let ahead_of_first = NOW + Duration::milliseconds(950);
+        assert_eq!(window.next_wake(NOW), ahead_of_first);
+        assert!(window.pop_due(ahead_of_first - Duration::milliseconds(1), 10).is_empty());
+        assert_eq!(window.pop_due(ahead_of_first, 10), vec![1]);
+        assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(10), "a lease ends when it ends");
+    }
+
+    #[test]
     fn capacity_bounds_memory_and_pulls_the_horizon_in() {
-        let mut window = Window::new(2);
+        let mut window = Window::new(2, Duration::ZERO);
         window.refill(NOW, NOW + Duration::seconds(30), &[], 2, Duration::seconds(5));
         window.push(pending(1, 1));
         window.push(pending(2, 2));

@@ -3,17 +3,22 @@
 //! The loop converts "due at T" (ManualClock) into a tokio sleep. Each test moves the ManualClock to the next
 //! instant first and then lets tokio's paused time auto-advance to the loop's timer; the test publisher
 //! records the tokio instant of every publish, so "fired exactly when due" is checked on both clocks and a
-//! timer that fires early or late fails the assertion.
+//! timer that fires early or late fails the assertion. Those tests claim nothing ahead ([`exact`]): with the
+//! ManualClock already moved to the instant, a loop that wakes to claim ahead would see the instant reached
+//! and publish at the earlier tokio time. The claim-ahead tests at the end run on [`TokioClock`] instead, where
+//! the two clocks cannot disagree.
 #![allow(clippy::unwrap_used)] // Test helpers may panic: that is how a test fails.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gateway_core::{
-    AgentId, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, IdempotencyKey, InMemoryCronJobStore,
-    Leadership, ManualClock, NewCronJob, PublishError, SingleProcessLeadership, Topic,
+    AgentId, Clock, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, IdempotencyKey,
+    InMemoryCronJobStore, Leadership, ManualClock, NewCronJob, PublishError, SingleProcessLeadership, Topic,
 };
-use gateway_cron::{CLAIM_LEASE, CronConfig, CronError, CronScheduler, LoopProgress, MAX_DELAY_MS, fire_id};
+use gateway_cron::{
+    CLAIM_LEASE, CronConfig, CronError, CronScheduler, DEFAULT_CLAIM_AHEAD, LoopProgress, MAX_DELAY_MS, fire_id,
+};
 use serde_json::{Map, Value, json};
 use time::macros::datetime;
 use time::{Duration, OffsetDateTime};
@@ -63,6 +68,21 @@ struct Harness {
     publisher: Arc<ChannelPublisher>,
     fired: mpsc::UnboundedReceiver<Fired>,
     started: Instant,
+    /// Set by [`Harness::on_tokio_time`]: schedulers read this instead of `clock`.
+    tokio_clock: Option<TokioClock>,
+}
+
+/// START plus the paused tokio time elapsed since the harness was made: the scheduler's clock and its timers
+/// move together.
+#[derive(Debug, Clone, Copy)]
+struct TokioClock {
+    started: Instant,
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> OffsetDateTime {
+        START + (Instant::now() - self.started)
+    }
 }
 
 impl Harness {
@@ -74,14 +94,24 @@ impl Harness {
             publisher: Arc::new(ChannelPublisher { sender, failing: AtomicBool::new(false) }),
             fired,
             started: Instant::now(),
+            tokio_clock: None,
         }
     }
 
+    fn on_tokio_time() -> Self {
+        let harness = Self::new();
+        Self { tokio_clock: Some(TokioClock { started: harness.started }), ..harness }
+    }
+
     fn scheduler_with(&self, leadership: Arc<dyn Leadership>, config: CronConfig) -> CronScheduler {
+        let clock: Arc<dyn Clock> = match self.tokio_clock {
+            Some(clock) => Arc::new(clock),
+            None => Arc::new(self.clock.clone()),
+        };
         CronScheduler::new(
             Arc::clone(&self.store) as Arc<dyn CronJobStore>,
             Arc::clone(&self.publisher) as Arc<dyn EventPublisher>,
-            Arc::new(self.clock.clone()),
+            clock,
             leadership,
             config,
         )
@@ -89,7 +119,7 @@ impl Harness {
 
     /// A scheduler whose loop is running and idle.
     async fn running(&self, shutdown: &CancellationToken) -> (CronScheduler, watch::Receiver<LoopProgress>) {
-        self.running_with(Arc::new(SingleProcessLeadership), CronConfig::default(), shutdown).await
+        self.running_with(Arc::new(SingleProcessLeadership), exact(), shutdown).await
     }
 
     async fn running_with(
@@ -130,7 +160,12 @@ fn cycles(progress: &watch::Receiver<LoopProgress>) -> u64 {
 /// Waits until the loop has finished a cycle after `seen` and has no window reload in flight (a reload that
 /// lands later wakes the loop, which must not happen after the test moved the clock on).
 async fn cycle_after(progress: &mut watch::Receiver<LoopProgress>, seen: u64) {
-    progress.wait_for(|progress| progress.cycles > seen && !progress.reloading).await.unwrap();
+    progress.wait_for(|progress| progress.cycles > seen && !progress.reloading && !progress.writing).await.unwrap();
+}
+
+/// The defaults, but each fire claimed at its instant, not ahead of it (see the module comment).
+fn exact() -> CronConfig {
+    CronConfig { claim_ahead: std::time::Duration::ZERO, ..CronConfig::default() }
 }
 
 /// No periodic reload within a test's span, so the only timer is the next due fire and a ManualClock moved
@@ -139,7 +174,7 @@ fn quiet() -> CronConfig {
     CronConfig {
         lookahead: std::time::Duration::from_secs(7_200),
         refill_interval: std::time::Duration::from_secs(3_600),
-        ..CronConfig::default()
+        ..exact()
     }
 }
 
@@ -515,7 +550,7 @@ async fn nothing_fires_without_leadership() {
     let leadership = Arc::new(SwitchableLeadership::default());
     let shutdown = CancellationToken::new();
     let (scheduler, mut progress) =
-        harness.running_with(Arc::clone(&leadership) as Arc<dyn Leadership>, CronConfig::default(), &shutdown).await;
+        harness.running_with(Arc::clone(&leadership) as Arc<dyn Leadership>, exact(), &shutdown).await;
     scheduler.schedule_once(agent("agent-5"), 1_000, Map::new()).unwrap();
     harness.clock.advance(Duration::seconds(5));
     let seen = cycles(&progress);
@@ -561,7 +596,7 @@ async fn two_loops_on_one_store_fire_each_instant_once() {
 #[tokio::test(start_paused = true)]
 async fn a_small_window_still_fires_every_job_in_order() {
     let mut harness = Harness::new();
-    let config = CronConfig { window_capacity: 3, batch_size: 2, ..CronConfig::default() };
+    let config = CronConfig { window_capacity: 3, batch_size: 2, ..exact() };
     let shutdown = CancellationToken::new();
     let (scheduler, _progress) = harness.running_with(Arc::new(SingleProcessLeadership), config, &shutdown).await;
     // Scheduled in reverse so the bounded window keeps evicting later jobs.
@@ -633,4 +668,54 @@ async fn api_lists_previews_and_rejects_bad_schedules() {
         );
     }
     assert_eq!(harness.store.len(), 2, "nothing stored for a refused schedule");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fires_are_claimed_ahead_and_published_exactly_at_their_instant() {
+    let mut harness = Harness::on_tokio_time();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) =
+        harness.running_with(Arc::new(SingleProcessLeadership), CronConfig::default(), &shutdown).await;
+    let job = scheduler.schedule_once(agent("agent-10"), 5_000, Map::new()).unwrap();
+    let claim_at = secs(5) - DEFAULT_CLAIM_AHEAD;
+    tokio::time::sleep_until(harness.started + claim_at - std::time::Duration::from_millis(1)).await;
+    assert!(harness.store.claim_of(job.id).is_none(), "not claimed before the margin");
+    tokio::time::sleep_until(harness.started + claim_at + std::time::Duration::from_millis(1)).await;
+    assert!(harness.store.claim_of(job.id).is_some(), "claimed ahead of the instant");
+    assert!(harness.nothing_fired(), "but not published ahead of it");
+
+    let fired = harness.next_fire().await;
+    assert_eq!(harness.elapsed(&fired), secs(5));
+    assert_eq!(fired.event.timestamp, START + Duration::seconds(5));
+    assert_eq!(fired.event.id, fire_id(job.id, START + Duration::seconds(5)));
+    settled(&mut progress, 1).await;
+    assert!(harness.store.is_empty());
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_publishes_what_it_already_claimed_on_time_and_completes_it() {
+    let mut harness = Harness::on_tokio_time();
+    let shutdown = CancellationToken::new();
+    let scheduler = harness.scheduler_with(Arc::new(SingleProcessLeadership), CronConfig::default());
+    let running = tokio::spawn({
+        let scheduler = scheduler.clone();
+        let shutdown = shutdown.clone();
+        async move { scheduler.run(shutdown).await }
+    });
+    let job = scheduler.schedule_once(agent("agent-11"), 1_000, Map::new()).unwrap();
+    let later = scheduler.schedule_once(agent("agent-11"), 60_000, Map::new()).unwrap();
+    tokio::time::sleep(secs(1) - DEFAULT_CLAIM_AHEAD / 2).await;
+    assert!(harness.store.claim_of(job.id).is_some());
+    shutdown.cancel();
+    running.await.unwrap();
+
+    let fired = harness.next_fire().await;
+    assert_eq!(
+        (fired.event.id.clone(), harness.elapsed(&fired)),
+        (fire_id(job.id, START + Duration::seconds(1)), secs(1))
+    );
+    assert!(harness.nothing_fired());
+    assert_eq!(harness.store.cron_job(job.id).unwrap(), None, "completed before the loop returned");
+    assert!(harness.store.cron_job(later.id).unwrap().is_some(), "unclaimed jobs stay for the next start");
 }

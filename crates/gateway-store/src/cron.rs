@@ -229,8 +229,9 @@ fn claim(connection: &mut SqliteConnection, job_ids: &[i64], lease: &ClaimLease)
     let token = token_to_db(lease.token);
     let free =
         cron_jobs::claimed_until.is_null().or(cron_jobs::claimed_until.le(now)).or(cron_jobs::claim_token.lt(token));
+    let due_by = to_db(lease.due_by);
     diesel::update(
-        cron_jobs::table.filter(cron_jobs::id.eq_any(job_ids)).filter(cron_jobs::next_fire_at.le(now)).filter(free),
+        cron_jobs::table.filter(cron_jobs::id.eq_any(job_ids)).filter(cron_jobs::next_fire_at.le(due_by)).filter(free),
     )
     .set((
         cron_jobs::claimed_by.eq(lease.owner.as_str()),
@@ -329,7 +330,13 @@ mod tests {
     }
 
     fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {
-        ClaimLease { owner: owner.into(), token: FencingToken(token), now, expires_at: now + Duration::seconds(10) }
+        ClaimLease {
+            owner: owner.into(),
+            token: FencingToken(token),
+            now,
+            due_by: now,
+            expires_at: now + Duration::seconds(10),
+        }
     }
 
     #[test]
@@ -439,12 +446,32 @@ mod tests {
         assert_eq!(claimed, vec![job.clone()]);
         assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
         let pending = store.pending_fires(START + Duration::seconds(1), 10).unwrap();
-        assert_eq!(pending[0].claimable_at(), START + Duration::seconds(10));
+        assert_eq!(pending[0].claimable_at(Duration::ZERO), START + Duration::seconds(10));
         // The lease ran out without a completion: claimable again; the first owner can no longer complete it.
         assert_eq!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(10))).unwrap().len(), 1);
         assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).unwrap(), 0);
         assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).unwrap(), 1);
         assert_eq!(store.cron_job(job.id).unwrap(), None);
+    }
+
+    #[test]
+    fn a_claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now() {
+        let (_dir, store) = open();
+        let job = store.insert_cron_job(&one_time(START)).unwrap();
+        let ahead = |owner: &str, now: OffsetDateTime, margin_ms: i64| ClaimLease {
+            due_by: now + Duration::milliseconds(margin_ms),
+            ..lease(owner, 1, now)
+        };
+        let early = START - Duration::milliseconds(50);
+        assert!(store.claim_fires(&[job.id], &ahead("a", early, 49)).unwrap().is_empty(), "not due by the margin");
+        let claimed = store.claim_fires(&[job.id], &ahead("a", early, 50)).unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].next_fire_at, START, "the claim does not move the instant");
+        // A rival whose margin reaches past the lease's end still sees the lease as live until it ends.
+        let lease_end = early + Duration::seconds(10);
+        let rival_now = lease_end - Duration::milliseconds(1);
+        assert!(store.claim_fires(&[job.id], &ahead("b", rival_now, 1_000)).unwrap().is_empty());
+        assert_eq!(store.claim_fires(&[job.id], &ahead("b", lease_end, 50)).unwrap().len(), 1);
     }
 
     #[test]
