@@ -44,6 +44,15 @@ pub struct CronJob {
     pub is_one_time: bool,
 }
 
+/// One job of an [`CronJobStore::insert_cron_jobs`] call: the row that holds it and whether the call wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CronJobInsert {
+    /// The new row, or the row that already held the job's idempotency key.
+    pub job: CronJob,
+    /// `false` when a row with the job's idempotency key existed, so nothing was written for this job.
+    pub inserted: bool,
+}
+
 /// One instant of one job: what a claim is about and what `fire_id` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FireKey {
@@ -116,12 +125,29 @@ impl FireCompletion {
 /// the claim does not change. The check and the write are one atomic step, so one instant of one job has at
 /// most one unexpired claim. A completion applies only while the row is still claimed by the same owner.
 pub trait CronJobStore: Send + Sync + std::fmt::Debug {
+    /// Writes one job; [`StoreError::Conflict`] when its idempotency key is already held by a row.
     fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError>;
-    /// Inserts all of `jobs` or none, returning them in the same order. A database adapter should do this in
-    /// one transaction: the scheduler groups concurrent `schedule_once` calls into one call of this, so the
-    /// cost of a commit is shared by every job in it.
-    fn insert_cron_jobs(&self, jobs: &[NewCronJob]) -> Result<Vec<CronJob>, StoreError> {
-        jobs.iter().map(|job| self.insert_cron_job(job)).collect()
+    /// Inserts `jobs` and returns one outcome per job, in the same order. A job whose idempotency key is already
+    /// held (by an earlier row, or by an earlier job of the same call) is not written: its outcome is the
+    /// holding row with `inserted: false`, and it fails neither the call nor the other jobs. Every other job is
+    /// written, all or none. A database adapter should do this in one transaction: the scheduler groups
+    /// concurrent `schedule_once` calls into one call of this, so the cost of a commit is shared by every job
+    /// in it; the lookup of a held key belongs in that transaction too, so the holder it returns is the row
+    /// that made the insert conflict.
+    ///
+    /// This default is not atomic: a row deleted between the conflict and the lookup makes it report the
+    /// conflict.
+    fn insert_cron_jobs(&self, jobs: &[NewCronJob]) -> Result<Vec<CronJobInsert>, StoreError> {
+        jobs.iter()
+            .map(|job| match (self.insert_cron_job(job), &job.idempotency_key) {
+                (Ok(job), _) => Ok(CronJobInsert { job, inserted: true }),
+                (Err(StoreError::Conflict(conflict)), Some(key)) => match self.cron_job_by_idempotency_key(key)? {
+                    Some(job) => Ok(CronJobInsert { job, inserted: false }),
+                    None => Err(StoreError::Conflict(conflict)),
+                },
+                (Err(error), _) => Err(error),
+            })
+            .collect()
     }
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError>;
     /// The job created with this `Idempotency-Key`, if any.
@@ -201,36 +227,52 @@ impl InMemoryCronJobStore {
     }
 }
 
-impl CronJobStore for InMemoryCronJobStore {
-    fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError> {
-        self.failure.check()?;
-        let mut state = lock(&self.state);
-        if let Some(key) = &job.idempotency_key {
-            if state.by_key.get(key).is_some_and(|id| state.rows.contains_key(id)) {
-                return Err(StoreError::Conflict("idempotency key already used".to_owned()));
-            }
+impl CronRows {
+    /// The live row holding `key`; `by_key` keeps entries of deleted rows, which hold nothing.
+    fn holder_of(&self, key: &IdempotencyKey) -> Option<&CronJob> {
+        self.by_key.get(key).and_then(|id| self.rows.get(id)).map(|stored| &stored.job)
+    }
+
+    fn insert(&mut self, job: &NewCronJob) -> Result<CronJob, StoreError> {
+        if job.idempotency_key.as_ref().is_some_and(|key| self.holder_of(key).is_some()) {
+            return Err(StoreError::Conflict("idempotency key already used".to_owned()));
         }
-        state.next_id += 1;
+        self.next_id += 1;
         if let Some(key) = &job.idempotency_key {
-            let id = state.next_id;
-            state.by_key.insert(key.clone(), id);
+            self.by_key.insert(key.clone(), self.next_id);
         }
         let stored = CronJob {
-            id: state.next_id,
+            id: self.next_id,
             agent_id: job.agent_id.clone(),
             schedule: job.schedule.clone(),
             next_fire_at: job.next_fire_at,
             payload: job.payload.clone(),
             is_one_time: job.is_one_time,
         };
-        state.rows.insert(stored.id, StoredJob { job: stored.clone(), claim: None });
+        self.rows.insert(stored.id, StoredJob { job: stored.clone(), claim: None });
         Ok(stored)
     }
+}
 
-    fn insert_cron_jobs(&self, jobs: &[NewCronJob]) -> Result<Vec<CronJob>, StoreError> {
-        // Checked once up front: all or nothing, like the database's one transaction.
+impl CronJobStore for InMemoryCronJobStore {
+    fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError> {
         self.failure.check()?;
-        jobs.iter().map(|job| self.insert_cron_job(job)).collect()
+        lock(&self.state).insert(job)
+    }
+
+    fn insert_cron_jobs(&self, jobs: &[NewCronJob]) -> Result<Vec<CronJobInsert>, StoreError> {
+        // Checked once up front and under one lock: all or nothing, like the database's one transaction.
+        self.failure.check()?;
+        let mut state = lock(&self.state);
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let held = job.idempotency_key.as_ref().and_then(|key| state.holder_of(key)).cloned();
+            outcomes.push(match held {
+                Some(job) => CronJobInsert { job, inserted: false },
+                None => CronJobInsert { job: state.insert(job)?, inserted: true },
+            });
+        }
+        Ok(outcomes)
     }
 
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
@@ -240,8 +282,7 @@ impl CronJobStore for InMemoryCronJobStore {
 
     fn cron_job_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<CronJob>, StoreError> {
         self.failure.check()?;
-        let state = lock(&self.state);
-        Ok(state.by_key.get(key).and_then(|id| state.rows.get(id)).map(|stored| stored.job.clone()))
+        Ok(lock(&self.state).holder_of(key).cloned())
     }
 
     fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError> {
@@ -446,6 +487,89 @@ mod tests {
         assert_eq!(store.complete_fires("a", &[FireCompletion::Advance { fire, next_fire_at: next }]).unwrap(), 0);
         // The next instant is not due yet, so nobody can claim it early.
         assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(59))).unwrap().is_empty());
+    }
+
+    fn keyed(key: &str, at: OffsetDateTime) -> NewCronJob {
+        NewCronJob { idempotency_key: Some(IdempotencyKey::new(key).unwrap()), ..one_time(at) }
+    }
+
+    /// Checks one group insert against `store`: a job whose key a row already holds gets that row back
+    /// (`inserted: false`, even with another instant), a repeated key within the group gets the row the
+    /// group's earlier job wrote, and every other job is written.
+    fn a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(store: &dyn CronJobStore) {
+        let first = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
+        assert!(first.inserted);
+        let group = [
+            one_time(START),
+            keyed("reminder:a", START + Duration::seconds(9)),
+            keyed("reminder:b", START),
+            keyed("reminder:b", START + Duration::seconds(9)),
+        ];
+        let outcomes = store.insert_cron_jobs(&group).unwrap();
+        let inserted: Vec<bool> = outcomes.iter().map(|outcome| outcome.inserted).collect();
+        assert_eq!(inserted, [true, false, true, false]);
+        assert_eq!(outcomes[1].job, first.job, "the held key answers with the existing row, unchanged");
+        assert_eq!(outcomes[3].job, outcomes[2].job, "a key repeated within the group answers with its first job");
+        let listed = store.list_cron_jobs(None, 10).unwrap();
+        assert_eq!(listed, vec![first.job, outcomes[0].job.clone(), outcomes[2].job.clone()], "no duplicate rows");
+        // The single insert, which operator keys use, still refuses a held key.
+        assert!(matches!(store.insert_cron_job(&keyed("reminder:a", START)), Err(StoreError::Conflict(_))));
+    }
+
+    #[test]
+    fn a_group_insert_skips_held_idempotency_keys() {
+        let store = InMemoryCronJobStore::default();
+        a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store);
+        assert_eq!(store.len(), 3);
+    }
+
+    /// Implements only the required methods, so the trait's default `insert_cron_jobs` is what runs.
+    #[derive(Debug, Default)]
+    struct RequiredOnly(InMemoryCronJobStore);
+
+    impl CronJobStore for RequiredOnly {
+        fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError> {
+            self.0.insert_cron_job(job)
+        }
+        fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
+            self.0.cron_job(id)
+        }
+        fn cron_job_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<CronJob>, StoreError> {
+            self.0.cron_job_by_idempotency_key(key)
+        }
+        fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError> {
+            self.0.list_cron_jobs(after_id, limit)
+        }
+        fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
+            self.0.delete_cron_job(id)
+        }
+        fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError> {
+            self.0.pending_fires(before, limit)
+        }
+        fn claim_fires(&self, job_ids: &[i64], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError> {
+            self.0.claim_fires(job_ids, lease)
+        }
+        fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError> {
+            self.0.complete_fires(owner, completions)
+        }
+    }
+
+    #[test]
+    fn the_default_group_insert_skips_held_idempotency_keys_too() {
+        let store = RequiredOnly::default();
+        a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store);
+        assert_eq!(store.0.len(), 3);
+    }
+
+    #[test]
+    fn a_key_of_a_deleted_row_is_free_again() {
+        let store = InMemoryCronJobStore::default();
+        let first = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
+        assert!(store.delete_cron_job(first.job.id).unwrap());
+        assert_eq!(store.cron_job_by_idempotency_key(&IdempotencyKey::new("reminder:a").unwrap()).unwrap(), None);
+        let again = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
+        assert!(again.inserted);
+        assert_ne!(again.job.id, first.job.id);
     }
 
     #[test]

@@ -7,10 +7,15 @@
 use serde_json::{Map, Value};
 
 use crate::decision_log::{DecisionLog, SchemaViolation};
-use crate::ids::{AgentId, validate_id};
+use crate::ids::{AgentId, IdempotencyKey, validate_id};
 
 /// The tool call that asks the gateway for a one-time reminder (FR-10.7).
 pub const SCHEDULE_REMINDER_TOOL: &str = "schedule_reminder";
+
+/// The position of the reminder's call among the log's tool calls. The DecisionLog carries one call
+/// (`action.tool_call`), so it is always the first; the position is part of the reminder's key anyway, so that
+/// a schema with several calls per log keys each call apart without changing the keys of today's logs.
+const REMINDER_CALL_INDEX: usize = 0;
 
 /// What the interceptor made of an accepted body.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +52,22 @@ pub struct ReminderRequest {
     pub agent_id: AgentId,
     pub delay_ms: u64,
     pub payload: Map<String, Value>,
+    /// What makes a retry of the same log recognisable (see [`reminder_idempotency_key`]); `None` for a log
+    /// without `meta.trace_id`, whose retries cannot be told from new requests.
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+/// The key under which the reminder of one tool call of one log is stored:
+/// `reminder:sha256:<hex>` over `agent_id`, a 0 byte, `trace_id`, a 0 byte and the call's index in decimal.
+/// The agent is part of it so that two agents reusing a trace id never suppress each other's reminders. The
+/// bytes name one (agent, trace, index) only: an agent id holds no 0 byte (no control characters) and the index
+/// none, so the first 0 byte ends the agent id and the last one starts the index, whatever the trace id holds.
+/// Hashing keeps the agent's trace id out of the table and the key within [`IdempotencyKey`]'s length and
+/// alphabet. `None` never happens in practice (the key is 80 visible ASCII characters); it exists so that a
+/// key that failed validation would cost the deduplication, not the reminder.
+pub fn reminder_idempotency_key(agent_id: &AgentId, trace_id: &str, call_index: usize) -> Option<IdempotencyKey> {
+    let identity = [agent_id.as_str(), trace_id, &call_index.to_string()].join("\0");
+    IdempotencyKey::new(format!("reminder:{}", sha256_tag(identity.as_bytes()))).ok()
 }
 
 /// Why a `schedule_reminder` call is not scheduled. The DecisionLog is still accepted; the display text is the
@@ -136,7 +157,9 @@ fn parse_reminder(log: &DecisionLog, tool_input: Option<&Value>) -> Result<Remin
     };
     // Fail closed: a reminder is never filed under a guessed identity.
     let agent_id = log.agent_id().cloned().ok_or(ReminderRequestError::MissingAgentId)?;
-    Ok(ReminderRequest { agent_id, delay_ms, payload })
+    let idempotency_key =
+        log.trace_id().and_then(|trace_id| reminder_idempotency_key(&agent_id, trace_id, REMINDER_CALL_INDEX));
+    Ok(ReminderRequest { agent_id, delay_ms, payload, idempotency_key })
 }
 
 /// Compact JSON (so control characters arrive escaped), cut to [`MAX_LOGGED_VALUE_CHARS`].
@@ -215,6 +238,40 @@ mod tests {
         assert_eq!(request.agent_id.as_str(), "agent-7");
         assert_eq!(request.delay_ms, 60_000);
         assert_eq!(request.payload["task"], "check_quota");
+    }
+
+    #[test]
+    fn a_reminder_key_is_a_hash_of_agent_trace_and_call_index() {
+        let agent = AgentId::new("agent-7").unwrap();
+        // Reference digests computed outside this code: sha256(b"agent-7\x00trace-1\x000") and (…\x001).
+        assert_eq!(
+            reminder_idempotency_key(&agent, "trace-1", 0).unwrap().as_str(),
+            "reminder:sha256:baa4cb31637e8148205a1e5a0a163caf533fc6bde5bf4d54d62d13588f999621"
+        );
+        assert_eq!(
+            reminder_idempotency_key(&agent, "trace-1", 1).unwrap().as_str(),
+            "reminder:sha256:d6ce4e9e7a33fdbecca6e4fd31043fa44a552d0aa9487ed530066e31174cfdba"
+        );
+        // The separators keep fields apart: moving bytes between agent and trace gives another key.
+        let shifted = reminder_idempotency_key(&AgentId::new("agent-").unwrap(), "7trace-1", 0).unwrap();
+        assert_ne!(shifted, reminder_idempotency_key(&agent, "trace-1", 0).unwrap());
+        // Whatever the trace id holds, the key passes validation and does not carry it.
+        let odd_trace = "\u{0}ünï code\n".repeat(100);
+        let key = reminder_idempotency_key(&agent, &odd_trace, 0).unwrap();
+        assert_eq!(IdempotencyKey::new(key.as_str()).as_ref(), Ok(&key));
+        assert_eq!(key.as_str().len(), "reminder:sha256:".len() + 64);
+    }
+
+    #[test]
+    fn a_reminder_is_keyed_by_the_logs_trace_id_and_unkeyed_without_one() {
+        let mut log: Value = serde_json::from_slice(&reminder_log(json!({"delay_ms": 5, "payload": {}}))).unwrap();
+        assert_eq!(reminder_of(log.to_string().as_bytes()).unwrap().idempotency_key, None, "no meta.trace_id");
+        log["meta"] = json!({"trace_id": "trace-1", "timestamp": "2026-02-22T12:00:00Z"});
+        let keyed = reminder_of(log.to_string().as_bytes()).unwrap();
+        let agent = AgentId::new("agent-7").unwrap();
+        assert_eq!(keyed.idempotency_key, reminder_idempotency_key(&agent, "trace-1", 0));
+        log["meta"]["trace_id"] = json!("trace-2");
+        assert_ne!(reminder_of(log.to_string().as_bytes()).unwrap().idempotency_key, keyed.idempotency_key);
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub use backoff::capped_backoff;
 pub use blocking::run_blocking;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cron::{
-    ClaimLease, CronJob, CronJobStore, FireCompletion, FireKey, InMemoryCronJobStore, NewCronJob, PendingFire,
+    ClaimLease, CronJob, CronJobInsert, CronJobStore, FireCompletion, FireKey, InMemoryCronJobStore, NewCronJob,
+    PendingFire,
 };
 pub use decision_log::{DecisionLog, SchemaViolation};
 pub use event::{Event, EventPayload, Topic};

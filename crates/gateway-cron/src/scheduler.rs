@@ -147,7 +147,7 @@ struct Inner {
     progress: watch::Sender<LoopProgress>,
     published: AtomicU64,
     /// Shares commits between concurrent `schedule_once` calls.
-    inserts: GroupCommit<NewCronJob, CronJob>,
+    inserts: GroupCommit<NewCronJob, gateway_core::CronJobInsert>,
     /// Serializes this scheduler's writes. SQLite has one writer at a time, and a connection that finds the
     /// write lock taken sleeps in SQLite's busy handler for a millisecond or more; queueing here instead costs
     /// microseconds, which is most of the difference between a few thousand and tens of thousands of fires a
@@ -258,20 +258,49 @@ impl CronScheduler {
         delay_ms: i64,
         payload: Map<String, Value>,
     ) -> Result<CronJob, CronError> {
+        Ok(self.schedule_once_idempotent(agent_id, delay_ms, payload, None)?.0)
+    }
+
+    /// [`Self::schedule_once`] under an idempotency key (a retried DecisionLog's reminder): while a row holds
+    /// the key, nothing is written or armed and that row comes back with `true` (already scheduled), even if
+    /// it was asked for with another delay or payload — the first request stands. That is never an error and
+    /// never fails the other calls sharing the commit. Once the row is gone (fired, or removed) the key is free
+    /// and a call with it schedules again.
+    pub fn schedule_once_idempotent(
+        &self,
+        agent_id: AgentId,
+        delay_ms: i64,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<(CronJob, bool), CronError> {
         if !(1..=MAX_DELAY_MS).contains(&delay_ms) {
             return Err(CronError::InvalidDelay(delay_ms));
         }
         let next_fire_at = ceil_to_millisecond(self.inner.clock.now() + Duration::milliseconds(delay_ms));
+        // Kept only to tell a differing replay apart, so only keyed calls pay for the copy.
+        let requested = idempotency_key.as_ref().map(|_| (agent_id.clone(), payload.clone()));
         let new_job =
-            NewCronJob { agent_id, schedule: None, next_fire_at, payload, is_one_time: true, idempotency_key: None };
+            NewCronJob { agent_id, schedule: None, next_fire_at, payload, is_one_time: true, idempotency_key };
         let (store, writes) = (&self.inner.store, &self.inner.writes);
-        let job = self.inner.inserts.submit(new_job, |jobs| {
+        let outcome = self.inner.inserts.submit(new_job, |jobs| {
             let _writing = lock(writes);
             store.insert_cron_jobs(&jobs)
         })?;
+        let job = outcome.job;
+        if !outcome.inserted {
+            let same = requested.is_some_and(|(agent_id, payload)| {
+                job.is_one_time && job.agent_id == agent_id && job.payload == payload
+            });
+            if !same {
+                // The payload is the agent's data: only the fact that it differs is logged.
+                info!(job_id = job.id, agent_id = %job.agent_id,
+                    "the job already holding this key differs from the one requested; the first one stands");
+            }
+            return Ok((job, true));
+        }
         debug!(job_id = job.id, agent_id = %job.agent_id, delay_ms, "one-time job scheduled");
         self.arm(&job);
-        Ok(job)
+        Ok((job, false))
     }
 
     /// Adds a recurring job; `schedule` is crontab (5 fields, `@` shorthands) or 6/7 fields with seconds.

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gateway_core::{
-    AgentId, Clock, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, InMemoryCronJobStore, Leadership,
-    ManualClock, NewCronJob, PublishError, SingleProcessLeadership, Topic,
+    AgentId, Clock, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, IdempotencyKey,
+    InMemoryCronJobStore, Leadership, ManualClock, NewCronJob, PublishError, SingleProcessLeadership, Topic,
 };
 use gateway_cron::{
     CLAIM_LEASE, CronConfig, CronError, CronScheduler, DEFAULT_CLAIM_AHEAD, LoopProgress, MAX_DELAY_MS, fire_id,
@@ -234,6 +234,100 @@ async fn a_one_time_job_fires_exactly_after_its_delay_then_its_row_is_gone() {
     assert!(harness.nothing_fired());
     assert_eq!(progress.borrow().fired, 1);
     shutdown.cancel();
+}
+
+fn key(text: &str) -> Option<IdempotencyKey> {
+    Some(IdempotencyKey::new(text).unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_repeated_key_schedules_once_and_the_reminder_fires_once() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+
+    let seen = cycles(&progress);
+    let reminder = || payload(json!({"task": "check_quota"}));
+    let (first, replayed) =
+        scheduler.schedule_once_idempotent(agent("agent-7"), 5_000, reminder(), key("reminder:k1")).unwrap();
+    assert!(!replayed);
+    // The retry arrives a second later: same request, and nothing new is written or armed.
+    harness.clock.advance(Duration::seconds(1));
+    let (again, replayed) =
+        scheduler.schedule_once_idempotent(agent("agent-7"), 5_000, reminder(), key("reminder:k1")).unwrap();
+    assert!(replayed, "the second call reports the reminder as already scheduled");
+    assert_eq!(again, first, "with the first job, at the first instant");
+    // A retry that asks for something else still gets the first job: the first request stands.
+    let (other, replayed) = scheduler
+        .schedule_once_idempotent(agent("agent-7"), 60_000, payload(json!({"task": "other"})), key("reminder:k1"))
+        .unwrap();
+    assert!(replayed);
+    assert_eq!(other, first);
+    assert_eq!(harness.store.len(), 1, "one row for one key");
+    cycle_after(&mut progress, seen).await;
+
+    harness.clock.advance(Duration::seconds(4));
+    let fired = harness.next_fire().await;
+    assert_eq!(fired.event.timestamp, START + Duration::seconds(5), "fired at the first request's instant");
+    let (job_id, scheduled_for, _, body) = reminder_fields(&fired.event);
+    assert_eq!((job_id, scheduled_for), (first.id, START + Duration::seconds(5)));
+    assert_eq!(body["task"], "check_quota");
+    settled(&mut progress, 1).await;
+    assert!(harness.store.is_empty());
+    // Well past the other request's delay: nothing else fires.
+    harness.clock.advance(Duration::seconds(120));
+    let seen = cycles(&progress);
+    tokio::time::sleep(secs(120)).await;
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired(), "the reminder fired once");
+    assert_eq!(progress.borrow().fired, 1);
+
+    // Its row is gone, so the key is free: a late retry schedules a new reminder.
+    let (late, replayed) =
+        scheduler.schedule_once_idempotent(agent("agent-7"), 1_000, reminder(), key("reminder:k1")).unwrap();
+    assert!(!replayed);
+    assert_ne!(late.id, first.id);
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_calls_with_one_key_share_one_job_and_fail_no_one() {
+    let harness = Harness::new();
+    let scheduler = harness.scheduler_with(Arc::new(SingleProcessLeadership), CronConfig::default());
+    // Threads, not tasks: the calls block, and the group commit only groups calls that really overlap.
+    let threads: Vec<_> = (0..16)
+        .map(|caller| {
+            let scheduler = scheduler.clone();
+            std::thread::spawn(move || {
+                let shared = key(&format!("reminder:shared-{}", caller % 2));
+                let own = key(&format!("reminder:own-{caller}"));
+                let mut outcomes = Vec::new();
+                for _ in 0..20 {
+                    for idempotency_key in [shared.clone(), own.clone(), None] {
+                        outcomes.push(
+                            scheduler.schedule_once_idempotent(agent("a"), 1_000, Map::new(), idempotency_key).unwrap(),
+                        );
+                    }
+                }
+                outcomes
+            })
+        })
+        .collect();
+    let mut shared_jobs = std::collections::BTreeMap::<i64, usize>::new();
+    let mut created = 0;
+    for (caller, thread) in threads.into_iter().enumerate() {
+        let outcomes = thread.join().unwrap();
+        let own: Vec<_> = outcomes.iter().skip(1).step_by(3).collect();
+        assert!(!own[0].1 && own[1..].iter().all(|(job, replayed)| *replayed && job.id == own[0].0.id), "{caller}");
+        for (job, replayed) in outcomes.iter().step_by(3) {
+            *shared_jobs.entry(job.id).or_default() += 1;
+            created += usize::from(!replayed);
+        }
+        assert!(outcomes.iter().skip(2).step_by(3).all(|(_, replayed)| !replayed), "no key, no replay");
+    }
+    assert_eq!(shared_jobs.len(), 2, "one job per shared key: {shared_jobs:?}");
+    assert_eq!(created, 2, "each shared key's job was created by exactly one call");
+    assert_eq!(harness.store.len(), 2 + 16 + 16 * 20);
 }
 
 #[tokio::test(start_paused = true)]

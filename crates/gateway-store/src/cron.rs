@@ -7,7 +7,8 @@
 
 use diesel::prelude::*;
 use gateway_core::{
-    AgentId, ClaimLease, CronJob, CronJobStore, FireCompletion, IdempotencyKey, NewCronJob, PendingFire, StoreError,
+    AgentId, ClaimLease, CronJob, CronJobInsert, CronJobStore, FireCompletion, IdempotencyKey, NewCronJob, PendingFire,
+    StoreError,
 };
 use time::PrimitiveDateTime;
 
@@ -26,6 +27,10 @@ struct CronJobRow {
     is_one_time: bool,
 }
 
+/// Every column is bound as a value (a missing schedule or key as NULL rather than DEFAULT), which keeps the
+/// statement's text fixed so Diesel reuses the prepared statement instead of compiling it per row.
+#[derive(Insertable)]
+#[diesel(table_name = cron_jobs, treat_none_as_default_value = false)]
 struct NewCronJobRow<'a> {
     agent_id: &'a str,
     schedule: Option<&'a str>,
@@ -47,20 +52,31 @@ impl<'a> NewCronJobRow<'a> {
         }
     }
 
-    /// Every column is bound as a value (a missing schedule as NULL rather than DEFAULT), which keeps the
-    /// statement's text fixed so Diesel reuses the prepared statement instead of compiling it per row.
     fn insert(&self, connection: &mut SqliteConnection) -> QueryResult<CronJobRow> {
-        diesel::insert_into(cron_jobs::table)
-            .values((
-                cron_jobs::agent_id.eq(self.agent_id),
-                cron_jobs::schedule.eq(self.schedule),
-                cron_jobs::next_fire_at.eq(self.next_fire_at),
-                cron_jobs::payload.eq(&self.payload),
-                cron_jobs::is_one_time.eq(self.is_one_time),
-                cron_jobs::idempotency_key.eq(self.idempotency_key),
-            ))
+        diesel::insert_into(cron_jobs::table).values(self).returning(CronJobRow::as_returning()).get_result(connection)
+    }
+
+    /// Inserts the row unless its idempotency key is held, in which case the holder comes back instead
+    /// (`false`). Call it inside the transaction of the group, so the holder read is the row that made the
+    /// insert do nothing, and a key repeated within the group finds the group's own earlier row.
+    fn insert_unless_key_held(&self, connection: &mut SqliteConnection) -> QueryResult<(CronJobRow, bool)> {
+        let Some(key) = self.idempotency_key else { return self.insert(connection).map(|row| (row, true)) };
+        // Only a conflict on the key is skipped: any other constraint still fails the group.
+        let inserted = diesel::insert_into(cron_jobs::table)
+            .values(self)
+            .on_conflict(cron_jobs::idempotency_key)
+            .do_nothing()
             .returning(CronJobRow::as_returning())
             .get_result(connection)
+            .optional()?;
+        match inserted {
+            Some(row) => Ok((row, true)),
+            None => cron_jobs::table
+                .filter(cron_jobs::idempotency_key.eq(key))
+                .select(CronJobRow::as_select())
+                .first(connection)
+                .map(|holder| (holder, false)),
+        }
     }
 }
 
@@ -106,17 +122,17 @@ impl CronJobStore for DieselStore {
         stored.try_into()
     }
 
-    fn insert_cron_jobs(&self, jobs: &[NewCronJob]) -> Result<Vec<CronJob>, StoreError> {
+    fn insert_cron_jobs(&self, jobs: &[NewCronJob]) -> Result<Vec<CronJobInsert>, StoreError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let rows: Vec<NewCronJobRow<'_>> = jobs.iter().map(NewCronJobRow::of).collect();
-        // One statement per row (RETURNING order is only defined per statement), one commit for all: the
-        // commit's page writes are what a single-row insert mostly pays for.
+        // One statement per row (RETURNING order is only defined per statement, and a held key must be known
+        // per row), one commit for all: the commit's page writes are what a single-row insert mostly pays for.
         let stored = self.immediate("insert cron jobs", |connection| {
-            rows.iter().map(|row| row.insert(connection)).collect::<QueryResult<Vec<CronJobRow>>>()
+            rows.iter().map(|row| row.insert_unless_key_held(connection)).collect::<QueryResult<Vec<_>>>()
         })?;
-        self::jobs(stored)
+        stored.into_iter().map(|(row, inserted)| Ok(CronJobInsert { job: row.try_into()?, inserted })).collect()
     }
 
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
@@ -351,12 +367,45 @@ mod tests {
     fn a_batch_insert_returns_the_rows_in_order() {
         let (_dir, store) = open();
         let batch: Vec<NewCronJob> = (0..300).map(|n| one_time(START + Duration::milliseconds(n))).collect();
-        let stored = store.insert_cron_jobs(&batch).unwrap();
+        let outcomes = store.insert_cron_jobs(&batch).unwrap();
+        assert!(outcomes.iter().all(|outcome| outcome.inserted));
+        let stored: Vec<CronJob> = outcomes.into_iter().map(|outcome| outcome.job).collect();
         assert_eq!(stored.len(), 300);
         assert!(stored.windows(2).all(|pair| pair[0].id < pair[1].id));
         assert!(stored.iter().zip(&batch).all(|(row, new)| row.next_fire_at == new.next_fire_at));
         assert_eq!(store.list_cron_jobs(None, 1_000).unwrap(), stored);
         assert!(store.insert_cron_jobs(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_group_insert_returns_the_holder_of_a_held_key_and_inserts_the_rest() {
+        let (_dir, store) = open();
+        let keyed =
+            |key: &str, at| NewCronJob { idempotency_key: Some(IdempotencyKey::new(key).unwrap()), ..one_time(at) };
+        let first = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
+        assert!(first.inserted);
+        let group = [
+            one_time(START),
+            keyed("reminder:a", START + Duration::seconds(9)),
+            keyed("reminder:b", START),
+            keyed("reminder:b", START + Duration::seconds(9)),
+            one_time(START),
+        ];
+        let outcomes = store.insert_cron_jobs(&group).unwrap();
+        let inserted: Vec<bool> = outcomes.iter().map(|outcome| outcome.inserted).collect();
+        assert_eq!(inserted, [true, false, true, false, true]);
+        assert_eq!(outcomes[1].job, first.job, "the held key answers with the existing row, unchanged");
+        assert_eq!(outcomes[3].job, outcomes[2].job, "a key repeated within the group answers with its first row");
+        let expected: Vec<CronJob> =
+            [&first, &outcomes[0], &outcomes[2], &outcomes[4]].iter().map(|outcome| outcome.job.clone()).collect();
+        assert_eq!(store.list_cron_jobs(None, 10).unwrap(), expected, "no duplicate rows");
+        // Operator keys go through the single insert, which still reports the conflict.
+        assert!(matches!(store.insert_cron_job(&keyed("reminder:b", START)), Err(StoreError::Conflict(_))));
+        // Once the holder is gone the key is free again.
+        assert!(store.delete_cron_job(first.job.id).unwrap());
+        let again = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
+        assert!(again.inserted);
+        assert_ne!(again.job.id, first.job.id);
     }
 
     #[test]

@@ -45,17 +45,19 @@ async fn accept(state: &AppState, accepted: AcceptedLog) -> Response {
 /// The hand-off of an agent's reminder request to the scheduler. Whatever happens here, the log is still
 /// accepted and published (FR-10.7): a failure to schedule is a warning, never an error to the agent.
 async fn schedule_reminder(state: &AppState, request: ReminderRequest) {
-    let ReminderRequest { agent_id, delay_ms, payload } = request;
+    let ReminderRequest { agent_id, delay_ms, payload, idempotency_key } = request;
     // A u64 beyond i64 is far past the scheduler's ten-year limit; it is refused there like any absurd delay.
     let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
     let scheduler = state.cron.clone();
     let log_agent = agent_id.clone();
-    let scheduled = run_blocking(move || scheduler.schedule_once(agent_id, delay, payload))
+    // The key makes a retried log (same agent, same trace_id) find the reminder its first POST scheduled.
+    let scheduled = run_blocking(move || scheduler.schedule_once_idempotent(agent_id, delay, payload, idempotency_key))
         .await
         .map_err(|failed| CronError::Store(failed.into()))
         .and_then(|outcome| outcome);
     match scheduled {
-        Ok(job) => tracing::info!(agent_id = %log_agent, job_id = job.id, delay_ms, "reminder scheduled"),
+        Ok((job, false)) => tracing::info!(agent_id = %log_agent, job_id = job.id, delay_ms, "reminder scheduled"),
+        Ok((job, true)) => tracing::info!(agent_id = %log_agent, job_id = job.id, "reminder already scheduled"),
         // Same text as the interceptor's own refusals, naming the value the agent sent.
         Err(CronError::InvalidDelay(_)) => tracing::warn!("invalid delay_ms for schedule_reminder: {delay_ms}"),
         Err(error) => tracing::warn!(agent_id = %log_agent, %error, "reminder not scheduled"),

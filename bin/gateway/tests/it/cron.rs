@@ -57,6 +57,55 @@ fn a_reminder_requested_in_a_decision_log_arrives_over_sse_and_its_row_is_gone()
     gateway.wait_for_log("reminder scheduled");
 }
 
+/// The `idempotency_key` column of every `cron_jobs` row, by ascending id.
+fn stored_keys(gateway: &Gateway) -> Vec<Option<String>> {
+    use diesel::{Connection, QueryableByName, RunQueryDsl, sql_types::Nullable, sql_types::Text};
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Nullable<Text>)]
+        idempotency_key: Option<String>,
+    }
+    let path = gateway.database_path();
+    let mut connection = diesel::SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+    let rows: Vec<Row> =
+        diesel::sql_query("SELECT idempotency_key FROM cron_jobs ORDER BY id").load(&mut connection).unwrap();
+    rows.into_iter().map(|row| row.idempotency_key).collect()
+}
+
+#[test]
+fn a_retried_reminder_log_schedules_one_reminder_and_another_trace_id_a_second() {
+    let gateway = Gateway::start(&[]);
+    let reminders = gateway.subscribe("agent:agent-d:scheduled");
+    // Due long after the few requests below are answered, so the retry certainly finds the first row pending.
+    let log = reminder_log(Some("agent-d"), json!({"delay_ms": 2_000, "payload": {"task": "dedup-private"}}));
+    for _ in 0..2 {
+        let (status, body) = gateway.post_json("/gateway/messages", &log);
+        assert_eq!((status, body), (202, json!({"status": "accepted", "trace_id": "trace-r"})));
+    }
+    gateway.wait_for_log("reminder already scheduled");
+    assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 1, "the retry wrote nothing");
+    let keys = stored_keys(&gateway);
+    let key = keys[0].as_deref().unwrap();
+    assert!(key.starts_with("reminder:sha256:") && key.len() == "reminder:sha256:".len() + 64, "{key}");
+    assert!(!key.contains("trace-r"), "the trace id itself is not stored");
+
+    let mut other = log.clone();
+    other["meta"]["trace_id"] = json!("trace-s");
+    assert_eq!(gateway.post_json("/gateway/messages", &other).0, 202);
+    assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 2, "another trace id is another reminder");
+
+    let first = check_reminder(&reminders.expect("reminder"), "agent-d");
+    let second = check_reminder(&reminders.expect("reminder"), "agent-d");
+    assert_ne!(first.0, second.0);
+    // A reminder scheduled by the retry would have been due with the first one; give it a generous margin.
+    let extra = reminders.next_within(Duration::from_millis(1_500));
+    assert!(extra.is_none(), "a third reminder arrived: {extra:?}");
+    eventually("both fired rows are deleted", || count_rows(&gateway.database_path(), "cron_jobs") == 0);
+    assert_eq!(gateway.logs().matches("reminder scheduled").count(), 2);
+    assert_eq!(gateway.logs().matches("reminder already scheduled").count(), 1);
+    assert!(!gateway.logs().contains("dedup-private"), "the payload is never logged");
+}
+
 #[test]
 fn invalid_reminder_requests_are_warned_about_and_the_log_is_still_accepted() {
     let gateway = Gateway::start(&[]);
