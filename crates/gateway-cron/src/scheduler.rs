@@ -1,6 +1,6 @@
 //! The CronScheduler: the API that creates, lists and removes jobs, and the loop that fires them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -174,6 +174,8 @@ type Reload = Result<Vec<PendingFire>, StoreError>;
 #[derive(Debug)]
 struct Write {
     completions: Vec<FireCompletion>,
+    /// The jobs this write claims.
+    claiming: Vec<i64>,
     /// When the claims this write makes run out.
     expires_at: OffsetDateTime,
     landed: Arc<Mutex<Option<WriteOutcome>>>,
@@ -199,6 +201,18 @@ struct LoopState {
     claimed: BTreeMap<(OffsetDateTime, i64), Claimed>,
     /// Completions of published fires, written by the next write.
     deferred: Vec<FireCompletion>,
+}
+
+impl LoopState {
+    /// The jobs this loop is firing: claimed (or being claimed) and not yet completed.
+    fn held(&self) -> HashSet<i64> {
+        let claimed = self.claimed.values().map(|held| held.job.id);
+        let published = self.deferred.iter().map(|completion| completion.fire().job_id);
+        let writing = self.write.iter().flat_map(|write| {
+            write.claiming.iter().copied().chain(write.completions.iter().map(|completion| completion.fire().job_id))
+        });
+        claimed.chain(published).chain(writing).collect()
+    }
 }
 
 /// What the loop does after a cycle.
@@ -500,7 +514,9 @@ impl CronScheduler {
                     reached_store = true;
                     debug!(rows = rows.len(), "cron window reloaded");
                     let interval = duration(inner.config.refill_interval);
-                    lock(&inner.window).refill(in_flight.started, in_flight.before, &rows, in_flight.limit, interval);
+                    let held = state.held();
+                    let mut window = lock(&inner.window);
+                    window.refill(in_flight.started, in_flight.before, &rows, in_flight.limit, interval, &held);
                 }
                 None => state.refill = Some(in_flight),
             }
@@ -575,6 +591,7 @@ impl CronScheduler {
         due: Vec<i64>,
         now: OffsetDateTime,
     ) -> Write {
+        let claiming = due.clone();
         let config = &self.inner.config;
         let lease = ClaimLease {
             owner: self.inner.owner.clone(),
@@ -589,6 +606,7 @@ impl CronScheduler {
             let inner = Arc::clone(&self.inner);
             let landed = Arc::clone(&landed);
             let completions = completions.clone();
+            let due = due.clone();
             async move {
                 let writer = Arc::clone(&inner);
                 let outcome = run_blocking(move || {
@@ -604,7 +622,7 @@ impl CronScheduler {
                 inner.wake.notify_one();
             }
         });
-        Write { completions, expires_at, landed, task }
+        Write { completions, claiming, expires_at, landed, task }
     }
 
     /// Applies a landed write: its completions are settled (advanced rows go back into the window) and its

@@ -5,10 +5,15 @@
 //! `entries` (or being fired). Entries may be stale (the row was deleted or moved on): their claim fails and
 //! they are dropped, so the window never needs to learn of deletions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use gateway_core::PendingFire;
 use time::{Duration, OffsetDateTime};
+
+/// How long before a fire just beyond the horizon becomes claimable a window with room starts reloading. A
+/// window bounded by its capacity ends at its last loaded row; the reload query takes 10-15 ms for 10,000 rows,
+/// and the fires right after that row must not wait for it.
+const RELOAD_AHEAD: Duration = Duration::milliseconds(250);
 
 #[derive(Debug)]
 pub(crate) struct Window {
@@ -59,10 +64,17 @@ impl Window {
     pub(crate) fn needs_refill(&self, now: OffsetDateTime) -> bool {
         // Past the horizon the window no longer knows what is due, but while it still holds due entries (a
         // backlog bigger than the capacity) those are fired first instead of reloading on every batch.
-        self.stale || now >= self.periodic_refill_at || (now >= self.horizon && !self.has_due(now))
+        let passed = now >= self.horizon && !self.has_due(now);
+        // Half empty: a reload adds rows rather than re-reading those held, and cannot repeat in a loop.
+        let approaching = now < self.horizon
+            && now + self.claim_ahead + RELOAD_AHEAD >= self.horizon
+            && self.entries.len() <= self.capacity / 2;
+        self.stale || now >= self.periodic_refill_at || passed || approaching
     }
 
-    /// Merges a reload of the rows due before `before`, fetched with `limit`.
+    /// Merges a reload of the rows due before `before`, fetched with `limit`. Rows in `held` are being fired
+    /// by the caller (claimed, or awaiting their completion): they are not pending any more, whatever the
+    /// query saw.
     pub(crate) fn refill(
         &mut self,
         now: OffsetDateTime,
@@ -70,8 +82,9 @@ impl Window {
         rows: &[PendingFire],
         limit: usize,
         refill_interval: Duration,
+        held: &HashSet<i64>,
     ) {
-        for row in rows {
+        for row in rows.iter().filter(|row| !held.contains(&row.job_id)) {
             self.entries.insert((row.claimable_at(self.claim_ahead), row.job_id), row.scheduled_for);
         }
         // Merged, not replaced: a job armed while the query ran is kept even if the query missed it.
@@ -156,7 +169,7 @@ mod tests {
     fn starts_stale_and_refill_sets_horizon_and_period() {
         let mut window = Window::new(10, Duration::ZERO);
         assert!(window.needs_refill(NOW));
-        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 5)], 10, Duration::seconds(5));
+        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 5)], 10, Duration::seconds(5), &HashSet::new());
         assert!(!window.needs_refill(NOW));
         assert!(window.needs_refill(NOW + Duration::seconds(5)));
         assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(5));
@@ -168,7 +181,7 @@ mod tests {
     fn a_full_reload_shrinks_the_horizon_to_the_last_row() {
         let mut window = Window::new(10, Duration::ZERO);
         let rows = [pending(1, -20), pending(2, -10)];
-        window.refill(NOW, NOW + Duration::seconds(30), &rows, 2, Duration::seconds(5));
+        window.refill(NOW, NOW + Duration::seconds(30), &rows, 2, Duration::seconds(5), &HashSet::new());
         // The backlog is fired before the window reloads again.
         assert!(!window.needs_refill(NOW));
         assert_eq!(window.pop_due(NOW, 1).len(), 1);
@@ -180,7 +193,7 @@ mod tests {
     #[test]
     fn pushes_beyond_the_horizon_wait_for_a_reload_and_earliest_wakes() {
         let mut window = Window::new(10, Duration::ZERO);
-        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 10)], 10, Duration::seconds(5));
+        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 10)], 10, Duration::seconds(5), &HashSet::new());
         assert!(window.push(pending(2, 3)), "earlier than everything: wake the loop");
         assert!(!window.push(pending(3, 20)), "later than the earliest: no wake");
         assert!(!window.push(pending(4, 31)), "beyond the horizon");
@@ -191,7 +204,7 @@ mod tests {
     fn claimed_rows_wait_for_their_lease() {
         let mut window = Window::new(10, Duration::ZERO);
         let claimed = PendingFire { claimed_until: Some(NOW + Duration::seconds(10)), ..pending(1, -1) };
-        window.refill(NOW, NOW + Duration::seconds(30), &[claimed], 10, Duration::seconds(60));
+        window.refill(NOW, NOW + Duration::seconds(30), &[claimed], 10, Duration::seconds(60), &HashSet::new());
         assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(10));
         assert!(window.pop_due(NOW, 10).is_empty());
         assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![1]);
@@ -201,7 +214,14 @@ mod tests {
     fn fires_are_claimable_ahead_of_their_instant_but_not_ahead_of_a_lease() {
         let mut window = Window::new(10, Duration::milliseconds(50));
         let leased = PendingFire { claimed_until: Some(NOW + Duration::seconds(10)), ..pending(2, 5) };
-        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 1), leased], 10, Duration::seconds(60));
+        window.refill(
+            NOW,
+            NOW + Duration::seconds(30),
+            &[pending(1, 1), leased],
+            10,
+            Duration::seconds(60),
+            &HashSet::new(),
+        );
         let ahead_of_first = NOW + Duration::milliseconds(950);
         assert_eq!(window.next_wake(NOW), ahead_of_first);
         assert!(window.pop_due(ahead_of_first - Duration::milliseconds(1), 10).is_empty());
@@ -210,9 +230,27 @@ mod tests {
     }
 
     #[test]
+    fn a_window_cut_short_by_its_capacity_reloads_before_its_horizon() {
+        let mut window = Window::new(4, Duration::milliseconds(50));
+        let rows: Vec<PendingFire> = (1..=4).map(|n| pending(n, n)).collect();
+        window.refill(NOW, NOW + Duration::seconds(30), &rows, 4, Duration::seconds(60), &HashSet::new());
+        // Full: the horizon is the last row loaded (4 s). No reload while the window is more than half full.
+        assert!(!window.needs_refill(NOW + Duration::milliseconds(3_800)));
+        assert_eq!(window.pop_due(NOW + Duration::milliseconds(3_000), 10), vec![1, 2, 3]);
+        let reload_at = NOW + Duration::seconds(4) - Duration::milliseconds(50) - RELOAD_AHEAD;
+        assert!(!window.needs_refill(reload_at - Duration::milliseconds(1)));
+        assert!(window.needs_refill(reload_at), "reloads before the fires after the horizon are claimable");
+        // Rows the caller is firing are not taken back in.
+        let held = HashSet::from([3]);
+        let reloaded = [pending(3, 3), pending(4, 4), pending(5, 5)];
+        window.refill(reload_at, reload_at + Duration::seconds(30), &reloaded, 4, Duration::seconds(60), &held);
+        assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![4, 5]);
+    }
+
+    #[test]
     fn capacity_bounds_memory_and_pulls_the_horizon_in() {
         let mut window = Window::new(2, Duration::ZERO);
-        window.refill(NOW, NOW + Duration::seconds(30), &[], 2, Duration::seconds(5));
+        window.refill(NOW, NOW + Duration::seconds(30), &[], 2, Duration::seconds(5), &HashSet::new());
         window.push(pending(1, 1));
         window.push(pending(2, 2));
         window.push(pending(3, 3));
