@@ -67,8 +67,12 @@ pub struct ReminderRequest {
 /// key that failed validation would cost the deduplication, not the reminder.
 pub fn reminder_idempotency_key(agent_id: &AgentId, trace_id: &str, call_index: usize) -> Option<IdempotencyKey> {
     let identity = [agent_id.as_str(), trace_id, &call_index.to_string()].join("\0");
-    IdempotencyKey::new(format!("reminder:{}", sha256_tag(identity.as_bytes()))).ok()
+    IdempotencyKey::new(format!("{REMINDER_KEY_PREFIX}{}", sha256_tag(identity.as_bytes()))).ok()
 }
+
+/// Reminder keys share the `cron_jobs.idempotency_key` column with operators' `Idempotency-Key`s; the HTTP layer
+/// refuses operator keys that start with this, so an operator key can never suppress an agent's reminder.
+pub const REMINDER_KEY_PREFIX: &str = "reminder:";
 
 /// Why a `schedule_reminder` call is not scheduled. The DecisionLog is still accepted; the display text is the
 /// warning the gateway logs.

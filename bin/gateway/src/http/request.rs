@@ -55,12 +55,16 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// The `Idempotency-Key` header, if present; 400 `invalid_idempotency_key` when it is not 1 to 255 visible
-/// ASCII characters.
+/// ASCII characters, or starts with the prefix reserved for reminders scheduled from DecisionLogs.
 pub fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<gateway_core::IdempotencyKey>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else { return Ok(None) };
     let invalid =
         |detail: String| ApiError::new(http::StatusCode::BAD_REQUEST, "invalid_idempotency_key").with_detail(detail);
     let text =
         value.to_str().map_err(|_| invalid("Idempotency-Key must be visible ASCII characters only".to_owned()))?;
+    if text.starts_with(gateway_core::interceptor::REMINDER_KEY_PREFIX) {
+        let prefix = gateway_core::interceptor::REMINDER_KEY_PREFIX;
+        return Err(invalid(format!("Idempotency-Key must not start with {prefix:?} (reserved for agent reminders)")));
+    }
     gateway_core::IdempotencyKey::new(text).map(Some).map_err(|error| invalid(format!("Idempotency-Key {error}")))
 }

@@ -62,6 +62,12 @@ fn a_malformed_idempotency_key_is_400() {
         assert_eq!((status, refused["reason"].as_str()), (400, Some("invalid_idempotency_key")), "{key}");
     }
     assert_eq!(count_rows(&gateway.database_path(), "webhook_deliveries"), 0);
+    // Reminder keys live in the same column as cron job keys: an operator cannot take one.
+    let job = json!({"agent_id": "agent-7", "schedule": "@daily", "payload": {}});
+    let reserved = [("idempotency-key", "reminder:sha256:0123")];
+    let (status, _, refused) = gateway.operator_post_with_headers("/gateway/cron/jobs", &job, &reserved);
+    assert_eq!((status, refused["reason"].as_str()), (400, Some("invalid_idempotency_key")));
+    assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 0);
 }
 
 #[test]
