@@ -32,7 +32,8 @@ use tokio_util::sync::CancellationToken;
 /// Records how late each reminder is published, against its `scheduled_for`.
 #[derive(Debug, Default)]
 struct LatenessRecorder {
-    micros: Mutex<Vec<i64>>,
+    /// `(scheduled_for, lateness)` in microseconds (since the epoch, and after the instant).
+    micros: Mutex<Vec<(i128, i64)>>,
     fired: AtomicUsize,
 }
 
@@ -41,7 +42,7 @@ impl EventPublisher for LatenessRecorder {
         if let EventPayload::Reminder { scheduled_for, .. } = &event.payload {
             let late = OffsetDateTime::now_utc() - *scheduled_for;
             let micros = i64::try_from(late.whole_microseconds()).unwrap_or(i64::MAX);
-            self.micros.lock().unwrap().push(micros);
+            self.micros.lock().unwrap().push((scheduled_for.unix_timestamp_nanos() / 1_000, micros));
             self.fired.fetch_add(1, Ordering::SeqCst);
         }
         Ok(())
@@ -54,7 +55,18 @@ impl LatenessRecorder {
     }
 
     fn lateness(&self) -> Lateness {
-        Lateness::new(self.micros.lock().unwrap().clone())
+        Lateness::new(self.micros.lock().unwrap().iter().map(|(_, late)| *late).collect())
+    }
+
+    /// `CRON_BENCH_DUMP=<file>`: one line per fire, `<scheduled_for µs> <lateness µs>`, to see when the tail
+    /// happens (a stall of the loop shows as a run of fires whose lateness falls by 1 ms per ms).
+    fn dump(&self) {
+        if let Some(path) = std::env::var_os("CRON_BENCH_DUMP") {
+            let mut fires = self.micros.lock().unwrap().clone();
+            fires.sort_unstable();
+            let text: String = fires.iter().map(|(at, late)| format!("{at} {late}\n")).collect();
+            std::fs::write(path, text).unwrap();
+        }
     }
 }
 
@@ -199,6 +211,7 @@ async fn lateness(jobs: usize) -> Vec<time::Duration> {
         rate(jobs, spread())
     );
     println!("gateway-cron (SQLite, claim per fire): {}", recorder.lateness().summary());
+    recorder.dump();
     assert_eq!(instants.len(), jobs, "every job was pending before the first was due");
     let earliest = instants.first().copied().unwrap_or(first);
     instants.iter().map(|instant| *instant - earliest).collect()
