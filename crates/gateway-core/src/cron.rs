@@ -442,22 +442,10 @@ mod tests {
 
     #[test]
     fn a_claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now() {
-        let store = InMemoryCronJobStore::default();
-        let job = store.insert_cron_job(&one_time(START)).unwrap();
-        let ahead = |owner: &str, now: OffsetDateTime, margin_ms: i64| ClaimLease {
-            due_by: now + Duration::milliseconds(margin_ms),
-            ..lease(owner, 1, now)
-        };
-        let early = START - Duration::milliseconds(50);
-        assert!(store.claim_fires(&[job.id], &ahead("a", early, 49)).unwrap().is_empty(), "not due by the margin");
-        let claimed = store.claim_fires(&[job.id], &ahead("a", early, 50)).unwrap();
-        assert_eq!(claimed.len(), 1);
-        assert_eq!(claimed[0].next_fire_at, START, "the claim does not move the instant");
-        // A rival whose margin reaches past the lease's end still sees the lease as live until it ends.
-        let lease_end = early + Duration::seconds(10);
-        let rival_now = lease_end - Duration::milliseconds(1);
-        assert!(store.claim_fires(&[job.id], &ahead("b", rival_now, 1_000)).unwrap().is_empty());
-        assert_eq!(store.claim_fires(&[job.id], &ahead("b", lease_end, 50)).unwrap().len(), 1);
+        crate::cron_conformance::claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now(
+            &InMemoryCronJobStore::default(),
+            START,
+        );
     }
 
     #[test]

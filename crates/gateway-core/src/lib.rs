@@ -8,6 +8,8 @@ pub mod backoff;
 pub mod blocking;
 pub mod clock;
 pub mod cron;
+#[cfg(any(test, feature = "conformance"))]
+pub mod cron_conformance;
 pub mod decision_log;
 pub mod event;
 pub mod group_commit;
