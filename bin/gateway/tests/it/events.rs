@@ -49,3 +49,18 @@ fn subscribers_of_other_topics_see_nothing() {
     assert_eq!(gateway.post_json("/gateway/messages", &json!({})).0, 202);
     assert!(violations.next_within(Duration::from_millis(300)).is_none());
 }
+
+#[test]
+fn operator_streams_have_their_own_budget() {
+    // docs/operations.md: 64 `gateway:*` streams, counted apart from the 1,024 agent streams.
+    const OPERATOR_STREAMS: usize = 64;
+    let gateway = Gateway::start(&[]);
+    let url = gateway.url("/gateway/events?topic=gateway:agents");
+    let open: Vec<EventStream> =
+        (0..OPERATOR_STREAMS).map(|_| EventStream::open(&url, Some(crate::support::TOKEN))).collect();
+    assert!(open.iter().all(|stream| stream.status == 200));
+    assert_eq!(EventStream::open(&url, Some(crate::support::TOKEN)).status, 503, "the operator budget is spent");
+    let agent_topic = gateway.url("/gateway/events?topic=agent%3Aagent-7%3Ascheduled");
+    assert_eq!(EventStream::open(&agent_topic, None).status, 200, "agent streams are counted apart");
+    assert_eq!(gateway.get("/readyz").0, 200);
+}
