@@ -422,22 +422,11 @@ mod tests {
     }
 
     #[test]
-    fn one_claim_per_instant_until_the_lease_expires() {
-        let store = InMemoryCronJobStore::default();
-        let job = store.insert_cron_job(&one_time(START)).unwrap();
-        let fire = FireKey { job_id: job.id, scheduled_for: START };
-        assert!(store.claim_fires(&[job.id], &lease("a", 1, START - Duration::seconds(1))).unwrap().is_empty());
-        assert_eq!(store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap().len(), 1);
-        assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
-        assert_eq!(
-            store.pending_fires(START + Duration::seconds(1), 10).unwrap()[0].claimable_at(Duration::ZERO),
-            START + Duration::seconds(10)
+    fn one_claim_per_instant_until_the_lease_runs_out() {
+        crate::cron_conformance::one_claim_per_instant_until_the_lease_runs_out(
+            &InMemoryCronJobStore::default(),
+            START,
         );
-        // The lease ran out without a completion: the instant is claimable again, and the old owner lost it.
-        assert_eq!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(10))).unwrap().len(), 1);
-        assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).unwrap(), 0);
-        assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).unwrap(), 1);
-        assert!(store.is_empty());
     }
 
     #[test]
@@ -449,13 +438,11 @@ mod tests {
     }
 
     #[test]
-    fn a_newer_leadership_term_takes_over_a_live_claim() {
-        let store = InMemoryCronJobStore::default();
-        let job = store.insert_cron_job(&one_time(START)).unwrap();
-        store.claim_fires(&[job.id], &lease("old-leader", 1, START)).unwrap();
-        assert!(store.claim_fires(&[job.id], &lease("rival", 1, START)).unwrap().is_empty());
-        assert_eq!(store.claim_fires(&[job.id], &lease("new-leader", 2, START)).unwrap().len(), 1);
-        assert_eq!(store.claim_of(job.id).unwrap().0, "new-leader");
+    fn a_newer_term_takes_over_and_missing_rows_are_not_claimed() {
+        crate::cron_conformance::a_newer_term_takes_over_and_missing_rows_are_not_claimed(
+            &InMemoryCronJobStore::default(),
+            START,
+        );
     }
 
     #[test]

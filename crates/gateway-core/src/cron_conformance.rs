@@ -4,11 +4,9 @@
 use serde_json::Map;
 use time::{Duration, OffsetDateTime};
 
-use crate::{AgentId, ClaimLease, CronJobStore, FencingToken, NewCronJob};
+use crate::{AgentId, ClaimLease, CronJob, CronJobStore, FencingToken, FireCompletion, FireKey, NewCronJob};
 
-/// A claim takes rows due by `due_by` (the claimer's margin) without moving their instant, and judges a live
-/// lease by `now` alone: a rival whose margin reaches past the end of a lease still waits for that end.
-pub fn claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now(store: &dyn CronJobStore, at: OffsetDateTime) {
+fn one_time_job(store: &dyn CronJobStore, at: OffsetDateTime) -> CronJob {
     let job = NewCronJob {
         agent_id: AgentId::new("agent-7").expect("a valid agent id"),
         schedule: None,
@@ -17,15 +15,58 @@ pub fn claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now(store: 
         is_one_time: true,
         idempotency_key: None,
     };
-    let job = store.insert_cron_job(&job).expect("insert");
+    store.insert_cron_job(&job).expect("insert")
+}
+
+/// A lease of 10 s taken at `now` by `owner` under leadership term `token`, for rows due by `now`.
+fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {
+    ClaimLease {
+        owner: owner.to_owned(),
+        token: FencingToken(token),
+        now,
+        due_by: now,
+        expires_at: now + Duration::seconds(10),
+    }
+}
+
+/// A row is claimed once it is due; while the claim is live nobody else claims it; once the lease has run out
+/// without a completion the same instant is claimable again, and only the new holder can complete it.
+pub fn one_claim_per_instant_until_the_lease_runs_out(store: &dyn CronJobStore, at: OffsetDateTime) {
+    let job = one_time_job(store, at);
+    let fire = FireKey { job_id: job.id, scheduled_for: at };
+    let claim = |owner: &str, now: OffsetDateTime| store.claim_fires(&[job.id], &lease(owner, 1, now)).expect("claim");
+    assert!(claim("a", at - Duration::seconds(1)).is_empty(), "not due yet");
+    assert_eq!(claim("a", at), vec![job.clone()]);
+    assert!(claim("b", at + Duration::seconds(9)).is_empty(), "the claim is live");
+    let pending = store.pending_fires(at + Duration::seconds(1), 10).expect("pending");
+    assert_eq!(pending[0].claimable_at(Duration::ZERO), at + Duration::seconds(10));
+    assert_eq!(claim("b", at + Duration::seconds(10)).len(), 1, "the lease ran out");
+    assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).expect("complete"), 0);
+    assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).expect("complete"), 1);
+    assert_eq!(store.cron_job(job.id).expect("read"), None);
+}
+
+/// A newer leadership term takes over a live claim at once (an older or equal one does not), and the old
+/// holder can no longer complete it; a missing row is never claimed.
+pub fn a_newer_term_takes_over_and_missing_rows_are_not_claimed(store: &dyn CronJobStore, at: OffsetDateTime) {
+    let job = one_time_job(store, at);
+    let fire = FireKey { job_id: job.id, scheduled_for: at };
+    let claim = |owner: &str, token: u64| store.claim_fires(&[job.id], &lease(owner, token, at)).expect("claim");
+    assert_eq!(claim("old-leader", 2).len(), 1);
+    assert!(claim("rival", 2).is_empty());
+    assert!(claim("stale-leader", 1).is_empty());
+    assert_eq!(claim("new-leader", 3).len(), 1);
+    assert_eq!(store.complete_fires("old-leader", &[FireCompletion::Delete(fire)]).expect("complete"), 0);
+    assert!(store.claim_fires(&[job.id + 100], &lease("x", 9, at)).expect("claim").is_empty());
+    assert_eq!(store.complete_fires("new-leader", &[FireCompletion::Delete(fire)]).expect("complete"), 1);
+}
+
+/// A claim takes rows due by `due_by` (the claimer's margin) without moving their instant, and judges a live
+/// lease by `now` alone: a rival whose margin reaches past the end of a lease still waits for that end.
+pub fn claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now(store: &dyn CronJobStore, at: OffsetDateTime) {
+    let job = one_time_job(store, at);
     let claim = |owner: &str, now: OffsetDateTime, margin_ms: i64| {
-        let lease = ClaimLease {
-            owner: owner.to_owned(),
-            token: FencingToken(1),
-            now,
-            due_by: now + Duration::milliseconds(margin_ms),
-            expires_at: now + Duration::seconds(10),
-        };
+        let lease = ClaimLease { due_by: now + Duration::milliseconds(margin_ms), ..lease(owner, 1, now) };
         store.claim_fires(&[job.id], &lease).expect("claim")
     };
     let early = at - Duration::milliseconds(50);

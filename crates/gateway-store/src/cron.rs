@@ -439,19 +439,7 @@ mod tests {
     #[test]
     fn one_claim_per_instant_until_the_lease_runs_out() {
         let (_dir, store) = open();
-        let job = store.insert_cron_job(&one_time(START)).unwrap();
-        let fire = FireKey { job_id: job.id, scheduled_for: START };
-        assert!(store.claim_fires(&[job.id], &lease("a", 1, START - Duration::seconds(1))).unwrap().is_empty());
-        let claimed = store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap();
-        assert_eq!(claimed, vec![job.clone()]);
-        assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(9))).unwrap().is_empty());
-        let pending = store.pending_fires(START + Duration::seconds(1), 10).unwrap();
-        assert_eq!(pending[0].claimable_at(Duration::ZERO), START + Duration::seconds(10));
-        // The lease ran out without a completion: claimable again; the first owner can no longer complete it.
-        assert_eq!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(10))).unwrap().len(), 1);
-        assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).unwrap(), 0);
-        assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).unwrap(), 1);
-        assert_eq!(store.cron_job(job.id).unwrap(), None);
+        gateway_core::cron_conformance::one_claim_per_instant_until_the_lease_runs_out(&store, START);
     }
 
     #[test]
@@ -465,11 +453,7 @@ mod tests {
     #[test]
     fn a_newer_term_takes_over_and_missing_rows_are_not_claimed() {
         let (_dir, store) = open();
-        let job = store.insert_cron_job(&one_time(START)).unwrap();
-        store.claim_fires(&[job.id], &lease("old", 1, START)).unwrap();
-        assert!(store.claim_fires(&[job.id], &lease("rival", 1, START)).unwrap().is_empty());
-        assert_eq!(store.claim_fires(&[job.id], &lease("new", 2, START)).unwrap().len(), 1);
-        assert!(store.claim_fires(&[job.id + 100], &lease("x", 9, START)).unwrap().is_empty());
+        gateway_core::cron_conformance::a_newer_term_takes_over_and_missing_rows_are_not_claimed(&store, START);
     }
 
     #[test]
