@@ -400,15 +400,7 @@ mod tests {
         }
     }
 
-    fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {
-        ClaimLease {
-            owner: owner.into(),
-            token: FencingToken(token),
-            now,
-            due_by: now,
-            expires_at: now + Duration::seconds(10),
-        }
-    }
+    use crate::cron_conformance::lease;
 
     #[test]
     fn pending_fires_are_ordered_bounded_and_before_the_limit() {
@@ -464,38 +456,11 @@ mod tests {
         assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(59))).unwrap().is_empty());
     }
 
-    fn keyed(key: &str, at: OffsetDateTime) -> NewCronJob {
-        NewCronJob { idempotency_key: Some(IdempotencyKey::new(key).unwrap()), ..one_time(at) }
-    }
-
-    /// Checks one group insert against `store`: a job whose key a row already holds gets that row back
-    /// (`inserted: false`, even with another instant), a repeated key within the group gets the row the
-    /// group's earlier job wrote, and every other job is written.
-    fn a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(store: &dyn CronJobStore) {
-        let first = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
-        assert!(first.inserted);
-        let group = [
-            one_time(START),
-            keyed("reminder:a", START + Duration::seconds(9)),
-            keyed("reminder:b", START),
-            keyed("reminder:b", START + Duration::seconds(9)),
-        ];
-        let outcomes = store.insert_cron_jobs(&group).unwrap();
-        let inserted: Vec<bool> = outcomes.iter().map(|outcome| outcome.inserted).collect();
-        assert_eq!(inserted, [true, false, true, false]);
-        assert_eq!(outcomes[1].job, first.job, "the held key answers with the existing row, unchanged");
-        assert_eq!(outcomes[3].job, outcomes[2].job, "a key repeated within the group answers with its first job");
-        let listed = store.list_cron_jobs(None, 10).unwrap();
-        assert_eq!(listed, vec![first.job, outcomes[0].job.clone(), outcomes[2].job.clone()], "no duplicate rows");
-        // The single insert, which operator keys use, still refuses a held key.
-        assert!(matches!(store.insert_cron_job(&keyed("reminder:a", START)), Err(StoreError::Conflict(_))));
-    }
-
     #[test]
     fn a_group_insert_skips_held_idempotency_keys() {
         let store = InMemoryCronJobStore::default();
-        a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store);
-        assert_eq!(store.len(), 3);
+        crate::cron_conformance::a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store, START);
+        assert_eq!(store.len(), 4);
     }
 
     /// Implements only the required methods, so the trait's default `insert_cron_jobs` is what runs.
@@ -532,19 +497,8 @@ mod tests {
     #[test]
     fn the_default_group_insert_skips_held_idempotency_keys_too() {
         let store = RequiredOnly::default();
-        a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store);
-        assert_eq!(store.0.len(), 3);
-    }
-
-    #[test]
-    fn a_key_of_a_deleted_row_is_free_again() {
-        let store = InMemoryCronJobStore::default();
-        let first = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
-        assert!(store.delete_cron_job(first.job.id).unwrap());
-        assert_eq!(store.cron_job_by_idempotency_key(&IdempotencyKey::new("reminder:a").unwrap()).unwrap(), None);
-        let again = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
-        assert!(again.inserted);
-        assert_ne!(again.job.id, first.job.id);
+        crate::cron_conformance::a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store, START);
+        assert_eq!(store.0.len(), 4);
     }
 
     #[test]

@@ -4,22 +4,60 @@
 use serde_json::Map;
 use time::{Duration, OffsetDateTime};
 
-use crate::{AgentId, ClaimLease, CronJob, CronJobStore, FencingToken, FireCompletion, FireKey, NewCronJob};
+use crate::{
+    AgentId, ClaimLease, CronJob, CronJobStore, FencingToken, FireCompletion, FireKey, IdempotencyKey, NewCronJob,
+    StoreError,
+};
 
-fn one_time_job(store: &dyn CronJobStore, at: OffsetDateTime) -> CronJob {
-    let job = NewCronJob {
+fn one_time(at: OffsetDateTime) -> NewCronJob {
+    NewCronJob {
         agent_id: AgentId::new("agent-7").expect("a valid agent id"),
         schedule: None,
         next_fire_at: at,
         payload: Map::new(),
         is_one_time: true,
         idempotency_key: None,
-    };
-    store.insert_cron_job(&job).expect("insert")
+    }
+}
+
+fn keyed(key: &str, at: OffsetDateTime) -> NewCronJob {
+    NewCronJob { idempotency_key: Some(IdempotencyKey::new(key).expect("a valid key")), ..one_time(at) }
+}
+
+fn one_time_job(store: &dyn CronJobStore, at: OffsetDateTime) -> CronJob {
+    store.insert_cron_job(&one_time(at)).expect("insert")
+}
+
+/// A group insert (what concurrent `schedule_once` calls share): a job whose key a row already holds gets that
+/// row back (`inserted: false`, even with another instant), a key repeated within the group gets the row the
+/// group's earlier job wrote, every other job is written, and nothing fails the group. The single insert, which
+/// operator keys use, still refuses a held key; once the holder is deleted its key is free again. Expects an
+/// empty store.
+pub fn a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(store: &dyn CronJobStore, at: OffsetDateTime) {
+    let first = store.insert_cron_jobs(&[keyed("reminder:a", at)]).expect("insert").remove(0);
+    assert!(first.inserted);
+    let later = at + Duration::seconds(9);
+    let group =
+        [one_time(at), keyed("reminder:a", later), keyed("reminder:b", at), keyed("reminder:b", later), one_time(at)];
+    let outcomes = store.insert_cron_jobs(&group).expect("insert");
+    let inserted: Vec<bool> = outcomes.iter().map(|outcome| outcome.inserted).collect();
+    assert_eq!(inserted, [true, false, true, false, true]);
+    assert_eq!(outcomes[1].job, first.job, "the held key answers with the existing row, unchanged");
+    assert_eq!(outcomes[3].job, outcomes[2].job, "a key repeated within the group answers with its first row");
+    let expected: Vec<CronJob> =
+        [&first, &outcomes[0], &outcomes[2], &outcomes[4]].iter().map(|outcome| outcome.job.clone()).collect();
+    assert_eq!(store.list_cron_jobs(None, 10).expect("list"), expected, "no duplicate rows");
+    assert!(matches!(store.insert_cron_job(&keyed("reminder:b", at)), Err(StoreError::Conflict(_))));
+    assert!(store.delete_cron_job(first.job.id).expect("delete"));
+    let key = IdempotencyKey::new("reminder:a").expect("a valid key");
+    assert_eq!(store.cron_job_by_idempotency_key(&key).expect("read"), None);
+    let again = store.insert_cron_jobs(&[keyed("reminder:a", at)]).expect("insert").remove(0);
+    assert!(again.inserted);
+    assert_ne!(again.job.id, first.job.id);
 }
 
 /// A lease of 10 s taken at `now` by `owner` under leadership term `token`, for rows due by `now`.
-fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {
+pub fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {
     ClaimLease {
         owner: owner.to_owned(),
         token: FencingToken(token),

@@ -281,7 +281,7 @@ fn complete(connection: &mut SqliteConnection, owner: &str, completions: &[FireC
 #[cfg(test)]
 mod tests {
     use diesel::sql_types::Text;
-    use gateway_core::{FencingToken, FireKey};
+    use gateway_core::FireKey;
     use serde_json::{Map, json};
     use time::macros::datetime;
     use time::{Duration, OffsetDateTime};
@@ -329,15 +329,7 @@ mod tests {
         store.insert_cron_job(&one_time(START)).unwrap();
     }
 
-    fn lease(owner: &str, token: u64, now: OffsetDateTime) -> ClaimLease {
-        ClaimLease {
-            owner: owner.into(),
-            token: FencingToken(token),
-            now,
-            due_by: now,
-            expires_at: now + Duration::seconds(10),
-        }
-    }
+    use gateway_core::cron_conformance::lease;
 
     #[test]
     fn rows_round_trip_with_millisecond_instants_and_json_payloads() {
@@ -380,32 +372,7 @@ mod tests {
     #[test]
     fn a_group_insert_returns_the_holder_of_a_held_key_and_inserts_the_rest() {
         let (_dir, store) = open();
-        let keyed =
-            |key: &str, at| NewCronJob { idempotency_key: Some(IdempotencyKey::new(key).unwrap()), ..one_time(at) };
-        let first = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
-        assert!(first.inserted);
-        let group = [
-            one_time(START),
-            keyed("reminder:a", START + Duration::seconds(9)),
-            keyed("reminder:b", START),
-            keyed("reminder:b", START + Duration::seconds(9)),
-            one_time(START),
-        ];
-        let outcomes = store.insert_cron_jobs(&group).unwrap();
-        let inserted: Vec<bool> = outcomes.iter().map(|outcome| outcome.inserted).collect();
-        assert_eq!(inserted, [true, false, true, false, true]);
-        assert_eq!(outcomes[1].job, first.job, "the held key answers with the existing row, unchanged");
-        assert_eq!(outcomes[3].job, outcomes[2].job, "a key repeated within the group answers with its first row");
-        let expected: Vec<CronJob> =
-            [&first, &outcomes[0], &outcomes[2], &outcomes[4]].iter().map(|outcome| outcome.job.clone()).collect();
-        assert_eq!(store.list_cron_jobs(None, 10).unwrap(), expected, "no duplicate rows");
-        // Operator keys go through the single insert, which still reports the conflict.
-        assert!(matches!(store.insert_cron_job(&keyed("reminder:b", START)), Err(StoreError::Conflict(_))));
-        // Once the holder is gone the key is free again.
-        assert!(store.delete_cron_job(first.job.id).unwrap());
-        let again = store.insert_cron_jobs(&[keyed("reminder:a", START)]).unwrap().remove(0);
-        assert!(again.inserted);
-        assert_ne!(again.job.id, first.job.id);
+        gateway_core::cron_conformance::a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store, START);
     }
 
     #[test]
