@@ -4,11 +4,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_core::group_commit::GroupCommit;
+use gateway_core::group_commit::AsyncGroupCommit;
 use gateway_core::memory::lock;
 use gateway_core::{
     AgentId, CapabilityEntry, CapabilityMap, Clock, ClusterId, ComponentHealth, Event, EventPayload, EventPublisher,
-    HeartbeatRecord, HeartbeatStore, Leadership, Topic, run_blocking,
+    HeartbeatRecord, HeartbeatStore, Leadership, Topic,
 };
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -67,14 +67,13 @@ pub struct EvictedAgent {
 pub struct HeartbeatManager {
     agents: Mutex<HashMap<AgentId, Liveness>>,
     config: HeartbeatConfig,
-    store: Arc<dyn HeartbeatStore>,
     capabilities: Arc<dyn CapabilityMap>,
     publisher: Arc<dyn EventPublisher>,
     clock: Arc<dyn Clock>,
     leadership: Arc<dyn Leadership>,
     health: ComponentHealth,
-    /// Concurrent heartbeats share one store commit (see `gateway_core::group_commit`).
-    upserts: Arc<GroupCommit<HeartbeatRecord, ()>>,
+    /// Concurrent heartbeats share one store commit (see `gateway_core::group_commit`); it owns the store.
+    upserts: Arc<AsyncGroupCommit<HeartbeatRecord, ()>>,
 }
 
 impl HeartbeatManager {
@@ -86,16 +85,21 @@ impl HeartbeatManager {
         clock: Arc<dyn Clock>,
         leadership: Arc<dyn Leadership>,
     ) -> Self {
+        let upserts = Arc::new(AsyncGroupCommit::new(MAX_UPSERT_GROUP, {
+            move |records: Vec<HeartbeatRecord>| {
+                store.upsert_heartbeats(&records)?;
+                Ok(vec![(); records.len()])
+            }
+        }));
         Self {
             agents: Mutex::new(HashMap::new()),
             config,
-            store,
             capabilities,
             publisher,
             clock,
             leadership,
             health: ComponentHealth::new("heartbeat"),
-            upserts: Arc::new(GroupCommit::new(MAX_UPSERT_GROUP)),
+            upserts,
         }
     }
 
@@ -128,14 +132,7 @@ impl HeartbeatManager {
             cluster_id: ping.cluster_id,
             last_seen_at: ping.timestamp.unwrap_or(receipt),
         };
-        let (store, upserts) = (Arc::clone(&self.store), Arc::clone(&self.upserts));
-        let upsert = move || {
-            upserts.submit(record, |records| {
-                store.upsert_heartbeats(&records)?;
-                Ok(vec![(); records.len()])
-            })
-        };
-        run_blocking(upsert).await.map_err(gateway_core::StoreError::from)??;
+        self.upserts.submit(record).await?;
         Ok(())
     }
 
