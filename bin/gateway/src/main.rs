@@ -8,6 +8,11 @@ use gateway::{Gateway, StartError, generate_admin_token, telemetry};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+/// Every request allocates (headers, JSON values, events) on whichever runtime thread runs it and often frees on
+/// another; glibc's allocator spent about 12 % of the gateway's CPU doing that under the HTTP load generator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let config = Config::from_args_or_exit();
     telemetry::init(config.log_format);
