@@ -163,7 +163,7 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     fn claim_fires(&self, job_ids: &[i64], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError>;
     /// Applies the completions whose claim `owner` still holds (all in one transaction); returns how many.
     fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError>;
-    /// [`Self::complete_fires`] then [`Self::claim_fires`]. A database adapter should do both in one
+    /// [`Self::complete_fires`] then [`Self::claim_fires`] (skipped when `job_ids` is empty). A database adapter should do both in one
     /// transaction: a busy scheduler completes one batch and claims the next with a single commit, which
     /// halves what it writes per fire.
     fn complete_and_claim(
@@ -174,7 +174,8 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
         lease: &ClaimLease,
     ) -> Result<(usize, Vec<CronJob>), StoreError> {
         let completed = self.complete_fires(owner, completions)?;
-        Ok((completed, self.claim_fires(job_ids, lease)?))
+        let claimed = if job_ids.is_empty() { Vec::new() } else { self.claim_fires(job_ids, lease)? };
+        Ok((completed, claimed))
     }
 }
 

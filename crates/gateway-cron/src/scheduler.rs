@@ -155,22 +155,48 @@ struct Inner {
     writes: Mutex<()>,
 }
 
-/// A window reload running on the blocking pool while the loop keeps firing: a reload of thousands of rows
-/// takes milliseconds, and fires due meanwhile must not wait for it. The loop is woken when it lands.
+/// Store work running on the blocking pool while the loop goes on: the loop is woken when it lands, and takes
+/// the outcome in its next cycle.
+#[derive(Debug)]
+struct InFlight<T> {
+    landed: Arc<Mutex<Option<Result<T, StoreError>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<T: Send + 'static> InFlight<T> {
+    fn start(inner: &Arc<Inner>, work: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static) -> Self {
+        let landed = Arc::new(Mutex::new(None));
+        let task = tokio::spawn({
+            let inner = Arc::clone(inner);
+            let landed = Arc::clone(&landed);
+            async move {
+                let worker = Arc::clone(&inner);
+                let outcome = run_blocking(move || work(&worker)).await;
+                *lock(&landed) = Some(outcome.unwrap_or_else(|failed| Err(StoreError::from(failed))));
+                inner.wake.notify_one();
+            }
+        });
+        Self { landed, task }
+    }
+
+    /// The outcome, once it has landed.
+    fn take(&self) -> Option<Result<T, StoreError>> {
+        lock(&self.landed).take()
+    }
+}
+
+/// A window reload: a reload of thousands of rows takes milliseconds, and fires due meanwhile must not wait
+/// for it.
 #[derive(Debug)]
 struct Refill {
     started: OffsetDateTime,
     before: OffsetDateTime,
     limit: usize,
-    landed: Arc<Mutex<Option<Reload>>>,
-    task: tokio::task::JoinHandle<()>,
+    rows: InFlight<Vec<PendingFire>>,
 }
 
-/// What a window reload brings back.
-type Reload = Result<Vec<PendingFire>, StoreError>;
-
-/// One store transaction in flight on the blocking pool: the completions of published fires, then the claims
-/// of the fires due within the claim-ahead margin. At most one at a time.
+/// One store transaction: the completions of published fires, then the claims of the fires due within the
+/// claim-ahead margin. At most one at a time.
 #[derive(Debug)]
 struct Write {
     completions: Vec<FireCompletion>,
@@ -178,12 +204,9 @@ struct Write {
     claiming: Vec<i64>,
     /// When the claims this write makes run out.
     expires_at: OffsetDateTime,
-    landed: Arc<Mutex<Option<WriteOutcome>>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Rows completed, and the jobs claimed.
+    outcome: InFlight<(usize, Vec<CronJob>)>,
 }
-
-/// Rows completed, and the jobs claimed.
-type WriteOutcome = Result<(usize, Vec<CronJob>), StoreError>;
 
 /// A fire this scheduler has claimed and not yet published.
 #[derive(Debug)]
@@ -428,7 +451,7 @@ impl CronScheduler {
                     self.flush(&mut state.deferred).await;
                     lock(&inner.window).reset();
                     if let Some(abandoned) = state.refill.take() {
-                        abandoned.task.abort();
+                        abandoned.rows.task.abort();
                     }
                     (inner.config.leadership_poll, false)
                 }
@@ -455,7 +478,7 @@ impl CronScheduler {
                         inner.health.degraded(format!("cannot reach the cron store: {store_error}"));
                         lock(&inner.window).mark_stale();
                         if let Some(abandoned) = state.refill.take() {
-                            abandoned.task.abort();
+                            abandoned.rows.task.abort();
                         }
                         (delay, false)
                     }
@@ -492,7 +515,7 @@ impl CronScheduler {
             }
         }
         if let Some(abandoned) = state.refill.take() {
-            abandoned.task.abort();
+            abandoned.rows.task.abort();
         }
         self.finish(&mut state).await;
         info!("cron scheduler stopped");
@@ -507,7 +530,7 @@ impl CronScheduler {
         let inner = &self.inner;
         let mut reached_store = false;
         if let Some(in_flight) = state.refill.take() {
-            let outcome = lock(&in_flight.landed).take();
+            let outcome = in_flight.rows.take();
             match outcome {
                 Some(rows) => {
                     let rows = rows?;
@@ -522,7 +545,7 @@ impl CronScheduler {
             }
         }
         if let Some(in_flight) = state.write.take() {
-            let outcome = lock(&in_flight.landed).take();
+            let outcome = in_flight.outcome.take();
             match outcome {
                 Some(outcome) => {
                     self.landed(in_flight, outcome, state)?;
@@ -565,21 +588,8 @@ impl CronScheduler {
     fn start_refill(&self, now: OffsetDateTime) -> Refill {
         let before = now + duration(self.inner.config.lookahead);
         let limit = self.inner.config.window_capacity.max(1);
-        let landed = Arc::new(Mutex::new(None));
-        let task = tokio::spawn({
-            let inner = Arc::clone(&self.inner);
-            let landed = Arc::clone(&landed);
-            async move {
-                let store = Arc::clone(&inner.store);
-                let rows = match run_blocking(move || store.pending_fires(before, limit)).await {
-                    Ok(rows) => rows,
-                    Err(failed) => Err(StoreError::from(failed)),
-                };
-                *lock(&landed) = Some(rows);
-                inner.wake.notify_one();
-            }
-        });
-        Refill { started: now, before, limit, landed, task }
+        let rows = InFlight::start(&self.inner, move |inner| inner.store.pending_fires(before, limit));
+        Refill { started: now, before, limit, rows }
     }
 
     /// Starts one transaction that writes `completions` (fires already published) and claims `due` (fires due
@@ -601,35 +611,24 @@ impl CronScheduler {
             expires_at: now + duration(config.claim_lease),
         };
         let expires_at = lease.expires_at;
-        let landed = Arc::new(Mutex::new(None));
-        let task = tokio::spawn({
-            let inner = Arc::clone(&self.inner);
-            let landed = Arc::clone(&landed);
-            let completions = completions.clone();
-            let due = due.clone();
-            async move {
-                let writer = Arc::clone(&inner);
-                let outcome = run_blocking(move || {
-                    let _writing = lock(&writer.writes);
-                    if due.is_empty() {
-                        writer.store.complete_fires(&writer.owner, &completions).map(|count| (count, Vec::new()))
-                    } else {
-                        writer.store.complete_and_claim(&writer.owner, &completions, &due, &lease)
-                    }
-                })
-                .await;
-                *lock(&landed) = Some(outcome.unwrap_or_else(|failed| Err(StoreError::from(failed))));
-                inner.wake.notify_one();
-            }
+        let writing = completions.clone();
+        let outcome = InFlight::start(&self.inner, move |inner| {
+            let _writing = lock(&inner.writes);
+            inner.store.complete_and_claim(&inner.owner, &writing, &due, &lease)
         });
-        Write { completions, claiming, expires_at, landed, task }
+        Write { completions, claiming, expires_at, outcome }
     }
 
     /// Applies a landed write: its completions are settled (advanced rows go back into the window) and its
     /// claims join the fires held for publishing. Published fires count as fired once their completion has
     /// landed, written or not; if it was not, the rows fire again once their claims expire, with the same
     /// fire_id.
-    fn landed(&self, write: Write, outcome: WriteOutcome, state: &mut LoopState) -> Result<(), StoreError> {
+    fn landed(
+        &self,
+        write: Write,
+        outcome: Result<(usize, Vec<CronJob>), StoreError>,
+        state: &mut LoopState,
+    ) -> Result<(), StoreError> {
         self.inner.published.fetch_add(u64::try_from(write.completions.len()).unwrap_or(u64::MAX), Ordering::Relaxed);
         let (completed, claimed) = outcome?;
         self.completed(write.completions, completed);
@@ -688,8 +687,8 @@ impl CronScheduler {
     async fn settle_write(&self, state: &mut LoopState) {
         let Some(mut in_flight) = state.write.take() else { return };
         // The task fills `landed` before it ends; one that panicked leaves it empty.
-        let _ = (&mut in_flight.task).await;
-        let outcome = lock(&in_flight.landed).take();
+        let _ = (&mut in_flight.outcome.task).await;
+        let outcome = in_flight.outcome.take();
         let settled = match outcome {
             Some(outcome) => self.landed(in_flight, outcome, state),
             None => Err(StoreError::Unavailable("the cron write task ended without an outcome".to_owned())),
