@@ -4,9 +4,9 @@
 //! One commit per row makes SQLite rewrite the same table and index pages for every row, which caps a single
 //! writer far below what the endpoints can take. So each caller queues its item; whoever finds the commit slot
 //! free takes everything queued (up to a bound) and writes it in one call, while the others wait for their
-//! result. There is no thread of its own: callers (already on blocking threads, see `run_blocking`) do the
-//! work, and a caller alone simply commits its own item. Used by the heartbeat upserts and the scheduler's
-//! one-time job inserts.
+//! result. [`GroupCommit`] is for synchronous callers (already on blocking threads, see `run_blocking`): they do
+//! the work themselves, and a caller alone simply commits its own item; the scheduler's one-time job inserts use
+//! it. [`AsyncGroupCommit`] is for async callers, who await a reply instead; the heartbeat upserts use it.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -85,11 +85,9 @@ impl HeartbeatManager {
         clock: Arc<dyn Clock>,
         leadership: Arc<dyn Leadership>,
     ) -> Self {
-        let upserts = Arc::new(AsyncGroupCommit::new(MAX_UPSERT_GROUP, {
-            move |records: Vec<HeartbeatRecord>| {
-                store.upsert_heartbeats(&records)?;
-                Ok(vec![(); records.len()])
-            }
+        let upserts = Arc::new(AsyncGroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
+            store.upsert_heartbeats(&records)?;
+            Ok(vec![(); records.len()])
         }));
         Self {
             agents: Mutex::new(HashMap::new()),
