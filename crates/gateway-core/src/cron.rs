@@ -79,10 +79,6 @@ impl PendingFire {
             _ => ahead,
         }
     }
-
-    pub fn key(&self) -> FireKey {
-        FireKey { job_id: self.job_id, scheduled_for: self.scheduled_for }
-    }
 }
 
 /// Who claims, under which leadership term, and until when the claim holds.
