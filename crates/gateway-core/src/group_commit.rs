@@ -305,8 +305,16 @@ mod tests {
     async fn async_callers_each_get_their_own_result_in_fewer_writes() {
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&calls);
+        // The first write waits at this gate until every caller has queued, so sharing does not depend on timing.
+        let (open_gate, gate) = std::sync::mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let in_first_write = Arc::new(AtomicUsize::new(0));
+        let in_write = Arc::clone(&in_first_write);
         let group = Arc::new(AsyncGroupCommit::<u64, u64>::new(64, move |items: Vec<u64>| {
-            counted.fetch_add(1, Ordering::Relaxed);
+            if counted.fetch_add(1, Ordering::Relaxed) == 0 {
+                in_write.store(items.len(), Ordering::SeqCst);
+                let _ = lock(&gate).recv();
+            }
             assert!(items.len() <= 64);
             Ok(items.into_iter().map(|item| item * 2).collect())
         }));
@@ -316,6 +324,10 @@ mod tests {
                 tokio::spawn(async move { (item, group.submit(item).await) })
             })
             .collect();
+        while lock(&group.state).queued.len() + in_first_write.load(Ordering::SeqCst) < 256 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        open_gate.send(()).unwrap();
         for caller in callers {
             let (item, doubled) = caller.await.unwrap();
             assert_eq!(doubled, Ok(item * 2));
