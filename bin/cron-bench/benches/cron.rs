@@ -23,7 +23,7 @@ use gateway_core::{
     AgentId, CronJobStore, Event, EventPayload, EventPublisher, PublishError, SingleProcessLeadership, SystemClock,
     Topic,
 };
-use gateway_cron::{CronConfig, CronScheduler};
+use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_store::{DatabaseUrl, DieselStore};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -79,13 +79,13 @@ fn open(dir: &tempfile::TempDir) -> DieselStore {
 }
 
 fn start(store: &DieselStore, recorder: &Arc<LatenessRecorder>, shutdown: &CancellationToken) -> CronScheduler {
-    let scheduler = CronScheduler::new(
-        Arc::new(store.clone()),
-        Arc::clone(recorder) as Arc<dyn EventPublisher>,
-        Arc::new(SystemClock),
-        Arc::new(SingleProcessLeadership),
-        CronConfig::default(),
-    );
+    let ports = CronPorts {
+        store: Arc::new(store.clone()),
+        publisher: Arc::clone(recorder) as Arc<dyn EventPublisher>,
+        clock: Arc::new(SystemClock),
+        leadership: Arc::new(SingleProcessLeadership),
+    };
+    let scheduler = CronScheduler::new(ports, CronConfig::default());
     let running = scheduler.clone();
     let stop = shutdown.clone();
     tokio::spawn(async move { running.run(stop).await });
@@ -123,21 +123,28 @@ fn remaining_rows(store: &DieselStore) -> usize {
     store.pending_fires(OffsetDateTime::now_utc() + time::Duration::days(36_600), 1).unwrap().len()
 }
 
-/// Schedules `count` jobs from `producers` threads, each job due `delay_of(i)` ms after its call.
-fn produce(scheduler: &CronScheduler, count: usize, producers: usize, delay_of: impl Fn(usize) -> i64 + Sync) {
-    std::thread::scope(|scope| {
-        for producer in 0..producers {
-            let scheduler = scheduler.clone();
-            let delay_of = &delay_of;
-            scope.spawn(move || {
-                let agent = AgentId::new(format!("agent-{producer}")).unwrap();
-                for index in (producer..count).step_by(producers) {
-                    let payload = json!({"n": index}).as_object().cloned().unwrap_or_default();
-                    scheduler.schedule_once(agent.clone(), delay_of(index), payload).unwrap();
-                }
-            });
-        }
-    });
+/// Schedules `count` jobs from `producers` concurrent tasks, each job due `delay_of(i)` ms after its call.
+async fn produce(
+    scheduler: &CronScheduler,
+    count: usize,
+    producers: usize,
+    delay_of: impl Fn(usize) -> i64 + Send + Sync + Clone + 'static,
+) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for producer in 0..producers {
+        let scheduler = scheduler.clone();
+        let delay_of = delay_of.clone();
+        tasks.spawn(async move {
+            let agent = AgentId::new(format!("agent-{producer}")).unwrap();
+            for index in (producer..count).step_by(producers) {
+                let payload = json!({"n": index}).as_object().cloned().unwrap_or_default();
+                scheduler.schedule_once(agent.clone(), delay_of(index), payload).await.unwrap();
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
 }
 
 async fn throughput(jobs: usize) {
@@ -147,11 +154,7 @@ async fn throughput(jobs: usize) {
     let shutdown = CancellationToken::new();
     let scheduler = start(&store, &recorder, &shutdown);
     let started = Instant::now();
-    let producing = {
-        let scheduler = scheduler.clone();
-        tokio::task::spawn_blocking(move || produce(&scheduler, jobs, producers(), |_| 1))
-    };
-    producing.await.unwrap();
+    produce(&scheduler, jobs, producers(), |_| 1).await;
     let scheduled = started.elapsed();
     wait_until("every job fired", Duration::from_secs(600), || recorder.fired() >= jobs).await;
     wait_until("every row deleted", Duration::from_secs(600), || remaining_rows(&store) == 0).await;
@@ -184,17 +187,11 @@ async fn lateness(jobs: usize) -> Vec<time::Duration> {
     let first = OffsetDateTime::now_utc() + lead;
     let spread_ms = spread().as_millis() as f64;
     let started = Instant::now();
-    {
-        let scheduler = scheduler.clone();
-        tokio::task::spawn_blocking(move || {
-            produce(&scheduler, jobs, producers(), |index| {
-                let target = first + time::Duration::milliseconds((index as f64 * spread_ms / jobs as f64) as i64);
-                (target - OffsetDateTime::now_utc()).whole_milliseconds().max(1) as i64
-            })
-        })
-        .await
-        .unwrap();
-    }
+    produce(&scheduler, jobs, producers(), move |index| {
+        let target = first + time::Duration::milliseconds((index as f64 * spread_ms / jobs as f64) as i64);
+        (target - OffsetDateTime::now_utc()).whole_milliseconds().max(1) as i64
+    })
+    .await;
     let written = started.elapsed();
     assert!(written < lead, "writing the jobs took longer than the lead time; lower CRON_BENCH_JOBS");
     let instants: Vec<OffsetDateTime> = store

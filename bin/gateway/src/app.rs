@@ -1,11 +1,12 @@
-//! Wiring: concrete adapters handed to the components, their loops spawned, and stopped again on shutdown.
+//! Wiring: concrete adapters handed to the components, their loops spawned under a supervisor, and stopped again
+//! on shutdown.
 
 use std::sync::Arc;
 
 use gateway_core::memory::InMemoryCapabilityMap;
-use gateway_core::{Clock, ComponentHealth, Leadership, SingleProcessLeadership, SystemClock};
-use gateway_cron::{CronConfig, CronScheduler};
-use gateway_heartbeat::HeartbeatManager;
+use gateway_core::{Clock, Leadership, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop};
+use gateway_cron::{CronConfig, CronPorts, CronScheduler};
+use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_store::{DieselStore, WalCheckpointer};
 use gateway_webhooks::{RouterPorts, UreqTransport, WebhookRouter};
@@ -16,38 +17,10 @@ use tokio_util::sync::CancellationToken;
 use crate::StartError;
 use crate::config::{AdminToken, Config};
 use crate::http::auth::OperatorAuth;
+use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
 
-/// Concurrent SSE streams; past this, new ones get 503 so streams cannot exhaust memory or file handles.
-pub const MAX_EVENT_STREAMS: usize = 1024;
-/// Streams of `gateway:*` topics, counted apart: agent topics need no token in phase 1, and a flood of them
-/// must not lock the operator out of their own event streams.
-pub const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
 /// At shutdown, webhook attempts in flight get their timeout plus this to finish and record their outcome.
 pub const WEBHOOK_DRAIN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Everything a request handler may use.
-#[derive(Debug)]
-pub struct AppState {
-    pub operator: OperatorAuth,
-    pub store: DieselStore,
-    pub bus: Bus,
-    pub heartbeat: Arc<HeartbeatManager>,
-    pub webhooks: WebhookRouter,
-    pub cron: CronScheduler,
-    pub clock: Arc<dyn Clock>,
-    pub shutdown: CancellationToken,
-    /// Open `agent:<id>:scheduled` streams.
-    pub event_streams: Arc<Semaphore>,
-    /// Open `gateway:*` streams.
-    pub operator_event_streams: Arc<Semaphore>,
-}
-
-impl AppState {
-    /// The loops `/readyz` reports on.
-    pub fn components(&self) -> Vec<ComponentHealth> {
-        vec![self.heartbeat.health().clone(), self.webhooks.health(), self.cron.health()]
-    }
-}
 
 /// The running application: shared state plus its background loops.
 #[derive(Debug)]
@@ -74,23 +47,25 @@ impl App {
         let leadership: Arc<dyn Leadership> = Arc::new(SingleProcessLeadership);
         let bus = Bus::default();
         let heartbeat_config = config.heartbeat();
-        let heartbeat = Arc::new(HeartbeatManager::new(
+        let heartbeat = HeartbeatManager::new(
+            HeartbeatPorts {
+                store: Arc::new(store.clone()),
+                capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat_config.max_tracked_agents)),
+                publisher: Arc::new(bus.clone()),
+                clock: Arc::clone(&clock),
+                leadership: Arc::clone(&leadership),
+            },
             heartbeat_config,
-            Arc::new(store.clone()),
-            Arc::new(InMemoryCapabilityMap::new(heartbeat_config.max_tracked_agents)),
-            Arc::new(bus.clone()),
-            Arc::clone(&clock),
-            Arc::clone(&leadership),
-        ));
+        );
         let cron = CronScheduler::new(
-            Arc::new(store.clone()),
-            Arc::new(bus.clone()),
-            Arc::clone(&clock),
-            Arc::clone(&leadership),
+            CronPorts {
+                store: Arc::new(store.clone()),
+                publisher: Arc::new(bus.clone()),
+                clock: Arc::clone(&clock),
+                leadership: Arc::clone(&leadership),
+            },
             CronConfig::default(),
         );
-
-        let stop_loops = CancellationToken::new();
         let webhooks = WebhookRouter::new(
             RouterPorts {
                 store: Arc::new(store.clone()),
@@ -98,18 +73,16 @@ impl App {
                 publisher: Arc::new(bus.clone()),
                 clock: Arc::clone(&clock),
                 leadership: Arc::clone(&leadership),
+                rate: Arc::new(SlidingWindowRate::per_second(config.webhook_max_per_second())),
             },
             config.webhook_router(),
-            stop_loops.clone(),
         );
+
+        let stop_loops = CancellationToken::new();
         let mut loops = JoinSet::new();
-        loops.spawn(Arc::clone(&heartbeat).run(stop_loops.clone()));
-        loops.spawn(webhooks.clone().run(stop_loops.clone()));
-        loops.spawn({
-            let cron = cron.clone();
-            let stop = stop_loops.clone();
-            async move { cron.run(stop).await }
-        });
+        loops.spawn(supervise_loop(heartbeat.clone(), stop_loops.clone()));
+        loops.spawn(supervise_loop(webhooks.clone(), stop_loops.clone()));
+        loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));
 
         let wal_checkpointer =
             store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?;
@@ -132,19 +105,18 @@ impl App {
         Arc::clone(&self.state)
     }
 
-    /// Stops the loops and waits for each to finish. A loop that panicked is logged; the others still get to
-    /// finish.
+    /// Stops the loops and waits for each to finish.
     pub async fn stop(mut self) {
         self.stop_loops.cancel();
         while let Some(outcome) = self.loops.join_next().await {
             if let Err(error) = outcome {
-                tracing::error!(%error, "a background loop ended abnormally");
+                tracing::error!(%error, "a background loop's supervisor ended abnormally");
             }
         }
         // Webhook attempts in flight finish (each is bounded by its timeout) and record their outcome before the
         // store goes away; one still running past that is due again when its claim ends.
         let webhooks = &self.state.webhooks;
-        let drain = webhooks.settings().attempt_timeout + WEBHOOK_DRAIN_MARGIN;
+        let drain = webhooks.router_config().attempt_timeout + WEBHOOK_DRAIN_MARGIN;
         if tokio::time::timeout(drain, webhooks.wait_idle()).await.is_err() {
             tracing::warn!("webhook attempts still running at shutdown; they will be retried after restart");
         }

@@ -14,6 +14,21 @@ use gateway_store::DatabaseUrl;
 /// Shortest accepted `--admin-token`: a guessable operator token is an open door.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
+// Upper bounds, checked at start: a huge value is a typo, and some (the webhook timeout feeds the claim lease's
+// arithmetic) would overflow later, in a loop, instead of failing now.
+/// Longest check or poll period: one day.
+pub const MAX_INTERVAL_MS: u64 = 86_400_000;
+/// Longest eviction threshold: thirty days.
+pub const MAX_EVICTION_THRESHOLD_S: u64 = 30 * 86_400;
+/// Longest outbound attempt: five minutes (receivers answer in seconds; a slower one is better retried).
+pub const MAX_WEBHOOK_TIMEOUT_MS: u64 = 300_000;
+/// Largest liveness map: ten million agents (about 2 GiB of memory).
+pub const MAX_TRACKED_AGENTS: usize = 10_000_000;
+/// Largest poll batch and in-flight cap.
+pub const MAX_PER_CYCLE: usize = 10_000;
+/// Highest outbound rate; the in-process limiter remembers one instant per start of the last second.
+pub const MAX_PER_SECOND: usize = 100_000;
+
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "gateway",
@@ -27,36 +42,42 @@ pub struct Config {
 
     /// sqlite://PATH (created and migrated at start) or, in phase 2, postgres://…
     #[arg(long, env = "GATEWAY_DATABASE_URL", default_value = "sqlite://gateway.db", value_name = "URL",
-          value_parser = parse_database_url, hide_env_values = true)]
+          value_parser = SecretValue(parse_database_url), hide_env_values = true)]
     pub database_url: DatabaseUrl,
 
     /// Bearer token of the operator API and UI; generated at start and printed once when absent.
-    #[arg(long, env = "GATEWAY_ADMIN_TOKEN", value_name = "TOKEN", value_parser = parse_admin_token,
+    #[arg(long, env = "GATEWAY_ADMIN_TOKEN", value_name = "TOKEN", value_parser = SecretValue(parse_admin_token),
           hide_env_values = true)]
     pub admin_token: Option<AdminToken>,
 
     /// Eviction check period, in milliseconds.
     #[arg(long, env = "GATEWAY_HEARTBEAT_CHECK_INTERVAL_MS", value_name = "MS",
-          default_value_t = millis(gateway_heartbeat::CHECK_INTERVAL), value_parser = positive_u64)]
+          default_value_t = millis(gateway_heartbeat::CHECK_INTERVAL), value_parser = at_most(MAX_INTERVAL_MS))]
     pub heartbeat_check_interval_ms: u64,
 
     /// Silence, in seconds, after which an agent is evicted.
     #[arg(long, env = "GATEWAY_HEARTBEAT_EVICTION_THRESHOLD_S", value_name = "S",
-          default_value_t = gateway_heartbeat::EVICTION_THRESHOLD.as_secs(), value_parser = positive_u64)]
+          default_value_t = gateway_heartbeat::EVICTION_THRESHOLD.as_secs(),
+          value_parser = at_most(MAX_EVICTION_THRESHOLD_S))]
     pub heartbeat_eviction_threshold_s: u64,
 
     /// Hard cap of the in-memory liveness map.
     #[arg(long, env = "GATEWAY_MAX_TRACKED_AGENTS", value_name = "N",
-          default_value_t = gateway_heartbeat::MAX_TRACKED_AGENTS, value_parser = positive_usize)]
+          default_value_t = gateway_heartbeat::MAX_TRACKED_AGENTS, value_parser = at_most_usize(MAX_TRACKED_AGENTS))]
     pub max_tracked_agents: usize,
 
     /// Webhook retry poll period, in milliseconds [default: the webhook crate's POLL_INTERVAL, 5000].
-    #[arg(long, env = "GATEWAY_WEBHOOK_POLL_INTERVAL_MS", value_name = "MS", value_parser = positive_u64)]
+    #[arg(long, env = "GATEWAY_WEBHOOK_POLL_INTERVAL_MS", value_name = "MS", value_parser = at_most(MAX_INTERVAL_MS))]
     pub webhook_poll_interval_ms: Option<u64>,
 
     /// Thundering-herd cap: outbound webhook requests per poll cycle and in flight [default: MAX_PER_CYCLE, 5].
-    #[arg(long, env = "GATEWAY_WEBHOOK_MAX_PER_CYCLE", value_name = "N", value_parser = positive_usize)]
+    #[arg(long, env = "GATEWAY_WEBHOOK_MAX_PER_CYCLE", value_name = "N", value_parser = at_most_usize(MAX_PER_CYCLE))]
     pub webhook_max_per_cycle: Option<usize>,
+
+    /// Outbound webhook requests started in any one second, whatever started them: poll, immediate attempt,
+    /// Retry now, inbound webhook (FR-10.12) [default: MAX_PER_SECOND, 5].
+    #[arg(long, env = "GATEWAY_WEBHOOK_MAX_PER_SECOND", value_name = "N", value_parser = at_most_usize(MAX_PER_SECOND))]
+    pub webhook_max_per_second: Option<usize>,
 
     /// Delays in seconds after failed attempts 1..5, comma-separated [default: RETRY_SCHEDULE,
     /// 30,120,600,3600,21600].
@@ -64,7 +85,7 @@ pub struct Config {
     pub webhook_retry_schedule_s: Option<gateway_webhooks::RetrySchedule>,
 
     /// Time limit of one outbound webhook attempt, in milliseconds [default: 10000].
-    #[arg(long, env = "GATEWAY_WEBHOOK_TIMEOUT_MS", value_name = "MS", value_parser = positive_u64)]
+    #[arg(long, env = "GATEWAY_WEBHOOK_TIMEOUT_MS", value_name = "MS", value_parser = at_most(MAX_WEBHOOK_TIMEOUT_MS))]
     pub webhook_timeout_ms: Option<u64>,
 
     /// Allow outbound webhook targets on loopback/private ranges (turns the SSRF guard off).
@@ -140,14 +161,19 @@ impl Config {
     }
 
     /// The webhook router's settings: each flag, or the webhook crate's constant when it is absent.
-    pub fn webhook_router(&self) -> gateway_webhooks::RouterSettings {
-        let defaults = gateway_webhooks::RouterSettings::default();
-        gateway_webhooks::RouterSettings {
+    pub fn webhook_router(&self) -> gateway_webhooks::RouterConfig {
+        let defaults = gateway_webhooks::RouterConfig::default();
+        gateway_webhooks::RouterConfig {
             poll_interval: self.webhook_poll_interval_ms.map_or(defaults.poll_interval, Duration::from_millis),
             max_per_cycle: self.webhook_max_per_cycle.unwrap_or(defaults.max_per_cycle),
             retry_schedule: self.webhook_retry_schedule_s.clone().unwrap_or(defaults.retry_schedule),
             attempt_timeout: self.webhook_attempt_timeout(),
         }
+    }
+
+    /// `--webhook-max-per-second`, or the webhook crate's constant.
+    pub fn webhook_max_per_second(&self) -> usize {
+        self.webhook_max_per_second.unwrap_or(gateway_webhooks::MAX_PER_SECOND)
     }
 
     /// The outbound transport's settings (`--webhook-timeout-ms`, `--webhook-allow-private-targets`).
@@ -175,8 +201,40 @@ fn positive_u64(value: &str) -> Result<u64, String> {
     }
 }
 
-fn positive_usize(value: &str) -> Result<usize, String> {
-    positive_u64(value).and_then(|number| usize::try_from(number).map_err(|_| "is too large".to_owned()))
+/// A positive integer of at most `max`.
+fn at_most(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |value| match positive_u64(value)? {
+        number if number > max => Err(format!("must be at most {max}")),
+        number => Ok(number),
+    }
+}
+
+fn at_most_usize(max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+    let bounded = at_most(u64::try_from(max).unwrap_or(u64::MAX));
+    move |value| bounded(value).and_then(|number| usize::try_from(number).map_err(|_| "is too large".to_owned()))
+}
+
+/// A value parser whose errors never repeat the value: clap's own message would ("invalid value 'hunter2…' for
+/// '--admin-token'"), and these values are secrets or may carry one (a database password).
+#[derive(Clone)]
+struct SecretValue<T>(fn(&str) -> Result<T, String>);
+
+impl<T: Clone + Send + Sync + 'static> clap::builder::TypedValueParser for SecretValue<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        _command: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let flag = arg.map_or_else(|| "the value".to_owned(), |arg| format!("'{arg}'"));
+        let refuse = |reason: &str| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("invalid value for {flag}: {reason}\n"))
+        };
+        let text = value.to_str().ok_or_else(|| refuse("must be valid UTF-8"))?;
+        (self.0)(text).map_err(|reason| refuse(&reason))
+    }
 }
 
 fn parse_retry_schedule(value: &str) -> Result<gateway_webhooks::RetrySchedule, String> {
@@ -263,6 +321,14 @@ mod tests {
             (vec!["--database-url=postgres://h/db"], "--database-url"),
             (vec!["--listen=nowhere"], "--listen"),
             (vec!["--admin-token=short"], "--admin-token"),
+            (vec!["--webhook-timeout-ms=18446744073709551615"], "--webhook-timeout-ms"),
+            (vec!["--webhook-timeout-ms=300001"], "--webhook-timeout-ms"),
+            (vec!["--heartbeat-check-interval-ms=86400001"], "--heartbeat-check-interval-ms"),
+            (vec!["--heartbeat-eviction-threshold-s=2592001"], "--heartbeat-eviction-threshold-s"),
+            (vec!["--webhook-poll-interval-ms=86400001"], "--webhook-poll-interval-ms"),
+            (vec!["--webhook-max-per-second=0"], "--webhook-max-per-second"),
+            (vec!["--webhook-max-per-second=100001"], "--webhook-max-per-second"),
+            (vec!["--max-tracked-agents=10000001"], "--max-tracked-agents"),
             (vec!["--log-format=xml"], "--log-format"),
         ];
         for (args, flag) in cases {
@@ -275,7 +341,7 @@ mod tests {
     #[test]
     fn webhook_settings_default_to_the_crate_constants_and_follow_the_flags() {
         let defaults = parse(&[]).unwrap();
-        assert_eq!(defaults.webhook_router(), gateway_webhooks::RouterSettings::default());
+        assert_eq!(defaults.webhook_router(), gateway_webhooks::RouterConfig::default());
         assert_eq!(defaults.webhook_transport().timeout, gateway_webhooks::ATTEMPT_TIMEOUT);
         assert!(!defaults.webhook_transport().allow_private_targets);
         let config = parse(&[
@@ -297,6 +363,33 @@ mod tests {
         );
         let too_long = parse(&["--webhook-retry-schedule-s=30,99999999"]).unwrap_err().render().to_string();
         assert!(too_long.lines().next().unwrap().contains("--webhook-retry-schedule-s"), "{too_long}");
+    }
+
+    #[test]
+    fn refused_secrets_are_not_repeated_in_the_error() {
+        for args in [
+            ["--admin-token=hunter2-short"],
+            ["--admin-token=has a space in it, hunter2"],
+            ["--database-url=postgres://user:hunter2@db.internal/gateway"],
+        ] {
+            let error = parse(&args).unwrap_err().render().to_string();
+            assert!(!error.contains("hunter2"), "{error}");
+            let flag = args[0].split('=').next().unwrap();
+            assert!(error.lines().next().unwrap().contains(flag), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_largest_accepted_values_parse() {
+        let config = parse(&[
+            "--webhook-timeout-ms=300000",
+            "--heartbeat-check-interval-ms=86400000",
+            "--webhook-max-per-second=100000",
+        ])
+        .unwrap();
+        assert_eq!(config.webhook_attempt_timeout(), Duration::from_secs(300));
+        assert_eq!(config.webhook_max_per_second(), 100_000);
+        assert_eq!(parse(&[]).unwrap().webhook_max_per_second(), gateway_webhooks::MAX_PER_SECOND);
     }
 
     #[test]

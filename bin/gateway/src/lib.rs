@@ -4,6 +4,7 @@
 pub mod app;
 pub mod config;
 pub mod http;
+pub mod state;
 pub mod telemetry;
 
 use gateway_core::run_blocking;

@@ -240,7 +240,7 @@ impl Fields<'_> {
 impl Meta {
     fn read(fields: Fields<'_>) -> Result<Self, SchemaViolation> {
         let trace_id = fields.required_string("trace_id")?;
-        let timestamp = parse_utc_timestamp(&fields.required_string("timestamp")?)
+        let timestamp = crate::rfc3339::parse_utc(&fields.required_string("timestamp")?)
             .ok_or_else(|| fields.violation("timestamp", "must be an ISO-8601 UTC timestamp"))?;
         Ok(Self {
             trace_id,
@@ -314,13 +314,6 @@ impl Control {
             is_terminal: fields.optional_bool("is_terminal")?.unwrap_or(false),
         })
     }
-}
-
-/// RFC 3339 (the ISO-8601 profile everyone sends) with a zero UTC offset.
-pub fn parse_utc_timestamp(text: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .ok()
-        .filter(|timestamp| timestamp.offset().is_utc())
 }
 
 #[cfg(test)]

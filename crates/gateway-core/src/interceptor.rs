@@ -44,6 +44,8 @@ pub struct RejectedLog {
     pub capability_version: String,
     /// `sha256:<64 lowercase hex>` of the raw body.
     pub raw_payload_hash: String,
+    /// `meta.trace_id` when the body gave one that is a valid id, so a client can match the refusal to its log.
+    pub trace_id: Option<String>,
 }
 
 /// A validated `schedule_reminder` request.
@@ -115,6 +117,12 @@ impl SchemaInterceptor {
                     .unwrap_or("unknown")
                     .to_owned(),
                 raw_payload_hash: sha256_tag(raw),
+                trace_id: value
+                    .get("meta")
+                    .and_then(|meta| meta.get("trace_id"))
+                    .and_then(Value::as_str)
+                    .filter(|trace_id| validate_id(trace_id).is_ok())
+                    .map(str::to_owned),
             }))),
         }
     }

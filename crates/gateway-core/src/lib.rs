@@ -19,6 +19,9 @@ pub mod ids;
 pub mod interceptor;
 pub mod memory;
 pub mod ports;
+pub mod rate;
+pub mod rfc3339;
+pub mod supervisor;
 pub mod webhook;
 pub mod webhook_memory;
 
@@ -38,6 +41,8 @@ pub use ports::{
     CapabilityEntry, CapabilityMap, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, Leadership,
     PublishError, SingleProcessLeadership, StoreError, StoreHealth,
 };
+pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
+pub use supervisor::{BackgroundLoop, supervise, supervise_loop};
 pub use webhook::{
     AttemptOutcome, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
     FailureClass, NewDelivery, NewWebhookConfig, OutboundRequest, RetryNowOutcome, UnknownDeliveryStatus,

@@ -12,7 +12,7 @@ pub enum CronError {
     /// The cron expression does not parse or has no upcoming instant; the reason says which field and why.
     #[error("invalid schedule: {0}")]
     InvalidSchedule(String),
-    #[error("cron job {0} not found")]
+    #[error("no cron job has id {0}")]
     NotFound(i64),
     /// An `Idempotency-Key` already created a job with a different agent, schedule or payload.
     #[error("this Idempotency-Key was used for a different job")]

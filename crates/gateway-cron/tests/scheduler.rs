@@ -17,7 +17,8 @@ use gateway_core::{
     InMemoryCronJobStore, Leadership, ManualClock, NewCronJob, PublishError, SingleProcessLeadership, Topic,
 };
 use gateway_cron::{
-    CLAIM_LEASE, CronConfig, CronError, CronScheduler, DEFAULT_CLAIM_AHEAD, LoopProgress, MAX_DELAY_MS, fire_id,
+    CLAIM_LEASE, CronConfig, CronError, CronPorts, CronScheduler, DEFAULT_CLAIM_AHEAD, LoopProgress, MAX_DELAY_MS,
+    fire_id,
 };
 use serde_json::{Map, Value, json};
 use time::macros::datetime;
@@ -108,13 +109,13 @@ impl Harness {
             Some(clock) => Arc::new(clock),
             None => Arc::new(self.clock.clone()),
         };
-        CronScheduler::new(
-            Arc::clone(&self.store) as Arc<dyn CronJobStore>,
-            Arc::clone(&self.publisher) as Arc<dyn EventPublisher>,
+        let ports = CronPorts {
+            store: Arc::clone(&self.store) as Arc<dyn CronJobStore>,
+            publisher: Arc::clone(&self.publisher) as Arc<dyn EventPublisher>,
             clock,
             leadership,
-            config,
-        )
+        };
+        CronScheduler::new(ports, config)
     }
 
     /// A scheduler whose loop is running and idle.
@@ -211,7 +212,7 @@ async fn a_one_time_job_fires_exactly_after_its_delay_then_its_row_is_gone() {
     let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
 
     let seen = cycles(&progress);
-    let job = scheduler.schedule_once(agent("agent-7"), 5_000, payload(json!({"task": "check_quota"}))).unwrap();
+    let job = scheduler.schedule_once(agent("agent-7"), 5_000, payload(json!({"task": "check_quota"}))).await.unwrap();
     assert_eq!(job.next_fire_at, START + Duration::seconds(5));
     assert!(job.is_one_time);
     assert_eq!(harness.store.len(), 1, "the row is written before the timer is armed");
@@ -249,17 +250,18 @@ async fn a_repeated_key_schedules_once_and_the_reminder_fires_once() {
     let seen = cycles(&progress);
     let reminder = || payload(json!({"task": "check_quota"}));
     let (first, replayed) =
-        scheduler.schedule_once_idempotent(agent("agent-7"), 5_000, reminder(), key("reminder:k1")).unwrap();
+        scheduler.schedule_once_idempotent(agent("agent-7"), 5_000, reminder(), key("reminder:k1")).await.unwrap();
     assert!(!replayed);
     // The retry arrives a second later: same request, and nothing new is written or armed.
     harness.clock.advance(Duration::seconds(1));
     let (again, replayed) =
-        scheduler.schedule_once_idempotent(agent("agent-7"), 5_000, reminder(), key("reminder:k1")).unwrap();
+        scheduler.schedule_once_idempotent(agent("agent-7"), 5_000, reminder(), key("reminder:k1")).await.unwrap();
     assert!(replayed, "the second call reports the reminder as already scheduled");
     assert_eq!(again, first, "with the first job, at the first instant");
     // A retry that asks for something else still gets the first job: the first request stands.
     let (other, replayed) = scheduler
         .schedule_once_idempotent(agent("agent-7"), 60_000, payload(json!({"task": "other"})), key("reminder:k1"))
+        .await
         .unwrap();
     assert!(replayed);
     assert_eq!(other, first);
@@ -284,7 +286,7 @@ async fn a_repeated_key_schedules_once_and_the_reminder_fires_once() {
 
     // Its row is gone, so the key is free: a late retry schedules a new reminder.
     let (late, replayed) =
-        scheduler.schedule_once_idempotent(agent("agent-7"), 1_000, reminder(), key("reminder:k1")).unwrap();
+        scheduler.schedule_once_idempotent(agent("agent-7"), 1_000, reminder(), key("reminder:k1")).await.unwrap();
     assert!(!replayed);
     assert_ne!(late.id, first.id);
     shutdown.cancel();
@@ -294,19 +296,19 @@ async fn a_repeated_key_schedules_once_and_the_reminder_fires_once() {
 async fn concurrent_calls_with_one_key_share_one_job_and_fail_no_one() {
     let harness = Harness::new();
     let scheduler = harness.scheduler_with(Arc::new(SingleProcessLeadership), CronConfig::default());
-    // Threads, not tasks: the calls block, and the group commit only groups calls that really overlap.
-    let threads: Vec<_> = (0..16)
+    // Tasks that overlap at every await: the group commit shares commits between them.
+    let callers: Vec<_> = (0..16)
         .map(|caller| {
             let scheduler = scheduler.clone();
-            std::thread::spawn(move || {
+            tokio::spawn(async move {
                 let shared = key(&format!("reminder:shared-{}", caller % 2));
                 let own = key(&format!("reminder:own-{caller}"));
                 let mut outcomes = Vec::new();
                 for _ in 0..20 {
                     for idempotency_key in [shared.clone(), own.clone(), None] {
-                        outcomes.push(
-                            scheduler.schedule_once_idempotent(agent("a"), 1_000, Map::new(), idempotency_key).unwrap(),
-                        );
+                        let outcome =
+                            scheduler.schedule_once_idempotent(agent("a"), 1_000, Map::new(), idempotency_key);
+                        outcomes.push(outcome.await.unwrap());
                     }
                 }
                 outcomes
@@ -315,8 +317,8 @@ async fn concurrent_calls_with_one_key_share_one_job_and_fail_no_one() {
         .collect();
     let mut shared_jobs = std::collections::BTreeMap::<i64, usize>::new();
     let mut created = 0;
-    for (caller, thread) in threads.into_iter().enumerate() {
-        let outcomes = thread.join().unwrap();
+    for (caller, task) in callers.into_iter().enumerate() {
+        let outcomes = task.await.unwrap();
         let own: Vec<_> = outcomes.iter().skip(1).step_by(3).collect();
         assert!(!own[0].1 && own[1..].iter().all(|(job, replayed)| *replayed && job.id == own[0].0.id), "{caller}");
         for (job, replayed) in outcomes.iter().step_by(3) {
@@ -335,14 +337,14 @@ async fn invalid_delays_are_refused_before_anything_is_stored() {
     let harness = Harness::new();
     let scheduler = harness.scheduler_with(Arc::new(SingleProcessLeadership), CronConfig::default());
     for delay in [0, -1, -500, i64::MIN, MAX_DELAY_MS + 1, i64::MAX] {
-        let refused = scheduler.schedule_once(agent("a"), delay, Map::new()).unwrap_err();
+        let refused = scheduler.schedule_once(agent("a"), delay, Map::new()).await.unwrap_err();
         assert_eq!(refused, CronError::InvalidDelay(delay));
         assert_eq!(refused.to_string(), format!("invalid delay_ms for schedule_reminder: {delay}"));
     }
     assert!(harness.store.is_empty());
-    let longest = scheduler.schedule_once(agent("a"), MAX_DELAY_MS, Map::new()).unwrap();
+    let longest = scheduler.schedule_once(agent("a"), MAX_DELAY_MS, Map::new()).await.unwrap();
     assert_eq!(longest.next_fire_at, START + Duration::milliseconds(MAX_DELAY_MS));
-    let shortest = scheduler.schedule_once(agent("a"), 1, Map::new()).unwrap();
+    let shortest = scheduler.schedule_once(agent("a"), 1, Map::new()).await.unwrap();
     assert_eq!(shortest.next_fire_at, START + Duration::milliseconds(1));
 }
 
@@ -352,7 +354,7 @@ async fn a_store_that_refuses_the_insert_reports_it_and_arms_nothing() {
     let shutdown = CancellationToken::new();
     let (scheduler, mut progress) = harness.running(&shutdown).await;
     harness.store.failure.set_failing(true);
-    assert!(matches!(scheduler.schedule_once(agent("a"), 10, Map::new()), Err(CronError::Store(_))));
+    assert!(matches!(scheduler.schedule_once(agent("a"), 10, Map::new()).await, Err(CronError::Store(_))));
     harness.store.failure.set_failing(false);
     harness.clock.advance(Duration::seconds(1));
     let seen = cycles(&progress);
@@ -368,7 +370,7 @@ async fn a_recurring_job_fires_each_instant_with_distinct_fire_ids_and_advances(
     let shutdown = CancellationToken::new();
     let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
     let seen = cycles(&progress);
-    let job = scheduler.add_recurring(agent("agent-1"), "*/10 * * * * *", payload(json!({"n": 1}))).unwrap();
+    let job = scheduler.add_recurring(agent("agent-1"), "*/10 * * * * *", payload(json!({"n": 1}))).await.unwrap();
     assert_eq!(job.next_fire_at, START + Duration::seconds(10));
     assert_eq!(job.schedule.as_deref(), Some("*/10 * * * * *"));
     cycle_after(&mut progress, seen).await;
@@ -388,8 +390,8 @@ async fn a_recurring_job_fires_each_instant_with_distinct_fire_ids_and_advances(
     fire_ids.dedup();
     assert_eq!(fire_ids.len(), 3);
 
-    scheduler.remove(job.id).unwrap();
-    assert_eq!(scheduler.remove(job.id), Err(CronError::NotFound(job.id)));
+    scheduler.remove(job.id).await.unwrap();
+    assert_eq!(scheduler.remove(job.id).await, Err(CronError::NotFound(job.id)));
     harness.clock.advance(Duration::seconds(10));
     let seen = cycles(&progress);
     tokio::time::sleep(secs(10)).await;
@@ -466,7 +468,7 @@ async fn fire_with_a_failing_delete(
     progress: &mut watch::Receiver<LoopProgress>,
 ) -> (gateway_core::CronJob, Fired) {
     let seen = cycles(progress);
-    let job = scheduler.schedule_once(agent("agent-3"), 1_000, Map::new()).unwrap();
+    let job = scheduler.schedule_once(agent("agent-3"), 1_000, Map::new()).await.unwrap();
     cycle_after(progress, seen).await;
     harness.store.completion_failure.set_failing(true);
     harness.clock.advance(Duration::seconds(1));
@@ -525,7 +527,7 @@ async fn the_loop_survives_a_store_outage_reports_it_and_catches_up() {
     let shutdown = CancellationToken::new();
     let (scheduler, mut progress) = harness.running(&shutdown).await;
     let seen = cycles(&progress);
-    scheduler.schedule_once(agent("agent-4"), 2_000, Map::new()).unwrap();
+    scheduler.schedule_once(agent("agent-4"), 2_000, Map::new()).await.unwrap();
     cycle_after(&mut progress, seen).await;
 
     harness.store.failure.set_failing(true);
@@ -551,7 +553,7 @@ async fn nothing_fires_without_leadership() {
     let shutdown = CancellationToken::new();
     let (scheduler, mut progress) =
         harness.running_with(Arc::clone(&leadership) as Arc<dyn Leadership>, exact(), &shutdown).await;
-    scheduler.schedule_once(agent("agent-5"), 1_000, Map::new()).unwrap();
+    scheduler.schedule_once(agent("agent-5"), 1_000, Map::new()).await.unwrap();
     harness.clock.advance(Duration::seconds(5));
     let seen = cycles(&progress);
     tokio::time::sleep(secs(5)).await;
@@ -574,8 +576,8 @@ async fn two_loops_on_one_store_fire_each_instant_once() {
     assert_ne!(first.claimer_id(), second.claimer_id());
     // Each loop learns of the other's jobs through its window reload.
     for delay in [1_000, 1_000, 2_000, 3_000] {
-        first.schedule_once(agent("agent-6"), delay, Map::new()).unwrap();
-        second.schedule_once(agent("agent-6"), delay, Map::new()).unwrap();
+        first.schedule_once(agent("agent-6"), delay, Map::new()).await.unwrap();
+        second.schedule_once(agent("agent-6"), delay, Map::new()).await.unwrap();
     }
     harness.clock.advance(Duration::seconds(10));
     let mut fire_ids = Vec::new();
@@ -602,7 +604,7 @@ async fn a_small_window_still_fires_every_job_in_order() {
     // Scheduled in reverse so the bounded window keeps evicting later jobs.
     let mut expected = Vec::new();
     for step in (1..=12_i64).rev() {
-        let job = scheduler.schedule_once(agent("agent-8"), step * 100, Map::new()).unwrap();
+        let job = scheduler.schedule_once(agent("agent-8"), step * 100, Map::new()).await.unwrap();
         expected.push((job.id, job.next_fire_at));
     }
     expected.sort_by_key(|(_, at)| *at);
@@ -623,7 +625,7 @@ async fn a_publish_failure_keeps_the_row_and_refires_after_the_lease() {
     let shutdown = CancellationToken::new();
     let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
     let seen = cycles(&progress);
-    let job = scheduler.schedule_once(agent("agent-9"), 1_000, Map::new()).unwrap();
+    let job = scheduler.schedule_once(agent("agent-9"), 1_000, Map::new()).await.unwrap();
     cycle_after(&mut progress, seen).await;
     harness.publisher.failing.store(true, Ordering::SeqCst);
     harness.clock.advance(Duration::seconds(1));
@@ -643,7 +645,7 @@ async fn a_publish_failure_keeps_the_row_and_refires_after_the_lease() {
 async fn api_lists_previews_and_rejects_bad_schedules() {
     let harness = Harness::new();
     let scheduler = harness.scheduler_with(Arc::new(SingleProcessLeadership), CronConfig::default());
-    let recurring = scheduler.add_recurring(agent("a"), "0 9 * * mon-fri", Map::new()).unwrap();
+    let recurring = scheduler.add_recurring(agent("a"), "0 9 * * mon-fri", Map::new()).await.unwrap();
     // 2026-02-22 is a Sunday: the next weekday mornings follow.
     assert_eq!(
         gateway_cron::preview(&recurring),
@@ -655,15 +657,15 @@ async fn api_lists_previews_and_rejects_bad_schedules() {
             datetime!(2026-02-27 09:00:00 UTC),
         ]
     );
-    let once = scheduler.schedule_once(agent("a"), 60_000, Map::new()).unwrap();
+    let once = scheduler.schedule_once(agent("a"), 60_000, Map::new()).await.unwrap();
     assert_eq!(gateway_cron::preview(&once), vec![START + Duration::minutes(1)]);
-    assert_eq!(scheduler.list(None, 10).unwrap().len(), 2);
-    assert_eq!(scheduler.list(Some(recurring.id), 10).unwrap()[0].id, once.id);
-    assert_eq!(scheduler.job(once.id).unwrap(), once);
-    assert_eq!(scheduler.job(999), Err(CronError::NotFound(999)));
+    assert_eq!(scheduler.list(None, 10).await.unwrap().len(), 2);
+    assert_eq!(scheduler.list(Some(recurring.id), 10).await.unwrap()[0].id, once.id);
+    assert_eq!(scheduler.job(once.id).await.unwrap(), once);
+    assert_eq!(scheduler.job(999).await, Err(CronError::NotFound(999)));
     for bad in ["", "* * *", "61 * * * *", "@reboot", "0 0 30 2 *"] {
         assert!(
-            matches!(scheduler.add_recurring(agent("a"), bad, Map::new()), Err(CronError::InvalidSchedule(_))),
+            matches!(scheduler.add_recurring(agent("a"), bad, Map::new()).await, Err(CronError::InvalidSchedule(_))),
             "{bad}"
         );
     }
@@ -676,7 +678,7 @@ async fn fires_are_claimed_ahead_and_published_exactly_at_their_instant() {
     let shutdown = CancellationToken::new();
     let (scheduler, mut progress) =
         harness.running_with(Arc::new(SingleProcessLeadership), CronConfig::default(), &shutdown).await;
-    let job = scheduler.schedule_once(agent("agent-10"), 5_000, Map::new()).unwrap();
+    let job = scheduler.schedule_once(agent("agent-10"), 5_000, Map::new()).await.unwrap();
     let claim_at = secs(5) - DEFAULT_CLAIM_AHEAD;
     tokio::time::sleep_until(harness.started + claim_at - std::time::Duration::from_millis(1)).await;
     assert!(harness.store.claim_of(job.id).is_none(), "not claimed before the margin");
@@ -703,8 +705,8 @@ async fn a_shutdown_publishes_what_it_already_claimed_on_time_and_completes_it()
         let shutdown = shutdown.clone();
         async move { scheduler.run(shutdown).await }
     });
-    let job = scheduler.schedule_once(agent("agent-11"), 1_000, Map::new()).unwrap();
-    let later = scheduler.schedule_once(agent("agent-11"), 60_000, Map::new()).unwrap();
+    let job = scheduler.schedule_once(agent("agent-11"), 1_000, Map::new()).await.unwrap();
+    let later = scheduler.schedule_once(agent("agent-11"), 60_000, Map::new()).await.unwrap();
     tokio::time::sleep(secs(1) - DEFAULT_CLAIM_AHEAD / 2).await;
     assert!(harness.store.claim_of(job.id).is_some());
     shutdown.cancel();

@@ -32,7 +32,7 @@ use gateway_core::{
     AgentId, ClusterId, Event, EventPublisher, HeartbeatRecord, HeartbeatStore, ManualClock, PublishError,
     SingleProcessLeadership, StoreError, Topic,
 };
-use gateway_heartbeat::{EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatManager, HeartbeatPing};
+use gateway_heartbeat::{EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatManager, HeartbeatPing, HeartbeatPorts};
 use time::OffsetDateTime;
 use tracing::Level;
 
@@ -109,11 +109,11 @@ fn ping(n: usize) -> HeartbeatPing {
 }
 
 /// Sends one heartbeat for each of `agents` distinct agents from `concurrency` tasks; returns the wall time.
-async fn record_all(manager: &Arc<HeartbeatManager>, agents: usize, concurrency: usize) -> Duration {
+async fn record_all(manager: &HeartbeatManager, agents: usize, concurrency: usize) -> Duration {
     let started = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
         .map(|first| {
-            let manager = Arc::clone(manager);
+            let manager = manager.clone();
             tokio::spawn(async move {
                 for n in (first..agents).step_by(concurrency) {
                     manager.accept(ping(n)).await.unwrap();
@@ -144,10 +144,10 @@ fn rerecord(manager: &HeartbeatManager, agents: usize) -> Duration {
 
 /// How long heartbeats wait for the map while `sweep` runs: the longest `tracked_count()` (same lock) seen by a
 /// thread polling it every 50 µs meanwhile.
-fn with_lock_probe<T>(manager: &Arc<HeartbeatManager>, sweep: impl FnOnce() -> T) -> (T, Duration) {
+fn with_lock_probe<T>(manager: &HeartbeatManager, sweep: impl FnOnce() -> T) -> (T, Duration) {
     let stop = Arc::new(AtomicBool::new(false));
     let probe = {
-        let (manager, stop) = (Arc::clone(manager), Arc::clone(&stop));
+        let (manager, stop) = (manager.clone(), Arc::clone(&stop));
         std::thread::spawn(move || {
             let mut longest = Duration::ZERO;
             while !stop.load(Ordering::Relaxed) {
@@ -193,14 +193,14 @@ fn main() {
     let capabilities = Arc::new(InMemoryCapabilityMap::new(agents));
     let publisher = Arc::new(CountingPublisher::default());
     let config = HeartbeatConfig { max_tracked_agents: agents, ..HeartbeatConfig::default() };
-    let manager = Arc::new(HeartbeatManager::new(
-        config,
-        store.clone(),
-        capabilities.clone(),
-        publisher.clone(),
-        Arc::new(clock.clone()),
-        Arc::new(SingleProcessLeadership),
-    ));
+    let ports = HeartbeatPorts {
+        store: store.clone(),
+        capabilities: capabilities.clone(),
+        publisher: publisher.clone(),
+        clock: Arc::new(clock.clone()),
+        leadership: Arc::new(SingleProcessLeadership),
+    };
+    let manager = HeartbeatManager::new(ports, config);
     // Heartbeats are accepted while the loop runs. The loop itself is not spawned: its real-time tick would
     // sweep in the middle of a measurement, so the sweeps below are called directly.
     let _running = manager.health().start();
@@ -293,7 +293,7 @@ fn main() {
 /// Moves the clock past the threshold and sweeps: every agent evicted. Returns the time of `check()` and of
 /// `check()` plus freeing the list it returns (the loop drops it right away: part of one tick's cost).
 fn evict_everybody(
-    manager: &Arc<HeartbeatManager>,
+    manager: &HeartbeatManager,
     clock: &ManualClock,
     publisher: &CountingPublisher,
     agents: usize,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use gateway_core::group_commit::AsyncGroupCommit;
 use gateway_core::memory::lock;
 use gateway_core::{
-    AgentId, CapabilityEntry, CapabilityMap, Clock, ClusterId, ComponentHealth, Event, EventPayload, EventPublisher,
-    HeartbeatRecord, HeartbeatStore, Leadership, Topic,
+    AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, Clock, ClusterId, ComponentHealth, Event, EventPayload,
+    EventPublisher, HeartbeatRecord, HeartbeatStore, Leadership, Topic,
 };
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -62,9 +62,26 @@ pub struct EvictedAgent {
     pub last_seen: OffsetDateTime,
 }
 
-/// Tracks agent liveness. Share it as `Arc<HeartbeatManager>`; run [`HeartbeatManager::run`] once.
-#[derive(Debug)]
+/// What the manager works through: the durable snapshot, the capability map it keeps in step with liveness, the
+/// bus evictions are announced on, the time, and whether this process may evict (leadership).
+#[derive(Debug, Clone)]
+pub struct HeartbeatPorts {
+    pub store: Arc<dyn HeartbeatStore>,
+    pub capabilities: Arc<dyn CapabilityMap>,
+    pub publisher: Arc<dyn EventPublisher>,
+    pub clock: Arc<dyn Clock>,
+    pub leadership: Arc<dyn Leadership>,
+}
+
+/// Tracks agent liveness. Cheap to clone; clones share everything. Run [`HeartbeatManager::run`] once: heartbeats
+/// are accepted only while it runs.
+#[derive(Debug, Clone)]
 pub struct HeartbeatManager {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     agents: Mutex<HashMap<AgentId, Liveness>>,
     config: HeartbeatConfig,
     capabilities: Arc<dyn CapabilityMap>,
@@ -77,19 +94,13 @@ pub struct HeartbeatManager {
 }
 
 impl HeartbeatManager {
-    pub fn new(
-        config: HeartbeatConfig,
-        store: Arc<dyn HeartbeatStore>,
-        capabilities: Arc<dyn CapabilityMap>,
-        publisher: Arc<dyn EventPublisher>,
-        clock: Arc<dyn Clock>,
-        leadership: Arc<dyn Leadership>,
-    ) -> Self {
+    pub fn new(ports: HeartbeatPorts, config: HeartbeatConfig) -> Self {
+        let HeartbeatPorts { store, capabilities, publisher, clock, leadership } = ports;
         let upserts = Arc::new(AsyncGroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
             store.upsert_heartbeats(&records)?;
             Ok(vec![(); records.len()])
         }));
-        Self {
+        let inner = Inner {
             agents: Mutex::new(HashMap::new()),
             config,
             capabilities,
@@ -98,23 +109,24 @@ impl HeartbeatManager {
             leadership,
             health: ComponentHealth::new("heartbeat"),
             upserts,
-        }
+        };
+        Self { inner: Arc::new(inner) }
     }
 
     /// Marks `agent_id` alive now (FR-10.1). Refused when the loop is not running, or when the map is full and
     /// the agent is new; known agents always update.
     pub fn record_heartbeat(&self, agent_id: AgentId, cluster_id: ClusterId) -> Result<(), HeartbeatError> {
-        if !self.health.is_running() {
+        if !self.inner.health.is_running() {
             return Err(HeartbeatError::Unavailable);
         }
-        let last_seen = self.clock.now();
-        let mut agents = lock(&self.agents);
+        let last_seen = self.inner.clock.now();
+        let mut agents = lock(&self.inner.agents);
         if let Some(known) = agents.get_mut(&agent_id) {
             *known = Liveness { cluster_id, last_seen };
             return Ok(());
         }
-        if agents.len() >= self.config.max_tracked_agents {
-            return Err(HeartbeatError::CapacityExceeded { cap: self.config.max_tracked_agents });
+        if agents.len() >= self.inner.config.max_tracked_agents {
+            return Err(HeartbeatError::CapacityExceeded { cap: self.inner.config.max_tracked_agents });
         }
         agents.insert(agent_id, Liveness { cluster_id, last_seen });
         Ok(())
@@ -123,37 +135,37 @@ impl HeartbeatManager {
     /// The whole of `POST /gateway/heartbeat`: the map first (so a refused agent never reaches the database),
     /// then the durable row, with the agent's own timestamp or the receipt time (FR-10.3).
     pub async fn accept(&self, ping: HeartbeatPing) -> Result<(), HeartbeatError> {
-        let receipt = self.clock.now();
+        let receipt = self.inner.clock.now();
         self.record_heartbeat(ping.agent_id.clone(), ping.cluster_id.clone())?;
         let record = HeartbeatRecord {
             agent_id: ping.agent_id,
             cluster_id: ping.cluster_id,
             last_seen_at: ping.timestamp.unwrap_or(receipt),
         };
-        self.upserts.submit(record).await?;
+        self.inner.upserts.submit(record).await?;
         Ok(())
     }
 
     /// Records what an accepted DecisionLog says about its agent's capabilities, for agents that are live.
     /// Agents that never heartbeat get no entry, so the capability map stays bounded by the liveness map.
     pub fn note_capabilities(&self, agent_id: &AgentId, agent_type: &str, capability_version: &str) {
-        if lock(&self.agents).contains_key(agent_id) {
+        if lock(&self.inner.agents).contains_key(agent_id) {
             let entry = CapabilityEntry {
                 agent_type: agent_type.to_owned(),
                 capability_version: capability_version.to_owned(),
-                updated_at: self.clock.now(),
+                updated_at: self.inner.clock.now(),
             };
-            self.capabilities.register(agent_id, entry);
+            self.inner.capabilities.register(agent_id, entry);
         }
     }
 
     /// One eviction pass (FR-10.2): agents silent for more than the threshold leave the map and the
     /// capability map, each with an `agent_evicted` event and an info log.
     pub fn check(&self) -> Vec<EvictedAgent> {
-        let now = self.clock.now();
-        let threshold = self.config.eviction_threshold;
+        let now = self.inner.clock.now();
+        let threshold = self.inner.config.eviction_threshold;
         let mut evicted = Vec::new();
-        lock(&self.agents).retain(|agent_id, liveness| {
+        lock(&self.inner.agents).retain(|agent_id, liveness| {
             let silent_for = now - liveness.last_seen;
             let keep = silent_for <= threshold;
             if !keep {
@@ -167,7 +179,7 @@ impl HeartbeatManager {
         });
         // Outside the map lock: heartbeats keep flowing while evictions are announced.
         for agent in &evicted {
-            self.capabilities.remove_agent(&agent.agent_id);
+            self.inner.capabilities.remove_agent(&agent.agent_id);
             let event = Event::new(
                 EventPayload::AgentEvicted {
                     agent_id: agent.agent_id.clone(),
@@ -176,7 +188,7 @@ impl HeartbeatManager {
                 },
                 now,
             );
-            if let Err(error) = self.publisher.publish(&Topic::Agents, &event) {
+            if let Err(error) = self.inner.publisher.publish(&Topic::Agents, &event) {
                 tracing::warn!(agent_id = %agent.agent_id, %error, "agent_evicted event not published");
             }
             tracing::info!(agent_id = %agent.agent_id, last_seen = %agent.last_seen, "agent evicted");
@@ -185,16 +197,16 @@ impl HeartbeatManager {
     }
 
     /// The eviction loop. Runs until `shutdown`; while it runs, heartbeats are accepted.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let _running = self.health.start();
-        let period = self.config.check_interval;
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let _running = self.inner.health.start();
+        let period = self.inner.config.check_interval;
         let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = ticks.tick() => {
-                    if self.leadership.current().is_some() {
+                    if self.inner.leadership.current().is_some() {
                         self.check();
                     }
                 }
@@ -204,7 +216,7 @@ impl HeartbeatManager {
 
     /// Live agents ordered by id, `limit` at most, starting after `after` (keyset pagination).
     pub fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Vec<LiveAgent> {
-        let mut page: Vec<(AgentId, Liveness)> = lock(&self.agents)
+        let mut page: Vec<(AgentId, Liveness)> = lock(&self.inner.agents)
             .iter()
             .filter(|(agent_id, _)| after.is_none_or(|after| *agent_id > after))
             .map(|(agent_id, liveness)| (agent_id.clone(), liveness.clone()))
@@ -213,7 +225,7 @@ impl HeartbeatManager {
         page.truncate(limit);
         page.into_iter()
             .map(|(agent_id, liveness)| LiveAgent {
-                capabilities: self.capabilities.get(&agent_id),
+                capabilities: self.inner.capabilities.get(&agent_id),
                 agent_id,
                 cluster_id: liveness.cluster_id,
                 last_seen: liveness.last_seen,
@@ -222,10 +234,20 @@ impl HeartbeatManager {
     }
 
     pub fn tracked_count(&self) -> usize {
-        lock(&self.agents).len()
+        lock(&self.inner.agents).len()
     }
 
-    pub fn health(&self) -> &ComponentHealth {
-        &self.health
+    pub fn health(&self) -> ComponentHealth {
+        self.inner.health.clone()
+    }
+}
+
+impl BackgroundLoop for HeartbeatManager {
+    fn name(&self) -> &'static str {
+        "heartbeat"
+    }
+
+    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
+        HeartbeatManager::run(self, shutdown)
     }
 }

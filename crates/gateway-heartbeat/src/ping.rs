@@ -1,6 +1,5 @@
 //! The heartbeat body (FR-10.3).
 
-use gateway_core::decision_log::parse_utc_timestamp;
 use gateway_core::{AgentId, ClusterId};
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -24,7 +23,7 @@ impl HeartbeatPing {
         }
         let agent_id = required_id(body, "agent_id", AgentId::new)?;
         let cluster_id = required_id(body, "cluster_id", ClusterId::new)?;
-        let timestamp = body.get("timestamp").and_then(Value::as_str).and_then(parse_utc_timestamp);
+        let timestamp = body.get("timestamp").and_then(Value::as_str).and_then(gateway_core::rfc3339::parse_utc);
         Ok(Self { agent_id, cluster_id, timestamp })
     }
 }

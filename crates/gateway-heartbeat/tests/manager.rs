@@ -10,11 +10,12 @@ use gateway_core::{
 };
 use gateway_heartbeat::{
     CHECK_INTERVAL, EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatError, HeartbeatManager, HeartbeatPing,
+    HeartbeatPorts,
 };
 use tokio_util::sync::CancellationToken;
 
 struct Fixture {
-    manager: Arc<HeartbeatManager>,
+    manager: HeartbeatManager,
     clock: ManualClock,
     store: Arc<InMemoryHeartbeatStore>,
     capabilities: Arc<InMemoryCapabilityMap>,
@@ -28,16 +29,19 @@ async fn start(config: HeartbeatConfig) -> Fixture {
     let store = Arc::new(InMemoryHeartbeatStore::default());
     let capabilities = Arc::new(InMemoryCapabilityMap::new(config.max_tracked_agents));
     let publisher = Arc::new(RecordingPublisher::default());
-    let manager = Arc::new(HeartbeatManager::new(
-        config,
-        store.clone(),
-        capabilities.clone(),
-        publisher.clone(),
-        Arc::new(clock.clone()),
-        Arc::new(SingleProcessLeadership),
-    ));
+    let ports = HeartbeatPorts {
+        store: store.clone(),
+        capabilities: capabilities.clone(),
+        publisher: publisher.clone(),
+        clock: Arc::new(clock.clone()),
+        leadership: Arc::new(SingleProcessLeadership),
+    };
+    let manager = HeartbeatManager::new(ports, config);
     let shutdown = CancellationToken::new();
-    let loop_task = tokio::spawn(Arc::clone(&manager).run(shutdown.clone()));
+    let loop_task = tokio::spawn({
+        let (manager, shutdown) = (manager.clone(), shutdown.clone());
+        async move { manager.run(shutdown).await }
+    });
     // Let the loop start and mark itself running.
     tokio::task::yield_now().await;
     Fixture { manager, clock, store, capabilities, publisher, shutdown, loop_task }

@@ -7,10 +7,10 @@ use crate::signature::SignatureError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WebhookError {
     /// No webhook config has this id.
-    #[error("unknown webhook {0}")]
+    #[error("no webhook config has id {0}")]
     UnknownWebhook(i64),
     /// No delivery has this id.
-    #[error("unknown delivery {0}")]
+    #[error("no delivery has id {0}")]
     UnknownDelivery(i64),
     /// An inbound webhook's signature header is missing, malformed or wrong.
     #[error("inbound webhook {webhook_id}: {reason}")]
@@ -24,9 +24,6 @@ pub enum WebhookError {
     /// A delivery to enqueue is invalid.
     #[error("{field}: {problem}")]
     InvalidDelivery { field: &'static str, problem: String },
-    /// The inspector's query is invalid.
-    #[error("{field}: {problem}")]
-    InvalidQuery { field: &'static str, problem: String },
     /// "Retry now" on a delivery that is neither failed nor dead.
     #[error("delivery {id} is {status}; only failed or dead deliveries can be retried")]
     RetryNotAllowed { id: i64, status: DeliveryStatus },

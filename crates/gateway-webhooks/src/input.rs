@@ -1,9 +1,6 @@
-//! Checks of what operators and senders hand the router: webhook configs to create, deliveries to enqueue,
-//! and the forensic inspector's query.
+//! Checks of what operators and senders hand the router: webhook configs to create and deliveries to enqueue.
 
-use gateway_core::{DeliveryFilter, DeliveryStatus, WebhookSecret};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
+use gateway_core::WebhookSecret;
 
 use crate::error::WebhookError;
 
@@ -95,63 +92,8 @@ pub fn check_delivery(session_id: &str, payload: &str) -> Result<(), WebhookErro
     Ok(())
 }
 
-/// Builds the inspector's filter from decoded query parameters: `session_id`, `status`, `from`, `to` (RFC 3339
-/// instants on `created_at`; from inclusive, to exclusive), `limit` (1..=500, default 100), `after_id`.
-pub fn delivery_filter<K, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Result<DeliveryFilter, WebhookError>
-where
-    K: AsRef<str>,
-    V: AsRef<str>,
-{
-    fn invalid(field: &'static str, problem: impl Into<String>) -> WebhookError {
-        WebhookError::InvalidQuery { field, problem: problem.into() }
-    }
-    fn instant(field: &'static str, value: &str) -> Result<OffsetDateTime, WebhookError> {
-        OffsetDateTime::parse(value, &Rfc3339).map_err(|_| invalid(field, "must be an RFC 3339 instant"))
-    }
-    let mut filter = DeliveryFilter {
-        session_id: None,
-        status: None,
-        created_from: None,
-        created_before: None,
-        after_id: None,
-        limit: DEFAULT_PAGE_SIZE,
-    };
-    for (key, value) in pairs {
-        let value = value.as_ref();
-        match key.as_ref() {
-            "session_id" => filter.session_id = Some(value.to_owned()),
-            "status" => {
-                filter.status =
-                    Some(value.parse::<DeliveryStatus>().map_err(|error| invalid("status", error.to_string()))?);
-            }
-            "from" => filter.created_from = Some(instant("from", value)?),
-            "to" => filter.created_before = Some(instant("to", value)?),
-            "after_id" => {
-                filter.after_id =
-                    Some(value.parse::<i64>().map_err(|_| invalid("after_id", "must be an integer (a delivery id)"))?);
-            }
-            "limit" => {
-                filter.limit = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|limit| (1..=MAX_PAGE_SIZE).contains(limit))
-                    .ok_or_else(|| invalid("limit", format!("must be an integer from 1 to {MAX_PAGE_SIZE}")))?;
-            }
-            _ => {
-                return Err(invalid(
-                    "query",
-                    "unknown parameter (expected session_id, status, from, to, limit, after_id)",
-                ));
-            }
-        }
-    }
-    Ok(filter)
-}
-
 #[cfg(test)]
 mod tests {
-    use time::macros::datetime;
-
     use super::*;
 
     fn draft() -> WebhookConfigDraft {
@@ -216,41 +158,5 @@ mod tests {
         assert_eq!(check_delivery("s-1", "[1,2]"), Ok(()));
         assert!(matches!(check_delivery("", "{}"), Err(WebhookError::InvalidDelivery { field: "session_id", .. })));
         assert!(matches!(check_delivery("s", "{"), Err(WebhookError::InvalidDelivery { field: "payload", .. })));
-    }
-
-    #[test]
-    fn the_inspector_query_is_parsed_and_bounded() {
-        let filter = delivery_filter([
-            ("session_id", "s-1"),
-            ("status", "dead"),
-            ("from", "2026-02-22T00:00:00Z"),
-            ("to", "2026-02-23T00:00:00+01:00"),
-            ("limit", "500"),
-            ("after_id", "41"),
-        ])
-        .unwrap();
-        assert_eq!(
-            filter,
-            DeliveryFilter {
-                session_id: Some("s-1".into()),
-                status: Some(DeliveryStatus::Dead),
-                created_from: Some(datetime!(2026-02-22 00:00:00 UTC)),
-                created_before: Some(datetime!(2026-02-22 23:00:00 UTC)),
-                after_id: Some(41),
-                limit: 500,
-            }
-        );
-        assert_eq!(delivery_filter(Vec::<(&str, &str)>::new()).unwrap().limit, DEFAULT_PAGE_SIZE);
-        for (key, value) in [
-            ("limit", "501"),
-            ("limit", "0"),
-            ("limit", "-1"),
-            ("status", "gone"),
-            ("from", "yesterday"),
-            ("after_id", "x"),
-            ("colour", "red"),
-        ] {
-            assert!(matches!(delivery_filter([(key, value)]), Err(WebhookError::InvalidQuery { .. })), "{key}={value}");
-        }
     }
 }

@@ -39,8 +39,14 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_detail(detail)
     }
 
+    /// 404 for a path that names no route.
     pub fn not_found() -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found")
+        Self::new(StatusCode::NOT_FOUND, "not_found").with_detail("no such route")
+    }
+
+    /// 404 for an id that names nothing of its kind (or is not an id at all).
+    pub fn unknown(reason: &'static str, kind: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, reason).with_detail(format!("no {kind} has this id"))
     }
 
     pub fn unauthorized() -> Self {
@@ -111,7 +117,7 @@ impl From<CronError> for ApiError {
         match error {
             CronError::InvalidDelay(_) => Self::new(unprocessable, "invalid_delay").with_detail(error.to_string()),
             CronError::InvalidSchedule(reason) => Self::new(unprocessable, "invalid_schedule").with_detail(reason),
-            CronError::NotFound(_) => Self::new(StatusCode::NOT_FOUND, "unknown_cron_job"),
+            CronError::NotFound(_) => Self::unknown("unknown_cron_job", "cron job"),
             CronError::IdempotencyKeyReused => {
                 Self::new(unprocessable, "idempotency_key_reused").with_detail(error.to_string())
             }
@@ -123,8 +129,8 @@ impl From<CronError> for ApiError {
 impl From<WebhookError> for ApiError {
     fn from(error: WebhookError) -> Self {
         match error {
-            WebhookError::UnknownWebhook(_) => Self::new(StatusCode::NOT_FOUND, "unknown_webhook"),
-            WebhookError::UnknownDelivery(_) => Self::new(StatusCode::NOT_FOUND, "unknown_delivery"),
+            WebhookError::UnknownWebhook(_) => Self::unknown("unknown_webhook", "webhook config"),
+            WebhookError::UnknownDelivery(_) => Self::unknown("unknown_delivery", "delivery"),
             // Which of missing, malformed or wrong is logged by the router; the sender only learns "mismatch".
             WebhookError::SignatureMismatch { .. } => Self::new(StatusCode::UNAUTHORIZED, "signature_mismatch"),
             WebhookError::DuplicateConfig => {
@@ -132,9 +138,6 @@ impl From<WebhookError> for ApiError {
             }
             WebhookError::InvalidConfig { .. } | WebhookError::InvalidDelivery { .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").with_detail(error.to_string())
-            }
-            WebhookError::InvalidQuery { .. } => {
-                Self::new(StatusCode::BAD_REQUEST, "invalid_query").with_detail(error.to_string())
             }
             WebhookError::RetryNotAllowed { .. } => {
                 Self::new(StatusCode::CONFLICT, "retry_not_allowed").with_detail(error.to_string())

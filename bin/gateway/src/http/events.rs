@@ -16,10 +16,10 @@ use tokio::sync::mpsc::{self, error::SendTimeoutError};
 use tokio::time::{Instant, interval_at};
 use tokio_util::sync::CancellationToken;
 
-use crate::app::AppState;
 use crate::http::error::ApiError;
-use crate::http::request::{Request, query_param};
+use crate::http::request::{Query, Request};
 use crate::http::response::{Response, event_stream};
+use crate::state::AppState;
 
 /// A comment line this often keeps proxies and clients from timing out an idle stream.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -34,7 +34,8 @@ pub fn get(state: &AppState, request: &Request) -> Result<Response, ApiError> {
             "topic must be gateway:messages, gateway:violations, gateway:webhooks, gateway:agents or agent:<agent_id>:scheduled",
         )
     };
-    let topic = query_param(request.uri(), "topic").and_then(|name| Topic::parse(&name)).ok_or_else(invalid_topic)?;
+    let query = Query::parse(request.uri(), &["topic"])?;
+    let topic = query.get("topic").and_then(Topic::parse).ok_or_else(invalid_topic)?;
     let streams = if topic.is_operator_only() {
         state.operator.check(request.headers())?;
         &state.operator_event_streams

@@ -1,4 +1,8 @@
 //! `/healthz` (the process answers) and `/readyz` (the store answers and every loop runs).
+//!
+//! `/readyz` needs no token, so load balancers can probe it; without the operator token it only names what is not
+//! ready. The reasons (store error text, a loop's last failure) can carry paths and internals, so they are shown
+//! only to a caller with the token.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,8 +11,9 @@ use gateway_core::{StoreHealth, run_blocking};
 use http::StatusCode;
 use serde_json::json;
 
-use crate::app::AppState;
+use crate::http::request::Request;
 use crate::http::response::{Response, json_response};
+use crate::state::AppState;
 
 /// A store that takes longer than this to answer `SELECT 1` is reported not ready.
 pub const STORE_PING_TIMEOUT: Duration = Duration::from_secs(2);
@@ -17,7 +22,7 @@ pub fn live() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
-pub async fn ready(state: &Arc<AppState>) -> Response {
+pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
     let store = state.store.clone();
     let store_problem = match tokio::time::timeout(STORE_PING_TIMEOUT, run_blocking(move || store.ping())).await {
         Ok(Ok(Ok(()))) => None,
@@ -26,15 +31,22 @@ pub async fn ready(state: &Arc<AppState>) -> Response {
         Err(_) => Some("store did not answer in time".to_owned()),
     };
     let components: Vec<_> = state.components().iter().map(|component| component.report()).collect();
-    let ready = store_problem.is_none() && components.iter().all(|report| report.healthy);
-    let checks =
-        json!({"store": {"healthy": store_problem.is_none(), "problem": store_problem}, "components": components});
-    if ready {
-        json_response(StatusCode::OK, &json!({"status": "ready", "checks": checks}))
-    } else {
-        json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"status": "error", "reason": "not_ready", "checks": checks}),
-        )
+    let mut not_ready: Vec<&str> = Vec::new();
+    if store_problem.is_some() {
+        not_ready.push("store");
     }
+    not_ready.extend(components.iter().filter(|report| !report.healthy).map(|report| report.component));
+    let mut body = if not_ready.is_empty() {
+        json!({"status": "ready"})
+    } else {
+        json!({"status": "error", "reason": "not_ready", "not_ready": not_ready})
+    };
+    if state.operator.check(request.headers()).is_ok() {
+        body["checks"] = json!({
+            "store": {"healthy": store_problem.is_none(), "problem": store_problem},
+            "components": components,
+        });
+    }
+    let status = if not_ready.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    json_response(status, &body)
 }

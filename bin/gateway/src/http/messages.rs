@@ -1,18 +1,17 @@
-//! `POST /gateway/messages`: a DecisionLog through the SchemaInterceptor (DESIGN.md §4, §6).
+//! `POST /gateway/messages`: a DecisionLog through the SchemaInterceptor (docs/api.md).
 
 use gateway_core::interceptor::RejectedLog;
 use gateway_core::{
     AcceptedLog, Event, EventPayload, EventPublisher, Rejection, ReminderRequest, SchemaInterceptor, Topic,
-    run_blocking,
 };
 use gateway_cron::CronError;
 use http::StatusCode;
 use serde_json::json;
 
-use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::request::{Request, read_body};
 use crate::http::response::{Response, json_response};
+use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let body = read_body(request).await?;
@@ -48,13 +47,9 @@ async fn schedule_reminder(state: &AppState, request: ReminderRequest) {
     let ReminderRequest { agent_id, delay_ms, payload, idempotency_key } = request;
     // A u64 beyond i64 is far past the scheduler's ten-year limit; it is refused there like any absurd delay.
     let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
-    let scheduler = state.cron.clone();
     let log_agent = agent_id.clone();
     // The key makes a retried log (same agent, same trace_id) find the reminder its first POST scheduled.
-    let scheduled = run_blocking(move || scheduler.schedule_once_idempotent(agent_id, delay, payload, idempotency_key))
-        .await
-        .map_err(|failed| CronError::Store(failed.into()))
-        .and_then(|outcome| outcome);
+    let scheduled = state.cron.schedule_once_idempotent(agent_id, delay, payload, idempotency_key).await;
     match scheduled {
         Ok((job, false)) => tracing::info!(agent_id = %log_agent, job_id = job.id, delay_ms, "reminder scheduled"),
         Ok((job, true)) => tracing::info!(agent_id = %log_agent, job_id = job.id, "reminder already scheduled"),
@@ -83,6 +78,6 @@ fn reject(state: &AppState, rejected: &RejectedLog) -> Response {
     }
     json_response(
         StatusCode::UNPROCESSABLE_ENTITY,
-        &json!({"status": "rejected", "reason": "schema_violation", "detail": reason, "trace_id": null}),
+        &json!({"status": "rejected", "reason": "schema_violation", "detail": reason, "trace_id": rejected.trace_id}),
     )
 }

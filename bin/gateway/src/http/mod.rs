@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 /// Open connections at once; further clients wait in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 10_000;

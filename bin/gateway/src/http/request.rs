@@ -1,18 +1,30 @@
-//! Reading requests: bounded bodies, JSON, query strings.
+//! Reading requests: bounded bodies, JSON objects read field by field, query strings with only known
+//! parameters, pages, instants and the `Idempotency-Key` header.
+//!
+//! Every refusal names the field or parameter and what was expected, never the value the client sent: values
+//! may be secrets or customer data, and a detail that repeats them would carry them into logs and dashboards.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::StatusCode;
 use http::header::CONTENT_LENGTH;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
 
 use crate::http::error::ApiError;
 
-/// Largest accepted request body (DESIGN.md §4).
+/// Largest accepted request body (the contract's 1 MiB).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// A client that has not sent its whole body by then is cut off, so slow senders cannot hold connections.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Request header naming a create request's idempotency key.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 
 pub type Request = http::Request<Incoming>;
 
@@ -28,38 +40,182 @@ pub async fn read_body(request: Request) -> Result<Bytes, ApiError> {
     }
     let limited = Limited::new(request.into_body(), MAX_BODY_BYTES);
     match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
-        Err(_) => Err(ApiError::new(http::StatusCode::REQUEST_TIMEOUT, "request_timeout")),
+        Err(_) => Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout")),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ApiError::payload_too_large(MAX_BODY_BYTES))
         }
-        Ok(Err(_)) => Err(ApiError::new(http::StatusCode::BAD_REQUEST, "invalid_body")),
+        Ok(Err(_)) => Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_body")),
     }
 }
 
 /// The body as a JSON value; 400 `invalid_json` when it is not one.
-pub async fn read_json(request: Request) -> Result<serde_json::Value, ApiError> {
+pub async fn read_json(request: Request) -> Result<Value, ApiError> {
     let body = read_body(request).await?;
     serde_json::from_slice(&body).map_err(|_| ApiError::invalid_json())
 }
 
-/// The value of query parameter `name` (percent-decoded), if present.
-pub fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
-    let query = uri.query()?;
-    form_urlencoded::parse(query.as_bytes()).find(|(key, _)| key == name).map(|(_, value)| value.into_owned())
+/// A JSON object body, its fields taken one by one with their expected types, then [`Self::finish`] refuses
+/// whatever is left: an unknown field is a typo the client should hear about, not something silently dropped.
+/// Each field is kept as the client's exact text until it is taken, so a payload can be stored byte for byte.
+#[derive(Debug)]
+pub struct JsonObject {
+    fields: BTreeMap<String, Box<RawValue>>,
 }
 
-/// Request header naming a create request's idempotency key.
-pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
-/// Response header set when a create request was answered from an earlier one with the same key.
-pub const IDEMPOTENT_REPLAYED_HEADER: &str = "idempotent-replayed";
+impl JsonObject {
+    /// 400 `invalid_json` when the body is not JSON; 422 `invalid_field` when it is JSON but not an object.
+    pub async fn read(request: Request) -> Result<Self, ApiError> {
+        Self::parse(&read_body(request).await?)
+    }
+
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        match serde_json::from_slice::<BTreeMap<String, Box<RawValue>>>(body) {
+            Ok(fields) => Ok(Self { fields }),
+            Err(error) if error.is_data() => {
+                Err(ApiError::unprocessable("invalid_field", "the body must be a JSON object"))
+            }
+            Err(_) => Err(ApiError::invalid_json()),
+        }
+    }
+
+    /// The field's exact JSON text, if present.
+    pub fn take_raw(&mut self, field: &'static str) -> Option<Box<RawValue>> {
+        self.fields.remove(field)
+    }
+
+    /// A field of type `T`; absent or `null` is `None`, any other type a 422 naming the field and `expected`.
+    fn take_as<T: DeserializeOwned>(&mut self, field: &'static str, expected: &str) -> Result<Option<T>, ApiError> {
+        let Some(raw) = self.fields.remove(field) else { return Ok(None) };
+        if raw.get() == "null" {
+            return Ok(None);
+        }
+        serde_json::from_str(raw.get())
+            .map(Some)
+            .map_err(|_| ApiError::unprocessable("invalid_field", format!("{field}: expected {expected}")))
+    }
+
+    pub fn take_string(&mut self, field: &'static str) -> Result<Option<String>, ApiError> {
+        self.take_as(field, "a string")
+    }
+
+    pub fn take_i64(&mut self, field: &'static str) -> Result<Option<i64>, ApiError> {
+        self.take_as(field, "an integer")
+    }
+
+    pub fn take_object(&mut self, field: &'static str) -> Result<Option<Map<String, Value>>, ApiError> {
+        self.take_as(field, "a JSON object")
+    }
+
+    /// 422 `invalid_field` naming the first field nobody took, and the fields the endpoint knows.
+    pub fn finish(self, known: &[&str]) -> Result<(), ApiError> {
+        match self.fields.keys().next() {
+            None => Ok(()),
+            Some(unknown) => Err(ApiError::unprocessable(
+                "invalid_field",
+                format!("unknown field {}; expected {}", quoted_name(unknown), known.join(", ")),
+            )),
+        }
+    }
+}
+
+/// A required field's value, or 422 `missing_required_fields` naming it.
+pub fn required<T>(field: &'static str, value: Option<T>) -> Result<T, ApiError> {
+    value.ok_or_else(|| ApiError::unprocessable("missing_required_fields", format!("{field} is required")))
+}
+
+/// A client-chosen name in a detail: shown only when short and printable, so a detail never carries a value
+/// that was smuggled into a key.
+fn quoted_name(name: &str) -> String {
+    let printable = name.len() <= 64 && name.chars().all(|c| c.is_ascii_graphic() || c == ' ');
+    if printable { format!("`{name}`") } else { "(unprintable)".to_owned() }
+}
+
+/// A query string with only the parameters an endpoint knows, each at most once (400 `invalid_query` otherwise).
+#[derive(Debug, Default)]
+pub struct Query {
+    params: BTreeMap<String, String>,
+}
+
+/// One page of a keyset-paginated list: at most `limit` items after the cursor `after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<K> {
+    pub limit: usize,
+    pub after: Option<K>,
+}
+
+impl Query {
+    pub fn parse(uri: &http::Uri, known: &[&str]) -> Result<Self, ApiError> {
+        let mut params = BTreeMap::new();
+        for (name, value) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
+            if !known.contains(&name.as_ref()) {
+                return Err(invalid_query(format!(
+                    "unknown parameter {}; expected {}",
+                    quoted_name(&name),
+                    known.join(", ")
+                )));
+            }
+            if params.insert(name.to_string(), value.into_owned()).is_some() {
+                return Err(invalid_query(format!("{} is given more than once", quoted_name(&name))));
+            }
+        }
+        Ok(Self { params })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.params.get(name).map(String::as_str)
+    }
+
+    /// `limit` (1..=`max`, `default` when absent) and the cursor parameter `after`, read by `cursor`.
+    pub fn page<K>(
+        &self,
+        default: usize,
+        max: usize,
+        after: &'static str,
+        cursor: impl FnOnce(&str) -> Option<K>,
+    ) -> Result<Page<K>, ApiError> {
+        let limit = match self.get("limit") {
+            None => default,
+            Some(text) => text
+                .parse::<usize>()
+                .ok()
+                .filter(|limit| (1..=max).contains(limit))
+                .ok_or_else(|| invalid_query(format!("limit must be an integer from 1 to {max}")))?,
+        };
+        let after = match self.get(after) {
+            None => None,
+            Some(text) => Some(cursor(text).ok_or_else(|| invalid_query(format!("{after} is not a valid cursor")))?),
+        };
+        Ok(Page { limit, after })
+    }
+
+    /// An RFC 3339 instant, in UTC; 400 when it is not one or cannot be represented in UTC.
+    pub fn instant(&self, name: &'static str) -> Result<Option<OffsetDateTime>, ApiError> {
+        self.get(name)
+            .map(|text| {
+                gateway_core::rfc3339::parse(text).ok_or_else(|| {
+                    invalid_query(format!("{name} must be an RFC 3339 instant between years 0 and 9999 in UTC"))
+                })
+            })
+            .transpose()
+    }
+}
+
+/// The next page's cursor: the last item's key when the page is full (there may be more), else `None`.
+pub fn next_cursor<T, K>(items: &[T], limit: usize, key: impl FnOnce(&T) -> K) -> Option<K> {
+    if items.len() == limit { items.last().map(key) } else { None }
+}
+
+pub fn invalid_query(detail: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_query").with_detail(detail)
+}
 
 /// The `Idempotency-Key` header, if present; 400 `invalid_idempotency_key` when it is not 1 to 255 visible
 /// ASCII characters, or starts with the prefix reserved for reminders scheduled from DecisionLogs.
 pub fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<gateway_core::IdempotencyKey>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else { return Ok(None) };
     let invalid =
-        |detail: String| ApiError::new(http::StatusCode::BAD_REQUEST, "invalid_idempotency_key").with_detail(detail);
+        |detail: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_idempotency_key").with_detail(detail);
     let text =
         value.to_str().map_err(|_| invalid("Idempotency-Key must be visible ASCII characters only".to_owned()))?;
     if text.starts_with(gateway_core::interceptor::REMINDER_KEY_PREFIX) {
@@ -67,4 +223,53 @@ pub fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<gateway_core:
         return Err(invalid(format!("Idempotency-Key must not start with {prefix:?} (reserved for agent reminders)")));
     }
     gateway_core::IdempotencyKey::new(text).map(Some).map_err(|error| invalid(format!("Idempotency-Key {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uri(text: &str) -> http::Uri {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn fields_are_taken_by_type_and_refusals_name_the_field_not_the_value() {
+        let mut body = JsonObject::parse(br#"{"name":"a","count":"secret-value","payload":{"k":1.50}}"#).unwrap();
+        assert_eq!(body.take_string("name").unwrap().as_deref(), Some("a"));
+        let refused = body.take_i64("count").unwrap_err();
+        assert_eq!(refused.reason, "invalid_field");
+        assert_eq!(refused.detail.as_deref(), Some("count: expected an integer"));
+        assert_eq!(body.take_raw("payload").unwrap().get(), r#"{"k":1.50}"#, "the exact text is kept");
+        body.finish(&["name", "count", "payload"]).unwrap();
+
+        let body = JsonObject::parse(br#"{"extra":1}"#).unwrap();
+        let refused = body.finish(&["name"]).unwrap_err();
+        assert_eq!(refused.detail.as_deref(), Some("unknown field `extra`; expected name"));
+        assert_eq!(JsonObject::parse(b"[1]").unwrap_err().reason, "invalid_field");
+        assert_eq!(JsonObject::parse(b"{").unwrap_err().reason, "invalid_json");
+    }
+
+    #[test]
+    fn queries_take_only_known_parameters_once() {
+        let query = Query::parse(&uri("/x?limit=5&after_id=9"), &["limit", "after_id"]).unwrap();
+        assert_eq!(
+            query.page(100, 500, "after_id", |text| text.parse::<i64>().ok()).unwrap(),
+            Page { limit: 5, after: Some(9) }
+        );
+        assert_eq!(Query::parse(&uri("/x?limt=5"), &["limit"]).unwrap_err().reason, "invalid_query");
+        assert_eq!(Query::parse(&uri("/x?limit=5&limit=6"), &["limit"]).unwrap_err().reason, "invalid_query");
+        for bad in ["/x?limit=0", "/x?limit=501", "/x?limit=ten", "/x?after_id=z"] {
+            let query = Query::parse(&uri(bad), &["limit", "after_id"]).unwrap();
+            assert!(query.page(100, 500, "after_id", |text| text.parse::<i64>().ok()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn instants_out_of_range_are_refused_not_converted() {
+        let query = Query::parse(&uri("/x?to=9999-12-31T23:59:59-01:00"), &["to"]).unwrap();
+        assert_eq!(query.instant("to").unwrap_err().status, StatusCode::BAD_REQUEST);
+        let query = Query::parse(&uri("/x?to=2026-02-22T14:00:00%2B02:00"), &["to"]).unwrap();
+        assert_eq!(query.instant("to").unwrap(), Some(time::macros::datetime!(2026-02-22 12:00:00 UTC)));
+    }
 }

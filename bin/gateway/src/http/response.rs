@@ -12,6 +12,9 @@ use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use tokio::sync::mpsc;
 
+/// Response header set when a create request was answered from an earlier one with the same `Idempotency-Key`.
+pub const IDEMPOTENT_REPLAYED_HEADER: &str = "idempotent-replayed";
+
 pub type ResponseBody = BoxBody<Bytes, Infallible>;
 pub type Response = http::Response<ResponseBody>;
 
@@ -29,7 +32,7 @@ pub fn created_or_replayed(body: &serde_json::Value, replayed: bool) -> Response
         return json_response(StatusCode::CREATED, body);
     }
     let mut response = json_response(StatusCode::OK, body);
-    response.headers_mut().insert(crate::http::request::IDEMPOTENT_REPLAYED_HEADER, HeaderValue::from_static("true"));
+    response.headers_mut().insert(IDEMPOTENT_REPLAYED_HEADER, HeaderValue::from_static("true"));
     response
 }
 

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use http::header::{ALLOW, HeaderValue};
 use http::{Method, StatusCode};
 
-use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
 use crate::http::{agents, cron, events, health, heartbeat, messages, webhooks};
+use crate::state::AppState;
 
+/// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
+/// names nothing: one not-found shape per kind of thing, whatever the id looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     Heartbeat,
@@ -20,19 +22,19 @@ enum Route {
     Agents,
     Healthz,
     Readyz,
-    /// `POST /gateway/webhooks/{webhook_id}`; `None` when the id is not a number (no such webhook).
     WebhookInbound(Option<i64>),
     WebhookConfigs,
-    WebhookConfig(i64),
+    WebhookConfig(Option<i64>),
     Deliveries,
-    Delivery(i64),
-    DeliveryRetry(i64),
+    Delivery(Option<i64>),
+    DeliveryRetry(Option<i64>),
     CronJobs,
-    CronJob(i64),
+    CronJob(Option<i64>),
 }
 
 fn resolve(path: &str) -> Option<Route> {
     let segments: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+    let id = |text: &str| text.parse::<i64>().ok();
     match segments.as_slice() {
         ["gateway", "heartbeat"] => Some(Route::Heartbeat),
         ["gateway", "messages"] => Some(Route::Messages),
@@ -40,14 +42,14 @@ fn resolve(path: &str) -> Option<Route> {
         ["gateway", "agents"] => Some(Route::Agents),
         ["healthz"] => Some(Route::Healthz),
         ["readyz"] => Some(Route::Readyz),
-        ["gateway", "webhooks", id] => Some(Route::WebhookInbound(id.parse().ok())),
+        ["gateway", "webhooks", webhook] => Some(Route::WebhookInbound(id(webhook))),
         ["gateway", "webhook-configs"] => Some(Route::WebhookConfigs),
-        ["gateway", "webhook-configs", id] => id.parse().ok().map(Route::WebhookConfig),
+        ["gateway", "webhook-configs", config] => Some(Route::WebhookConfig(id(config))),
         ["gateway", "deliveries"] => Some(Route::Deliveries),
-        ["gateway", "deliveries", id] => id.parse().ok().map(Route::Delivery),
-        ["gateway", "deliveries", id, "retry"] => id.parse().ok().map(Route::DeliveryRetry),
+        ["gateway", "deliveries", delivery] => Some(Route::Delivery(id(delivery))),
+        ["gateway", "deliveries", delivery, "retry"] => Some(Route::DeliveryRetry(id(delivery))),
         ["gateway", "cron", "jobs"] => Some(Route::CronJobs),
-        ["gateway", "cron", "jobs", id] => id.parse().ok().map(Route::CronJob),
+        ["gateway", "cron", "jobs", job] => Some(Route::CronJob(id(job))),
         _ => None,
     }
 }
@@ -66,7 +68,8 @@ impl Route {
         }
     }
 
-    /// Routes behind the operator token. (The event stream decides per topic, in its handler.)
+    /// Routes behind the operator token. (The event stream decides per topic, in its handler; `/readyz` shows
+    /// details only with the token.)
     fn operator_only(self) -> bool {
         matches!(
             self,
@@ -107,26 +110,35 @@ async fn dispatch(state: Arc<AppState>, request: Request) -> Result<Response, Ap
     if route.operator_only() {
         state.operator.check(request.headers())?;
     }
+    let unknown_webhook = || ApiError::unknown("unknown_webhook", "webhook config");
+    let unknown_delivery = || ApiError::unknown("unknown_delivery", "delivery");
+    let unknown_job = || ApiError::unknown("unknown_cron_job", "cron job");
+    let is_post = request.method() == Method::POST;
+    let is_delete = request.method() == Method::DELETE;
     match route {
         Route::Heartbeat => heartbeat::post(&state, request).await,
         Route::Messages => messages::post(&state, request).await,
         Route::Events => events::get(&state, &request),
         Route::Agents => agents::list(&state, &request),
         Route::Healthz => Ok(health::live()),
-        Route::Readyz => Ok(health::ready(&state).await),
-        Route::WebhookInbound(id) => webhooks::inbound(&state, id, request).await,
-        Route::WebhookConfigs if request.method() == Method::POST => webhooks::create_config(&state, request).await,
-        Route::WebhookConfigs => webhooks::list_configs(&state).await,
-        Route::WebhookConfig(id) if request.method() == Method::DELETE => webhooks::delete_config(&state, id).await,
-        Route::WebhookConfig(id) => webhooks::show_config(&state, id).await,
-        Route::Deliveries if request.method() == Method::POST => webhooks::enqueue(&state, request).await,
+        Route::Readyz => Ok(health::ready(&state, &request).await),
+        Route::WebhookInbound(id) => webhooks::inbound(&state, id.ok_or_else(unknown_webhook)?, request).await,
+        Route::WebhookConfigs if is_post => webhooks::create_config(&state, request).await,
+        Route::WebhookConfigs => webhooks::list_configs(&state, &request).await,
+        Route::WebhookConfig(id) => {
+            let id = id.ok_or_else(unknown_webhook)?;
+            if is_delete { webhooks::delete_config(&state, id).await } else { webhooks::show_config(&state, id).await }
+        }
+        Route::Deliveries if is_post => webhooks::enqueue(&state, request).await,
         Route::Deliveries => webhooks::list_deliveries(&state, &request).await,
-        Route::Delivery(id) => webhooks::show_delivery(&state, id).await,
-        Route::DeliveryRetry(id) => webhooks::retry(&state, id).await,
-        Route::CronJobs if request.method() == Method::POST => cron::create(&state, request).await,
+        Route::Delivery(id) => webhooks::show_delivery(&state, id.ok_or_else(unknown_delivery)?).await,
+        Route::DeliveryRetry(id) => webhooks::retry(&state, id.ok_or_else(unknown_delivery)?).await,
+        Route::CronJobs if is_post => cron::create(&state, request).await,
         Route::CronJobs => cron::list(&state, &request).await,
-        Route::CronJob(id) if request.method() == Method::DELETE => cron::delete(&state, id).await,
-        Route::CronJob(id) => cron::show(&state, id).await,
+        Route::CronJob(id) => {
+            let id = id.ok_or_else(unknown_job)?;
+            if is_delete { cron::delete(&state, id).await } else { cron::show(&state, id).await }
+        }
     }
 }
 
@@ -149,13 +161,13 @@ mod tests {
         assert_eq!(resolve("/readyz"), Some(Route::Readyz));
         assert_eq!(resolve("/gateway/webhooks/7"), Some(Route::WebhookInbound(Some(7))));
         assert_eq!(resolve("/gateway/webhooks/seven"), Some(Route::WebhookInbound(None)));
-        assert_eq!(resolve("/gateway/webhook-configs/3"), Some(Route::WebhookConfig(3)));
-        assert_eq!(resolve("/gateway/deliveries/12/retry"), Some(Route::DeliveryRetry(12)));
-        assert_eq!(resolve("/gateway/deliveries/x"), None);
+        assert_eq!(resolve("/gateway/webhook-configs/3"), Some(Route::WebhookConfig(Some(3))));
+        assert_eq!(resolve("/gateway/deliveries/12/retry"), Some(Route::DeliveryRetry(Some(12))));
+        assert_eq!(resolve("/gateway/deliveries/x"), Some(Route::Delivery(None)));
         assert!(Route::Deliveries.operator_only() && !Route::WebhookInbound(None).operator_only());
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
-        assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(42)));
-        assert_eq!(resolve("/gateway/cron/jobs/x"), None);
+        assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(Some(42))));
+        assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
         for unknown in ["/", "", "/gateway", "/gateway/heartbeat/", "/gateway/heartbeat/x", "gateway/heartbeat"] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }

@@ -1,88 +1,52 @@
-//! The webhook endpoints (DESIGN.md §4): inbound `POST /gateway/webhooks/{webhook_id}`; the operator's
+//! The webhook endpoints: inbound `POST /gateway/webhooks/{webhook_id}`; the operator's
 //! `/gateway/webhook-configs` (create, list, show, delete) and `/gateway/deliveries` (enqueue, the forensic
 //! inspector, one delivery with its attempts, "Retry now"). The rules live in gateway-webhooks; this module
 //! only reads requests and shapes responses.
 
-use gateway_core::{Delivery, DeliveryAttempt, WebhookConfig, WebhookSecret};
-use gateway_webhooks::{SIGNATURE_HEADER, WebhookConfigDraft, WebhookError, delivery_filter};
+use gateway_core::{Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, WebhookConfig, WebhookSecret, rfc3339};
+use gateway_webhooks::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, SIGNATURE_HEADER, WebhookConfigDraft};
 use http::StatusCode;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
-use crate::app::AppState;
 use crate::http::error::ApiError;
-use crate::http::request::{Request, idempotency_key, read_body};
+use crate::http::request::{
+    JsonObject, Query, Request, idempotency_key, invalid_query, next_cursor, read_body, required,
+};
 use crate::http::response::{Response, created_or_replayed, json_response};
+use crate::state::AppState;
+
+const CONFIG_FIELDS: [&str; 6] =
+    ["source_identifier", "event_type", "agent_intent", "target_session", "target_url", "secret"];
+const DELIVERY_FIELDS: [&str; 3] = ["webhook_id", "session_id", "payload"];
+const INSPECTOR_PARAMETERS: [&str; 6] = ["session_id", "status", "from", "to", "limit", "after_id"];
 
 /// `POST /gateway/webhooks/{webhook_id}`: the raw body and the signature header go to the router untouched;
-/// 202 with the new delivery's id. A path id that is not a number names no webhook.
-pub async fn inbound(state: &AppState, webhook_id: Option<i64>, request: Request) -> Result<Response, ApiError> {
-    let Some(webhook_id) = webhook_id else {
-        return Err(WebhookError::UnknownWebhook(0).into());
-    };
+/// 202 with the new delivery's id.
+pub async fn inbound(state: &AppState, webhook_id: i64, request: Request) -> Result<Response, ApiError> {
     let signature = request.headers().get(SIGNATURE_HEADER).map(|value| value.as_bytes().to_vec());
     let body = read_body(request).await?;
     let delivery = state.webhooks.receive_inbound(webhook_id, signature.as_deref(), &body).await?;
     Ok(json_response(StatusCode::ACCEPTED, &json!({"status": "accepted", "delivery_id": delivery.id})))
 }
 
-/// The body of `POST /gateway/webhook-configs`. Unknown fields are refused so a typo is not silently dropped.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigBody {
-    source_identifier: Option<String>,
-    event_type: Option<String>,
-    agent_intent: Option<String>,
-    target_session: Option<String>,
-    target_url: Option<String>,
-    secret: Option<String>,
-}
-
-/// Reads a JSON object body into `T`; 400 `invalid_json` when it is not JSON, 422 `invalid_field` when a field
-/// has the wrong type or is unknown (serde's message names the field, never the value). One parse, straight into
-/// `T`, so a `RawValue` field keeps the client's exact text.
-async fn read_object<T: for<'de> Deserialize<'de>>(request: Request) -> Result<T, ApiError> {
-    let body = read_body(request).await?;
-    // serde would also fill a struct from a JSON array; only an object is a valid body.
-    if body.trim_ascii_start().first() != Some(&b'{') {
-        return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
-            Ok(_) => ApiError::unprocessable("invalid_field", "the body must be a JSON object"),
-            Err(_) => ApiError::invalid_json(),
-        });
-    }
-    serde_json::from_slice(&body).map_err(|error| {
-        if !error.is_data() {
-            return ApiError::invalid_json();
-        }
-        let message = error.to_string();
-        // serde_json appends " at line L column C", which says nothing useful to a client.
-        let message = message.split(" at line ").next().unwrap_or("invalid field").to_owned();
-        ApiError::unprocessable("invalid_field", message)
-    })
-}
-
-fn required(field: &'static str, value: Option<String>) -> Result<String, ApiError> {
-    value.ok_or_else(|| ApiError::unprocessable("missing_required_fields", format!("{field} is required")))
-}
-
 pub async fn create_config(state: &AppState, request: Request) -> Result<Response, ApiError> {
-    let body: ConfigBody = read_object(request).await?;
+    let mut body = JsonObject::read(request).await?;
+    let mut text = |field| required(field, body.take_string(field)?);
     let draft = WebhookConfigDraft {
-        source_identifier: required("source_identifier", body.source_identifier)?,
-        event_type: required("event_type", body.event_type)?,
-        agent_intent: required("agent_intent", body.agent_intent)?,
-        target_session: required("target_session", body.target_session)?,
-        target_url: required("target_url", body.target_url)?,
-        secret: WebhookSecret::new(required("secret", body.secret)?),
+        source_identifier: text("source_identifier")?,
+        event_type: text("event_type")?,
+        agent_intent: text("agent_intent")?,
+        target_session: text("target_session")?,
+        target_url: text("target_url")?,
+        secret: WebhookSecret::new(text("secret")?),
     };
+    body.finish(&CONFIG_FIELDS)?;
     let created = state.webhooks.create_config(draft).await?;
     Ok(json_response(StatusCode::CREATED, &config_json(&created)))
 }
 
-pub async fn list_configs(state: &AppState) -> Result<Response, ApiError> {
+pub async fn list_configs(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+    Query::parse(request.uri(), &[])?;
     let configs: Vec<Value> = state.webhooks.configs().await?.iter().map(config_json).collect();
     Ok(json_response(StatusCode::OK, &json!({"webhook_configs": configs})))
 }
@@ -96,38 +60,44 @@ pub async fn delete_config(state: &AppState, id: i64) -> Result<Response, ApiErr
     Ok(json_response(StatusCode::OK, &json!({"status": "deleted", "id": id})))
 }
 
-/// The body of `POST /gateway/deliveries`. The payload is kept as the client's exact JSON text.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EnqueueBody {
-    webhook_id: Option<i64>,
-    session_id: Option<String>,
-    payload: Option<Box<RawValue>>,
-}
-
+/// `{webhook_id, session_id, payload}`; the payload is kept as the client's exact JSON text, which is what is
+/// signed and sent.
 pub async fn enqueue(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let idempotency_key = idempotency_key(request.headers())?;
-    let body: EnqueueBody = read_object(request).await?;
-    let webhook_id = body
-        .webhook_id
-        .ok_or_else(|| ApiError::unprocessable("missing_required_fields", "webhook_id (an integer) is required"))?;
-    let session_id = required("session_id", body.session_id)?;
-    let payload =
-        body.payload.ok_or_else(|| ApiError::unprocessable("missing_required_fields", "payload is required"))?;
+    let mut body = JsonObject::read(request).await?;
+    let webhook_id = required("webhook_id", body.take_i64("webhook_id")?)?;
+    let session_id = required("session_id", body.take_string("session_id")?)?;
+    let payload = required("payload", body.take_raw("payload"))?;
+    body.finish(&DELIVERY_FIELDS)?;
     let enqueued =
         state.webhooks.enqueue_idempotent(webhook_id, session_id, payload.get().to_owned(), idempotency_key).await?;
     Ok(created_or_replayed(&delivery_json(&enqueued.delivery, true), enqueued.replayed))
 }
 
 /// The forensic inspector: `?session_id=&status=&from=&to=&limit=&after_id=` →
-/// `{"deliveries": [...], "next_after_id": id|null}`, ascending id. Payloads are left out of the list (a page of
-/// 500 could be 500 MiB); `GET /gateway/deliveries/{id}` has them.
+/// `{"deliveries": [...], "next_after_id": id|null}`, ascending id; `from` is inclusive, `to` exclusive, both on
+/// `created_at`. Payloads are left out of the list (a page of 500 could be 500 MiB); `GET
+/// /gateway/deliveries/{id}` has them.
 pub async fn list_deliveries(state: &AppState, request: &Request) -> Result<Response, ApiError> {
-    let query = request.uri().query().unwrap_or_default();
-    let filter = delivery_filter(form_urlencoded::parse(query.as_bytes()))?;
-    let limit = filter.limit;
+    let query = Query::parse(request.uri(), &INSPECTOR_PARAMETERS)?;
+    let page = query.page(DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, "after_id", |text| text.parse::<i64>().ok())?;
+    let status = query
+        .get("status")
+        .map(|text| {
+            text.parse::<DeliveryStatus>()
+                .map_err(|_| invalid_query("status must be one of pending, delivered, failed, dead"))
+        })
+        .transpose()?;
+    let filter = DeliveryFilter {
+        session_id: query.get("session_id").map(str::to_owned),
+        status,
+        created_from: query.instant("from")?,
+        created_before: query.instant("to")?,
+        after_id: page.after,
+        limit: page.limit,
+    };
     let deliveries = state.webhooks.deliveries(filter).await?;
-    let next_after_id = if deliveries.len() == limit { deliveries.last().map(|delivery| delivery.id) } else { None };
+    let next_after_id = next_cursor(&deliveries, page.limit, |delivery| delivery.id);
     let deliveries: Vec<Value> = deliveries.iter().map(|delivery| delivery_json(delivery, false)).collect();
     Ok(json_response(StatusCode::OK, &json!({"deliveries": deliveries, "next_after_id": next_after_id})))
 }
@@ -145,10 +115,6 @@ pub async fn retry(state: &AppState, id: i64) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &delivery_json(&delivery, false)))
 }
 
-fn rfc3339(instant: OffsetDateTime) -> Value {
-    instant.format(&Rfc3339).map(Value::String).unwrap_or(Value::Null)
-}
-
 /// A config as the API shows it: everything but the secret.
 fn config_json(config: &WebhookConfig) -> Value {
     json!({
@@ -158,7 +124,7 @@ fn config_json(config: &WebhookConfig) -> Value {
         "agent_intent": config.agent_intent,
         "target_session": config.target_session,
         "target_url": config.target_url,
-        "created_at": rfc3339(config.created_at),
+        "created_at": rfc3339::format(config.created_at),
     })
 }
 
@@ -171,9 +137,9 @@ fn delivery_json(delivery: &Delivery, with_payload: bool) -> Value {
         "signature": delivery.signature,
         "status": delivery.status,
         "attempt_count": delivery.attempt_count,
-        "last_attempted_at": delivery.last_attempted_at.map(rfc3339),
-        "next_retry_at": delivery.next_retry_at.map(rfc3339),
-        "created_at": rfc3339(delivery.created_at),
+        "last_attempted_at": delivery.last_attempted_at.map(rfc3339::format),
+        "next_retry_at": delivery.next_retry_at.map(rfc3339::format),
+        "created_at": rfc3339::format(delivery.created_at),
         "error_detail": delivery.error_detail,
         "payload_bytes": delivery.payload.len(),
     });
@@ -188,7 +154,7 @@ fn delivery_json(delivery: &Delivery, with_payload: bool) -> Value {
 fn attempt_json(attempt: &DeliveryAttempt) -> Value {
     json!({
         "attempt_number": attempt.attempt_number,
-        "started_at": rfc3339(attempt.started_at),
+        "started_at": rfc3339::format(attempt.started_at),
         "duration_ms": attempt.duration_ms,
         "status_code": attempt.status_code,
         "error_class": attempt.error_class,

@@ -285,7 +285,7 @@ fn the_cron_api_validates_input_and_requires_the_operator_token() {
     assert_eq!(rest["next_after_id"], Value::Null);
     assert_eq!(gateway.operator_get(&format!("/gateway/cron/jobs/{}", ids[0])).1["id"], ids[0]);
 
-    let (status, ready) = gateway.get("/readyz");
+    let (status, ready) = gateway.operator_get("/readyz");
     assert_eq!(status, 200, "{ready}");
     let components = ready["checks"]["components"].as_array().unwrap();
     assert!(

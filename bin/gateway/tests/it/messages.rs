@@ -51,8 +51,9 @@ fn a_schema_violation_is_422_and_publishes_only_the_hash() {
     assert_eq!(status, 422);
     assert_eq!(
         body,
-        json!({"status": "rejected", "reason": "schema_violation", "detail": "identity.agent_type: is required", "trace_id": null})
+        json!({"status": "rejected", "reason": "schema_violation", "detail": "identity.agent_type: is required", "trace_id": log["meta"]["trace_id"]})
     );
+    assert!(body["trace_id"].is_string(), "the log's own trace_id comes back");
 
     let event = violations.expect("schema_violation");
     let expected_hash = gateway_core::interceptor::sha256_tag(raw.as_bytes());

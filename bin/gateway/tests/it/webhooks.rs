@@ -380,7 +380,7 @@ fn operator_endpoints_validate_hide_the_secret_and_page_the_inspector() {
     assert_eq!(gateway.operator_get(&format!("/gateway/webhook-configs/{id}")).0, 404);
     assert_eq!(count_rows(&gateway.database_path(), "webhook_deliveries"), 0, "its deliveries went with it");
 
-    let (status, ready) = gateway.get("/readyz");
+    let (status, ready) = gateway.operator_get("/readyz");
     assert_eq!(status, 200, "{ready}");
     let components = ready["checks"]["components"].as_array().unwrap();
     assert!(

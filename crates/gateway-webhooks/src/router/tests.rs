@@ -1,15 +1,19 @@
 //! The router against gateway-core's fakes: ManualClock for the schedule, tokio's paused time for the loop.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use gateway_core::memory::RecordingPublisher;
 use gateway_core::webhook_memory::{FakeTransport, InMemoryWebhookStore};
-use gateway_core::{FencingToken, ManualClock, WebhookSecret};
+use gateway_core::{
+    AttemptOutcome, DeliveryStatus, FailureClass, FencingToken, ManualClock, NewDelivery, SlidingWindowRate,
+    WebhookConfig, WebhookSecret,
+};
 use serde_json::Value;
 use time::Duration as TimeDuration;
 
 use super::*;
-use crate::signature::SignatureError;
+use crate::input::WebhookConfigDraft;
+use crate::signature::{SignatureError, sign};
 
 const SECRET: &str = "It's a Secret to Everybody";
 
@@ -35,7 +39,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(settings: RouterSettings) -> Self {
+    fn new(settings: RouterConfig) -> Self {
         let store = Arc::new(InMemoryWebhookStore::default());
         let transport = Arc::new(FakeTransport::new());
         let publisher = Arc::new(RecordingPublisher::default());
@@ -48,13 +52,14 @@ impl Harness {
             publisher: publisher.clone(),
             clock: Arc::new(clock.clone()),
             leadership: leadership.clone(),
+            rate: Arc::new(SlidingWindowRate::per_second(MAX_PER_SECOND)),
         };
-        let router = WebhookRouter::new(ports, settings, shutdown.clone());
+        let router = WebhookRouter::new(ports, settings);
         Self { router, store, transport, publisher, leadership, clock, shutdown }
     }
 
     fn with_defaults() -> Self {
-        Self::new(RouterSettings::default())
+        Self::new(RouterConfig::default())
     }
 
     async fn config_for(&self, source: &str, target_url: &str) -> WebhookConfig {
@@ -121,13 +126,19 @@ impl Harness {
             .collect()
     }
 
+    /// Spawns the poll loop until `self.shutdown`.
+    fn spawn_poll(&self) -> tokio::task::JoinHandle<()> {
+        let (router, shutdown) = (self.router.clone(), self.shutdown.clone());
+        tokio::spawn(async move { router.run(shutdown).await })
+    }
+
     /// Sleeps poll intervals (paused time) until `done` holds; fails the test after `rounds`.
     async fn until(&self, rounds: usize, mut done: impl FnMut() -> bool) {
         for _ in 0..rounds {
             if done() {
                 return;
             }
-            tokio::time::sleep(self.router.settings().poll_interval).await;
+            tokio::time::sleep(self.router.router_config().poll_interval).await;
         }
         assert!(done(), "condition not reached after {rounds} poll intervals");
     }
@@ -219,7 +230,7 @@ async fn a_failing_target_is_retried_on_the_exact_schedule_then_dead() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_now_resets_a_dead_delivery_to_the_full_envelope() {
-    let settings = RouterSettings { retry_schedule: RetrySchedule::from_seconds(&[1]).unwrap(), ..Default::default() };
+    let settings = RouterConfig { retry_schedule: RetrySchedule::from_seconds(&[1]).unwrap(), ..Default::default() };
     let h = Harness::new(settings);
     h.transport.push_outcome(http_failure(502));
     h.transport.push_outcome(AttemptOutcome::failed(FailureClass::Timeout, "global"));
@@ -293,7 +304,7 @@ async fn never_more_attempts_in_flight_than_the_cap() {
         h.due_row(&config, &config.target_url, h.clock.now() - seconds(index + 1));
     }
     h.transport.hold();
-    let poll = tokio::spawn(h.router.clone().run(h.shutdown.clone()));
+    let poll = h.spawn_poll();
     let mut enqueued = Vec::new();
     for index in 0..8 {
         enqueued.push(h.router.enqueue(config.id, format!("s{index}"), "{}".into()).await.unwrap().id);
@@ -367,7 +378,7 @@ async fn at_start_due_rows_go_in_the_first_cycle_future_ones_wait_and_dead_ones_
     let dead = h.due_row(&config, &config.target_url, now - seconds(900));
     h.store.put_delivery(Delivery { status: DeliveryStatus::Dead, attempt_count: 6, ..dead.clone() });
 
-    let poll = tokio::spawn(h.router.clone().run(h.shutdown.clone()));
+    let poll = h.spawn_poll();
     h.until(1, || h.transport.request_count() == 2).await;
     let mut first: Vec<i64> = h.transport.requests().iter().map(|request| request.delivery_id).collect();
     first.sort_unstable();
@@ -517,7 +528,7 @@ async fn the_poll_survives_store_failures_reports_them_and_recovers() {
     let row = h.due_row(&config, &config.target_url, h.clock.now());
     h.store.failure.set_failing(true);
     let health = h.router.health();
-    let poll = tokio::spawn(h.router.clone().run(h.shutdown.clone()));
+    let poll = h.spawn_poll();
     h.until(3, || health.report().problem.is_some()).await;
     let report = health.report();
     assert!(report.running && !report.healthy, "{report:?}");
@@ -536,7 +547,7 @@ async fn only_the_leader_polls() {
     let config = h.config().await;
     h.due_row(&config, &config.target_url, h.clock.now());
     h.leadership.follower.store(true, Ordering::SeqCst);
-    let poll = tokio::spawn(h.router.clone().run(h.shutdown.clone()));
+    let poll = h.spawn_poll();
     for _ in 0..3 {
         tokio::time::sleep(POLL_INTERVAL).await;
     }
@@ -551,9 +562,106 @@ async fn only_the_leader_polls() {
 async fn after_shutdown_no_new_attempt_starts() {
     let h = Harness::with_defaults();
     let config = h.config().await;
+    let poll = h.spawn_poll();
     h.shutdown.cancel();
+    poll.await.unwrap();
     let row = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
     h.router.wait_idle().await;
     assert_eq!(h.transport.request_count(), 0);
     assert_eq!(h.row(row.id).next_retry_at, Some(row.created_at + seconds(30)), "left for the next start");
+}
+
+/// Records when each request started, on tokio's (paused) clock.
+#[derive(Debug, Default)]
+struct TimedTransport {
+    starts: std::sync::Mutex<Vec<(i64, tokio::time::Instant)>>,
+}
+
+impl WebhookTransport for TimedTransport {
+    fn post(&self, request: &gateway_core::OutboundRequest) -> AttemptOutcome {
+        self.starts.lock().unwrap().push((request.delivery_id, tokio::time::Instant::now()));
+        AttemptOutcome::Delivered { status_code: 200 }
+    }
+}
+
+impl TimedTransport {
+    fn starts(&self) -> Vec<(i64, tokio::time::Instant)> {
+        let mut starts = self.starts.lock().unwrap().clone();
+        starts.sort_by_key(|(id, at)| (*at, *id));
+        starts
+    }
+}
+
+/// No `limit + 1` starts within any one second.
+fn assert_within_rate(starts: &[(i64, tokio::time::Instant)], limit: usize) {
+    for pair in starts.windows(limit + 1) {
+        let (first, last) = (pair[0].1, pair[limit].1);
+        assert!(last - first >= Duration::from_secs(1), "{} starts within {:?}", limit + 1, last - first);
+    }
+}
+
+fn timed_harness() -> (Harness, Arc<TimedTransport>) {
+    let mut h = Harness::with_defaults();
+    let transport = Arc::new(TimedTransport::default());
+    let ports = RouterPorts {
+        store: h.store.clone(),
+        transport: transport.clone(),
+        publisher: h.publisher.clone(),
+        clock: Arc::new(h.clock.clone()),
+        leadership: h.leadership.clone(),
+        rate: Arc::new(SlidingWindowRate::per_second(MAX_PER_SECOND)),
+    };
+    h.router = WebhookRouter::new(ports, RouterConfig::default());
+    (h, transport)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_twelve_enqueues_goes_five_then_five_then_two_oldest_first() {
+    let (h, transport) = timed_harness();
+    let config = h.config().await;
+    let began = tokio::time::Instant::now();
+    let mut ids = Vec::new();
+    for index in 0..12 {
+        ids.push(h.router.enqueue(config.id, format!("s{index}"), "{}".into()).await.unwrap().id);
+    }
+    h.router.wait_idle().await;
+    let starts = transport.starts();
+    assert_eq!(starts.len(), 12);
+    let second_of = |at: tokio::time::Instant| (at - began).as_secs();
+    let per_second: Vec<usize> =
+        (0..3).map(|second| starts.iter().filter(|(_, at)| second_of(*at) == second).count()).collect();
+    assert_eq!(per_second, [5, 5, 2]);
+    let mut order: Vec<i64> = starts.iter().map(|(id, _)| *id).collect();
+    for group in [0..5, 5..10] {
+        order[group].sort_unstable();
+    }
+    assert_eq!(order, ids, "oldest first");
+    assert_within_rate(&starts, MAX_PER_SECOND);
+    assert!(h.store.deliveries().iter().all(|row| row.status == DeliveryStatus::Delivered));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_poll_retry_now_and_immediate_attempts_share_one_rate() {
+    let (h, transport) = timed_harness();
+    let config = h.config().await;
+    for index in 0..7 {
+        h.due_row(&config, &config.target_url, h.clock.now() - seconds(index + 1));
+    }
+    let poll = h.spawn_poll();
+    for index in 0..6 {
+        h.router.enqueue(config.id, format!("s{index}"), "{}".into()).await.unwrap();
+    }
+    let dead = h.due_row(&config, &config.target_url, h.clock.now() + seconds(3600));
+    h.store.put_delivery(Delivery { status: DeliveryStatus::Dead, next_retry_at: None, ..h.row(dead.id) });
+    h.router.retry_now(dead.id).await.unwrap();
+    h.until(20, || transport.starts().len() == 14).await;
+    h.shutdown.cancel();
+    poll.await.unwrap();
+    h.router.wait_idle().await;
+    let starts = transport.starts();
+    assert_within_rate(&starts, MAX_PER_SECOND);
+    let mut delivered: Vec<i64> = starts.iter().map(|(id, _)| *id).collect();
+    delivered.sort_unstable();
+    delivered.dedup();
+    assert_eq!(delivered.len(), 14, "each delivery exactly once");
 }

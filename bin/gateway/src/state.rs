@@ -1,0 +1,45 @@
+//! What every request handler may use: the components, the bus, the store (for readiness), and the limits on
+//! open event streams.
+
+use std::sync::Arc;
+
+use gateway_core::{Clock, ComponentHealth};
+use gateway_cron::CronScheduler;
+use gateway_heartbeat::HeartbeatManager;
+use gateway_pubsub::Bus;
+use gateway_store::DieselStore;
+use gateway_webhooks::WebhookRouter;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::auth::OperatorAuth;
+
+/// Concurrent SSE streams; past this, new ones get 503 so streams cannot exhaust memory or file handles.
+pub const MAX_EVENT_STREAMS: usize = 1024;
+/// Streams of `gateway:*` topics, counted apart: agent topics need no token yet, and a flood of them must not
+/// lock the operator out of their own event streams.
+pub const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
+
+#[derive(Debug)]
+pub struct AppState {
+    pub operator: OperatorAuth,
+    pub store: DieselStore,
+    pub bus: Bus,
+    pub heartbeat: HeartbeatManager,
+    pub webhooks: WebhookRouter,
+    pub cron: CronScheduler,
+    pub clock: Arc<dyn Clock>,
+    /// Cancelled when shutdown begins: event streams end, in-flight requests finish.
+    pub shutdown: CancellationToken,
+    /// Open `agent:<id>:scheduled` streams.
+    pub event_streams: Arc<Semaphore>,
+    /// Open `gateway:*` streams.
+    pub operator_event_streams: Arc<Semaphore>,
+}
+
+impl AppState {
+    /// The loops `/readyz` reports on.
+    pub fn components(&self) -> Vec<ComponentHealth> {
+        vec![self.heartbeat.health(), self.webhooks.health(), self.cron.health()]
+    }
+}

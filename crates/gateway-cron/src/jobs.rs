@@ -1,0 +1,243 @@
+//! The job API: one-time reminders, recurring jobs, removal and listing. Every call writes the row first and
+//! arms the firing loop after, so a job that was acknowledged survives a crash.
+
+use gateway_core::memory::lock;
+use gateway_core::{AgentId, CronJob, IdempotencyKey, NewCronJob, PendingFire, StoreError, run_blocking};
+use serde_json::{Map, Value};
+use time::{Duration, OffsetDateTime};
+use tracing::{debug, info};
+
+use crate::error::CronError;
+use crate::schedule::{CronSchedule, PREVIEW_INSTANTS};
+use crate::scheduler::CronScheduler;
+
+/// Longest accepted one-time delay: ten years (of 365.25 days). Longer is almost surely a unit mistake
+/// (seconds or microseconds sent as milliseconds), and a row that fires after the operator's retirement only
+/// clutters the table.
+pub const MAX_DELAY_MS: i64 = 10 * 36_525 * 86_400_000 / 100;
+
+/// Most jobs one `list` call returns.
+pub const MAX_LIST_LIMIT: usize = 1_000;
+
+/// The `fire_id` of one instant of one job: `"<job_id>:<scheduled_for as RFC 3339 UTC>"`. It is also the
+/// reminder event's id, so a refire after a crash carries the same id and consumers can deduplicate.
+pub fn fire_id(job_id: i64, scheduled_for: OffsetDateTime) -> String {
+    format!("{job_id}:{}", gateway_core::rfc3339::format(scheduled_for))
+}
+
+/// The instants a job fires next: its `next_fire_at`, then (recurring jobs) the following ones, up to
+/// [`PREVIEW_INSTANTS`] in all. Shown by the API so a mistaken expression is seen before it fires.
+pub fn preview(job: &CronJob) -> Vec<OffsetDateTime> {
+    let mut instants = vec![job.next_fire_at];
+    if let Some(Ok(schedule)) = job.schedule.as_deref().map(CronSchedule::parse) {
+        instants.extend(schedule.upcoming(job.next_fire_at, PREVIEW_INSTANTS - 1));
+    }
+    instants
+}
+
+impl CronScheduler {
+    /// Files a one-time reminder for `agent_id` in `delay_ms` milliseconds (FR-10.5). The row is committed
+    /// first and the timer armed after, so a job that was acknowledged survives a crash. Concurrent calls
+    /// share one commit (group commit), which is what lets SQLite take tens of thousands of them a second.
+    pub async fn schedule_once(
+        &self,
+        agent_id: AgentId,
+        delay_ms: i64,
+        payload: Map<String, Value>,
+    ) -> Result<CronJob, CronError> {
+        Ok(self.schedule_once_idempotent(agent_id, delay_ms, payload, None).await?.0)
+    }
+
+    /// [`Self::schedule_once`] under an idempotency key (a retried DecisionLog's reminder): while a row holds
+    /// the key, nothing is written or armed and that row comes back with `true` (already scheduled), even if
+    /// it was asked for with another delay or payload — the first request stands. That is never an error and
+    /// never fails the other calls sharing the commit. Once the row is gone (fired, or removed) the key is free
+    /// and a call with it schedules again.
+    pub async fn schedule_once_idempotent(
+        &self,
+        agent_id: AgentId,
+        delay_ms: i64,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<(CronJob, bool), CronError> {
+        if !(1..=MAX_DELAY_MS).contains(&delay_ms) {
+            return Err(CronError::InvalidDelay(delay_ms));
+        }
+        let next_fire_at = ceil_to_millisecond(self.inner.clock.now() + Duration::milliseconds(delay_ms));
+        // Kept only to tell a differing replay apart, so only keyed calls pay for the copy.
+        let requested = idempotency_key.as_ref().map(|_| (agent_id.clone(), payload.clone()));
+        let new_job =
+            NewCronJob { agent_id, schedule: None, next_fire_at, payload, is_one_time: true, idempotency_key };
+        let outcome = self.inner.inserts.submit(new_job).await?;
+        let job = outcome.job;
+        if !outcome.inserted {
+            let same = requested.is_some_and(|(agent_id, payload)| {
+                job.is_one_time && job.agent_id == agent_id && job.payload == payload
+            });
+            if !same {
+                // The payload is the agent's data: only the fact that it differs is logged.
+                info!(job_id = job.id, agent_id = %job.agent_id,
+                    "the job already holding this key differs from the one requested; the first one stands");
+            }
+            return Ok((job, true));
+        }
+        debug!(job_id = job.id, agent_id = %job.agent_id, delay_ms, "one-time job scheduled");
+        self.arm(&job);
+        Ok((job, false))
+    }
+
+    /// Adds a recurring job; `schedule` is crontab (5 fields, `@` shorthands) or 6/7 fields with seconds.
+    pub async fn add_recurring(
+        &self,
+        agent_id: AgentId,
+        schedule: &str,
+        payload: Map<String, Value>,
+    ) -> Result<CronJob, CronError> {
+        Ok(self.add_recurring_idempotent(agent_id, schedule, payload, None).await?.0)
+    }
+
+    /// [`Self::add_recurring`] under an `Idempotency-Key`: the first request with a key creates the job; a
+    /// later one with the same key, agent, schedule and payload gets that job back (`true`: replayed) and
+    /// creates nothing; with anything different it is refused.
+    pub async fn add_recurring_idempotent(
+        &self,
+        agent_id: AgentId,
+        schedule: &str,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<(CronJob, bool), CronError> {
+        let parsed = CronSchedule::parse(schedule)?;
+        self.blocking(move |scheduler| scheduler.add_parsed_recurring(agent_id, &parsed, payload, idempotency_key))
+            .await
+    }
+
+    /// The store half of [`Self::add_recurring_idempotent`], on a blocking thread: a lookup, then an insert
+    /// that may still lose the key to a concurrent request.
+    fn add_parsed_recurring(
+        &self,
+        agent_id: AgentId,
+        parsed: &CronSchedule,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<(CronJob, bool), CronError> {
+        let replay = |existing: CronJob| {
+            let same = existing.agent_id == agent_id
+                && existing.schedule.as_deref() == Some(parsed.source())
+                && existing.payload == payload;
+            if same { Ok((existing, true)) } else { Err(CronError::IdempotencyKeyReused) }
+        };
+        if let Some(key) = &idempotency_key {
+            if let Some(existing) = self.inner.store.cron_job_by_idempotency_key(key)? {
+                return replay(existing);
+            }
+        }
+        let next_fire_at = parsed
+            .next_after(self.inner.clock.now())
+            .ok_or_else(|| CronError::InvalidSchedule("the schedule has no upcoming instant".to_owned()))?;
+        let new_job = NewCronJob {
+            agent_id: agent_id.clone(),
+            schedule: Some(parsed.source().to_owned()),
+            next_fire_at,
+            payload: payload.clone(),
+            is_one_time: false,
+            idempotency_key: idempotency_key.clone(),
+        };
+        let inserted = {
+            let _writing = lock(&self.inner.writes);
+            self.inner.store.insert_cron_job(&new_job)
+        };
+        let job = match (inserted, &idempotency_key) {
+            (Ok(job), _) => job,
+            // The key was taken by a concurrent request between the lookup and the insert.
+            (Err(StoreError::Conflict(conflict)), Some(key)) => {
+                return match self.inner.store.cron_job_by_idempotency_key(key)? {
+                    Some(existing) => replay(existing),
+                    None => Err(StoreError::Conflict(conflict).into()),
+                };
+            }
+            (Err(error), _) => return Err(error.into()),
+        };
+        info!(job_id = job.id, agent_id = %job.agent_id, schedule = parsed.source(), "recurring job added");
+        self.arm(&job);
+        Ok((job, false))
+    }
+
+    /// Deletes a job. A fire of it already claimed may still be published; none is claimed afterwards.
+    pub async fn remove(&self, job_id: i64) -> Result<(), CronError> {
+        let deleted = self
+            .blocking(move |scheduler| {
+                let _writing = lock(&scheduler.inner.writes);
+                Ok(scheduler.inner.store.delete_cron_job(job_id)?)
+            })
+            .await?;
+        if deleted {
+            info!(job_id, "cron job removed");
+            Ok(())
+        } else {
+            Err(CronError::NotFound(job_id))
+        }
+    }
+
+    pub async fn job(&self, job_id: i64) -> Result<CronJob, CronError> {
+        self.blocking(move |scheduler| scheduler.inner.store.cron_job(job_id)?.ok_or(CronError::NotFound(job_id))).await
+    }
+
+    /// Jobs by ascending id after `after_id`, at most `limit` (capped at [`MAX_LIST_LIMIT`]).
+    pub async fn list(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, CronError> {
+        let limit = limit.min(MAX_LIST_LIMIT);
+        self.blocking(move |scheduler| Ok(scheduler.inner.store.list_cron_jobs(after_id, limit)?)).await
+    }
+
+    /// Runs store work on tokio's blocking pool: a slow disk or SQLite's write lock never stalls a runtime
+    /// worker.
+    async fn blocking<T, F>(&self, work: F) -> Result<T, CronError>
+    where
+        F: FnOnce(&Self) -> Result<T, CronError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let scheduler = self.clone();
+        run_blocking(move || work(&scheduler)).await.map_err(|failed| CronError::Store(failed.into()))?
+    }
+
+    fn arm(&self, job: &CronJob) {
+        let fire = PendingFire { job_id: job.id, scheduled_for: job.next_fire_at, claimed_until: None };
+        if lock(&self.inner.window).push(fire) {
+            self.inner.wake.notify_one();
+        }
+    }
+}
+
+/// Rounds up to whole milliseconds: the instant survives the database round trip unchanged (so the fire_id
+/// is the same after a restart), and a reminder never fires before its full delay.
+fn ceil_to_millisecond(instant: OffsetDateTime) -> OffsetDateTime {
+    let sub_millisecond = i64::from(instant.nanosecond() % 1_000_000);
+    if sub_millisecond == 0 { instant } else { instant + Duration::nanoseconds(1_000_000 - sub_millisecond) }
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    #[test]
+    fn fire_id_names_job_and_instant_in_rfc3339_utc() {
+        assert_eq!(fire_id(42, datetime!(2026-02-22 12:00:05 UTC)), "42:2026-02-22T12:00:05Z");
+        assert_eq!(fire_id(7, datetime!(2026-02-22 14:00:05.25 +02:00)), "7:2026-02-22T12:00:05.25Z");
+    }
+
+    #[test]
+    fn ten_years_is_the_longest_delay() {
+        assert_eq!(MAX_DELAY_MS, 315_576_000_000);
+    }
+
+    #[test]
+    fn rounding_up_to_milliseconds_never_fires_early() {
+        let exact = datetime!(2026-02-22 12:00:00.005 UTC);
+        assert_eq!(ceil_to_millisecond(exact), exact);
+        assert_eq!(
+            ceil_to_millisecond(datetime!(2026-02-22 12:00:00.005000001 UTC)),
+            exact + Duration::milliseconds(1)
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! The dispatcher: every outbound attempt, whatever started it, goes through here.
+//!
+//! An attempt needs, in this order: one of `max_per_cycle` in-flight slots (a semaphore), a start allowed by the
+//! [`gateway_core::DispatchRate`] (at most `--webhook-max-per-second` starts in any one-second window, cluster-wide when the
+//! adapter is), and the claim of its row. Waiters are served first come, first served at each step, so a burst
+//! goes out oldest first; while they wait, their rows stay durable in the store.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use gateway_core::{
+    AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, EventPayload, FailureClass,
+    OutboundRequest, RateTicket, run_blocking,
+};
+use time::OffsetDateTime;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::{
+    MAX_POLL_BACKOFF, MAX_WAITING_IMMEDIATE, RECORD_FIRST_BACKOFF, RECORD_TRIES, WebhookRouter, candidate_window,
+    duration_to_time, round_robin, target_host,
+};
+use crate::error::WebhookError;
+use crate::retry::after_attempt;
+
+impl WebhookRouter {
+    /// Tries a delivery as soon as a slot and the rate allow, if it is still due by `due_by` then.
+    pub(super) fn spawn_immediate_attempt(&self, id: i64, due_by: OffsetDateTime) {
+        let inner = &self.inner;
+        if inner.stopping.is_cancelled() {
+            return;
+        }
+        if inner.waiting_immediate.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING_IMMEDIATE {
+            inner.waiting_immediate.fetch_sub(1, Ordering::SeqCst);
+            debug!(delivery_id = id, "every slot is taken and the wait list is full; the poll will pick it up");
+            return;
+        }
+        let router = self.clone();
+        inner.attempts.spawn(async move {
+            let inner = &router.inner;
+            let ready = async {
+                let slot = Arc::clone(&inner.slots).acquire_owned().await.ok()?;
+                let ticket = router.next_start(true).await?;
+                Some((slot, ticket))
+            };
+            let ready = tokio::select! {
+                biased;
+                () = inner.stopping.cancelled() => None,
+                ready = ready => ready,
+            };
+            inner.waiting_immediate.fetch_sub(1, Ordering::SeqCst);
+            let Some((slot, ticket)) = ready else { return };
+            let lease = router.lease_end(router.now());
+            match router.store(move |store| store.claim(&[id], due_by, lease)).await {
+                Ok(mut claimed) => match claimed.pop() {
+                    Some(row) => router.attempt(row, slot).await,
+                    // Attempted by someone else meanwhile (the poll, another instance), or gone.
+                    None => inner.ports.rate.cancel(ticket),
+                },
+                Err(error) => {
+                    inner.ports.rate.cancel(ticket);
+                    warn!(delivery_id = id, %error, "could not claim a delivery for its immediate attempt; the poll will retry it");
+                }
+            }
+        });
+    }
+
+    /// The next start the rate allows, first come first served among everything that waits for one. With `wait`
+    /// false, `None` at once when no start is free now; otherwise it waits until one is.
+    async fn next_start(&self, wait: bool) -> Option<RateTicket> {
+        let inner = &self.inner;
+        let _turn = if wait { inner.next_start.lock().await } else { inner.next_start.try_lock().ok()? };
+        loop {
+            match inner.ports.rate.try_start(tokio::time::Instant::now().into_std()) {
+                Ok(ticket) => return Some(ticket),
+                Err(_) if !wait => return None,
+                Err(pause) => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+
+    /// Makes one attempt of a claimed row, then records it; `slot` is released only after that.
+    async fn attempt(&self, mut row: Delivery, slot: OwnedSemaphorePermit) {
+        let Some(lease) = row.next_retry_at else { return };
+        let target_host = target_host(&row.target_url);
+        // The payload is only needed by the request; the row itself only feeds the status event afterwards.
+        let request = OutboundRequest {
+            delivery_id: row.id,
+            url: row.target_url.clone(),
+            body: std::mem::take(&mut row.payload),
+            signature: row.signature.clone(),
+        };
+        let started_at = self.now();
+        let timer = tokio::time::Instant::now();
+        let transport = Arc::clone(&self.inner.ports.transport);
+        let outcome = run_blocking(move || transport.post(&request)).await.unwrap_or_else(|error| {
+            AttemptOutcome::failed(FailureClass::Connect, format!("the attempt did not complete: {error}"))
+        });
+        let duration_ms = i64::try_from(timer.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let transition = after_attempt(&outcome, row.attempt_count, self.now(), &self.inner.config.retry_schedule);
+        let (error_class, error_detail) = match &outcome {
+            AttemptOutcome::Delivered { .. } => (None, None),
+            AttemptOutcome::Failed { class, detail } => (Some(class.label()), detail.clone()),
+        };
+        let attempt = DeliveryAttempt {
+            delivery_id: row.id,
+            attempt_number: transition.attempt_count,
+            started_at,
+            duration_ms,
+            status_code: outcome.status_code(),
+            error_class,
+            error_detail,
+        };
+        let update = DeliveryUpdate {
+            status: transition.status,
+            attempt_count: transition.attempt_count,
+            last_attempted_at: started_at,
+            next_retry_at: transition.next_retry_at,
+            error_detail: transition.error_detail.clone(),
+        };
+        let recorded = self.record(&attempt, lease, &update).await;
+        let delivery = Delivery {
+            status: update.status,
+            attempt_count: update.attempt_count,
+            last_attempted_at: Some(started_at),
+            next_retry_at: update.next_retry_at,
+            error_detail: update.error_detail,
+            ..row
+        };
+        match recorded {
+            Some(true) => {
+                info!(
+                    delivery_id = delivery.id,
+                    webhook_id = delivery.webhook_id,
+                    target_host = %target_host,
+                    attempt = delivery.attempt_count,
+                    status = %delivery.status,
+                    error = delivery.error_detail.as_deref().unwrap_or(""),
+                    duration_ms,
+                    "webhook attempt"
+                );
+                self.publish_status(&delivery);
+                if delivery.status == DeliveryStatus::Dead {
+                    warn!(delivery_id = delivery.id, webhook_id = delivery.webhook_id, "webhook delivery is dead");
+                    self.publish(EventPayload::WebhookDlq {
+                        delivery_id: delivery.id,
+                        webhook_id: delivery.webhook_id,
+                        session_id: delivery.session_id.clone(),
+                        attempt_count: delivery.attempt_count,
+                        error_detail: delivery.error_detail.clone(),
+                    });
+                }
+            }
+            Some(false) => info!(
+                delivery_id = delivery.id,
+                "the delivery changed during its attempt (reset or deleted); the attempt is history only"
+            ),
+            None => {}
+        }
+        drop(slot);
+    }
+
+    /// Records an attempt, retrying a failing store a few times (never past the lease). `None` when it gave
+    /// up: the row then becomes due again when its lease ends.
+    async fn record(&self, attempt: &DeliveryAttempt, lease: OffsetDateTime, update: &DeliveryUpdate) -> Option<bool> {
+        let mut backoff = RECORD_FIRST_BACKOFF;
+        for tries in 1..=RECORD_TRIES {
+            let (attempt_row, new_state) = (attempt.clone(), update.clone());
+            match self.store(move |store| store.record_attempt(&attempt_row, lease, &new_state)).await {
+                Ok(applied) => return Some(applied),
+                Err(error) => {
+                    self.inner.health.degraded(format!("cannot record webhook attempts: {error}"));
+                    let out_of_time = self.now() + duration_to_time(backoff) >= lease;
+                    if tries == RECORD_TRIES || out_of_time {
+                        error!(
+                            delivery_id = attempt.delivery_id,
+                            %error,
+                            retry_at = %lease,
+                            "could not record a webhook attempt; the delivery is due again when its claim ends"
+                        );
+                        return None;
+                    }
+                    warn!(delivery_id = attempt.delivery_id, %error, tries, "recording a webhook attempt failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+        None
+    }
+
+    /// One poll cycle: waits for a free slot, takes up to `max_per_cycle` free slots, reads the due rows, waits
+    /// for a start the rate allows and takes as many more as are free, claims that many rows (round-robin across
+    /// targets) and starts their attempts. Returns how many started.
+    pub async fn poll_once(&self, shutdown: &CancellationToken) -> Result<usize, WebhookError> {
+        let inner = &self.inner;
+        let cap = inner.config.max_per_cycle;
+        let first = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(0),
+            permit = Arc::clone(&inner.slots).acquire_owned() => permit,
+        };
+        let Ok(first) = first else { return Ok(0) };
+        let mut slots = vec![first];
+        while slots.len() < cap {
+            match Arc::clone(&inner.slots).try_acquire_owned() {
+                Ok(permit) => slots.push(permit),
+                Err(_) => break,
+            }
+        }
+        let window = candidate_window(cap);
+        let now = self.now();
+        let due = self.store(move |store| store.due_deliveries(now, window)).await?;
+        let wanted = slots.len().min(due.len());
+        if wanted == 0 {
+            return Ok(0);
+        }
+        let first_start = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(0),
+            ticket = self.next_start(true) => ticket,
+        };
+        let mut tickets: Vec<RateTicket> = first_start.into_iter().collect();
+        while tickets.len() < wanted {
+            match self.next_start(false).await {
+                Some(ticket) => tickets.push(ticket),
+                None => break,
+            }
+        }
+        let picked = round_robin(&due, tickets.len());
+        // The clock has moved while waiting for the rate; rows due by the read are still due now.
+        let now = self.now();
+        let lease = self.lease_end(now);
+        let claimed = match self.store(move |store| store.claim(&picked, now, lease)).await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                tickets.into_iter().for_each(|ticket| inner.ports.rate.cancel(ticket));
+                return Err(error);
+            }
+        };
+        let started = claimed.len();
+        for ticket in tickets.split_off(started) {
+            inner.ports.rate.cancel(ticket);
+        }
+        for (row, slot) in claimed.into_iter().zip(slots) {
+            let router = self.clone();
+            inner.attempts.spawn(async move { router.attempt(row, slot).await });
+        }
+        Ok(started)
+    }
+
+    /// The poll loop: a cycle every poll interval (the first at once, so rows that came due while the process
+    /// was down go in the first cycle), only while this process is leader. Store failures are logged, mark the
+    /// dispatcher degraded and back off (capped); the loop keeps running until `shutdown`.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let inner = &self.inner;
+        let _running = inner.health.start();
+        let mut ticks = tokio::time::interval(inner.config.poll_interval);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut failures: u32 = 0;
+        info!(
+            poll_interval_ms = inner.config.poll_interval.as_millis(),
+            max_per_cycle = inner.config.max_per_cycle,
+            "webhook dispatcher started"
+        );
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                _ = ticks.tick() => {}
+            }
+            if inner.ports.leadership.current().is_none() {
+                continue;
+            }
+            match self.poll_once(&shutdown).await {
+                Ok(started) => {
+                    failures = 0;
+                    inner.health.recovered();
+                    if started > 0 {
+                        debug!(started, "webhook poll cycle");
+                    }
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    inner.health.degraded(format!("webhook poll failed: {error}"));
+                    let backoff = gateway_core::capped_backoff(inner.config.poll_interval, MAX_POLL_BACKOFF, failures);
+                    warn!(%error, failures, backoff_ms = backoff.as_millis(), "webhook poll failed; backing off");
+                    tokio::select! {
+                        biased;
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                }
+            }
+        }
+        // Immediate attempts still waiting for a slot or a start give up; their rows stay due in the store.
+        inner.stopping.cancel();
+        info!("webhook dispatcher stopped");
+    }
+
+    /// Waits until no attempt is running or waiting for a slot (attempts record their outcome before they end).
+    /// For a graceful shutdown, cancel the shutdown token first.
+    pub async fn wait_idle(&self) {
+        self.inner.attempts.close();
+        self.inner.attempts.wait().await;
+        self.inner.attempts.reopen();
+    }
+}
