@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gateway_core::group_commit::AsyncGroupCommit;
+use gateway_core::group_commit::GroupCommit;
 use gateway_core::memory::lock;
 use gateway_core::{
     BackgroundLoop, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership, NewCronJob,
@@ -120,7 +120,7 @@ pub(crate) struct Inner {
     pub(crate) progress: watch::Sender<LoopProgress>,
     pub(crate) published: AtomicU64,
     /// Shares commits between concurrent `schedule_once` calls.
-    pub(crate) inserts: Arc<AsyncGroupCommit<NewCronJob, CronJobInsert>>,
+    pub(crate) inserts: Arc<GroupCommit<NewCronJob, CronJobInsert>>,
     /// Serializes this scheduler's writes. SQLite has one writer at a time, and a connection that finds the
     /// write lock taken sleeps in SQLite's busy handler for a millisecond or more; queueing here instead costs
     /// microseconds, which is most of the difference between a few thousand and tens of thousands of fires a
@@ -133,7 +133,7 @@ impl CronScheduler {
         let CronPorts { store, publisher, clock, leadership } = ports;
         let window = Mutex::new(Window::new(config.window_capacity, duration(config.claim_ahead)));
         let writes = Arc::new(Mutex::new(()));
-        let inserts = Arc::new(AsyncGroupCommit::new(MAX_INSERT_GROUP, {
+        let inserts = Arc::new(GroupCommit::new(MAX_INSERT_GROUP, {
             let (store, writes) = (Arc::clone(&store), Arc::clone(&writes));
             move |jobs: Vec<NewCronJob>| {
                 let _writing = lock(&writes);

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_core::group_commit::AsyncGroupCommit;
+use gateway_core::group_commit::GroupCommit;
 use gateway_core::memory::lock;
 use gateway_core::{
     AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, Clock, ClusterId, ComponentHealth, Event, EventPayload,
@@ -90,13 +90,13 @@ struct Inner {
     leadership: Arc<dyn Leadership>,
     health: ComponentHealth,
     /// Concurrent heartbeats share one store commit (see `gateway_core::group_commit`); it owns the store.
-    upserts: Arc<AsyncGroupCommit<HeartbeatRecord, ()>>,
+    upserts: Arc<GroupCommit<HeartbeatRecord, ()>>,
 }
 
 impl HeartbeatManager {
     pub fn new(ports: HeartbeatPorts, config: HeartbeatConfig) -> Self {
         let HeartbeatPorts { store, capabilities, publisher, clock, leadership } = ports;
-        let upserts = Arc::new(AsyncGroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
+        let upserts = Arc::new(GroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
             store.upsert_heartbeats(&records)?;
             Ok(vec![(); records.len()])
         }));
