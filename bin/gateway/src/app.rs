@@ -43,6 +43,12 @@ impl App {
         admin_token: &AdminToken,
         shutdown: CancellationToken,
     ) -> Result<Self, StartError> {
+        if config.webhook_allow_private_targets {
+            tracing::warn!(
+                "--webhook-allow-private-targets is set: the SSRF guard is off, and outbound webhooks may reach \
+                 loopback, private and link-local addresses (cloud metadata included)"
+            );
+        }
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let leadership: Arc<dyn Leadership> = Arc::new(SingleProcessLeadership);
         let bus = Bus::default();

@@ -55,7 +55,7 @@ pub use input::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_TEXT_FIELD_BYTES, WebhookC
 pub use retry::{MAX_ATTEMPTS, RETRY_SCHEDULE, RetrySchedule, ScheduleError};
 pub use router::{
     ATTEMPT_TIMEOUT, DeliveryDetail, ENQUEUE_SAFETY_NET, Enqueued, MAX_PER_CYCLE, MAX_PER_SECOND, POLL_INTERVAL,
-    RouterConfig, RouterPorts, WebhookRouter,
+    RouterConfig, RouterPorts, SIGNATURE_FAILURE_REPORT_INTERVAL, WebhookRouter,
 };
 pub use signature::{DELIVERY_HEADER, SIGNATURE_HEADER, SignatureError};
 pub use transport::{TransportSettings, UreqTransport};

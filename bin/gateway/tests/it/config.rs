@@ -49,3 +49,12 @@ fn an_unwritable_database_path_fails_with_a_clear_line() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.lines().any(|line| line.starts_with("error: --database-url")), "{stderr}");
 }
+
+#[test]
+fn turning_the_ssrf_guard_off_is_warned_about_at_start() {
+    let guarded = crate::support::Gateway::start(&[]);
+    let unguarded = crate::support::Gateway::start(&["--webhook-allow-private-targets"]);
+    unguarded.wait_for_log("the SSRF guard is off");
+    guarded.wait_for_log("gateway started");
+    assert!(!guarded.logs().contains("SSRF guard is off"), "{}", guarded.logs());
+}

@@ -13,5 +13,6 @@ mod idempotency;
 mod lifecycle;
 mod messages;
 mod operator;
+mod rate;
 mod robustness;
 mod webhooks;

@@ -39,6 +39,7 @@ impl WebhookRouter {
     /// Deletes a config and, with it, its deliveries and their history.
     pub async fn delete_config(&self, id: i64) -> Result<(), WebhookError> {
         if self.store(move |store| store.delete_config(id)).await? {
+            self.inner.signature_failures.forget(id);
             info!(webhook_id = id, "webhook config deleted with its deliveries");
             Ok(())
         } else {

@@ -72,8 +72,10 @@ impl WebhookRouter {
     ) -> Result<Delivery, WebhookError> {
         let config = self.config(webhook_id).await?;
         if let Err(reason) = verify(&config.secret, body, signature_header) {
-            warn!(webhook_id, %reason, "inbound webhook refused");
-            self.publish(EventPayload::WebhookSignatureFailure { webhook_id });
+            if let Some(suppressed) = self.inner.signature_failures.failure(webhook_id, self.now()) {
+                warn!(webhook_id, %reason, suppressed, "inbound webhook refused (signature)");
+                self.publish(EventPayload::WebhookSignatureFailure { webhook_id });
+            }
             return Err(WebhookError::SignatureMismatch { webhook_id, reason });
         }
         let received_at = self.now();

@@ -17,6 +17,7 @@
 mod configs;
 mod deliveries;
 mod dispatch;
+mod failure_reports;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -34,6 +35,9 @@ use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 pub use deliveries::Enqueued;
+pub use failure_reports::SIGNATURE_FAILURE_REPORT_INTERVAL;
+
+use self::failure_reports::SignatureFailureReports;
 
 use crate::error::WebhookError;
 use crate::retry::RetrySchedule;
@@ -116,6 +120,7 @@ struct Inner {
     /// Held by the attempt that is next to start: waiters for the rate queue here, first come first served.
     next_start: tokio::sync::Mutex<()>,
     waiting_immediate: AtomicUsize,
+    signature_failures: SignatureFailureReports,
     health: ComponentHealth,
     attempts: TaskTracker,
     /// Cancelled when [`WebhookRouter::run`] stops: immediate attempts still waiting for a slot or the rate give
@@ -188,6 +193,7 @@ impl WebhookRouter {
                 slots,
                 next_start: tokio::sync::Mutex::new(()),
                 waiting_immediate: AtomicUsize::new(0),
+                signature_failures: SignatureFailureReports::default(),
                 health: ComponentHealth::new("webhook_dispatcher"),
                 attempts: TaskTracker::new(),
                 stopping: CancellationToken::new(),

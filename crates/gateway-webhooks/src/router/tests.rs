@@ -126,6 +126,11 @@ impl Harness {
             .collect()
     }
 
+    fn signature_failure_events(&self, webhook_id: i64) -> usize {
+        let failure = EventPayload::WebhookSignatureFailure { webhook_id };
+        self.publisher.on_topic(&Topic::Webhooks).into_iter().filter(|event| event.payload == failure).count()
+    }
+
     /// Spawns the poll loop until `self.shutdown`.
     fn spawn_poll(&self) -> tokio::task::JoinHandle<()> {
         let (router, shutdown) = (self.router.clone(), self.shutdown.clone());
@@ -471,13 +476,7 @@ async fn inbound_webhooks_are_verified_on_raw_bytes_and_routed_as_an_envelope() 
         h.router.receive_inbound(config.id, None, body).await,
         Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Missing })
     );
-    let failures: Vec<_> = h
-        .publisher
-        .on_topic(&Topic::Webhooks)
-        .into_iter()
-        .filter(|event| event.payload == EventPayload::WebhookSignatureFailure { webhook_id: config.id })
-        .collect();
-    assert_eq!(failures.len(), 2);
+    assert_eq!(h.signature_failure_events(config.id), 1, "the second failure within the interval is counted only");
     assert_eq!(
         h.router.receive_inbound(404, Some(header.as_bytes()), body).await,
         Err(WebhookError::UnknownWebhook(404))
@@ -664,4 +663,22 @@ async fn the_poll_retry_now_and_immediate_attempts_share_one_rate() {
     delivered.sort_unstable();
     delivered.dedup();
     assert_eq!(delivered.len(), 14, "each delivery exactly once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_bad_signatures_is_reported_once_per_interval_per_webhook() {
+    let h = Harness::with_defaults();
+    let flooded = h.config().await;
+    let other = h.config_for("gitlab", "https://receiver.example/other").await;
+    for _ in 0..100 {
+        assert!(h.router.receive_inbound(flooded.id, Some(b"sha256=00"), b"{}").await.is_err());
+    }
+    assert!(h.router.receive_inbound(other.id, None, b"{}").await.is_err());
+    assert_eq!(h.signature_failure_events(flooded.id), 1);
+    assert_eq!(h.signature_failure_events(other.id), 1, "each webhook is throttled on its own");
+
+    h.clock.advance(SIGNATURE_FAILURE_REPORT_INTERVAL);
+    assert!(h.router.receive_inbound(flooded.id, None, b"{}").await.is_err());
+    assert_eq!(h.signature_failure_events(flooded.id), 2, "the next interval reports again");
+    assert!(h.store.deliveries().is_empty());
 }
