@@ -1,4 +1,4 @@
-//! Configuration: every flag of DESIGN.md §3, each with its environment variable (flags win).
+//! Configuration: every flag of docs/operations.md, each with its environment variable (flags win).
 //!
 //! Defaults are the owning crates' constants, not literals repeated here. A bad value stops the process at start
 //! with one line naming the flag and exit code 2 (see [`Config::from_args_or_exit`]).

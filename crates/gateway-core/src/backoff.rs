@@ -1,4 +1,4 @@
-//! The one backoff rule of every background loop (seed scheduler-hardening D: bounded, never unbounded).
+//! The one backoff rule of every background loop (H-4 in docs/requirements.md: bounded, never unbounded).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The durable cron job port (`cron_jobs`, DESIGN.md §7) and its in-memory implementation.
+//! The durable cron job port (`cron_jobs`, docs/requirements.md FR-10.6) and its in-memory implementation.
 //!
 //! The database is the source of truth for every pending job; a scheduler keeps in memory only what is due
 //! soon. Firing one instant of one job goes through a *claim*: a conditional write that only one claimer can

@@ -1,4 +1,4 @@
-//! Topics and the events published on them (DESIGN.md §5).
+//! Topics and the events published on them (docs/api.md, "Events").
 
 use std::fmt;
 
@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 use crate::decision_log::DecisionLog;
 use crate::ids::{AgentId, ClusterId};
 
-/// A pub/sub topic. The names are the seeds' and part of the contract.
+/// A pub/sub topic. The names are part of the contract (docs/api.md).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Topic {
     /// `gateway:messages`: accepted DecisionLogs.

@@ -94,7 +94,7 @@ pub enum ReminderRequestError {
 /// How much of an invalid `delay_ms` value reaches the warning, so an agent cannot flood the log.
 pub const MAX_LOGGED_VALUE_CHARS: usize = 64;
 
-/// Validates DecisionLog bodies. Stateless; a unit struct so call sites read as the seeds do.
+/// Validates DecisionLog bodies. Stateless; a unit struct so call sites read `SchemaInterceptor.inspect(body)`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SchemaInterceptor;
 

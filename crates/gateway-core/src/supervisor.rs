@@ -1,6 +1,6 @@
 //! Keeps a background loop alive: a loop that panics is restarted after a capped backoff, so the API never keeps
-//! accepting work (reminders, deliveries) for a loop that is gone (seed scheduler-hardening D: loops never throw,
-//! backoff is bounded).
+//! accepting work (reminders, deliveries) for a loop that is gone (H-4 and H-5 in docs/requirements.md: loops never
+//! die, backoff is bounded).
 //!
 //! While a loop is down, its `RunningGuard` is dropped and its component reports itself stopped: `/readyz` says
 //! so until the restart.

@@ -29,7 +29,7 @@ pub const CLAIM_LEASE: std::time::Duration = std::time::Duration::from_secs(10);
 pub const DEFAULT_BATCH_SIZE: usize = 512;
 /// First pause after a store error; doubled per consecutive failure up to [`RETRY_MAX`].
 pub const RETRY_INITIAL: std::time::Duration = std::time::Duration::from_millis(250);
-/// The cap of the store-error backoff (seed scheduler-hardening D: bounded, never unbounded).
+/// The cap of the store-error backoff (H-4 in docs/requirements.md: bounded, never unbounded).
 pub const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often a non-leader checks whether it became leader.
 pub const LEADERSHIP_POLL: std::time::Duration = std::time::Duration::from_secs(1);

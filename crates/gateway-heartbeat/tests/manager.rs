@@ -203,7 +203,7 @@ async fn live_agents_are_paged_in_id_order_with_capabilities() {
 }
 
 #[test]
-fn defaults_are_the_seeds_constants() {
+fn defaults_are_the_fr_10_2_constants() {
     let config = HeartbeatConfig::default();
     assert_eq!(config.eviction_threshold, Duration::from_secs(90));
     assert_eq!(config.check_interval, Duration::from_secs(30));

@@ -1,4 +1,4 @@
-//! Diesel's view of the tables (DESIGN.md §7 plus later additive migrations).
+//! Diesel's view of the tables (the contract's tables plus later additive migrations; docs/architecture.md).
 
 diesel::table! {
     gateway_heartbeats (agent_id) {

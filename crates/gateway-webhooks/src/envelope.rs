@@ -1,4 +1,4 @@
-//! The delivery payload made from a verified inbound webhook (DESIGN.md §8).
+//! The delivery payload made from a verified inbound webhook (docs/webhooks.md).
 
 use std::borrow::Cow;
 

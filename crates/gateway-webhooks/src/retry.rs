@@ -1,10 +1,10 @@
-//! The retry state machine (FR-10.9, DESIGN.md §8): a pure function of the attempt's outcome, the attempts
+//! The retry state machine (FR-10.9 in docs/requirements.md): a pure function of the attempt's outcome, the attempts
 //! made before it, the time it finished and the schedule, so every transition is testable to the second.
 
 use gateway_core::{AttemptOutcome, DeliveryStatus};
 use time::{Duration, OffsetDateTime};
 
-/// Seconds to wait after failed attempts 1..5: 30 s, 2 min, 10 min, 1 h, 6 h (the seeds' schedule, and the
+/// Seconds to wait after failed attempts 1..5: 30 s, 2 min, 10 min, 1 h, 6 h (FR-10.9's schedule, and the
 /// default of `--webhook-retry-schedule-s`). An explicit table, never a formula (FR-10.9).
 pub const RETRY_SCHEDULE: [u64; 5] = [30, 120, 600, 3600, 21600];
 
@@ -129,7 +129,7 @@ mod tests {
     }
 
     #[test]
-    fn the_default_schedule_is_the_seeds_table() {
+    fn the_default_schedule_is_the_fr_10_9_table() {
         assert_eq!(RETRY_SCHEDULE, [30, 120, 600, 3600, 21600]);
         assert_eq!(MAX_ATTEMPTS, 6);
         assert_eq!(RetrySchedule::default().max_attempts(), MAX_ATTEMPTS);

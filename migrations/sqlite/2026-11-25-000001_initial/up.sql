@@ -1,4 +1,4 @@
--- The four tables of DESIGN.md §7. Later migrations only add.
+-- The four tables of the contract (docs/architecture.md). Later migrations only add.
 CREATE TABLE gateway_heartbeats (
     agent_id TEXT PRIMARY KEY NOT NULL,
     cluster_id TEXT NOT NULL,

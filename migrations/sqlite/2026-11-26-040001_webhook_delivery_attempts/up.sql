@@ -1,4 +1,4 @@
--- Issue 4: the attempt history the forensic inspector shows, and the indexes its filters need.
+-- The attempt history the forensic inspector shows, and the indexes its filters need.
 
 CREATE TABLE webhook_delivery_attempts (
     id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,

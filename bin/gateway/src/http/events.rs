@@ -1,4 +1,4 @@
-//! `GET /gateway/events?topic=…`: one topic as Server-Sent Events (DESIGN.md §4, §5).
+//! `GET /gateway/events?topic=…`: one topic as Server-Sent Events (docs/api.md).
 //!
 //! Each stream has a small buffer between the bus and the socket. A client that reads slowly first makes its
 //! bus subscription lag (it gets `event: lagged` with the count it missed); a client that accepts nothing for

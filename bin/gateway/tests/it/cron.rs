@@ -1,4 +1,4 @@
-//! Reminders and cron jobs through the real binary (issue 3): FR-10.5–10.7 and the operator endpoints.
+//! Reminders and cron jobs through the real binary (FR-10.5–10.7 in docs/requirements.md) and the operator endpoints.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

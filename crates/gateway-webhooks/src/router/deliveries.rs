@@ -63,7 +63,7 @@ impl WebhookRouter {
     }
 
     /// Handles `POST /gateway/webhooks/{webhook_id}`: verifies `signature_header` against the raw `body`, wraps
-    /// the body in the DESIGN.md §8 envelope and enqueues it for the config's target and session.
+    /// the body in the inbound envelope (docs/webhooks.md) and enqueues it for the config's target and session.
     pub async fn receive_inbound(
         &self,
         webhook_id: i64,

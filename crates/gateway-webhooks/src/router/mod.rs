@@ -72,7 +72,7 @@ pub(crate) const RECORD_FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// `--webhook-max-per-second`). The binary hands it to the [`DispatchRate`] adapter it wires.
 pub const MAX_PER_SECOND: usize = 5;
 
-/// The router's tunables; the defaults are the seeds' constants.
+/// The router's tunables; the defaults are the constants of docs/requirements.md.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterConfig {
     pub poll_interval: Duration,
