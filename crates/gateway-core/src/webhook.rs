@@ -28,6 +28,18 @@ impl WebhookSecret {
     }
 }
 
+impl From<&str> for WebhookSecret {
+    fn from(secret: &str) -> Self {
+        Self::new(secret)
+    }
+}
+
+impl From<String> for WebhookSecret {
+    fn from(secret: String) -> Self {
+        Self::new(secret)
+    }
+}
+
 impl fmt::Debug for WebhookSecret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("WebhookSecret(<redacted>)")
