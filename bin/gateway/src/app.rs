@@ -9,7 +9,7 @@ use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_store::{DieselStore, WalCheckpointer};
-use gateway_webhooks::{RouterPorts, UreqTransport, WebhookRouter};
+use gateway_webhooks::{DeliveryRetention, RetentionPorts, RouterPorts, UreqTransport, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -84,11 +84,21 @@ impl App {
             config.webhook_router(),
         );
 
+        let retention = DeliveryRetention::new(
+            RetentionPorts {
+                store: Arc::new(store.clone()),
+                clock: Arc::clone(&clock),
+                leadership: Arc::clone(&leadership),
+            },
+            config.retention(),
+        );
+
         let stop_loops = CancellationToken::new();
         let mut loops = JoinSet::new();
         loops.spawn(supervise_loop(heartbeat.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(webhooks.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));
+        loops.spawn(supervise_loop(retention.clone(), stop_loops.clone()));
 
         let wal_checkpointer =
             store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?;
@@ -99,6 +109,7 @@ impl App {
             heartbeat,
             webhooks,
             cron,
+            retention,
             clock,
             shutdown,
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),

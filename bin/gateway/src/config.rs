@@ -26,6 +26,8 @@ pub const MAX_WEBHOOK_TIMEOUT_MS: u64 = 300_000;
 pub const MAX_TRACKED_AGENTS: usize = 10_000_000;
 /// Largest poll batch and in-flight cap.
 pub const MAX_PER_CYCLE: usize = 10_000;
+/// Longest retention: a hundred years (a bound only so the arithmetic cannot overflow).
+pub const MAX_RETENTION_DAYS: u64 = 36_500;
 /// Highest outbound rate; the in-process limiter remembers one instant per start of the last second.
 pub const MAX_PER_SECOND: usize = 100_000;
 
@@ -92,6 +94,12 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_WEBHOOK_ALLOW_PRIVATE_TARGETS", value_name = "BOOL", num_args = 0..=1,
           default_value_t = false, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub webhook_allow_private_targets: bool,
+
+    /// Delivered and dead webhook deliveries (with their attempts and idempotency keys) older than this many days
+    /// are pruned [default: 30].
+    #[arg(long, env = "GATEWAY_RETENTION_DAYS", value_name = "DAYS",
+          default_value_t = gateway_webhooks::RETENTION.as_secs() / 86_400, value_parser = at_most(MAX_RETENTION_DAYS))]
+    pub retention_days: u64,
 
     /// Log format.
     #[arg(long, env = "GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -174,6 +182,14 @@ impl Config {
     /// `--webhook-max-per-second`, or the webhook crate's constant.
     pub fn webhook_max_per_second(&self) -> usize {
         self.webhook_max_per_second.unwrap_or(gateway_webhooks::MAX_PER_SECOND)
+    }
+
+    /// How long finished deliveries are kept (`--retention-days`).
+    pub fn retention(&self) -> gateway_webhooks::RetentionConfig {
+        gateway_webhooks::RetentionConfig {
+            retention: Duration::from_secs(self.retention_days.saturating_mul(86_400)),
+            ..gateway_webhooks::RetentionConfig::default()
+        }
     }
 
     /// The outbound transport's settings (`--webhook-timeout-ms`, `--webhook-allow-private-targets`).
@@ -284,6 +300,7 @@ mod tests {
         assert_eq!(config.heartbeat_check_interval_ms, 30_000);
         assert_eq!(config.heartbeat_eviction_threshold_s, 90);
         assert_eq!(config.max_tracked_agents, 100_000);
+        assert_eq!(config.retention().retention, Duration::from_secs(30 * 86_400));
         assert!(!config.webhook_allow_private_targets);
         assert_eq!(config.log_format, LogFormat::Text);
     }
@@ -329,6 +346,8 @@ mod tests {
             (vec!["--webhook-max-per-second=0"], "--webhook-max-per-second"),
             (vec!["--webhook-max-per-second=100001"], "--webhook-max-per-second"),
             (vec!["--max-tracked-agents=10000001"], "--max-tracked-agents"),
+            (vec!["--retention-days=0"], "--retention-days"),
+            (vec!["--retention-days=36501"], "--retention-days"),
             (vec!["--log-format=xml"], "--log-format"),
         ];
         for (args, flag) in cases {

@@ -48,6 +48,16 @@ impl Gateway {
             .await
             .map_err(|error| StartError::Task(error.to_string()))??;
         let app = App::start(config, store, admin_token, shutdown.clone())?;
+        let state = app.state();
+        let components = state.components();
+        let started = async {
+            for component in &components {
+                component.running().await;
+            }
+        };
+        tokio::time::timeout(LOOP_START_TIMEOUT, started)
+            .await
+            .map_err(|_| StartError::Task("the background loops did not start".to_owned()))?;
         Ok(Self { app, shutdown })
     }
 
@@ -59,6 +69,9 @@ impl Gateway {
         tracing::info!("gateway stopped");
     }
 }
+
+/// How long start-up waits for the background loops to run before giving up.
+pub const LOOP_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A fresh operator token: 256 random bits as hex.
 pub fn generate_admin_token() -> Result<AdminToken, StartError> {

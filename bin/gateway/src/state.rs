@@ -8,7 +8,7 @@ use gateway_cron::CronScheduler;
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
 use gateway_store::DieselStore;
-use gateway_webhooks::WebhookRouter;
+use gateway_webhooks::{DeliveryRetention, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +28,7 @@ pub struct AppState {
     pub heartbeat: HeartbeatManager,
     pub webhooks: WebhookRouter,
     pub cron: CronScheduler,
+    pub retention: DeliveryRetention,
     pub clock: Arc<dyn Clock>,
     /// Cancelled when shutdown begins: event streams end, in-flight requests finish.
     pub shutdown: CancellationToken,
@@ -40,6 +41,6 @@ pub struct AppState {
 impl AppState {
     /// The loops `/readyz` reports on.
     pub fn components(&self) -> Vec<ComponentHealth> {
-        vec![self.heartbeat.health(), self.webhooks.health(), self.cron.health()]
+        vec![self.heartbeat.health(), self.webhooks.health(), self.cron.health(), self.retention.health()]
     }
 }

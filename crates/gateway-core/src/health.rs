@@ -14,6 +14,8 @@ use crate::memory::lock;
 struct HealthState {
     running: AtomicBool,
     problem: Mutex<Option<String>>,
+    /// Woken when the component starts running.
+    started: tokio::sync::Notify,
 }
 
 /// The health of one component; clones share state.
@@ -35,13 +37,31 @@ pub struct HealthReport {
 
 impl ComponentHealth {
     pub fn new(name: &'static str) -> Self {
-        Self { name, state: Arc::new(HealthState { running: AtomicBool::new(false), problem: Mutex::new(None) }) }
+        let state = HealthState {
+            running: AtomicBool::new(false),
+            problem: Mutex::new(None),
+            started: tokio::sync::Notify::new(),
+        };
+        Self { name, state: Arc::new(state) }
     }
 
     /// Marks the component running until the returned guard is dropped.
     pub fn start(&self) -> RunningGuard {
         self.state.running.store(true, Ordering::SeqCst);
+        self.state.started.notify_waiters();
         RunningGuard { state: Arc::clone(&self.state) }
+    }
+
+    /// Waits until the component runs (at once if it does). A server awaits this before it accepts requests, so
+    /// the first request does not find a loop that was spawned but has not started yet.
+    pub async fn running(&self) {
+        loop {
+            let started = self.state.started.notified();
+            if self.is_running() {
+                return;
+            }
+            started.await;
+        }
     }
 
     pub fn is_running(&self) -> bool {
@@ -94,6 +114,20 @@ mod tests {
         assert!(health.report().healthy);
         drop(guard);
         assert!(!health.report().running);
+    }
+
+    #[tokio::test]
+    async fn running_resolves_once_the_loop_starts() {
+        let health = ComponentHealth::new("loop");
+        let waiter = tokio::spawn({
+            let health = health.clone();
+            async move { health.running().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        let _guard = health.start();
+        waiter.await.unwrap();
+        health.running().await;
     }
 
     #[test]

@@ -249,7 +249,10 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
     fn config(&self, id: i64) -> Result<Option<WebhookConfig>, StoreError>;
     /// Every config, by id.
     fn list_configs(&self) -> Result<Vec<WebhookConfig>, StoreError>;
-    /// Deletes the config together with its deliveries and their attempts; `false` when there was none.
+    /// Deletes the config together with its deliveries and their attempts; `false` when there was none. A
+    /// database adapter should delete a large history in batches, each its own short transaction, so that no
+    /// other writer waits behind one long delete; a crash midway then leaves the config with part of its history,
+    /// and deleting it again finishes the job.
     fn delete_config(&self, id: i64) -> Result<bool, StoreError>;
 
     /// [`StoreError::Conflict`] when the config is gone or the idempotency key is taken.
@@ -285,6 +288,11 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
         lease: OffsetDateTime,
         update: &DeliveryUpdate,
     ) -> Result<bool, StoreError>;
+    /// Retention: deletes up to `limit` deliveries that are delivered or dead and were created before
+    /// `created_before`, with their attempts (and so their idempotency keys); returns how many deliveries went.
+    /// Pending and failed deliveries are never pruned, however old. Callers repeat it until it returns less than
+    /// `limit`, so each call is one short transaction.
+    fn prune_finished_deliveries(&self, created_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError>;
     /// "Retry now": in one transaction, if the row is failed or dead, sets `status = pending`,
     /// `attempt_count = 0`, `next_retry_at = now`.
     fn retry_now(&self, id: i64, now: OffsetDateTime) -> Result<RetryNowOutcome, StoreError>;

@@ -99,6 +99,25 @@ impl WebhookStore for InMemoryWebhookStore {
         Ok(true)
     }
 
+    fn prune_finished_deliveries(&self, created_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError> {
+        self.failure.check()?;
+        let mut tables = lock(&self.tables);
+        let finished: Vec<i64> = tables
+            .deliveries
+            .values()
+            .filter(|delivery| !delivery.status.is_awaiting_attempt() && delivery.created_at < created_before)
+            .map(|delivery| delivery.id)
+            .take(limit)
+            .collect();
+        let Tables { deliveries, attempts, delivery_by_key, .. } = &mut *tables;
+        for id in &finished {
+            deliveries.remove(id);
+        }
+        delivery_by_key.retain(|_, delivery_id| deliveries.contains_key(delivery_id));
+        attempts.retain(|attempt| deliveries.contains_key(&attempt.delivery_id));
+        Ok(finished.len())
+    }
+
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError> {
         self.failure.check()?;
         let mut tables = lock(&self.tables);

@@ -15,6 +15,33 @@ use crate::connection::DieselStore;
 use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts};
 use crate::timestamp::{from_db, to_db};
 
+/// Most deliveries (with their attempts) deleted per transaction when a config's history or old deliveries go.
+pub const DELETE_BATCH: usize = 1_000;
+
+/// The ids of a config's deliveries, as a query to narrow down and delete from.
+fn deliveries_of(webhook_id: i64) -> webhook_deliveries::BoxedQuery<'static, Sqlite, diesel::sql_types::BigInt> {
+    webhook_deliveries::table
+        .filter(webhook_deliveries::webhook_id.eq(webhook_id))
+        .select(webhook_deliveries::id)
+        .into_boxed()
+}
+
+/// Deletes up to `limit` of the deliveries `ids` selects, attempts first (they reference the deliveries);
+/// returns how many deliveries went. Call it inside a transaction.
+fn delete_deliveries(
+    connection: &mut SqliteConnection,
+    ids: webhook_deliveries::BoxedQuery<'static, Sqlite, diesel::sql_types::BigInt>,
+    limit: usize,
+) -> QueryResult<usize> {
+    let batch: Vec<i64> = ids.limit(i64::try_from(limit).unwrap_or(i64::MAX)).load(connection)?;
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    diesel::delete(webhook_delivery_attempts::table.filter(webhook_delivery_attempts::delivery_id.eq_any(&batch)))
+        .execute(connection)?;
+    diesel::delete(webhook_deliveries::table.filter(webhook_deliveries::id.eq_any(&batch))).execute(connection)
+}
+
 /// The statuses the poll picks up, in the order their due rows are read.
 const AWAITING_ATTEMPT: [DeliveryStatus; 2] = [DeliveryStatus::Pending, DeliveryStatus::Failed];
 
@@ -210,17 +237,30 @@ impl WebhookStore for DieselStore {
     }
 
     fn delete_config(&self, id: i64) -> Result<bool, StoreError> {
+        // The history first, a batch per transaction: one transaction over a large history would hold SQLite's
+        // write lock past other writers' busy timeout.
+        while self.immediate("delete a webhook config's history", |connection| {
+            delete_deliveries(connection, deliveries_of(id), DELETE_BATCH)
+        })? == DELETE_BATCH
+        {}
+        // What is left (deliveries enqueued meanwhile: a handful) goes with the config, atomically.
         self.immediate("delete webhook config", |connection| {
-            let owned =
-                webhook_deliveries::table.filter(webhook_deliveries::webhook_id.eq(id)).select(webhook_deliveries::id);
-            diesel::delete(
-                webhook_delivery_attempts::table.filter(webhook_delivery_attempts::delivery_id.eq_any(owned)),
-            )
-            .execute(connection)?;
-            diesel::delete(webhook_deliveries::table.filter(webhook_deliveries::webhook_id.eq(id)))
-                .execute(connection)?;
+            while delete_deliveries(connection, deliveries_of(id), DELETE_BATCH)? > 0 {}
             let deleted = diesel::delete(webhook_configs::table.find(id)).execute(connection)?;
             Ok(deleted > 0)
+        })
+    }
+
+    fn prune_finished_deliveries(&self, created_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError> {
+        use webhook_deliveries::dsl;
+        let finished = [DeliveryStatus::Delivered, DeliveryStatus::Dead].map(DeliveryStatus::as_str);
+        self.immediate("prune finished webhook deliveries", |connection| {
+            let candidates = dsl::webhook_deliveries
+                .filter(dsl::created_at.lt(to_db(created_before)))
+                .filter(dsl::status.eq_any(finished))
+                .select(dsl::id)
+                .into_boxed();
+            delete_deliveries(connection, candidates, limit)
         })
     }
 

@@ -3,6 +3,7 @@
 pub mod envelope;
 pub mod error;
 pub mod input;
+pub mod retention;
 pub mod retry;
 pub mod router;
 pub mod signature;
@@ -11,6 +12,7 @@ pub mod transport;
 
 pub use error::WebhookError;
 pub use input::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_TEXT_FIELD_BYTES, WebhookConfigDraft};
+pub use retention::{DeliveryRetention, RETENTION, RetentionConfig, RetentionPorts};
 pub use retry::{MAX_ATTEMPTS, RETRY_SCHEDULE, RetrySchedule, ScheduleError};
 pub use router::{
     ATTEMPT_TIMEOUT, DeliveryDetail, ENQUEUE_SAFETY_NET, Enqueued, MAX_PER_CYCLE, MAX_PER_SECOND, POLL_INTERVAL,

@@ -14,5 +14,6 @@ mod lifecycle;
 mod messages;
 mod operator;
 mod rate;
+mod retention;
 mod robustness;
 mod webhooks;

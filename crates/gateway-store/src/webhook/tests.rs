@@ -232,6 +232,97 @@ fn deleting_a_config_deletes_its_deliveries_and_their_attempts() {
     assert!(!store.record_attempt(&attempt, lease, &update).unwrap());
 }
 
+/// Writes `count` deliveries of `webhook_id` with one attempt each, straight through SQL (fast).
+fn history(store: &DieselStore, webhook_id: i64, count: usize, status: DeliveryStatus, created_at: OffsetDateTime) {
+    store
+        .immediate("test history", |connection| {
+            for _ in 0..count {
+                let row = NewDeliveryRow {
+                    webhook_id,
+                    session_id: "s",
+                    payload: "{}",
+                    target_url: "https://example.com/a",
+                    signature: "sha256=00",
+                    status: status.as_str(),
+                    attempt_count: 1,
+                    next_retry_at: to_db(created_at),
+                    created_at: to_db(created_at),
+                    idempotency_key: None,
+                };
+                let id: i64 = diesel::insert_into(webhook_deliveries::table)
+                    .values(&row)
+                    .returning(webhook_deliveries::id)
+                    .get_result(connection)?;
+                diesel::insert_into(webhook_delivery_attempts::table)
+                    .values(&NewAttemptRow {
+                        delivery_id: id,
+                        attempt_number: 1,
+                        started_at: to_db(created_at),
+                        duration_ms: 1,
+                        status_code: Some(200),
+                        error_class: None,
+                        error_detail: None,
+                    })
+                    .execute(connection)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_config_with_more_history_than_a_batch_is_deleted_whole() {
+    let (dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let kept = store.create_config(&new_config("stripe")).unwrap();
+    history(&store, config.id, 2 * DELETE_BATCH + 17, DeliveryStatus::Delivered, START);
+    history(&store, kept.id, 3, DeliveryStatus::Delivered, START);
+    assert!(store.delete_config(config.id).unwrap());
+    let path = dir.path().join("g.db");
+    assert_eq!(count(&path, "webhook_deliveries"), 3);
+    assert_eq!(count(&path, "webhook_delivery_attempts"), 3);
+    assert_eq!(store.config(config.id).unwrap(), None);
+}
+
+#[test]
+fn pruning_takes_only_old_finished_deliveries_a_batch_at_a_time() {
+    let (dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let cutoff = START + Duration::days(30);
+    for status in DeliveryStatus::ALL {
+        history(&store, config.id, 3, status, START);
+        history(&store, config.id, 2, status, cutoff);
+    }
+    assert_eq!(store.prune_finished_deliveries(cutoff, 4).unwrap(), 4);
+    assert_eq!(store.prune_finished_deliveries(cutoff, 4).unwrap(), 2, "3 delivered + 3 dead were old enough");
+    assert_eq!(store.prune_finished_deliveries(cutoff, 4).unwrap(), 0);
+    let path = dir.path().join("g.db");
+    assert_eq!(count(&path, "webhook_deliveries"), 4 * 5 - 6);
+    assert_eq!(count(&path, "webhook_delivery_attempts"), 4 * 5 - 6, "their attempts went with them");
+    let pending_and_failed = DeliveryFilter {
+        session_id: None,
+        status: None,
+        created_from: None,
+        created_before: Some(cutoff),
+        after_id: None,
+        limit: 100,
+    };
+    let left: Vec<DeliveryStatus> =
+        store.list_deliveries(&pending_and_failed).unwrap().iter().map(|d| d.status).collect();
+    assert!(left.iter().all(|status| status.is_awaiting_attempt()), "{left:?}");
+    assert_eq!(left.len(), 6, "old pending and failed deliveries are never pruned");
+}
+
+fn count(path: &std::path::Path, table: &str) -> i64 {
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let mut connection = SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+    diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}")).get_result::<Count>(&mut connection).unwrap().n
+}
+
 #[test]
 fn instants_round_trip_exactly_for_the_lease_comparison() {
     let (_dir, store) = open();
