@@ -22,4 +22,4 @@ ci:
 # Benchmarks (docs/benchmarks.md), all or one by name: `just bench http`, `just bench cron lateness`
 bench name="" *args:
     cargo build --release -p gateway
-    cargo bench -p gateway-benches {{ if name == "" { "" } else { "--bench " + name } }} -- {{ args }}
+    cargo bench -p gateway-benches {{ if name == "" { "" } else { "--bench " + name } }} {{ if args == "" { "" } else { "-- " + args } }}

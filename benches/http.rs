@@ -53,7 +53,7 @@ fn main() {
         client_threads: env_size("HTTP_BENCH_CLIENT_THREADS", generator_cpus).max(1),
     };
     println!(
-        "# HTTP load: {} keep-alive connections, {} client threads, {:?} measured after {:?} warm-up",
+        "# HTTP load: {} keep-alive connections, client threads: {}, {:?} measured after {:?} warm-up",
         settings.connections, settings.client_threads, settings.duration, settings.warmup,
     );
     println!("gateway binary: {} ({})", gateway_binary.display(), age(&gateway_binary));
@@ -133,7 +133,7 @@ enum Pinning {
         server_cpus: String,
         client_cpus: String,
     },
-    /// Why not.
+    /// Why not, as the report's line.
     Unpinned(String),
 }
 
@@ -142,7 +142,7 @@ impl Pinning {
     /// back to running everything unpinned, with the reason.
     fn from_env() -> Self {
         if std::env::var_os("HTTP_BENCH_UNPINNED").is_some() {
-            return Self::Unpinned("HTTP_BENCH_UNPINNED is set".to_owned());
+            return Self::Unpinned("HTTP_BENCH_UNPINNED is set; running unpinned".to_owned());
         }
         let cpus = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
         let server_cpus = cpus("HTTP_BENCH_SERVER_CPUS", "1");
@@ -161,7 +161,7 @@ impl Pinning {
                 "pinned: servers under `taskset -c {server_cpus}`, load generator on CPUs {client_cpus} \
                  (HTTP_BENCH_SERVER_CPUS / HTTP_BENCH_CLIENT_CPUS)"
             ),
-            Self::Unpinned(reason) => format!("unpinned: {reason}"),
+            Self::Unpinned(reason) => reason.clone(),
         }
     }
 
