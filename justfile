@@ -17,3 +17,9 @@ fmt:
 
 ci:
     .ci/run
+
+# The http benchmark drives the release gateway binary, so that is built first.
+# Benchmarks (docs/benchmarks.md), all or one by name: `just bench http`, `just bench cron lateness`
+bench name="" *args:
+    cargo build --release -p gateway
+    cargo bench -p gateway-benches {{ if name == "" { "" } else { "--bench " + name } }} {{ if args == "" { "" } else { "-- " + args } }}

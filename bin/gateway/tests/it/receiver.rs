@@ -1,13 +1,11 @@
-//! A webhook receiver for the tests: a small HTTP/1.1 server on 127.0.0.1 that records every request and
-//! answers with a status the test sets, or holds the request open (to catch the gateway mid-attempt).
-#![allow(dead_code, reason = "shared by the webhook tests and the benchmark; not each uses every helper")]
+//! A webhook receiver for the tests: gateway-testkit's recording HTTP server on 127.0.0.1, under the names the
+//! webhook tests use. It records every request and answers with a status the test sets, or holds the request
+//! open (to catch the gateway mid-attempt).
+#![allow(dead_code, reason = "shared by the webhook tests; not each uses every helper")]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use gateway_testkit::{Reply, Request};
 
 use crate::support::PATIENCE;
 
@@ -20,11 +18,23 @@ pub enum Behaviour {
     Hold,
 }
 
+impl From<Behaviour> for Reply {
+    fn from(behaviour: Behaviour) -> Self {
+        match behaviour {
+            Behaviour::Status(status) => Self::Status(status),
+            Behaviour::Hold => Self::Hold,
+        }
+    }
+}
+
 /// One request as the receiver saw it.
 #[derive(Debug, Clone)]
 pub struct Received {
+    /// When the whole request had arrived.
     pub at: Instant,
+    /// The request target: path and query.
     pub path: String,
+    /// Names in lower case, as HTTP/1 headers are case-insensitive.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
@@ -34,133 +44,58 @@ impl Received {
         self.headers.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
     }
 
+    /// `x-observatory-delivery`, or -1 without one.
     pub fn delivery_id(&self) -> i64 {
         self.header("x-observatory-delivery").and_then(|id| id.parse().ok()).unwrap_or(-1)
     }
 }
 
-#[derive(Debug)]
-struct Shared {
-    behaviour: Mutex<Behaviour>,
-    changed: Condvar,
-    received: Mutex<Vec<Received>>,
-    stopped: AtomicBool,
+impl From<Request> for Received {
+    fn from(request: Request) -> Self {
+        let headers = request
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+            .collect();
+        Self { at: request.at, path: request.path, headers, body: request.body.to_vec() }
+    }
 }
 
 /// The running receiver; stops when dropped.
+#[derive(Debug)]
 pub struct Receiver {
-    address: SocketAddr,
-    shared: Arc<Shared>,
+    inner: gateway_testkit::Receiver,
 }
 
 impl Receiver {
     pub fn start(behaviour: Behaviour) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        let shared = Arc::new(Shared {
-            behaviour: Mutex::new(behaviour),
-            changed: Condvar::new(),
-            received: Mutex::new(Vec::new()),
-            stopped: AtomicBool::new(false),
-        });
-        let accepting = Arc::clone(&shared);
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                if accepting.stopped.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(stream) = stream else { continue };
-                let connection = Arc::clone(&accepting);
-                thread::spawn(move || serve_connection(stream, &connection));
-            }
-        });
-        Self { address, shared }
+        Self { inner: gateway_testkit::Receiver::start(behaviour.into()).unwrap() }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.address)
+        self.inner.url(path)
     }
 
     pub fn set(&self, behaviour: Behaviour) {
-        *self.shared.behaviour.lock().unwrap() = behaviour;
-        self.shared.changed.notify_all();
+        self.inner.set(behaviour.into());
     }
 
     pub fn received(&self) -> Vec<Received> {
-        self.shared.received.lock().unwrap().clone()
+        self.inner.requests().into_iter().map(Received::from).collect()
     }
 
     pub fn count(&self) -> usize {
-        self.shared.received.lock().unwrap().len()
+        self.inner.count()
     }
 
     /// Waits until at least `count` requests arrived; panics after [`PATIENCE`].
     pub fn wait_for(&self, count: usize) -> Vec<Received> {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let received = self.received();
-            if received.len() >= count {
-                return received;
-            }
-            assert!(Instant::now() < deadline, "the receiver got {} of {count} requests", received.len());
-            thread::sleep(Duration::from_millis(10));
-        }
+        let requests = self.inner.wait_for(count, PATIENCE).unwrap_or_else(|timed_out| panic!("{timed_out}"));
+        requests.into_iter().map(Received::from).collect()
     }
-}
 
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.shared.stopped.store(true, Ordering::SeqCst);
-        self.set(Behaviour::Status(503));
-        // Wakes the accept loop so it sees the flag.
-        let _ = TcpStream::connect(self.address);
+    /// The receiver underneath, for what the names above do not cover (a script of statuses, delays).
+    pub fn testkit(&self) -> &gateway_testkit::Receiver {
+        &self.inner
     }
-}
-
-/// Serves requests on one connection (keep-alive) until the client closes it.
-fn serve_connection(stream: TcpStream, shared: &Shared) {
-    let Ok(mut writer) = stream.try_clone() else { return };
-    let mut reader = BufReader::new(stream);
-    loop {
-        let Some(received) = read_request(&mut reader) else { return };
-        shared.received.lock().unwrap().push(received);
-        let mut behaviour = shared.behaviour.lock().unwrap();
-        while *behaviour == Behaviour::Hold && !shared.stopped.load(Ordering::SeqCst) {
-            behaviour = shared.changed.wait_timeout(behaviour, Duration::from_millis(200)).unwrap().0;
-        }
-        let Behaviour::Status(status) = *behaviour else { return };
-        drop(behaviour);
-        let response = format!("HTTP/1.1 {status} Status\r\ncontent-length: 0\r\n\r\n");
-        if writer.write_all(response.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
-
-fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Received> {
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).ok()? == 0 {
-        return None;
-    }
-    let at = Instant::now();
-    let path = request_line.split_whitespace().nth(1)?.to_owned();
-    let mut headers = Vec::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).ok()?;
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        let (key, value) = line.split_once(':')?;
-        headers.push((key.trim().to_owned(), value.trim().to_owned()));
-    }
-    let length = headers
-        .iter()
-        .find(|(key, _)| key.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, value)| value.parse::<usize>().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    Some(Received { at, path, headers, body })
 }

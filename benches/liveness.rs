@@ -1,8 +1,9 @@
-//! The liveness map at its scale target (issue 2, item 10): memory with 1,000,000 tracked agents, and the time
-//! of one eviction sweep over them.
+//! The liveness map at its scale target: memory with 1,000,000 tracked agents, and the time of one eviction sweep
+//! over them.
 //!
-//! Run: `cargo bench -p gateway-heartbeat` (release profile). For a quick look:
-//! `LIVENESS_BENCH_AGENTS=100000 cargo bench -p gateway-heartbeat`.
+//! Run: `cargo bench -p gateway-benches --bench liveness` (release profile, or `just bench liveness`). For a quick
+//! look: `LIVENESS_BENCH_AGENTS=100000 cargo bench -p gateway-benches --bench liveness`. Results:
+//! docs/benchmarks.md.
 //!
 //! The real `HeartbeatManager` on a `ManualClock`, fed through `accept` (what `POST /gateway/heartbeat` calls
 //! once the body is parsed) from `LIVENESS_BENCH_CONCURRENCY` tasks (default 64, like 64 connections). Its ports
@@ -33,6 +34,7 @@ use gateway_core::{
     SingleProcessLeadership, StoreError, Topic,
 };
 use gateway_heartbeat::{EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatManager, HeartbeatPing, HeartbeatPorts};
+use gateway_testkit::{Sample, env_size};
 use time::OffsetDateTime;
 use tracing::Level;
 
@@ -73,10 +75,6 @@ impl EventPublisher for CountingPublisher {
         }
         Ok(())
     }
-}
-
-fn env_size(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
 }
 
 /// `(VmRSS, VmHWM)` of this process in KiB.
@@ -170,19 +168,23 @@ fn to_time(duration: Duration) -> time::Duration {
     time::Duration::try_from(duration).unwrap()
 }
 
-fn summary(mut samples: Vec<Duration>) -> String {
-    samples.sort_unstable();
-    let median = samples[samples.len() / 2];
+fn summary(samples: Vec<Duration>) -> String {
+    let sample = Sample::new(samples);
+    let ms = |duration: Option<Duration>| ms(duration.unwrap_or_default());
     format!(
         "min {:.2} ms, median {:.2} ms, max {:.2} ms ({} runs)",
-        ms(samples[0]),
-        ms(median),
-        ms(samples[samples.len() - 1]),
-        samples.len()
+        ms(sample.min()),
+        ms(sample.percentile(50.0)),
+        ms(sample.max()),
+        sample.len()
     )
 }
 
 fn main() {
+    // `cargo test --benches` runs bench targets without `--bench`: nothing to measure then.
+    if !std::env::args().any(|argument| argument == "--bench") {
+        return;
+    }
     let agents = env_size("LIVENESS_BENCH_AGENTS", 1_000_000);
     let concurrency = env_size("LIVENESS_BENCH_CONCURRENCY", 64).max(1);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();

@@ -1,10 +1,11 @@
-//! The cron scheduler on the real SQLite adapter (issue 3, item 9), and tokio-cron-scheduler on the same
-//! workload in the same run.
+//! The cron scheduler on the real SQLite adapter, and tokio-cron-scheduler on the same workload in the same run.
 //!
-//! Run: `cargo bench -p cron-bench` (release profile); `cargo bench -p cron-bench -- lateness` runs one part.
+//! Run: `cargo bench -p gateway-benches --bench cron` (release profile, or `just bench cron`);
+//! `cargo bench -p gateway-benches --bench cron -- lateness` runs one part.
 //! Environment: `CRON_BENCH_JOBS` (100,000), `CRON_BENCH_ROWS` (1,000,000), `CRON_BENCH_PRODUCERS` (32
 //! concurrent callers), `CRON_BENCH_SPREAD_S` (10), `CRON_BENCH_TCS_CHANNEL` (200, tokio-cron-scheduler's
-//! default channel size), `CRON_BENCH_NO_CHECKPOINTER` (set: no background WAL checkpoints, SQLite's default).
+//! default channel size), `CRON_BENCH_NO_CHECKPOINTER` (set: no background WAL checkpoints, SQLite's default),
+//! `CRON_BENCH_DUMP` (a file: one line per fire). Results: docs/benchmarks.md.
 //!
 //! 1. Throughput: one-time jobs scheduled (`schedule_once`, one row each), fired and deleted, per second.
 //! 2. Lateness with 100,000 pending jobs due over 10 s: publish time minus the job's instant, p50/p99; then
@@ -17,7 +18,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cron_bench::{Lateness, rate};
 use diesel::{Connection, RunQueryDsl};
 use gateway_core::{
     AgentId, CronJobStore, Event, EventPayload, EventPublisher, PublishError, SingleProcessLeadership, SystemClock,
@@ -25,6 +25,7 @@ use gateway_core::{
 };
 use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_store::{DatabaseUrl, DieselStore};
+use gateway_testkit::{Sample, env_size, rate};
 use serde_json::json;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
@@ -54,8 +55,8 @@ impl LatenessRecorder {
         self.fired.load(Ordering::SeqCst)
     }
 
-    fn lateness(&self) -> Lateness {
-        Lateness::new(self.micros.lock().unwrap().iter().map(|(_, late)| *late).collect())
+    fn lateness(&self) -> Sample<i64> {
+        self.micros.lock().unwrap().iter().map(|(_, late)| *late).collect()
     }
 
     /// `CRON_BENCH_DUMP=<file>`: one line per fire, `<scheduled_for µs> <lateness µs>`, to see when the tail
@@ -70,8 +71,17 @@ impl LatenessRecorder {
     }
 }
 
-fn env_size(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+/// Lateness in signed microseconds, `min / p50 / p99 / max` as milliseconds, for the report.
+fn summary(lateness: &Sample<i64>) -> String {
+    let ms = |micros: Option<i64>| micros.map_or("-".to_owned(), |micros| format!("{:.2} ms", micros as f64 / 1e3));
+    format!(
+        "min {}  p50 {}  p99 {}  max {}  ({} fires)",
+        ms(lateness.min()),
+        ms(lateness.percentile(50.0)),
+        ms(lateness.percentile(99.0)),
+        ms(lateness.max()),
+        lateness.len()
+    )
 }
 
 fn open(dir: &tempfile::TempDir) -> DieselStore {
@@ -207,7 +217,7 @@ async fn lateness(jobs: usize) -> Vec<time::Duration> {
         spread(),
         rate(jobs, spread())
     );
-    println!("gateway-cron (SQLite, claim per fire): {}", recorder.lateness().summary());
+    println!("gateway-cron (SQLite, claim per fire): {}", summary(&recorder.lateness()));
     recorder.dump();
     assert_eq!(instants.len(), jobs, "every job was pending before the first was due");
     let earliest = instants.first().copied().unwrap_or(first);
@@ -250,10 +260,10 @@ async fn tokio_cron_scheduler_lateness(offsets: &[time::Duration]) {
     scheduler.start().await.unwrap();
     let limit = first_due + spread() + Duration::from_secs(30);
     let all = wait_at_most(limit, || fired.load(Ordering::SeqCst) >= instants.len()).await;
-    let lateness = Lateness::new(recorded.lock().unwrap().clone());
+    let lateness = Sample::new(recorded.lock().unwrap().clone());
     println!(
         "tokio-cron-scheduler 0.15 (in memory, channel size {channel}):  {}  (jobs added in {added:.2?}{}{})",
-        lateness.summary(),
+        summary(&lateness),
         if first_due.is_zero() { "; adding took longer than the lead, so early jobs were already due" } else { "" },
         if all {
             String::new()
@@ -333,7 +343,11 @@ async fn recovery(rows: usize) {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; any other argument is taken as a filter like libtest's.
+    // `cargo test --benches` runs bench targets without `--bench`: nothing to measure then.
+    if !std::env::args().any(|argument| argument == "--bench") {
+        return;
+    }
+    // Any argument other than flags is taken as a filter like libtest's.
     let filter: Option<String> = std::env::args().skip(1).find(|argument| !argument.starts_with("--"));
     let wanted = |name: &str| filter.as_deref().is_none_or(|filter| name.contains(filter));
     let jobs = env_size("CRON_BENCH_JOBS", 100_000);

@@ -1,21 +1,23 @@
-//! The webhook router's benchmark (issue 4, item 9).
+//! The webhook router's benchmark.
 //!
-//! Run: `cargo bench -p webhook-bench` (release profile). Sizes can be lowered for a quick look:
-//! `WEBHOOK_BENCH_DELIVERED=100000 WEBHOOK_BENCH_DELIVERIES=1000 cargo bench -p webhook-bench`.
+//! Run: `cargo bench -p gateway-benches --bench webhooks` (release profile, or `just bench webhooks`). Sizes can
+//! be lowered for a quick look:
+//! `WEBHOOK_BENCH_DELIVERED=100000 WEBHOOK_BENCH_DELIVERIES=1000 cargo bench -p gateway-benches --bench webhooks`.
+//! Environment: `WEBHOOK_BENCH_DELIVERED` (1,000,000), `WEBHOOK_BENCH_DUE` (10,000), `WEBHOOK_BENCH_DELIVERIES`
+//! (5,000), `WEBHOOK_BENCH_LATENCY_RUNS` (1,000), `WEBHOOK_BENCH_CAP` (256), `WEBHOOK_BENCH_MAX_PER_SECOND`
+//! (100,000, the highest the gateway takes: the outbound rate limit lifted). Results: docs/benchmarks.md.
 //!
 //! 1. Due-row query: `WebhookStore::due_deliveries` (what each poll cycle runs) on SQLite with 1,000,000
 //!    delivered rows and 10,000 due ones, p50/p99 over 2,000 runs, for the default window (50 rows) and the
 //!    largest (1,000).
-//! 2. End to end, the real gateway in this process with the per-cycle cap lifted: deliveries enqueued over HTTP
-//!    by 8 client threads until a local receiver has them all; deliveries per second.
+//! 2. End to end, the real gateway in this process with the per-cycle cap and the outbound rate lifted:
+//!    deliveries enqueued over HTTP by 8 client threads until a local receiver has them all; deliveries per
+//!    second.
 //! 3. Enqueue-to-receipt latency: deliveries enqueued one at a time; from sending the POST to the receiver
 //!    reading the request, p50/p99.
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // A benchmark reports on stdout and aborts on setup errors.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -27,15 +29,11 @@ use gateway_core::{NewWebhookConfig, WebhookSecret, WebhookStore};
 use gateway_store::schema::webhook_deliveries;
 use gateway_store::timestamp::to_db;
 use gateway_store::{DatabaseUrl, DieselStore};
+use gateway_testkit::{Receiver, Reply, Sample, env_size, millis, rate};
 use time::{OffsetDateTime, PrimitiveDateTime};
 use tokio_util::sync::CancellationToken;
-use webhook_bench::{Sample, millis, rate};
 
 const TOKEN: &str = "webhook-benchmark-operator-token";
-
-fn env_size(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
-}
 
 #[derive(Insertable)]
 #[diesel(table_name = webhook_deliveries)]
@@ -140,87 +138,28 @@ fn due_row_query() {
         let sample = Sample::new(timings);
         println!(
             "  window {window:>4}: p50 {}  p99 {}  ({} runs)",
-            millis(sample.percentile(0.5)),
-            millis(sample.percentile(0.99)),
+            millis(sample.percentile(50.0).unwrap_or_default()),
+            millis(sample.percentile(99.0).unwrap_or_default()),
             sample.len()
         );
     }
 }
 
-/// The receiver: records when each `{"seq": n}` payload arrived and answers 204, on keep-alive connections.
-struct Receiver {
-    address: SocketAddr,
-    arrivals: Arc<(Mutex<HashMap<u64, Instant>>, Condvar)>,
-}
+/// How long the receiver may take to see every delivery.
+const DELIVERY_PATIENCE: Duration = Duration::from_secs(600);
 
-impl Receiver {
-    fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        let arrivals: Arc<(Mutex<HashMap<u64, Instant>>, Condvar)> = Arc::default();
-        let shared = Arc::clone(&arrivals);
-        thread::spawn(move || {
-            for stream in listener.incoming().map_while(Result::ok) {
-                let shared = Arc::clone(&shared);
-                thread::spawn(move || serve(stream, &shared));
-            }
-        });
-        Self { address, arrivals }
+/// Waits until the receiver has `count` requests and returns when each `{"seq": n}` payload arrived; every
+/// delivery is expected exactly once (the receiver answers 204, so nothing is retried).
+fn arrival_times(receiver: &Receiver, count: usize) -> HashMap<u64, Instant> {
+    let requests = receiver.wait_for(count, DELIVERY_PATIENCE).unwrap();
+    let mut arrivals = HashMap::with_capacity(requests.len());
+    for request in &requests {
+        let payload: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        let seq = payload["seq"].as_u64().expect("a benchmark payload has a seq");
+        arrivals.entry(seq).or_insert(request.at);
     }
-
-    fn wait_for(&self, count: usize) -> HashMap<u64, Instant> {
-        let (arrivals, changed) = &*self.arrivals;
-        let guard = arrivals.lock().unwrap();
-        let (guard, timeout) =
-            changed.wait_timeout_while(guard, Duration::from_secs(600), |arrivals| arrivals.len() < count).unwrap();
-        assert!(!timeout.timed_out(), "only {} of {count} deliveries arrived", guard.len());
-        guard.clone()
-    }
-
-    fn clear(&self) {
-        self.arrivals.0.lock().unwrap().clear();
-    }
-}
-
-fn serve(stream: TcpStream, arrivals: &(Mutex<HashMap<u64, Instant>>, Condvar)) {
-    let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut length = 0;
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let arrived = Instant::now();
-        let seq = serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|value| value["seq"].as_u64());
-        if let Some(seq) = seq {
-            let (map, changed) = arrivals;
-            map.lock().unwrap().insert(seq, arrived);
-            changed.notify_all();
-        }
-        if writer.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").is_err() {
-            return;
-        }
-    }
+    assert_eq!(arrivals.len(), requests.len(), "some deliveries arrived more than once");
+    arrivals
 }
 
 fn client() -> ureq::Agent {
@@ -245,6 +184,8 @@ fn end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
     let cap_text = cap.to_string();
+    // The gateway's default outbound rate (a few per second) would make this a measurement of the limiter.
+    let rate_text = env_size("WEBHOOK_BENCH_MAX_PER_SECOND", gateway::config::MAX_PER_SECOND).to_string();
     let config = Config::try_parse_from([
         "gateway",
         "--database-url",
@@ -254,6 +195,8 @@ fn end_to_end() {
         "--webhook-allow-private-targets",
         "--webhook-max-per-cycle",
         &cap_text,
+        "--webhook-max-per-second",
+        &rate_text,
     ])
     .unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -266,7 +209,7 @@ fn end_to_end() {
         format!("http://{address}")
     });
 
-    let receiver = Receiver::start();
+    let receiver = Receiver::start(Reply::Status(204)).unwrap();
     let agent = client();
     let mut response = agent
         .post(format!("{base}/gateway/webhook-configs"))
@@ -275,13 +218,15 @@ fn end_to_end() {
         .send(format!(
             r#"{{"source_identifier":"bench","event_type":"bench","agent_intent":"bench","target_session":"bench",
                 "target_url":"http://{}/hook","secret":"bench-secret"}}"#,
-            receiver.address
+            receiver.address()
         ))
         .unwrap();
     let created: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
     let webhook_id = created["id"].as_i64().unwrap();
 
-    println!("2. end to end through the gateway, cap {cap} per cycle and in flight, 8 client threads");
+    println!(
+        "2. end to end through the gateway, cap {cap} per cycle and in flight, at most {rate_text}/s, 8 client threads"
+    );
     let clients = 8;
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
@@ -299,7 +244,7 @@ fn end_to_end() {
         worker.join().unwrap();
     }
     let enqueued = started.elapsed();
-    let arrivals = receiver.wait_for(deliveries);
+    let arrivals = arrival_times(&receiver, deliveries);
     let last = arrivals.values().max().copied().unwrap_or(started);
     let elapsed = last.duration_since(started);
     println!(
@@ -318,13 +263,14 @@ fn end_to_end() {
         sent.push(Instant::now());
         enqueue(&agent, &base, webhook_id, offset + index);
         // Unloaded: the next one goes once this one has arrived.
-        receiver.wait_for(index as usize + 1);
+        receiver.wait_for_count(index as usize + 1, DELIVERY_PATIENCE).unwrap();
     }
-    let arrivals = receiver.wait_for(latency_runs);
+    let arrivals = arrival_times(&receiver, latency_runs);
     let latencies =
         sent.iter().enumerate().map(|(index, at)| arrivals[&(offset + index as u64)].duration_since(*at)).collect();
     let sample = Sample::new(latencies);
-    println!("  p50 {}  p99 {}", millis(sample.percentile(0.5)), millis(sample.percentile(0.99)));
+    let percentile = |percent| millis(sample.percentile(percent).unwrap_or_default());
+    println!("  p50 {}  p99 {}", percentile(50.0), percentile(99.0));
 
     shutdown.cancel();
     runtime.shutdown_timeout(Duration::from_secs(5));

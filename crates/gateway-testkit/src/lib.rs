@@ -1,0 +1,10 @@
+//! Support shared by the gateway's integration tests and its benchmarks (benches/): percentiles over a sample,
+//! sizes read from the environment, rates, and [`Receiver`], a recording HTTP server for webhook targets.
+//!
+//! Nothing here is part of the gateway; it is a dev-dependency only.
+
+mod receiver;
+mod sample;
+
+pub use receiver::{Receiver, Reply, Request, TimedOut};
+pub use sample::{Sample, env_size, millis, rate};
