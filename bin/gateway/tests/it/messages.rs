@@ -1,4 +1,4 @@
-//! POST /gateway/messages (DESIGN.md §4, §6).
+//! POST /gateway/messages: the DecisionLog contract of docs/api.md.
 
 use serde_json::json;
 
