@@ -73,7 +73,12 @@ impl Gateway {
             .timeout_global(Some(PATIENCE))
             .build()
             .new_agent();
-        Self { child, base, dir, stderr, agent }
+        let gateway = Self { child, base, dir, stderr, agent };
+        // The banner goes out once the listener is bound, while the background loops (heartbeat, webhooks,
+        // cron) are only just spawned: on a busy machine a request can beat them and get a 503 (the heartbeat
+        // manager "not running"). Like a load balancer, wait until /readyz says every loop runs.
+        eventually("the gateway is ready", || gateway.get("/readyz").0 == 200);
+        gateway
     }
 
     pub fn database_path(&self) -> PathBuf {
