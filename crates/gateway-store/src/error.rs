@@ -2,7 +2,7 @@
 //!
 //! Setting the store up ([`OpenError`]) fails loudly: the binary reports it and exits. Once open, every port
 //! method returns gateway-core's `StoreError`, classified here in one place: conditions that may pass (pool
-//! exhausted, SQLite busy past its timeout, I/O) are `Unavailable`, so loops retry and `/readyz` reports them;
+//! exhausted, SQLite busy past its timeout, I/O, a file or mount that turned read-only) are `Unavailable`, so loops retry and `/readyz` reports them;
 //! constraint violations are `Conflict`; anything else is `Internal`. Messages name the failing operation but
 //! never carry row values (they may hold secrets or payloads).
 
@@ -44,19 +44,47 @@ pub(crate) fn classify(operation: &str, error: DieselError) -> StoreError {
     }
 }
 
-/// SQLite reports lock timeouts, I/O and full disks only as text through Diesel.
+/// SQLite reports lock timeouts, I/O, full disks and refused writes only as text through Diesel. A refused write
+/// (SQLITE_READONLY: the file, its directory or its mount became read-only) is the operator's to fix, like a full
+/// disk, and the gateway works again once they have: so it is a 503 that loops retry, not a 500.
 fn is_transient(message: &str) -> bool {
-    ["database is locked", "database table is locked", "disk I/O error", "database or disk is full", "unable to open"]
-        .iter()
-        .any(|needle| message.contains(needle))
+    [
+        "database is locked",
+        "database table is locked",
+        "disk I/O error",
+        "database or disk is full",
+        "unable to open",
+        "attempt to write a readonly database",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
 }
 
 #[cfg(test)]
 mod tests {
+    use diesel::connection::SimpleConnection;
+    use diesel::{Connection, SqliteConnection};
+
     use super::*;
 
     #[test]
     fn classifies_not_found_style_errors_as_internal() {
         assert!(matches!(classify("op", DieselError::NotFound), StoreError::Internal(_)));
+    }
+
+    /// What SQLite itself says when it may not write (a read-only file or mount, `query_only`), classified as the
+    /// adapter would. The process runs as root in CI, so file permissions cannot be what stops the write.
+    #[test]
+    fn a_database_that_refuses_writes_is_unavailable_not_internal() {
+        let mut connection = SqliteConnection::establish(":memory:").unwrap();
+        connection.batch_execute("CREATE TABLE t (n INTEGER); PRAGMA query_only = 1;").unwrap();
+        let refused = connection.batch_execute("INSERT INTO t VALUES (1)").unwrap_err();
+        let DieselError::DatabaseError(_, info) = &refused else { panic!("{refused:?}") };
+        assert!(info.message().contains("attempt to write a readonly database"), "{}", info.message());
+        let classified = classify("insert", refused);
+        assert!(
+            matches!(&classified, StoreError::Unavailable(message) if message.starts_with("insert: ")),
+            "{classified:?}"
+        );
     }
 }

@@ -8,6 +8,8 @@ mod connection;
 mod cron;
 mod database_url;
 mod error;
+#[cfg(test)]
+mod explain;
 mod heartbeat;
 pub mod schema;
 pub mod timestamp;

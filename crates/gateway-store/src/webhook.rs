@@ -192,14 +192,18 @@ fn due_of_status(
     now: PrimitiveDateTime,
     limit: i64,
 ) -> QueryResult<Vec<(i64, String, Option<PrimitiveDateTime>)>> {
-    use webhook_deliveries::dsl;
-    dsl::webhook_deliveries
-        .filter(dsl::status.eq(status.as_str()))
-        .filter(dsl::next_retry_at.le(now))
-        .order((dsl::next_retry_at.asc(), dsl::id.asc()))
+    due_of_status_query(status.as_str(), now, limit).load(connection)
+}
+
+/// The statement [`due_of_status`] runs, apart so that the plan test explains this very statement.
+#[diesel::dsl::auto_type]
+fn due_of_status_query(status: &'static str, now: PrimitiveDateTime, limit: i64) -> _ {
+    webhook_deliveries::table
+        .filter(webhook_deliveries::status.eq(status))
+        .filter(webhook_deliveries::next_retry_at.le(now))
+        .order((webhook_deliveries::next_retry_at.asc(), webhook_deliveries::id.asc()))
         .limit(limit)
-        .select((dsl::id, dsl::target_url, dsl::next_retry_at))
-        .load(connection)
+        .select((webhook_deliveries::id, webhook_deliveries::target_url, webhook_deliveries::next_retry_at))
 }
 
 impl WebhookStore for DieselStore {

@@ -8,11 +8,16 @@
 //!   status rather than as errors.
 //! - Proxies from the environment are ignored: through a proxy, the address checked would be the proxy's, not
 //!   the target's.
+//! - Names are looked up by ureq's resolver (the system's) in production; [`UreqTransport::with_lookup`] puts a
+//!   [`HostLookup`] in its place (tests, embedders with their own name service). The guard is the same either
+//!   way.
 //!
 //! Call it from async code through [`gateway_core::run_blocking`]; it blocks for up to the attempt timeout.
 
 use std::fmt;
 use std::io::{self, Read};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::{AttemptOutcome, FailureClass, OutboundRequest, WebhookTransport};
@@ -39,7 +44,7 @@ pub struct TransportSettings {
 /// The resolver refused every address of the target.
 #[derive(Debug)]
 struct SsrfRefused {
-    address: std::net::IpAddr,
+    address: IpAddr,
     range: BlockedRange,
 }
 
@@ -63,11 +68,52 @@ impl fmt::Display for LookupFailed {
 
 impl std::error::Error for LookupFailed {}
 
-/// ureq's resolver, then the SSRF filter.
-#[derive(Debug, Default)]
+/// Looks host names up in place of the system resolver (see [`UreqTransport::with_lookup`]). The SSRF guard
+/// filters whatever it returns, exactly as it filters the system's answers.
+pub trait HostLookup: fmt::Debug + Send + Sync + 'static {
+    /// The addresses of `host` (a name: IP literals never get here), each with `port`. No address, or an error,
+    /// means the name does not resolve: the attempt fails as `dns`. It runs on the attempt's thread, outside the
+    /// attempt's time limit, so it should answer promptly.
+    fn lookup(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>>;
+}
+
+/// Where [`GuardedResolver`] gets its addresses.
+#[derive(Debug)]
+enum Lookup {
+    /// ureq's resolver: the system's, within the attempt's time limit.
+    System(DefaultResolver),
+    Custom(Arc<dyn HostLookup>),
+}
+
+/// The lookup, then the SSRF filter.
+#[derive(Debug)]
 struct GuardedResolver {
-    inner: DefaultResolver,
+    lookup: Lookup,
     allow_private_targets: bool,
+}
+
+impl GuardedResolver {
+    fn look_up(&self, lookup: &dyn HostLookup, uri: &Uri) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let host = uri.host().ok_or(ureq::Error::HostNotFound)?;
+        let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+        let mut resolved = self.empty();
+        let literal = host.strip_prefix('[').and_then(|inner| inner.strip_suffix(']')).unwrap_or(host);
+        if let Ok(address) = literal.parse::<IpAddr>() {
+            resolved.push(SocketAddr::new(address, port));
+            return Ok(resolved);
+        }
+        let found = lookup.lookup(host, port).map_err(|error| lookup_failed(error.to_string()))?;
+        for address in found {
+            if resolved.try_push(address).is_err() {
+                break;
+            }
+        }
+        if resolved.is_empty() { Err(lookup_failed("host not found".to_owned())) } else { Ok(resolved) }
+    }
+}
+
+fn lookup_failed(reason: String) -> ureq::Error {
+    ureq::Error::Other(Box::new(LookupFailed(reason)))
 }
 
 impl Resolver for GuardedResolver {
@@ -77,11 +123,14 @@ impl Resolver for GuardedResolver {
         config: &ureq::config::Config,
         timeout: NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let resolved = self.inner.resolve(uri, config, timeout).map_err(|error| match error {
-            ureq::Error::HostNotFound => ureq::Error::Other(Box::new(LookupFailed("host not found".into()))),
-            ureq::Error::Io(io) => ureq::Error::Other(Box::new(LookupFailed(io.to_string()))),
-            other => other,
-        })?;
+        let resolved = match &self.lookup {
+            Lookup::System(system) => system.resolve(uri, config, timeout).map_err(|error| match error {
+                ureq::Error::HostNotFound => lookup_failed("host not found".into()),
+                ureq::Error::Io(io) => lookup_failed(io.to_string()),
+                other => other,
+            })?,
+            Lookup::Custom(lookup) => self.look_up(lookup.as_ref(), uri)?,
+        };
         if self.allow_private_targets {
             return Ok(resolved);
         }
@@ -114,7 +163,19 @@ pub struct UreqTransport {
 }
 
 impl UreqTransport {
+    /// The transport the gateway runs: names resolve through the system resolver.
     pub fn new(settings: TransportSettings) -> Self {
+        Self::build(settings, || Lookup::System(DefaultResolver::default()))
+    }
+
+    /// The same transport with names looked up by `lookup` instead of the system resolver: for tests (no test
+    /// may depend on the machine's DNS, or reach beyond loopback) and for embedders with their own name
+    /// service. IP literals in URLs are used as they are, and the SSRF guard applies unchanged.
+    pub fn with_lookup(settings: TransportSettings, lookup: Arc<dyn HostLookup>) -> Self {
+        Self::build(settings, || Lookup::Custom(Arc::clone(&lookup)))
+    }
+
+    fn build(settings: TransportSettings, lookup: impl Fn() -> Lookup) -> Self {
         let agent = |max_idle_connections: usize| {
             let config = ureq::Agent::config_builder()
                 .timeout_global(Some(settings.timeout))
@@ -125,10 +186,7 @@ impl UreqTransport {
                 .max_idle_connections(max_idle_connections)
                 .max_idle_age(MAX_IDLE_AGE)
                 .build();
-            let resolver = GuardedResolver {
-                inner: DefaultResolver::default(),
-                allow_private_targets: settings.allow_private_targets,
-            };
+            let resolver = GuardedResolver { lookup: lookup(), allow_private_targets: settings.allow_private_targets };
             ureq::Agent::with_parts(config, DefaultConnector::default(), resolver)
         };
         Self { pooled: agent(DEFAULT_MAX_IDLE_CONNECTIONS), fresh: agent(0), timeout: settings.timeout }
@@ -305,8 +363,35 @@ mod tests {
         (address, receiver)
     }
 
+    /// The production transport, for URLs with IP literals (which never reach the system resolver).
     fn transport(allow_private_targets: bool) -> UreqTransport {
         UreqTransport::new(TransportSettings { timeout: Duration::from_secs(5), allow_private_targets })
+    }
+
+    /// A name service for the tests: a few names, all on loopback; everything else does not resolve. No test
+    /// depends on the machine's DNS, nor reaches beyond loopback.
+    #[derive(Debug)]
+    struct LoopbackNames;
+
+    impl HostLookup for LoopbackNames {
+        fn lookup(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+            match host {
+                "localhost" | "receiver.test" => Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))]),
+                "dual-stack.test" => {
+                    Ok(vec![SocketAddr::from(([127, 0, 0, 1], port)), SocketAddr::from(([0; 16], port))])
+                }
+                "broken-resolver.test" => Err(io::Error::other("resolver unreachable")),
+                _ => Ok(Vec::new()),
+            }
+        }
+    }
+
+    /// The transport with [`LoopbackNames`] in place of the system resolver.
+    fn with_names(allow_private_targets: bool) -> UreqTransport {
+        UreqTransport::with_lookup(
+            TransportSettings { timeout: Duration::from_secs(5), allow_private_targets },
+            Arc::new(LoopbackNames),
+        )
     }
 
     fn request_to(url: String) -> OutboundRequest {
@@ -363,15 +448,22 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
-        let guarded = transport(false);
-        for url in [
+        let literals = [
             format!("http://{address}/"),
-            format!("http://localhost:{}/", address.port()),
             "http://169.254.169.254/latest/meta-data/".to_owned(),
             "http://[::ffff:127.0.0.1]:9/".to_owned(),
             "http://10.0.0.1/".to_owned(),
             "http://0.0.0.0/".to_owned(),
-        ] {
+        ];
+        // By name, the guard judges what the name resolves to: every address of it, whichever lookup answered.
+        let names = [
+            format!("http://localhost:{}/", address.port()),
+            format!("http://receiver.test:{}/", address.port()),
+            format!("https://dual-stack.test:{}/", address.port()),
+        ];
+        let cases =
+            literals.iter().map(|url| (transport(false), url)).chain(names.iter().map(|url| (with_names(false), url)));
+        for (guarded, url) in cases {
             let outcome = guarded.post(&request_to(url.clone()));
             let AttemptOutcome::Failed { class: FailureClass::SsrfBlocked, detail: Some(detail) } = &outcome else {
                 panic!("{url}: {outcome:?}");
@@ -404,8 +496,25 @@ mod tests {
 
     #[test]
     fn unresolvable_hosts_are_dns_failures() {
-        // `.invalid` never resolves (RFC 6761).
-        let outcome = transport(false).post(&request_to("http://no-such-host.invalid/".into()));
-        assert!(matches!(outcome, AttemptOutcome::Failed { class: FailureClass::Dns, .. }), "{outcome:?}");
+        for guard in [false, true] {
+            let outcome = with_names(guard).post(&request_to("http://no-such-host.invalid/".into()));
+            assert_eq!(outcome, AttemptOutcome::failed(FailureClass::Dns, "host not found"), "guard off: {guard}");
+            let outcome = with_names(guard).post(&request_to("http://broken-resolver.test/".into()));
+            assert_eq!(
+                outcome,
+                AttemptOutcome::failed(FailureClass::Dns, "resolver unreachable"),
+                "guard off: {guard}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_name_goes_to_the_address_the_lookup_gave_on_the_port_of_the_url() {
+        let (address, seen) = serve(vec!["HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]);
+        let request = request_to(format!("http://receiver.test:{}/by-name", address.port()));
+        assert_eq!(with_names(true).post(&request), AttemptOutcome::Delivered { status_code: 200 });
+        let seen = seen.recv().unwrap();
+        assert_eq!(seen.request_line, "POST /by-name HTTP/1.1");
+        assert_eq!(seen.header("host"), Some(format!("receiver.test:{}", address.port()).as_str()));
     }
 }

@@ -2,10 +2,12 @@
 
 use std::process::{Command, Output};
 
+use crate::support::gateway_command;
+
 fn run_gateway(args: &[&str], env: &[(&str, &str)]) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}", dir.path().join("g.db").display());
-    Command::new(env!("CARGO_BIN_EXE_gateway"))
+    gateway_command()
         .args(["--listen", "127.0.0.1:0", "--database-url", &database])
         .args(args)
         .envs(env.iter().copied())
@@ -41,7 +43,7 @@ fn a_bad_environment_value_names_the_flag_too() {
 
 #[test]
 fn an_unwritable_database_path_fails_with_a_clear_line() {
-    let output = Command::new(env!("CARGO_BIN_EXE_gateway"))
+    let output = gateway_command()
         .args(["--listen", "127.0.0.1:0", "--database-url", "sqlite:///nonexistent-dir/sub/g.db"])
         .output()
         .unwrap();
@@ -57,4 +59,25 @@ fn turning_the_ssrf_guard_off_is_warned_about_at_start() {
     unguarded.wait_for_log("the SSRF guard is off");
     guarded.wait_for_log("gateway started");
     assert!(!guarded.logs().contains("SSRF guard is off"), "{}", guarded.logs());
+}
+
+/// The tests' gateways run on their own flags, whatever `GATEWAY_*` variables the shell running the tests has
+/// set (`support::gateway_command`). Shown by running one test of this binary again with a variable that stops
+/// any gateway that sees it from starting.
+#[test]
+fn the_callers_gateway_variables_do_not_reach_the_tests_gateways() {
+    const HOSTILE: (&str, &str) = ("GATEWAY_MAX_TRACKED_AGENTS", "many");
+    let seen = run_gateway(&[], &[HOSTILE]);
+    assert_eq!(seen.status.code(), Some(2), "a gateway that sees {HOSTILE:?} does not start");
+
+    let inner = "events::unknown_topics_are_400";
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", inner, "--test-threads", "1"])
+        .env(HOSTILE.0, HOSTILE.1)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{inner} failed with {HOSTILE:?} set:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("test result: ok. 1 passed"), "{inner} did not run:\n{stdout}");
 }

@@ -4,39 +4,57 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::sync::Arc;
-use std::thread;
-use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{Gateway, PATIENCE};
+use crate::support::{Gateway, PATIENCE, eventually};
 
-#[test]
-fn sigterm_lets_in_flight_requests_finish_ends_streams_and_exits_cleanly() {
-    let mut gateway = Gateway::start(&[]);
-    let stream = gateway.subscribe("gateway:agents");
-
-    // A request whose body is still arriving when SIGTERM lands.
-    let body = json!({"type": "heartbeat", "agent_id": "agent-in-flight", "cluster_id": "c"}).to_string();
+/// A heartbeat POST whose body is half sent. Returns once the gateway is reading that body (it answered
+/// `Expect: 100-continue`), so the request is in flight in the server, not waiting in the listen backlog; and the
+/// rest of the body, to send later.
+fn half_sent_heartbeat(gateway: &Gateway, agent_id: &str) -> (TcpStream, String) {
+    let body = json!({"type": "heartbeat", "agent_id": agent_id, "cluster_id": "c"}).to_string();
     let (first, rest) = body.split_at(body.len() / 2);
     let address = gateway.base.trim_start_matches("http://").to_owned();
     let mut connection = TcpStream::connect(&address).unwrap();
     connection.set_read_timeout(Some(PATIENCE)).unwrap();
     write!(
         connection,
-        "POST /gateway/heartbeat HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{first}",
+        "POST /gateway/heartbeat HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+         expect: 100-continue\r\ncontent-length: {}\r\n\r\n",
         body.len()
     )
     .unwrap();
+    let mut interim = [0; b"HTTP/1.1 100 Continue\r\n\r\n".len()];
+    connection.read_exact(&mut interim).unwrap();
+    assert_eq!(String::from_utf8_lossy(&interim), "HTTP/1.1 100 Continue\r\n\r\n");
+    connection.write_all(first.as_bytes()).unwrap();
     connection.flush().unwrap();
-    thread::sleep(Duration::from_millis(200));
+    (connection, rest.to_owned())
+}
 
-    let pid = gateway.pid().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    thread::sleep(Duration::from_millis(200));
+/// Sends SIGTERM and returns once the gateway has logged that it is shutting down.
+fn begin_shutdown(gateway: &Gateway) {
+    assert!(Command::new("kill").args(["-TERM", &gateway.pid().to_string()]).status().unwrap().success());
+    gateway.wait_for_log("shutdown requested");
+}
+
+/// Sends the rest of a half-sent request and returns the whole response.
+fn finish(mut connection: TcpStream, rest: &str) -> String {
     connection.write_all(rest.as_bytes()).unwrap();
     let mut response = String::new();
     connection.read_to_string(&mut response).unwrap();
+    response
+}
+
+#[test]
+fn sigterm_lets_in_flight_requests_finish_ends_streams_and_exits_cleanly() {
+    let mut gateway = Gateway::start(&[]);
+    let stream = gateway.subscribe("gateway:agents");
+
+    let (connection, rest) = half_sent_heartbeat(&gateway, "agent-in-flight");
+    begin_shutdown(&gateway);
+    let response = finish(connection, &rest);
     assert!(response.starts_with("HTTP/1.1 200"), "in-flight request was not completed: {response}");
 
     assert!(stream.ended_within(PATIENCE), "the event stream was not closed on shutdown");
@@ -53,10 +71,19 @@ fn sigterm_lets_in_flight_requests_finish_ends_streams_and_exits_cleanly() {
 }
 
 #[test]
-fn requests_after_shutdown_began_are_not_accepted() {
+fn new_connections_are_refused_while_in_flight_requests_drain() {
     let mut gateway = Gateway::start(&[]);
-    let status = gateway.terminate();
-    assert!(status.success());
+    let (connection, rest) = half_sent_heartbeat(&gateway, "agent-draining");
+    begin_shutdown(&gateway);
+
     let address = gateway.base.trim_start_matches("http://").to_owned();
-    assert!(TcpStream::connect(address).is_err(), "the listener is closed after shutdown");
+    eventually("the listener is closed", || TcpStream::connect(&address).is_err());
+    // The half-sent request keeps the process draining, so the refusal came from the closed listener, not from
+    // a process that had already gone.
+    assert!(gateway.is_running(), "the gateway exited with a request still in flight; logs:\n{}", gateway.logs());
+
+    let response = finish(connection, &rest);
+    assert!(response.starts_with("HTTP/1.1 200"), "in-flight request was not completed: {response}");
+    let status = gateway.wait();
+    assert!(status.success(), "exit status {status:?}; logs:\n{}", gateway.logs());
 }

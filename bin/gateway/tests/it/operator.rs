@@ -1,11 +1,11 @@
 //! The operator API's token, routing errors, health endpoints, and the generated token.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::json;
 
-use crate::support::Gateway;
+use crate::support::{Gateway, gateway_command};
 
 #[test]
 fn the_operator_api_needs_the_bearer_token() {
@@ -57,9 +57,8 @@ fn agents_are_paginated() {
 fn without_a_configured_token_one_is_generated_printed_once_and_enforced() {
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}", dir.path().join("g.db").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+    let mut child = gateway_command()
         .args(["--listen", "127.0.0.1:0", "--database-url", &database])
-        .env_remove("GATEWAY_ADMIN_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -33,11 +33,17 @@ impl Gateway {
 
     /// Starts a gateway on the database in `dir` (to restart on the same file).
     pub fn start_in(dir: Arc<tempfile::TempDir>, args: &[&str]) -> Self {
+        Self::start_logging(dir, "info", args)
+    }
+
+    /// Starts a gateway on the database in `dir` with `RUST_LOG` set to `log_filter`: for a test that waits for
+    /// a debug line.
+    pub fn start_logging(dir: Arc<tempfile::TempDir>, log_filter: &str, args: &[&str]) -> Self {
         let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        let mut child = gateway_command()
             .args(["--listen", "127.0.0.1:0", "--database-url", &database, "--admin-token", TOKEN])
             .args(args)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", log_filter)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -67,6 +73,9 @@ impl Gateway {
             .timeout_global(Some(PATIENCE))
             .build()
             .new_agent();
+        // No wait for /readyz here: the gateway prints its banner only once every background loop runs, and the
+        // tests' first requests, sent straight after it, are what shows that (a heartbeat that beat the heartbeat
+        // loop used to get 503 heartbeat_manager_unavailable).
         Self { child, base, dir, stderr, agent }
     }
 
@@ -148,6 +157,11 @@ impl Gateway {
         self.child.id()
     }
 
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> ExitStatus {
         let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
@@ -178,6 +192,20 @@ impl Drop for Gateway {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `gateway` binary, without the caller's `GATEWAY_*` variables. Every flag also reads one, and the child
+/// would inherit whatever the shell running the tests has set (a developer's own gateway settings, a CI job's):
+/// a stray `GATEWAY_LOG_FORMAT=json` or `GATEWAY_WEBHOOK_MAX_PER_CYCLE=1` would change what the tests observe.
+/// Every gateway a test starts runs on the flags (and variables) the test gives it, and nothing else.
+pub fn gateway_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gateway"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("GATEWAY_") {
+            command.env_remove(name);
+        }
+    }
+    command
 }
 
 fn drain_into(stream: impl Read + Send + 'static, sink: Arc<Mutex<String>>) {

@@ -1,7 +1,6 @@
 //! The SQLite adapter against the same expectations as the in-memory fake, plus what only SQL can get wrong:
 //! the due-row query's plan, constraints, and timestamps that must round-trip exactly for the claim check.
 
-use diesel::sql_types::{BigInt, Text, Timestamp};
 use time::Duration;
 use time::macros::datetime;
 
@@ -336,40 +335,22 @@ fn instants_round_trip_exactly_for_the_lease_comparison() {
     assert!(store.record_attempt(&attempt, claimed[0].next_retry_at.unwrap(), &update).unwrap());
 }
 
-#[derive(QueryableByName)]
-struct PlanLine {
-    #[diesel(sql_type = Text)]
-    detail: String,
-}
-
-/// FR-10.8: the poll's query must use the `(status, next_retry_at)` index — and in index order, without a sort.
+/// FR-10.8: the poll's query must use the `(status, next_retry_at)` index — and in index order, without a sort —
+/// for each status the poll reads.
 #[test]
 fn the_due_row_query_is_an_index_range_scan_without_a_sort() {
     let (_dir, store) = open();
-    let now = to_db(START);
-    let plan: Vec<String> = store
-        .with_connection("explain", |connection| {
-            let query = webhook_deliveries::table
-                .filter(webhook_deliveries::status.eq("failed"))
-                .filter(webhook_deliveries::next_retry_at.le(now))
-                .order((webhook_deliveries::next_retry_at.asc(), webhook_deliveries::id.asc()))
-                .limit(50)
-                .select((webhook_deliveries::id, webhook_deliveries::target_url, webhook_deliveries::next_retry_at));
-            let rendered = diesel::debug_query::<Sqlite, _>(&query).to_string();
-            let sql = rendered.split(" -- binds").next().unwrap_or_default().to_owned();
-            diesel::sql_query(format!("EXPLAIN QUERY PLAN {sql}"))
-                .bind::<Text, _>("failed")
-                .bind::<Timestamp, _>(now)
-                .bind::<BigInt, _>(50_i64)
-                .load::<PlanLine>(connection)
-        })
-        .unwrap()
-        .into_iter()
-        .map(|line| line.detail)
-        .collect();
-    assert!(plan.iter().any(|line| line.contains("USING INDEX webhook_deliveries_status_next_retry_at")), "{plan:?}");
-    assert!(!plan.iter().any(|line| line.contains("TEMP B-TREE")), "the query sorts: {plan:?}");
-    assert!(!plan.iter().any(|line| line.starts_with("SCAN")), "the query scans the table: {plan:?}");
+    for status in AWAITING_ATTEMPT {
+        let query = due_of_status_query(status.as_str(), to_db(START), 50);
+        let plan =
+            store.with_connection("explain", |connection| crate::explain::query_plan(connection, query)).unwrap();
+        assert!(
+            plan.iter().any(|line| line.contains("USING INDEX webhook_deliveries_status_next_retry_at")),
+            "{status:?}: {plan:?}"
+        );
+        assert!(!plan.iter().any(|line| line.contains("TEMP B-TREE")), "{status:?}: the query sorts: {plan:?}");
+        assert!(!plan.iter().any(|line| line.starts_with("SCAN")), "{status:?}: the query scans the table: {plan:?}");
+    }
 }
 
 #[test]
