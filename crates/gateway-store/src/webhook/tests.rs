@@ -1,6 +1,7 @@
 //! The SQLite adapter against the same expectations as the in-memory fake, plus what only SQL can get wrong:
 //! the due-row query's plan, constraints, and timestamps that must round-trip exactly for the claim check.
 
+use diesel::sql_types::BigInt;
 use time::Duration;
 use time::macros::datetime;
 
