@@ -16,4 +16,5 @@ mod operator;
 mod rate;
 mod retention;
 mod robustness;
+mod validation;
 mod webhooks;
