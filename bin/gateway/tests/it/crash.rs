@@ -1,11 +1,14 @@
-//! Crash recovery (issue 7): a gateway killed with SIGKILL again and again, on the same SQLite file, loses
-//! nothing it acknowledged.
+//! Crash recovery (issue 7): one gateway per SQLite file; what a killed gateway had claimed goes out at once
+//! after a restart; and a gateway killed with SIGKILL again and again, on the same file, loses nothing it
+//! acknowledged.
 //!
 //! The storm's size comes from the environment, small by default so that CI stays quick; the bigger run that
 //! docs/benchmarks.md reports is
 //! `GATEWAY_STORM_ROUNDS=100 cargo test --release -p gateway --test it crash::kill_storm -- --nocapture`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -16,7 +19,87 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::receiver::{Behaviour, Receiver};
-use crate::support::{Gateway, TOKEN, count_rows};
+use crate::support::{Gateway, TOKEN, count_rows, eventually};
+
+#[test]
+fn a_second_gateway_on_the_same_database_exits_2_with_one_line() {
+    let gateway = Gateway::start(&[]);
+    let database = gateway.database_path();
+    let output = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--listen", "127.0.0.1:0", "--database-url", &format!("sqlite://{}", database.display())])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let expected =
+        format!("error: --database-url: {} is in use by another gateway (pid {})", database.display(), gateway.pid());
+    assert_eq!(stderr.trim_end(), expected);
+    assert!(output.stdout.is_empty(), "the refused gateway announced itself");
+    assert_eq!(gateway.get("/readyz").0, 200, "the first gateway is undisturbed");
+}
+
+/// Writes, into a stopped gateway's database, what a gateway killed mid-work leaves: a reminder claimed and
+/// overdue, a delivery whose attempt was in flight, and a delivery enqueued whose immediate attempt never
+/// started. The claims' leases end in an hour, far beyond the test's patience, so only their release at start
+/// can get them out in time; the never-attempted delivery has its real 30 s safety net.
+fn leave_work_as_a_killed_gateway_does(database: &Path, webhook_id: i64, target_url: &str) {
+    use diesel::prelude::*;
+    use gateway_store::schema::{cron_jobs, webhook_deliveries};
+    use gateway_store::timestamp::to_db;
+    let now = OffsetDateTime::now_utc();
+    let lease_end = to_db(now + time::Duration::hours(1));
+    let mut connection = SqliteConnection::establish(database.to_str().unwrap()).unwrap();
+    diesel::insert_into(cron_jobs::table)
+        .values((
+            cron_jobs::agent_id.eq("agent-crashed"),
+            cron_jobs::next_fire_at.eq(to_db(now - time::Duration::seconds(1))),
+            cron_jobs::payload.eq(r#"{"task":"claimed before the crash"}"#),
+            cron_jobs::is_one_time.eq(true),
+            cron_jobs::claimed_by.eq("the-killed-gateway"),
+            cron_jobs::claimed_until.eq(lease_end),
+            cron_jobs::claim_token.eq(1_i64),
+        ))
+        .execute(&mut connection)
+        .unwrap();
+    let delivery = |claimed_until: Option<time::PrimitiveDateTime>, next_retry_at: time::PrimitiveDateTime| {
+        (
+            webhook_deliveries::webhook_id.eq(webhook_id),
+            webhook_deliveries::session_id.eq("crashed"),
+            webhook_deliveries::payload.eq("{}"),
+            webhook_deliveries::target_url.eq(target_url.to_owned()),
+            webhook_deliveries::signature.eq("sha256=00"),
+            webhook_deliveries::status.eq("pending"),
+            webhook_deliveries::attempt_count.eq(0),
+            webhook_deliveries::next_retry_at.eq(next_retry_at),
+            webhook_deliveries::created_at.eq(to_db(now)),
+            webhook_deliveries::claimed_until.eq(claimed_until),
+        )
+    };
+    diesel::insert_into(webhook_deliveries::table)
+        .values(&vec![delivery(Some(lease_end), lease_end), delivery(None, to_db(now + time::Duration::seconds(30)))])
+        .execute(&mut connection)
+        .unwrap();
+}
+
+#[test]
+fn work_a_killed_gateway_had_claimed_goes_out_at_once_after_a_restart() {
+    let receiver = Receiver::start(Behaviour::Status(200));
+    let mut first = Gateway::start(&["--webhook-allow-private-targets"]);
+    let webhook_id = create_config(&first, &receiver.url("/crashed"));
+    assert!(first.terminate().success());
+    let dir = Arc::clone(&first.dir);
+    drop(first);
+    leave_work_as_a_killed_gateway_does(&dir.path().join("gateway.db"), webhook_id, &receiver.url("/crashed"));
+
+    let gateway =
+        Gateway::start_with_env(dir, &["--webhook-allow-private-targets"], &[("RUST_LOG", "info,gateway_cron=debug")]);
+    gateway.wait_for_log("cron_claims=1 delivery_attempts_in_flight=1 deliveries_never_attempted=1");
+    gateway.wait_for_log("reminder fired");
+    eventually("the fired reminder's row is deleted", || count_rows(&gateway.database_path(), "cron_jobs") == 0);
+    let mut ids: Vec<i64> = receiver.wait_for(2).iter().map(|request| request.delivery_id()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2]);
+}
 
 /// How long the last gateway may take to finish the storm's work: longer than the 30 s safety net of a new
 /// delivery plus a poll interval, so that the test also passes (and measures) without any release at start.
