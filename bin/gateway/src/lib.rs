@@ -30,6 +30,17 @@ pub enum StartError {
     Task(String),
 }
 
+impl StartError {
+    /// The process's exit code: 2 for what the operator has to change before trying again, as for a bad flag
+    /// (config.rs), 1 for the rest.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Store(OpenError::InUse { .. }) => 2,
+            _ => 1,
+        }
+    }
+}
+
 /// A gateway whose store is open and migrated and whose loops run, not yet serving HTTP.
 #[derive(Debug)]
 pub struct Gateway {

@@ -85,10 +85,15 @@ fn request_shutdown(shutdown: &CancellationToken) {
 }
 
 fn fail(error: &StartError) -> ExitCode {
-    tracing::error!(%error, "gateway failed to start");
+    let code = error.exit_code();
+    // Exit code 2 is an operator's mistake (a database another gateway serves), reported like a bad flag: the
+    // one line below and nothing else.
+    if code != 2 {
+        tracing::error!(%error, "gateway failed to start");
+    }
     #[allow(clippy::print_stderr, reason = "the one-line reason must reach the terminal even with logs filtered")]
     {
         eprintln!("error: {error}");
     }
-    ExitCode::FAILURE
+    ExitCode::from(code)
 }

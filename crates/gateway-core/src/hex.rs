@@ -12,7 +12,7 @@ pub fn encode(bytes: &[u8]) -> String {
 
 /// Decodes lowercase or uppercase hex; `None` on odd length or a non-hex character.
 pub fn decode(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     text.as_bytes()

@@ -124,10 +124,10 @@ impl WebhookStore for InMemoryWebhookStore {
         if !tables.configs.contains_key(&delivery.webhook_id) {
             return Err(StoreError::Conflict(format!("no webhook config {}", delivery.webhook_id)));
         }
-        if let Some(key) = &delivery.idempotency_key {
-            if tables.delivery_by_key.contains_key(key) {
-                return Err(StoreError::Conflict("idempotency key already used".to_owned()));
-            }
+        if let Some(key) = &delivery.idempotency_key
+            && tables.delivery_by_key.contains_key(key)
+        {
+            return Err(StoreError::Conflict("idempotency key already used".to_owned()));
         }
         tables.last_delivery_id += 1;
         if let Some(key) = &delivery.idempotency_key {
@@ -216,11 +216,11 @@ impl WebhookStore for InMemoryWebhookStore {
         let mut tables = lock(&self.tables);
         let mut claimed = Vec::new();
         for id in ids {
-            if let Some(delivery) = tables.deliveries.get_mut(id) {
-                if is_due(delivery, due_by) {
-                    delivery.next_retry_at = Some(lease_until);
-                    claimed.push(delivery.clone());
-                }
+            if let Some(delivery) = tables.deliveries.get_mut(id)
+                && is_due(delivery, due_by)
+            {
+                delivery.next_retry_at = Some(lease_until);
+                claimed.push(delivery.clone());
             }
         }
         claimed.sort_by_key(|delivery| delivery.id);

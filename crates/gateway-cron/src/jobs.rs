@@ -126,10 +126,10 @@ impl CronScheduler {
                 && existing.payload == payload;
             if same { Ok((existing, true)) } else { Err(CronError::IdempotencyKeyReused) }
         };
-        if let Some(key) = &idempotency_key {
-            if let Some(existing) = self.inner.store.cron_job_by_idempotency_key(key)? {
-                return replay(existing);
-            }
+        if let Some(key) = &idempotency_key
+            && let Some(existing) = self.inner.store.cron_job_by_idempotency_key(key)?
+        {
+            return replay(existing);
         }
         let next_fire_at = parsed
             .next_after(self.inner.clock.now())

@@ -2,6 +2,7 @@
 //! connection.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
@@ -10,9 +11,12 @@ use diesel::sqlite::SqliteConnection;
 use diesel::{Connection, QueryResult, RunQueryDsl};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use gateway_core::{StoreError, StoreHealth};
+use time::OffsetDateTime;
 
 use crate::database_url::DatabaseUrl;
 use crate::error::{OpenError, classify};
+use crate::lock::DatabaseLock;
+use crate::recovery::release_stranded_claims;
 
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations/sqlite");
 
@@ -44,6 +48,9 @@ impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for SqlitePragma
 #[derive(Clone)]
 pub struct DieselStore {
     pool: Pool<ConnectionManager<SqliteConnection>>,
+    /// This process's exclusive hold on the database file, released when the last clone is dropped (or the
+    /// process ends, however it ends).
+    _lock: Arc<DatabaseLock>,
 }
 
 impl fmt::Debug for DieselStore {
@@ -57,20 +64,37 @@ impl fmt::Debug for DieselStore {
 }
 
 impl DieselStore {
-    /// Opens (creating if needed) and migrates the database. Blocking: call it before the runtime serves
-    /// traffic, or through `run_blocking`.
+    /// Locks the database file for this process (another gateway holding it is [`OpenError::InUse`]), opens it
+    /// (creating it if needed), migrates it, and releases the claims a killed predecessor left (see
+    /// `recovery`). Blocking: call it before the runtime serves traffic, or through `run_blocking`.
     pub fn open(url: &DatabaseUrl) -> Result<Self, OpenError> {
-        let path = match url {
+        let database = match url {
             DatabaseUrl::Sqlite(path) => path,
             DatabaseUrl::Postgres(_) => return Err(OpenError::PostgresNotSupported),
         };
-        let path = path.to_str().ok_or_else(|| OpenError::InvalidUrl("the path is not valid UTF-8".into()))?;
+        let path = database.to_str().ok_or_else(|| OpenError::InvalidUrl("the path is not valid UTF-8".into()))?;
+        // Before anything touches the file, migrations included: a second gateway must not migrate a database
+        // the first is serving from.
+        let lock = DatabaseLock::acquire(database)?;
 
         // WAL is a property of the database file: set it once, with migrations, on a dedicated connection.
         let mut setup = SqliteConnection::establish(path).map_err(|error| OpenError::Connect(error.to_string()))?;
         SqlitePragmas.on_acquire(&mut setup).map_err(|error| OpenError::Connect(error.to_string()))?;
         setup.batch_execute("PRAGMA journal_mode = WAL;").map_err(|error| OpenError::Connect(error.to_string()))?;
         setup.run_pending_migrations(SQLITE_MIGRATIONS).map_err(|error| OpenError::Migrate(error.to_string()))?;
+        // SQLite only, and only under the lock: see `recovery` for why a shared database must never do this.
+        // Failing here does not stop the start: the claims would only wait for their leases, as before.
+        match setup.immediate_transaction(|connection| release_stranded_claims(connection, OffsetDateTime::now_utc())) {
+            Ok(released) => tracing::info!(
+                cron_claims = released.cron_claims,
+                delivery_attempts_in_flight = released.delivery_attempts_in_flight,
+                deliveries_never_attempted = released.deliveries_never_attempted,
+                "released claims left by a previous process"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "cannot release claims left by a previous process; they wait for their leases")
+            }
+        }
         drop(setup);
 
         let pool = Pool::builder()
@@ -83,7 +107,7 @@ impl DieselStore {
             .connection_customizer(Box::new(SqlitePragmas))
             .build(ConnectionManager::new(path))
             .map_err(|error| OpenError::Connect(error.to_string()))?;
-        Ok(Self { pool })
+        Ok(Self { pool, _lock: Arc::new(lock) })
     }
 
     fn connection(&self, operation: &str) -> Result<PooledConnection<ConnectionManager<SqliteConnection>>, StoreError> {
@@ -150,7 +174,8 @@ mod tests {
         assert_eq!(pragma(&store, "busy_timeout", "timeout"), "5000");
         assert_eq!(pragma(&store, "foreign_keys", "foreign_keys"), "1");
         assert_eq!(pragma(&store, "synchronous", "synchronous"), "1");
-        // Opening again runs no migration twice.
+        // Opening again (once the first store has let go of the file) runs no migration twice.
+        drop(store);
         DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
     }
 

@@ -6,6 +6,8 @@
 //! constraint violations are `Conflict`; anything else is `Internal`. Messages name the failing operation but
 //! never carry row values (they may hold secrets or payloads).
 
+use std::path::PathBuf;
+
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use gateway_core::StoreError;
 
@@ -20,6 +22,16 @@ pub enum OpenError {
     Connect(String),
     #[error("cannot run migrations: {0}")]
     Migrate(String),
+    /// Another live process holds the database's lock (DESIGN.md §8, one process per SQLite file).
+    #[error("{} is in use by another gateway{}", .path.display(), pid_suffix(*.holder_pid))]
+    InUse { path: PathBuf, holder_pid: Option<u32> },
+    #[error("cannot lock {}: {source}", .path.display())]
+    Lock { path: PathBuf, source: std::io::Error },
+}
+
+/// " (pid N)" when the holder's pid is known: it has not always written it yet when a second gateway looks.
+fn pid_suffix(pid: Option<u32>) -> String {
+    pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
 }
 
 pub(crate) fn classify(operation: &str, error: DieselError) -> StoreError {

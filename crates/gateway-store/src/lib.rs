@@ -2,7 +2,8 @@
 //!
 //! One [`DieselStore`] implements every store port over a connection pool. SQLite is the embedded default
 //! (bundled, so no system library is needed); PostgreSQL arrives in phase 2 behind the same type. Migrations are
-//! embedded in the binary and run by [`DieselStore::open`].
+//! embedded in the binary and run by [`DieselStore::open`], which first takes an exclusive lock on the SQLite file
+//! (one gateway per file) and afterwards releases the claims a killed predecessor left.
 
 mod connection;
 mod cron;
@@ -11,6 +12,8 @@ mod error;
 #[cfg(test)]
 mod explain;
 mod heartbeat;
+mod lock;
+mod recovery;
 pub mod schema;
 pub mod timestamp;
 mod wal;

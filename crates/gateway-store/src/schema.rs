@@ -51,6 +51,7 @@ diesel::table! {
         created_at -> Timestamp,
         error_detail -> Nullable<Text>,
         idempotency_key -> Nullable<Text>,
+        claimed_until -> Nullable<Timestamp>,
     }
 }
 

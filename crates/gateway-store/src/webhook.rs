@@ -1,7 +1,10 @@
 //! `WebhookStore` over `webhook_configs`, `webhook_deliveries` and `webhook_delivery_attempts`.
 //!
 //! The claim is one conditional `UPDATE … RETURNING`, atomic on its own; recording an attempt, "Retry now" and
-//! deleting a config read before they write, so they run in IMMEDIATE transactions.
+//! deleting a config read before they write, so they run in IMMEDIATE transactions. Besides moving
+//! `next_retry_at` to the end of its lease, a claim sets `claimed_until` (migration `webhook_delivery_claims`),
+//! which the outcome and "Retry now" clear: the port does not see it; it lets a restarted SQLite gateway tell an
+//! interrupted attempt from a scheduled retry (`recovery`).
 
 use diesel::prelude::*;
 use diesel::sqlite::Sqlite;
@@ -385,7 +388,8 @@ impl WebhookStore for DieselStore {
                     .filter(dsl::status.eq_any(statuses))
                     .filter(dsl::next_retry_at.le(to_db(due_by))),
             )
-            .set(dsl::next_retry_at.eq(to_db(lease_until)))
+            // The marker tells this claim from a scheduled retry once its process is gone (`recovery`).
+            .set((dsl::next_retry_at.eq(to_db(lease_until)), dsl::claimed_until.eq(to_db(lease_until))))
             .returning(DeliveryRow::as_returning())
             .get_results(connection)
         })?;
@@ -430,6 +434,7 @@ impl WebhookStore for DieselStore {
                 dsl::last_attempted_at.eq(to_db(update.last_attempted_at)),
                 dsl::next_retry_at.eq(update.next_retry_at.map(to_db)),
                 dsl::error_detail.eq(update.error_detail.as_deref()),
+                dsl::claimed_until.eq(None::<PrimitiveDateTime>),
             ))
             .execute(connection)?;
             Ok(applied == 1)
@@ -453,6 +458,8 @@ impl WebhookStore for DieselStore {
                     dsl::status.eq(DeliveryStatus::Pending.as_str()),
                     dsl::attempt_count.eq(0),
                     dsl::next_retry_at.eq(Some(to_db(now))),
+                    // An attempt still in flight no longer holds the row: its outcome will not be applied.
+                    dsl::claimed_until.eq(None::<PrimitiveDateTime>),
                 ))
                 .returning(DeliveryRow::as_returning())
                 .get_result(connection)?;

@@ -1,14 +1,28 @@
 //! POST /gateway/heartbeat (FR-10.1..10.4).
 
-use gateway_core::{AgentId, HeartbeatStore};
-use gateway_store::{DatabaseUrl, DieselStore};
+use diesel::prelude::*;
+use gateway_core::{AgentId, ClusterId, HeartbeatRecord};
+use gateway_store::schema::gateway_heartbeats;
+use gateway_store::timestamp::from_db;
 use serde_json::json;
 
 use crate::support::{Gateway, count_rows, raw_request};
 
-fn stored_heartbeat(gateway: &Gateway, agent_id: &str) -> Option<gateway_core::HeartbeatRecord> {
-    let store = DieselStore::open(&DatabaseUrl::Sqlite(gateway.database_path())).unwrap();
-    store.heartbeat(&AgentId::new(agent_id).unwrap()).unwrap()
+/// The agent's row, read with plain SQL: the running gateway holds the database's lock, so a second
+/// `DieselStore` cannot open it.
+fn stored_heartbeat(gateway: &Gateway, agent_id: &str) -> Option<HeartbeatRecord> {
+    let mut connection = SqliteConnection::establish(gateway.database_path().to_str().unwrap()).unwrap();
+    let row: Option<(String, time::PrimitiveDateTime)> = gateway_heartbeats::table
+        .find(agent_id)
+        .select((gateway_heartbeats::cluster_id, gateway_heartbeats::last_seen_at))
+        .first(&mut connection)
+        .optional()
+        .unwrap();
+    row.map(|(cluster_id, last_seen_at)| HeartbeatRecord {
+        agent_id: AgentId::new(agent_id).unwrap(),
+        cluster_id: ClusterId::new(cluster_id).unwrap(),
+        last_seen_at: from_db(last_seen_at),
+    })
 }
 
 fn ping(agent_id: &str, timestamp: &str) -> serde_json::Value {

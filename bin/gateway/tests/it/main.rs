@@ -6,6 +6,7 @@ mod receiver;
 mod support;
 
 mod config;
+mod crash;
 mod cron;
 mod events;
 mod heartbeat;

@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -22,6 +23,8 @@ pub struct Gateway {
     pub base: String,
     pub dir: Arc<tempfile::TempDir>,
     stderr: Arc<Mutex<String>>,
+    /// Set once the process's stderr has reached its end (the process is gone and every line is in `stderr`).
+    stderr_closed: Arc<AtomicBool>,
     agent: ureq::Agent,
 }
 
@@ -33,24 +36,32 @@ impl Gateway {
 
     /// Starts a gateway on the database in `dir` (to restart on the same file).
     pub fn start_in(dir: Arc<tempfile::TempDir>, args: &[&str]) -> Self {
-        Self::start_logging(dir, "info", args)
+        Self::start_with_env(dir, args, &[])
     }
 
     /// Starts a gateway on the database in `dir` with `RUST_LOG` set to `log_filter`: for a test that waits for
     /// a debug line.
     pub fn start_logging(dir: Arc<tempfile::TempDir>, log_filter: &str, args: &[&str]) -> Self {
+        Self::start_with_env(dir, args, &[("RUST_LOG", log_filter)])
+    }
+
+    /// Starts a gateway on the database in `dir` with extra environment variables (they win over the
+    /// defaults set here, such as `RUST_LOG=info`).
+    pub fn start_with_env(dir: Arc<tempfile::TempDir>, args: &[&str], env: &[(&str, &str)]) -> Self {
         let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
         let mut child = gateway_command()
             .args(["--listen", "127.0.0.1:0", "--database-url", &database, "--admin-token", TOKEN])
             .args(args)
-            .env("RUST_LOG", log_filter)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let stderr = Arc::new(Mutex::new(String::new()));
-        drain_into(child.stderr.take().unwrap(), Arc::clone(&stderr));
+        let stderr_closed = Arc::new(AtomicBool::new(false));
+        drain_into(child.stderr.take().unwrap(), Arc::clone(&stderr), Arc::clone(&stderr_closed));
         let (lines_tx, lines) = mpsc::channel();
         let stdout = child.stdout.take().unwrap();
         thread::spawn(move || {
@@ -76,7 +87,7 @@ impl Gateway {
         // No wait for /readyz here: the gateway prints its banner only once every background loop runs, and the
         // tests' first requests, sent straight after it, are what shows that (a heartbeat that beat the heartbeat
         // loop used to get 503 heartbeat_manager_unavailable).
-        Self { child, base, dir, stderr, agent }
+        Self { child, base, dir, stderr, stderr_closed, agent }
     }
 
     pub fn database_path(&self) -> PathBuf {
@@ -90,6 +101,13 @@ impl Gateway {
     /// Everything the process logged so far.
     pub fn logs(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Everything the process logged, once it has exited (after [`Gateway::kill`] or [`Gateway::terminate`]):
+    /// waits for the reader thread to reach the end of stderr, so no line written before the exit is missing.
+    pub fn logs_after_exit(&self) -> String {
+        eventually("the gateway's stderr to close", || self.stderr_closed.load(Ordering::SeqCst));
+        self.logs()
     }
 
     /// Waits until `text` has appeared on stderr: the gateway writes a log line and the
@@ -208,13 +226,14 @@ pub fn gateway_command() -> Command {
     command
 }
 
-fn drain_into(stream: impl Read + Send + 'static, sink: Arc<Mutex<String>>) {
+fn drain_into(stream: impl Read + Send + 'static, sink: Arc<Mutex<String>>, closed: Arc<AtomicBool>) {
     thread::spawn(move || {
         for line in BufReader::new(stream).lines().map_while(Result::ok) {
             let mut sink = sink.lock().unwrap();
             sink.push_str(&line);
             sink.push('\n');
         }
+        closed.store(true, Ordering::SeqCst);
     });
 }
 
