@@ -44,7 +44,7 @@ pub use ports::{
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use supervisor::{BackgroundLoop, supervise, supervise_loop};
 pub use webhook::{
-    AttemptOutcome, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
-    FailureClass, NewDelivery, NewWebhookConfig, OutboundRequest, RetryNowOutcome, UnknownDeliveryStatus,
+    AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate,
+    DueDelivery, FailureClass, NewDelivery, NewWebhookConfig, OutboundRequest, RetryNowOutcome, UnknownDeliveryStatus,
     WebhookConfig, WebhookSecret, WebhookStore, WebhookTransport,
 };

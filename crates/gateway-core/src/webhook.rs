@@ -227,6 +227,15 @@ pub struct DeliveryFilter {
     pub limit: usize,
 }
 
+/// An attempt to record with [`WebhookStore::record_attempts`]: its history row, the lease it ran under, and the
+/// delivery's new state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecord {
+    pub attempt: DeliveryAttempt,
+    pub lease: OffsetDateTime,
+    pub update: DeliveryUpdate,
+}
+
 /// What "Retry now" found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RetryNowOutcome {
@@ -257,6 +266,12 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
 
     /// [`StoreError::Conflict`] when the config is gone or the idempotency key is taken.
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError>;
+    /// Inserts `deliveries`, one outcome each, in order: a conflict (config gone, idempotency key taken) fails only
+    /// its own delivery. A database adapter should write them in one transaction: the router groups concurrent
+    /// enqueues into one call, so a commit is shared by all of them. This default is one insert per delivery.
+    fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<Vec<Result<Delivery, StoreError>>, StoreError> {
+        Ok(deliveries.iter().map(|delivery| self.insert_delivery(delivery)).collect())
+    }
     fn delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError>;
     /// The delivery created with this `Idempotency-Key`, if any.
     fn delivery_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<Delivery>, StoreError>;
@@ -282,12 +297,32 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
     /// within the same millisecond would reproduce it, but never with the same attempt count.) `Ok(false)`
     /// when the claim was lost (the row was reset, deleted or re-claimed meanwhile): the attempt is recorded,
     /// the row untouched.
+    /// [`Self::claim`] for several rows at once, each with its own `due_by`, all until `lease_until`; returns the
+    /// claimed rows. A database adapter should do it in one transaction (the router groups concurrent immediate
+    /// attempts into one call). This default is one claim per row.
+    fn claim_each(
+        &self,
+        claims: &[(i64, OffsetDateTime)],
+        lease_until: OffsetDateTime,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let mut claimed = Vec::with_capacity(claims.len());
+        for (id, due_by) in claims {
+            claimed.extend(self.claim(&[*id], *due_by, lease_until)?);
+        }
+        Ok(claimed)
+    }
     fn record_attempt(
         &self,
         attempt: &DeliveryAttempt,
         lease: OffsetDateTime,
         update: &DeliveryUpdate,
     ) -> Result<bool, StoreError>;
+    /// [`Self::record_attempt`] for several attempts, one outcome each, in order. A database adapter should write
+    /// them in one transaction, all or nothing, so a caller that retries after an error records nothing twice. This
+    /// default records them one by one and is not atomic.
+    fn record_attempts(&self, records: &[AttemptRecord]) -> Result<Vec<bool>, StoreError> {
+        records.iter().map(|record| self.record_attempt(&record.attempt, record.lease, &record.update)).collect()
+    }
     /// Retention: deletes up to `limit` deliveries that are delivered or dead and were created before
     /// `created_before`, with their attempts (and so their idempotency keys); returns how many deliveries went.
     /// Pending and failed deliveries are never pruned, however old. Callers repeat it until it returns less than

@@ -7,14 +7,17 @@
 //! interrupted attempt from a scheduled retry (`recovery`).
 
 use diesel::prelude::*;
+use diesel::result::DatabaseErrorKind;
 use diesel::sqlite::Sqlite;
 use gateway_core::{
-    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, IdempotencyKey,
-    NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError, WebhookConfig, WebhookSecret, WebhookStore,
+    AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
+    IdempotencyKey, NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError, WebhookConfig, WebhookSecret,
+    WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::connection::DieselStore;
+use crate::error::classify;
 use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts};
 use crate::timestamp::{from_db, to_db};
 
@@ -134,8 +137,10 @@ fn deliveries(rows: Vec<DeliveryRow>) -> Result<Vec<Delivery>, StoreError> {
     rows.into_iter().map(Delivery::try_from).collect()
 }
 
+/// Every column is bound as a value (a missing key as NULL rather than DEFAULT), which keeps the statement's text
+/// fixed so Diesel reuses the prepared statement across rows and groups.
 #[derive(Insertable)]
-#[diesel(table_name = webhook_deliveries)]
+#[diesel(table_name = webhook_deliveries, treat_none_as_default_value = false)]
 struct NewDeliveryRow<'a> {
     webhook_id: i64,
     session_id: &'a str,
@@ -147,6 +152,30 @@ struct NewDeliveryRow<'a> {
     next_retry_at: PrimitiveDateTime,
     created_at: PrimitiveDateTime,
     idempotency_key: Option<&'a str>,
+}
+
+impl<'a> NewDeliveryRow<'a> {
+    fn of(delivery: &'a NewDelivery) -> Self {
+        Self {
+            webhook_id: delivery.webhook_id,
+            session_id: &delivery.session_id,
+            payload: &delivery.payload,
+            target_url: &delivery.target_url,
+            signature: &delivery.signature,
+            status: DeliveryStatus::Pending.as_str(),
+            attempt_count: 0,
+            next_retry_at: to_db(delivery.next_retry_at),
+            created_at: to_db(delivery.created_at),
+            idempotency_key: delivery.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+        }
+    }
+
+    fn insert(&self, connection: &mut SqliteConnection) -> QueryResult<DeliveryRow> {
+        diesel::insert_into(webhook_deliveries::table)
+            .values(self)
+            .returning(DeliveryRow::as_returning())
+            .get_result(connection)
+    }
 }
 
 #[derive(Queryable, Selectable)]
@@ -272,25 +301,34 @@ impl WebhookStore for DieselStore {
     }
 
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError> {
-        let row = NewDeliveryRow {
-            webhook_id: delivery.webhook_id,
-            session_id: &delivery.session_id,
-            payload: &delivery.payload,
-            target_url: &delivery.target_url,
-            signature: &delivery.signature,
-            status: DeliveryStatus::Pending.as_str(),
-            attempt_count: 0,
-            next_retry_at: to_db(delivery.next_retry_at),
-            created_at: to_db(delivery.created_at),
-            idempotency_key: delivery.idempotency_key.as_ref().map(IdempotencyKey::as_str),
-        };
-        let inserted = self.with_connection("insert webhook delivery", |connection| {
-            diesel::insert_into(webhook_deliveries::table)
-                .values(&row)
-                .returning(DeliveryRow::as_returning())
-                .get_result(connection)
-        })?;
+        let row = NewDeliveryRow::of(delivery);
+        let inserted = self.with_connection("insert webhook delivery", |connection| row.insert(connection))?;
         inserted.try_into()
+    }
+
+    fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<Vec<Result<Delivery, StoreError>>, StoreError> {
+        let rows: Vec<NewDeliveryRow<'_>> = deliveries.iter().map(NewDeliveryRow::of).collect();
+        let outcomes = self.immediate("insert webhook deliveries", |connection| {
+            let mut outcomes = Vec::with_capacity(rows.len());
+            for row in &rows {
+                // A savepoint per row: a constraint that refuses one row (its config deleted, its idempotency key
+                // taken) rolls back that row only, and the others still commit together.
+                match connection.transaction(|connection| row.insert(connection)) {
+                    Ok(inserted) => outcomes.push(Ok(inserted)),
+                    Err(error @ diesel::result::Error::DatabaseError(kind, _)) if is_constraint(&kind) => {
+                        outcomes.push(Err(error));
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            Ok(outcomes)
+        })?;
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.map_err(|error| classify("insert webhook delivery", error)).and_then(Delivery::try_from)
+            })
+            .collect())
     }
 
     fn delivery_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<Delivery>, StoreError> {
@@ -376,26 +414,33 @@ impl WebhookStore for DieselStore {
         due_by: OffsetDateTime,
         lease_until: OffsetDateTime,
     ) -> Result<Vec<Delivery>, StoreError> {
-        use webhook_deliveries::dsl;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
         let rows = self.with_connection("claim webhook deliveries", |connection| {
-            diesel::update(
-                dsl::webhook_deliveries
-                    .filter(dsl::id.eq_any(ids))
-                    .filter(dsl::status.eq_any(statuses))
-                    .filter(dsl::next_retry_at.le(to_db(due_by))),
-            )
-            // The marker tells this claim from a scheduled retry once its process is gone (`recovery`).
-            .set((dsl::next_retry_at.eq(to_db(lease_until)), dsl::claimed_until.eq(to_db(lease_until))))
-            .returning(DeliveryRow::as_returning())
-            .get_results(connection)
+            claim_rows(connection, ids, due_by, lease_until)
         })?;
         let mut claimed = deliveries(rows)?;
         claimed.sort_by_key(|delivery| delivery.id);
         Ok(claimed)
+    }
+
+    fn claim_each(
+        &self,
+        claims: &[(i64, OffsetDateTime)],
+        lease_until: OffsetDateTime,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = self.immediate("claim webhook deliveries", |connection| {
+            let mut claimed = Vec::with_capacity(claims.len());
+            for (id, due_by) in claims {
+                claimed.extend(claim_rows(connection, std::slice::from_ref(id), *due_by, lease_until)?);
+            }
+            Ok(claimed)
+        })?;
+        deliveries(rows)
     }
 
     fn record_attempt(
@@ -404,40 +449,12 @@ impl WebhookStore for DieselStore {
         lease: OffsetDateTime,
         update: &DeliveryUpdate,
     ) -> Result<bool, StoreError> {
-        use webhook_deliveries::dsl;
-        let history = NewAttemptRow {
-            delivery_id: attempt.delivery_id,
-            attempt_number: attempt.attempt_number,
-            started_at: to_db(attempt.started_at),
-            duration_ms: attempt.duration_ms,
-            status_code: attempt.status_code.map(i32::from),
-            error_class: attempt.error_class.as_deref(),
-            error_detail: attempt.error_detail.as_deref(),
-        };
-        self.immediate("record webhook attempt", |connection| {
-            let exists = diesel::select(diesel::dsl::exists(dsl::webhook_deliveries.find(attempt.delivery_id)))
-                .get_result::<bool>(connection)?;
-            if !exists {
-                // Deleted with its config mid-attempt: there is nothing left to attach the history to.
-                return Ok(false);
-            }
-            diesel::insert_into(webhook_delivery_attempts::table).values(&history).execute(connection)?;
-            let applied = diesel::update(
-                dsl::webhook_deliveries
-                    .find(attempt.delivery_id)
-                    .filter(dsl::next_retry_at.eq(to_db(lease)))
-                    .filter(dsl::attempt_count.eq(attempt.attempt_number - 1)),
-            )
-            .set((
-                dsl::status.eq(update.status.as_str()),
-                dsl::attempt_count.eq(update.attempt_count),
-                dsl::last_attempted_at.eq(to_db(update.last_attempted_at)),
-                dsl::next_retry_at.eq(update.next_retry_at.map(to_db)),
-                dsl::error_detail.eq(update.error_detail.as_deref()),
-                dsl::claimed_until.eq(None::<PrimitiveDateTime>),
-            ))
-            .execute(connection)?;
-            Ok(applied == 1)
+        self.immediate("record webhook attempt", |connection| record(connection, attempt, lease, update))
+    }
+
+    fn record_attempts(&self, records: &[AttemptRecord]) -> Result<Vec<bool>, StoreError> {
+        self.immediate("record webhook attempts", |connection| {
+            records.iter().map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update)).collect()
         })
     }
 
@@ -471,6 +488,77 @@ impl WebhookStore for DieselStore {
             Some(Ok(reset)) => Ok(RetryNowOutcome::Reset(reset.try_into()?)),
         }
     }
+}
+
+/// Claims the rows `ids` that are pending or failed and due by `due_by`, until `lease_until`.
+fn claim_rows(
+    connection: &mut SqliteConnection,
+    ids: &[i64],
+    due_by: OffsetDateTime,
+    lease_until: OffsetDateTime,
+) -> QueryResult<Vec<DeliveryRow>> {
+    use webhook_deliveries::dsl;
+    let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
+    diesel::update(
+        dsl::webhook_deliveries
+            .filter(dsl::id.eq_any(ids))
+            .filter(dsl::status.eq_any(statuses))
+            .filter(dsl::next_retry_at.le(to_db(due_by))),
+    )
+    // The marker tells this claim from a scheduled retry once its process is gone (`recovery`).
+    .set((dsl::next_retry_at.eq(to_db(lease_until)), dsl::claimed_until.eq(to_db(lease_until))))
+    .returning(DeliveryRow::as_returning())
+    .get_results(connection)
+}
+
+/// Appends an attempt to the history and applies its outcome if the row still carries the claim it ran under.
+/// Call it inside an IMMEDIATE transaction (it reads, then writes).
+fn record(
+    connection: &mut SqliteConnection,
+    attempt: &DeliveryAttempt,
+    lease: OffsetDateTime,
+    update: &DeliveryUpdate,
+) -> QueryResult<bool> {
+    use webhook_deliveries::dsl;
+    let history = NewAttemptRow {
+        delivery_id: attempt.delivery_id,
+        attempt_number: attempt.attempt_number,
+        started_at: to_db(attempt.started_at),
+        duration_ms: attempt.duration_ms,
+        status_code: attempt.status_code.map(i32::from),
+        error_class: attempt.error_class.as_deref(),
+        error_detail: attempt.error_detail.as_deref(),
+    };
+    let exists = diesel::select(diesel::dsl::exists(dsl::webhook_deliveries.find(attempt.delivery_id)))
+        .get_result::<bool>(connection)?;
+    if !exists {
+        // Deleted with its config mid-attempt: there is nothing left to attach the history to.
+        return Ok(false);
+    }
+    diesel::insert_into(webhook_delivery_attempts::table).values(&history).execute(connection)?;
+    let applied = diesel::update(
+        dsl::webhook_deliveries
+            .find(attempt.delivery_id)
+            .filter(dsl::next_retry_at.eq(to_db(lease)))
+            .filter(dsl::attempt_count.eq(attempt.attempt_number - 1)),
+    )
+    .set((
+        dsl::status.eq(update.status.as_str()),
+        dsl::attempt_count.eq(update.attempt_count),
+        dsl::last_attempted_at.eq(to_db(update.last_attempted_at)),
+        dsl::next_retry_at.eq(update.next_retry_at.map(to_db)),
+        dsl::error_detail.eq(update.error_detail.as_deref()),
+        dsl::claimed_until.eq(None::<PrimitiveDateTime>),
+    ))
+    .execute(connection)?;
+    Ok(applied == 1)
+}
+
+fn is_constraint(kind: &DatabaseErrorKind) -> bool {
+    matches!(
+        kind,
+        DatabaseErrorKind::UniqueViolation | DatabaseErrorKind::ForeignKeyViolation | DatabaseErrorKind::CheckViolation
+    )
 }
 
 #[cfg(test)]

@@ -371,3 +371,64 @@ fn an_idempotency_key_is_unique_and_finds_its_delivery() {
     store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
     store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
 }
+
+#[test]
+fn a_group_insert_fails_only_the_deliveries_a_constraint_refuses() {
+    let (_dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let keyed = |key: &str| NewDelivery {
+        idempotency_key: Some(IdempotencyKey::new(key).unwrap()),
+        ..new_delivery(config.id, "s", START)
+    };
+    let outcomes = store
+        .insert_deliveries(&[
+            new_delivery(config.id, "a", START),
+            keyed("k-1"),
+            new_delivery(config.id + 100, "no such config", START),
+            keyed("k-1"),
+            new_delivery(config.id, "b", START),
+        ])
+        .unwrap();
+    assert!(outcomes[0].is_ok() && outcomes[1].is_ok() && outcomes[4].is_ok(), "{outcomes:?}");
+    assert!(matches!(outcomes[2], Err(StoreError::Conflict(_))), "{outcomes:?}");
+    assert!(matches!(outcomes[3], Err(StoreError::Conflict(_))), "{outcomes:?}");
+    let stored: Vec<i64> = store.list_deliveries(&all()).unwrap().iter().map(|row| row.id).collect();
+    let inserted: Vec<i64> = outcomes.iter().flatten().map(|row| row.id).collect();
+    assert_eq!(stored, inserted, "exactly the accepted rows were committed");
+}
+
+#[test]
+fn group_claims_take_each_row_by_its_own_due_time_and_group_records_answer_each() {
+    let (_dir, store) = open();
+    let config = store.create_config(&new_config("github")).unwrap();
+    let rows: Vec<Delivery> = (0..3)
+        .map(|index| store.insert_delivery(&new_delivery(config.id, &format!("s{index}"), START)).unwrap())
+        .collect();
+    let due = |row: &Delivery| row.next_retry_at.unwrap();
+    let lease = START + Duration::seconds(45);
+    // The third asks with a due time before its own: it was changed since, so it is not claimed.
+    let claims = [(rows[0].id, due(&rows[0])), (rows[1].id, due(&rows[1])), (rows[2].id, START)];
+    let claimed = store.claim_each(&claims, lease).unwrap();
+    assert_eq!(claimed.iter().map(|row| row.id).collect::<Vec<_>>(), [rows[0].id, rows[1].id]);
+    assert!(store.claim_each(&claims, lease).unwrap().is_empty(), "claimed rows are hidden until the lease ends");
+
+    let record = |row: &Delivery| {
+        let (attempt, update) = failed_attempt(row.id, 1, START + Duration::seconds(31));
+        AttemptRecord { attempt, lease, update }
+    };
+    let recorded = store.record_attempts(&[record(&rows[0]), record(&rows[1]), record(&rows[2])]).unwrap();
+    assert_eq!(recorded, [true, true, false], "the unclaimed row keeps its state; its attempt is history only");
+    assert_eq!(store.delivery(rows[0].id).unwrap().unwrap().status, DeliveryStatus::Failed);
+    assert_eq!(store.attempts(rows[2].id).unwrap().len(), 1);
+}
+
+fn all() -> DeliveryFilter {
+    DeliveryFilter {
+        session_id: None,
+        status: None,
+        created_from: None,
+        created_before: None,
+        after_id: None,
+        limit: 500,
+    }
+}

@@ -1,17 +1,15 @@
 //! Deliveries: enqueued by an operator, routed from a verified inbound webhook, reset by "Retry now", and
 //! read back by the forensic inspector. Each new or reset delivery is handed to the dispatcher at once.
 
-use gateway_core::{
-    Delivery, DeliveryFilter, EventPayload, IdempotencyKey, NewDelivery, RetryNowOutcome, StoreError, WebhookConfig,
-};
-use time::OffsetDateTime;
+use gateway_core::{Delivery, DeliveryFilter, EventPayload, IdempotencyKey, RetryNowOutcome};
 use tracing::{info, warn};
 
-use super::{DeliveryDetail, ENQUEUE_SAFETY_NET, WebhookRouter, target_host};
+use super::groups::DeliveryDraft;
+use super::{DeliveryDetail, WebhookRouter, target_host};
 use crate::envelope::inbound_envelope;
 use crate::error::WebhookError;
 use crate::input::check_delivery;
-use crate::signature::{sign, verify};
+use crate::signature::verify;
 
 impl WebhookRouter {
     /// Enqueues an outbound delivery of `payload` (JSON text, sent byte for byte) to the config's target.
@@ -36,17 +34,31 @@ impl WebhookRouter {
     ) -> Result<Enqueued, WebhookError> {
         check_delivery(&session_id, &payload)?;
         let Some(key) = idempotency_key else {
-            let config = self.config(webhook_id).await?;
-            let delivery = self.create_delivery(&config, session_id, payload, self.now(), None).await?;
+            let draft = DeliveryDraft {
+                webhook_id,
+                config: None,
+                session_id,
+                payload,
+                created_at: self.now(),
+                idempotency_key: None,
+            };
+            let delivery = self.create_delivery(draft).await?;
             return Ok(Enqueued { delivery, replayed: false });
         };
         let request = (webhook_id, session_id, payload);
         if let Some(existing) = self.delivery_by_key(&key).await? {
             return replay(existing, &request);
         }
-        let config = self.config(webhook_id).await?;
         let (_, session_id, payload) = request.clone();
-        match self.create_delivery(&config, session_id, payload, self.now(), Some(key.clone())).await {
+        let draft = DeliveryDraft {
+            webhook_id,
+            config: None,
+            session_id,
+            payload,
+            created_at: self.now(),
+            idempotency_key: Some(key.clone()),
+        };
+        match self.create_delivery(draft).await {
             Ok(delivery) => Ok(Enqueued { delivery, replayed: false }),
             // A conflict is a deleted config, or the key taken by a concurrent request: the row tells which.
             Err(WebhookError::UnknownWebhook(id)) => match self.delivery_by_key(&key).await? {
@@ -80,36 +92,21 @@ impl WebhookRouter {
         }
         let received_at = self.now();
         let payload = inbound_envelope(&config, received_at, body);
-        let session_id = config.target_session.clone();
-        self.create_delivery(&config, session_id, payload, received_at, None).await
+        let draft = DeliveryDraft {
+            webhook_id,
+            session_id: config.target_session.clone(),
+            config: Some(config),
+            payload,
+            created_at: received_at,
+            idempotency_key: None,
+        };
+        self.create_delivery(draft).await
     }
 
-    async fn create_delivery(
-        &self,
-        config: &WebhookConfig,
-        session_id: String,
-        payload: String,
-        created_at: OffsetDateTime,
-        idempotency_key: Option<IdempotencyKey>,
-    ) -> Result<Delivery, WebhookError> {
-        let signature = sign(&config.secret, payload.as_bytes());
-        let new = NewDelivery {
-            webhook_id: config.id,
-            session_id,
-            payload,
-            target_url: config.target_url.clone(),
-            signature,
-            created_at,
-            next_retry_at: created_at + ENQUEUE_SAFETY_NET,
-            idempotency_key,
-        };
-        let webhook_id = config.id;
-        let row = self.store(move |store| store.insert_delivery(&new)).await.map_err(|error| match error {
-            // The config was deleted since it was read.
-            WebhookError::Store(StoreError::Conflict(_)) => WebhookError::UnknownWebhook(webhook_id),
-            other => other,
-        })?;
-        info!(delivery_id = row.id, webhook_id, target_host = %target_host(&row.target_url), "webhook delivery enqueued");
+    /// Writes a delivery (sharing the commit with concurrent ones) and hands it to the dispatcher.
+    async fn create_delivery(&self, draft: DeliveryDraft) -> Result<Delivery, WebhookError> {
+        let row = self.inner.inserts.submit(draft).await??;
+        info!(delivery_id = row.id, webhook_id = row.webhook_id, target_host = %target_host(&row.target_url), "webhook delivery enqueued");
         self.publish_status(&row);
         if let Some(due_by) = row.next_retry_at {
             self.spawn_immediate_attempt(row.id, due_by);

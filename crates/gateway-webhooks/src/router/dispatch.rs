@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gateway_core::{
-    AttemptOutcome, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, EventPayload, FailureClass,
-    OutboundRequest, RateTicket, run_blocking,
+    AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, EventPayload,
+    FailureClass, OutboundRequest, RateTicket, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::OwnedSemaphorePermit;
@@ -53,13 +53,10 @@ impl WebhookRouter {
             };
             inner.waiting_immediate.fetch_sub(1, Ordering::SeqCst);
             let Some((slot, ticket)) = ready else { return };
-            let lease = router.lease_end(router.now());
-            match router.store(move |store| store.claim(&[id], due_by, lease)).await {
-                Ok(mut claimed) => match claimed.pop() {
-                    Some(row) => router.attempt(row, slot).await,
-                    // Attempted by someone else meanwhile (the poll, another instance), or gone.
-                    None => inner.ports.rate.cancel(ticket),
-                },
+            match inner.claims.submit((id, due_by)).await {
+                Ok(Some(row)) => router.attempt(row, slot).await,
+                // Attempted by someone else meanwhile (the poll, another instance), or gone.
+                Ok(None) => inner.ports.rate.cancel(ticket),
                 Err(error) => {
                     inner.ports.rate.cancel(ticket);
                     warn!(delivery_id = id, %error, "could not claim a delivery for its immediate attempt; the poll will retry it");
@@ -168,8 +165,8 @@ impl WebhookRouter {
     async fn record(&self, attempt: &DeliveryAttempt, lease: OffsetDateTime, update: &DeliveryUpdate) -> Option<bool> {
         let mut backoff = RECORD_FIRST_BACKOFF;
         for tries in 1..=RECORD_TRIES {
-            let (attempt_row, new_state) = (attempt.clone(), update.clone());
-            match self.store(move |store| store.record_attempt(&attempt_row, lease, &new_state)).await {
+            let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
+            match self.inner.records.submit(record).await {
                 Ok(applied) => return Some(applied),
                 Err(error) => {
                     self.inner.health.degraded(format!("cannot record webhook attempts: {error}"));

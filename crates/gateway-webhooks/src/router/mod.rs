@@ -18,6 +18,7 @@ mod configs;
 mod deliveries;
 mod dispatch;
 mod failure_reports;
+mod groups;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -120,6 +121,10 @@ struct Inner {
     /// Held by the attempt that is next to start: waiters for the rate queue here, first come first served.
     next_start: tokio::sync::Mutex<()>,
     waiting_immediate: AtomicUsize,
+    /// Shared commits of enqueues, immediate claims and attempt outcomes.
+    inserts: Arc<groups::Inserts>,
+    claims: Arc<groups::Claims>,
+    records: Arc<groups::Records>,
     signature_failures: SignatureFailureReports,
     health: ComponentHealth,
     attempts: TaskTracker,
@@ -174,6 +179,12 @@ pub fn candidate_window(max_per_cycle: usize) -> usize {
     max_per_cycle.saturating_mul(CANDIDATE_WINDOW_FACTOR).min(MAX_CANDIDATE_WINDOW).max(max_per_cycle)
 }
 
+/// The clock's time at millisecond precision.
+fn millisecond_now(clock: &dyn Clock) -> OffsetDateTime {
+    let now = clock.now();
+    now.replace_nanosecond(now.nanosecond() / 1_000_000 * 1_000_000).unwrap_or(now)
+}
+
 fn duration_to_time(duration: Duration) -> time::Duration {
     time::Duration::try_from(duration).unwrap_or(time::Duration::MAX)
 }
@@ -186,6 +197,10 @@ impl WebhookRouter {
         config.max_per_cycle = config.max_per_cycle.clamp(1, Semaphore::MAX_PERMITS);
         config.poll_interval = config.poll_interval.max(Duration::from_millis(1));
         let slots = Arc::new(Semaphore::new(config.max_per_cycle));
+        let inserts = Arc::new(groups::inserts(Arc::clone(&ports.store)));
+        let claims =
+            Arc::new(groups::claims(Arc::clone(&ports.store), Arc::clone(&ports.clock), config.attempt_timeout));
+        let records = Arc::new(groups::records(Arc::clone(&ports.store)));
         Self {
             inner: Arc::new(Inner {
                 ports,
@@ -193,6 +208,9 @@ impl WebhookRouter {
                 slots,
                 next_start: tokio::sync::Mutex::new(()),
                 waiting_immediate: AtomicUsize::new(0),
+                inserts,
+                claims,
+                records,
                 signature_failures: SignatureFailureReports::default(),
                 health: ComponentHealth::new("webhook_dispatcher"),
                 attempts: TaskTracker::new(),
@@ -213,8 +231,7 @@ impl WebhookRouter {
     /// The clock's time at millisecond precision: every instant the router stores round-trips exactly through
     /// any store, which the lease comparison relies on.
     fn now(&self) -> OffsetDateTime {
-        let now = self.inner.ports.clock.now();
-        now.replace_nanosecond(now.nanosecond() / 1_000_000 * 1_000_000).unwrap_or(now)
+        millisecond_now(self.inner.ports.clock.as_ref())
     }
 
     fn lease_end(&self, now: OffsetDateTime) -> OffsetDateTime {

@@ -1,0 +1,100 @@
+//! The router's shared commits: concurrent enqueues, immediate claims and attempt outcomes each share one store
+//! transaction (and one trip to the blocking pool) with whatever else is queued at the time, instead of paying
+//! for one each. A caller still gets its own answer, after its own row is committed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use gateway_core::group_commit::GroupCommit;
+use gateway_core::{AttemptRecord, Clock, Delivery, NewDelivery, StoreError, WebhookConfig, WebhookStore};
+use time::OffsetDateTime;
+
+use super::{ENQUEUE_SAFETY_NET, LEASE_MARGIN, duration_to_time, millisecond_now};
+use crate::error::WebhookError;
+use crate::signature::sign;
+
+/// Most rows written by one shared commit.
+pub const MAX_GROUP: usize = 256;
+
+/// A delivery to create: the config is looked up (and the payload signed) by the writer, in the same trip as
+/// the insert, unless the caller already has it (an inbound webhook verified with it).
+#[derive(Debug)]
+pub(super) struct DeliveryDraft {
+    pub(super) webhook_id: i64,
+    pub(super) config: Option<WebhookConfig>,
+    pub(super) session_id: String,
+    pub(super) payload: String,
+    pub(super) created_at: OffsetDateTime,
+    pub(super) idempotency_key: Option<gateway_core::IdempotencyKey>,
+}
+
+pub(super) type Inserts = GroupCommit<DeliveryDraft, Result<Delivery, WebhookError>>;
+pub(super) type Claims = GroupCommit<(i64, OffsetDateTime), Option<Delivery>>;
+pub(super) type Records = GroupCommit<AttemptRecord, bool>;
+
+pub(super) fn inserts(store: Arc<dyn WebhookStore>) -> Inserts {
+    GroupCommit::new(MAX_GROUP, move |drafts: Vec<DeliveryDraft>| {
+        let mut configs: HashMap<i64, Option<WebhookConfig>> = HashMap::new();
+        let mut outcomes: Vec<Option<Result<Delivery, WebhookError>>> = Vec::with_capacity(drafts.len());
+        let mut rows = Vec::with_capacity(drafts.len());
+        for draft in drafts {
+            let config = match draft.config {
+                Some(config) => Some(config),
+                None => match configs.get(&draft.webhook_id) {
+                    Some(known) => known.clone(),
+                    None => {
+                        let found = store.config(draft.webhook_id)?;
+                        configs.insert(draft.webhook_id, found.clone());
+                        found
+                    }
+                },
+            };
+            let Some(config) = config else {
+                outcomes.push(Some(Err(WebhookError::UnknownWebhook(draft.webhook_id))));
+                continue;
+            };
+            rows.push(NewDelivery {
+                webhook_id: config.id,
+                signature: sign(&config.secret, draft.payload.as_bytes()),
+                session_id: draft.session_id,
+                payload: draft.payload,
+                target_url: config.target_url,
+                created_at: draft.created_at,
+                next_retry_at: draft.created_at + ENQUEUE_SAFETY_NET,
+                idempotency_key: draft.idempotency_key,
+            });
+            outcomes.push(None);
+        }
+        let mut inserted = store.insert_deliveries(&rows)?.into_iter().zip(rows.iter().map(|row| row.webhook_id));
+        Ok(outcomes
+            .into_iter()
+            .map(|known| {
+                known.unwrap_or_else(|| match inserted.next() {
+                    Some((Ok(delivery), _)) => Ok(delivery),
+                    // The config was deleted since it was read, or the idempotency key is held: the caller tells.
+                    Some((Err(StoreError::Conflict(_)), webhook_id)) => Err(WebhookError::UnknownWebhook(webhook_id)),
+                    Some((Err(error), _)) => Err(error.into()),
+                    None => Err(StoreError::Internal("a grouped insert returned too few outcomes".to_owned()).into()),
+                })
+            })
+            .collect())
+    })
+}
+
+/// Claims for immediate attempts, each by its own due time, all under one lease taken when the group is written.
+pub(super) fn claims(
+    store: Arc<dyn WebhookStore>,
+    clock: Arc<dyn Clock>,
+    attempt_timeout: std::time::Duration,
+) -> Claims {
+    GroupCommit::new(MAX_GROUP, move |claims: Vec<(i64, OffsetDateTime)>| {
+        let lease = millisecond_now(clock.as_ref()) + duration_to_time(attempt_timeout) + LEASE_MARGIN;
+        let mut claimed: HashMap<i64, Delivery> =
+            store.claim_each(&claims, lease)?.into_iter().map(|delivery| (delivery.id, delivery)).collect();
+        Ok(claims.iter().map(|(id, _)| claimed.remove(id)).collect())
+    })
+}
+
+pub(super) fn records(store: Arc<dyn WebhookStore>) -> Records {
+    GroupCommit::new(MAX_GROUP, move |records: Vec<AttemptRecord>| store.record_attempts(&records))
+}
