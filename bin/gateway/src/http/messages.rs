@@ -6,6 +6,7 @@ use gateway_core::{
 };
 use gateway_cron::CronError;
 use http::StatusCode;
+use serde::Serialize;
 use serde_json::json;
 
 use crate::http::error::ApiError;
@@ -38,7 +39,14 @@ async fn accept(state: &AppState, accepted: AcceptedLog) -> Response {
     if let Err(error) = state.bus.publish(&Topic::Messages, &event) {
         tracing::warn!(%error, event_id = %event.id, "decision_log event not published");
     }
-    json_response(StatusCode::ACCEPTED, &json!({"status": "accepted", "trace_id": trace_id}))
+    json_response(StatusCode::ACCEPTED, &Accepted { status: "accepted", trace_id: trace_id.as_deref() })
+}
+
+/// `{"status":"accepted","trace_id":…}`, the trace id `null` when the log had none.
+#[derive(Serialize)]
+struct Accepted<'a> {
+    status: &'static str,
+    trace_id: Option<&'a str>,
 }
 
 /// The hand-off of an agent's reminder request to the scheduler. Whatever happens here, the log is still
