@@ -61,10 +61,9 @@ pub async fn read_body(request: Request) -> Result<Bytes, ApiError> {
     }
 }
 
-/// The body as a JSON value; 400 `invalid_json` when it is not one.
-pub async fn read_json(request: Request) -> Result<Value, ApiError> {
-    let body = read_body(request).await?;
-    serde_json::from_slice(&body).map_err(|_| ApiError::invalid_json())
+/// `body` as a JSON value; 400 `invalid_json` when it is not one.
+pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|_| ApiError::invalid_json())
 }
 
 /// A JSON object body, its fields taken one by one with their expected types, then [`Self::finish`] refuses
