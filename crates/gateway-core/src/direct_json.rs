@@ -49,11 +49,18 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 pub fn read<'de, T: Deserialize<'de>>(body: &'de [u8]) -> Option<T> {
     // One UTF-8 check of the whole body instead of one per string: serde_json then reads strings as they are.
     let text = std::str::from_utf8(body).ok()?;
-    let openers = text.bytes().filter(|byte| matches!(byte, b'[' | b'{')).count();
-    if openers >= VALUE_DEPTH_LIMIT {
+    if openers(text) >= VALUE_DEPTH_LIMIT {
         return None;
     }
     serde_json::from_str::<Object<T>>(text).ok().map(|Object(value)| value)
+}
+
+/// The `[` and `{` bytes of `text`: the two that read `{` with bit 0x20 set. Summed per 64-byte chunk in a byte
+/// (at most 64 fits), which the compiler turns into vector code; a plain `filter().count()` went byte by byte,
+/// a fifth of the direct reading.
+fn openers(text: &str) -> usize {
+    let in_chunk = |chunk: &[u8]| chunk.iter().map(|&byte| u8::from(byte | 0x20 == b'{')).fold(0, u8::wrapping_add);
+    text.as_bytes().chunks(64).map(|chunk| usize::from(in_chunk(chunk))).sum()
 }
 
 #[cfg(test)]
@@ -71,6 +78,14 @@ mod tests {
 
     fn nested(depth: usize) -> String {
         format!(r#"{{"a":1,"b":2,"x":{}0{}}}"#, "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn counts_openers() {
+        assert_eq!(openers(""), 0);
+        assert_eq!(openers(&"[{}]x".repeat(100)), 200);
+        assert_eq!(openers(&"{".repeat(64)), 64);
+        assert_eq!(openers("[{;}]ÿ{"), 3);
     }
 
     #[test]
