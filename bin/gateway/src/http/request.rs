@@ -10,10 +10,10 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::StatusCode;
 use http::header::CONTENT_LENGTH;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -41,24 +41,43 @@ pub async fn read_body(request: Request) -> Result<Bytes, ApiError> {
     if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
         return Err(ApiError::payload_too_large(MAX_BODY_BYTES));
     }
-    let mut collect = pin!(Limited::new(request.into_body(), MAX_BODY_BYTES).collect());
+    let mut gather = pin!(gather(request.into_body()));
     // A small body usually arrives with the head and is complete on the first poll: no deadline is computed and
     // no timer entry built and dropped for it (about 200 instructions per request). One that is still arriving
     // gets the whole timeout from here.
-    let collected = match poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await {
-        Poll::Ready(collected) => collected,
-        Poll::Pending => match tokio::time::timeout(BODY_READ_TIMEOUT, collect).await {
-            Ok(collected) => collected,
-            Err(_) => return Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout")),
-        },
-    };
-    match collected {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ApiError::payload_too_large(MAX_BODY_BYTES))
-        }
-        Err(_) => Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_body")),
+    match poll_fn(|cx| Poll::Ready(gather.as_mut().poll(cx))).await {
+        Poll::Ready(gathered) => gathered,
+        Poll::Pending => tokio::time::timeout(BODY_READ_TIMEOUT, gather)
+            .await
+            .unwrap_or_else(|_| Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout"))),
     }
+}
+
+/// The body's data, refused once it passes [`MAX_BODY_BYTES`]. A body in one frame (the usual small one) is that
+/// frame's bytes as they are; `http_body_util`'s `Collect` would queue it in a list allocated per request.
+async fn gather(mut body: Incoming) -> Result<Bytes, ApiError> {
+    let mut first = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body"))?;
+        // Trailers carry nothing a handler reads.
+        let Ok(data) = frame.into_data() else { continue };
+        let so_far = joined.as_ref().map_or(first.len(), BytesMut::len);
+        if so_far + data.len() > MAX_BODY_BYTES {
+            return Err(ApiError::payload_too_large(MAX_BODY_BYTES));
+        }
+        match &mut joined {
+            Some(joined) => joined.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut both = BytesMut::with_capacity(first.len() + data.len());
+                both.extend_from_slice(&first);
+                both.extend_from_slice(&data);
+                joined = Some(both);
+            }
+        }
+    }
+    Ok(joined.map_or(first, BytesMut::freeze))
 }
 
 /// `body` as a JSON value; 400 `invalid_json` when it is not one.
