@@ -2,7 +2,8 @@
 
 use gateway_core::interceptor::RejectedLog;
 use gateway_core::{
-    AcceptedLog, Event, EventPayload, EventPublisher, Rejection, ReminderRequest, SchemaInterceptor, Topic,
+    AcceptedLog, DecisionLog, Event, EventPayload, EventPublisher, Rejection, ReminderRequest, ReminderRequestError,
+    SchemaInterceptor, Topic,
 };
 use gateway_cron::CronError;
 use http::StatusCode;
@@ -17,20 +18,31 @@ use crate::state::AppState;
 pub async fn post(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let body = read_body(request).await?;
     match SchemaInterceptor.inspect(&body) {
-        Ok(accepted) => Ok(accept(state, accepted).await),
+        Ok(AcceptedLog { log, reminder: None }) => Ok(accept(state, log)),
+        // Boxed: the scheduler's future is large, and unboxed it would size every DecisionLog's future, which
+        // hyper moves several times per request.
+        Ok(AcceptedLog { log, reminder: Some(reminder) }) => {
+            Ok(Box::pin(accept_with_reminder(state, log, reminder)).await)
+        }
         Err(Rejection::InvalidJson) => Err(ApiError::invalid_json()),
         Err(Rejection::SchemaViolation(rejected)) => Ok(reject(state, &rejected)),
     }
 }
 
-async fn accept(state: &AppState, accepted: AcceptedLog) -> Response {
-    let AcceptedLog { log, reminder } = accepted;
+async fn accept_with_reminder(
+    state: &AppState,
+    log: DecisionLog,
+    reminder: Result<ReminderRequest, ReminderRequestError>,
+) -> Response {
     // FR-10.7: the reminder is handed to the scheduler before the log is published.
     match reminder {
-        Some(Ok(request)) => schedule_reminder(state, request).await,
-        Some(Err(invalid)) => tracing::warn!("{invalid}"),
-        None => {}
+        Ok(request) => schedule_reminder(state, request).await,
+        Err(invalid) => tracing::warn!("{invalid}"),
     }
+    accept(state, log)
+}
+
+fn accept(state: &AppState, log: DecisionLog) -> Response {
     if let Some(identity) = &log.identity {
         state.heartbeat.note_capabilities(&identity.agent_id, &identity.agent_type, &identity.capability_version);
     }

@@ -32,24 +32,31 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 pub type Request = http::Request<Incoming>;
 
 /// The whole body, at most [`MAX_BODY_BYTES`]. A declared length over the limit is refused before reading.
-pub async fn read_body(request: Request) -> Result<Bytes, ApiError> {
+///
+/// The head is looked at and dropped before the returned future, which so holds only the body: handlers' futures
+/// hold it while they await it, and hyper moves those several times per request.
+pub fn read_body(request: Request) -> impl Future<Output = Result<Bytes, ApiError>> {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
-        return Err(ApiError::payload_too_large(MAX_BODY_BYTES));
-    }
-    let mut gather = pin!(gather(request.into_body()));
-    // A small body usually arrives with the head and is complete on the first poll: no deadline is computed and
-    // no timer entry built and dropped for it (about 200 instructions per request). One that is still arriving
-    // gets the whole timeout from here.
-    match poll_fn(|cx| Poll::Ready(gather.as_mut().poll(cx))).await {
-        Poll::Ready(gathered) => gathered,
-        Poll::Pending => tokio::time::timeout(BODY_READ_TIMEOUT, gather)
-            .await
-            .unwrap_or_else(|_| Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout"))),
+    let too_large = declared.is_some_and(|length| length > MAX_BODY_BYTES as u64);
+    let body = request.into_body();
+    async move {
+        if too_large {
+            return Err(ApiError::payload_too_large(MAX_BODY_BYTES));
+        }
+        let mut gather = pin!(gather(body));
+        // A small body usually arrives with the head and is complete on the first poll: no deadline is computed
+        // and no timer entry built and dropped for it (about 200 instructions per request). One that is still
+        // arriving gets the whole timeout from here.
+        match poll_fn(|cx| Poll::Ready(gather.as_mut().poll(cx))).await {
+            Poll::Ready(gathered) => gathered,
+            Poll::Pending => tokio::time::timeout(BODY_READ_TIMEOUT, gather)
+                .await
+                .unwrap_or_else(|_| Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout"))),
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
+use futures_util::future::{self, Either};
 
 use http::header::{ALLOW, HeaderValue};
 use http::{Method, StatusCode};
@@ -104,27 +105,31 @@ impl Route {
 /// Runs one request. A handler that panics costs one 500 and an error log, not the connection: the panic is
 /// caught at the handler's future, which runs on the connection's task (a task per request was a tenth of a
 /// request's instructions, see docs/benchmarks.md).
-pub async fn handle(state: Arc<AppState>, request: Request) -> Result<Response, Infallible> {
+///
+/// Built from combinators rather than `async fn`s: an `async fn` keeps its arguments beside the futures it makes
+/// of them, which more than doubled the future hyper moves several times per request.
+pub fn handle(state: Arc<AppState>, request: Request) -> impl Future<Output = Result<Response, Infallible>> {
     let method = request.method().clone();
     let Some(route) = resolve(request.uri().path()) else {
         tracing::debug!(%method, path = request.uri().path(), status = 404, "request");
-        return Ok(ApiError::not_found().into_response());
+        return Either::Left(future::ready(Ok(ApiError::not_found().into_response())));
     };
-    let response = contain_panics(&method, route, dispatch(&state, route, request)).await;
-    tracing::debug!(%method, ?route, status = response.status().as_u16(), "request");
-    Ok(response)
+    Either::Right(contain_panics(method, route, dispatch(state, route, request)).map(move |response| {
+        tracing::debug!(?route, status = response.status().as_u16(), "request");
+        Ok(response)
+    }))
 }
 
 /// The handler's answer, or a 500 and an error log when it panics.
-async fn contain_panics(
-    method: &Method,
+fn contain_panics(
+    method: Method,
     route: Route,
     handler: impl Future<Output = Result<Response, ApiError>>,
-) -> Response {
+) -> impl Future<Output = Response> {
     // Unwind safety: what a handler shares outlives it behind locks that recover from poisoning
     // (`gateway_core::memory::lock`) or in the store, whose transactions roll back; the same held for the task a
     // handler used to run in, whose panic tokio caught in the same way.
-    match AssertUnwindSafe(handler).catch_unwind().await {
+    AssertUnwindSafe(handler).catch_unwind().map(move |outcome| match outcome {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => error.into_response(),
         Err(panic) => {
@@ -136,16 +141,26 @@ async fn contain_panics(
             tracing::error!(%method, ?route, panic = message, "request handler panicked");
             ApiError::internal().into_response()
         }
-    }
+    })
 }
 
-async fn dispatch(state: &Arc<AppState>, route: Route, request: Request) -> Result<Response, ApiError> {
+async fn dispatch(state: Arc<AppState>, route: Route, request: Request) -> Result<Response, ApiError> {
     if !route.methods().contains(request.method()) {
         return Ok(method_not_allowed(route.methods()));
     }
     if route.operator_only() {
         state.operator.check(request.headers())?;
     }
+    match route {
+        Route::Heartbeat => heartbeat::post(&state, request).await,
+        Route::Messages => messages::post(&state, request).await,
+        // Every future is as large as the largest it may await, and hyper moves a request's future several times:
+        // the other routes are boxed so that their futures do not weigh on the two agents call most.
+        _ => Box::pin(dispatch_rest(&state, route, request)).await,
+    }
+}
+
+async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) -> Result<Response, ApiError> {
     let unknown_webhook = || ApiError::unknown("unknown_webhook", "webhook config");
     let unknown_delivery = || ApiError::unknown("unknown_delivery", "delivery");
     let unknown_job = || ApiError::unknown("unknown_cron_job", "cron job");
@@ -194,11 +209,11 @@ mod tests {
     #[tokio::test]
     async fn a_panicking_handler_costs_one_500() {
         let handler = async { panic!("handler bug") };
-        let response = contain_panics(&Method::POST, Route::Heartbeat, handler).await;
+        let response = contain_panics(Method::POST, Route::Heartbeat, handler).await;
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        let answered = contain_panics(&Method::GET, Route::Healthz, async { Ok(health::live()) }).await;
+        let answered = contain_panics(Method::GET, Route::Healthz, async { Ok(health::live()) }).await;
         assert_eq!(answered.status(), StatusCode::OK);
-        let refused = contain_panics(&Method::GET, Route::Agents, async { Err(ApiError::unauthorized()) }).await;
+        let refused = contain_panics(Method::GET, Route::Agents, async { Err(ApiError::unauthorized()) }).await;
         assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     }
 
