@@ -73,8 +73,10 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Cancel
             let response = router::handle(Arc::clone(&state), request);
             async move { Ok::<_, Infallible>(response.await?.map(|body| BusyBody::new(body, busy))) }
         });
-        // No hyper header_read_timeout: `HeadWatch` enforces it for a fraction of the per-request cost.
-        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        // No hyper header_read_timeout: `HeadWatch` enforces it for a fraction of the per-request cost. No
+        // vectored writes: the answers are small, and copying the body behind the head and sending both in one
+        // plain write cost about 400 instructions less per request than queueing them for writev.
+        let connection = http1::Builder::new().writev(false).serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         let connection = tokio::spawn(async move {
             if let Err(error) = connection.await {
