@@ -40,7 +40,7 @@ fn resolve(path: &str) -> Option<Route> {
     // Matched on the path text, segment by segment, without collecting segments: this runs for every request.
     let id = |text: &str| text.parse::<i64>().ok();
     // One path segment: the rest of the path when it holds no further `/` (an empty segment is an id too).
-    let segment = |rest: &'_ str| (!rest.contains('/')).then_some(());
+    let segment = |rest: &str| (!rest.contains('/')).then_some(());
     let route = match path {
         "/gateway/heartbeat" => Route::Heartbeat,
         "/gateway/messages" => Route::Messages,
@@ -114,8 +114,8 @@ pub fn handle(state: Arc<AppState>, request: Request) -> impl Future<Output = Re
         tracing::debug!(%method, path = request.uri().path(), status = 404, "request");
         return Either::Left(future::ready(Ok(ApiError::not_found().into_response())));
     };
-    Either::Right(contain_panics(method, route, dispatch(state, route, request)).map(move |response| {
-        tracing::debug!(?route, status = response.status().as_u16(), "request");
+    Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request)).map(move |response| {
+        tracing::debug!(%method, ?route, status = response.status().as_u16(), "request");
         Ok(response)
     }))
 }
@@ -154,8 +154,8 @@ async fn dispatch(state: Arc<AppState>, route: Route, request: Request) -> Resul
     match route {
         Route::Heartbeat => heartbeat::post(&state, request).await,
         Route::Messages => messages::post(&state, request).await,
-        // Every future is as large as the largest it may await, and hyper moves a request's future several times:
-        // the other routes are boxed so that their futures do not weigh on the two agents call most.
+        // A future is as large as the largest one it may await, and hyper moves a request's future several times:
+        // the other routes are boxed so that their futures do not weigh on the two endpoints agents call most.
         _ => Box::pin(dispatch_rest(&state, route, request)).await,
     }
 }
