@@ -1,9 +1,13 @@
 //! The DecisionLog an agent sends to `POST /gateway/messages`, and its validation.
 //!
 //! Validation builds the typed log straight from the parsed JSON value, field by field, so every error names the
-//! exact field path (`identity.agent_id`) and there is one place that knows the schema. Sections are optional;
-//! required fields apply within a present section. A `null` section or optional field counts as absent. Fields
-//! the schema does not name are ignored and not forwarded.
+//! exact field path (`identity.agent_id`) and there is one place that decides what is wrong. Sections are
+//! optional; required fields apply within a present section. A `null` section or optional field counts as
+//! absent. Fields the schema does not name are ignored and not forwarded.
+//!
+//! A valid body is first read directly into typed fields ([`DecisionLog::from_valid_body`], several times
+//! cheaper than building the JSON value); that reading restates the rules only to accept, and leaves every body
+//! it does not accept to the value reading (see [`crate::direct_json`]). Tests hold the two to the same results.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
