@@ -1,14 +1,19 @@
 //! The DecisionLog an agent sends to `POST /gateway/messages`, and its validation.
 //!
 //! Validation builds the typed log straight from the parsed JSON value, field by field, so every error names the
-//! exact field path (`identity.agent_id`) and there is one place that knows the schema. Sections are optional;
-//! required fields apply within a present section. A `null` section or optional field counts as absent. Fields
-//! the schema does not name are ignored and not forwarded.
+//! exact field path (`identity.agent_id`) and there is one place that decides what is wrong. Sections are
+//! optional; required fields apply within a present section. A `null` section or optional field counts as
+//! absent. Fields the schema does not name are ignored and not forwarded.
+//!
+//! A valid body is first read directly into typed fields ([`DecisionLog::from_valid_body`], several times
+//! cheaper than building the JSON value); that reading restates the rules only to accept, and leaves every body
+//! it does not accept to the value reading (see [`crate::direct_json`]). Tests hold the two to the same results.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
+use crate::direct_json::Object;
 use crate::ids::AgentId;
 
 /// The first way a DecisionLog breaks the schema: a field path and what is wrong with it. Never carries the
@@ -145,6 +150,184 @@ impl DecisionLog {
 
     pub fn agent_id(&self) -> Option<&AgentId> {
         self.identity.as_ref().map(|identity| &identity.agent_id)
+    }
+}
+
+impl DecisionLog {
+    /// The log of a body that is certainly valid, read without a JSON tree; `None` for anything else (not JSON,
+    /// a broken rule, a repeated key...), which [`Self::from_json`] then decides and names. See
+    /// [`crate::direct_json`]; each check here is one of `from_json`'s rules.
+    pub fn from_valid_body(body: &[u8]) -> Option<Self> {
+        let wire: wire::Log<'_> = crate::direct_json::read(body)?;
+        Some(Self {
+            meta: valid_section(wire.meta, wire::Meta::valid)?,
+            identity: valid_section(wire.identity, wire::Identity::valid)?,
+            cognition: valid_section(wire.cognition, wire::Cognition::valid)?,
+            action: valid_section(wire.action, wire::Action::valid)?,
+            state_delta: valid_section(wire.state_delta, wire::StateDelta::valid)?,
+            control: wire.control.map(|Object(control)| control.into()),
+        })
+    }
+}
+
+/// An absent section (`Some(None)`), a valid one, or `None` when it breaks a rule.
+fn valid_section<W, T>(section: Option<Object<W>>, valid: impl FnOnce(W) -> Option<T>) -> Option<Option<T>> {
+    match section {
+        None => Some(None),
+        Some(Object(fields)) => valid(fields).map(Some),
+    }
+}
+
+/// The DecisionLog as the direct reading takes it: the types `from_json` accepts (a field that is `null` or
+/// absent is `None`, unknown fields are skipped), with the rules serde cannot state checked in `valid`.
+mod wire {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    use super::{ActionStatus, Object};
+    use crate::ids::AgentId;
+
+    #[derive(Deserialize)]
+    pub(super) struct Log<'a> {
+        #[serde(borrow)]
+        pub(super) meta: Option<Object<Meta<'a>>>,
+        pub(super) identity: Option<Object<Identity>>,
+        pub(super) cognition: Option<Object<Cognition>>,
+        #[serde(borrow)]
+        pub(super) action: Option<Object<Action<'a>>>,
+        pub(super) state_delta: Option<Object<StateDelta>>,
+        pub(super) control: Option<Object<Control>>,
+    }
+
+    /// `Some(text)` when it is not empty (a required string must not be).
+    fn non_empty(text: String) -> Option<String> {
+        (!text.is_empty()).then_some(text)
+    }
+
+    /// `Some` when a number is absent or finite (numbers must be).
+    fn finite(number: Option<f64>) -> Option<()> {
+        number.is_none_or(f64::is_finite).then_some(())
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Meta<'a> {
+        trace_id: String,
+        #[serde(borrow)]
+        timestamp: Cow<'a, str>,
+        parent_step_id: Option<String>,
+        cluster_id: Option<String>,
+    }
+
+    impl Meta<'_> {
+        pub(super) fn valid(self) -> Option<super::Meta> {
+            Some(super::Meta {
+                trace_id: non_empty(self.trace_id)?,
+                timestamp: crate::rfc3339::parse_utc(&self.timestamp)?,
+                parent_step_id: self.parent_step_id,
+                cluster_id: self.cluster_id,
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Identity {
+        agent_id: String,
+        agent_type: String,
+        capability_version: String,
+    }
+
+    impl Identity {
+        pub(super) fn valid(self) -> Option<super::Identity> {
+            Some(super::Identity {
+                agent_id: AgentId::new(self.agent_id).ok()?,
+                agent_type: non_empty(self.agent_type)?,
+                capability_version: non_empty(self.capability_version)?,
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Cognition {
+        intent: String,
+        reasoning_chain: Option<Vec<String>>,
+        confidence_score: Option<f64>,
+        strategy_used: Option<String>,
+        entropy_score: Option<f64>,
+    }
+
+    impl Cognition {
+        pub(super) fn valid(self) -> Option<super::Cognition> {
+            finite(self.confidence_score)?;
+            finite(self.entropy_score)?;
+            Some(super::Cognition {
+                intent: non_empty(self.intent)?,
+                reasoning_chain: self.reasoning_chain,
+                confidence_score: self.confidence_score,
+                strategy_used: self.strategy_used,
+                entropy_score: self.entropy_score,
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Action<'a> {
+        /// Read as text: serde's derived enum would also take `{"success": null}`.
+        #[serde(borrow)]
+        status: Cow<'a, str>,
+        tool_call: Option<String>,
+        tool_input: Option<Value>,
+        tool_output_summary: Option<String>,
+    }
+
+    impl Action<'_> {
+        pub(super) fn valid(self) -> Option<super::Action> {
+            if !matches!(self.tool_input, None | Some(Value::Object(_) | Value::String(_))) {
+                return None;
+            }
+            Some(super::Action {
+                status: ActionStatus::parse(&self.status)?,
+                tool_call: self.tool_call,
+                tool_input: self.tool_input,
+                tool_output_summary: self.tool_output_summary,
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct StateDelta {
+        added_to_memory: Option<Vec<String>>,
+        tokens_consumed: Option<u64>,
+        cumulative_session_cost: Option<f64>,
+    }
+
+    impl StateDelta {
+        pub(super) fn valid(self) -> Option<super::StateDelta> {
+            finite(self.cumulative_session_cost)?;
+            Some(super::StateDelta {
+                added_to_memory: self.added_to_memory,
+                tokens_consumed: self.tokens_consumed,
+                cumulative_session_cost: self.cumulative_session_cost,
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Control {
+        hitl_required: Option<bool>,
+        interrupt_signal: Option<Value>,
+        is_terminal: Option<bool>,
+    }
+
+    impl From<Control> for super::Control {
+        fn from(wire: Control) -> Self {
+            Self {
+                hitl_required: wire.hitl_required.unwrap_or(false),
+                interrupt_signal: wire.interrupt_signal,
+                is_terminal: wire.is_terminal.unwrap_or(false),
+            }
+        }
     }
 }
 
@@ -396,6 +579,81 @@ mod tests {
         ];
         for (value, path) in cases {
             assert_eq!(violation_path(value.clone()), path, "for {value}");
+        }
+    }
+
+    /// The direct reading either builds exactly the log `from_json` builds, or leaves the body to it.
+    fn direct_agrees(body: &str) -> Option<DecisionLog> {
+        let direct = DecisionLog::from_valid_body(body.as_bytes());
+        if let Some(log) = &direct {
+            let value: Value = serde_json::from_str(body).unwrap();
+            assert_eq!(DecisionLog::from_json(&value).as_ref(), Ok(log), "{body}");
+        }
+        direct
+    }
+
+    #[test]
+    fn the_direct_reading_takes_valid_logs_and_agrees_with_the_value_reading() {
+        let full = full_log().to_string();
+        assert!(direct_agrees(&full).is_some());
+        assert!(direct_agrees("{}").is_some());
+        assert!(
+            direct_agrees(r#"{"meta":null,"action":{"status":"pending","tool_input":"{\"a\":1}"},"x":[{}]}"#).is_some()
+        );
+        let escaped = r#"{"identity":{"agent_\u0069d":"\u00e9t\u00e9","agent_type":"t","capability_version":"1"}}"#;
+        assert_eq!(direct_agrees(escaped).unwrap().agent_id().unwrap().as_str(), "été");
+        let numbers = r#"{"cognition":{"intent":"i","confidence_score":1,"entropy_score":-0.0},"state_delta":{"tokens_consumed":18446744073709551615,"cumulative_session_cost":1e300}}"#;
+        assert!(direct_agrees(numbers).is_some());
+        // Left to the value reading, which accepts or refuses each as before.
+        let deep_unknown = format!(r#"{{"x":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        let left_over = [
+            r#"{"meta":{"trace_id":"a","timestamp":"2026-02-22T12:00:00Z"},"meta":null}"#.to_owned(),
+            r#"{"action":{"status":{"success":null}}}"#.to_owned(),
+            r#"{"meta":["t","2026-02-22T12:00:00Z"]}"#.to_owned(),
+            r#"[null,null,null,null,null,null]"#.to_owned(),
+            r#"{"cognition":{"intent":"i","confidence_score":1e400}}"#.to_owned(),
+            r#"{"state_delta":{"tokens_consumed":5.0}}"#.to_owned(),
+            r#"{"cognition":{"intent":"i","reasoning_chain":["a",null]}}"#.to_owned(),
+            r#"{"identity":{"agent_id":"a","agent_type":"","capability_version":"1"}}"#.to_owned(),
+            r#"{"meta":{"trace_id":"t","timestamp":"2026-02-22T12:00:00+02:00"}}"#.to_owned(),
+            deep_unknown,
+        ];
+        for body in &left_over {
+            assert!(direct_agrees(body).is_none(), "{body}");
+        }
+        // The repeated key's last value wins in the value reading, as before.
+        let value: Value = serde_json::from_str(&left_over[0]).unwrap();
+        assert!(DecisionLog::from_json(&value).unwrap().meta.is_none());
+    }
+
+    #[test]
+    fn the_direct_reading_refuses_every_violation() {
+        let mut missing_agent = full_log();
+        missing_agent["identity"].as_object_mut().unwrap().remove("agent_id");
+        let cases = [
+            missing_agent,
+            json!({"meta": "x"}),
+            json!({"meta": {"timestamp": "2026-02-22T12:00:00Z"}}),
+            json!({"meta": {"trace_id": "t", "timestamp": "yesterday"}}),
+            json!({"meta": {"trace_id": "", "timestamp": "2026-02-22T12:00:00Z"}}),
+            json!({"meta": {"trace_id": "t", "timestamp": ""}}),
+            json!({"identity": {"agent_id": "a\u{7}", "agent_type": "t", "capability_version": "1"}}),
+            json!({"identity": {"agent_id": "a", "agent_type": "t", "capability_version": null}}),
+            json!({"cognition": {"intent": ""}}),
+            json!({"cognition": {"intent": "i", "confidence_score": "high"}}),
+            json!({"action": {}}),
+            json!({"action": {"status": "done"}}),
+            json!({"action": {"status": "success", "tool_input": 5}}),
+            json!({"action": {"status": "success", "tool_input": [1]}}),
+            json!({"action": {"status": "success", "tool_call": 5}}),
+            json!({"state_delta": {"tokens_consumed": -1}}),
+            json!({"state_delta": {"added_to_memory": "m"}}),
+            json!({"control": {"is_terminal": "yes"}}),
+            json!({"control": {"hitl_required": 1}}),
+        ];
+        for value in cases {
+            assert!(DecisionLog::from_json(&value).is_err(), "{value}");
+            assert_eq!(direct_agrees(&value.to_string()), None, "{value}");
         }
     }
 

@@ -100,12 +100,17 @@ pub struct SchemaInterceptor;
 
 impl SchemaInterceptor {
     pub fn inspect(&self, raw: &[u8]) -> Result<AcceptedLog, Rejection> {
+        let accepted = |log: DecisionLog| {
+            let reminder = reminder_request(&log);
+            AcceptedLog { log, reminder }
+        };
+        // A valid log is read without building a JSON tree; the tree reading decides and names everything else.
+        if let Some(log) = DecisionLog::from_valid_body(raw) {
+            return Ok(accepted(log));
+        }
         let value: Value = serde_json::from_slice(raw).map_err(|_| Rejection::InvalidJson)?;
         match DecisionLog::from_json(&value) {
-            Ok(log) => {
-                let reminder = reminder_request(&log);
-                Ok(AcceptedLog { log, reminder })
-            }
+            Ok(log) => Ok(accepted(log)),
             Err(violation) => Err(Rejection::SchemaViolation(Box::new(RejectedLog {
                 violation,
                 agent_id: identity_field(&value, "agent_id")

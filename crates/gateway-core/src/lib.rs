@@ -11,6 +11,7 @@ pub mod cron;
 #[cfg(any(test, feature = "conformance"))]
 pub mod cron_conformance;
 pub mod decision_log;
+pub mod direct_json;
 pub mod event;
 pub mod group_commit;
 pub mod health;

@@ -1,5 +1,6 @@
 //! The HeartbeatManager and its eviction loop.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -116,19 +117,32 @@ impl HeartbeatManager {
     /// Marks `agent_id` alive now (FR-10.1). Refused when the loop is not running, or when the map is full and
     /// the agent is new; known agents always update.
     pub fn record_heartbeat(&self, agent_id: AgentId, cluster_id: ClusterId) -> Result<(), HeartbeatError> {
+        self.track(Cow::Owned(agent_id), Cow::Owned(cluster_id), self.inner.clock.now())
+    }
+
+    /// [`Self::record_heartbeat`] at `last_seen`, copying the ids only into a new entry or a changed cluster: a
+    /// known agent's heartbeat, the common case, allocates nothing here.
+    fn track(
+        &self,
+        agent_id: Cow<'_, AgentId>,
+        cluster_id: Cow<'_, ClusterId>,
+        last_seen: OffsetDateTime,
+    ) -> Result<(), HeartbeatError> {
         if !self.inner.health.is_running() {
             return Err(HeartbeatError::Unavailable);
         }
-        let last_seen = self.inner.clock.now();
         let mut agents = lock(&self.inner.agents);
-        if let Some(known) = agents.get_mut(&agent_id) {
-            *known = Liveness { cluster_id, last_seen };
+        if let Some(known) = agents.get_mut(agent_id.as_ref()) {
+            known.last_seen = last_seen;
+            if known.cluster_id != *cluster_id {
+                known.cluster_id = cluster_id.into_owned();
+            }
             return Ok(());
         }
         if agents.len() >= self.inner.config.max_tracked_agents {
             return Err(HeartbeatError::CapacityExceeded { cap: self.inner.config.max_tracked_agents });
         }
-        agents.insert(agent_id, Liveness { cluster_id, last_seen });
+        agents.insert(agent_id.into_owned(), Liveness { cluster_id: cluster_id.into_owned(), last_seen });
         Ok(())
     }
 
@@ -136,7 +150,7 @@ impl HeartbeatManager {
     /// then the durable row, with the agent's own timestamp or the receipt time (FR-10.3).
     pub async fn accept(&self, ping: HeartbeatPing) -> Result<(), HeartbeatError> {
         let receipt = self.inner.clock.now();
-        self.record_heartbeat(ping.agent_id.clone(), ping.cluster_id.clone())?;
+        self.track(Cow::Borrowed(&ping.agent_id), Cow::Borrowed(&ping.cluster_id), receipt)?;
         let record = HeartbeatRecord {
             agent_id: ping.agent_id,
             cluster_id: ping.cluster_id,

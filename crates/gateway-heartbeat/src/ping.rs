@@ -1,6 +1,9 @@
 //! The heartbeat body (FR-10.3).
 
+use std::borrow::Cow;
+
 use gateway_core::{AgentId, ClusterId};
+use serde::Deserialize;
 use serde_json::Value;
 use time::OffsetDateTime;
 
@@ -26,6 +29,32 @@ impl HeartbeatPing {
         let timestamp = body.get("timestamp").and_then(Value::as_str).and_then(gateway_core::rfc3339::parse_utc);
         Ok(Self { agent_id, cluster_id, timestamp })
     }
+
+    /// The ping of a body that is certainly valid, read without a JSON tree; `None` for anything else (not JSON,
+    /// a refused field, or a shape the direct reading leaves to the other, such as a timestamp that is not a
+    /// string), which [`Self::from_json`] then decides. See `gateway_core::direct_json`.
+    pub fn from_valid_body(body: &[u8]) -> Option<Self> {
+        let ping: PingFields<'_> = gateway_core::direct_json::read(body)?;
+        if ping.kind != "heartbeat" {
+            return None;
+        }
+        Some(Self {
+            agent_id: AgentId::new(ping.agent_id).ok()?,
+            cluster_id: ClusterId::new(ping.cluster_id).ok()?,
+            timestamp: ping.timestamp.as_deref().and_then(gateway_core::rfc3339::parse_utc),
+        })
+    }
+}
+
+/// The fields of a heartbeat as the direct reading takes them (strings borrowed from the body where they can be).
+#[derive(Deserialize)]
+struct PingFields<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    agent_id: String,
+    cluster_id: String,
+    #[serde(borrow)]
+    timestamp: Option<Cow<'a, str>>,
 }
 
 fn required_id<T>(
@@ -47,6 +76,58 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
+
+    /// The direct reading either agrees with the value reading or leaves the body to it. `None`: not a JSON
+    /// value (the HTTP layer's 400).
+    fn both_readings(body: &str) -> Option<Result<HeartbeatPing, HeartbeatError>> {
+        let direct = HeartbeatPing::from_valid_body(body.as_bytes());
+        let Ok(value) = serde_json::from_str::<Value>(body) else {
+            assert_eq!(direct, None, "{body}");
+            return None;
+        };
+        let by_value = HeartbeatPing::from_json(&value);
+        if let Some(direct) = direct {
+            assert_eq!(Ok(&direct), by_value.as_ref(), "{body}");
+        }
+        Some(by_value)
+    }
+
+    #[test]
+    fn the_direct_reading_takes_plain_pings_and_agrees_with_the_value_reading() {
+        let plain =
+            r#"{"type":"heartbeat","agent_id":"agent-1","cluster_id":"c-1","timestamp":"2026-02-22T12:00:00Z"}"#;
+        assert!(HeartbeatPing::from_valid_body(plain.as_bytes()).is_some());
+        let escaped = r#"{"type":"heart\u0062eat","agent_\u0069d":"a\n","cluster_id":"c","extra":{"x":[1]}}"#;
+        assert!(HeartbeatPing::from_valid_body(escaped.as_bytes()).is_none(), "a control character in the id");
+        let deep = format!(
+            r#"{{"type":"heartbeat","agent_id":"a","cluster_id":"c","x":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let bodies = [
+            plain.to_owned(),
+            escaped.to_owned(),
+            deep,
+            r#"{"type":"heart\u0062eat","agent_\u0069d":"a","cluster_id":"c"}"#.to_owned(),
+            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c","timestamp":12}"#.to_owned(),
+            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c","timestamp":null}"#.to_owned(),
+            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c","timestamp":"yesterday"}"#.to_owned(),
+            r#"{"type":"heartbeat","agent_id":"a","agent_id":"b","cluster_id":"c"}"#.to_owned(),
+            r#"{"type":"heartbeat","agent_id":"","cluster_id":"c"}"#.to_owned(),
+            r#"{"type":"heartbeat","agent_id":7,"cluster_id":"c"}"#.to_owned(),
+            r#"{"type":"heartbeat","cluster_id":"c"}"#.to_owned(),
+            r#"{"type":"status","agent_id":"a","cluster_id":"c"}"#.to_owned(),
+            r#"["heartbeat","a","c",null]"#.to_owned(),
+            format!(r#"{{"type":"heartbeat","agent_id":"{}","cluster_id":"c"}}"#, "x".repeat(300)),
+        ];
+        for body in &bodies {
+            let _ = both_readings(body);
+        }
+        assert_eq!(both_readings(&bodies[2]), None, "too deep for the value reading");
+        assert_eq!(both_readings(&bodies[3]).unwrap().unwrap().agent_id.as_str(), "a");
+        assert_eq!(both_readings(&bodies[7]).unwrap().unwrap().agent_id.as_str(), "b", "the last of repeated keys");
+        assert!(HeartbeatPing::from_valid_body(bodies[12].as_bytes()).is_none(), "an array is not a ping");
+    }
 
     #[test]
     fn parses_a_well_formed_ping() {

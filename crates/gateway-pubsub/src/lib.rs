@@ -41,7 +41,8 @@ pub enum Received {
 
 #[derive(Debug)]
 struct BusInner {
-    topics: Mutex<HashMap<String, broadcast::Sender<Arc<PublishedEvent>>>>,
+    /// Keyed by the topic itself, so that publishing looks a topic up without formatting its name.
+    topics: Mutex<HashMap<Topic, broadcast::Sender<Arc<PublishedEvent>>>>,
     capacity: usize,
 }
 
@@ -64,22 +65,27 @@ impl Bus {
     }
 
     pub fn subscribe(&self, topic: &Topic) -> Subscription {
-        let name = topic.to_string();
         let mut topics = lock(&self.inner.topics);
-        let receiver = match topics.get(&name) {
+        let receiver = match topics.get(topic) {
             Some(sender) => sender.subscribe(),
             None => {
                 let (sender, receiver) = broadcast::channel(self.inner.capacity);
-                topics.insert(name.clone(), sender);
+                topics.insert(topic.clone(), sender);
                 receiver
             }
         };
-        Subscription { receiver, topic: name, bus: Arc::clone(&self.inner) }
+        Subscription { receiver, name: topic.to_string(), topic: topic.clone(), bus: Arc::clone(&self.inner) }
     }
 
     /// Subscribers of `topic` right now.
     pub fn subscriber_count(&self, topic: &Topic) -> usize {
-        lock(&self.inner.topics).get(&topic.to_string()).map_or(0, broadcast::Sender::receiver_count)
+        lock(&self.inner.topics).get(topic).map_or(0, broadcast::Sender::receiver_count)
+    }
+
+    /// Whether anyone listens on `topic` right now: a publisher that has to build its event first can skip
+    /// that when nobody would receive it. (Someone subscribing just after gets the events after that, as ever.)
+    pub fn has_subscribers(&self, topic: &Topic) -> bool {
+        lock(&self.inner.topics).contains_key(topic)
     }
 
     /// Topics with at least one subscriber.
@@ -90,7 +96,7 @@ impl Bus {
 
 impl EventPublisher for Bus {
     fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError> {
-        let Some(sender) = lock(&self.inner.topics).get(&topic.to_string()).cloned() else {
+        let Some(sender) = lock(&self.inner.topics).get(topic).cloned() else {
             return Ok(());
         };
         let published = PublishedEvent { id: event.id.clone(), event_type: event.event_type(), json: event.to_json() };
@@ -104,7 +110,8 @@ impl EventPublisher for Bus {
 #[derive(Debug)]
 pub struct Subscription {
     receiver: broadcast::Receiver<Arc<PublishedEvent>>,
-    topic: String,
+    name: String,
+    topic: Topic,
     bus: Arc<BusInner>,
 }
 
@@ -118,7 +125,7 @@ impl Subscription {
     }
 
     pub fn topic(&self) -> &str {
-        &self.topic
+        &self.name
     }
 }
 
@@ -209,12 +216,15 @@ mod tests {
         let bus = Bus::default();
         bus.publish(&Topic::Agents, &event(1)).unwrap();
         assert_eq!(bus.topic_count(), 0);
+        assert!(!bus.has_subscribers(&Topic::Agents));
         let first = bus.subscribe(&Topic::Agents);
         let second = bus.subscribe(&Topic::Agents);
         assert_eq!(bus.subscriber_count(&Topic::Agents), 2);
+        assert!(bus.has_subscribers(&Topic::Agents) && !bus.has_subscribers(&Topic::Messages));
         drop(first);
         assert_eq!(bus.topic_count(), 1);
         drop(second);
         assert_eq!(bus.topic_count(), 0);
+        assert!(!bus.has_subscribers(&Topic::Agents));
     }
 }

@@ -7,19 +7,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use gateway_core::{StoreHealth, run_blocking};
 use http::StatusCode;
 use serde_json::json;
 
 use crate::http::request::Request;
-use crate::http::response::{Response, json_response};
+use crate::http::response::{Response, STATUS_OK, json_bytes, json_response};
 use crate::state::AppState;
 
 /// A store that takes longer than this to answer `SELECT 1` is reported not ready.
 pub const STORE_PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub fn live() -> Response {
-    json_response(StatusCode::OK, &json!({"status": "ok"}))
+    json_bytes(StatusCode::OK, Bytes::from_static(STATUS_OK))
 }
 
 pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {

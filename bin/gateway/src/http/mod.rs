@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod error;
+mod head_timeout;
 pub mod request;
 pub mod response;
 mod router;
@@ -15,17 +16,19 @@ mod heartbeat;
 mod messages;
 mod webhooks;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::http::head_timeout::{BusyBody, HeadWatch};
 use crate::state::AppState;
 
 /// Open connections at once; further clients wait in the listen backlog.
@@ -63,18 +66,25 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Cancel
         };
         accept_backoff = Duration::from_millis(5);
         let state = Arc::clone(&state);
-        let service = service_fn(move |request| router::handle(Arc::clone(&state), request));
-        let connection = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(TokioIo::new(stream), service);
+        let heads = HeadWatch::new();
+        let requests = heads.clone();
+        let service = service_fn(move |request| {
+            let busy = requests.busy();
+            let response = router::handle(Arc::clone(&state), request);
+            async move { Ok::<_, Infallible>(response.await?.map(|body| BusyBody::new(body, busy))) }
+        });
+        // No hyper header_read_timeout: `HeadWatch` enforces it for a fraction of the per-request cost. No
+        // vectored writes: the answers are small, and copying the body behind the head and sending both in one
+        // plain write cost about 400 instructions less per request than queueing them for writev.
+        let connection = http1::Builder::new().writev(false).serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
-        tokio::spawn(async move {
+        let connection = tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
             drop(permit);
         });
+        tokio::spawn(heads.enforce(HEADER_READ_TIMEOUT, connection));
     }
     drop(listener);
     tokio::select! {

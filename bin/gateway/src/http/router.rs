@@ -1,7 +1,11 @@
 //! Routing: path → route (404), method (405 with `Allow`), operator token (401), handler.
 
 use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
+use futures_util::future::{self, Either};
 
 use http::header::{ALLOW, HeaderValue};
 use http::{Method, StatusCode};
@@ -33,25 +37,38 @@ enum Route {
 }
 
 fn resolve(path: &str) -> Option<Route> {
-    let segments: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+    // Matched on the path text, segment by segment, without collecting segments: this runs for every request.
     let id = |text: &str| text.parse::<i64>().ok();
-    match segments.as_slice() {
-        ["gateway", "heartbeat"] => Some(Route::Heartbeat),
-        ["gateway", "messages"] => Some(Route::Messages),
-        ["gateway", "events"] => Some(Route::Events),
-        ["gateway", "agents"] => Some(Route::Agents),
-        ["healthz"] => Some(Route::Healthz),
-        ["readyz"] => Some(Route::Readyz),
-        ["gateway", "webhooks", webhook] => Some(Route::WebhookInbound(id(webhook))),
-        ["gateway", "webhook-configs"] => Some(Route::WebhookConfigs),
-        ["gateway", "webhook-configs", config] => Some(Route::WebhookConfig(id(config))),
-        ["gateway", "deliveries"] => Some(Route::Deliveries),
-        ["gateway", "deliveries", delivery] => Some(Route::Delivery(id(delivery))),
-        ["gateway", "deliveries", delivery, "retry"] => Some(Route::DeliveryRetry(id(delivery))),
-        ["gateway", "cron", "jobs"] => Some(Route::CronJobs),
-        ["gateway", "cron", "jobs", job] => Some(Route::CronJob(id(job))),
-        _ => None,
-    }
+    // One path segment: the rest of the path when it holds no further `/` (an empty segment is an id too).
+    let segment = |rest: &str| (!rest.contains('/')).then_some(());
+    let route = match path {
+        "/gateway/heartbeat" => Route::Heartbeat,
+        "/gateway/messages" => Route::Messages,
+        "/gateway/events" => Route::Events,
+        "/gateway/agents" => Route::Agents,
+        "/healthz" => Route::Healthz,
+        "/readyz" => Route::Readyz,
+        "/gateway/webhook-configs" => Route::WebhookConfigs,
+        "/gateway/deliveries" => Route::Deliveries,
+        "/gateway/cron/jobs" => Route::CronJobs,
+        _ => {
+            if let Some(webhook) = path.strip_prefix("/gateway/webhooks/") {
+                segment(webhook).map(|()| Route::WebhookInbound(id(webhook)))?
+            } else if let Some(config) = path.strip_prefix("/gateway/webhook-configs/") {
+                segment(config).map(|()| Route::WebhookConfig(id(config)))?
+            } else if let Some(job) = path.strip_prefix("/gateway/cron/jobs/") {
+                segment(job).map(|()| Route::CronJob(id(job)))?
+            } else {
+                let delivery = path.strip_prefix("/gateway/deliveries/")?;
+                match delivery.split_once('/') {
+                    None => Route::Delivery(id(delivery)),
+                    Some((delivery, "retry")) => Route::DeliveryRetry(id(delivery)),
+                    Some(_) => return None,
+                }
+            }
+        }
+    };
+    Some(route)
 }
 
 impl Route {
@@ -85,59 +102,93 @@ impl Route {
     }
 }
 
-/// Runs one request. The handler runs in its own task so that a bug that panics costs one 500, not the
-/// connection, and is logged.
-pub async fn handle(state: Arc<AppState>, request: Request) -> Result<Response, Infallible> {
+/// Runs one request. A handler that panics costs one 500 and an error log, not the connection: the panic is
+/// caught at the handler's future, which runs on the connection's task (a task per request was a tenth of a
+/// request's instructions, see docs/benchmarks.md).
+///
+/// Built from combinators rather than `async fn`s: an `async fn` keeps its arguments beside the futures it makes
+/// of them, which more than doubled the future hyper moves several times per request.
+pub fn handle(state: Arc<AppState>, request: Request) -> impl Future<Output = Result<Response, Infallible>> {
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let response = match tokio::spawn(dispatch(state, request)).await {
-        Ok(Ok(response)) => response,
-        Ok(Err(error)) => error.into_response(),
-        Err(join_error) => {
-            tracing::error!(%method, %path, %join_error, "request handler failed");
-            ApiError::internal().into_response()
-        }
+    let Some(route) = resolve(request.uri().path()) else {
+        tracing::debug!(%method, path = request.uri().path(), status = 404, "request");
+        return Either::Left(future::ready(Ok(ApiError::not_found().into_response())));
     };
-    tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
-    Ok(response)
+    Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request)).map(move |response| {
+        tracing::debug!(%method, ?route, status = response.status().as_u16(), "request");
+        Ok(response)
+    }))
 }
 
-async fn dispatch(state: Arc<AppState>, request: Request) -> Result<Response, ApiError> {
-    let route = resolve(request.uri().path()).ok_or_else(ApiError::not_found)?;
+/// The handler's answer, or a 500 and an error log when it panics.
+fn contain_panics(
+    method: Method,
+    route: Route,
+    handler: impl Future<Output = Result<Response, ApiError>>,
+) -> impl Future<Output = Response> {
+    // Unwind safety: what a handler shares outlives it behind locks that recover from poisoning
+    // (`gateway_core::memory::lock`) or in the store, whose transactions roll back; the same held for the task a
+    // handler used to run in, whose panic tokio caught in the same way.
+    AssertUnwindSafe(handler).catch_unwind().map(move |outcome| match outcome {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => error.into_response(),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(not a string)");
+            tracing::error!(%method, ?route, panic = message, "request handler panicked");
+            ApiError::internal().into_response()
+        }
+    })
+}
+
+async fn dispatch(state: Arc<AppState>, route: Route, request: Request) -> Result<Response, ApiError> {
     if !route.methods().contains(request.method()) {
         return Ok(method_not_allowed(route.methods()));
     }
     if route.operator_only() {
         state.operator.check(request.headers())?;
     }
+    match route {
+        Route::Heartbeat => heartbeat::post(&state, request).await,
+        Route::Messages => messages::post(&state, request).await,
+        // A future is as large as the largest one it may await, and hyper moves a request's future several times:
+        // the other routes are boxed so that their futures do not weigh on the two endpoints agents call most.
+        _ => Box::pin(dispatch_rest(&state, route, request)).await,
+    }
+}
+
+async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) -> Result<Response, ApiError> {
     let unknown_webhook = || ApiError::unknown("unknown_webhook", "webhook config");
     let unknown_delivery = || ApiError::unknown("unknown_delivery", "delivery");
     let unknown_job = || ApiError::unknown("unknown_cron_job", "cron job");
     let is_post = request.method() == Method::POST;
     let is_delete = request.method() == Method::DELETE;
     match route {
-        Route::Heartbeat => heartbeat::post(&state, request).await,
-        Route::Messages => messages::post(&state, request).await,
-        Route::Events => events::get(&state, &request),
-        Route::Agents => agents::list(&state, &request),
+        Route::Heartbeat => heartbeat::post(state, request).await,
+        Route::Messages => messages::post(state, request).await,
+        Route::Events => events::get(state, &request),
+        Route::Agents => agents::list(state, &request),
         Route::Healthz => Ok(health::live()),
-        Route::Readyz => Ok(health::ready(&state, &request).await),
-        Route::WebhookInbound(id) => webhooks::inbound(&state, id.ok_or_else(unknown_webhook)?, request).await,
-        Route::WebhookConfigs if is_post => webhooks::create_config(&state, request).await,
-        Route::WebhookConfigs => webhooks::list_configs(&state, &request).await,
+        Route::Readyz => Ok(health::ready(state, &request).await),
+        Route::WebhookInbound(id) => webhooks::inbound(state, id.ok_or_else(unknown_webhook)?, request).await,
+        Route::WebhookConfigs if is_post => webhooks::create_config(state, request).await,
+        Route::WebhookConfigs => webhooks::list_configs(state, &request).await,
         Route::WebhookConfig(id) => {
             let id = id.ok_or_else(unknown_webhook)?;
-            if is_delete { webhooks::delete_config(&state, id).await } else { webhooks::show_config(&state, id).await }
+            if is_delete { webhooks::delete_config(state, id).await } else { webhooks::show_config(state, id).await }
         }
-        Route::Deliveries if is_post => webhooks::enqueue(&state, request).await,
-        Route::Deliveries => webhooks::list_deliveries(&state, &request).await,
-        Route::Delivery(id) => webhooks::show_delivery(&state, id.ok_or_else(unknown_delivery)?).await,
-        Route::DeliveryRetry(id) => webhooks::retry(&state, id.ok_or_else(unknown_delivery)?).await,
-        Route::CronJobs if is_post => cron::create(&state, request).await,
-        Route::CronJobs => cron::list(&state, &request).await,
+        Route::Deliveries if is_post => webhooks::enqueue(state, request).await,
+        Route::Deliveries => webhooks::list_deliveries(state, &request).await,
+        Route::Delivery(id) => webhooks::show_delivery(state, id.ok_or_else(unknown_delivery)?).await,
+        Route::DeliveryRetry(id) => webhooks::retry(state, id.ok_or_else(unknown_delivery)?).await,
+        Route::CronJobs if is_post => cron::create(state, request).await,
+        Route::CronJobs => cron::list(state, &request).await,
         Route::CronJob(id) => {
             let id = id.ok_or_else(unknown_job)?;
-            if is_delete { cron::delete(&state, id).await } else { cron::show(&state, id).await }
+            if is_delete { cron::delete(state, id).await } else { cron::show(state, id).await }
         }
     }
 }
@@ -155,6 +206,17 @@ fn method_not_allowed(allowed: &[Method]) -> Response {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_panicking_handler_costs_one_500() {
+        let handler = async { panic!("handler bug") };
+        let response = contain_panics(Method::POST, Route::Heartbeat, handler).await;
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let answered = contain_panics(Method::GET, Route::Healthz, async { Ok(health::live()) }).await;
+        assert_eq!(answered.status(), StatusCode::OK);
+        let refused = contain_panics(Method::GET, Route::Agents, async { Err(ApiError::unauthorized()) }).await;
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    }
+
     #[test]
     fn resolves_exact_paths_only() {
         assert_eq!(resolve("/gateway/heartbeat"), Some(Route::Heartbeat));
@@ -168,7 +230,26 @@ mod tests {
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
         assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(Some(42))));
         assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
-        for unknown in ["/", "", "/gateway", "/gateway/heartbeat/", "/gateway/heartbeat/x", "gateway/heartbeat"] {
+        // An empty segment is an id that names nothing, as any other non-integer.
+        assert_eq!(resolve("/gateway/webhooks/"), Some(Route::WebhookInbound(None)));
+        assert_eq!(resolve("/gateway/deliveries//retry"), Some(Route::DeliveryRetry(None)));
+        assert_eq!(resolve("/gateway/deliveries/-3/retry"), Some(Route::DeliveryRetry(Some(-3))));
+        for unknown in [
+            "/",
+            "",
+            "/gateway",
+            "/gateway/heartbeat/",
+            "/gateway/heartbeat/x",
+            "gateway/heartbeat",
+            "//gateway/heartbeat",
+            "/gateway/webhooks/1/x",
+            "/gateway/webhook-configs/1/",
+            "/gateway/deliveries/1/retry/",
+            "/gateway/deliveries/1/x",
+            "/gateway/deliveries/1/2/retry",
+            "/gateway/cron/jobs/1/x",
+            "/gateway/cron",
+        ] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }
     }
