@@ -5,7 +5,8 @@
 //! `WEBHOOK_BENCH_DELIVERED=100000 WEBHOOK_BENCH_DELIVERIES=1000 cargo bench -p gateway-benches --bench webhooks`.
 //! Environment: `WEBHOOK_BENCH_DELIVERED` (1,000,000), `WEBHOOK_BENCH_DUE` (10,000), `WEBHOOK_BENCH_DELIVERIES`
 //! (5,000), `WEBHOOK_BENCH_LATENCY_RUNS` (1,000), `WEBHOOK_BENCH_CAP` (256), `WEBHOOK_BENCH_MAX_PER_SECOND`
-//! (100,000, the highest the gateway takes: the outbound rate limit lifted). Results: docs/benchmarks.md.
+//! (100,000, the highest the gateway takes: the outbound rate limit lifted), `WEBHOOK_BENCH_CLIENTS` (8),
+//! `WEBHOOK_BENCH_SKIP_QUERY` (set: parts 2 and 3 only). Results: docs/benchmarks.md.
 //!
 //! 1. Due-row query: `WebhookStore::due_deliveries` (what each poll cycle runs) on SQLite with 1,000,000
 //!    delivered rows and 10,000 due ones, p50/p99 over 2,000 runs, for the default window (50 rows) and the
@@ -13,6 +14,9 @@
 //! 2. End to end, the real gateway in this process with the per-cycle cap and the outbound rate lifted:
 //!    deliveries enqueued over HTTP by 8 client threads until a local receiver has them all; deliveries per
 //!    second.
+//!    Also the enqueue-to-receipt latency of those deliveries, and the process's CPU time per delivery.
+//!
+//! 2b. Enqueue-to-receipt latency at a steady rate (`WEBHOOK_BENCH_PACED_RATE`, 2,500/s, for 4 s), open loop.
 //! 3. Enqueue-to-receipt latency: deliveries enqueued one at a time; from sending the POST to the receiver
 //!    reading the request, p50/p99.
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // A benchmark reports on stdout and aborts on setup errors.
@@ -29,11 +33,16 @@ use gateway_core::{NewWebhookConfig, WebhookSecret, WebhookStore};
 use gateway_store::schema::webhook_deliveries;
 use gateway_store::timestamp::to_db;
 use gateway_store::{DatabaseUrl, DieselStore};
-use gateway_testkit::{Receiver, Reply, Sample, env_size, millis, rate};
+use gateway_testkit::{Receiver, Reply, Sample, env_size, millis, process_cpu_time, rate};
 use time::{OffsetDateTime, PrimitiveDateTime};
 use tokio_util::sync::CancellationToken;
 
 const TOKEN: &str = "webhook-benchmark-operator-token";
+
+/// The gateway runs in this process, so it gets the allocator the gateway binary ships with (bin/gateway's
+/// main.rs); glibc's would add its own arena trimming to what is measured.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Insertable)]
 #[diesel(table_name = webhook_deliveries)]
@@ -162,8 +171,15 @@ fn arrival_times(receiver: &Receiver, count: usize) -> HashMap<u64, Instant> {
     arrivals
 }
 
+/// A client with time limits on the connection and the response but none on name resolution: with one, ureq
+/// resolves every request's address (an IP literal here) on a thread of its own, and the load generator would
+/// spend the machine's CPU starting threads.
 fn client() -> ureq::Agent {
-    ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(60))).build().new_agent()
+    ureq::Agent::config_builder()
+        .timeout_connect(Some(Duration::from_secs(10)))
+        .timeout_recv_response(Some(Duration::from_secs(60)))
+        .build()
+        .new_agent()
 }
 
 fn enqueue(agent: &ureq::Agent, base: &str, webhook_id: i64, seq: u64) {
@@ -224,24 +240,29 @@ fn end_to_end() {
     let created: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
     let webhook_id = created["id"].as_i64().unwrap();
 
+    let clients = env_size("WEBHOOK_BENCH_CLIENTS", 8);
+    let cpu_before = process_cpu_time();
     println!(
-        "2. end to end through the gateway, cap {cap} per cycle and in flight, at most {rate_text}/s, 8 client threads"
+        "2. end to end through the gateway, cap {cap} per cycle and in flight, at most {rate_text}/s, {clients} client threads"
     );
-    let clients = 8;
     let started = Instant::now();
     let workers: Vec<_> = (0..clients)
         .map(|worker| {
             let base = base.clone();
             thread::spawn(move || {
                 let agent = client();
+                let mut sent = Vec::new();
                 for seq in (worker..deliveries).step_by(clients) {
+                    sent.push((seq as u64, Instant::now()));
                     enqueue(&agent, &base, webhook_id, seq as u64);
                 }
+                sent
             })
         })
         .collect();
+    let mut sent_at = HashMap::new();
     for worker in workers {
-        worker.join().unwrap();
+        sent_at.extend(worker.join().unwrap());
     }
     let enqueued = started.elapsed();
     let arrivals = arrival_times(&receiver, deliveries);
@@ -254,10 +275,54 @@ fn end_to_end() {
         elapsed.as_secs_f64(),
         rate(deliveries, elapsed)
     );
+    let under_load = Sample::new(arrivals.iter().map(|(seq, at)| at.duration_since(sent_at[seq])).collect());
+    let percentile = |percent| millis(under_load.percentile(percent).unwrap_or_default());
+    println!("  enqueue-to-receipt under this load: p50 {}  p99 {}", percentile(50.0), percentile(99.0));
+    if let (Some(before), Some(after)) = (cpu_before, process_cpu_time()) {
+        // Clients, gateway and receiver together: the whole process is the 2-core machine's load.
+        let per_delivery = (after - before).as_secs_f64() * 1e6 / deliveries as f64;
+        println!("  CPU (clients + gateway + receiver): {per_delivery:.0} µs per delivery");
+    }
+
+    let paced_rate = env_size("WEBHOOK_BENCH_PACED_RATE", 2_500);
+    let paced = paced_rate * 4; // four seconds of it
+    println!(
+        "2b. enqueue-to-receipt latency at a steady {paced_rate} deliveries/s ({paced} deliveries, {clients} clients)"
+    );
+    receiver.clear();
+    let offset = deliveries as u64;
+    // Open loop: each delivery has its own send time, and its latency counts from then, so a stall delays (and
+    // is charged to) every delivery behind it rather than hiding in a slower send rate.
+    let interval = Duration::from_secs_f64(clients as f64 / paced_rate as f64);
+    let start_at = Instant::now() + Duration::from_millis(50);
+    let workers: Vec<_> = (0..clients)
+        .map(|worker| {
+            let base = base.clone();
+            thread::spawn(move || {
+                let agent = client();
+                let mut planned = Vec::new();
+                for (turn, seq) in (worker..paced).step_by(clients).enumerate() {
+                    let due = start_at + interval.mul_f64(turn as f64 + worker as f64 / clients as f64);
+                    thread::sleep(due.saturating_duration_since(Instant::now()));
+                    planned.push((offset + seq as u64, due));
+                    enqueue(&agent, &base, webhook_id, offset + seq as u64);
+                }
+                planned
+            })
+        })
+        .collect();
+    let mut planned_at = HashMap::new();
+    for worker in workers {
+        planned_at.extend(worker.join().unwrap());
+    }
+    let arrivals = arrival_times(&receiver, paced);
+    let steady = Sample::new(arrivals.iter().map(|(seq, at)| at.duration_since(planned_at[seq])).collect());
+    let percentile = |percent| millis(steady.percentile(percent).unwrap_or_default());
+    println!("  p50 {}  p99 {}  max {}", percentile(50.0), percentile(99.0), percentile(100.0));
 
     println!("3. enqueue-to-receipt latency, {latency_runs} deliveries enqueued one at a time");
     receiver.clear();
-    let offset = deliveries as u64;
+    let offset = (deliveries + paced) as u64;
     let mut sent = Vec::with_capacity(latency_runs);
     for index in 0..latency_runs as u64 {
         sent.push(Instant::now());
@@ -281,6 +346,9 @@ fn main() {
     if !std::env::args().any(|argument| argument == "--bench") {
         return;
     }
-    due_row_query();
+    // WEBHOOK_BENCH_SKIP_QUERY=1 runs only the end-to-end parts (2 and 3).
+    if std::env::var_os("WEBHOOK_BENCH_SKIP_QUERY").is_none() {
+        due_row_query();
+    }
     end_to_end();
 }

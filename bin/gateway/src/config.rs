@@ -197,6 +197,7 @@ impl Config {
         gateway_webhooks::TransportSettings {
             timeout: self.webhook_attempt_timeout(),
             allow_private_targets: self.webhook_allow_private_targets,
+            max_in_flight: self.webhook_router().max_per_cycle,
         }
     }
 
@@ -378,7 +379,11 @@ mod tests {
         assert_eq!(router.attempt_timeout, Duration::from_millis(1500));
         assert_eq!(
             config.webhook_transport(),
-            gateway_webhooks::TransportSettings { timeout: Duration::from_millis(1500), allow_private_targets: true }
+            gateway_webhooks::TransportSettings {
+                timeout: Duration::from_millis(1500),
+                allow_private_targets: true,
+                max_in_flight: 2
+            }
         );
         let too_long = parse(&["--webhook-retry-schedule-s=30,99999999"]).unwrap_err().render().to_string();
         assert!(too_long.lines().next().unwrap().contains("--webhook-retry-schedule-s"), "{too_long}");

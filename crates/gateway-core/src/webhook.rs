@@ -161,6 +161,9 @@ pub struct NewDelivery {
     pub next_retry_at: OffsetDateTime,
     /// The creating request's `Idempotency-Key`; unique among deliveries when present.
     pub idempotency_key: Option<IdempotencyKey>,
+    /// Inserted already claimed by its inserter, until `next_retry_at`: the router does this when a slot and a start
+    /// are free at once, so the immediate attempt needs no claim of its own (see [`WebhookStore::claim`]).
+    pub claimed: bool,
 }
 
 impl fmt::Debug for NewDelivery {
@@ -174,6 +177,7 @@ impl fmt::Debug for NewDelivery {
             .field("created_at", &self.created_at)
             .field("next_retry_at", &self.next_retry_at)
             .field("idempotency_key", &self.idempotency_key)
+            .field("claimed", &self.claimed)
             .finish_non_exhaustive()
     }
 }

@@ -401,6 +401,7 @@ mod tests {
             created_at,
             next_retry_at: created_at + TimeDuration::seconds(30),
             idempotency_key: None,
+            claimed: false,
         }
     }
 

@@ -154,6 +154,7 @@ mod tests {
                 created_at,
                 next_retry_at: created_at + Duration::seconds(30),
                 idempotency_key: None,
+                claimed: false,
             })
             .unwrap()
             .id
@@ -265,6 +266,35 @@ mod tests {
         assert_eq!(due, [expired, immediate, retry], "the expired lease first, then the released ones by id");
         assert_eq!(next_retry_at(&store, scheduled), now + Duration::seconds(25), "a scheduled retry keeps its time");
         assert_eq!(store.delivery(retry).unwrap().unwrap().attempt_count, 1, "the interrupted attempt is not counted");
+    }
+
+    #[test]
+    fn a_delivery_inserted_claimed_for_its_attempt_is_due_at_once_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let webhook_id = config(&store);
+        let now = crate::timestamp::normalize(OffsetDateTime::now_utc());
+        let safety_net = now + Duration::seconds(30);
+        let row = store
+            .insert_delivery(&NewDelivery {
+                webhook_id,
+                session_id: "s".into(),
+                payload: "{}".into(),
+                target_url: "https://example.com/hook".into(),
+                signature: "sha256=00".into(),
+                created_at: now,
+                next_retry_at: safety_net,
+                idempotency_key: None,
+                claimed: true,
+            })
+            .unwrap();
+        assert_eq!(claim_marker(&store, row.id), Some(safety_net), "inserted with its claim");
+        assert!(store.claim(&[row.id], safety_net - Duration::seconds(1), safety_net).unwrap().is_empty());
+        drop(store);
+
+        let store = open(&dir);
+        assert_eq!(claim_marker(&store, row.id), None);
+        assert!(next_retry_at(&store, row.id) <= OffsetDateTime::now_utc(), "due at once after the restart");
     }
 
     #[test]

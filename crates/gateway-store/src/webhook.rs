@@ -152,6 +152,8 @@ struct NewDeliveryRow<'a> {
     next_retry_at: PrimitiveDateTime,
     created_at: PrimitiveDateTime,
     idempotency_key: Option<&'a str>,
+    /// The claim marker (`recovery`) of a delivery inserted already claimed.
+    claimed_until: Option<PrimitiveDateTime>,
 }
 
 impl<'a> NewDeliveryRow<'a> {
@@ -167,6 +169,7 @@ impl<'a> NewDeliveryRow<'a> {
             next_retry_at: to_db(delivery.next_retry_at),
             created_at: to_db(delivery.created_at),
             idempotency_key: delivery.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+            claimed_until: delivery.claimed.then(|| to_db(delivery.next_retry_at)),
         }
     }
 

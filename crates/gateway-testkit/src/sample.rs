@@ -125,3 +125,34 @@ mod tests {
         assert_eq!(env_size("GATEWAY_TESTKIT_SURELY_UNSET_VARIABLE", 3), 3);
     }
 }
+
+/// CPU time (user + system) this process has used so far, from `/proc/self/stat`; `None` where that file does not
+/// exist. Wall-clock throughput on a shared machine depends on what else runs; CPU time per operation does much
+/// less, so benchmarks report both.
+pub fn process_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may contain spaces, so split after its closing parenthesis).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index)?.parse::<u64>().ok();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name. Clock ticks are 1/100 s
+    // on Linux (USER_HZ), which is all this needs for runs of seconds.
+    let total = ticks(11)?.checked_add(ticks(12)?)?;
+    Some(Duration::from_millis(total.checked_mul(10)?))
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn busy_work_shows_in_the_process_cpu_time() {
+        let Some(before) = process_cpu_time() else { return };
+        let started = std::time::Instant::now();
+        let mut spin = 0u64;
+        while started.elapsed() < Duration::from_millis(300) {
+            spin = std::hint::black_box(spin.wrapping_add(1));
+        }
+        let used = process_cpu_time().unwrap() - before;
+        assert!(used >= Duration::from_millis(100), "{used:?} of CPU for 300 ms of spinning");
+    }
+}

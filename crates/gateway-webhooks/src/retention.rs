@@ -155,6 +155,7 @@ mod tests {
             created_at,
             next_retry_at: created_at,
             idempotency_key: None,
+            claimed: false,
         }
     }
 

@@ -39,6 +39,15 @@ pub struct TransportSettings {
     pub timeout: Duration,
     /// Turns the SSRF guard off (`--webhook-allow-private-targets`).
     pub allow_private_targets: bool,
+    /// The most attempts in flight at once (`--webhook-max-per-cycle`): as many connections to one host are kept
+    /// open for reuse. With fewer, a burst to one receiver opened (and closed) a connection per attempt.
+    pub max_in_flight: usize,
+}
+
+impl Default for TransportSettings {
+    fn default() -> Self {
+        Self { timeout: crate::ATTEMPT_TIMEOUT, allow_private_targets: false, max_in_flight: crate::MAX_PER_CYCLE }
+    }
 }
 
 /// The resolver refused every address of the target.
@@ -90,18 +99,25 @@ enum Lookup {
 struct GuardedResolver {
     lookup: Lookup,
     allow_private_targets: bool,
+    names: ResolvedNames,
 }
 
 impl GuardedResolver {
+    /// The address of a URL whose host is an IP literal: no lookup needed. (ureq's own resolver would start a
+    /// thread to "resolve" it within the time limit, on every request.)
+    fn literal(&self, uri: &Uri) -> Option<ResolvedSocketAddrs> {
+        let host = uri.host()?;
+        let literal = host.strip_prefix('[').and_then(|inner| inner.strip_suffix(']')).unwrap_or(host);
+        let address = literal.parse::<IpAddr>().ok()?;
+        let mut resolved = self.empty();
+        resolved.push(SocketAddr::new(address, port_of(uri)));
+        Some(resolved)
+    }
+
     fn look_up(&self, lookup: &dyn HostLookup, uri: &Uri) -> Result<ResolvedSocketAddrs, ureq::Error> {
         let host = uri.host().ok_or(ureq::Error::HostNotFound)?;
-        let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+        let port = port_of(uri);
         let mut resolved = self.empty();
-        let literal = host.strip_prefix('[').and_then(|inner| inner.strip_suffix(']')).unwrap_or(host);
-        if let Ok(address) = literal.parse::<IpAddr>() {
-            resolved.push(SocketAddr::new(address, port));
-            return Ok(resolved);
-        }
         let found = lookup.lookup(host, port).map_err(|error| lookup_failed(error.to_string()))?;
         for address in found {
             if resolved.try_push(address).is_err() {
@@ -109,6 +125,45 @@ impl GuardedResolver {
             }
         }
         if resolved.is_empty() { Err(lookup_failed("host not found".to_owned())) } else { Ok(resolved) }
+    }
+}
+
+fn port_of(uri: &Uri) -> u16 {
+    uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 })
+}
+
+/// How long a host name's addresses are reused. ureq resolves before every request, even one that then reuses a
+/// pooled connection, and its resolver starts a thread per lookup to keep within the time limit: at thousands of
+/// attempts a second that was a thread per attempt. The SSRF guard still judges the addresses on every attempt,
+/// and the connection goes to the addresses it judged.
+pub const RESOLVED_NAME_TTL: Duration = Duration::from_secs(30);
+/// Most host names remembered; past it the oldest is forgotten.
+const MAX_RESOLVED_NAMES: usize = 1_024;
+
+/// Recently resolved host names (system lookups only).
+#[derive(Debug, Default)]
+struct ResolvedNames {
+    by_host: std::sync::Mutex<std::collections::HashMap<(String, u16), (std::time::Instant, ResolvedSocketAddrs)>>,
+}
+
+impl ResolvedNames {
+    fn get(&self, uri: &Uri) -> Option<ResolvedSocketAddrs> {
+        let host = uri.host()?;
+        let by_host = gateway_core::memory::lock(&self.by_host);
+        let (at, addresses) = by_host.get(&(host.to_owned(), port_of(uri)))?;
+        (at.elapsed() < RESOLVED_NAME_TTL).then(|| addresses.clone())
+    }
+
+    fn put(&self, uri: &Uri, addresses: &ResolvedSocketAddrs) {
+        let Some(host) = uri.host() else { return };
+        let mut by_host = gateway_core::memory::lock(&self.by_host);
+        if by_host.len() >= MAX_RESOLVED_NAMES {
+            let oldest = by_host.iter().min_by_key(|(_, (at, _))| *at).map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                by_host.remove(&oldest);
+            }
+        }
+        by_host.insert((host.to_owned(), port_of(uri)), (std::time::Instant::now(), addresses.clone()));
     }
 }
 
@@ -123,13 +178,21 @@ impl Resolver for GuardedResolver {
         config: &ureq::config::Config,
         timeout: NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let resolved = match &self.lookup {
-            Lookup::System(system) => system.resolve(uri, config, timeout).map_err(|error| match error {
-                ureq::Error::HostNotFound => lookup_failed("host not found".into()),
-                ureq::Error::Io(io) => lookup_failed(io.to_string()),
-                other => other,
-            })?,
-            Lookup::Custom(lookup) => self.look_up(lookup.as_ref(), uri)?,
+        let resolved = match (self.literal(uri), &self.lookup) {
+            (Some(literal), _) => literal,
+            (None, Lookup::System(system)) => match self.names.get(uri) {
+                Some(cached) => cached,
+                None => {
+                    let found = system.resolve(uri, config, timeout).map_err(|error| match error {
+                        ureq::Error::HostNotFound => lookup_failed("host not found".into()),
+                        ureq::Error::Io(io) => lookup_failed(io.to_string()),
+                        other => other,
+                    })?;
+                    self.names.put(uri, &found);
+                    found
+                }
+            },
+            (None, Lookup::Custom(lookup)) => self.look_up(lookup.as_ref(), uri)?,
         };
         if self.allow_private_targets {
             return Ok(resolved);
@@ -176,6 +239,7 @@ impl UreqTransport {
     }
 
     fn build(settings: TransportSettings, lookup: impl Fn() -> Lookup) -> Self {
+        let per_host = settings.max_in_flight.clamp(MIN_IDLE_CONNECTIONS, MAX_IDLE_PER_HOST);
         let agent = |max_idle_connections: usize| {
             let config = ureq::Agent::config_builder()
                 .timeout_global(Some(settings.timeout))
@@ -184,12 +248,18 @@ impl UreqTransport {
                 .proxy(None)
                 .user_agent(USER_AGENT)
                 .max_idle_connections(max_idle_connections)
+                .max_idle_connections_per_host(per_host.min(max_idle_connections))
                 .max_idle_age(MAX_IDLE_AGE)
                 .build();
-            let resolver = GuardedResolver { lookup: lookup(), allow_private_targets: settings.allow_private_targets };
+            let resolver = GuardedResolver {
+                lookup: lookup(),
+                allow_private_targets: settings.allow_private_targets,
+                names: ResolvedNames::default(),
+            };
             ureq::Agent::with_parts(config, DefaultConnector::default(), resolver)
         };
-        Self { pooled: agent(DEFAULT_MAX_IDLE_CONNECTIONS), fresh: agent(0), timeout: settings.timeout }
+        let pooled = (per_host * HOSTS_KEPT).min(MAX_IDLE_CONNECTIONS);
+        Self { pooled: agent(pooled), fresh: agent(0), timeout: settings.timeout }
     }
 
     fn send(
@@ -210,8 +280,14 @@ impl UreqTransport {
     }
 }
 
-/// ureq's default size of the idle pool.
-const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 10;
+/// Idle connections kept per host at least (ureq's default) and at most, and in all at most. ureq finds a pooled
+/// connection by scanning the pool, so a pool of hundreds costs every request; attempts in flight to one host at
+/// a time rarely number more than a few dozen even at thousands a second (each takes a millisecond or so).
+const MIN_IDLE_CONNECTIONS: usize = 3;
+const MAX_IDLE_PER_HOST: usize = 32;
+const MAX_IDLE_CONNECTIONS: usize = 128;
+/// The idle pool holds a full set of connections for this many hosts.
+const HOSTS_KEPT: usize = 4;
 
 impl WebhookTransport for UreqTransport {
     fn post(&self, request: &OutboundRequest) -> AttemptOutcome {
@@ -365,7 +441,11 @@ mod tests {
 
     /// The production transport, for URLs with IP literals (which never reach the system resolver).
     fn transport(allow_private_targets: bool) -> UreqTransport {
-        UreqTransport::new(TransportSettings { timeout: Duration::from_secs(5), allow_private_targets })
+        UreqTransport::new(TransportSettings {
+            timeout: Duration::from_secs(5),
+            allow_private_targets,
+            ..TransportSettings::default()
+        })
     }
 
     /// A name service for the tests: a few names, all on loopback; everything else does not resolve. No test
@@ -389,7 +469,11 @@ mod tests {
     /// The transport with [`LoopbackNames`] in place of the system resolver.
     fn with_names(allow_private_targets: bool) -> UreqTransport {
         UreqTransport::with_lookup(
-            TransportSettings { timeout: Duration::from_secs(5), allow_private_targets },
+            TransportSettings {
+                timeout: Duration::from_secs(5),
+                allow_private_targets,
+                ..TransportSettings::default()
+            },
             Arc::new(LoopbackNames),
         )
     }
@@ -482,8 +566,11 @@ mod tests {
         // A server that accepts and never answers.
         let silent = TcpListener::bind("127.0.0.1:0").unwrap();
         let silent_address = silent.local_addr().unwrap();
-        let quick =
-            UreqTransport::new(TransportSettings { timeout: Duration::from_millis(300), allow_private_targets: true });
+        let quick = UreqTransport::new(TransportSettings {
+            timeout: Duration::from_millis(300),
+            allow_private_targets: true,
+            ..TransportSettings::default()
+        });
         let outcome = quick.post(&request_to(format!("http://{silent_address}/")));
         assert!(matches!(outcome, AttemptOutcome::Failed { class: FailureClass::Timeout, .. }), "{outcome:?}");
         drop(silent);

@@ -38,6 +38,7 @@ fn new_delivery(webhook_id: i64, session: &str, created_at: OffsetDateTime) -> N
         created_at,
         next_retry_at: created_at + Duration::seconds(30),
         idempotency_key: None,
+        claimed: false,
     }
 }
 
@@ -248,6 +249,7 @@ fn history(store: &DieselStore, webhook_id: i64, count: usize, status: DeliveryS
                     next_retry_at: to_db(created_at),
                     created_at: to_db(created_at),
                     idempotency_key: None,
+                    claimed_until: None,
                 };
                 let id: i64 = diesel::insert_into(webhook_deliveries::table)
                     .values(&row)

@@ -41,6 +41,7 @@ impl WebhookRouter {
                 payload,
                 created_at: self.now(),
                 idempotency_key: None,
+                claimed: false,
             };
             let delivery = self.create_delivery(draft).await?;
             return Ok(Enqueued { delivery, replayed: false });
@@ -57,6 +58,7 @@ impl WebhookRouter {
             payload,
             created_at: self.now(),
             idempotency_key: Some(key.clone()),
+            claimed: false,
         };
         match self.create_delivery(draft).await {
             Ok(delivery) => Ok(Enqueued { delivery, replayed: false }),
@@ -99,17 +101,33 @@ impl WebhookRouter {
             payload,
             created_at: received_at,
             idempotency_key: None,
+            claimed: false,
         };
         self.create_delivery(draft).await
     }
 
-    /// Writes a delivery (sharing the commit with concurrent ones) and hands it to the dispatcher.
-    async fn create_delivery(&self, draft: DeliveryDraft) -> Result<Delivery, WebhookError> {
-        let row = self.inner.inserts.submit(draft).await??;
+    /// Writes a delivery (sharing the commit with concurrent ones) and hands it to the dispatcher. When a slot and a
+    /// start are free right now and nobody waits for them, the row is written already claimed and its attempt
+    /// starts at once: one store write fewer than claiming it afterwards.
+    async fn create_delivery(&self, mut draft: DeliveryDraft) -> Result<Delivery, WebhookError> {
+        let ready = self.start_now();
+        draft.claimed = ready.is_some();
+        let inserted = self.inner.inserts.submit(draft).await.map_err(WebhookError::from).and_then(|outcome| outcome);
+        let row = match inserted {
+            Ok(row) => row,
+            Err(error) => {
+                if let Some((_, ticket)) = ready {
+                    self.inner.ports.rate.cancel(ticket);
+                }
+                return Err(error);
+            }
+        };
         info!(delivery_id = row.id, webhook_id = row.webhook_id, target_host = %target_host(&row.target_url), "webhook delivery enqueued");
         self.publish_status(&row);
-        if let Some(due_by) = row.next_retry_at {
-            self.spawn_immediate_attempt(row.id, due_by);
+        match (ready, row.next_retry_at) {
+            (Some((slot, _started)), _) => self.spawn_attempt(row.clone(), slot),
+            (None, Some(due_by)) => self.spawn_immediate_attempt(row.id, due_by),
+            (None, None) => {}
         }
         Ok(row)
     }

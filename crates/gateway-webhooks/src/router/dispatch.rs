@@ -65,6 +65,25 @@ impl WebhookRouter {
         });
     }
 
+    /// A slot and a start, if both are free right now and no earlier attempt is waiting for them (so taking them
+    /// keeps first come, first served).
+    pub(super) fn start_now(&self) -> Option<(OwnedSemaphorePermit, RateTicket)> {
+        let inner = &self.inner;
+        if inner.stopping.is_cancelled() || inner.waiting_immediate.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let slot = Arc::clone(&inner.slots).try_acquire_owned().ok()?;
+        // Not through the line of waiters (`next_start`): there is none, and the rate keeps its own count.
+        let ticket = inner.ports.rate.try_start(tokio::time::Instant::now().into_std()).ok()?;
+        Some((slot, ticket))
+    }
+
+    /// Makes the attempt of a row this router has claimed, in the background.
+    pub(super) fn spawn_attempt(&self, row: Delivery, slot: OwnedSemaphorePermit) {
+        let router = self.clone();
+        self.inner.attempts.spawn(async move { router.attempt(row, slot).await });
+    }
+
     /// The next start the rate allows, first come first served among everything that waits for one. With `wait`
     /// false, `None` at once when no start is free now; otherwise it waits until one is.
     async fn next_start(&self, wait: bool) -> Option<RateTicket> {
@@ -243,8 +262,7 @@ impl WebhookRouter {
             inner.ports.rate.cancel(ticket);
         }
         for (row, slot) in claimed.into_iter().zip(slots) {
-            let router = self.clone();
-            inner.attempts.spawn(async move { router.attempt(row, slot).await });
+            self.spawn_attempt(row, slot);
         }
         Ok(started)
     }

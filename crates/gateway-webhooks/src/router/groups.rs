@@ -26,14 +26,23 @@ pub(super) struct DeliveryDraft {
     pub(super) payload: String,
     pub(super) created_at: OffsetDateTime,
     pub(super) idempotency_key: Option<gateway_core::IdempotencyKey>,
+    /// The caller holds a slot and a start for it: insert it claimed, for an attempt that starts at once.
+    pub(super) claimed: bool,
 }
 
 pub(super) type Inserts = GroupCommit<DeliveryDraft, Result<Delivery, WebhookError>>;
 pub(super) type Claims = GroupCommit<(i64, OffsetDateTime), Option<Delivery>>;
 pub(super) type Records = GroupCommit<AttemptRecord, bool>;
 
-pub(super) fn inserts(store: Arc<dyn WebhookStore>) -> Inserts {
+/// A new delivery is due `ENQUEUE_SAFETY_NET` after its creation (FR-10.8), whether or not it is inserted claimed:
+/// a claim taken at insert runs until then too, unless the attempt's time limit needs longer.
+pub(super) fn inserts(
+    store: Arc<dyn WebhookStore>,
+    clock: Arc<dyn Clock>,
+    attempt_timeout: std::time::Duration,
+) -> Inserts {
     GroupCommit::new(MAX_GROUP, move |drafts: Vec<DeliveryDraft>| {
+        let shortest_lease = millisecond_now(clock.as_ref()) + duration_to_time(attempt_timeout) + LEASE_MARGIN;
         let mut configs: HashMap<i64, Option<WebhookConfig>> = HashMap::new();
         let mut outcomes: Vec<Option<Result<Delivery, WebhookError>>> = Vec::with_capacity(drafts.len());
         let mut rows = Vec::with_capacity(drafts.len());
@@ -60,8 +69,12 @@ pub(super) fn inserts(store: Arc<dyn WebhookStore>) -> Inserts {
                 payload: draft.payload,
                 target_url: config.target_url,
                 created_at: draft.created_at,
-                next_retry_at: draft.created_at + ENQUEUE_SAFETY_NET,
+                next_retry_at: match draft.claimed {
+                    true => (draft.created_at + ENQUEUE_SAFETY_NET).max(shortest_lease),
+                    false => draft.created_at + ENQUEUE_SAFETY_NET,
+                },
                 idempotency_key: draft.idempotency_key,
+                claimed: draft.claimed,
             });
             outcomes.push(None);
         }

@@ -197,7 +197,8 @@ impl WebhookRouter {
         config.max_per_cycle = config.max_per_cycle.clamp(1, Semaphore::MAX_PERMITS);
         config.poll_interval = config.poll_interval.max(Duration::from_millis(1));
         let slots = Arc::new(Semaphore::new(config.max_per_cycle));
-        let inserts = Arc::new(groups::inserts(Arc::clone(&ports.store)));
+        let inserts =
+            Arc::new(groups::inserts(Arc::clone(&ports.store), Arc::clone(&ports.clock), config.attempt_timeout));
         let claims =
             Arc::new(groups::claims(Arc::clone(&ports.store), Arc::clone(&ports.clock), config.attempt_timeout));
         let records = Arc::new(groups::records(Arc::clone(&ports.store)));

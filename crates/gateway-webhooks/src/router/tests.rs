@@ -92,6 +92,7 @@ impl Harness {
                 created_at: due_at - ENQUEUE_SAFETY_NET,
                 next_retry_at: due_at,
                 idempotency_key: None,
+                claimed: false,
             })
             .unwrap()
     }
