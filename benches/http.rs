@@ -24,13 +24,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use gateway_testkit::{Sample, env_size};
+use gateway_testkit::{Sample, cpu_time_of, env_size};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 
 const BARE_SERVER_ARG: &str = "--bare-server";
+
+/// The gateway binary's allocator, for the bare server too (it is this executable, started again): the ceiling
+/// should differ from the gateway only by the gateway's work per request. (The load generator gets it as well.)
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     if std::env::args().any(|argument| argument == BARE_SERVER_ARG) {
@@ -62,7 +67,7 @@ fn main() {
 
     let mut bare = pinning.command(&std::env::current_exe().unwrap());
     let bare = Server::spawn("bare hyper server", bare.arg(BARE_SERVER_ARG), "listening on ");
-    let ceiling = settings.drive(bare.address, "/");
+    let ceiling = settings.drive(&bare, "/");
     drop(bare);
     let ceiling = Target { name: "bare hyper (200, body read)", measured: ceiling };
     ceiling.report(None);
@@ -80,22 +85,25 @@ fn main() {
     ]);
     let gateway = Server::spawn("gateway", gateway.env("RUST_LOG", "warn"), "gateway listening on http://");
     let heartbeat =
-        Target { name: "POST /gateway/heartbeat", measured: settings.drive(gateway.address, "/gateway/heartbeat") };
+        Target { name: "POST /gateway/heartbeat", measured: settings.drive(&gateway, "/gateway/heartbeat") };
     heartbeat.report(Some(&ceiling));
     // For comparison: the same HTTP and JSON work without the database (a DecisionLog is validated and
     // published, nothing is written).
-    let messages =
-        Target { name: "POST /gateway/messages", measured: settings.drive(gateway.address, "/gateway/messages") };
+    let messages = Target { name: "POST /gateway/messages", measured: settings.drive(&gateway, "/gateway/messages") };
     drop(gateway);
     messages.report(Some(&ceiling));
 
     println!();
-    println!("| target | req/s | p50 | p99 | of the ceiling |");
-    println!("| --- | --- | --- | --- | --- |");
+    println!("| target | req/s | p50 | p99 | of the ceiling | server CPU busy | server CPU per request |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for target in [&ceiling, &heartbeat, &messages] {
         println!("{}", target.row(&ceiling));
     }
     println!("(heartbeats: target >= 60 % of the ceiling)");
+    println!(
+        "(a ceiling whose server CPU is not near 100 % busy was limited by the load generator: compare the CPU per \
+         request too)"
+    );
 }
 
 /// The gateway binary: `$GATEWAY_BIN`, else `gateway` beside the `deps/` directory this benchmark runs from
@@ -224,12 +232,14 @@ impl Target {
     fn row(&self, ceiling: &Self) -> String {
         let measured = &self.measured;
         format!(
-            "| {} | {:.0} | {} | {} | {} |",
+            "| {} | {:.0} | {} | {} | {} | {} | {} |",
             self.name,
             measured.requests_per_second(),
             measured.percentile_ms(50.0),
             measured.percentile_ms(99.0),
-            self.ratio(ceiling)
+            self.ratio(ceiling),
+            measured.server_busy(),
+            measured.server_cpu_per_request(),
         )
     }
 }
@@ -245,7 +255,8 @@ struct Settings {
 impl Settings {
     /// Each connection sends one request at a time, in a loop, for the warm-up and then the measured period;
     /// every connection walks its own share of the agent ids.
-    fn drive(&self, address: SocketAddr, path: &'static str) -> Measured {
+    fn drive(&self, server: &Server, path: &'static str) -> Measured {
+        let (address, pid) = (server.address, server.child.id().to_string());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(self.client_threads)
             .enable_all()
@@ -264,13 +275,21 @@ impl Settings {
                     })
                 })
                 .collect();
+            // The server's CPU time over exactly the measured period.
+            let server_cpu = tokio::spawn(async move {
+                tokio::time::sleep_until(measure_from.into()).await;
+                let before = cpu_time_of(&pid);
+                tokio::time::sleep_until(stop.into()).await;
+                Some(cpu_time_of(&pid)? - before?)
+            });
             let (mut latencies, mut errors) = (Vec::new(), 0);
             for task in tasks {
                 let (more, failed) = task.await.unwrap();
                 latencies.extend(more);
                 errors += failed;
             }
-            Measured { latencies: Sample::new(latencies), errors, elapsed: self.duration }
+            let server_cpu = server_cpu.await.unwrap();
+            Measured { latencies: Sample::new(latencies), errors, elapsed: self.duration, server_cpu }
         })
     }
 }
@@ -336,6 +355,8 @@ struct Measured {
     latencies: Sample<Duration>,
     errors: u64,
     elapsed: Duration,
+    /// CPU time the server process used during the measured period (`None` without /proc).
+    server_cpu: Option<Duration>,
 }
 
 impl Measured {
@@ -351,13 +372,28 @@ impl Measured {
 
     fn summary(&self) -> String {
         format!(
-            "{:>8.0} req/s  p50 {}  p99 {}  ({} requests, {} errors)",
+            "{:>8.0} req/s  p50 {}  p99 {}  ({} requests, {} errors; server CPU {} busy, {} per request)",
             self.requests_per_second(),
             self.percentile_ms(50.0),
             self.percentile_ms(99.0),
             self.latencies.len(),
-            self.errors
+            self.errors,
+            self.server_busy(),
+            self.server_cpu_per_request(),
         )
+    }
+
+    /// The server's CPU time as a share of one CPU over the measured period.
+    fn server_busy(&self) -> String {
+        self.server_cpu
+            .map_or("-".to_owned(), |cpu| format!("{:.0} %", 100.0 * cpu.as_secs_f64() / self.elapsed.as_secs_f64()))
+    }
+
+    fn server_cpu_per_request(&self) -> String {
+        match (self.server_cpu, self.latencies.len()) {
+            (Some(cpu), requests) if requests > 0 => format!("{:.1} µs", cpu.as_secs_f64() * 1e6 / requests as f64),
+            _ => "-".to_owned(),
+        }
     }
 }
 
@@ -408,8 +444,12 @@ fn bare_server() {
                     let _ = request.into_body().collect().await;
                     Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::new())))
                 });
-                let _ =
-                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                // The gateway's own connection settings (bin/gateway/src/http/mod.rs), so the comparison is of the
+                // work done per request, not of how bytes are written.
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .writev(false)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
             });
         }
     });

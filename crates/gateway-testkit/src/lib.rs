@@ -7,4 +7,4 @@ mod receiver;
 mod sample;
 
 pub use receiver::{Receiver, Reply, Request, TimedOut};
-pub use sample::{Sample, env_size, millis, process_cpu_time, rate};
+pub use sample::{Sample, cpu_time_of, env_size, millis, process_cpu_time, rate};

@@ -130,7 +130,12 @@ mod tests {
 /// exist. Wall-clock throughput on a shared machine depends on what else runs; CPU time per operation does much
 /// less, so benchmarks report both.
 pub fn process_cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_time_of("self")
+}
+
+/// [`process_cpu_time`] of process `pid` (a number, or `self`).
+pub fn cpu_time_of(pid: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may contain spaces, so split after its closing parenthesis).
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks = |index: usize| fields.get(index)?.parse::<u64>().ok();
