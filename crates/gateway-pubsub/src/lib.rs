@@ -1,14 +1,4 @@
-//! gateway-pubsub: topics with fan-out to subscribers that can never slow the publisher.
-//!
-//! Each topic is a `tokio::sync::broadcast` ring of [`DEFAULT_QUEUE_CAPACITY`] events, in which every subscriber
-//! keeps its own cursor: in effect a bounded queue per subscriber that costs one copy of each event. Publishing
-//! never waits. A subscriber that falls more than the capacity behind loses the oldest events it has not read
-//! and is told how many ([`Received::Lagged`]); the others are unaffected. Events are serialized once, at
-//! publish time, so a hundred SSE subscribers do not serialize the same event a hundred times.
-//!
-//! A topic exists only while someone subscribes to it: publishing to a topic nobody listens to drops the event
-//! (as Phoenix.PubSub does), and the last subscriber leaving removes the topic, so memory is bounded by live
-//! subscriptions rather than by the number of agents ever seen.
+#![doc = include_str!("../README.md")]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
