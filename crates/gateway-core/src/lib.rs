@@ -19,6 +19,7 @@ pub mod hex;
 pub mod ids;
 pub mod interceptor;
 pub mod memory;
+pub mod periodic;
 pub mod ports;
 pub mod rate;
 pub mod rfc3339;
@@ -38,6 +39,7 @@ pub use event::{Event, EventPayload, Topic};
 pub use health::{ComponentHealth, HealthReport, RunningGuard};
 pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey};
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
+pub use periodic::LeaderLoop;
 pub use ports::{
     CapabilityEntry, CapabilityMap, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, Leadership,
     PublishError, SingleProcessLeadership, StoreError, StoreHealth,

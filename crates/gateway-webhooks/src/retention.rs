@@ -8,10 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::{BackgroundLoop, Clock, ComponentHealth, Leadership, WebhookStore, run_blocking};
-use tokio::time::MissedTickBehavior;
+use gateway_core::{BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, WebhookStore, run_blocking};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::error::WebhookError;
 
@@ -85,44 +84,24 @@ impl DeliveryRetention {
     /// A pass every interval (the first at once), only while leader; failures back off (capped) and never stop
     /// the loop.
     pub async fn run(&self, shutdown: CancellationToken) {
-        let _running = self.health.start();
-        let mut ticks = tokio::time::interval(self.config.interval);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut failures: u32 = 0;
-        loop {
-            tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break,
-                _ = ticks.tick() => {}
-            }
-            if self.ports.leadership.current().is_none() {
-                continue;
-            }
-            match self.prune_once(&shutdown).await {
-                Ok(pruned) => {
-                    failures = 0;
-                    self.health.recovered();
-                    if pruned > 0 {
-                        info!(
-                            pruned,
-                            retention_days = self.config.retention.as_secs() / 86_400,
-                            "old webhook deliveries pruned"
-                        );
-                    }
+        let passes = LeaderLoop {
+            pass: "pruning webhook deliveries",
+            interval: self.config.interval,
+            first_backoff: self.config.pause,
+            max_backoff: MAX_PRUNE_BACKOFF,
+            health: &self.health,
+            leadership: self.ports.leadership.as_ref(),
+        };
+        passes
+            .run(&shutdown, || async {
+                let pruned = self.prune_once(&shutdown).await?;
+                if pruned > 0 {
+                    let retention_days = self.config.retention.as_secs() / 86_400;
+                    info!(pruned, retention_days, "old webhook deliveries pruned");
                 }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    self.health.degraded(format!("pruning webhook deliveries failed: {error}"));
-                    let backoff = gateway_core::capped_backoff(self.config.pause, MAX_PRUNE_BACKOFF, failures);
-                    warn!(%error, failures, backoff_ms = backoff.as_millis(), "pruning webhook deliveries failed");
-                    tokio::select! {
-                        biased;
-                        () = shutdown.cancelled() => break,
-                        () = tokio::time::sleep(backoff) => {}
-                    }
-                }
-            }
-        }
+                Ok::<_, WebhookError>(())
+            })
+            .await;
     }
 }
 

@@ -34,16 +34,8 @@ impl WebhookRouter {
     ) -> Result<Enqueued, WebhookError> {
         check_delivery(&session_id, &payload)?;
         let Some(key) = idempotency_key else {
-            let draft = DeliveryDraft {
-                webhook_id,
-                config: None,
-                session_id,
-                payload,
-                created_at: self.now(),
-                idempotency_key: None,
-                claimed: false,
-            };
-            let delivery = self.create_delivery(draft).await?;
+            let delivery =
+                self.create_delivery(DeliveryDraft::new(webhook_id, session_id, payload, self.now())).await?;
             return Ok(Enqueued { delivery, replayed: false });
         };
         let request = (webhook_id, session_id, payload);
@@ -52,13 +44,8 @@ impl WebhookRouter {
         }
         let (_, session_id, payload) = request.clone();
         let draft = DeliveryDraft {
-            webhook_id,
-            config: None,
-            session_id,
-            payload,
-            created_at: self.now(),
             idempotency_key: Some(key.clone()),
-            claimed: false,
+            ..DeliveryDraft::new(webhook_id, session_id, payload, self.now())
         };
         match self.create_delivery(draft).await {
             Ok(delivery) => Ok(Enqueued { delivery, replayed: false }),
@@ -94,15 +81,9 @@ impl WebhookRouter {
         }
         let received_at = self.now();
         let payload = inbound_envelope(&config, received_at, body);
-        let draft = DeliveryDraft {
-            webhook_id,
-            session_id: config.target_session.clone(),
-            config: Some(config),
-            payload,
-            created_at: received_at,
-            idempotency_key: None,
-            claimed: false,
-        };
+        let session_id = config.target_session.clone();
+        let draft =
+            DeliveryDraft { config: Some(config), ..DeliveryDraft::new(webhook_id, session_id, payload, received_at) };
         self.create_delivery(draft).await
     }
 

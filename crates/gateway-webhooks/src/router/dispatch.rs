@@ -11,11 +11,10 @@ use std::time::Duration;
 
 use gateway_core::{
     AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, EventPayload,
-    FailureClass, OutboundRequest, RateTicket, run_blocking,
+    FailureClass, LeaderLoop, OutboundRequest, RateTicket, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -272,45 +271,27 @@ impl WebhookRouter {
     /// dispatcher degraded and back off (capped); the loop keeps running until `shutdown`.
     pub async fn run(&self, shutdown: CancellationToken) {
         let inner = &self.inner;
-        let _running = inner.health.start();
-        let mut ticks = tokio::time::interval(inner.config.poll_interval);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut failures: u32 = 0;
         info!(
             poll_interval_ms = inner.config.poll_interval.as_millis(),
             max_per_cycle = inner.config.max_per_cycle,
             "webhook dispatcher started"
         );
-        loop {
-            tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break,
-                _ = ticks.tick() => {}
+        let poll = LeaderLoop {
+            pass: "webhook poll",
+            interval: inner.config.poll_interval,
+            first_backoff: inner.config.poll_interval,
+            max_backoff: MAX_POLL_BACKOFF,
+            health: &inner.health,
+            leadership: inner.ports.leadership.as_ref(),
+        };
+        poll.run(&shutdown, || async {
+            let started = self.poll_once(&shutdown).await?;
+            if started > 0 {
+                debug!(started, "webhook poll cycle");
             }
-            if inner.ports.leadership.current().is_none() {
-                continue;
-            }
-            match self.poll_once(&shutdown).await {
-                Ok(started) => {
-                    failures = 0;
-                    inner.health.recovered();
-                    if started > 0 {
-                        debug!(started, "webhook poll cycle");
-                    }
-                }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    inner.health.degraded(format!("webhook poll failed: {error}"));
-                    let backoff = gateway_core::capped_backoff(inner.config.poll_interval, MAX_POLL_BACKOFF, failures);
-                    warn!(%error, failures, backoff_ms = backoff.as_millis(), "webhook poll failed; backing off");
-                    tokio::select! {
-                        biased;
-                        () = shutdown.cancelled() => break,
-                        () = tokio::time::sleep(backoff) => {}
-                    }
-                }
-            }
-        }
+            Ok::<_, WebhookError>(())
+        })
+        .await;
         // Immediate attempts still waiting for a slot or a start give up; their rows stay due in the store.
         inner.stopping.cancel();
         info!("webhook dispatcher stopped");

@@ -30,6 +30,12 @@ pub(super) struct DeliveryDraft {
     pub(super) claimed: bool,
 }
 
+impl DeliveryDraft {
+    pub(super) fn new(webhook_id: i64, session_id: String, payload: String, created_at: OffsetDateTime) -> Self {
+        Self { webhook_id, config: None, session_id, payload, created_at, idempotency_key: None, claimed: false }
+    }
+}
+
 pub(super) type Inserts = GroupCommit<DeliveryDraft, Result<Delivery, WebhookError>>;
 pub(super) type Claims = GroupCommit<(i64, OffsetDateTime), Option<Delivery>>;
 pub(super) type Records = GroupCommit<AttemptRecord, bool>;
