@@ -14,9 +14,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};
 
+use crate::fencing::EpochGate;
 use crate::ids::{AgentId, IdempotencyKey};
 use crate::memory::{FailureSwitch, lock};
-use crate::ports::{FencingToken, StoreError, StoreHealth};
+use crate::ports::{FencingEpoch, FencingToken, StoreError, StoreHealth};
 
 /// A job to be written; the store assigns the id.
 #[derive(Debug, Clone, PartialEq)]
@@ -156,9 +157,17 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError>;
     /// Claims what can be claimed of the rows `job_ids` (all in one transaction) and returns those rows; a
     /// row that cannot be claimed (gone, not due, claimed by someone else) is simply absent from the result.
+    /// A leader-only write: [`StoreError::Fenced`], and nothing claimed, when `lease.token` is older than the
+    /// newest token the store has seen; a newer one raises it.
     fn claim_fires(&self, job_ids: &[i64], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError>;
-    /// Applies the completions whose claim `owner` still holds (all in one transaction); returns how many.
-    fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError>;
+    /// Applies the completions whose claim `owner` still holds (all in one transaction); returns how many. A
+    /// leader-only write, fenced by `token` like [`Self::claim_fires`].
+    fn complete_fires(
+        &self,
+        owner: &str,
+        token: FencingToken,
+        completions: &[FireCompletion],
+    ) -> Result<usize, StoreError>;
     /// [`Self::complete_fires`] then [`Self::claim_fires`] (skipped when `job_ids` is empty). A database adapter should do both in one
     /// transaction: a busy scheduler completes one batch and claims the next with a single commit, which
     /// halves what it writes per fire.
@@ -169,7 +178,7 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
         job_ids: &[i64],
         lease: &ClaimLease,
     ) -> Result<(usize, Vec<CronJob>), StoreError> {
-        let completed = self.complete_fires(owner, completions)?;
+        let completed = self.complete_fires(owner, lease.token, completions)?;
         let claimed = if job_ids.is_empty() { Vec::new() } else { self.claim_fires(job_ids, lease)? };
         Ok((completed, claimed))
     }
@@ -207,6 +216,8 @@ pub struct InMemoryCronJobStore {
     pub claim_failure: FailureSwitch,
     /// Fails only `complete_fires`.
     pub completion_failure: FailureSwitch,
+    /// The fencing epoch of the claims and completions.
+    pub epoch: EpochGate,
 }
 
 impl InMemoryCronJobStore {
@@ -316,6 +327,7 @@ impl CronJobStore for InMemoryCronJobStore {
         self.failure.check()?;
         self.claim_failure.check()?;
         let mut state = lock(&self.state);
+        self.epoch.admit(lease.token)?;
         let mut claimed = Vec::with_capacity(job_ids.len());
         for job_id in job_ids {
             let Some(stored) = state.rows.get_mut(job_id) else { continue };
@@ -335,13 +347,19 @@ impl CronJobStore for InMemoryCronJobStore {
         Ok(claimed)
     }
 
-    fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError> {
+    fn complete_fires(
+        &self,
+        owner: &str,
+        token: FencingToken,
+        completions: &[FireCompletion],
+    ) -> Result<usize, StoreError> {
         self.failure.check()?;
         if completions.is_empty() {
             return Ok(0);
         }
         self.completion_failure.check()?;
         let mut state = lock(&self.state);
+        self.epoch.admit(token)?;
         let mut completed = 0;
         for completion in completions {
             let fire = completion.fire();
@@ -369,6 +387,13 @@ impl CronJobStore for InMemoryCronJobStore {
             completed += 1;
         }
         Ok(completed)
+    }
+}
+
+impl FencingEpoch for InMemoryCronJobStore {
+    fn newest_token(&self) -> Result<FencingToken, StoreError> {
+        self.failure.check()?;
+        Ok(self.epoch.newest())
     }
 }
 
@@ -435,6 +460,14 @@ mod tests {
     }
 
     #[test]
+    fn fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch() {
+        crate::cron_conformance::fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch(
+            &InMemoryCronJobStore::default(),
+            START,
+        );
+    }
+
+    #[test]
     fn a_claim_names_one_instant_and_advance_clears_it() {
         let store = InMemoryCronJobStore::default();
         let job = store
@@ -443,12 +476,22 @@ mod tests {
         let fire = FireKey { job_id: job.id, scheduled_for: START };
         assert_eq!(store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap()[0].next_fire_at, START);
         let next = START + Duration::minutes(1);
-        assert_eq!(store.complete_fires("a", &[FireCompletion::Advance { fire, next_fire_at: next }]).unwrap(), 1);
+        assert_eq!(
+            store
+                .complete_fires("a", FencingToken(1), &[FireCompletion::Advance { fire, next_fire_at: next }])
+                .unwrap(),
+            1
+        );
         let stored = store.cron_job(job.id).unwrap().unwrap();
         assert_eq!(stored.next_fire_at, next);
         assert_eq!(store.claim_of(job.id), None);
         // Completing the same instant twice does nothing: the row has moved on.
-        assert_eq!(store.complete_fires("a", &[FireCompletion::Advance { fire, next_fire_at: next }]).unwrap(), 0);
+        assert_eq!(
+            store
+                .complete_fires("a", FencingToken(1), &[FireCompletion::Advance { fire, next_fire_at: next }])
+                .unwrap(),
+            0
+        );
         // The next instant is not due yet, so nobody can claim it early.
         assert!(store.claim_fires(&[job.id], &lease("b", 1, START + Duration::seconds(59))).unwrap().is_empty());
     }
@@ -486,8 +529,13 @@ mod tests {
         fn claim_fires(&self, job_ids: &[i64], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError> {
             self.0.claim_fires(job_ids, lease)
         }
-        fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError> {
-            self.0.complete_fires(owner, completions)
+        fn complete_fires(
+            &self,
+            owner: &str,
+            token: FencingToken,
+            completions: &[FireCompletion],
+        ) -> Result<usize, StoreError> {
+            self.0.complete_fires(owner, token, completions)
         }
     }
 
@@ -515,7 +563,7 @@ mod tests {
         store.claim_failure.set_failing(false);
         store.claim_fires(&[ids[1]], &lease("a", 1, START)).unwrap();
         store.completion_failure.set_failing(true);
-        assert!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).is_err());
+        assert!(store.complete_fires("a", FencingToken(1), &[FireCompletion::Delete(fire)]).is_err());
         assert!(store.cron_job(ids[1]).unwrap().is_some());
         store.failure.set_failing(true);
         assert!(store.ping().is_err());

@@ -5,8 +5,8 @@ use serde_json::Map;
 use time::{Duration, OffsetDateTime};
 
 use crate::{
-    AgentId, ClaimLease, CronJob, CronJobStore, FencingToken, FireCompletion, FireKey, IdempotencyKey, NewCronJob,
-    StoreError,
+    AgentId, ClaimLease, CronJob, CronJobStore, FencingEpoch, FencingToken, FireCompletion, FireKey, IdempotencyKey,
+    NewCronJob, StoreError,
 };
 
 fn one_time(at: OffsetDateTime) -> NewCronJob {
@@ -79,24 +79,54 @@ pub fn one_claim_per_instant_until_the_lease_runs_out(store: &dyn CronJobStore, 
     let pending = store.pending_fires(at + Duration::seconds(1), 10).expect("pending");
     assert_eq!(pending[0].claimable_at(Duration::ZERO), at + Duration::seconds(10));
     assert_eq!(claim("b", at + Duration::seconds(10)).len(), 1, "the lease ran out");
-    assert_eq!(store.complete_fires("a", &[FireCompletion::Delete(fire)]).expect("complete"), 0);
-    assert_eq!(store.complete_fires("b", &[FireCompletion::Delete(fire)]).expect("complete"), 1);
+    let token = FencingToken(1);
+    assert_eq!(store.complete_fires("a", token, &[FireCompletion::Delete(fire)]).expect("complete"), 0);
+    assert_eq!(store.complete_fires("b", token, &[FireCompletion::Delete(fire)]).expect("complete"), 1);
     assert_eq!(store.cron_job(job.id).expect("read"), None);
 }
 
-/// A newer leadership term takes over a live claim at once (an older or equal one does not), and the old
-/// holder can no longer complete it; a missing row is never claimed.
+/// A newer leadership term takes over a live claim at once (an equal one does not, an older one is fenced), and
+/// the old holder can no longer complete it; a missing row is never claimed.
 pub fn a_newer_term_takes_over_and_missing_rows_are_not_claimed(store: &dyn CronJobStore, at: OffsetDateTime) {
     let job = one_time_job(store, at);
     let fire = FireKey { job_id: job.id, scheduled_for: at };
-    let claim = |owner: &str, token: u64| store.claim_fires(&[job.id], &lease(owner, token, at)).expect("claim");
-    assert_eq!(claim("old-leader", 2).len(), 1);
-    assert!(claim("rival", 2).is_empty());
-    assert!(claim("stale-leader", 1).is_empty());
-    assert_eq!(claim("new-leader", 3).len(), 1);
-    assert_eq!(store.complete_fires("old-leader", &[FireCompletion::Delete(fire)]).expect("complete"), 0);
-    assert!(store.claim_fires(&[job.id + 100], &lease("x", 9, at)).expect("claim").is_empty());
-    assert_eq!(store.complete_fires("new-leader", &[FireCompletion::Delete(fire)]).expect("complete"), 1);
+    let claim = |owner: &str, token: u64| store.claim_fires(&[job.id], &lease(owner, token, at));
+    assert_eq!(claim("old-leader", 2).expect("claim").len(), 1);
+    assert!(claim("rival", 2).expect("claim").is_empty());
+    assert!(claim("stale-leader", 1).is_err_and(|error| error.is_fenced()));
+    assert_eq!(claim("new-leader", 3).expect("claim").len(), 1);
+    let old = store.complete_fires("old-leader", FencingToken(2), &[FireCompletion::Delete(fire)]);
+    assert!(old.is_err_and(|error| error.is_fenced()), "the deposed leader cannot complete");
+    assert!(store.claim_fires(&[job.id + 100], &lease("x", 3, at)).expect("claim").is_empty());
+    let new = store.complete_fires("new-leader", FencingToken(3), &[FireCompletion::Delete(fire)]);
+    assert_eq!(new.expect("complete"), 1);
+}
+
+/// Fencing, which cannot be seen from outside when it works: a leader-only write under an older token than the
+/// newest the store has seen is refused with nothing written (not even part of a combined write), a newer one
+/// raises the newest, and the newest is what [`FencingEpoch::newest_token`] reports. Expects an empty store
+/// that has seen no token above 1.
+pub fn fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch<S>(store: &S, at: OffsetDateTime)
+where
+    S: CronJobStore + FencingEpoch,
+{
+    let first = one_time_job(store, at);
+    let second = one_time_job(store, at);
+    let done = FireCompletion::Delete(FireKey { job_id: first.id, scheduled_for: at });
+    assert_eq!(store.claim_fires(&[first.id], &lease("leader-5", 5, at)).expect("claim").len(), 1);
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(5));
+
+    let stale = store.claim_fires(&[second.id], &lease("leader-4", 4, at));
+    assert_eq!(stale, Err(StoreError::Fenced { token: FencingToken(4), newest: FencingToken(5) }));
+    let combined = store.complete_and_claim("leader-5", &[done], &[second.id], &lease("leader-5", 4, at));
+    assert!(combined.is_err_and(|error| error.is_fenced()), "a combined write under an old token");
+    assert!(store.cron_job(first.id).expect("read").is_some(), "its completion was not applied either");
+    let pending = store.pending_fires(at + Duration::seconds(1), 10).expect("pending");
+    let second_claim = pending.iter().find(|fire| fire.job_id == second.id).and_then(|fire| fire.claimed_until);
+    assert_eq!(second_claim, None, "the refused claim left no trace");
+
+    assert_eq!(store.complete_fires("leader-5", FencingToken(6), &[done]).expect("complete"), 1);
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(6), "a newer token raised the epoch");
 }
 
 /// A claim takes rows due by `due_by` (the claimer's margin) without moving their instant, and judges a live

@@ -13,6 +13,7 @@ pub mod cron_conformance;
 pub mod decision_log;
 pub mod direct_json;
 pub mod event;
+pub mod fencing;
 pub mod group_commit;
 pub mod health;
 pub mod hex;
@@ -36,13 +37,14 @@ pub use cron::{
 };
 pub use decision_log::{DecisionLog, SchemaViolation};
 pub use event::{Event, EventPayload, Topic};
+pub use fencing::EpochGate;
 pub use health::{ComponentHealth, HealthReport, RunningGuard};
 pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey};
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
-pub use periodic::LeaderLoop;
+pub use periodic::{LeaderLoop, MaybeFenced};
 pub use ports::{
-    CapabilityEntry, CapabilityMap, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, Leadership,
-    PublishError, SingleProcessLeadership, StoreError, StoreHealth,
+    CapabilityEntry, CapabilityMap, EventPublisher, FencingEpoch, FencingToken, HeartbeatRecord, HeartbeatStore,
+    Leadership, PublishError, SingleProcessLeadership, StoreError, StoreHealth,
 };
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use supervisor::{BackgroundLoop, supervise, supervise_loop};

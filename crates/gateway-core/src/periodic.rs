@@ -1,6 +1,7 @@
 //! The loop shape of timed work done only by the leader: a pass every interval (the first at once), skipped while
-//! another instance leads; a failed pass marks the component degraded and backs off (capped) before the next, and
-//! nothing but `shutdown` ends the loop (H-4 and H-5 in docs/requirements.md).
+//! another instance leads, given the leadership token its writes carry; a pass the store fenced tells the
+//! leadership (which steps down); a failed pass marks the component degraded and backs off (capped) before the
+//! next; nothing but `shutdown` ends the loop (H-4, H-5 and H-8 in docs/requirements.md).
 
 use std::fmt::Display;
 use std::future::Future;
@@ -11,7 +12,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::capped_backoff;
 use crate::health::ComponentHealth;
-use crate::ports::Leadership;
+use crate::ports::{FencingToken, Leadership, StoreError};
+
+/// An error a leader-only write can end with: was it refused by fencing?
+pub trait MaybeFenced {
+    fn is_fenced(&self) -> bool;
+}
+
+impl MaybeFenced for StoreError {
+    fn is_fenced(&self) -> bool {
+        StoreError::is_fenced(self)
+    }
+}
 
 /// One leader-only periodic loop.
 #[derive(Debug)]
@@ -30,9 +42,9 @@ impl LeaderLoop<'_> {
     /// Runs `pass` every interval until `shutdown`, holding the component's running guard meanwhile.
     pub async fn run<F, Fut, E>(&self, shutdown: &CancellationToken, mut pass: F)
     where
-        F: FnMut() -> Fut,
+        F: FnMut(FencingToken) -> Fut,
         Fut: Future<Output = Result<(), E>>,
-        E: Display,
+        E: Display + MaybeFenced,
     {
         let _running = self.health.start();
         let mut ticks = tokio::time::interval(self.interval);
@@ -44,13 +56,15 @@ impl LeaderLoop<'_> {
                 () = shutdown.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            if self.leadership.current().is_none() {
-                continue;
-            }
-            match pass().await {
+            let Some(token) = self.leadership.current() else { continue };
+            match pass(token).await {
                 Ok(()) => {
                     failures = 0;
                     self.health.recovered();
+                }
+                Err(error) if error.is_fenced() => {
+                    tracing::warn!(pass = self.pass, %error, "fenced by a newer leader; stepping down");
+                    self.leadership.fenced(token);
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
@@ -79,7 +93,6 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
     use super::*;
-    use crate::ports::FencingToken;
 
     #[derive(Debug, Default)]
     struct Switch(AtomicBool);
@@ -119,12 +132,59 @@ mod tests {
             assert!(health.report().healthy);
             shutdown.cancel();
         };
-        let work = runner.run(&shutdown, || {
+        let work = runner.run(&shutdown, |token| {
+            assert_eq!(token, FencingToken(1));
             let count = passes.fetch_add(1, Ordering::SeqCst) + 1;
-            async move { if count < 3 { Err("store down") } else { Ok(()) } }
+            async move { if count < 3 { Err(StoreError::Unavailable("store down".into())) } else { Ok(()) } }
         });
         tokio::join!(work, driver);
         assert!(started.elapsed() >= Duration::from_secs(41));
         assert!(!health.is_running(), "the guard is dropped when the loop ends");
+    }
+}
+
+#[cfg(test)]
+mod fenced_tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Debug, Default)]
+    struct Deposable(Mutex<Vec<FencingToken>>);
+
+    impl Leadership for Deposable {
+        fn current(&self) -> Option<FencingToken> {
+            crate::memory::lock(&self.0).is_empty().then_some(FencingToken(4))
+        }
+        fn fenced(&self, token: FencingToken) {
+            crate::memory::lock(&self.0).push(token);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fenced_pass_steps_the_leader_down_without_degrading_the_component() {
+        let (health, leadership, shutdown) =
+            (ComponentHealth::new("test"), Deposable::default(), CancellationToken::new());
+        let runner = LeaderLoop {
+            pass: "test pass",
+            interval: Duration::from_secs(1),
+            first_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(1),
+            health: &health,
+            leadership: &leadership,
+        };
+        let passes = std::sync::atomic::AtomicU32::new(0);
+        let driver = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            shutdown.cancel();
+        };
+        let work = runner.run(&shutdown, |token| {
+            passes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { Err::<(), _>(StoreError::Fenced { token, newest: FencingToken(5) }) }
+        });
+        tokio::join!(work, driver);
+        assert_eq!(passes.load(std::sync::atomic::Ordering::SeqCst), 1, "no pass after stepping down");
+        assert_eq!(*crate::memory::lock(&leadership.0), [FencingToken(4)]);
+        assert!(health.report().problem.is_none(), "being fenced is not a failure of the component");
     }
 }

@@ -23,6 +23,17 @@ pub enum StoreError {
     /// Anything else: a bug or corrupt data. Logged with context, reported as a server error.
     #[error("store error: {0}")]
     Internal(String),
+    /// A leader-only write carried an older leadership token than the newest the store has seen: another
+    /// instance leads now. Nothing was written. The loop that made the write steps down
+    /// ([`Leadership::fenced`]).
+    #[error("fenced: token {} is older than the newest, {}", token.0, newest.0)]
+    Fenced { token: FencingToken, newest: FencingToken },
+}
+
+impl StoreError {
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Self::Fenced { .. })
+    }
 }
 
 impl From<crate::blocking::BlockingTaskFailed> for StoreError {
@@ -86,13 +97,26 @@ pub trait CapabilityMap: Send + Sync + Debug {
 
 /// A leadership term. Every leader-only write carries it, and a store may refuse writes of an older term
 /// (phase 2 fencing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct FencingToken(pub u64);
 
 /// "Am I leader, and with which token?" The timed loops (eviction, cron dispatch, webhook poll) only act
 /// while this answers `Some`.
 pub trait Leadership: Send + Sync + Debug {
     fn current(&self) -> Option<FencingToken>;
+
+    /// A leader-only write made under `token` was refused by the store ([`StoreError::Fenced`]): another
+    /// instance took over. From now on this must not answer `token` again (a lease-based adapter steps down).
+    /// A single process is never fenced, so the default does nothing.
+    fn fenced(&self, token: FencingToken) {
+        let _ = token;
+    }
+}
+
+/// The newest leadership token a store has accepted: its fencing epoch. A new leader whose token would not be
+/// newer (a Redis that lost its data restarts its counter) raises its counter past this first.
+pub trait FencingEpoch: Send + Sync + Debug {
+    fn newest_token(&self) -> Result<FencingToken, StoreError>;
 }
 
 /// The single-process deployment: always leader, with a fixed token.

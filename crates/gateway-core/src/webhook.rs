@@ -10,7 +10,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::ids::IdempotencyKey;
-use crate::ports::StoreError;
+use crate::ports::{FencingToken, StoreError};
 
 /// The shared secret of a webhook config. Its `Debug` is redacted and it has no `Display` or `Serialize`, so
 /// it cannot reach a log line or a response body by accident; [`Self::expose`] is the one way to read it.
@@ -294,6 +294,16 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
         ids: &[i64],
         due_by: OffsetDateTime,
         lease_until: OffsetDateTime,
+    ) -> Result<Vec<Delivery>, StoreError>;
+    /// [`Self::claim`] as a leader-only write, what the poll does: [`StoreError::Fenced`], and nothing claimed,
+    /// when `token` is older than the newest leadership token the store has seen; a newer one raises it.
+    /// (Immediate attempts use [`Self::claim`]: any instance may make them, the row claim keeps them exclusive.)
+    fn claim_fenced(
+        &self,
+        ids: &[i64],
+        due_by: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        token: FencingToken,
     ) -> Result<Vec<Delivery>, StoreError>;
     /// In one transaction: appends `attempt` to the history, and applies `update` to the delivery if it still
     /// carries the claim this attempt ran under: `next_retry_at = lease` and `attempt_count =

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use crate::fencing::EpochGate;
 use crate::ids::IdempotencyKey;
 use crate::memory::{FailureSwitch, lock};
-use crate::ports::{StoreError, StoreHealth};
+use crate::ports::{FencingEpoch, FencingToken, StoreError, StoreHealth};
 use crate::webhook::{
     AttemptOutcome, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
     NewDelivery, NewWebhookConfig, OutboundRequest, RetryNowOutcome, WebhookConfig, WebhookStore, WebhookTransport,
@@ -31,6 +32,8 @@ struct Tables {
 pub struct InMemoryWebhookStore {
     tables: Mutex<Tables>,
     pub failure: FailureSwitch,
+    /// The fencing epoch of the poll's claims.
+    pub epoch: EpochGate,
 }
 
 impl InMemoryWebhookStore {
@@ -45,6 +48,21 @@ impl InMemoryWebhookStore {
         tables.last_delivery_id = tables.last_delivery_id.max(delivery.id);
         tables.deliveries.insert(delivery.id, delivery);
     }
+}
+
+/// The claim itself, under the caller's lock.
+fn claim_rows(tables: &mut Tables, ids: &[i64], due_by: OffsetDateTime, lease_until: OffsetDateTime) -> Vec<Delivery> {
+    let mut claimed = Vec::new();
+    for id in ids {
+        if let Some(delivery) = tables.deliveries.get_mut(id)
+            && is_due(delivery, due_by)
+        {
+            delivery.next_retry_at = Some(lease_until);
+            claimed.push(delivery.clone());
+        }
+    }
+    claimed.sort_by_key(|delivery| delivery.id);
+    claimed
 }
 
 fn is_due(delivery: &Delivery, due_by: OffsetDateTime) -> bool {
@@ -213,18 +231,24 @@ impl WebhookStore for InMemoryWebhookStore {
         lease_until: OffsetDateTime,
     ) -> Result<Vec<Delivery>, StoreError> {
         self.failure.check()?;
-        let mut tables = lock(&self.tables);
-        let mut claimed = Vec::new();
-        for id in ids {
-            if let Some(delivery) = tables.deliveries.get_mut(id)
-                && is_due(delivery, due_by)
-            {
-                delivery.next_retry_at = Some(lease_until);
-                claimed.push(delivery.clone());
-            }
+        Ok(claim_rows(&mut lock(&self.tables), ids, due_by, lease_until))
+    }
+
+    fn claim_fenced(
+        &self,
+        ids: &[i64],
+        due_by: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        token: FencingToken,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.failure.check()?;
+        if ids.is_empty() {
+            // Nothing to write, nothing to admit: as a database adapter skips the transaction.
+            return Ok(Vec::new());
         }
-        claimed.sort_by_key(|delivery| delivery.id);
-        Ok(claimed)
+        let mut tables = lock(&self.tables);
+        self.epoch.admit(token)?;
+        Ok(claim_rows(&mut tables, ids, due_by, lease_until))
     }
 
     fn record_attempt(
@@ -264,6 +288,13 @@ impl WebhookStore for InMemoryWebhookStore {
         delivery.attempt_count = 0;
         delivery.next_retry_at = Some(now);
         Ok(RetryNowOutcome::Reset(delivery.clone()))
+    }
+}
+
+impl FencingEpoch for InMemoryWebhookStore {
+    fn newest_token(&self) -> Result<FencingToken, StoreError> {
+        self.failure.check()?;
+        Ok(self.epoch.newest())
     }
 }
 

@@ -87,6 +87,8 @@ struct LoopState {
     claimed: BTreeMap<(OffsetDateTime, i64), Claimed>,
     /// Completions of published fires, written by the next write.
     deferred: Vec<FireCompletion>,
+    /// The leadership term of the last cycle, which completions left over on the way out are written under.
+    term: Option<FencingToken>,
 }
 
 impl LoopState {
@@ -123,14 +125,7 @@ impl CronScheduler {
             // `false`: sleep without listening to wake-ups (backing off, or not leader).
             let (pause, wakeable) = match inner.leadership.current() {
                 None => {
-                    // Another instance owns the timed work now: what this one claimed is left to its lease.
-                    self.settle_write(&mut state).await;
-                    state.claimed.clear();
-                    self.flush(&mut state.deferred).await;
-                    lock(&inner.window).reset();
-                    if let Some(abandoned) = state.refill.take() {
-                        abandoned.rows.task.abort();
-                    }
+                    self.step_down(&mut state).await;
                     (inner.config.leadership_poll, false)
                 }
                 Some(token) => match self.cycle(token, &mut state) {
@@ -147,6 +142,13 @@ impl CronScheduler {
                             Next::Immediately => (std::time::Duration::ZERO, true),
                             Next::At(at) => (until(inner.clock.now(), at), true),
                         }
+                    }
+                    Err(store_error) if store_error.is_fenced() => {
+                        // A newer leader wrote to the store: this process leads no more, whatever its lease says.
+                        warn!(error = %store_error, "cron scheduler fenced by a newer leader; stepping down");
+                        inner.leadership.fenced(token);
+                        self.step_down(&mut state).await;
+                        (inner.config.leadership_poll, false)
                     }
                     Err(store_error) => {
                         failures = failures.saturating_add(1);
@@ -206,6 +208,7 @@ impl CronScheduler {
     /// claimed. Also says whether the store answered in this cycle.
     fn cycle(&self, token: FencingToken, state: &mut LoopState) -> Result<(Next, bool), StoreError> {
         let inner = &self.inner;
+        state.term = Some(token);
         let mut reached_store = false;
         if let Some(in_flight) = state.refill.take() {
             let outcome = in_flight.rows.take();
@@ -361,6 +364,20 @@ impl CronScheduler {
         }
     }
 
+    /// Another instance owns the timed work now: what this one claimed is left to its lease (or to the new term,
+    /// which takes it over at once), its published fires are completed if the store still takes this term's
+    /// writes, and the window starts again from the store when this process leads again.
+    async fn step_down(&self, state: &mut LoopState) {
+        self.settle_write(state).await;
+        state.claimed.clear();
+        self.flush(state).await;
+        state.term = None;
+        lock(&self.inner.window).reset();
+        if let Some(abandoned) = state.refill.take() {
+            abandoned.rows.task.abort();
+        }
+    }
+
     /// Waits for the write in flight, if any, and applies it.
     async fn settle_write(&self, state: &mut LoopState) {
         let Some(mut in_flight) = state.write.take() else { return };
@@ -386,16 +403,16 @@ impl CronScheduler {
             tokio::time::sleep(wait).await;
             self.publish_due(state);
         }
-        self.flush(&mut state.deferred).await;
+        self.flush(state).await;
     }
 
-    /// Writes completions on their own, waiting for them.
-    async fn complete(&self, completions: Vec<FireCompletion>) -> Result<(), StoreError> {
+    /// Writes completions on their own, under `token`, waiting for them.
+    async fn complete(&self, token: FencingToken, completions: Vec<FireCompletion>) -> Result<(), StoreError> {
         let count = u64::try_from(completions.len()).unwrap_or(u64::MAX);
         let writer = Arc::clone(&self.inner);
         let written = run_blocking(move || {
             let _writing = lock(&writer.writes);
-            writer.store.complete_fires(&writer.owner, &completions).map(|count| (count, completions))
+            writer.store.complete_fires(&writer.owner, token, &completions).map(|count| (count, completions))
         })
         .await;
         self.inner.published.fetch_add(count, Ordering::Relaxed);
@@ -406,13 +423,14 @@ impl CronScheduler {
 
     /// Best effort on the way out (shutdown, leadership lost): a completion not written now only means a refire
     /// with the same fire_id after the claim expires.
-    async fn flush(&self, deferred: &mut Vec<FireCompletion>) {
-        if deferred.is_empty() {
+    async fn flush(&self, state: &mut LoopState) {
+        let Some(term) = state.term else { return };
+        if state.deferred.is_empty() {
             return;
         }
-        let pending = std::mem::take(deferred);
+        let pending = std::mem::take(&mut state.deferred);
         let count = pending.len();
-        if let Err(store_error) = self.complete(pending).await {
+        if let Err(store_error) = self.complete(term, pending).await {
             warn!(error = %store_error, count, "completions not written; those fires repeat after their claims expire");
         }
     }

@@ -721,3 +721,48 @@ async fn a_shutdown_publishes_what_it_already_claimed_on_time_and_completes_it()
     assert_eq!(harness.store.cron_job(job.id).unwrap(), None, "completed before the loop returned");
     assert!(harness.store.cron_job(later.id).unwrap().is_some(), "unclaimed jobs stay for the next start");
 }
+
+/// Leadership that believes it leads under term 1 until the store fences it.
+#[derive(Debug, Default)]
+struct DeposedLeadership {
+    fenced: std::sync::Mutex<Vec<FencingToken>>,
+}
+
+impl Leadership for DeposedLeadership {
+    fn current(&self) -> Option<FencingToken> {
+        self.fenced.lock().unwrap().is_empty().then_some(FencingToken(1))
+    }
+
+    fn fenced(&self, token: FencingToken) {
+        self.fenced.lock().unwrap().push(token);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_fenced_by_a_newer_term_fires_nothing_and_steps_down() {
+    let mut harness = Harness::new();
+    let leadership = Arc::new(DeposedLeadership::default());
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) =
+        harness.running_with(Arc::clone(&leadership) as Arc<dyn Leadership>, exact(), &shutdown).await;
+    let job = scheduler.schedule_once(agent("agent-12"), 1_000, Map::new()).await.unwrap();
+    // Meanwhile another instance took over under term 2 (it wrote to the store, which raised the epoch).
+    let newer = gateway_core::ClaimLease {
+        owner: "new-leader".into(),
+        token: FencingToken(2),
+        now: START,
+        due_by: START,
+        expires_at: START + Duration::seconds(10),
+    };
+    assert!(harness.store.claim_fires(&[job.id + 1000], &newer).unwrap().is_empty());
+
+    harness.clock.advance(Duration::seconds(5));
+    let seen = cycles(&progress);
+    tokio::time::sleep(secs(5)).await;
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired(), "a deposed leader published a reminder");
+    assert_eq!(*leadership.fenced.lock().unwrap(), [FencingToken(1)], "the loop told its leadership");
+    assert_eq!(harness.store.claim_of(job.id), None, "and claimed nothing");
+    assert_eq!(harness.store.len(), 1, "the row waits for the new leader");
+    shutdown.cancel();
+}

@@ -137,6 +137,19 @@ impl DieselStore {
     }
 }
 
+impl DieselStore {
+    /// [`Self::immediate`] for a leader-only write: `work` calls `fencing::admit` first, and a refusal rolls the
+    /// whole transaction back and comes out as [`StoreError::Fenced`].
+    pub(crate) fn immediate_fenced<T>(
+        &self,
+        operation: &str,
+        work: impl FnOnce(&mut SqliteConnection) -> Result<T, crate::fencing::FencedError>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection(operation)?;
+        connection.immediate_transaction(work).map_err(|error| error.into_store_error(operation))
+    }
+}
+
 impl StoreHealth for DieselStore {
     fn ping(&self) -> Result<(), StoreError> {
         self.with_connection("ping", |connection| diesel::sql_query("SELECT 1").execute(connection).map(drop))

@@ -7,12 +7,13 @@
 
 use diesel::prelude::*;
 use gateway_core::{
-    AgentId, ClaimLease, CronJob, CronJobInsert, CronJobStore, FireCompletion, IdempotencyKey, NewCronJob, PendingFire,
-    StoreError,
+    AgentId, ClaimLease, CronJob, CronJobInsert, CronJobStore, FencingToken, FireCompletion, IdempotencyKey,
+    NewCronJob, PendingFire, StoreError,
 };
 use time::PrimitiveDateTime;
 
 use crate::connection::DieselStore;
+use crate::fencing::{admit, token_to_db};
 use crate::schema::cron_jobs;
 use crate::timestamp::{from_db, to_db};
 
@@ -105,12 +106,6 @@ fn jobs(rows: Vec<CronJobRow>) -> Result<Vec<CronJob>, StoreError> {
     rows.into_iter().map(CronJob::try_from).collect()
 }
 
-/// Tokens are `u64`; the column is a signed 64-bit integer. Terms never get near 2^63, and saturating keeps
-/// the order if one ever did.
-fn token_to_db(token: gateway_core::FencingToken) -> i64 {
-    i64::try_from(token.0).unwrap_or(i64::MAX)
-}
-
 fn limit_to_db(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
@@ -191,14 +186,26 @@ impl CronJobStore for DieselStore {
         if job_ids.is_empty() {
             return Ok(Vec::new());
         }
-        jobs(self.immediate("claim cron fires", |connection| claim(connection, job_ids, lease))?)
+        let rows = self.immediate_fenced("claim cron fires", |connection| {
+            admit(connection, lease.token)?;
+            Ok(claim(connection, job_ids, lease)?)
+        })?;
+        jobs(rows)
     }
 
-    fn complete_fires(&self, owner: &str, completions: &[FireCompletion]) -> Result<usize, StoreError> {
+    fn complete_fires(
+        &self,
+        owner: &str,
+        token: FencingToken,
+        completions: &[FireCompletion],
+    ) -> Result<usize, StoreError> {
         if completions.is_empty() {
             return Ok(0);
         }
-        self.immediate("complete cron fires", |connection| complete(connection, owner, completions))
+        self.immediate_fenced("complete cron fires", |connection| {
+            admit(connection, token)?;
+            Ok(complete(connection, owner, completions)?)
+        })
     }
 
     fn complete_and_claim(
@@ -208,7 +215,8 @@ impl CronJobStore for DieselStore {
         job_ids: &[i64],
         lease: &ClaimLease,
     ) -> Result<(usize, Vec<CronJob>), StoreError> {
-        let (completed, rows) = self.immediate("complete and claim cron fires", |connection| {
+        let (completed, rows) = self.immediate_fenced("complete and claim cron fires", |connection| {
+            admit(connection, lease.token)?;
             let completed = complete(connection, owner, completions)?;
             let rows = if job_ids.is_empty() { Vec::new() } else { claim(connection, job_ids, lease)? };
             Ok((completed, rows))
@@ -426,6 +434,14 @@ mod tests {
     }
 
     #[test]
+    fn fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch() {
+        let (_dir, store) = open();
+        gateway_core::cron_conformance::fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch(
+            &store, START,
+        );
+    }
+
+    #[test]
     fn advancing_moves_the_row_and_clears_the_claim_once() {
         let (_dir, store) = open();
         let job = store
@@ -435,8 +451,12 @@ mod tests {
         store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap();
         let next = START + Duration::minutes(1);
         let advance = FireCompletion::Advance { fire, next_fire_at: next };
-        assert_eq!(store.complete_fires("a", &[advance]).unwrap(), 1);
-        assert_eq!(store.complete_fires("a", &[advance]).unwrap(), 0, "the instant was completed already");
+        assert_eq!(store.complete_fires("a", FencingToken(1), &[advance]).unwrap(), 1);
+        assert_eq!(
+            store.complete_fires("a", FencingToken(1), &[advance]).unwrap(),
+            0,
+            "the instant was completed already"
+        );
         let pending = store.pending_fires(next + Duration::seconds(1), 10).unwrap();
         assert_eq!(pending, vec![PendingFire { job_id: job.id, scheduled_for: next, claimed_until: None }]);
         // The new instant is free for anyone once due, not before.
@@ -474,8 +494,8 @@ mod tests {
         assert_eq!(store.claim_fires(&ids[..20], &lease("a", 1, due_at)).unwrap().len(), 20);
         assert_eq!(store.claim_fires(&ids, &lease("b", 1, due_at)).unwrap().len(), 30);
         let deletes: Vec<_> = fires.iter().map(|fire| FireCompletion::Delete(*fire)).collect();
-        assert_eq!(store.complete_fires("b", &deletes).unwrap(), 30);
-        assert_eq!(store.complete_fires("a", &deletes).unwrap(), 20);
+        assert_eq!(store.complete_fires("b", FencingToken(1), &deletes).unwrap(), 30);
+        assert_eq!(store.complete_fires("a", FencingToken(1), &deletes).unwrap(), 20);
         assert!(store.list_cron_jobs(None, 100).unwrap().is_empty());
     }
 }

@@ -11,6 +11,7 @@ mod database_url;
 mod error;
 #[cfg(test)]
 mod explain;
+mod fencing;
 mod heartbeat;
 mod lock;
 mod recovery;

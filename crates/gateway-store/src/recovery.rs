@@ -207,7 +207,7 @@ mod tests {
         // Claimed ahead of its instant, as the scheduler does 50 ms before it.
         let claimed_ahead = one_time(&store, now + Duration::milliseconds(40));
         let unclaimed = one_time(&store, now - Duration::seconds(2));
-        let ahead = gateway_core::ClaimLease { due_by: now + Duration::milliseconds(50), ..lease("dead", 3, now) };
+        let ahead = gateway_core::ClaimLease { due_by: now + Duration::milliseconds(50), ..lease("dead", 1, now) };
         assert_eq!(store.claim_fires(&[overdue, claimed_ahead], &ahead).unwrap().len(), 2);
         let before: Vec<_> = store.pending_fires(now + Duration::minutes(1), 10).unwrap();
         assert_eq!(before.iter().filter(|fire| fire.claimed_until.is_some()).count(), 2);
@@ -220,8 +220,8 @@ mod tests {
             fires.iter().map(|fire| (fire.job_id, fire.scheduled_for)).collect()
         };
         assert_eq!(instants(&after), instants(&before), "same instants, hence the same fire_ids");
-        // A new scheduler takes the overdue fire at once, with an older token than the dead claimer's, long
-        // before the dead claim's 10 s lease would have ended.
+        // A new scheduler takes the overdue fire at once, under the same leadership token as the dead claimer (one
+        // process per file: always term 1), long before the dead claim's 10 s lease would have ended.
         let claimed = store.claim_fires(&[overdue, unclaimed], &lease("alive", 1, now)).unwrap();
         assert_eq!(claimed.len(), 2);
     }

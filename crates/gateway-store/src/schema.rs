@@ -77,3 +77,10 @@ diesel::allow_tables_to_appear_in_same_query!(
     webhook_deliveries,
     webhook_delivery_attempts
 );
+
+diesel::table! {
+    gateway_leader_epoch (id) {
+        id -> BigInt,
+        epoch -> BigInt,
+    }
+}

@@ -11,13 +11,14 @@ use diesel::result::DatabaseErrorKind;
 use diesel::sqlite::Sqlite;
 use gateway_core::{
     AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
-    IdempotencyKey, NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError, WebhookConfig, WebhookSecret,
-    WebhookStore,
+    FencingToken, IdempotencyKey, NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError, WebhookConfig,
+    WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::connection::DieselStore;
 use crate::error::classify;
+use crate::fencing::admit;
 use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts};
 use crate::timestamp::{from_db, to_db};
 
@@ -422,6 +423,25 @@ impl WebhookStore for DieselStore {
         }
         let rows = self.with_connection("claim webhook deliveries", |connection| {
             claim_rows(connection, ids, due_by, lease_until)
+        })?;
+        let mut claimed = deliveries(rows)?;
+        claimed.sort_by_key(|delivery| delivery.id);
+        Ok(claimed)
+    }
+
+    fn claim_fenced(
+        &self,
+        ids: &[i64],
+        due_by: OffsetDateTime,
+        lease_until: OffsetDateTime,
+        token: FencingToken,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = self.immediate_fenced("claim webhook deliveries for the poll", |connection| {
+            admit(connection, token)?;
+            Ok(claim_rows(connection, ids, due_by, lease_until)?)
         })?;
         let mut claimed = deliveries(rows)?;
         claimed.sort_by_key(|delivery| delivery.id);

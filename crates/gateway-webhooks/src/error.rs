@@ -39,3 +39,9 @@ impl From<gateway_core::blocking::BlockingTaskFailed> for WebhookError {
         Self::Store(error.into())
     }
 }
+
+impl gateway_core::MaybeFenced for WebhookError {
+    fn is_fenced(&self) -> bool {
+        matches!(self, Self::Store(store) if store.is_fenced())
+    }
+}

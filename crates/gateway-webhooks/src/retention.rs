@@ -93,7 +93,7 @@ impl DeliveryRetention {
             leadership: self.ports.leadership.as_ref(),
         };
         passes
-            .run(&shutdown, || async {
+            .run(&shutdown, |_| async {
                 let pruned = self.prune_once(&shutdown).await?;
                 if pruned > 0 {
                     let retention_days = self.config.retention.as_secs() / 86_400;

@@ -82,6 +82,11 @@ impl From<StoreError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
             }
             StoreError::Conflict(cause) => Self::new(StatusCode::CONFLICT, "conflict").with_detail(cause),
+            StoreError::Fenced { .. } => {
+                // Leader-only writes do not run on request paths; should one ever, the caller may retry elsewhere.
+                tracing::warn!(%error, "a fenced store write reached a request");
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+            }
             StoreError::Internal(cause) => {
                 tracing::error!(%cause, "store error");
                 Self::internal()

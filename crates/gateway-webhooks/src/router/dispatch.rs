@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use gateway_core::{
     AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, EventPayload,
-    FailureClass, LeaderLoop, OutboundRequest, RateTicket, run_blocking,
+    FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::OwnedSemaphorePermit;
@@ -210,7 +210,7 @@ impl WebhookRouter {
     /// One poll cycle: waits for a free slot, takes up to `max_per_cycle` free slots, reads the due rows, waits
     /// for a start the rate allows and takes as many more as are free, claims that many rows (round-robin across
     /// targets) and starts their attempts. Returns how many started.
-    pub async fn poll_once(&self, shutdown: &CancellationToken) -> Result<usize, WebhookError> {
+    pub async fn poll_once(&self, token: FencingToken, shutdown: &CancellationToken) -> Result<usize, WebhookError> {
         let inner = &self.inner;
         let cap = inner.config.max_per_cycle;
         let first = tokio::select! {
@@ -249,7 +249,7 @@ impl WebhookRouter {
         // The clock has moved while waiting for the rate; rows due by the read are still due now.
         let now = self.now();
         let lease = self.lease_end(now);
-        let claimed = match self.store(move |store| store.claim(&picked, now, lease)).await {
+        let claimed = match self.store(move |store| store.claim_fenced(&picked, now, lease, token)).await {
             Ok(claimed) => claimed,
             Err(error) => {
                 tickets.into_iter().for_each(|ticket| inner.ports.rate.cancel(ticket));
@@ -284,8 +284,9 @@ impl WebhookRouter {
             health: &inner.health,
             leadership: inner.ports.leadership.as_ref(),
         };
-        poll.run(&shutdown, || async {
-            let started = self.poll_once(&shutdown).await?;
+        let stop = &shutdown;
+        poll.run(&shutdown, |token| async move {
+            let started = self.poll_once(token, stop).await?;
             if started > 0 {
                 debug!(started, "webhook poll cycle");
             }

@@ -102,7 +102,7 @@ impl Harness {
     }
 
     async fn poll(&self) -> usize {
-        let started = self.router.poll_once(&self.shutdown).await.unwrap();
+        let started = self.router.poll_once(FencingToken(1), &self.shutdown).await.unwrap();
         self.router.wait_idle().await;
         started
     }
@@ -428,7 +428,7 @@ async fn an_attempt_that_lost_its_claim_does_not_overwrite_the_row() {
     h.store.put_delivery(Delivery { status: DeliveryStatus::Failed, attempt_count: 2, ..row.clone() });
     h.transport.hold();
     h.transport.set_fallback(http_failure(500));
-    let started = h.router.poll_once(&h.shutdown).await.unwrap();
+    let started = h.router.poll_once(FencingToken(1), &h.shutdown).await.unwrap();
     assert_eq!(started, 1);
     let transport = h.transport.clone();
     assert!(run_blocking(move || transport.wait_for_requests(1, Duration::from_secs(30))).await.unwrap());
@@ -682,4 +682,48 @@ async fn a_flood_of_bad_signatures_is_reported_once_per_interval_per_webhook() {
     assert!(h.router.receive_inbound(flooded.id, None, b"{}").await.is_err());
     assert_eq!(h.signature_failure_events(flooded.id), 2, "the next interval reports again");
     assert!(h.store.deliveries().is_empty());
+}
+
+/// Leadership under term 1 until the store fences it.
+#[derive(Debug, Default)]
+struct DeposedLeadership(std::sync::Mutex<Vec<FencingToken>>);
+
+impl Leadership for DeposedLeadership {
+    fn current(&self) -> Option<FencingToken> {
+        self.0.lock().unwrap().is_empty().then_some(FencingToken(1))
+    }
+    fn fenced(&self, token: FencingToken) {
+        self.0.lock().unwrap().push(token);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_poll_fenced_by_a_newer_leader_claims_nothing_and_steps_down() {
+    let mut h = Harness::with_defaults();
+    let leadership = Arc::new(DeposedLeadership::default());
+    let ports = RouterPorts {
+        store: h.store.clone(),
+        transport: h.transport.clone(),
+        publisher: h.publisher.clone(),
+        clock: Arc::new(h.clock.clone()),
+        leadership: leadership.clone(),
+        rate: Arc::new(SlidingWindowRate::per_second(MAX_PER_SECOND)),
+    };
+    h.router = WebhookRouter::new(ports, RouterConfig::default());
+    let config = h.config().await;
+    let row = h.due_row(&config, &config.target_url, h.clock.now() - seconds(1));
+    // Another instance leads under term 2 and has claimed a row of its own.
+    let other = h.due_row(&config, &config.target_url, h.clock.now() - seconds(2));
+    let lease = h.clock.now() + seconds(15);
+    assert_eq!(h.store.claim_fenced(&[other.id], h.clock.now(), lease, FencingToken(2)).unwrap().len(), 1);
+    let poll = h.spawn_poll();
+    for _ in 0..3 {
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    h.shutdown.cancel();
+    poll.await.unwrap();
+    assert_eq!(*leadership.0.lock().unwrap(), [FencingToken(1)], "the poll told its leadership");
+    assert_eq!(h.transport.request_count(), 0, "a deposed leader made an attempt");
+    assert_eq!(h.row(row.id).next_retry_at, row.next_retry_at, "and claimed nothing");
+    assert!(h.router.health().report().problem.is_none());
 }
