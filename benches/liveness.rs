@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use gateway_core::memory::InMemoryCapabilityMap;
 use gateway_core::{
-    AgentId, ClusterId, Event, EventPublisher, HeartbeatRecord, HeartbeatStore, ManualClock, PublishError,
-    SingleProcessLeadership, StoreError, Topic,
+    AgentId, ClusterId, Event, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, InMemoryLiveness,
+    ManualClock, PublishError, SingleProcessLeadership, StoreError, Topic,
 };
 use gateway_heartbeat::{EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatManager, HeartbeatPing, HeartbeatPorts};
 use gateway_testkit::{Sample, env_size};
@@ -196,6 +196,7 @@ fn main() {
     let publisher = Arc::new(CountingPublisher::default());
     let config = HeartbeatConfig { max_tracked_agents: agents, ..HeartbeatConfig::default() };
     let ports = HeartbeatPorts {
+        liveness: Arc::new(InMemoryLiveness::new(agents)),
         store: store.clone(),
         capabilities: capabilities.clone(),
         publisher: publisher.clone(),
@@ -243,13 +244,13 @@ fn main() {
     let quiet: Vec<Duration> = (0..QUIET_SWEEPS)
         .map(|_| {
             let started = Instant::now();
-            let evicted = manager.check();
+            let evicted = manager.check(FencingToken(1)).unwrap();
             let elapsed = started.elapsed();
             assert!(evicted.is_empty(), "nobody is silent yet");
             elapsed
         })
         .collect();
-    let (kept, stalled) = with_lock_probe(&manager, || manager.check());
+    let (kept, stalled) = with_lock_probe(&manager, || manager.check(FencingToken(1)).unwrap());
     assert!(kept.is_empty());
     assert_eq!(manager.tracked_count(), agents);
     println!();
@@ -305,7 +306,7 @@ fn evict_everybody(
     let published_before = publisher.evictions.load(Ordering::Relaxed);
     let ((swept, tick, count), stalled) = with_lock_probe(manager, || {
         let started = Instant::now();
-        let evicted = manager.check();
+        let evicted = manager.check(FencingToken(1)).unwrap();
         let swept = started.elapsed();
         let count = evicted.len();
         drop(evicted);

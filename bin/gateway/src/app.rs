@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use gateway_core::memory::InMemoryCapabilityMap;
-use gateway_core::{Clock, Leadership, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop};
+use gateway_core::{
+    Clock, InMemoryLiveness, Leadership, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
+};
 use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
@@ -55,6 +57,7 @@ impl App {
         let heartbeat_config = config.heartbeat();
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
+                liveness: Arc::new(InMemoryLiveness::new(heartbeat_config.max_tracked_agents)),
                 store: Arc::new(store.clone()),
                 capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat_config.max_tracked_agents)),
                 publisher: Arc::new(bus.clone()),

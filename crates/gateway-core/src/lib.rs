@@ -19,6 +19,7 @@ pub mod health;
 pub mod hex;
 pub mod ids;
 pub mod interceptor;
+pub mod liveness;
 pub mod memory;
 pub mod periodic;
 pub mod ports;
@@ -41,6 +42,7 @@ pub use fencing::EpochGate;
 pub use health::{ComponentHealth, HealthReport, RunningGuard};
 pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey};
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
+pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
 pub use periodic::{LeaderLoop, MaybeFenced};
 pub use ports::{
     CapabilityEntry, CapabilityMap, EventPublisher, FencingEpoch, FencingToken, HeartbeatRecord, HeartbeatStore,

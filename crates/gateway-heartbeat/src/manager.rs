@@ -1,19 +1,16 @@
 //! The HeartbeatManager and its eviction loop.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::group_commit::GroupCommit;
-use gateway_core::memory::lock;
 use gateway_core::{
     AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, Clock, ClusterId, ComponentHealth, Event, EventPayload,
-    EventPublisher, HeartbeatRecord, HeartbeatStore, Leadership, Topic,
+    EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, LeaderLoop, Leadership, LivenessMap,
+    LivenessRefusal, StoreError, Topic, run_blocking,
 };
 use serde::Serialize;
 use time::OffsetDateTime;
-use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::{CHECK_INTERVAL, EVICTION_THRESHOLD, HeartbeatError, HeartbeatPing, MAX_TRACKED_AGENTS};
@@ -38,13 +35,6 @@ impl Default for HeartbeatConfig {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Liveness {
-    cluster_id: ClusterId,
-    /// The gateway's receipt time: an agent's clock must not keep it alive.
-    last_seen: OffsetDateTime,
-}
-
 /// A live agent as the operator API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LiveAgent {
@@ -63,10 +53,12 @@ pub struct EvictedAgent {
     pub last_seen: OffsetDateTime,
 }
 
-/// What the manager works through: the durable snapshot, the capability map it keeps in step with liveness, the
-/// bus evictions are announced on, the time, and whether this process may evict (leadership).
+/// What the manager works through: the liveness map (in this process, or shared by a cluster), the durable
+/// snapshot, the capability map it keeps in step with liveness, the bus evictions are announced on, the time, and
+/// whether this process may evict (leadership).
 #[derive(Debug, Clone)]
 pub struct HeartbeatPorts {
+    pub liveness: Arc<dyn LivenessMap>,
     pub store: Arc<dyn HeartbeatStore>,
     pub capabilities: Arc<dyn CapabilityMap>,
     pub publisher: Arc<dyn EventPublisher>,
@@ -83,7 +75,7 @@ pub struct HeartbeatManager {
 
 #[derive(Debug)]
 struct Inner {
-    agents: Mutex<HashMap<AgentId, Liveness>>,
+    liveness: Arc<dyn LivenessMap>,
     config: HeartbeatConfig,
     capabilities: Arc<dyn CapabilityMap>,
     publisher: Arc<dyn EventPublisher>,
@@ -96,13 +88,13 @@ struct Inner {
 
 impl HeartbeatManager {
     pub fn new(ports: HeartbeatPorts, config: HeartbeatConfig) -> Self {
-        let HeartbeatPorts { store, capabilities, publisher, clock, leadership } = ports;
+        let HeartbeatPorts { liveness, store, capabilities, publisher, clock, leadership } = ports;
         let upserts = Arc::new(GroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
             store.upsert_heartbeats(&records)?;
             Ok(vec![(); records.len()])
         }));
         let inner = Inner {
-            agents: Mutex::new(HashMap::new()),
+            liveness,
             config,
             capabilities,
             publisher,
@@ -117,40 +109,23 @@ impl HeartbeatManager {
     /// Marks `agent_id` alive now (FR-10.1). Refused when the loop is not running, or when the map is full and
     /// the agent is new; known agents always update.
     pub fn record_heartbeat(&self, agent_id: AgentId, cluster_id: ClusterId) -> Result<(), HeartbeatError> {
-        self.track(Cow::Owned(agent_id), Cow::Owned(cluster_id), self.inner.clock.now())
+        self.track(&agent_id, &cluster_id, self.inner.clock.now())
     }
 
-    /// [`Self::record_heartbeat`] at `last_seen`, copying the ids only into a new entry or a changed cluster: a
-    /// known agent's heartbeat, the common case, allocates nothing here.
-    fn track(
-        &self,
-        agent_id: Cow<'_, AgentId>,
-        cluster_id: Cow<'_, ClusterId>,
-        last_seen: OffsetDateTime,
-    ) -> Result<(), HeartbeatError> {
+    fn track(&self, agent_id: &AgentId, cluster_id: &ClusterId, receipt: OffsetDateTime) -> Result<(), HeartbeatError> {
         if !self.inner.health.is_running() {
             return Err(HeartbeatError::Unavailable);
         }
-        let mut agents = lock(&self.inner.agents);
-        if let Some(known) = agents.get_mut(agent_id.as_ref()) {
-            known.last_seen = last_seen;
-            if known.cluster_id != *cluster_id {
-                known.cluster_id = cluster_id.into_owned();
-            }
-            return Ok(());
-        }
-        if agents.len() >= self.inner.config.max_tracked_agents {
-            return Err(HeartbeatError::CapacityExceeded { cap: self.inner.config.max_tracked_agents });
-        }
-        agents.insert(agent_id.into_owned(), Liveness { cluster_id: cluster_id.into_owned(), last_seen });
-        Ok(())
+        self.inner.liveness.record(agent_id, cluster_id, receipt).map_err(|refusal| match refusal {
+            LivenessRefusal::CapacityReached { cap } => HeartbeatError::CapacityExceeded { cap },
+        })
     }
 
     /// The whole of `POST /gateway/heartbeat`: the map first (so a refused agent never reaches the database),
     /// then the durable row, with the agent's own timestamp or the receipt time (FR-10.3).
     pub async fn accept(&self, ping: HeartbeatPing) -> Result<(), HeartbeatError> {
         let receipt = self.inner.clock.now();
-        self.track(Cow::Borrowed(&ping.agent_id), Cow::Borrowed(&ping.cluster_id), receipt)?;
+        self.track(&ping.agent_id, &ping.cluster_id, receipt)?;
         let record = HeartbeatRecord {
             agent_id: ping.agent_id,
             cluster_id: ping.cluster_id,
@@ -163,7 +138,7 @@ impl HeartbeatManager {
     /// Records what an accepted DecisionLog says about its agent's capabilities, for agents that are live.
     /// Agents that never heartbeat get no entry, so the capability map stays bounded by the liveness map.
     pub fn note_capabilities(&self, agent_id: &AgentId, agent_type: &str, capability_version: &str) {
-        if lock(&self.inner.agents).contains_key(agent_id) {
+        if self.inner.liveness.is_live(agent_id) {
             let entry = CapabilityEntry {
                 agent_type: agent_type.to_owned(),
                 capability_version: capability_version.to_owned(),
@@ -173,25 +148,23 @@ impl HeartbeatManager {
         }
     }
 
-    /// One eviction pass (FR-10.2): agents silent for more than the threshold leave the map and the
-    /// capability map, each with an `agent_evicted` event and an info log.
-    pub fn check(&self) -> Vec<EvictedAgent> {
+    /// One eviction pass (FR-10.2), under leadership term `token`: agents silent for more than the threshold
+    /// leave the liveness map and the capability map, each with an `agent_evicted` event and an info log.
+    pub fn check(&self, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
         let now = self.inner.clock.now();
-        let threshold = self.inner.config.eviction_threshold;
-        let mut evicted = Vec::new();
-        lock(&self.inner.agents).retain(|agent_id, liveness| {
-            let silent_for = now - liveness.last_seen;
-            let keep = silent_for <= threshold;
-            if !keep {
-                evicted.push(EvictedAgent {
-                    agent_id: agent_id.clone(),
-                    cluster_id: liveness.cluster_id.clone(),
-                    last_seen: liveness.last_seen,
-                });
-            }
-            keep
-        });
-        // Outside the map lock: heartbeats keep flowing while evictions are announced.
+        let threshold = time::Duration::try_from(self.inner.config.eviction_threshold).unwrap_or(time::Duration::MAX);
+        let evicted: Vec<EvictedAgent> = self
+            .inner
+            .liveness
+            .evict_silent(now, threshold, token)?
+            .into_iter()
+            .map(|entry| EvictedAgent {
+                agent_id: entry.agent_id,
+                cluster_id: entry.cluster_id,
+                last_seen: entry.last_seen,
+            })
+            .collect();
+        // Outside any lock of the map: heartbeats keep flowing while evictions are announced.
         for agent in &evicted {
             self.inner.capabilities.remove_agent(&agent.agent_id);
             let event = Event::new(
@@ -207,48 +180,47 @@ impl HeartbeatManager {
             }
             tracing::info!(agent_id = %agent.agent_id, last_seen = %agent.last_seen, "agent evicted");
         }
-        evicted
+        Ok(evicted)
     }
 
-    /// The eviction loop. Runs until `shutdown`; while it runs, heartbeats are accepted.
+    /// The eviction loop: a check every interval (the first at start), only while leader, on a blocking thread (a
+    /// shared liveness map is a network store; a million local agents take tens of milliseconds). Runs until
+    /// `shutdown`; while it runs, heartbeats are accepted.
     pub async fn run(&self, shutdown: CancellationToken) {
-        let _running = self.inner.health.start();
-        let period = self.inner.config.check_interval;
-        let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                _ = ticks.tick() => {
-                    if self.inner.leadership.current().is_some() {
-                        self.check();
-                    }
-                }
-            }
-        }
+        let checks = LeaderLoop {
+            pass: "eviction check",
+            interval: self.inner.config.check_interval,
+            first_backoff: self.inner.config.check_interval,
+            max_backoff: self.inner.config.check_interval,
+            health: &self.inner.health,
+            leadership: self.inner.leadership.as_ref(),
+        };
+        checks
+            .run(&shutdown, |token| {
+                let manager = self.clone();
+                async move { run_blocking(move || manager.check(token).map(drop)).await.map_err(StoreError::from)? }
+            })
+            .await;
     }
 
-    /// Live agents ordered by id, `limit` at most, starting after `after` (keyset pagination).
-    pub fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Vec<LiveAgent> {
-        let mut page: Vec<(AgentId, Liveness)> = lock(&self.inner.agents)
-            .iter()
-            .filter(|(agent_id, _)| after.is_none_or(|after| *agent_id > after))
-            .map(|(agent_id, liveness)| (agent_id.clone(), liveness.clone()))
-            .collect();
-        page.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
-        page.truncate(limit);
-        page.into_iter()
-            .map(|(agent_id, liveness)| LiveAgent {
-                capabilities: self.inner.capabilities.get(&agent_id),
-                agent_id,
-                cluster_id: liveness.cluster_id,
-                last_seen: liveness.last_seen,
+    /// Live agents ordered by id, `limit` at most, starting after `after` (keyset pagination), with their
+    /// capabilities.
+    pub async fn live_agents(&self, after: Option<AgentId>, limit: usize) -> Result<Vec<LiveAgent>, StoreError> {
+        let liveness = Arc::clone(&self.inner.liveness);
+        let page = run_blocking(move || liveness.live_agents(after.as_ref(), limit)).await??;
+        Ok(page
+            .into_iter()
+            .map(|entry| LiveAgent {
+                capabilities: self.inner.capabilities.get(&entry.agent_id),
+                agent_id: entry.agent_id,
+                cluster_id: entry.cluster_id,
+                last_seen: entry.last_seen,
             })
-            .collect()
+            .collect())
     }
 
     pub fn tracked_count(&self) -> usize {
-        lock(&self.inner.agents).len()
+        self.inner.liveness.tracked_count()
     }
 
     pub fn health(&self) -> ComponentHealth {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use gateway_core::memory::{InMemoryCapabilityMap, InMemoryHeartbeatStore, RecordingPublisher};
 use gateway_core::{
-    AgentId, CapabilityMap, ClusterId, EventPayload, HeartbeatStore, ManualClock, SingleProcessLeadership, Topic,
+    AgentId, CapabilityMap, ClusterId, EventPayload, FencingToken, HeartbeatStore, InMemoryLiveness, ManualClock,
+    SingleProcessLeadership, Topic,
 };
 use gateway_heartbeat::{
     CHECK_INTERVAL, EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatError, HeartbeatManager, HeartbeatPing,
@@ -30,6 +31,7 @@ async fn start(config: HeartbeatConfig) -> Fixture {
     let capabilities = Arc::new(InMemoryCapabilityMap::new(config.max_tracked_agents));
     let publisher = Arc::new(RecordingPublisher::default());
     let ports = HeartbeatPorts {
+        liveness: Arc::new(InMemoryLiveness::new(config.max_tracked_agents)),
         store: store.clone(),
         capabilities: capabilities.clone(),
         publisher: publisher.clone(),
@@ -62,6 +64,16 @@ async fn elapse(fixture: &Fixture, by: Duration) {
     tokio::task::yield_now().await;
 }
 
+/// Waits (in real time: the check runs on the blocking pool) until `count` evictions have been announced.
+async fn evictions_reach(fixture: &Fixture, count: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while evictions(&fixture.publisher).len() < count {
+        assert!(std::time::Instant::now() < deadline, "{count} evictions never came");
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn evictions(publisher: &RecordingPublisher) -> Vec<AgentId> {
     publisher
         .on_topic(&Topic::Agents)
@@ -87,7 +99,7 @@ async fn silent_for_91_seconds_is_evicted_at_the_next_check() {
     assert_eq!(fixture.manager.tracked_count(), 1);
     // T=91: a check now finds it silent for 91 s.
     elapse(&fixture, Duration::from_secs(1)).await;
-    assert_eq!(fixture.manager.check().len(), 1);
+    assert_eq!(fixture.manager.check(FencingToken(1)).unwrap().len(), 1);
 
     assert_eq!(fixture.manager.tracked_count(), 0);
     assert_eq!(evictions(&fixture.publisher), vec![agent("agent-99")]);
@@ -102,6 +114,7 @@ async fn the_loop_evicts_on_its_own_schedule() {
     for _ in 0..4 {
         elapse(&fixture, CHECK_INTERVAL).await;
     }
+    evictions_reach(&fixture, 1).await;
     assert_eq!(evictions(&fixture.publisher), vec![agent("agent-99")]);
     let event = &fixture.publisher.on_topic(&Topic::Agents)[0];
     let EventPayload::AgentEvicted { cluster_id, last_seen, .. } = &event.payload else { unreachable!() };
@@ -114,7 +127,7 @@ async fn silent_for_89_seconds_is_kept() {
     let fixture = start(HeartbeatConfig::default()).await;
     fixture.manager.record_heartbeat(agent("agent-1"), cluster()).unwrap();
     elapse(&fixture, Duration::from_secs(89)).await;
-    assert!(fixture.manager.check().is_empty());
+    assert!(fixture.manager.check(FencingToken(1)).unwrap().is_empty());
     assert_eq!(fixture.manager.tracked_count(), 1);
     assert!(evictions(&fixture.publisher).is_empty());
 }
@@ -126,9 +139,9 @@ async fn a_fresh_heartbeat_resets_the_silence() {
     elapse(&fixture, Duration::from_secs(80)).await;
     fixture.manager.record_heartbeat(agent("agent-1"), cluster()).unwrap();
     elapse(&fixture, Duration::from_secs(80)).await;
-    assert!(fixture.manager.check().is_empty());
+    assert!(fixture.manager.check(FencingToken(1)).unwrap().is_empty());
     elapse(&fixture, Duration::from_secs(11)).await;
-    assert_eq!(fixture.manager.check().len(), 1);
+    assert_eq!(fixture.manager.check(FencingToken(1)).unwrap().len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -145,7 +158,7 @@ async fn the_cap_refuses_new_agents_but_known_ones_still_update() {
     elapse(&fixture, Duration::from_secs(31)).await;
     // b is silent for 91 s and goes (by the loop's T=90 tick, which reads the manual clock at 91 s, or by this
     // check); a (refreshed at 60 s) stays; then c fits.
-    fixture.manager.check();
+    fixture.manager.check(FencingToken(1)).unwrap();
     assert_eq!(evictions(&fixture.publisher), vec![agent("b")]);
     fixture.manager.record_heartbeat(agent("c"), cluster()).unwrap();
     assert_eq!(fixture.manager.tracked_count(), 2);
@@ -194,10 +207,10 @@ async fn live_agents_are_paged_in_id_order_with_capabilities() {
     }
     fixture.manager.note_capabilities(&agent("b"), "planner", "2.1");
     fixture.manager.note_capabilities(&agent("unknown"), "planner", "2.1");
-    let first = fixture.manager.live_agents(None, 2);
+    let first = fixture.manager.live_agents(None, 2).await.unwrap();
     assert_eq!(first.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
     assert_eq!(first[1].capabilities.as_ref().unwrap().capability_version, "2.1");
-    let rest = fixture.manager.live_agents(Some(&agent("b")), 2);
+    let rest = fixture.manager.live_agents(Some(agent("b")), 2).await.unwrap();
     assert_eq!(rest.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>(), ["c"]);
     assert_eq!(fixture.capabilities.len(), 1, "agents that never heartbeat get no capability entry");
 }

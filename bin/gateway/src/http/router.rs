@@ -170,7 +170,7 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
         Route::Heartbeat => heartbeat::post(state, request).await,
         Route::Messages => messages::post(state, request).await,
         Route::Events => events::get(state, &request),
-        Route::Agents => agents::list(state, &request),
+        Route::Agents => agents::list(state, &request).await,
         Route::Healthz => Ok(health::live()),
         Route::Readyz => Ok(health::ready(state, &request).await),
         Route::WebhookInbound(id) => webhooks::inbound(state, id.ok_or_else(unknown_webhook)?, request).await,

@@ -1,0 +1,196 @@
+//! The liveness port: which agents are alive, by the gateway's own receipt times (FR-10.1 in
+//! docs/requirements.md), bounded, and — with several instances — shared by all of them, so an agent heartbeating
+//! to any instance is live everywhere and the leader evicts it once.
+//!
+//! [`InMemoryLiveness`] is the single-instance adapter (and the fake): a bounded map in this process. A shared
+//! adapter keeps the same rules in shared storage.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Mutex;
+
+use time::{Duration, OffsetDateTime};
+
+use crate::fencing::EpochGate;
+use crate::ids::{AgentId, ClusterId};
+use crate::memory::lock;
+use crate::ports::{FencingToken, StoreError};
+
+/// An agent the map tracks: where it runs and when the gateway last heard from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveEntry {
+    pub agent_id: AgentId,
+    pub cluster_id: ClusterId,
+    /// The gateway's receipt time of its latest heartbeat.
+    pub last_seen: OffsetDateTime,
+}
+
+/// Why a heartbeat was not tracked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LivenessRefusal {
+    /// The map tracks `cap` agents already and this one is not among them.
+    #[error("tracked-agent cap of {cap} reached")]
+    CapacityReached { cap: usize },
+}
+
+/// Where agent liveness is tracked.
+pub trait LivenessMap: Send + Sync + Debug {
+    /// Marks `agent_id` alive at `receipt`. On the request path: it must not block (a shared adapter records it
+    /// locally and writes in the background). Refused for an agent not tracked yet once the cap is reached; known
+    /// agents always update.
+    fn record(
+        &self,
+        agent_id: &AgentId,
+        cluster_id: &ClusterId,
+        receipt: OffsetDateTime,
+    ) -> Result<(), LivenessRefusal>;
+
+    /// Whether `agent_id` is tracked, as far as this instance knows (cheap, non-blocking).
+    fn is_live(&self, agent_id: &AgentId) -> bool;
+
+    /// Tracked agents by id after `after`, at most `limit`. May block on a shared store: call it from a blocking
+    /// thread.
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError>;
+
+    /// Removes every agent last seen more than `threshold` before `now` and returns them, each exactly once
+    /// however many instances ask. A leader-only write: [`StoreError::Fenced`] and nothing removed when `token`
+    /// is older than the newest seen. May block.
+    fn evict_silent(
+        &self,
+        now: OffsetDateTime,
+        threshold: Duration,
+        token: FencingToken,
+    ) -> Result<Vec<LiveEntry>, StoreError>;
+
+    /// How many agents are tracked (a shared adapter may answer from its last look).
+    fn tracked_count(&self) -> usize;
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    cluster_id: ClusterId,
+    last_seen: OffsetDateTime,
+}
+
+/// The liveness map of one process, bounded by `capacity`.
+#[derive(Debug)]
+pub struct InMemoryLiveness {
+    agents: Mutex<HashMap<AgentId, Seen>>,
+    capacity: usize,
+    epoch: EpochGate,
+}
+
+impl InMemoryLiveness {
+    pub fn new(capacity: usize) -> Self {
+        Self { agents: Mutex::new(HashMap::new()), capacity, epoch: EpochGate::default() }
+    }
+}
+
+impl LivenessMap for InMemoryLiveness {
+    fn record(
+        &self,
+        agent_id: &AgentId,
+        cluster_id: &ClusterId,
+        receipt: OffsetDateTime,
+    ) -> Result<(), LivenessRefusal> {
+        let mut agents = lock(&self.agents);
+        // A known agent's heartbeat, the common case, allocates nothing: ids are copied only into a new entry or
+        // a changed cluster.
+        if let Some(known) = agents.get_mut(agent_id) {
+            known.last_seen = receipt;
+            if known.cluster_id != *cluster_id {
+                known.cluster_id = cluster_id.clone();
+            }
+            return Ok(());
+        }
+        if agents.len() >= self.capacity {
+            return Err(LivenessRefusal::CapacityReached { cap: self.capacity });
+        }
+        agents.insert(agent_id.clone(), Seen { cluster_id: cluster_id.clone(), last_seen: receipt });
+        Ok(())
+    }
+
+    fn is_live(&self, agent_id: &AgentId) -> bool {
+        lock(&self.agents).contains_key(agent_id)
+    }
+
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError> {
+        let mut page: Vec<LiveEntry> = lock(&self.agents)
+            .iter()
+            .filter(|(agent_id, _)| after.is_none_or(|after| *agent_id > after))
+            .map(|(agent_id, seen)| LiveEntry {
+                agent_id: agent_id.clone(),
+                cluster_id: seen.cluster_id.clone(),
+                last_seen: seen.last_seen,
+            })
+            .collect();
+        page.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
+        page.truncate(limit);
+        Ok(page)
+    }
+
+    fn evict_silent(
+        &self,
+        now: OffsetDateTime,
+        threshold: Duration,
+        token: FencingToken,
+    ) -> Result<Vec<LiveEntry>, StoreError> {
+        let mut agents = lock(&self.agents);
+        self.epoch.admit(token)?;
+        let mut evicted = Vec::new();
+        agents.retain(|agent_id, seen| {
+            let keep = now - seen.last_seen <= threshold;
+            if !keep {
+                evicted.push(LiveEntry {
+                    agent_id: agent_id.clone(),
+                    cluster_id: seen.cluster_id.clone(),
+                    last_seen: seen.last_seen,
+                });
+            }
+            keep
+        });
+        Ok(evicted)
+    }
+
+    fn tracked_count(&self) -> usize {
+        lock(&self.agents).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+    fn agent(id: &str) -> AgentId {
+        AgentId::new(id).unwrap()
+    }
+
+    fn cluster() -> ClusterId {
+        ClusterId::new("west").unwrap()
+    }
+
+    #[test]
+    fn bounded_known_agents_update_and_silence_past_the_threshold_evicts_once() {
+        let map = InMemoryLiveness::new(2);
+        map.record(&agent("a"), &cluster(), START).unwrap();
+        map.record(&agent("b"), &cluster(), START).unwrap();
+        assert_eq!(map.record(&agent("c"), &cluster(), START), Err(LivenessRefusal::CapacityReached { cap: 2 }));
+        map.record(&agent("a"), &cluster(), START + Duration::seconds(60)).unwrap();
+        assert_eq!(map.tracked_count(), 2);
+        let page = map.live_agents(None, 1).unwrap();
+        assert_eq!(page[0].agent_id, agent("a"));
+        assert_eq!(map.live_agents(Some(&agent("a")), 10).unwrap()[0].agent_id, agent("b"));
+
+        let now = START + Duration::seconds(91);
+        let evicted = map.evict_silent(now, Duration::seconds(90), FencingToken(1)).unwrap();
+        assert_eq!(evicted.iter().map(|entry| entry.agent_id.clone()).collect::<Vec<_>>(), [agent("b")]);
+        assert!(map.evict_silent(now, Duration::seconds(90), FencingToken(1)).unwrap().is_empty(), "once");
+        assert!(map.is_live(&agent("a")) && !map.is_live(&agent("b")));
+        assert!(map.evict_silent(now, Duration::ZERO, FencingToken(0)).unwrap_err().is_fenced());
+        assert!(map.is_live(&agent("a")), "a fenced eviction removed nothing");
+    }
+}
