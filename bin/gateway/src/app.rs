@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::StartError;
+use crate::cluster::SingleInstance;
 use crate::config::{AdminToken, Config};
 use crate::http::auth::OperatorAuth;
 use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
@@ -113,6 +114,7 @@ impl App {
             webhooks,
             cron,
             retention,
+            cluster: Arc::new(SingleInstance { instance_id: config.instance_id(), since: clock.now() }),
             clock,
             shutdown,
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),

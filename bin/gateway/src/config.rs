@@ -104,6 +104,16 @@ pub struct Config {
     /// Log format.
     #[arg(long, env = "GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// redis://HOST:PORT/DB: coordination of several gateways on one PostgreSQL database (leader election, shared
+    /// liveness, events and outbound rate). Refused with sqlite://.
+    #[arg(long, env = "GATEWAY_REDIS_URL", value_name = "URL", value_parser = SecretValue(parse_redis_url),
+          hide_env_values = true)]
+    pub redis_url: Option<RedisUrl>,
+
+    /// This process's name in the cluster [default: random at start].
+    #[arg(long, env = "GATEWAY_INSTANCE_ID", value_name = "ID", value_parser = parse_instance_id)]
+    pub instance_id: Option<InstanceId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -136,7 +146,7 @@ impl Config {
     /// Parses the command line and environment. Help and version print and exit 0; any bad value prints one line
     /// naming the flag and exits 2.
     pub fn from_args_or_exit() -> Self {
-        match Self::try_parse() {
+        match Self::try_parse().and_then(|config| config.checked()) {
             Ok(config) => config,
             Err(error) => match error.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
@@ -158,6 +168,23 @@ impl Config {
                 }
             },
         }
+    }
+
+    /// What no single flag can check: combinations.
+    fn checked(self) -> Result<Self, clap::Error> {
+        if self.redis_url.is_some() && matches!(self.database_url, DatabaseUrl::Sqlite(_)) {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--redis-url: several gateways need a shared database, and sqlite:// is one process's file: use \
+                 --database-url postgres://…\n",
+            ));
+        }
+        Ok(self)
+    }
+
+    /// `--instance-id`, or a random one (`gw-<hex>`) chosen once per process.
+    pub fn instance_id(&self) -> InstanceId {
+        self.instance_id.clone().unwrap_or_else(InstanceId::random)
     }
 
     pub fn heartbeat(&self) -> gateway_heartbeat::HeartbeatConfig {
@@ -266,10 +293,71 @@ fn parse_retry_schedule(value: &str) -> Result<gateway_webhooks::RetrySchedule, 
 }
 
 fn parse_database_url(value: &str) -> Result<DatabaseUrl, String> {
-    match DatabaseUrl::parse(value) {
-        Ok(DatabaseUrl::Postgres(_)) => Err("PostgreSQL arrives in phase 2; use sqlite://PATH".to_owned()),
-        Ok(url) => Ok(url),
-        Err(error) => Err(error.to_string()),
+    DatabaseUrl::parse(value).map_err(|error| error.to_string())
+}
+
+/// `--redis-url`. Debug never shows it: it may hold a password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl(String);
+
+impl RedisUrl {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RedisUrl(<redacted>)")
+    }
+}
+
+fn parse_redis_url(value: &str) -> Result<RedisUrl, String> {
+    let value = value.trim();
+    if !(value.starts_with("redis://") || value.starts_with("rediss://")) || value.len() <= "redis://".len() {
+        return Err("expected redis://HOST:PORT/DB (or rediss:// for TLS)".to_owned());
+    }
+    Ok(RedisUrl(value.to_owned()))
+}
+
+/// Longest `--instance-id`.
+pub const MAX_INSTANCE_ID_CHARS: usize = 64;
+
+/// A gateway's name in its cluster: letters, digits, `.`, `_`, `-` (it appears in Redis keys, logs and
+/// `/gateway/cluster`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceId(String);
+
+impl InstanceId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `gw-` and 12 random hex digits.
+    pub fn random() -> Self {
+        use ring::rand::SecureRandom;
+        let mut bytes = [0u8; 6];
+        if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+            bytes.copy_from_slice(&std::process::id().to_be_bytes().repeat(2)[..6]);
+        }
+        Self(format!("gw-{}", gateway_core::hex::encode(&bytes)))
+    }
+}
+
+impl fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn parse_instance_id(value: &str) -> Result<InstanceId, String> {
+    let valid = !value.is_empty()
+        && value.chars().count() <= MAX_INSTANCE_ID_CHARS
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if valid {
+        Ok(InstanceId(value.to_owned()))
+    } else {
+        Err(format!("must be 1 to {MAX_INSTANCE_ID_CHARS} letters, digits, '.', '_' or '-'"))
     }
 }
 
@@ -336,7 +424,6 @@ mod tests {
             (vec!["--webhook-retry-schedule-s=30,,60"], "--webhook-retry-schedule-s"),
             (vec!["--webhook-max-per-cycle=0"], "--webhook-max-per-cycle"),
             (vec!["--database-url=mysql://x"], "--database-url"),
-            (vec!["--database-url=postgres://h/db"], "--database-url"),
             (vec!["--listen=nowhere"], "--listen"),
             (vec!["--admin-token=short"], "--admin-token"),
             (vec!["--webhook-timeout-ms=18446744073709551615"], "--webhook-timeout-ms"),
@@ -394,7 +481,8 @@ mod tests {
         for args in [
             ["--admin-token=hunter2-short"],
             ["--admin-token=has a space in it, hunter2"],
-            ["--database-url=postgres://user:hunter2@db.internal/gateway"],
+            ["--database-url=mysql://user:hunter2@db.internal/gateway"],
+            ["--redis-url=http://:hunter2@cache.internal:6379"],
         ] {
             let error = parse(&args).unwrap_err().render().to_string();
             assert!(!error.contains("hunter2"), "{error}");
@@ -414,6 +502,28 @@ mod tests {
         assert_eq!(config.webhook_attempt_timeout(), Duration::from_secs(300));
         assert_eq!(config.webhook_max_per_second(), 100_000);
         assert_eq!(parse(&[]).unwrap().webhook_max_per_second(), gateway_webhooks::MAX_PER_SECOND);
+    }
+
+    #[test]
+    fn cluster_flags_parse_and_sqlite_with_redis_is_refused() {
+        let config = parse(&[
+            "--instance-id=gw-a.1",
+            "--redis-url=redis://127.0.0.1:6379/0",
+            "--database-url=postgres://gateway@127.0.0.1/gateway",
+        ])
+        .unwrap()
+        .checked()
+        .unwrap();
+        assert_eq!(config.instance_id().as_str(), "gw-a.1");
+        assert!(!format!("{config:?}").contains("6379"), "the Redis URL is never printed");
+        let refused = parse(&["--redis-url=redis://127.0.0.1:6379/0"]).unwrap().checked().unwrap_err().to_string();
+        assert!(refused.contains("--redis-url") && refused.contains("sqlite://"), "{refused}");
+        for bad in [["--instance-id=has space"], ["--instance-id="], ["--redis-url=http://x"]] {
+            assert!(parse(&bad).is_err(), "{bad:?}");
+        }
+        let random = parse(&[]).unwrap().instance_id();
+        assert!(random.as_str().starts_with("gw-") && random.as_str().len() == 15, "{random}");
+        assert_ne!(random, parse(&[]).unwrap().instance_id());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! embedders can start the real server on a listener they bound themselves.
 
 pub mod app;
+pub mod cluster;
 pub mod config;
 pub mod http;
 pub mod state;

@@ -12,6 +12,7 @@ use gateway_webhooks::{DeliveryRetention, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::ClusterStatus;
 use crate::http::auth::OperatorAuth;
 
 /// Concurrent SSE streams; past this, new ones get 503 so streams cannot exhaust memory or file handles.
@@ -29,6 +30,8 @@ pub struct AppState {
     pub webhooks: WebhookRouter,
     pub cron: CronScheduler,
     pub retention: DeliveryRetention,
+    /// This instance's place in its cluster (`/gateway/cluster`, `/readyz`).
+    pub cluster: Arc<dyn ClusterStatus>,
     pub clock: Arc<dyn Clock>,
     /// Cancelled when shutdown begins: event streams end, in-flight requests finish.
     pub shutdown: CancellationToken,

@@ -37,10 +37,11 @@ pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
         not_ready.push("store");
     }
     not_ready.extend(components.iter().filter(|report| !report.healthy).map(|report| report.component));
+    let role = state.cluster.view().role;
     let mut body = if not_ready.is_empty() {
-        json!({"status": "ready"})
+        json!({"status": "ready", "role": role})
     } else {
-        json!({"status": "error", "reason": "not_ready", "not_ready": not_ready})
+        json!({"status": "error", "reason": "not_ready", "not_ready": not_ready, "role": role})
     };
     if state.operator.check(request.headers()).is_ok() {
         body["checks"] = json!({
@@ -50,4 +51,9 @@ pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
     }
     let status = if not_ready.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     json_response(status, &body)
+}
+
+/// `GET /gateway/cluster` (operator): this instance, its role, the leader and its term, Redis reachability.
+pub fn cluster(state: &AppState) -> Response {
+    json_response(StatusCode::OK, &json!(state.cluster.view()))
 }

@@ -34,6 +34,7 @@ enum Route {
     DeliveryRetry(Option<i64>),
     CronJobs,
     CronJob(Option<i64>),
+    Cluster,
 }
 
 fn resolve(path: &str) -> Option<Route> {
@@ -51,6 +52,7 @@ fn resolve(path: &str) -> Option<Route> {
         "/gateway/webhook-configs" => Route::WebhookConfigs,
         "/gateway/deliveries" => Route::Deliveries,
         "/gateway/cron/jobs" => Route::CronJobs,
+        "/gateway/cluster" => Route::Cluster,
         _ => {
             if let Some(webhook) = path.strip_prefix("/gateway/webhooks/") {
                 segment(webhook).map(|()| Route::WebhookInbound(id(webhook)))?
@@ -75,7 +77,7 @@ impl Route {
     fn methods(self) -> &'static [Method] {
         match self {
             Self::Heartbeat | Self::Messages => &[Method::POST],
-            Self::Events | Self::Agents | Self::Healthz | Self::Readyz => &[Method::GET],
+            Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster => &[Method::GET],
             Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
             Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
             Self::WebhookConfig(_) => &[Method::GET, Method::DELETE],
@@ -98,6 +100,7 @@ impl Route {
                 | Self::DeliveryRetry(_)
                 | Self::CronJobs
                 | Self::CronJob(_)
+                | Self::Cluster
         )
     }
 }
@@ -172,6 +175,7 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
         Route::Events => events::get(state, &request),
         Route::Agents => agents::list(state, &request).await,
         Route::Healthz => Ok(health::live()),
+        Route::Cluster => Ok(health::cluster(state)),
         Route::Readyz => Ok(health::ready(state, &request).await),
         Route::WebhookInbound(id) => webhooks::inbound(state, id.ok_or_else(unknown_webhook)?, request).await,
         Route::WebhookConfigs if is_post => webhooks::create_config(state, request).await,
@@ -221,6 +225,8 @@ mod tests {
     fn resolves_exact_paths_only() {
         assert_eq!(resolve("/gateway/heartbeat"), Some(Route::Heartbeat));
         assert_eq!(resolve("/readyz"), Some(Route::Readyz));
+        assert_eq!(resolve("/gateway/cluster"), Some(Route::Cluster));
+        assert!(Route::Cluster.operator_only());
         assert_eq!(resolve("/gateway/webhooks/7"), Some(Route::WebhookInbound(Some(7))));
         assert_eq!(resolve("/gateway/webhooks/seven"), Some(Route::WebhookInbound(None)));
         assert_eq!(resolve("/gateway/webhook-configs/3"), Some(Route::WebhookConfig(Some(3))));

@@ -30,7 +30,11 @@ fn unknown_paths_are_404_and_wrong_methods_405() {
 fn health_and_readiness_need_no_token() {
     let gateway = Gateway::start(&[]);
     assert_eq!(gateway.get("/healthz"), (200, json!({"status": "ok"})));
-    assert_eq!(gateway.get("/readyz"), (200, json!({"status": "ready"})), "no details without the token");
+    assert_eq!(
+        gateway.get("/readyz"),
+        (200, json!({"status": "ready", "role": "single"})),
+        "no details without the token"
+    );
     let (status, body) = gateway.operator_get("/readyz");
     assert_eq!(status, 200);
     assert_eq!(body["status"], "ready");
@@ -76,4 +80,18 @@ fn without_a_configured_token_one_is_generated_printed_once_and_enforced() {
     assert_eq!(without.unwrap().status(), 401);
     child.kill().unwrap();
     let _ = child.wait();
+}
+
+#[test]
+fn a_single_instance_shows_itself_as_its_own_leader() {
+    let gateway = Gateway::start(&["--instance-id", "gw-test-1"]);
+    assert_eq!(gateway.get("/gateway/cluster").0, 401, "operator only");
+    let (status, cluster) = gateway.operator_get("/gateway/cluster");
+    assert_eq!(status, 200);
+    assert_eq!(cluster["instance_id"], "gw-test-1");
+    assert_eq!(cluster["role"], "single");
+    assert_eq!(cluster["redis"], "none");
+    assert_eq!(cluster["leader"]["instance_id"], "gw-test-1");
+    assert_eq!(cluster["leader"]["epoch"], 1);
+    assert_eq!(gateway.get("/readyz").1["role"], "single");
 }
