@@ -342,7 +342,7 @@ mod tests {
         store.insert_cron_job(&one_time(START)).unwrap();
     }
 
-    use gateway_core::cron_conformance::lease;
+    use gateway_core::conformance::cron::lease;
 
     #[test]
     fn rows_round_trip_with_millisecond_instants_and_json_payloads() {
@@ -385,7 +385,7 @@ mod tests {
     #[test]
     fn a_group_insert_returns_the_holder_of_a_held_key_and_inserts_the_rest() {
         let (_dir, store) = open();
-        gateway_core::cron_conformance::a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store, START);
+        gateway_core::conformance::cron::a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store, START);
     }
 
     #[test]
@@ -416,13 +416,13 @@ mod tests {
     #[test]
     fn one_claim_per_instant_until_the_lease_runs_out() {
         let (_dir, store) = open();
-        gateway_core::cron_conformance::one_claim_per_instant_until_the_lease_runs_out(&store, START);
+        gateway_core::conformance::cron::one_claim_per_instant_until_the_lease_runs_out(&store, START);
     }
 
     #[test]
     fn a_claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now() {
         let (_dir, store) = open();
-        gateway_core::cron_conformance::claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now(
+        gateway_core::conformance::cron::claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now(
             &store, START,
         );
     }
@@ -430,13 +430,13 @@ mod tests {
     #[test]
     fn a_newer_term_takes_over_and_missing_rows_are_not_claimed() {
         let (_dir, store) = open();
-        gateway_core::cron_conformance::a_newer_term_takes_over_and_missing_rows_are_not_claimed(&store, START);
+        gateway_core::conformance::cron::a_newer_term_takes_over_and_missing_rows_are_not_claimed(&store, START);
     }
 
     #[test]
     fn fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch() {
         let (_dir, store) = open();
-        gateway_core::cron_conformance::fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch(
+        gateway_core::conformance::cron::fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch(
             &store, START,
         );
     }
