@@ -104,8 +104,8 @@ pub fn a_newer_term_takes_over_and_missing_rows_are_not_claimed(store: &dyn Cron
 
 /// Fencing, which cannot be seen from outside when it works: a leader-only write under an older token than the
 /// newest the store has seen is refused with nothing written (not even part of a combined write), a newer one
-/// raises the newest, and the newest is what [`FencingEpoch::newest_token`] reports. Expects an empty store
-/// that has seen no token above 1.
+/// raises the newest, and the newest is what [`FencingEpoch::newest_token`] reports. A claim or a completion of no
+/// rows is no write: neither refused nor raising. Expects an empty store that has seen no token above 1.
 pub fn fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch<S>(store: &S, at: OffsetDateTime)
 where
     S: CronJobStore + FencingEpoch,
@@ -127,6 +127,12 @@ where
 
     assert_eq!(store.complete_fires("leader-5", FencingToken(6), &[done]).expect("complete"), 1);
     assert_eq!(store.newest_token().expect("epoch"), FencingToken(6), "a newer token raised the epoch");
+
+    // A claim or a completion of nothing writes nothing, so it is neither refused nor raises the epoch.
+    assert_eq!(store.claim_fires(&[], &lease("leader-4", 4, at)), Ok(Vec::new()));
+    assert_eq!(store.complete_fires("leader-4", FencingToken(4), &[]), Ok(0));
+    assert_eq!(store.claim_fires(&[], &lease("leader-9", 9, at)), Ok(Vec::new()));
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(6));
 }
 
 /// A claim takes rows due by `due_by` (the claimer's margin) without moving their instant, and judges a live

@@ -587,7 +587,8 @@ pub fn pruning_takes_only_old_finished_deliveries_a_batch_at_a_time(store: &dyn 
 /// The poll's claim is a leader-only write: [`WebhookStore::claim_fenced`] under an older token than the newest the
 /// store has seen is refused with [`StoreError::Fenced`] and claims nothing; a newer token raises the newest, which
 /// [`FencingEpoch::newest_token`] reports. A plain [`WebhookStore::claim`] (an immediate attempt, which any instance
-/// may make) is not fenced and leaves the epoch alone. Expects a store that has seen no token above 1.
+/// may make) is not fenced and leaves the epoch alone, and neither is a claim of no rows. Expects a store that has
+/// seen no token above 1.
 pub fn the_polls_claims_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch<S>(
     store: &S,
     at: OffsetDateTime,
@@ -616,4 +617,9 @@ pub fn the_polls_claims_are_fenced_older_tokens_refused_whole_newer_ones_raise_t
     assert_eq!(store.newest_token().expect("epoch"), FencingToken(6), "a newer token raised the epoch");
     let deposed = store.claim_fenced(&[rows[2].id], due, lease, FencingToken(5));
     assert!(deposed.is_err_and(|error| error.is_fenced()), "the previous newest is refused from now on");
+
+    // A claim of nothing writes nothing, so it is neither refused nor raises the epoch.
+    assert_eq!(store.claim_fenced(&[], due, lease, FencingToken(1)), Ok(Vec::new()));
+    assert_eq!(store.claim_fenced(&[], due, lease, FencingToken(9)), Ok(Vec::new()));
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(6));
 }
