@@ -7,7 +7,8 @@
 //! own writes alone.
 //!
 //! ```ignore
-//! let writes: Vec<_> = fencing::cron_writes(&store, START).into_iter().chain(fencing::webhook_writes(&store, START)).collect();
+//! let cron = fencing::cron_writes(&store, START);
+//! let writes: Vec<_> = cron.into_iter().chain(fencing::webhook_writes(&store, START)).collect();
 //! fencing::a_token_raised_through_one_port_fences_every_port(&store, &writes);
 //! ```
 
