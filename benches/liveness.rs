@@ -28,10 +28,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gateway_core::memory::InMemoryCapabilityMap;
 use gateway_core::{
-    AgentId, ClusterId, Event, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, InMemoryLiveness,
-    ManualClock, PublishError, SingleProcessLeadership, StoreError, Topic,
+    AgentId, ClusterId, Event, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, InMemoryCapabilityMap,
+    InMemoryLiveness, ManualClock, PublishError, SingleProcessLeadership, StoreError, Topic,
 };
 use gateway_heartbeat::{EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatManager, HeartbeatPing, HeartbeatPorts};
 use gateway_testkit::{Sample, env_size};

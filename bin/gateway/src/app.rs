@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use gateway_core::memory::InMemoryCapabilityMap;
 use gateway_core::{
-    Clock, InMemoryLiveness, Leadership, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
+    Clock, InMemoryCapabilityMap, InMemoryLiveness, Leadership, SingleProcessLeadership, SlidingWindowRate,
+    SystemClock, supervise_loop,
 };
 use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};

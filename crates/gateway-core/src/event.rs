@@ -1,6 +1,8 @@
-//! Topics and the events published on them (docs/api.md, "Events").
+//! Topics, the events published on them (docs/api.md, "Events"), the [`EventPublisher`] port that publishes
+//! them, and [`RecordingPublisher`], its in-memory implementation.
 
 use std::fmt;
+use std::sync::Mutex;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -8,6 +10,7 @@ use time::OffsetDateTime;
 
 use crate::decision_log::DecisionLog;
 use crate::ids::{AgentId, ClusterId};
+use crate::sync::{FailureSwitch, lock};
 
 /// A pub/sub topic. The names are part of the contract (docs/api.md).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -173,6 +176,41 @@ impl EventPayload {
     }
 }
 
+/// Why an event could not be published.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("publish failed: {0}")]
+pub struct PublishError(pub String);
+
+/// Publishes events on topics. Publishing never waits for subscribers; having none is not an error.
+pub trait EventPublisher: Send + Sync + fmt::Debug {
+    fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError>;
+}
+
+/// Records every published event in order. [`Self::failure`] makes publishing fail.
+#[derive(Debug, Default)]
+pub struct RecordingPublisher {
+    events: Mutex<Vec<(Topic, Event)>>,
+    pub failure: FailureSwitch,
+}
+
+impl RecordingPublisher {
+    pub fn events(&self) -> Vec<(Topic, Event)> {
+        lock(&self.events).clone()
+    }
+
+    pub fn on_topic(&self, topic: &Topic) -> Vec<Event> {
+        lock(&self.events).iter().filter(|(on, _)| on == topic).map(|(_, event)| event.clone()).collect()
+    }
+}
+
+impl EventPublisher for RecordingPublisher {
+    fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError> {
+        self.failure.check().map_err(|error| PublishError(error.to_string()))?;
+        lock(&self.events).push((topic.clone(), event.clone()));
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -225,5 +263,21 @@ mod tests {
                    "agent_id": "agent-99", "cluster_id": "west", "last_seen": "2026-02-22T12:00:00Z"})
         );
         assert_eq!(event.event_type(), "agent_evicted");
+    }
+
+    #[test]
+    fn the_recording_publisher_keeps_events_in_order_by_topic_and_can_fail() {
+        let publisher = RecordingPublisher::default();
+        let at = datetime!(2026-02-22 12:00:00 UTC);
+        let event = |id: &str| Event::with_id(id, EventPayload::WebhookSignatureFailure { webhook_id: 1 }, at);
+        publisher.publish(&Topic::Webhooks, &event("a")).unwrap();
+        publisher.publish(&Topic::Agents, &event("b")).unwrap();
+        publisher.publish(&Topic::Webhooks, &event("c")).unwrap();
+        let ids = |events: Vec<Event>| events.into_iter().map(|event| event.id).collect::<Vec<_>>();
+        assert_eq!(ids(publisher.on_topic(&Topic::Webhooks)), ["a", "c"]);
+        assert_eq!(publisher.events().len(), 3);
+        publisher.failure.set_failing(true);
+        assert!(publisher.publish(&Topic::Agents, &event("d")).is_err());
+        assert_eq!(publisher.events().len(), 3, "a failed publish records nothing");
     }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::memory::lock;
+use crate::sync::lock;
 
 #[derive(Debug)]
 struct HealthState {

@@ -1,57 +1,76 @@
 //! gateway-core: the agent gateway's domain types, the DecisionLog and its SchemaInterceptor, the ports every
 //! component talks through, and in-memory implementations of those ports.
 //!
+//! Each port lives in one module together with its types and its in-memory implementation, so a port and its
+//! fake are found in one place:
+//!
+//! | module | port | in-memory implementation |
+//! | --- | --- | --- |
+//! | [`heartbeat`] | [`HeartbeatStore`] | [`InMemoryHeartbeatStore`] |
+//! | [`cron`] | [`CronJobStore`] | [`InMemoryCronJobStore`] |
+//! | [`webhook`] | [`WebhookStore`], [`WebhookTransport`] | [`InMemoryWebhookStore`], [`FakeTransport`] |
+//! | [`liveness`] | [`LivenessMap`] | [`InMemoryLiveness`] |
+//! | [`capability`] | [`CapabilityMap`] | [`InMemoryCapabilityMap`] |
+//! | [`event`] | [`EventPublisher`] | [`RecordingPublisher`] |
+//! | [`rate`] | [`DispatchRate`] | [`SlidingWindowRate`] |
+//! | [`clock`] | [`Clock`] | [`ManualClock`] (and [`SystemClock`]) |
+//! | [`leadership`] | [`Leadership`], [`FencingEpoch`] | [`SingleProcessLeadership`], [`EpochGate`] |
+//!
+//! What the store ports share ([`StoreError`], [`StoreHealth`]) is in [`store`]; what the fakes share ([`sync::lock`],
+//! [`sync::FailureSwitch`]) in [`sync`]. With the `conformance` feature, `conformance` holds the rules every
+//! implementation of a store port must keep, one suite per port, for adapters' tests.
+//!
 //! Component crates (heartbeat, cron, webhooks, pubsub) and the storage crate depend on this crate and on
 //! nothing else of the workspace.
 
 pub mod backoff;
 pub mod blocking;
+pub mod capability;
 pub mod clock;
-pub mod cron;
 #[cfg(any(test, feature = "conformance"))]
-pub mod cron_conformance;
+pub mod conformance;
+pub mod cron;
 pub mod decision_log;
 pub mod direct_json;
 pub mod event;
-pub mod fencing;
 pub mod group_commit;
 pub mod health;
+pub mod heartbeat;
 pub mod hex;
 pub mod ids;
 pub mod interceptor;
+pub mod leadership;
 pub mod liveness;
-pub mod memory;
 pub mod periodic;
-pub mod ports;
 pub mod rate;
 pub mod rfc3339;
+pub mod store;
 pub mod supervisor;
+pub mod sync;
 pub mod webhook;
-pub mod webhook_memory;
 
 pub use backoff::capped_backoff;
 pub use blocking::run_blocking;
+pub use capability::{CapabilityEntry, CapabilityMap, InMemoryCapabilityMap};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cron::{
     ClaimLease, CronJob, CronJobInsert, CronJobStore, FireCompletion, FireKey, InMemoryCronJobStore, NewCronJob,
     PendingFire,
 };
 pub use decision_log::{DecisionLog, SchemaViolation};
-pub use event::{Event, EventPayload, Topic};
-pub use fencing::EpochGate;
+pub use event::{Event, EventPayload, EventPublisher, PublishError, RecordingPublisher, Topic};
 pub use health::{ComponentHealth, HealthReport, RunningGuard};
+pub use heartbeat::{HeartbeatRecord, HeartbeatStore, InMemoryHeartbeatStore};
 pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey};
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
+pub use leadership::{EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership};
 pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
 pub use periodic::{LeaderLoop, MaybeFenced};
-pub use ports::{
-    CapabilityEntry, CapabilityMap, EventPublisher, FencingEpoch, FencingToken, HeartbeatRecord, HeartbeatStore,
-    Leadership, PublishError, SingleProcessLeadership, StoreError, StoreHealth,
-};
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
+pub use store::{StoreError, StoreHealth};
 pub use supervisor::{BackgroundLoop, supervise, supervise_loop};
 pub use webhook::{
     AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate,
-    DueDelivery, FailureClass, NewDelivery, NewWebhookConfig, OutboundRequest, RetryNowOutcome, UnknownDeliveryStatus,
-    WebhookConfig, WebhookSecret, WebhookStore, WebhookTransport,
+    DueDelivery, FailureClass, FakeTransport, InMemoryWebhookStore, NewDelivery, NewWebhookConfig, OutboundRequest,
+    RetryNowOutcome, UnknownDeliveryStatus, WebhookConfig, WebhookSecret, WebhookStore, WebhookTransport,
 };

@@ -11,10 +11,10 @@ use std::sync::Mutex;
 
 use time::{Duration, OffsetDateTime};
 
-use crate::fencing::EpochGate;
 use crate::ids::{AgentId, ClusterId};
-use crate::memory::lock;
-use crate::ports::{FencingToken, StoreError};
+use crate::leadership::{EpochGate, FencingEpoch, FencingToken};
+use crate::store::StoreError;
+use crate::sync::lock;
 
 /// An agent the map tracks: where it runs and when the gateway last heard from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,40 +157,16 @@ impl LivenessMap for InMemoryLiveness {
     }
 }
 
+impl FencingEpoch for InMemoryLiveness {
+    fn newest_token(&self) -> Result<FencingToken, StoreError> {
+        Ok(self.epoch.newest())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use time::macros::datetime;
-
     use super::*;
+    use crate::conformance::liveness::CAPACITY;
 
-    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
-
-    fn agent(id: &str) -> AgentId {
-        AgentId::new(id).unwrap()
-    }
-
-    fn cluster() -> ClusterId {
-        ClusterId::new("west").unwrap()
-    }
-
-    #[test]
-    fn bounded_known_agents_update_and_silence_past_the_threshold_evicts_once() {
-        let map = InMemoryLiveness::new(2);
-        map.record(&agent("a"), &cluster(), START).unwrap();
-        map.record(&agent("b"), &cluster(), START).unwrap();
-        assert_eq!(map.record(&agent("c"), &cluster(), START), Err(LivenessRefusal::CapacityReached { cap: 2 }));
-        map.record(&agent("a"), &cluster(), START + Duration::seconds(60)).unwrap();
-        assert_eq!(map.tracked_count(), 2);
-        let page = map.live_agents(None, 1).unwrap();
-        assert_eq!(page[0].agent_id, agent("a"));
-        assert_eq!(map.live_agents(Some(&agent("a")), 10).unwrap()[0].agent_id, agent("b"));
-
-        let now = START + Duration::seconds(91);
-        let evicted = map.evict_silent(now, Duration::seconds(90), FencingToken(1)).unwrap();
-        assert_eq!(evicted.iter().map(|entry| entry.agent_id.clone()).collect::<Vec<_>>(), [agent("b")]);
-        assert!(map.evict_silent(now, Duration::seconds(90), FencingToken(1)).unwrap().is_empty(), "once");
-        assert!(map.is_live(&agent("a")) && !map.is_live(&agent("b")));
-        assert!(map.evict_silent(now, Duration::ZERO, FencingToken(0)).unwrap_err().is_fenced());
-        assert!(map.is_live(&agent("a")), "a fenced eviction removed nothing");
-    }
+    crate::liveness_map_conformance!(Some(Box::new(InMemoryLiveness::new(CAPACITY))));
 }

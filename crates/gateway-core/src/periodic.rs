@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::capped_backoff;
 use crate::health::ComponentHealth;
-use crate::ports::{FencingToken, Leadership, StoreError};
+use crate::leadership::{FencingToken, Leadership};
+use crate::store::StoreError;
 
 /// An error a leader-only write can end with: was it refused by fencing?
 pub trait MaybeFenced {
@@ -154,10 +155,10 @@ mod fenced_tests {
 
     impl Leadership for Deposable {
         fn current(&self) -> Option<FencingToken> {
-            crate::memory::lock(&self.0).is_empty().then_some(FencingToken(4))
+            crate::sync::lock(&self.0).is_empty().then_some(FencingToken(4))
         }
         fn fenced(&self, token: FencingToken) {
-            crate::memory::lock(&self.0).push(token);
+            crate::sync::lock(&self.0).push(token);
         }
     }
 
@@ -184,7 +185,7 @@ mod fenced_tests {
         });
         tokio::join!(work, driver);
         assert_eq!(passes.load(std::sync::atomic::Ordering::SeqCst), 1, "no pass after stepping down");
-        assert_eq!(*crate::memory::lock(&leadership.0), [FencingToken(4)]);
+        assert_eq!(*crate::sync::lock(&leadership.0), [FencingToken(4)]);
         assert!(health.report().problem.is_none(), "being fenced is not a failure of the component");
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use gateway_core::memory::lock;
+use gateway_core::sync::lock;
 use gateway_core::{
     ClaimLease, CronJob, Event, EventPayload, FencingToken, FireCompletion, FireKey, PendingFire, StoreError, Topic,
     run_blocking,

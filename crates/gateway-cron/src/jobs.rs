@@ -1,7 +1,7 @@
 //! The job API: one-time reminders, recurring jobs, removal and listing. Every call writes the row first and
 //! arms the firing loop after, so a job that was acknowledged survives a crash.
 
-use gateway_core::memory::lock;
+use gateway_core::sync::lock;
 use gateway_core::{AgentId, CronJob, IdempotencyKey, NewCronJob, PendingFire, StoreError, run_blocking};
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};

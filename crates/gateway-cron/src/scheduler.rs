@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gateway_core::group_commit::GroupCommit;
-use gateway_core::memory::lock;
+use gateway_core::sync::lock;
 use gateway_core::{
     BackgroundLoop, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership, NewCronJob,
 };

@@ -4,10 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::memory::{InMemoryCapabilityMap, InMemoryHeartbeatStore, RecordingPublisher};
 use gateway_core::{
-    AgentId, CapabilityMap, ClusterId, EventPayload, FencingToken, HeartbeatStore, InMemoryLiveness, ManualClock,
-    SingleProcessLeadership, Topic,
+    AgentId, CapabilityMap, ClusterId, EventPayload, FencingToken, HeartbeatStore, InMemoryCapabilityMap,
+    InMemoryHeartbeatStore, InMemoryLiveness, ManualClock, RecordingPublisher, SingleProcessLeadership, Topic,
 };
 use gateway_heartbeat::{
     CHECK_INTERVAL, EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatError, HeartbeatManager, HeartbeatPing,

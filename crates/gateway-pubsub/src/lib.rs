@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use gateway_core::memory::lock;
+use gateway_core::sync::lock;
 use gateway_core::{Event, EventPublisher, PublishError, Topic};
 use tokio::sync::broadcast;
 

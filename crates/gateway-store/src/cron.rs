@@ -292,210 +292,26 @@ fn complete(connection: &mut SqliteConnection, owner: &str, completions: &[FireC
     Ok(completed)
 }
 
+// The port's rules (claims, leases, completions, fencing, idempotency keys) run against this adapter in
+// tests/conformance.rs; what only SQL can get wrong is tested here.
 #[cfg(test)]
 mod tests {
-    use gateway_core::FireKey;
-    use serde_json::{Map, json};
     use time::macros::datetime;
-    use time::{Duration, OffsetDateTime};
 
     use super::*;
     use crate::DatabaseUrl;
-
-    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
-
-    impl DieselStore {
-        fn claim_of_test(&self, id: i64) -> Option<String> {
-            self.with_connection("claim of", |connection| {
-                cron_jobs::table.find(id).select(cron_jobs::claimed_by).first::<Option<String>>(connection)
-            })
-            .unwrap()
-        }
-    }
-
-    fn open() -> (tempfile::TempDir, DieselStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
-        (dir, store)
-    }
-
-    fn one_time(at: OffsetDateTime) -> NewCronJob {
-        NewCronJob {
-            agent_id: AgentId::new("agent-7").unwrap(),
-            schedule: None,
-            next_fire_at: at,
-            payload: json!({"task": "check_quota", "n": [1, 2]}).as_object().cloned().unwrap(),
-            is_one_time: true,
-            idempotency_key: None,
-        }
-    }
-
-    #[test]
-    fn an_idempotency_key_is_unique_and_finds_its_job() {
-        let (_dir, store) = open();
-        let key = IdempotencyKey::new("nightly-report").unwrap();
-        let keyed = || NewCronJob { idempotency_key: Some(key.clone()), ..one_time(START) };
-        let first = store.insert_cron_job(&keyed()).unwrap();
-        assert!(matches!(store.insert_cron_job(&keyed()), Err(StoreError::Conflict(_))));
-        assert_eq!(store.cron_job_by_idempotency_key(&key).unwrap(), Some(first));
-        store.insert_cron_job(&one_time(START)).unwrap();
-        store.insert_cron_job(&one_time(START)).unwrap();
-    }
-
-    use gateway_core::cron_conformance::lease;
-
-    #[test]
-    fn rows_round_trip_with_millisecond_instants_and_json_payloads() {
-        let (_dir, store) = open();
-        let at = START + Duration::milliseconds(5_123);
-        let inserted = store.insert_cron_job(&one_time(at)).unwrap();
-        assert_eq!(inserted.next_fire_at, at);
-        assert_eq!(store.cron_job(inserted.id).unwrap(), Some(inserted.clone()));
-        let recurring = store
-            .insert_cron_job(&NewCronJob {
-                schedule: Some("*/5 * * * *".into()),
-                is_one_time: false,
-                payload: Map::new(),
-                ..one_time(START)
-            })
-            .unwrap();
-        assert_eq!(store.cron_job(recurring.id).unwrap().unwrap().schedule.as_deref(), Some("*/5 * * * *"));
-        assert_eq!(store.list_cron_jobs(None, 10).unwrap(), vec![inserted.clone(), recurring.clone()]);
-        assert_eq!(store.list_cron_jobs(Some(inserted.id), 10).unwrap(), vec![recurring.clone()]);
-        assert_eq!(store.list_cron_jobs(None, 1).unwrap(), vec![inserted.clone()]);
-        assert!(store.delete_cron_job(inserted.id).unwrap());
-        assert!(!store.delete_cron_job(inserted.id).unwrap());
-        assert_eq!(store.cron_job(inserted.id).unwrap(), None);
-    }
-
-    #[test]
-    fn a_batch_insert_returns_the_rows_in_order() {
-        let (_dir, store) = open();
-        let batch: Vec<NewCronJob> = (0..300).map(|n| one_time(START + Duration::milliseconds(n))).collect();
-        let outcomes = store.insert_cron_jobs(&batch).unwrap();
-        assert!(outcomes.iter().all(|outcome| outcome.inserted));
-        let stored: Vec<CronJob> = outcomes.into_iter().map(|outcome| outcome.job).collect();
-        assert_eq!(stored.len(), 300);
-        assert!(stored.windows(2).all(|pair| pair[0].id < pair[1].id));
-        assert!(stored.iter().zip(&batch).all(|(row, new)| row.next_fire_at == new.next_fire_at));
-        assert_eq!(store.list_cron_jobs(None, 1_000).unwrap(), stored);
-        assert!(store.insert_cron_jobs(&[]).unwrap().is_empty());
-    }
-
-    #[test]
-    fn a_group_insert_returns_the_holder_of_a_held_key_and_inserts_the_rest() {
-        let (_dir, store) = open();
-        gateway_core::cron_conformance::a_group_with_held_keys_returns_the_holders_and_inserts_the_rest(&store, START);
-    }
-
-    #[test]
-    fn pending_fires_come_soonest_first_up_to_the_limit() {
-        let (_dir, store) = open();
-        let late = store.insert_cron_job(&one_time(START + Duration::seconds(5))).unwrap();
-        let early = store.insert_cron_job(&one_time(START - Duration::hours(2))).unwrap();
-        store.insert_cron_job(&one_time(START + Duration::minutes(5))).unwrap();
-        let due = store.pending_fires(START + Duration::seconds(30), 10).unwrap();
-        assert_eq!(due.iter().map(|fire| fire.job_id).collect::<Vec<_>>(), vec![early.id, late.id]);
-        assert_eq!(due[0].scheduled_for, START - Duration::hours(2));
-        assert_eq!(store.pending_fires(START + Duration::seconds(30), 1).unwrap().len(), 1);
-    }
 
     /// The statement `pending_fires` runs walks the `next_fire_at` index in order: neither a table scan nor a
     /// sort, however many rows wait further ahead.
     #[test]
     fn the_due_fires_query_is_an_index_range_scan_without_a_sort() {
-        let (_dir, store) = open();
-        let query = pending_fires_query(to_db(START), 10);
+        let dir = tempfile::tempdir().unwrap();
+        let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
+        let query = pending_fires_query(to_db(datetime!(2026-02-22 12:00:00 UTC)), 10);
         let plan =
             store.with_connection("explain", |connection| crate::explain::query_plan(connection, query)).unwrap();
         assert!(plan.iter().any(|line| line.contains("USING INDEX cron_jobs_next_fire_at")), "{plan:?}");
         assert!(!plan.iter().any(|line| line.contains("TEMP B-TREE")), "the query sorts: {plan:?}");
         assert!(!plan.iter().any(|line| line.starts_with("SCAN")), "the query scans the table: {plan:?}");
-    }
-
-    #[test]
-    fn one_claim_per_instant_until_the_lease_runs_out() {
-        let (_dir, store) = open();
-        gateway_core::cron_conformance::one_claim_per_instant_until_the_lease_runs_out(&store, START);
-    }
-
-    #[test]
-    fn a_claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now() {
-        let (_dir, store) = open();
-        gateway_core::cron_conformance::claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now(
-            &store, START,
-        );
-    }
-
-    #[test]
-    fn a_newer_term_takes_over_and_missing_rows_are_not_claimed() {
-        let (_dir, store) = open();
-        gateway_core::cron_conformance::a_newer_term_takes_over_and_missing_rows_are_not_claimed(&store, START);
-    }
-
-    #[test]
-    fn fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch() {
-        let (_dir, store) = open();
-        gateway_core::cron_conformance::fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch(
-            &store, START,
-        );
-    }
-
-    #[test]
-    fn advancing_moves_the_row_and_clears_the_claim_once() {
-        let (_dir, store) = open();
-        let job = store
-            .insert_cron_job(&NewCronJob { schedule: Some("* * * * *".into()), is_one_time: false, ..one_time(START) })
-            .unwrap();
-        let fire = FireKey { job_id: job.id, scheduled_for: START };
-        store.claim_fires(&[job.id], &lease("a", 1, START)).unwrap();
-        let next = START + Duration::minutes(1);
-        let advance = FireCompletion::Advance { fire, next_fire_at: next };
-        assert_eq!(store.complete_fires("a", FencingToken(1), &[advance]).unwrap(), 1);
-        assert_eq!(
-            store.complete_fires("a", FencingToken(1), &[advance]).unwrap(),
-            0,
-            "the instant was completed already"
-        );
-        let pending = store.pending_fires(next + Duration::seconds(1), 10).unwrap();
-        assert_eq!(pending, vec![PendingFire { job_id: job.id, scheduled_for: next, claimed_until: None }]);
-        // The new instant is free for anyone once due, not before.
-        assert!(store.claim_fires(&[job.id], &lease("b", 1, next - Duration::seconds(1))).unwrap().is_empty());
-        assert_eq!(store.claim_fires(&[job.id], &lease("b", 1, next)).unwrap()[0].next_fire_at, next);
-    }
-
-    #[test]
-    fn completing_one_batch_and_claiming_the_next_is_one_step() {
-        let (_dir, store) = open();
-        let first = store.insert_cron_job(&one_time(START)).unwrap();
-        let second = store.insert_cron_job(&one_time(START + Duration::milliseconds(1))).unwrap();
-        let due_at = START + Duration::seconds(1);
-        store.claim_fires(&[first.id], &lease("a", 1, due_at)).unwrap();
-        let done = FireCompletion::Delete(FireKey { job_id: first.id, scheduled_for: START });
-        let (completed, claimed) =
-            store.complete_and_claim("a", &[done], &[second.id], &lease("a", 1, due_at)).unwrap();
-        assert_eq!((completed, claimed.len()), (1, 1));
-        assert_eq!(store.cron_job(first.id).unwrap(), None);
-        assert_eq!(store.claim_of_test(second.id), Some("a".to_owned()));
-        assert_eq!(store.complete_and_claim("a", &[], &[], &lease("a", 1, due_at)).unwrap(), (0, vec![]));
-    }
-
-    #[test]
-    fn batches_claim_what_they_can() {
-        let (_dir, store) = open();
-        let fires: Vec<FireKey> = (0..50)
-            .map(|n| {
-                let at = START + Duration::milliseconds(n);
-                FireKey { job_id: store.insert_cron_job(&one_time(at)).unwrap().id, scheduled_for: at }
-            })
-            .collect();
-        let ids: Vec<i64> = fires.iter().map(|fire| fire.job_id).collect();
-        let due_at = START + Duration::seconds(1);
-        assert_eq!(store.claim_fires(&ids[..20], &lease("a", 1, due_at)).unwrap().len(), 20);
-        assert_eq!(store.claim_fires(&ids, &lease("b", 1, due_at)).unwrap().len(), 30);
-        let deletes: Vec<_> = fires.iter().map(|fire| FireCompletion::Delete(*fire)).collect();
-        assert_eq!(store.complete_fires("b", FencingToken(1), &deletes).unwrap(), 30);
-        assert_eq!(store.complete_fires("a", FencingToken(1), &deletes).unwrap(), 20);
-        assert!(store.list_cron_jobs(None, 100).unwrap().is_empty());
     }
 }

@@ -100,7 +100,7 @@ fn release_deliveries(connection: &mut SqliteConnection, now: PrimitiveDateTime)
 #[cfg(test)]
 mod tests {
     use diesel::sql_types::Text;
-    use gateway_core::cron_conformance::lease;
+    use gateway_core::conformance::cron::lease;
     use gateway_core::{
         AgentId, CronJobStore, DeliveryAttempt, DeliveryUpdate, NewCronJob, NewDelivery, NewWebhookConfig,
         WebhookSecret, WebhookStore,

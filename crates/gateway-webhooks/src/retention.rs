@@ -117,9 +117,9 @@ impl BackgroundLoop for DeliveryRetention {
 
 #[cfg(test)]
 mod tests {
-    use gateway_core::webhook_memory::InMemoryWebhookStore;
     use gateway_core::{
-        DeliveryStatus, ManualClock, NewDelivery, NewWebhookConfig, SingleProcessLeadership, WebhookSecret,
+        DeliveryStatus, InMemoryWebhookStore, ManualClock, NewDelivery, NewWebhookConfig, SingleProcessLeadership,
+        WebhookSecret,
     };
 
     use super::*;

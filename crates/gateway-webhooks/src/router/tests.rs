@@ -2,11 +2,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use gateway_core::memory::RecordingPublisher;
-use gateway_core::webhook_memory::{FakeTransport, InMemoryWebhookStore};
 use gateway_core::{
-    AttemptOutcome, DeliveryStatus, FailureClass, FencingToken, ManualClock, NewDelivery, SlidingWindowRate,
-    WebhookConfig, WebhookSecret,
+    AttemptOutcome, DeliveryStatus, FailureClass, FakeTransport, FencingToken, InMemoryWebhookStore, ManualClock,
+    NewDelivery, RecordingPublisher, SlidingWindowRate, WebhookConfig, WebhookSecret,
 };
 use serde_json::Value;
 use time::Duration as TimeDuration;

@@ -1,22 +1,19 @@
-//! In-memory implementations of the webhook ports: [`InMemoryWebhookStore`] (same semantics as the SQL
-//! adapter, including the claim protocol) and [`FakeTransport`] (scripted outcomes, recorded requests, and a
-//! gate that holds attempts in flight so tests can observe concurrency).
+//! [`InMemoryWebhookStore`]: the webhook store in memory, with the database adapter's semantics, the claim
+//! protocol included (`conformance::webhook` holds both to the same rules).
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use time::OffsetDateTime;
 
-use crate::fencing::EpochGate;
-use crate::ids::IdempotencyKey;
-use crate::memory::{FailureSwitch, lock};
-use crate::ports::{FencingEpoch, FencingToken, StoreError, StoreHealth};
-use crate::webhook::{
-    AttemptOutcome, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
-    NewDelivery, NewWebhookConfig, OutboundRequest, RetryNowOutcome, WebhookConfig, WebhookStore, WebhookTransport,
+use super::{
+    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, NewDelivery,
+    NewWebhookConfig, RetryNowOutcome, WebhookConfig, WebhookStore,
 };
+use crate::ids::IdempotencyKey;
+use crate::leadership::{EpochGate, FencingEpoch, FencingToken};
+use crate::store::{StoreError, StoreHealth};
+use crate::sync::{FailureSwitch, lock};
 
 #[derive(Debug, Default)]
 struct Tables {
@@ -28,6 +25,8 @@ struct Tables {
     delivery_by_key: BTreeMap<IdempotencyKey, i64>,
 }
 
+/// `webhook_configs`, `webhook_deliveries` and `webhook_delivery_attempts` in memory. [`Self::failure`] makes every
+/// operation report [`StoreError::Unavailable`].
 #[derive(Debug, Default)]
 pub struct InMemoryWebhookStore {
     tables: Mutex<Tables>,
@@ -304,109 +303,18 @@ impl StoreHealth for InMemoryWebhookStore {
     }
 }
 
-#[derive(Debug, Default)]
-struct Script {
-    outcomes: VecDeque<AttemptOutcome>,
-    fallback: Option<AttemptOutcome>,
-    requests: Vec<OutboundRequest>,
-    held: bool,
-    in_flight: usize,
-}
-
-/// A transport that records every request and answers from a script: queued outcomes first, then the
-/// fallback (a 200 unless changed). While [`Self::hold`] is on, attempts block inside `post` until
-/// [`Self::release`], so a test can count how many are in flight at once.
-#[derive(Debug, Default)]
-pub struct FakeTransport {
-    script: Mutex<Script>,
-    changed: Condvar,
-    max_in_flight: AtomicUsize,
-}
-
-impl FakeTransport {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Queues the outcome of the next attempt not yet scripted.
-    pub fn push_outcome(&self, outcome: AttemptOutcome) {
-        lock(&self.script).outcomes.push_back(outcome);
-    }
-
-    /// The outcome of every attempt once the queue is empty.
-    pub fn set_fallback(&self, outcome: AttemptOutcome) {
-        lock(&self.script).fallback = Some(outcome);
-    }
-
-    /// Every request received so far, in arrival order (an attempt is recorded when it starts).
-    pub fn requests(&self) -> Vec<OutboundRequest> {
-        lock(&self.script).requests.clone()
-    }
-
-    pub fn request_count(&self) -> usize {
-        lock(&self.script).requests.len()
-    }
-
-    /// The most attempts that were inside `post` at the same time.
-    pub fn max_in_flight(&self) -> usize {
-        self.max_in_flight.load(Ordering::SeqCst)
-    }
-
-    pub fn in_flight(&self) -> usize {
-        lock(&self.script).in_flight
-    }
-
-    /// Makes attempts block inside `post` until [`Self::release`].
-    pub fn hold(&self) {
-        lock(&self.script).held = true;
-    }
-
-    pub fn release(&self) {
-        lock(&self.script).held = false;
-        self.changed.notify_all();
-    }
-
-    /// Blocks the calling thread until at least `count` requests have started, or `limit` passes (a safety
-    /// net so a broken test fails instead of hanging). Returns whether the count was reached. Call it from a
-    /// blocking task, never on an async runtime worker.
-    pub fn wait_for_requests(&self, count: usize, limit: Duration) -> bool {
-        let script = lock(&self.script);
-        let (script, _) = self
-            .changed
-            .wait_timeout_while(script, limit, |script| script.requests.len() < count)
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        script.requests.len() >= count
-    }
-}
-
-impl WebhookTransport for FakeTransport {
-    fn post(&self, request: &OutboundRequest) -> AttemptOutcome {
-        let mut script = lock(&self.script);
-        script.requests.push(request.clone());
-        script.in_flight += 1;
-        self.max_in_flight.fetch_max(script.in_flight, Ordering::SeqCst);
-        self.changed.notify_all();
-        let mut script =
-            self.changed.wait_while(script, |script| script.held).unwrap_or_else(std::sync::PoisonError::into_inner);
-        script.in_flight -= 1;
-        let fallback = script.fallback.clone().unwrap_or(AttemptOutcome::Delivered { status_code: 200 });
-        script.outcomes.pop_front().unwrap_or(fallback)
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use time::Duration as TimeDuration;
-    use time::macros::datetime;
+    use time::Duration;
 
     use super::*;
-    use crate::webhook::{FailureClass, WebhookSecret};
+    use crate::conformance::START;
+    use crate::webhook::WebhookSecret;
 
-    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+    crate::webhook_store_conformance!(Some(Box::<InMemoryWebhookStore>::default()));
 
-    fn store_with_config() -> (InMemoryWebhookStore, WebhookConfig) {
+    #[test]
+    fn a_put_row_is_served_as_is_and_the_switch_fails_every_call() {
         let store = InMemoryWebhookStore::default();
         let config = store
             .create_config(&NewWebhookConfig {
@@ -419,144 +327,45 @@ mod tests {
                 created_at: START,
             })
             .unwrap();
-        (store, config)
-    }
-
-    fn new_delivery(webhook_id: i64, session: &str, created_at: OffsetDateTime) -> NewDelivery {
-        NewDelivery {
-            webhook_id,
-            session_id: session.into(),
+        // A row as a crashed process left it: claimed (due at the end of its lease) with one attempt made.
+        let stranded = Delivery {
+            id: 40,
+            webhook_id: config.id,
+            session_id: "s".into(),
             payload: "{}".into(),
             target_url: "https://example.com/a".into(),
             signature: "sha256=00".into(),
-            created_at,
-            next_retry_at: created_at + TimeDuration::seconds(30),
-            idempotency_key: None,
-            claimed: false,
-        }
-    }
-
-    #[test]
-    fn duplicate_source_and_event_type_conflict() {
-        let (store, config) = store_with_config();
-        let again = NewWebhookConfig {
-            source_identifier: config.source_identifier.clone(),
-            event_type: config.event_type.clone(),
-            agent_intent: "x".into(),
-            target_session: "y".into(),
-            target_url: "https://example.com/b".into(),
-            secret: WebhookSecret::new("t"),
-            created_at: START,
-        };
-        assert!(matches!(store.create_config(&again), Err(StoreError::Conflict(_))));
-        assert_eq!(store.list_configs().unwrap().len(), 1);
-    }
-
-    #[test]
-    fn a_claim_hides_the_row_until_the_lease_ends_and_only_the_lease_holder_records() {
-        let (store, config) = store_with_config();
-        let row = store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
-        let due_at = START + TimeDuration::seconds(30);
-        assert!(store.due_deliveries(due_at - TimeDuration::seconds(1), 10).unwrap().is_empty());
-        assert_eq!(store.due_deliveries(due_at, 10).unwrap().len(), 1);
-
-        let lease = due_at + TimeDuration::seconds(40);
-        let claimed = store.claim(&[row.id], due_at, lease).unwrap();
-        assert_eq!(claimed.len(), 1);
-        assert_eq!(claimed[0].next_retry_at, Some(lease));
-        assert!(store.claim(&[row.id], due_at, lease).unwrap().is_empty(), "claimed twice");
-        assert!(store.due_deliveries(lease - TimeDuration::seconds(1), 10).unwrap().is_empty());
-
-        let attempt = DeliveryAttempt {
-            delivery_id: row.id,
-            attempt_number: 1,
-            started_at: due_at,
-            duration_ms: 5,
-            status_code: Some(500),
-            error_class: Some(FailureClass::Http(500).label()),
-            error_detail: None,
-        };
-        let update = DeliveryUpdate {
             status: DeliveryStatus::Failed,
             attempt_count: 1,
-            last_attempted_at: due_at,
-            next_retry_at: Some(due_at + TimeDuration::seconds(30)),
-            error_detail: Some("http_500".into()),
+            last_attempted_at: Some(START),
+            next_retry_at: Some(START + Duration::seconds(45)),
+            created_at: START,
+            error_detail: Some("timeout".into()),
         };
-        assert!(!store.record_attempt(&attempt, lease + TimeDuration::seconds(1), &update).unwrap());
-        assert_eq!(store.delivery(row.id).unwrap().unwrap().attempt_count, 0, "a stale lease wrote");
-        assert!(store.record_attempt(&attempt, lease, &update).unwrap());
-        let stored = store.delivery(row.id).unwrap().unwrap();
-        assert_eq!((stored.status, stored.attempt_count), (DeliveryStatus::Failed, 1));
-        assert_eq!(store.attempts(row.id).unwrap().len(), 2, "both attempts are history");
-    }
-
-    #[test]
-    fn retry_now_only_resets_failed_or_dead_rows() {
-        let (store, config) = store_with_config();
-        let row = store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
-        assert_eq!(store.retry_now(row.id, START).unwrap(), RetryNowOutcome::NotAllowed(DeliveryStatus::Pending));
-        assert_eq!(store.retry_now(999, START).unwrap(), RetryNowOutcome::NotFound);
-        store.put_delivery(Delivery { status: DeliveryStatus::Dead, attempt_count: 6, next_retry_at: None, ..row });
-        let later = START + TimeDuration::hours(9);
-        let RetryNowOutcome::Reset(reset) = store.retry_now(1, later).unwrap() else { panic!("not reset") };
-        assert_eq!((reset.status, reset.attempt_count, reset.next_retry_at), (DeliveryStatus::Pending, 0, Some(later)));
-    }
-
-    #[test]
-    fn listing_filters_and_pages_by_id() {
-        let (store, config) = store_with_config();
-        for second in 0..6 {
-            let session = if second % 2 == 0 { "even" } else { "odd" };
-            store.insert_delivery(&new_delivery(config.id, session, START + TimeDuration::seconds(second))).unwrap();
-        }
-        let page = |after_id, limit| DeliveryFilter {
-            session_id: Some("even".into()),
-            status: Some(DeliveryStatus::Pending),
-            created_from: Some(START),
-            created_before: Some(START + TimeDuration::seconds(5)),
-            after_id,
-            limit,
-        };
-        let first: Vec<i64> = store.list_deliveries(&page(None, 2)).unwrap().iter().map(|d| d.id).collect();
-        assert_eq!(first, [1, 3]);
-        let second: Vec<i64> = store.list_deliveries(&page(Some(3), 2)).unwrap().iter().map(|d| d.id).collect();
-        assert_eq!(second, [5]);
-    }
-
-    #[test]
-    fn deleting_a_config_deletes_its_deliveries() {
-        let (store, config) = store_with_config();
-        store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
-        assert!(store.delete_config(config.id).unwrap());
-        assert!(!store.delete_config(config.id).unwrap());
-        assert!(store.deliveries().is_empty());
-        assert!(matches!(store.insert_delivery(&new_delivery(config.id, "s", START)), Err(StoreError::Conflict(_))));
-    }
-
-    #[test]
-    fn fake_transport_scripts_outcomes_and_counts_concurrency() {
-        let transport = Arc::new(FakeTransport::new());
-        transport.push_outcome(AttemptOutcome::Failed { class: FailureClass::Timeout, detail: None });
-        let request = OutboundRequest { delivery_id: 1, url: "u".into(), body: "{}".into(), signature: "s".into() };
-        assert_eq!(transport.post(&request), AttemptOutcome::Failed { class: FailureClass::Timeout, detail: None });
-        assert_eq!(transport.post(&request), AttemptOutcome::Delivered { status_code: 200 });
-
-        transport.hold();
-        let workers: Vec<_> = (0..3)
-            .map(|_| {
-                let transport = Arc::clone(&transport);
-                let request = request.clone();
-                std::thread::spawn(move || transport.post(&request))
+        store.put_delivery(stranded.clone());
+        assert_eq!(store.deliveries(), std::slice::from_ref(&stranded));
+        assert_eq!(store.due_deliveries(START + Duration::seconds(45), 10).unwrap()[0].id, 40);
+        let next = store
+            .insert_delivery(&NewDelivery {
+                webhook_id: config.id,
+                session_id: "s".into(),
+                payload: "{}".into(),
+                target_url: "https://example.com/a".into(),
+                signature: "sha256=00".into(),
+                created_at: START,
+                next_retry_at: START,
+                idempotency_key: None,
+                claimed: false,
             })
-            .collect();
-        assert!(transport.wait_for_requests(5, Duration::from_secs(10)));
-        assert_eq!(transport.in_flight(), 3);
-        transport.release();
-        for worker in workers {
-            assert_eq!(worker.join().unwrap(), AttemptOutcome::Delivered { status_code: 200 });
-        }
-        assert_eq!(transport.max_in_flight(), 3);
-        assert_eq!(transport.request_count(), 5);
+            .unwrap();
+        assert_eq!(next.id, 41, "ids continue after a put row");
+
+        store.failure.set_failing(true);
+        assert!(matches!(store.delivery(40), Err(StoreError::Unavailable(_))));
+        assert!(store.claim_fenced(&[40], START + Duration::minutes(1), START, FencingToken(1)).is_err());
+        assert!(store.newest_token().is_err());
+        assert!(store.ping().is_err());
+        store.failure.set_failing(false);
+        assert_eq!(store.delivery(40).unwrap(), Some(stranded), "the refused claim changed nothing");
     }
 }

@@ -1,7 +1,9 @@
-//! Webhook domain types and the two webhook ports: [`WebhookStore`] (configs, deliveries and their attempt
-//! history) and [`WebhookTransport`] (one outbound HTTP attempt).
-//!
-//! In-memory implementations of both are in [`crate::webhook_memory`].
+//! Webhook domain types, the two webhook ports and their in-memory implementations: [`WebhookStore`] (configs,
+//! deliveries and their attempt history) with [`InMemoryWebhookStore`], and [`WebhookTransport`] (one outbound
+//! HTTP attempt) with [`FakeTransport`].
+
+mod fake_transport;
+mod in_memory;
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,7 +12,11 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::ids::IdempotencyKey;
-use crate::ports::{FencingToken, StoreError};
+use crate::leadership::FencingToken;
+use crate::store::StoreError;
+
+pub use fake_transport::FakeTransport;
+pub use in_memory::InMemoryWebhookStore;
 
 /// The shared secret of a webhook config. Its `Debug` is redacted and it has no `Display` or `Serialize`, so
 /// it cannot reach a log line or a response body by accident; [`Self::expose`] is the one way to read it.
@@ -305,12 +311,6 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
         lease_until: OffsetDateTime,
         token: FencingToken,
     ) -> Result<Vec<Delivery>, StoreError>;
-    /// In one transaction: appends `attempt` to the history, and applies `update` to the delivery if it still
-    /// carries the claim this attempt ran under: `next_retry_at = lease` and `attempt_count =
-    /// attempt.attempt_number - 1`. (The lease instant alone is not enough: a "Retry now" and a new claim
-    /// within the same millisecond would reproduce it, but never with the same attempt count.) `Ok(false)`
-    /// when the claim was lost (the row was reset, deleted or re-claimed meanwhile): the attempt is recorded,
-    /// the row untouched.
     /// [`Self::claim`] for several rows at once, each with its own `due_by`, all until `lease_until`; returns the
     /// claimed rows. A database adapter should do it in one transaction (the router groups concurrent immediate
     /// attempts into one call). This default is one claim per row.
@@ -325,6 +325,13 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
         }
         Ok(claimed)
     }
+    /// In one transaction: appends `attempt` to the history, and applies `update` to the delivery if it still
+    /// carries the claim this attempt ran under: `next_retry_at = lease` and `attempt_count =
+    /// attempt.attempt_number - 1`. (The lease instant alone is not enough: a "Retry now" and a new claim
+    /// within the same millisecond would reproduce it, but never with the same attempt count.) `Ok(false)`
+    /// when the claim was lost (the row was reset or re-claimed meanwhile): the attempt is recorded, the row
+    /// untouched. `Ok(false)` too when the delivery is gone (deleted with its config mid-attempt), and then
+    /// nothing is recorded: there is no row to attach the history to.
     fn record_attempt(
         &self,
         attempt: &DeliveryAttempt,

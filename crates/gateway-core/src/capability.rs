@@ -1,0 +1,95 @@
+//! The capability map port: what the gateway knows of each live agent's capabilities, and its in-memory
+//! implementation (the single-process adapter, and the fake).
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Mutex;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::ids::AgentId;
+use crate::sync::lock;
+
+/// What the gateway knows of a live agent's capabilities: the identity of its latest accepted DecisionLog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CapabilityEntry {
+    pub agent_type: String,
+    pub capability_version: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+/// The live capability map. Entries go when their agent is evicted.
+pub trait CapabilityMap: Send + Sync + Debug {
+    fn register(&self, agent_id: &AgentId, entry: CapabilityEntry);
+    fn remove_agent(&self, agent_id: &AgentId);
+    fn get(&self, agent_id: &AgentId) -> Option<CapabilityEntry>;
+}
+
+/// The capability map of a single process, bounded: past `capacity` agents, new ones are not registered.
+#[derive(Debug)]
+pub struct InMemoryCapabilityMap {
+    entries: Mutex<HashMap<AgentId, CapabilityEntry>>,
+    capacity: usize,
+}
+
+impl InMemoryCapabilityMap {
+    pub fn new(capacity: usize) -> Self {
+        Self { entries: Mutex::new(HashMap::new()), capacity }
+    }
+
+    pub fn len(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl CapabilityMap for InMemoryCapabilityMap {
+    fn register(&self, agent_id: &AgentId, entry: CapabilityEntry) {
+        let mut entries = lock(&self.entries);
+        if entries.len() < self.capacity || entries.contains_key(agent_id) {
+            entries.insert(agent_id.clone(), entry);
+        }
+    }
+
+    fn remove_agent(&self, agent_id: &AgentId) {
+        lock(&self.entries).remove(agent_id);
+    }
+
+    fn get(&self, agent_id: &AgentId) -> Option<CapabilityEntry> {
+        lock(&self.entries).get(agent_id).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    fn entry() -> CapabilityEntry {
+        CapabilityEntry {
+            agent_type: "t".into(),
+            capability_version: "1".into(),
+            updated_at: datetime!(2026-02-22 12:00:00 UTC),
+        }
+    }
+
+    #[test]
+    fn capability_map_is_bounded_but_known_agents_update() {
+        let map = InMemoryCapabilityMap::new(1);
+        let first = AgentId::new("a").unwrap();
+        map.register(&first, entry());
+        map.register(&AgentId::new("b").unwrap(), entry());
+        assert_eq!(map.len(), 1);
+        let updated = CapabilityEntry { capability_version: "2".into(), ..entry() };
+        map.register(&first, updated.clone());
+        assert_eq!(map.get(&first), Some(updated));
+        map.remove_agent(&first);
+        assert!(map.is_empty());
+    }
+}

@@ -1,0 +1,119 @@
+//! Rules every [`LivenessMap`] must keep: bounded (known agents always update), listed in keyset pages by agent
+//! id, silent agents evicted exactly once, evictions fenced.
+//!
+//! Every rule expects a fresh, empty map that tracks at most [`CAPACITY`] agents, and that what `record` wrote is
+//! seen by the next call of the same map (a shared adapter that writes in the background flushes before it reads).
+
+use time::{Duration, OffsetDateTime};
+
+use crate::{AgentId, ClusterId, FencingToken, LiveEntry, LivenessMap, LivenessRefusal, StoreError};
+
+/// How many agents the map under test may track.
+pub const CAPACITY: usize = 3;
+
+/// The silence after which an agent is evicted, in these rules.
+const THRESHOLD: Duration = Duration::seconds(90);
+
+fn agent(id: &str) -> AgentId {
+    AgentId::new(id).expect("a valid agent id")
+}
+
+fn cluster(id: &str) -> ClusterId {
+    ClusterId::new(id).expect("a valid cluster id")
+}
+
+fn entry(id: &str, cluster_id: &str, last_seen: OffsetDateTime) -> LiveEntry {
+    LiveEntry { agent_id: agent(id), cluster_id: cluster(cluster_id), last_seen }
+}
+
+fn record(map: &dyn LivenessMap, id: &str, cluster_id: &str, receipt: OffsetDateTime) -> Result<(), LivenessRefusal> {
+    map.record(&agent(id), &cluster(cluster_id), receipt)
+}
+
+fn everyone(map: &dyn LivenessMap) -> Vec<LiveEntry> {
+    map.live_agents(None, CAPACITY + 1).expect("list")
+}
+
+fn sorted(mut entries: Vec<LiveEntry>) -> Vec<LiveEntry> {
+    entries.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
+    entries
+}
+
+/// Up to [`CAPACITY`] agents are tracked; a further one is refused ([`LivenessRefusal::CapacityReached`] with the
+/// cap) and not tracked, while a known agent always updates, its receipt time and its cluster.
+pub fn the_map_is_bounded_but_known_agents_update(map: &dyn LivenessMap, at: OffsetDateTime) {
+    for id in ["a", "b", "c"] {
+        record(map, id, "west", at).expect("room for it");
+    }
+    assert_eq!(record(map, "d", "west", at), Err(LivenessRefusal::CapacityReached { cap: CAPACITY }));
+    assert!(!map.is_live(&agent("d")));
+    assert_eq!(map.tracked_count(), CAPACITY);
+
+    let later = at + Duration::milliseconds(60_250);
+    record(map, "a", "east", later).expect("a known agent updates at the cap");
+    assert!(map.is_live(&agent("a")));
+    assert_eq!(everyone(map), [entry("a", "east", later), entry("b", "west", at), entry("c", "west", at)]);
+    assert_eq!(map.tracked_count(), CAPACITY);
+}
+
+/// Live agents list in ascending agent id, in keyset pages: at most `limit`, only ids after `after`, whatever the
+/// order they were recorded in; each entry carries its cluster and receipt time.
+pub fn live_agents_are_listed_in_pages_by_agent_id(map: &dyn LivenessMap, at: OffsetDateTime) {
+    assert!(map.live_agents(None, 10).expect("list").is_empty());
+    record(map, "carol", "west", at + Duration::seconds(3)).expect("record");
+    record(map, "alice", "east", at + Duration::seconds(1)).expect("record");
+    record(map, "bob", "west", at + Duration::seconds(2)).expect("record");
+    let first = map.live_agents(None, 2).expect("list");
+    assert_eq!(
+        first,
+        [entry("alice", "east", at + Duration::seconds(1)), entry("bob", "west", at + Duration::seconds(2))]
+    );
+    let second = map.live_agents(Some(&agent("bob")), 2).expect("list");
+    assert_eq!(second, [entry("carol", "west", at + Duration::seconds(3))]);
+    assert!(map.live_agents(Some(&agent("carol")), 2).expect("list").is_empty());
+    assert_eq!(map.live_agents(Some(&agent("b")), 1).expect("list")[0].agent_id, agent("bob"), "after is exclusive");
+}
+
+/// An eviction removes exactly the agents silent for longer than the threshold (one silent for exactly the
+/// threshold stays) and returns each once, as it was last seen: asking again returns nothing. An evicted agent is
+/// no longer live, and its place under the cap is free again.
+pub fn silent_agents_are_evicted_exactly_once(map: &dyn LivenessMap, at: OffsetDateTime) {
+    record(map, "a", "west", at).expect("record");
+    record(map, "b", "west", at + Duration::seconds(1)).expect("record");
+    record(map, "c", "east", at + Duration::seconds(60)).expect("record");
+    let now = at + Duration::seconds(91);
+    let token = FencingToken(1);
+    assert_eq!(map.evict_silent(now, THRESHOLD, token).expect("evict"), [entry("a", "west", at)]);
+    assert!(map.evict_silent(now, THRESHOLD, token).expect("evict").is_empty(), "evicted once");
+    assert!(!map.is_live(&agent("a")));
+    assert!(map.is_live(&agent("b")), "silent for exactly the threshold");
+    assert_eq!(map.tracked_count(), 2);
+    record(map, "d", "west", now).expect("the evicted agent's place is free");
+
+    let much_later = now + Duration::minutes(10);
+    let evicted = sorted(map.evict_silent(much_later, THRESHOLD, token).expect("evict"));
+    let expected = [entry("b", "west", at + Duration::seconds(1)), entry("c", "east", at + Duration::seconds(60))];
+    assert_eq!(evicted, [&expected[..], &[entry("d", "west", now)]].concat());
+    assert!(everyone(map).is_empty());
+    assert_eq!(map.tracked_count(), 0);
+}
+
+/// Eviction is a leader-only write: under an older token than the newest the map has seen it is refused with
+/// [`StoreError::Fenced`] and removes nothing; a newer token raises the newest, so the token before it is refused
+/// from then on. Expects a map that has seen no token above 1.
+pub fn evictions_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch(
+    map: &dyn LivenessMap,
+    at: OffsetDateTime,
+) {
+    assert!(map.evict_silent(at, THRESHOLD, FencingToken(5)).expect("evict").is_empty());
+    record(map, "a", "west", at).expect("record");
+    let now = at + Duration::seconds(91);
+    let stale = map.evict_silent(now, THRESHOLD, FencingToken(4));
+    assert_eq!(stale, Err(StoreError::Fenced { token: FencingToken(4), newest: FencingToken(5) }));
+    assert!(map.is_live(&agent("a")), "a refused eviction removed nothing");
+    assert_eq!(everyone(map), [entry("a", "west", at)]);
+
+    assert_eq!(map.evict_silent(now, THRESHOLD, FencingToken(6)).expect("evict"), [entry("a", "west", at)]);
+    let deposed = map.evict_silent(now, THRESHOLD, FencingToken(5));
+    assert_eq!(deposed, Err(StoreError::Fenced { token: FencingToken(5), newest: FencingToken(6) }));
+}

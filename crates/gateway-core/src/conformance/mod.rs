@@ -1,0 +1,130 @@
+//! The rules every implementation of a store port must keep, written once and run against each implementation:
+//! the in-memory fakes in this crate's tests, the database adapters in theirs (through the `conformance` feature).
+//!
+//! One suite per port: [`heartbeat`], [`cron`], [`webhook`], [`liveness`]; [`fencing`] holds the rule that spans
+//! ports (a token raised through one fences the others). Each rule is a `pub fn` that takes a fresh, empty store
+//! and an instant to start from (rows are due, leases run and agents fall silent relative to it), drives the store
+//! only through its port, and panics when the store breaks the rule; its documentation says what it proves and
+//! what it expects of the store.
+//!
+//! Each suite has a macro that expands to one `#[test]` per rule, in a module named after the port, so adding a
+//! rule to a suite runs it on every backend, and adding a backend is one line per suite:
+//!
+//! ```ignore
+//! mod sqlite {
+//!     gateway_core::cron_store_conformance!(super::sqlite_store());
+//!     gateway_core::webhook_store_conformance!(super::sqlite_store());
+//! }
+//! ```
+//!
+//! The argument is an expression evaluated once per test for a fresh store: an `Option<F>` where `F` dereferences
+//! to the store (a `Box`, or a fixture that also holds the store's temporary directory). `None` skips the test, for
+//! a backend that is not available where the tests run.
+
+pub mod cron;
+pub mod fencing;
+pub mod heartbeat;
+pub mod liveness;
+pub mod webhook;
+
+use time::OffsetDateTime;
+
+/// The instant the suites' macros start every rule from: fixed, so a failure reproduces exactly.
+pub const START: OffsetDateTime = time::macros::datetime!(2026-02-22 12:00:00 UTC);
+
+/// One `#[test]` per rule of `conformance::$suite`, in a module `$module`, each on a fresh store from `$fixture`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_tests {
+    ($module:ident, $suite:ident, $fixture:expr; $($rule:ident),+ $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $(
+                #[test]
+                fn $rule() {
+                    let Some(fixture) = $fixture else { return };
+                    $crate::conformance::$suite::$rule(&*fixture, $crate::conformance::START);
+                }
+            )+
+        }
+    };
+}
+
+/// Every rule of [`conformance::heartbeat`](crate::conformance::heartbeat) as a `#[test]`, in a module
+/// `heartbeat_store`. `$fixture`: an `Option<F>` where `F` dereferences to a fresh [`crate::HeartbeatStore`] (see
+/// the [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! heartbeat_store_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(heartbeat_store, heartbeat, $fixture;
+            an_upsert_inserts_then_replaces_the_row_of_its_agent,
+            the_last_record_of_an_agent_wins_within_one_call,
+        );
+    };
+}
+
+/// Every rule of [`conformance::cron`](crate::conformance::cron) as a `#[test]`, in a module `cron_store`.
+/// `$fixture`: an `Option<F>` where `F` dereferences to a fresh [`crate::CronJobStore`] that is also a
+/// [`crate::FencingEpoch`] (see the [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! cron_store_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(cron_store, cron, $fixture;
+            rows_round_trip_and_list_in_keyset_pages,
+            a_group_insert_returns_its_rows_in_order,
+            an_idempotency_key_is_unique_finds_its_job_and_is_freed_with_it,
+            a_group_with_held_keys_returns_the_holders_and_inserts_the_rest,
+            pending_fires_come_soonest_first_ties_by_id_up_to_the_limit,
+            one_claim_per_instant_until_the_lease_runs_out,
+            claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now,
+            a_newer_term_takes_over_and_missing_rows_are_not_claimed,
+            batches_claim_what_they_can,
+            advancing_moves_the_row_to_its_next_instant_and_clears_the_claim_once,
+            completing_one_batch_and_claiming_the_next_is_one_call,
+            fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch,
+        );
+    };
+}
+
+/// Every rule of [`conformance::webhook`](crate::conformance::webhook) as a `#[test]`, in a module
+/// `webhook_store`. `$fixture`: an `Option<F>` where `F` dereferences to a fresh [`crate::WebhookStore`] that is
+/// also a [`crate::FencingEpoch`] (see the [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! webhook_store_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(webhook_store, webhook, $fixture;
+            configs_round_trip_keep_their_secret_and_are_unique_per_source_and_event_type,
+            deleting_a_config_deletes_its_deliveries_their_attempts_and_their_keys,
+            a_config_with_more_history_than_a_delete_batch_is_deleted_whole,
+            a_delivery_is_inserted_pending_and_one_for_a_missing_config_is_a_conflict,
+            an_idempotency_key_is_unique_and_finds_its_delivery,
+            a_group_insert_fails_only_the_deliveries_a_constraint_refuses,
+            a_delivery_inserted_claimed_waits_for_its_lease_and_its_attempt_applies,
+            due_rows_are_oldest_first_across_pending_and_failed_ties_by_id_never_delivered_or_dead,
+            a_claim_hides_the_row_until_its_lease_ends_and_only_the_claimant_records,
+            claim_each_takes_each_row_by_its_own_due_time_and_record_attempts_answers_each,
+            retry_now_resets_only_failed_or_dead_rows,
+            the_inspector_filters_and_pages_by_id,
+            pruning_takes_only_old_finished_deliveries_a_batch_at_a_time,
+            the_polls_claims_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch,
+        );
+    };
+}
+
+/// Every rule of [`conformance::liveness`](crate::conformance::liveness) as a `#[test]`, in a module
+/// `liveness_map`. `$fixture`: an `Option<F>` where `F` dereferences to a fresh [`crate::LivenessMap`] that tracks
+/// at most [`CAPACITY`](crate::conformance::liveness::CAPACITY) agents (see the
+/// [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! liveness_map_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(liveness_map, liveness, $fixture;
+            the_map_is_bounded_but_known_agents_update,
+            live_agents_are_listed_in_pages_by_agent_id,
+            silent_agents_are_evicted_exactly_once,
+            evictions_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch,
+        );
+    };
+}

@@ -1,0 +1,625 @@
+//! Rules every [`WebhookStore`] must keep: configs, deliveries and their idempotency keys, the order of due rows,
+//! the claim protocol (claims, leases, recording attempts under them), "Retry now", the inspector's query,
+//! retention, and the fencing of the poll's claims.
+//!
+//! Every rule expects a fresh, empty store. Instants carry milliseconds, which every backend keeps exactly; ids are
+//! never assumed to start anywhere, only to ascend in insertion order.
+
+use time::{Duration, OffsetDateTime};
+
+use crate::{
+    AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
+    FencingEpoch, FencingToken, IdempotencyKey, NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError,
+    WebhookConfig, WebhookSecret, WebhookStore,
+};
+
+/// How many deliveries [`a_config_with_more_history_than_a_delete_batch_is_deleted_whole`] gives a config: an
+/// adapter that deletes a config's history in batches must use batches smaller than this for the rule to prove the
+/// batching (gateway-store's SQLite adapter deletes 1,000 at a time).
+pub const HISTORY_BEYOND_A_DELETE_BATCH: usize = 2_017;
+
+/// How long after its creation a delivery of these rules is first due.
+const FIRST_DUE: Duration = Duration::seconds(30);
+
+/// How long the claims of these rules hold.
+const LEASE: Duration = Duration::seconds(15);
+
+fn new_config(source: &str, event_type: &str, at: OffsetDateTime) -> NewWebhookConfig {
+    NewWebhookConfig {
+        source_identifier: source.into(),
+        event_type: event_type.into(),
+        agent_intent: "review".into(),
+        target_session: "s-1".into(),
+        target_url: format!("https://example.com/{source}/{event_type}"),
+        secret: WebhookSecret::new("It's a Secret to Everybody"),
+        created_at: at,
+    }
+}
+
+fn config(store: &dyn WebhookStore, source: &str, at: OffsetDateTime) -> WebhookConfig {
+    store.create_config(&new_config(source, "push", at)).expect("create config")
+}
+
+/// A pending delivery created at `created_at`, first due [`FIRST_DUE`] later.
+fn new_delivery(webhook_id: i64, session: &str, created_at: OffsetDateTime) -> NewDelivery {
+    NewDelivery {
+        webhook_id,
+        session_id: session.into(),
+        payload: r#"{"n":1}"#.into(),
+        target_url: "https://example.com/a".into(),
+        signature: "sha256=00".into(),
+        created_at,
+        next_retry_at: created_at + FIRST_DUE,
+        idempotency_key: None,
+        claimed: false,
+    }
+}
+
+fn key(text: &str) -> IdempotencyKey {
+    IdempotencyKey::new(text).expect("a valid key")
+}
+
+fn keyed(webhook_id: i64, text: &str, created_at: OffsetDateTime) -> NewDelivery {
+    NewDelivery { idempotency_key: Some(key(text)), ..new_delivery(webhook_id, "s", created_at) }
+}
+
+fn insert(store: &dyn WebhookStore, delivery: &NewDelivery) -> Delivery {
+    store.insert_delivery(delivery).expect("insert delivery")
+}
+
+/// Attempt `number` of `delivery_id`, started at `at`, and the update that leaves the row `status`: due again
+/// [`FIRST_DUE`] later when failed, never again when delivered or dead.
+fn attempt_and_update(
+    delivery_id: i64,
+    number: i32,
+    at: OffsetDateTime,
+    status: DeliveryStatus,
+) -> (DeliveryAttempt, DeliveryUpdate) {
+    let delivered = status == DeliveryStatus::Delivered;
+    let attempt = DeliveryAttempt {
+        delivery_id,
+        attempt_number: number,
+        started_at: at,
+        duration_ms: 12,
+        status_code: Some(if delivered { 200 } else { 503 }),
+        error_class: (!delivered).then(|| "http_503".to_owned()),
+        error_detail: None,
+    };
+    let update = DeliveryUpdate {
+        status,
+        attempt_count: number,
+        last_attempted_at: at,
+        next_retry_at: (status == DeliveryStatus::Failed).then_some(at + FIRST_DUE),
+        error_detail: (!delivered).then(|| "http_503".to_owned()),
+    };
+    (attempt, update)
+}
+
+/// Claims `row` when it is due and records its first attempt, which leaves it `status` (due again at `next` when
+/// failed); returns the row as stored.
+fn attempt_once(
+    store: &dyn WebhookStore,
+    row: &Delivery,
+    status: DeliveryStatus,
+    next: Option<OffsetDateTime>,
+) -> Delivery {
+    let due = row.next_retry_at.expect("a due row");
+    let lease = due + LEASE;
+    assert_eq!(store.claim(&[row.id], due, lease).expect("claim").len(), 1, "row {} is claimable", row.id);
+    let (attempt, mut update) = attempt_and_update(row.id, row.attempt_count + 1, due, status);
+    update.next_retry_at = next;
+    assert!(store.record_attempt(&attempt, lease, &update).expect("record"), "row {} records", row.id);
+    store.delivery(row.id).expect("read").expect("the row")
+}
+
+/// `count` deliveries of `webhook_id` created at `created_at`, each with one attempt that left it `status`, made
+/// with a few group calls (inserted claimed, so the attempts need no claim).
+fn history(
+    store: &dyn WebhookStore,
+    webhook_id: i64,
+    count: usize,
+    status: DeliveryStatus,
+    created_at: OffsetDateTime,
+) -> Vec<i64> {
+    let claimed = NewDelivery { claimed: true, ..new_delivery(webhook_id, "s", created_at) };
+    let inserted = store.insert_deliveries(&vec![claimed; count]).expect("insert deliveries");
+    let rows: Vec<Delivery> = inserted.into_iter().map(|outcome| outcome.expect("inserted")).collect();
+    let outcome = if status == DeliveryStatus::Pending { DeliveryStatus::Dead } else { status };
+    let records: Vec<AttemptRecord> = rows
+        .iter()
+        .map(|row| {
+            let lease = row.next_retry_at.expect("a lease");
+            let (attempt, update) = attempt_and_update(row.id, 1, created_at + Duration::seconds(1), outcome);
+            AttemptRecord { attempt, lease, update }
+        })
+        .collect();
+    assert!(store.record_attempts(&records).expect("record attempts").into_iter().all(|applied| applied));
+    if status == DeliveryStatus::Pending {
+        // A pending row with history: a dead one an operator sent back.
+        for row in &rows {
+            assert!(matches!(store.retry_now(row.id, created_at).expect("retry now"), RetryNowOutcome::Reset(_)));
+        }
+    }
+    rows.iter().map(|row| row.id).collect()
+}
+
+fn everything() -> DeliveryFilter {
+    DeliveryFilter {
+        session_id: None,
+        status: None,
+        created_from: None,
+        created_before: None,
+        after_id: None,
+        limit: 10_000,
+    }
+}
+
+fn listed(store: &dyn WebhookStore, filter: &DeliveryFilter) -> Vec<i64> {
+    store.list_deliveries(filter).expect("list").iter().map(|row| row.id).collect()
+}
+
+fn due_ids(store: &dyn WebhookStore, now: OffsetDateTime, limit: usize) -> Vec<i64> {
+    store.due_deliveries(now, limit).expect("due").iter().map(|row| row.id).collect()
+}
+
+/// A config reads back as created, its secret included; the `(source_identifier, event_type)` pair is unique (a
+/// second one is a [`StoreError::Conflict`] and writes nothing) while either half alone may repeat; configs list by
+/// id; a missing id reads as `None`.
+pub fn configs_round_trip_keep_their_secret_and_are_unique_per_source_and_event_type(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let created_at = at + Duration::milliseconds(1_250);
+    let created = store.create_config(&new_config("github", "push", created_at)).expect("create");
+    assert_eq!(store.config(created.id).expect("read"), Some(created.clone()));
+    assert_eq!(created.secret.expose(), "It's a Secret to Everybody");
+    assert_eq!((created.created_at, created.target_url.as_str()), (created_at, "https://example.com/github/push"));
+    let again =
+        store.create_config(&NewWebhookConfig { agent_intent: "other".into(), ..new_config("github", "push", at) });
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    assert_eq!(store.list_configs().expect("list"), std::slice::from_ref(&created), "the refused config wrote nothing");
+    let other_event = store.create_config(&new_config("github", "release", at)).expect("create");
+    let other_source = store.create_config(&new_config("stripe", "push", at)).expect("create");
+    assert_eq!(store.list_configs().expect("list"), [created.clone(), other_event, other_source.clone()]);
+    assert_eq!(store.config(other_source.id + 1_000).expect("read"), None);
+}
+
+/// Deleting a config deletes its deliveries, their attempts and their idempotency keys, and nothing of other
+/// configs; it answers whether there was a config. An attempt still in flight when its config went records nothing
+/// and is not an error, and a delivery for the deleted config is a [`StoreError::Conflict`].
+pub fn deleting_a_config_deletes_its_deliveries_their_attempts_and_their_keys(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let doomed = config(store, "github", at);
+    let kept = config(store, "stripe", at);
+    let row = insert(store, &keyed(doomed.id, "order-1", at));
+    let attempted =
+        attempt_once(store, &insert(store, &new_delivery(doomed.id, "s", at)), DeliveryStatus::Delivered, None);
+    let other = attempt_once(store, &insert(store, &new_delivery(kept.id, "s", at)), DeliveryStatus::Delivered, None);
+    let lease = row.next_retry_at.expect("due") + LEASE;
+    store.claim(&[row.id], row.next_retry_at.expect("due"), lease).expect("claim");
+
+    assert!(store.delete_config(doomed.id).expect("delete"));
+    assert!(!store.delete_config(doomed.id).expect("delete"), "nothing left to delete");
+    assert_eq!(store.config(doomed.id).expect("read"), None);
+    assert_eq!(store.list_configs().expect("list"), std::slice::from_ref(&kept));
+    for gone in [row.id, attempted.id] {
+        assert_eq!(store.delivery(gone).expect("read"), None);
+        assert!(store.attempts(gone).expect("attempts").is_empty(), "delivery {gone}'s attempts went with it");
+    }
+    assert_eq!(listed(store, &everything()), [other.id]);
+    assert_eq!(store.attempts(other.id).expect("attempts").len(), 1, "other configs keep their history");
+
+    let (in_flight, update) = attempt_and_update(row.id, 1, at + FIRST_DUE, DeliveryStatus::Failed);
+    assert!(!store.record_attempt(&in_flight, lease, &update).expect("record"), "nothing to record against");
+    assert!(store.attempts(row.id).expect("attempts").is_empty());
+    let late = store.insert_delivery(&new_delivery(doomed.id, "s", at));
+    assert!(matches!(late, Err(StoreError::Conflict(_))), "{late:?}");
+    assert_eq!(store.delivery_by_idempotency_key(&key("order-1")).expect("read"), None);
+    insert(store, &keyed(kept.id, "order-1", at));
+}
+
+/// Deleting a config whose history is larger than a delete batch ([`HISTORY_BEYOND_A_DELETE_BATCH`] deliveries,
+/// each with an attempt) deletes all of it, and nothing of another config's.
+pub fn a_config_with_more_history_than_a_delete_batch_is_deleted_whole(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let doomed = config(store, "github", at);
+    let kept = config(store, "stripe", at);
+    let gone = history(store, doomed.id, HISTORY_BEYOND_A_DELETE_BATCH, DeliveryStatus::Delivered, at);
+    let stay = history(store, kept.id, 3, DeliveryStatus::Delivered, at);
+    assert!(store.delete_config(doomed.id).expect("delete"));
+    assert_eq!(store.config(doomed.id).expect("read"), None);
+    assert_eq!(listed(store, &everything()), stay);
+    for id in &gone {
+        assert!(store.attempts(*id).expect("attempts").is_empty(), "delivery {id} left attempts behind");
+    }
+    for id in &stay {
+        assert_eq!(store.attempts(*id).expect("attempts").len(), 1);
+    }
+}
+
+/// A delivery is inserted `pending`, never attempted, due at its `next_retry_at`, and reads back as written; ids
+/// ascend; a missing id reads as `None`; a delivery for a config that does not exist is a [`StoreError::Conflict`].
+pub fn a_delivery_is_inserted_pending_and_one_for_a_missing_config_is_a_conflict(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let created_at = at + Duration::milliseconds(7_001);
+    let new =
+        NewDelivery { payload: r#"{"card":"x","n":[1,2]}"#.into(), ..new_delivery(config.id, "session-9", created_at) };
+    let row = insert(store, &new);
+    let expected = Delivery {
+        id: row.id,
+        webhook_id: config.id,
+        session_id: "session-9".into(),
+        payload: new.payload.clone(),
+        target_url: new.target_url.clone(),
+        signature: new.signature.clone(),
+        status: DeliveryStatus::Pending,
+        attempt_count: 0,
+        last_attempted_at: None,
+        next_retry_at: Some(created_at + FIRST_DUE),
+        created_at,
+        error_detail: None,
+    };
+    assert_eq!(row, expected);
+    assert_eq!(store.delivery(row.id).expect("read"), Some(expected));
+    assert!(store.attempts(row.id).expect("attempts").is_empty());
+    let next = insert(store, &new_delivery(config.id, "s", at));
+    assert!(next.id > row.id);
+    assert_eq!(store.delivery(next.id + 1_000).expect("read"), None);
+    let orphan = store.insert_delivery(&new_delivery(config.id + 1_000, "s", at));
+    assert!(matches!(orphan, Err(StoreError::Conflict(_))), "{orphan:?}");
+    assert_eq!(listed(store, &everything()), [row.id, next.id], "the refused delivery wrote nothing");
+}
+
+/// An `Idempotency-Key` is unique among deliveries: a second insert with it is a [`StoreError::Conflict`] and
+/// writes nothing, the key finds its delivery, an unknown key finds none, and deliveries without a key never
+/// collide.
+pub fn an_idempotency_key_is_unique_and_finds_its_delivery(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let config = config(store, "github", at);
+    let first = insert(store, &keyed(config.id, "order-42", at));
+    let again = store.insert_delivery(&keyed(config.id, "order-42", at + Duration::seconds(1)));
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    assert_eq!(store.delivery_by_idempotency_key(&key("order-42")).expect("read"), Some(first.clone()));
+    assert_eq!(store.delivery_by_idempotency_key(&key("other")).expect("read"), None);
+    let unkeyed = [insert(store, &new_delivery(config.id, "s", at)), insert(store, &new_delivery(config.id, "s", at))];
+    assert_eq!(listed(store, &everything()), [first.id, unkeyed[0].id, unkeyed[1].id]);
+}
+
+/// A group insert answers one outcome per delivery, in order: a delivery a constraint refuses (its config missing,
+/// its key held by an earlier row or by an earlier delivery of the same group) fails alone with
+/// [`StoreError::Conflict`], and exactly the others are written. An empty group writes nothing.
+pub fn a_group_insert_fails_only_the_deliveries_a_constraint_refuses(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let config = config(store, "github", at);
+    let holder = insert(store, &keyed(config.id, "k-0", at));
+    let outcomes = store
+        .insert_deliveries(&[
+            new_delivery(config.id, "a", at),
+            keyed(config.id, "k-1", at),
+            new_delivery(config.id + 1_000, "no such config", at),
+            keyed(config.id, "k-1", at),
+            keyed(config.id, "k-0", at),
+            new_delivery(config.id, "b", at),
+        ])
+        .expect("insert deliveries");
+    assert_eq!(outcomes.len(), 6);
+    let refused: Vec<bool> = outcomes.iter().map(|outcome| matches!(outcome, Err(StoreError::Conflict(_)))).collect();
+    assert_eq!(refused, [false, false, true, true, true, false], "{outcomes:?}");
+    let accepted: Vec<&Delivery> = outcomes.iter().flatten().collect();
+    let sessions: Vec<&str> = accepted.iter().map(|row| row.session_id.as_str()).collect();
+    assert_eq!(sessions, ["a", "s", "b"]);
+    let inserted: Vec<i64> = accepted.iter().map(|row| row.id).collect();
+    assert_eq!(listed(store, &everything()), [&[holder.id][..], &inserted].concat(), "exactly the accepted rows");
+    assert_eq!(store.delivery_by_idempotency_key(&key("k-0")).expect("read"), Some(holder));
+    assert_eq!(store.delivery_by_idempotency_key(&key("k-1")).expect("read").map(|row| row.id), Some(inserted[1]));
+    assert!(store.insert_deliveries(&[]).expect("an empty group").is_empty());
+}
+
+/// A delivery inserted already claimed (its inserter makes the first attempt at once) holds its claim until its
+/// `next_retry_at`: it is neither due nor claimable before, the attempt recorded under that lease applies, and if
+/// none is recorded the row is due again when the lease ends.
+pub fn a_delivery_inserted_claimed_waits_for_its_lease_and_its_attempt_applies(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let lease = at + LEASE;
+    let claimed = NewDelivery { claimed: true, next_retry_at: lease, ..new_delivery(config.id, "s", at) };
+    let attempted = insert(store, &claimed);
+    let abandoned = insert(store, &claimed);
+    assert_eq!((attempted.status, attempted.next_retry_at), (DeliveryStatus::Pending, Some(lease)));
+    assert!(due_ids(store, lease - Duration::milliseconds(1), 10).is_empty());
+    assert!(store.claim(&[attempted.id, abandoned.id], at, at + Duration::minutes(1)).expect("claim").is_empty());
+
+    let (attempt, update) = attempt_and_update(attempted.id, 1, at, DeliveryStatus::Delivered);
+    assert!(store.record_attempt(&attempt, lease, &update).expect("record"));
+    let stored = store.delivery(attempted.id).expect("read").expect("the row");
+    assert_eq!((stored.status, stored.attempt_count, stored.next_retry_at), (DeliveryStatus::Delivered, 1, None));
+    assert_eq!(due_ids(store, lease, 10), [abandoned.id], "an attempt that never reported is due at the lease's end");
+}
+
+/// The poll's read: rows `pending` or `failed` with `next_retry_at <= now`, oldest `next_retry_at` first whatever
+/// their status, ties by id, at most `limit` (taken after ordering both statuses together), each with its target and
+/// due time; `delivered` and `dead` rows never, however old.
+pub fn due_rows_are_oldest_first_across_pending_and_failed_ties_by_id_never_delivered_or_dead(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let seconds = |n: i64| at + Duration::seconds(n);
+    let mut rows: Vec<Delivery> = (0..6).map(|n| insert(store, &new_delivery(config.id, "s", seconds(n)))).collect();
+    rows.push(insert(store, &new_delivery(config.id, "s", seconds(10))));
+    rows.push(insert(
+        store,
+        &NewDelivery { target_url: "https://example.com/b".into(), ..new_delivery(config.id, "s", seconds(70)) },
+    ));
+    // Pending rows are due 30 s after creation: r0 at 30, r2 at 32, r6 at 40, r7 at 100. r1 and r3 fail once,
+    // due again at 40 (a tie with r6, across statuses) and at 31; r4 is delivered and r5 dead.
+    attempt_once(store, &rows[1], DeliveryStatus::Failed, Some(seconds(40)));
+    attempt_once(store, &rows[3], DeliveryStatus::Failed, Some(seconds(31)));
+    attempt_once(store, &rows[4], DeliveryStatus::Delivered, None);
+    attempt_once(store, &rows[5], DeliveryStatus::Dead, None);
+    let id = |index: usize| rows[index].id;
+
+    assert_eq!(due_ids(store, at + Duration::days(1), 10), [id(0), id(3), id(2), id(1), id(6), id(7)]);
+    assert_eq!(
+        due_ids(store, at + Duration::days(1), 2),
+        [id(0), id(3)],
+        "the limit applies after merging both statuses"
+    );
+    assert_eq!(due_ids(store, seconds(40), 10), [id(0), id(3), id(2), id(1), id(6)], "due at `now` is due");
+    assert_eq!(due_ids(store, seconds(40) - Duration::milliseconds(1), 10), [id(0), id(3), id(2)]);
+    assert!(due_ids(store, seconds(30) - Duration::milliseconds(1), 10).is_empty());
+    let last = store.due_deliveries(at + Duration::days(1), 10).expect("due").pop();
+    assert_eq!(
+        last,
+        Some(DueDelivery { id: id(7), target_url: "https://example.com/b".into(), next_retry_at: seconds(100) })
+    );
+}
+
+/// A claim takes the due rows among `ids` (a missing or not-yet-due id is skipped) by moving their `next_retry_at`
+/// to the lease's end, which hides them from the poll and from other claims until then, and returns them whole. An
+/// attempt's outcome applies only while the row carries its claim: the lease instant and the attempt count
+/// (`attempt_number - 1`) must both match; otherwise, and for an outcome recorded twice, the row is untouched but the
+/// attempt is still history. A delivery that does not exist records nothing.
+pub fn a_claim_hides_the_row_until_its_lease_ends_and_only_the_claimant_records(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let row = insert(store, &new_delivery(config.id, "s", at));
+    let due_at = at + FIRST_DUE;
+    assert!(due_ids(store, due_at - Duration::milliseconds(1), 10).is_empty());
+    assert_eq!(
+        store.due_deliveries(due_at, 10).expect("due"),
+        [DueDelivery { id: row.id, target_url: row.target_url.clone(), next_retry_at: due_at }]
+    );
+    assert!(store.claim(&[row.id], due_at - Duration::milliseconds(1), due_at + LEASE).expect("claim").is_empty());
+
+    let lease = due_at + Duration::milliseconds(15_123);
+    let claimed = store.claim(&[row.id, row.id + 1_000], due_at, lease).expect("claim");
+    assert_eq!(claimed, [Delivery { next_retry_at: Some(lease), ..row.clone() }]);
+    assert!(store.claim(&[row.id], due_at, lease).expect("claim").is_empty(), "claimed twice");
+    assert!(store.claim(&[row.id], lease - Duration::milliseconds(1), lease + LEASE).expect("claim").is_empty());
+    assert!(due_ids(store, lease - Duration::milliseconds(1), 10).is_empty());
+    assert_eq!(due_ids(store, lease, 10), [row.id], "due again when the lease ends");
+
+    let (attempt, update) = attempt_and_update(row.id, 1, due_at, DeliveryStatus::Failed);
+    let wrong_lease = lease + Duration::milliseconds(1);
+    assert!(!store.record_attempt(&attempt, wrong_lease, &update).expect("record"), "wrong lease");
+    let stale = DeliveryAttempt { attempt_number: 3, ..attempt.clone() };
+    assert!(!store.record_attempt(&stale, lease, &update).expect("record"), "wrong attempt count");
+    assert_eq!(store.delivery(row.id).expect("read"), Some(claimed[0].clone()), "neither touched the row");
+    assert!(store.record_attempt(&attempt, lease, &update).expect("record"));
+    let stored = store.delivery(row.id).expect("read").expect("the row");
+    assert_eq!((stored.status, stored.attempt_count), (DeliveryStatus::Failed, 1));
+    assert_eq!((stored.next_retry_at, stored.last_attempted_at), (update.next_retry_at, Some(due_at)));
+    assert_eq!(stored.error_detail.as_deref(), Some("http_503"));
+    assert!(!store.record_attempt(&attempt, lease, &update).expect("record"), "an outcome applies once");
+    assert_eq!(store.delivery(row.id).expect("read"), Some(stored));
+    let history = store.attempts(row.id).expect("attempts");
+    assert_eq!(history, [attempt.clone(), stale, attempt.clone(), attempt], "every attempt is history, oldest first");
+
+    let (ghost, ghost_update) = attempt_and_update(row.id + 1_000, 1, due_at, DeliveryStatus::Failed);
+    assert!(!store.record_attempt(&ghost, lease, &ghost_update).expect("record"));
+    assert!(store.attempts(row.id + 1_000).expect("attempts").is_empty());
+}
+
+/// [`WebhookStore::claim_each`] claims several rows, each by its own due time (a row that is not due by its own is
+/// left, whatever the others'), all until one lease, and hides them like a claim; [`WebhookStore::record_attempts`]
+/// answers each attempt by whether it applied, and keeps the history of those that did not.
+pub fn claim_each_takes_each_row_by_its_own_due_time_and_record_attempts_answers_each(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let rows: Vec<Delivery> =
+        (0..3).map(|index| insert(store, &new_delivery(config.id, &format!("s{index}"), at))).collect();
+    let due = |row: &Delivery| row.next_retry_at.expect("due");
+    let lease = at + Duration::seconds(45);
+    // The third asks with a due time before its own: it changed since it was read, so it is not claimed.
+    let claims = [(rows[0].id, due(&rows[0])), (rows[1].id, due(&rows[1])), (rows[2].id, at)];
+    let claimed = store.claim_each(&claims, lease).expect("claim each");
+    assert_eq!(
+        claimed.iter().map(|row| (row.id, row.next_retry_at)).collect::<Vec<_>>(),
+        [(rows[0].id, Some(lease)), (rows[1].id, Some(lease))]
+    );
+    assert!(store.claim_each(&claims, lease).expect("claim each").is_empty(), "hidden until the lease ends");
+    assert!(store.claim_each(&[], lease).expect("claim nothing").is_empty());
+
+    let record = |row: &Delivery| {
+        let (attempt, update) = attempt_and_update(row.id, 1, at + Duration::seconds(31), DeliveryStatus::Failed);
+        AttemptRecord { attempt, lease, update }
+    };
+    let recorded = store.record_attempts(&[record(&rows[0]), record(&rows[1]), record(&rows[2])]).expect("record");
+    assert_eq!(recorded, [true, true, false], "the unclaimed row keeps its state; its attempt is history only");
+    assert_eq!(store.delivery(rows[0].id).expect("read").map(|row| row.status), Some(DeliveryStatus::Failed));
+    assert_eq!(store.delivery(rows[2].id).expect("read"), Some(rows[2].clone()));
+    assert_eq!(store.attempts(rows[2].id).expect("attempts").len(), 1);
+    assert!(store.record_attempts(&[]).expect("record nothing").is_empty());
+}
+
+/// "Retry now" resets a `failed` or `dead` row to `pending` with no attempts, due at the given instant, keeping its
+/// last error and history; a `pending` or `delivered` row is not allowed (and untouched), a missing one not found.
+/// An attempt still in flight under the old claim no longer applies.
+pub fn retry_now_resets_only_failed_or_dead_rows(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let config = config(store, "github", at);
+    let pending = insert(store, &new_delivery(config.id, "s", at));
+    assert_eq!(store.retry_now(pending.id, at).expect("retry"), RetryNowOutcome::NotAllowed(DeliveryStatus::Pending));
+    assert_eq!(store.retry_now(pending.id + 1_000, at).expect("retry"), RetryNowOutcome::NotFound);
+    let delivered =
+        attempt_once(store, &insert(store, &new_delivery(config.id, "s", at)), DeliveryStatus::Delivered, None);
+    assert_eq!(
+        store.retry_now(delivered.id, at).expect("retry"),
+        RetryNowOutcome::NotAllowed(DeliveryStatus::Delivered)
+    );
+    assert_eq!(store.delivery(delivered.id).expect("read"), Some(delivered));
+    assert_eq!(store.delivery(pending.id).expect("read"), Some(pending.clone()));
+
+    let row = insert(store, &new_delivery(config.id, "s", at));
+    let due = at + FIRST_DUE;
+    let lease = due + LEASE;
+    store.claim(&[row.id], due, lease).expect("claim");
+    let (attempt, mut update) = attempt_and_update(row.id, 1, due, DeliveryStatus::Dead);
+    update.attempt_count = 6;
+    assert!(store.record_attempt(&attempt, lease, &update).expect("record"));
+    let later = at + Duration::hours(9);
+    let RetryNowOutcome::Reset(reset) = store.retry_now(row.id, later).expect("retry") else {
+        panic!("dead row not reset")
+    };
+    assert_eq!((reset.status, reset.attempt_count, reset.next_retry_at), (DeliveryStatus::Pending, 0, Some(later)));
+    assert_eq!(reset.error_detail.as_deref(), Some("http_503"), "the last error stays visible");
+    assert_eq!(store.delivery(row.id).expect("read"), Some(reset.clone()));
+    assert_eq!(store.attempts(row.id).expect("attempts"), [attempt]);
+    assert_eq!(due_ids(store, later, 10), [pending.id, row.id]);
+
+    // A failed row whose attempt is still in flight: reset under it, the attempt's outcome no longer applies.
+    let failed =
+        attempt_once(store, &insert(store, &new_delivery(config.id, "s", at)), DeliveryStatus::Failed, Some(later));
+    let in_flight_lease = later + LEASE;
+    store.claim(&[failed.id], later, in_flight_lease).expect("claim");
+    assert!(matches!(store.retry_now(failed.id, later).expect("retry"), RetryNowOutcome::Reset(_)));
+    let (second, second_update) = attempt_and_update(failed.id, 2, later, DeliveryStatus::Delivered);
+    assert!(!store.record_attempt(&second, in_flight_lease, &second_update).expect("record"));
+    let stored = store.delivery(failed.id).expect("read").expect("the row");
+    assert_eq!((stored.status, stored.attempt_count), (DeliveryStatus::Pending, 0));
+}
+
+/// The forensic inspector's query: every filter narrows (session, status, `created_from` inclusive,
+/// `created_before` exclusive), rows come by ascending id in keyset pages (`after_id` excluded, at most `limit`).
+pub fn the_inspector_filters_and_pages_by_id(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let config = config(store, "github", at);
+    let seconds = |n: i64| at + Duration::seconds(n);
+    let rows: Vec<Delivery> = (0..8)
+        .map(|n| insert(store, &new_delivery(config.id, if n % 2 == 0 { "even" } else { "odd" }, seconds(n))))
+        .collect();
+    let id = |index: usize| rows[index].id;
+    // Row 4 (even) fails once: it drops out of a `pending` filter.
+    attempt_once(store, &rows[4], DeliveryStatus::Failed, Some(at + Duration::hours(1)));
+    let page = |after_id, limit| DeliveryFilter {
+        session_id: Some("even".into()),
+        status: Some(DeliveryStatus::Pending),
+        created_from: Some(seconds(2)),
+        created_before: Some(seconds(8)),
+        after_id,
+        limit,
+    };
+    assert_eq!(listed(store, &page(None, 10)), [id(2), id(6)]);
+    assert_eq!(listed(store, &page(None, 1)), [id(2)]);
+    assert_eq!(listed(store, &page(Some(id(2)), 1)), [id(6)]);
+    assert!(listed(store, &page(Some(id(6)), 1)).is_empty());
+
+    let all = everything();
+    assert_eq!(listed(store, &all), rows.iter().map(|row| row.id).collect::<Vec<_>>());
+    let in_window = DeliveryFilter { created_from: Some(seconds(2)), created_before: Some(seconds(6)), ..all.clone() };
+    assert_eq!(listed(store, &in_window), [id(2), id(3), id(4), id(5)]);
+    assert_eq!(
+        listed(store, &DeliveryFilter { session_id: Some("odd".into()), ..all.clone() }),
+        [id(1), id(3), id(5), id(7)]
+    );
+    assert_eq!(listed(store, &DeliveryFilter { status: Some(DeliveryStatus::Failed), ..all.clone() }), [id(4)]);
+    assert!(listed(store, &DeliveryFilter { status: Some(DeliveryStatus::Dead), ..all.clone() }).is_empty());
+    assert_eq!(listed(store, &DeliveryFilter { after_id: Some(id(5)), limit: 2, ..all }), [id(6), id(7)]);
+}
+
+/// Retention: a prune deletes at most `limit` deliveries that are `delivered` or `dead` and were created strictly
+/// before the cut-off, with their attempts and idempotency keys, and answers how many went; repeated, it takes the
+/// rest a batch at a time, then nothing. `pending` and `failed` deliveries are never pruned, however old.
+pub fn pruning_takes_only_old_finished_deliveries_a_batch_at_a_time(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let config = config(store, "github", at);
+    let cutoff = at + Duration::days(30);
+    let mut old = Vec::new();
+    let mut recent = Vec::new();
+    for status in DeliveryStatus::ALL {
+        old.extend(history(store, config.id, 3, status, at).into_iter().map(|id| (id, status)));
+        recent.extend(history(store, config.id, 2, status, cutoff).into_iter().map(|id| (id, status)));
+    }
+    // One old delivered row holds an idempotency key, which goes with it.
+    let receipt =
+        attempt_once(store, &insert(store, &keyed(config.id, "receipt-1", at)), DeliveryStatus::Delivered, None);
+
+    assert_eq!(store.prune_finished_deliveries(cutoff, 4).expect("prune"), 4);
+    assert_eq!(
+        store.prune_finished_deliveries(cutoff, 4).expect("prune"),
+        3,
+        "3 delivered + 3 dead + 1 were old enough"
+    );
+    assert_eq!(store.prune_finished_deliveries(cutoff, 4).expect("prune"), 0);
+
+    let finished = |status: DeliveryStatus| !status.is_awaiting_attempt();
+    for (id, status) in
+        old.iter().filter(|(_, status)| finished(*status)).chain([&(receipt.id, DeliveryStatus::Delivered)])
+    {
+        assert_eq!(store.delivery(*id).expect("read"), None, "old {status} delivery {id} was not pruned");
+        assert!(store.attempts(*id).expect("attempts").is_empty(), "old {status} delivery {id} left attempts");
+    }
+    for (id, status) in old.iter().filter(|(_, status)| !finished(*status)).chain(&recent) {
+        let kept = store.delivery(*id).expect("read").map(|row| row.status);
+        assert_eq!(kept, Some(*status), "delivery {id} was pruned");
+        assert_eq!(store.attempts(*id).expect("attempts").len(), 1, "delivery {id} lost its history");
+    }
+    assert_eq!(store.delivery_by_idempotency_key(&key("receipt-1")).expect("read"), None);
+    insert(store, &keyed(config.id, "receipt-1", at));
+}
+
+/// The poll's claim is a leader-only write: [`WebhookStore::claim_fenced`] under an older token than the newest the
+/// store has seen is refused with [`StoreError::Fenced`] and claims nothing; a newer token raises the newest, which
+/// [`FencingEpoch::newest_token`] reports. A plain [`WebhookStore::claim`] (an immediate attempt, which any instance
+/// may make) is not fenced and leaves the epoch alone, and neither is a claim of no rows. Expects a store that has
+/// seen no token above 1.
+pub fn the_polls_claims_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch<S>(
+    store: &S,
+    at: OffsetDateTime,
+) where
+    S: WebhookStore + FencingEpoch,
+{
+    let config = config(store, "github", at);
+    let rows: Vec<Delivery> = (0..4).map(|_| insert(store, &new_delivery(config.id, "s", at))).collect();
+    let due = at + FIRST_DUE;
+    let lease = due + LEASE;
+    let claimed = store.claim_fenced(&[rows[0].id], due, lease, FencingToken(5)).expect("claim");
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(5));
+
+    let stale = store.claim_fenced(&[rows[1].id, rows[2].id], due, lease, FencingToken(4));
+    assert_eq!(stale, Err(StoreError::Fenced { token: FencingToken(4), newest: FencingToken(5) }));
+    for row in &rows[1..3] {
+        assert_eq!(store.delivery(row.id).expect("read"), Some(row.clone()), "the refused claim left no trace");
+    }
+    assert_eq!(due_ids(store, due, 10), [rows[1].id, rows[2].id, rows[3].id]);
+
+    assert_eq!(store.claim(&[rows[3].id], due, lease).expect("an unfenced claim").len(), 1);
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(5), "an unfenced claim raises nothing");
+    let claimed = store.claim_fenced(&[rows[1].id], due, lease, FencingToken(6)).expect("claim");
+    assert_eq!(claimed.iter().map(|row| row.id).collect::<Vec<_>>(), [rows[1].id]);
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(6), "a newer token raised the epoch");
+    let deposed = store.claim_fenced(&[rows[2].id], due, lease, FencingToken(5));
+    assert!(deposed.is_err_and(|error| error.is_fenced()), "the previous newest is refused from now on");
+
+    // A claim of nothing writes nothing, so it is neither refused nor raises the epoch.
+    assert_eq!(store.claim_fenced(&[], due, lease, FencingToken(1)), Ok(Vec::new()));
+    assert_eq!(store.claim_fenced(&[], due, lease, FencingToken(9)), Ok(Vec::new()));
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(6));
+}

@@ -1,0 +1,105 @@
+//! Leadership and fencing: the [`Leadership`] port ("am I leader, and with which token?"), its single-process
+//! implementation, and how stores refuse a deposed leader's writes.
+//!
+//! Every leader-only write carries its [`FencingToken`]; a store refuses one whose token is older than the newest
+//! it has seen ([`crate::StoreError::Fenced`], nothing written), a newer one raises that newest, and the check is
+//! part of the write itself. [`FencingEpoch`] reads the newest. The in-memory stores keep the rule with an
+//! [`EpochGate`]; a database adapter keeps the epoch in a table and checks it inside the write's transaction.
+
+use std::fmt::Debug;
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+use crate::store::StoreError;
+use crate::sync::lock;
+
+/// A leadership term. Every leader-only write carries it, and a store refuses writes of an older term than the
+/// newest it has seen.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct FencingToken(pub u64);
+
+/// "Am I leader, and with which token?" The timed loops (eviction, cron dispatch, webhook poll) only act
+/// while this answers `Some`.
+pub trait Leadership: Send + Sync + Debug {
+    fn current(&self) -> Option<FencingToken>;
+
+    /// A leader-only write made under `token` was refused by the store ([`StoreError::Fenced`]): another
+    /// instance took over. From now on this must not answer `token` again (a lease-based adapter steps down).
+    /// A single process is never fenced, so the default does nothing.
+    fn fenced(&self, token: FencingToken) {
+        let _ = token;
+    }
+}
+
+/// The newest leadership token a store has accepted: its fencing epoch. A new leader whose token would not be
+/// newer (a Redis that lost its data restarts its counter) raises its counter past this first.
+pub trait FencingEpoch: Send + Sync + Debug {
+    fn newest_token(&self) -> Result<FencingToken, StoreError>;
+}
+
+/// The single-process deployment: always leader, with a fixed token.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SingleProcessLeadership;
+
+impl Leadership for SingleProcessLeadership {
+    fn current(&self) -> Option<FencingToken> {
+        Some(FencingToken(1))
+    }
+}
+
+/// Fencing in memory: the newest token seen, and the check of a write's token against it.
+#[derive(Debug, Default)]
+pub struct EpochGate {
+    newest: Mutex<FencingToken>,
+}
+
+impl EpochGate {
+    /// Admits a write made under `token`: refused when it is older than the newest seen, which it raises
+    /// otherwise. Call it while holding the lock the write itself takes, so the check and the write are one step.
+    pub fn admit(&self, token: FencingToken) -> Result<(), StoreError> {
+        let mut newest = lock(&self.newest);
+        if token < *newest {
+            return Err(StoreError::Fenced { token, newest: *newest });
+        }
+        *newest = token;
+        Ok(())
+    }
+
+    pub fn newest(&self) -> FencingToken {
+        *lock(&self.newest)
+    }
+}
+
+impl FencingEpoch for EpochGate {
+    fn newest_token(&self) -> Result<FencingToken, StoreError> {
+        Ok(self.newest())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn older_tokens_are_refused_newer_ones_raise_the_epoch() {
+        let gate = EpochGate::default();
+        assert_eq!(gate.admit(FencingToken(3)), Ok(()));
+        assert_eq!(gate.admit(FencingToken(3)), Ok(()), "the same term writes again");
+        assert_eq!(
+            gate.admit(FencingToken(2)),
+            Err(StoreError::Fenced { token: FencingToken(2), newest: FencingToken(3) })
+        );
+        assert_eq!(gate.admit(FencingToken(5)), Ok(()));
+        assert_eq!(gate.newest_token(), Ok(FencingToken(5)));
+        assert!(gate.admit(FencingToken(3)).unwrap_err().is_fenced());
+    }
+
+    #[test]
+    fn a_single_process_always_leads_with_one_token() {
+        let leadership = SingleProcessLeadership;
+        assert_eq!(leadership.current(), Some(FencingToken(1)));
+        leadership.fenced(FencingToken(1));
+        assert_eq!(leadership.current(), Some(FencingToken(1)), "a single process is never deposed");
+    }
+}
