@@ -9,6 +9,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::ids::AgentId;
+use crate::store::StoreError;
 use crate::sync::lock;
 
 /// What the gateway knows of a live agent's capabilities: the identity of its latest accepted DecisionLog.
@@ -25,6 +26,12 @@ pub trait CapabilityMap: Send + Sync + Debug {
     fn register(&self, agent_id: &AgentId, entry: CapabilityEntry);
     fn remove_agent(&self, agent_id: &AgentId);
     fn get(&self, agent_id: &AgentId) -> Option<CapabilityEntry>;
+
+    /// The entries of `agent_ids`, in their order: what a page of live agents shows. May block on a shared store
+    /// (one round trip for the page rather than one per agent).
+    fn get_many(&self, agent_ids: &[AgentId]) -> Result<Vec<Option<CapabilityEntry>>, StoreError> {
+        Ok(agent_ids.iter().map(|agent_id| self.get(agent_id)).collect())
+    }
 }
 
 /// The capability map of a single process, bounded: past `capacity` agents, new ones are not registered.

@@ -35,9 +35,9 @@ pub enum LivenessRefusal {
 
 /// Where agent liveness is tracked.
 pub trait LivenessMap: Send + Sync + Debug {
-    /// Marks `agent_id` alive at `receipt`. On the request path: it must not block (a shared adapter records it
-    /// locally and writes in the background). Refused for an agent not tracked yet once the cap is reached; known
-    /// agents always update.
+    /// Marks `agent_id` alive at `receipt`. On the request path: it must not block (a shared adapter keeps it in
+    /// this process until [`LivenessMap::flush`]). Refused for an agent not tracked yet once the cap is reached;
+    /// known agents always update.
     fn record(
         &self,
         agent_id: &AgentId,
@@ -45,8 +45,23 @@ pub trait LivenessMap: Send + Sync + Debug {
         receipt: OffsetDateTime,
     ) -> Result<(), LivenessRefusal>;
 
-    /// Whether `agent_id` is tracked, as far as this instance knows (cheap, non-blocking).
+    /// Makes every receipt recorded so far visible to all instances, or fails. The heartbeat manager calls it
+    /// before it answers a heartbeat, so a 200 means "live everywhere". Blocks on a shared store; the in-process
+    /// map has nothing to do.
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Whether `agent_id` is tracked, as far as this instance knows (cheap, non-blocking): a shared map may not
+    /// know of an agent that heartbeats only to other instances.
     fn is_live(&self, agent_id: &AgentId) -> bool;
+
+    /// Whether a capability entry for `agent_id` may be registered: only live agents have one, which bounds the
+    /// capability map by this one. A shared map cannot tell without a round trip, so it says yes and its
+    /// capability map keeps only live agents' entries when it writes them.
+    fn may_hold_capabilities(&self, agent_id: &AgentId) -> bool {
+        self.is_live(agent_id)
+    }
 
     /// Tracked agents by id after `after`, at most `limit`. May block on a shared store: call it from a blocking
     /// thread.

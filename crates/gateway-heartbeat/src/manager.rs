@@ -89,8 +89,12 @@ struct Inner {
 impl HeartbeatManager {
     pub fn new(ports: HeartbeatPorts, config: HeartbeatConfig) -> Self {
         let HeartbeatPorts { liveness, store, capabilities, publisher, clock, leadership } = ports;
+        let shared = Arc::clone(&liveness);
         let upserts = Arc::new(GroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
             store.upsert_heartbeats(&records)?;
+            // These heartbeats' receipts were recorded before they were queued: after the flush they are live on
+            // every instance.
+            shared.flush()?;
             Ok(vec![(); records.len()])
         }));
         let inner = Inner {
@@ -122,7 +126,8 @@ impl HeartbeatManager {
     }
 
     /// The whole of `POST /gateway/heartbeat`: the map first (so a refused agent never reaches the database),
-    /// then the durable row, with the agent's own timestamp or the receipt time (FR-10.3).
+    /// then the durable row, with the agent's own timestamp or the receipt time (FR-10.3), and the receipt made
+    /// visible to every instance.
     pub async fn accept(&self, ping: HeartbeatPing) -> Result<(), HeartbeatError> {
         let receipt = self.inner.clock.now();
         self.track(&ping.agent_id, &ping.cluster_id, receipt)?;
@@ -138,7 +143,7 @@ impl HeartbeatManager {
     /// Records what an accepted DecisionLog says about its agent's capabilities, for agents that are live.
     /// Agents that never heartbeat get no entry, so the capability map stays bounded by the liveness map.
     pub fn note_capabilities(&self, agent_id: &AgentId, agent_type: &str, capability_version: &str) {
-        if self.inner.liveness.is_live(agent_id) {
+        if self.inner.liveness.may_hold_capabilities(agent_id) {
             let entry = CapabilityEntry {
                 agent_type: agent_type.to_owned(),
                 capability_version: capability_version.to_owned(),
@@ -207,11 +212,19 @@ impl HeartbeatManager {
     /// capabilities.
     pub async fn live_agents(&self, after: Option<AgentId>, limit: usize) -> Result<Vec<LiveAgent>, StoreError> {
         let liveness = Arc::clone(&self.inner.liveness);
-        let page = run_blocking(move || liveness.live_agents(after.as_ref(), limit)).await??;
+        let capabilities = Arc::clone(&self.inner.capabilities);
+        let (page, entries) = run_blocking(move || {
+            let page = liveness.live_agents(after.as_ref(), limit)?;
+            let ids: Vec<AgentId> = page.iter().map(|entry| entry.agent_id.clone()).collect();
+            let entries = capabilities.get_many(&ids)?;
+            Ok::<_, StoreError>((page, entries))
+        })
+        .await??;
         Ok(page
             .into_iter()
-            .map(|entry| LiveAgent {
-                capabilities: self.inner.capabilities.get(&entry.agent_id),
+            .zip(entries)
+            .map(|(entry, capabilities)| LiveAgent {
+                capabilities,
                 agent_id: entry.agent_id,
                 cluster_id: entry.cluster_id,
                 last_seen: entry.last_seen,

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use gateway_core::{
     AgentId, CapabilityMap, ClusterId, EventPayload, FencingToken, HeartbeatStore, InMemoryCapabilityMap,
-    InMemoryHeartbeatStore, InMemoryLiveness, ManualClock, RecordingPublisher, SingleProcessLeadership, Topic,
+    InMemoryHeartbeatStore, InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal, ManualClock, RecordingPublisher,
+    SingleProcessLeadership, StoreError, Topic,
 };
 use gateway_heartbeat::{
     CHECK_INTERVAL, EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatError, HeartbeatManager, HeartbeatPing,
@@ -25,12 +26,16 @@ struct Fixture {
 }
 
 async fn start(config: HeartbeatConfig) -> Fixture {
+    start_with(config, Arc::new(InMemoryLiveness::new(config.max_tracked_agents))).await
+}
+
+async fn start_with(config: HeartbeatConfig, liveness: Arc<dyn LivenessMap>) -> Fixture {
     let clock = ManualClock::at_fixed_start();
     let store = Arc::new(InMemoryHeartbeatStore::default());
     let capabilities = Arc::new(InMemoryCapabilityMap::new(config.max_tracked_agents));
     let publisher = Arc::new(RecordingPublisher::default());
     let ports = HeartbeatPorts {
-        liveness: Arc::new(InMemoryLiveness::new(config.max_tracked_agents)),
+        liveness,
         store: store.clone(),
         capabilities: capabilities.clone(),
         publisher: publisher.clone(),
@@ -54,6 +59,10 @@ fn agent(id: &str) -> AgentId {
 
 fn cluster() -> ClusterId {
     ClusterId::new("cluster-west").unwrap()
+}
+
+fn ping(id: &str, timestamp: Option<time::OffsetDateTime>) -> HeartbeatPing {
+    HeartbeatPing { agent_id: agent(id), cluster_id: cluster(), timestamp }
 }
 
 /// Moves both clocks: the manual wall clock the manager reads, and tokio's paused timer that drives the loop.
@@ -167,7 +176,6 @@ async fn the_cap_refuses_new_agents_but_known_ones_still_update() {
 async fn accept_persists_the_agents_timestamp_and_a_refused_agent_touches_nothing() {
     let fixture = start(HeartbeatConfig { max_tracked_agents: 1, ..HeartbeatConfig::default() }).await;
     let sent_at = time::macros::datetime!(2026-02-22 11:59:58 UTC);
-    let ping = |id: &str, timestamp| HeartbeatPing { agent_id: agent(id), cluster_id: cluster(), timestamp };
     fixture.manager.accept(ping("a", Some(sent_at))).await.unwrap();
     assert_eq!(fixture.store.heartbeat(&agent("a")).unwrap().unwrap().last_seen_at, sent_at);
 
@@ -220,4 +228,69 @@ fn defaults_are_the_fr_10_2_constants() {
     assert_eq!(config.eviction_threshold, Duration::from_secs(90));
     assert_eq!(config.check_interval, Duration::from_secs(30));
     assert_eq!(EVICTION_THRESHOLD, Duration::from_secs(90));
+}
+
+/// A shared map stand-in: the in-process map, whose flushes are counted and can be made to fail.
+#[derive(Debug)]
+struct FlushedLiveness {
+    map: InMemoryLiveness,
+    flushes: std::sync::atomic::AtomicUsize,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl LivenessMap for FlushedLiveness {
+    fn record(
+        &self,
+        agent_id: &AgentId,
+        cluster_id: &ClusterId,
+        receipt: time::OffsetDateTime,
+    ) -> Result<(), LivenessRefusal> {
+        self.map.record(agent_id, cluster_id, receipt)
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("shared liveness store down".into()));
+        }
+        self.flushes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn is_live(&self, agent_id: &AgentId) -> bool {
+        self.map.is_live(agent_id)
+    }
+
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError> {
+        self.map.live_agents(after, limit)
+    }
+
+    fn evict_silent(
+        &self,
+        now: time::OffsetDateTime,
+        threshold: time::Duration,
+        token: FencingToken,
+    ) -> Result<Vec<LiveEntry>, StoreError> {
+        self.map.evict_silent(now, threshold, token)
+    }
+
+    fn tracked_count(&self) -> usize {
+        self.map.tracked_count()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_is_answered_only_once_its_receipt_is_flushed_to_the_shared_map() {
+    let liveness = Arc::new(FlushedLiveness {
+        map: InMemoryLiveness::new(10),
+        flushes: Default::default(),
+        failing: Default::default(),
+    });
+    let fixture = start_with(HeartbeatConfig::default(), liveness.clone()).await;
+    fixture.manager.accept(ping("agent-1", None)).await.unwrap();
+    assert_eq!(liveness.flushes.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    liveness.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let refused = fixture.manager.accept(ping("agent-1", None)).await;
+    assert!(matches!(refused, Err(HeartbeatError::Store(StoreError::Unavailable(_)))), "{refused:?}");
+    fixture.shutdown.cancel();
 }
