@@ -212,9 +212,8 @@ mod tests {
     #[test]
     fn dropping_the_server_stops_it_and_two_servers_get_two_ports() {
         let test = "dropping_the_server_stops_it_and_two_servers_get_two_ports";
-        let (Some(first), Some(second)) = (RedisServer::start_or_skip(test), RedisServer::start_or_skip(test)) else {
-            return;
-        };
+        let Some(first) = RedisServer::start_or_skip(test) else { return };
+        let second = RedisServer::start().unwrap();
         assert_ne!(first.port(), second.port());
         let (port, dir) = (first.port(), first.dir().to_path_buf());
         drop(first);
