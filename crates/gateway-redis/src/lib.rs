@@ -7,7 +7,7 @@ pub mod rate;
 
 pub use error::Error;
 pub use leadership::{
-    ClusterStatus, LeaderStatus, LeaseTimings, LeadershipConfig, LeadershipPorts, RedisLeadership, RedisReachability,
+    ClusterStatus, LeaderStatus, LeadershipConfig, LeadershipPorts, LeaseTimings, RedisLeadership, RedisReachability,
     Role, Term,
 };
 pub use rate::{RateConfig, RedisDispatchRate};

@@ -299,9 +299,8 @@ impl DispatchRate for RedisDispatchRate {
             // It leaves the shared window within a second anyway.
             return;
         }
-        let removed = self.with_connection(|connection| {
-            redis::cmd("ZREM").arg(RATE_KEY).arg(&member).query::<i64>(connection)
-        });
+        let removed =
+            self.with_connection(|connection| redis::cmd("ZREM").arg(RATE_KEY).arg(&member).query::<i64>(connection));
         if let Err(error) = removed {
             self.went_down(Instant::now(), &error);
         }

@@ -171,7 +171,10 @@ fn running_in_ci() -> bool {
 
 /// What a test does when `redis-server` is missing: one line and return, or, in CI, fail.
 fn skip_or_fail(test: &str, in_ci: bool) {
-    assert!(!in_ci, "{test}: redis-server not found (install redis-server); CI=true, so this fails instead of skipping");
+    assert!(
+        !in_ci,
+        "{test}: redis-server not found (install redis-server); CI=true, so this fails instead of skipping"
+    );
     eprintln!("{}", skip_line(test));
 }
 
@@ -190,7 +193,8 @@ mod tests {
 
     #[test]
     fn starts_answers_ping_stops_and_starts_again_on_the_same_port() {
-        let Some(mut server) = RedisServer::start_or_skip("starts_answers_ping_stops_and_starts_again_on_the_same_port")
+        let Some(mut server) =
+            RedisServer::start_or_skip("starts_answers_ping_stops_and_starts_again_on_the_same_port")
         else {
             return;
         };
@@ -224,10 +228,7 @@ mod tests {
 
     #[test]
     fn a_missing_binary_skips_with_one_line_outside_ci_and_fails_in_ci() {
-        assert_eq!(
-            skip_line("some_test"),
-            "skipping some_test: redis-server not found (install redis-server)"
-        );
+        assert_eq!(skip_line("some_test"), "skipping some_test: redis-server not found (install redis-server)");
         skip_or_fail("some_test", false);
         let in_ci = std::panic::catch_unwind(|| skip_or_fail("some_test", true));
         let message = in_ci.unwrap_err();

@@ -111,7 +111,9 @@ impl LeaseTimings {
         if self.clock_drift_margin >= self.step_down_after
             || self.renew_interval >= self.step_down_after - self.clock_drift_margin
         {
-            return Err(Error::Config("the renew interval must be shorter than the step-down time less the margin".into()));
+            return Err(Error::Config(
+                "the renew interval must be shorter than the step-down time less the margin".into(),
+            ));
         }
         if self.step_down_after >= self.ttl {
             return Err(Error::Config("the step-down time must be shorter than the lease TTL".into()));
@@ -453,7 +455,8 @@ impl<B: LeaseBackend> Core<B> {
     /// The lease is ours since `sent`: get the term's token, above the store's newest.
     async fn open_term(&self, sent: Instant) {
         let epoch = Arc::clone(&self.epoch);
-        let newest = run_blocking(move || epoch.newest_token()).await.map_err(StoreError::from).and_then(|newest| newest);
+        let newest =
+            run_blocking(move || epoch.newest_token()).await.map_err(StoreError::from).and_then(|newest| newest);
         let floor = match newest {
             Ok(floor) => floor,
             Err(error) => {

@@ -75,9 +75,9 @@ impl FakeRedis {
         };
         match mode {
             Mode::Up => Ok(()),
-            Mode::Down => Err(Error::Redis(redis::RedisError::from(std::io::Error::from(
-                std::io::ErrorKind::ConnectionRefused,
-            )))),
+            Mode::Down => {
+                Err(Error::Redis(redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))))
+            }
             Mode::Hanging => {
                 tokio::time::sleep(limit).await;
                 Err(Error::Timeout(limit))
@@ -139,7 +139,8 @@ impl LeaseBackend for Arc<FakeRedis> {
         self.answer("leader", limit).await?;
         let mut state = lock(&self.state);
         let Some(holder) = FakeRedis::live_holder(&mut state).map(str::to_owned) else { return Ok(None) };
-        let epoch = state.term.as_ref().filter(|(instance, _)| *instance == holder).map(|(_, epoch)| FencingToken(*epoch));
+        let epoch =
+            state.term.as_ref().filter(|(instance, _)| *instance == holder).map(|(_, epoch)| FencingToken(*epoch));
         Ok(Some(LeaderStatus { instance_id: holder, epoch, since: None }))
     }
 }
