@@ -100,7 +100,9 @@ async fn until_marker(from: &RedisBridge, topic: &Topic, subscription: &mut Subs
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_published_on_one_instance_reaches_the_other_once_and_its_own_subscribers_once() {
-    let Some(redis) = RedisServer::start_or_skip("an_event_published_on_one_instance_reaches_the_other_once") else {
+    let Some(redis) = RedisServer::start_or_skip(
+        "an_event_published_on_one_instance_reaches_the_other_once_and_its_own_subscribers_once",
+    ) else {
         return;
     };
     let (a, b) = (Instance::start("gw-a", &redis), Instance::start("gw-b", &redis));

@@ -155,8 +155,9 @@ async fn a_crashed_leader_is_replaced_after_the_ttl_and_a_stopped_one_at_once() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_cannot_renew_steps_down_within_the_step_down_time_and_leads_again_after() {
-    let Some(mut redis) = RedisServer::start_or_skip("a_leader_that_cannot_renew_steps_down_within_the_step_down_time")
-    else {
+    let Some(mut redis) = RedisServer::start_or_skip(
+        "a_leader_that_cannot_renew_steps_down_within_the_step_down_time_and_leads_again_after",
+    ) else {
         return;
     };
     let store = Arc::new(EpochGate::default());

@@ -75,7 +75,9 @@ fn a_cancelled_start_frees_its_place_for_the_other_instance() {
 
 #[test]
 fn falls_back_to_the_instance_while_redis_is_down_and_goes_back_when_it_answers() {
-    let Some(mut redis) = RedisServer::start_or_skip("falls_back_to_the_instance_while_redis_is_down") else {
+    let Some(mut redis) =
+        RedisServer::start_or_skip("falls_back_to_the_instance_while_redis_is_down_and_goes_back_when_it_answers")
+    else {
         return;
     };
     let rate = rate(&redis, "a", 3);
