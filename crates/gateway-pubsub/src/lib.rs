@@ -1,5 +1,8 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(feature = "redis")]
+pub mod bridge;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +20,13 @@ pub struct PublishedEvent {
     pub event_type: &'static str,
     /// The event as a JSON object.
     pub json: String,
+}
+
+impl PublishedEvent {
+    /// Serializes `event`.
+    pub fn of(event: &Event) -> Self {
+        Self { id: event.id.clone(), event_type: event.event_type(), json: event.to_json() }
+    }
 }
 
 /// What a subscriber gets next.
@@ -82,6 +92,13 @@ impl Bus {
     pub fn topic_count(&self) -> usize {
         lock(&self.inner.topics).len()
     }
+
+    /// Hands an event serialized already (by another instance, through the bridge) to `topic`'s subscribers.
+    pub fn deliver(&self, topic: &Topic, event: Arc<PublishedEvent>) {
+        let Some(sender) = lock(&self.inner.topics).get(topic).cloned() else { return };
+        // An error only means the last subscriber left since the lookup; the event had no one to reach.
+        let _ = sender.send(event);
+    }
 }
 
 impl EventPublisher for Bus {
@@ -89,9 +106,8 @@ impl EventPublisher for Bus {
         let Some(sender) = lock(&self.inner.topics).get(topic).cloned() else {
             return Ok(());
         };
-        let published = PublishedEvent { id: event.id.clone(), event_type: event.event_type(), json: event.to_json() };
         // An error only means the last subscriber left since the lookup; the event had no one to reach.
-        let _ = sender.send(Arc::new(published));
+        let _ = sender.send(Arc::new(PublishedEvent::of(event)));
         Ok(())
     }
 }

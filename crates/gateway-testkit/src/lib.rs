@@ -1,9 +1,11 @@
 //! Support shared by the gateway's integration tests and its benchmarks (benches/): percentiles over a sample,
-//! sizes read from the environment, rates, and [`Receiver`], a recording HTTP server for webhook targets.
+//! sizes read from the environment, rates, [`Receiver`], a recording HTTP server for webhook targets, and
+//! [`redis::RedisServer`], a throwaway Redis.
 //!
 //! Nothing here is part of the gateway; it is a dev-dependency only.
 
 mod receiver;
+pub mod redis;
 mod sample;
 
 pub use receiver::{Receiver, Reply, Request, TimedOut};

@@ -1,0 +1,13 @@
+#![doc = include_str!("../README.md")]
+
+mod error;
+pub mod leadership;
+mod link;
+pub mod rate;
+
+pub use error::Error;
+pub use leadership::{
+    ClusterStatus, LeaderStatus, LeadershipConfig, LeadershipPorts, LeaseTimings, RedisLeadership, RedisReachability,
+    Role, Term,
+};
+pub use rate::{RateConfig, RedisDispatchRate};

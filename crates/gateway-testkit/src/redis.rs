@@ -1,0 +1,244 @@
+//! A throwaway Redis for tests: `redis-server` on a free loopback port, in a temporary directory, without
+//! persistence (`--save '' --appendonly no`), stopped when dropped.
+//!
+//! It can be stopped and started again on the same port, so failover tests can take Redis away and bring it back
+//! (empty: nothing is persisted, as after a restart of a Redis run without persistence).
+//!
+//! When `redis-server` is not installed, [`RedisServer::start_or_skip`] prints one line and returns `None`, so the
+//! test returns without asserting anything; with `CI=true` it panics instead, so CI never passes by skipping.
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a started server may take to answer PING.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Ports tried before giving up when another process takes the free port between the probe and the start.
+const PORT_ATTEMPTS: u32 = 5;
+/// The environment variable naming the `redis-server` binary to use instead of the one on `PATH`.
+pub const REDIS_SERVER_ENV: &str = "GATEWAY_TEST_REDIS_SERVER";
+
+/// Why a throwaway Redis could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisServerError {
+    #[error("redis-server not found (install redis-server)")]
+    NotFound,
+    #[error("could not start redis-server: {0}")]
+    Io(#[from] io::Error),
+    #[error("redis-server did not answer PING within {0:?} (its log: {1})")]
+    NotReady(Duration, PathBuf),
+}
+
+/// A `redis-server` child process on `127.0.0.1:<port>`.
+#[derive(Debug)]
+pub struct RedisServer {
+    binary: PathBuf,
+    port: u16,
+    /// Holds the server's working directory (and its log) until the server is dropped.
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers PING.
+    pub fn start() -> Result<Self, RedisServerError> {
+        let binary = find_redis_server().ok_or(RedisServerError::NotFound)?;
+        let dir = tempfile::Builder::new().prefix("gateway-redis-").tempdir()?;
+        let mut server = Self { binary, port: 0, dir, child: None };
+        let mut last_error = RedisServerError::NotFound;
+        for _ in 0..PORT_ATTEMPTS {
+            server.port = free_port()?;
+            match server.start_again() {
+                Ok(()) => return Ok(server),
+                // Most likely another process took the port between the probe and the bind: try another one.
+                Err(error) => last_error = error,
+            }
+        }
+        Err(last_error)
+    }
+
+    /// [`RedisServer::start`], or `None` after printing `skipping <test>: redis-server not found (install
+    /// redis-server)` when the binary is missing. Panics when it is missing and `CI=true`, or when the server is
+    /// there but does not start.
+    pub fn start_or_skip(test: &str) -> Option<Self> {
+        match Self::start() {
+            Ok(server) => Some(server),
+            Err(RedisServerError::NotFound) => {
+                skip_or_fail(test, running_in_ci());
+                None
+            }
+            Err(error) => panic!("{test}: {error}"),
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/`, what the gateway's `--redis-url` takes.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// Kills the server (SIGKILL: like a crash; it has nothing to persist anyway) and waits until it is gone.
+    /// Clients see their connections reset and new connections refused. Does nothing if it is stopped already.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty: nothing was persisted) and waits for PING. Does nothing
+    /// if it runs already.
+    pub fn start_again(&mut self) -> Result<(), RedisServerError> {
+        if self.is_running() {
+            return Ok(());
+        }
+        let log = self.dir.path().join("redis.log");
+        let child = Command::new(&self.binary)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .args(["--daemonize", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if ping(self.port).is_ok() {
+                return Ok(());
+            }
+            if !self.is_running() || Instant::now() >= deadline {
+                self.stop();
+                return Err(RedisServerError::NotReady(READY_TIMEOUT, log));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The directory the server runs in (its log is `redis.log` there).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `PING` over a raw connection: `Ok` once the server answers `+PONG`.
+pub fn ping(port: u16) -> io::Result<()> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_millis(200))?;
+    stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+    stream.write_all(b"PING\r\n")?;
+    let mut reply = [0u8; 7];
+    stream.read_exact(&mut reply)?;
+    if &reply == b"+PONG\r\n" {
+        Ok(())
+    } else {
+        // `-LOADING` and the like: not ready yet.
+        Err(io::Error::other(String::from_utf8_lossy(&reply).into_owned()))
+    }
+}
+
+/// `redis-server` from [`REDIS_SERVER_ENV`], or the first one on `PATH`.
+pub fn find_redis_server() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(REDIS_SERVER_ENV) {
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths).map(|dir| dir.join("redis-server")).find(|candidate| candidate.is_file())
+}
+
+fn running_in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| value == "true")
+}
+
+/// What a test does when `redis-server` is missing: one line and return, or, in CI, fail.
+fn skip_or_fail(test: &str, in_ci: bool) {
+    assert!(
+        !in_ci,
+        "{test}: redis-server not found (install redis-server); CI=true, so this fails instead of skipping"
+    );
+    eprintln!("{}", skip_line(test));
+}
+
+fn skip_line(test: &str) -> String {
+    format!("skipping {test}: redis-server not found (install redis-server)")
+}
+
+/// A port nothing listens on right now (the kernel's choice for port 0).
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn starts_answers_ping_stops_and_starts_again_on_the_same_port() {
+        let Some(mut server) =
+            RedisServer::start_or_skip("starts_answers_ping_stops_and_starts_again_on_the_same_port")
+        else {
+            return;
+        };
+        let port = server.port();
+        assert_eq!(server.url(), format!("redis://127.0.0.1:{port}/"));
+        assert!(server.is_running());
+        ping(port).unwrap();
+        server.stop();
+        assert!(!server.is_running());
+        assert!(ping(port).is_err(), "a stopped server refuses connections");
+        server.stop();
+        server.start_again().unwrap();
+        assert_eq!(server.port(), port);
+        ping(port).unwrap();
+        server.start_again().unwrap();
+        assert!(server.dir().join("redis.log").is_file());
+    }
+
+    #[test]
+    fn dropping_the_server_stops_it_and_two_servers_get_two_ports() {
+        let test = "dropping_the_server_stops_it_and_two_servers_get_two_ports";
+        let Some(first) = RedisServer::start_or_skip(test) else { return };
+        let second = RedisServer::start().unwrap();
+        assert_ne!(first.port(), second.port());
+        let (port, dir) = (first.port(), first.dir().to_path_buf());
+        drop(first);
+        assert!(ping(port).is_err());
+        assert!(!dir.exists(), "the temporary directory goes with the server");
+        ping(second.port()).unwrap();
+    }
+
+    #[test]
+    fn a_missing_binary_skips_with_one_line_outside_ci_and_fails_in_ci() {
+        assert_eq!(skip_line("some_test"), "skipping some_test: redis-server not found (install redis-server)");
+        skip_or_fail("some_test", false);
+        let in_ci = std::panic::catch_unwind(|| skip_or_fail("some_test", true));
+        let message = in_ci.unwrap_err();
+        let message = message.downcast_ref::<String>().unwrap();
+        assert!(message.contains("some_test") && message.contains("CI=true"), "{message}");
+    }
+
+    #[test]
+    fn ping_fails_on_a_port_nobody_serves() {
+        let port = free_port().unwrap();
+        assert!(ping(port).is_err());
+    }
+}
