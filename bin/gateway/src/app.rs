@@ -4,12 +4,14 @@
 use std::sync::Arc;
 
 use gateway_core::{
-    Clock, InMemoryCapabilityMap, InMemoryLiveness, Leadership, SingleProcessLeadership, SlidingWindowRate,
-    SystemClock, supervise_loop,
+    CapabilityMap, Clock, DispatchRate, EventPublisher, InMemoryCapabilityMap, InMemoryLiveness, Leadership,
+    LivenessMap, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
 };
 use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
+use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
+use gateway_redis::{LeadershipConfig, LeadershipPorts, LeaseTimings, RateConfig, RedisDispatchRate, RedisLeadership};
 use gateway_store::{DieselStore, WalCheckpointer};
 use gateway_webhooks::{DeliveryRetention, RetentionPorts, RouterPorts, UreqTransport, WebhookRouter};
 use tokio::sync::Semaphore;
@@ -17,7 +19,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::StartError;
-use crate::cluster::SingleInstance;
+use crate::cluster::Cluster;
 use crate::config::{AdminToken, Config};
 use crate::http::auth::OperatorAuth;
 use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
@@ -53,24 +55,30 @@ impl App {
             );
         }
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let leadership: Arc<dyn Leadership> = Arc::new(SingleProcessLeadership);
         let bus = Bus::default();
-        let heartbeat_config = config.heartbeat();
+        let stop_loops = CancellationToken::new();
+        let mut loops = JoinSet::new();
+        let coordination = Coordination::new(config, &store, &bus, &clock)?;
+        if let Some(redis) = &coordination.redis {
+            loops.spawn(supervise_loop(redis.leadership.clone(), stop_loops.clone()));
+            loops.spawn(supervise_loop(redis.bridge.clone(), stop_loops.clone()));
+        }
+        let Coordination { leadership, publisher, rate, liveness, capabilities, cluster, .. } = coordination;
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
-                liveness: Arc::new(InMemoryLiveness::new(heartbeat_config.max_tracked_agents)),
+                liveness,
                 store: Arc::new(store.clone()),
-                capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat_config.max_tracked_agents)),
-                publisher: Arc::new(bus.clone()),
+                capabilities,
+                publisher: Arc::clone(&publisher),
                 clock: Arc::clone(&clock),
                 leadership: Arc::clone(&leadership),
             },
-            heartbeat_config,
+            config.heartbeat(),
         );
         let cron = CronScheduler::new(
             CronPorts {
                 store: Arc::new(store.clone()),
-                publisher: Arc::new(bus.clone()),
+                publisher: Arc::clone(&publisher),
                 clock: Arc::clone(&clock),
                 leadership: Arc::clone(&leadership),
             },
@@ -80,10 +88,10 @@ impl App {
             RouterPorts {
                 store: Arc::new(store.clone()),
                 transport: Arc::new(UreqTransport::new(config.webhook_transport())),
-                publisher: Arc::new(bus.clone()),
+                publisher: Arc::clone(&publisher),
                 clock: Arc::clone(&clock),
                 leadership: Arc::clone(&leadership),
-                rate: Arc::new(SlidingWindowRate::per_second(config.webhook_max_per_second())),
+                rate,
             },
             config.webhook_router(),
         );
@@ -97,8 +105,6 @@ impl App {
             config.retention(),
         );
 
-        let stop_loops = CancellationToken::new();
-        let mut loops = JoinSet::new();
         loops.spawn(supervise_loop(heartbeat.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(webhooks.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));
@@ -110,11 +116,13 @@ impl App {
             operator: OperatorAuth::new(admin_token.expose()).map_err(|_| StartError::Entropy)?,
             store,
             bus,
+            publisher,
+            bridged: config.redis_url.is_some(),
             heartbeat,
             webhooks,
             cron,
             retention,
-            cluster: Arc::new(SingleInstance { instance_id: config.instance_id(), since: clock.now() }),
+            cluster,
             clock,
             shutdown,
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
@@ -143,5 +151,69 @@ impl App {
             tracing::warn!("webhook attempts still running at shutdown; they will be retried after restart");
         }
         drop(self.wal_checkpointer.take());
+    }
+}
+
+/// How this instance shares its work with others: alone, or through Redis (leadership, events, the outbound rate)
+/// and the shared database (liveness).
+struct Coordination {
+    leadership: Arc<dyn Leadership>,
+    /// What the components publish through: the bus, or the bridge that also hands events to other instances.
+    publisher: Arc<dyn EventPublisher>,
+    rate: Arc<dyn DispatchRate>,
+    liveness: Arc<dyn LivenessMap>,
+    capabilities: Arc<dyn CapabilityMap>,
+    cluster: Cluster,
+    /// The loops coordination needs, with Redis.
+    redis: Option<RedisLoops>,
+}
+
+struct RedisLoops {
+    leadership: RedisLeadership,
+    bridge: RedisBridge,
+}
+
+impl Coordination {
+    fn new(config: &Config, store: &DieselStore, bus: &Bus, clock: &Arc<dyn Clock>) -> Result<Self, StartError> {
+        let heartbeat = config.heartbeat();
+        let instance_id = config.instance_id();
+        let Some(redis_url) = &config.redis_url else {
+            return Ok(Self {
+                leadership: Arc::new(SingleProcessLeadership),
+                publisher: Arc::new(bus.clone()),
+                rate: Arc::new(SlidingWindowRate::per_second(config.webhook_max_per_second())),
+                liveness: Arc::new(InMemoryLiveness::new(heartbeat.max_tracked_agents)),
+                capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat.max_tracked_agents)),
+                cluster: Cluster::Single { instance_id, since: clock.now() },
+                redis: None,
+            });
+        };
+        // Connects lazily: Redis need not be up for the gateway to start and serve.
+        let client = redis::Client::open(redis_url.expose()).map_err(|error| StartError::Redis(error.to_string()))?;
+        let leadership = RedisLeadership::new(
+            LeadershipPorts { redis: client.clone(), epoch: Arc::new(store.clone()) },
+            LeadershipConfig { instance_id: instance_id.to_string(), timings: LeaseTimings::default() },
+        )
+        .map_err(|error| StartError::Redis(error.to_string()))?;
+        let bridge = RedisBridge::new(
+            BridgePorts { bus: bus.clone(), redis: client.clone(), clock: Arc::clone(clock) },
+            BridgeConfig::new(instance_id.as_str()),
+        )
+        .map_err(|error| StartError::Redis(error.to_string()))?;
+        let rate = RedisDispatchRate::new(
+            client,
+            RateConfig::per_second(instance_id.as_str(), config.webhook_max_per_second()),
+        )
+        .map_err(|error| StartError::Redis(error.to_string()))?;
+        Ok(Self {
+            leadership: Arc::new(leadership.clone()),
+            publisher: Arc::new(bridge.clone()),
+            rate: Arc::new(rate),
+            // TODO(shared liveness): the database-backed map lands next.
+            liveness: Arc::new(InMemoryLiveness::new(heartbeat.max_tracked_agents)),
+            capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat.max_tracked_agents)),
+            cluster: Cluster::Redis(leadership.clone()),
+            redis: Some(RedisLoops { leadership, bridge }),
+        })
     }
 }

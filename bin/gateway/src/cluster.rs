@@ -1,8 +1,7 @@
 //! What this instance knows of its cluster, for `GET /gateway/cluster` and `/readyz`: its own id, its role, the
 //! current leader and its term, and whether Redis answers.
 
-use std::fmt::Debug;
-
+use gateway_redis::{RedisLeadership, RedisReachability};
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -19,6 +18,15 @@ pub enum Role {
     Single,
 }
 
+impl From<gateway_redis::Role> for Role {
+    fn from(role: gateway_redis::Role) -> Self {
+        match role {
+            gateway_redis::Role::Leader => Self::Leader,
+            gateway_redis::Role::Follower => Self::Follower,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RedisState {
@@ -30,7 +38,8 @@ pub enum RedisState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LeaderView {
     pub instance_id: String,
-    pub epoch: u64,
+    /// The leader's fencing token; `null` for the moment while a new term is being opened.
+    pub epoch: Option<u64>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub since: Option<OffsetDateTime>,
 }
@@ -45,25 +54,51 @@ pub struct ClusterView {
     pub redis: RedisState,
 }
 
-/// Where the view comes from: the leadership adapter in use.
-pub trait ClusterStatus: Send + Sync + Debug {
-    fn view(&self) -> ClusterView;
-}
-
-/// One process without Redis: always its own leader, under term 1, since it started.
+/// How this instance is coordinated: alone, or through a Redis lease.
 #[derive(Debug, Clone)]
-pub struct SingleInstance {
-    pub instance_id: InstanceId,
-    pub since: OffsetDateTime,
+pub enum Cluster {
+    /// No Redis: always its own leader, under term 1, since it started.
+    Single {
+        instance_id: InstanceId,
+        since: OffsetDateTime,
+    },
+    Redis(RedisLeadership),
 }
 
-impl ClusterStatus for SingleInstance {
-    fn view(&self) -> ClusterView {
-        ClusterView {
-            instance_id: self.instance_id.to_string(),
-            role: Role::Single,
-            leader: Some(LeaderView { instance_id: self.instance_id.to_string(), epoch: 1, since: Some(self.since) }),
-            redis: RedisState::None,
+impl Cluster {
+    /// This instance's role right now, without asking Redis.
+    pub fn role(&self) -> Role {
+        match self {
+            Self::Single { .. } => Role::Single,
+            Self::Redis(leadership) => leadership.role().into(),
+        }
+    }
+
+    /// The whole view; with Redis, the leader is asked of Redis (bounded by the lease's command timeout).
+    pub async fn view(&self) -> ClusterView {
+        match self {
+            Self::Single { instance_id, since } => ClusterView {
+                instance_id: instance_id.to_string(),
+                role: Role::Single,
+                leader: Some(LeaderView { instance_id: instance_id.to_string(), epoch: Some(1), since: Some(*since) }),
+                redis: RedisState::None,
+            },
+            Self::Redis(leadership) => {
+                let status = leadership.cluster_status().await;
+                ClusterView {
+                    instance_id: status.instance_id,
+                    role: status.role.into(),
+                    leader: status.leader.map(|leader| LeaderView {
+                        instance_id: leader.instance_id,
+                        epoch: leader.epoch.map(|token| token.0),
+                        since: leader.since,
+                    }),
+                    redis: match status.redis {
+                        RedisReachability::Ok => RedisState::Ok,
+                        RedisReachability::Unreachable => RedisState::Unreachable,
+                    },
+                }
+            }
         }
     }
 }

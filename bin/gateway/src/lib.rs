@@ -27,6 +27,8 @@ pub enum StartError {
     Entropy,
     #[error("cannot start a background thread: {0}")]
     Thread(std::io::Error),
+    #[error("--redis-url: {0}")]
+    Redis(String),
     #[error("start-up task failed: {0}")]
     Task(String),
 }
@@ -36,7 +38,7 @@ impl StartError {
     /// (config.rs), 1 for the rest.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Store(OpenError::InUse { .. }) => 2,
+            Self::Store(OpenError::InUse { .. }) | Self::Redis(_) => 2,
             _ => 1,
         }
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use gateway_core::{Clock, ComponentHealth};
+use gateway_core::{Clock, ComponentHealth, EventPublisher};
 use gateway_cron::CronScheduler;
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
@@ -12,7 +12,7 @@ use gateway_webhooks::{DeliveryRetention, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::ClusterStatus;
+use crate::cluster::Cluster;
 use crate::http::auth::OperatorAuth;
 
 /// Concurrent SSE streams; past this, new ones get 503 so streams cannot exhaust memory or file handles.
@@ -25,13 +25,18 @@ pub const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
 pub struct AppState {
     pub operator: OperatorAuth,
     pub store: DieselStore,
+    /// Where subscribers of this instance listen.
     pub bus: Bus,
+    /// Where events are published: the bus, or with Redis the bridge that also carries them to other instances.
+    pub publisher: Arc<dyn EventPublisher>,
+    /// Events also reach other instances: an event nobody here listens to may still have subscribers there.
+    pub bridged: bool,
     pub heartbeat: HeartbeatManager,
     pub webhooks: WebhookRouter,
     pub cron: CronScheduler,
     pub retention: DeliveryRetention,
     /// This instance's place in its cluster (`/gateway/cluster`, `/readyz`).
-    pub cluster: Arc<dyn ClusterStatus>,
+    pub cluster: Cluster,
     pub clock: Arc<dyn Clock>,
     /// Cancelled when shutdown begins: event streams end, in-flight requests finish.
     pub shutdown: CancellationToken,

@@ -26,6 +26,12 @@ pub trait DispatchRate: Send + Sync + Debug {
     /// Takes back a start that did not happen (the row it was for was claimed by someone else), so the rate is
     /// not spent on nothing.
     fn cancel(&self, ticket: RateTicket);
+
+    /// Whether the log is shared with other processes, so that `try_start` and `cancel` make a round trip: async
+    /// callers then run them on the blocking pool instead of a runtime worker. The in-process log answers at once.
+    fn is_shared(&self) -> bool {
+        false
+    }
 }
 
 /// At most `limit` starts in any window of `window`, in this process.

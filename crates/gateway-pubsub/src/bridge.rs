@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use gateway_core::memory::lock;
+use gateway_core::sync::lock;
 use gateway_core::{BackgroundLoop, Clock, Event, EventPublisher, PublishError, Topic, capped_backoff};
 use redis::aio::{MultiplexedConnection, PubSub};
 use time::OffsetDateTime;

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use gateway_core::memory::lock;
+use gateway_core::sync::lock;
 use gateway_core::{DispatchRate, RateTicket, SlidingWindowRate};
 use redis::Script;
 use tracing::{info, warn};
@@ -284,6 +284,10 @@ impl DispatchRate for RedisDispatchRate {
         }
         tickets.issued.push_back(Issued { ticket, at: now, local, shared });
         Ok(ticket)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
     }
 
     fn cancel(&self, ticket: RateTicket) {

@@ -37,7 +37,7 @@ pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
         not_ready.push("store");
     }
     not_ready.extend(components.iter().filter(|report| !report.healthy).map(|report| report.component));
-    let role = state.cluster.view().role;
+    let role = state.cluster.role();
     let mut body = if not_ready.is_empty() {
         json!({"status": "ready", "role": role})
     } else {
@@ -54,6 +54,6 @@ pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
 }
 
 /// `GET /gateway/cluster` (operator): this instance, its role, the leader and its term, Redis reachability.
-pub fn cluster(state: &AppState) -> Response {
-    json_response(StatusCode::OK, &json!(state.cluster.view()))
+pub async fn cluster(state: &AppState) -> Response {
+    json_response(StatusCode::OK, &json!(state.cluster.view().await))
 }

@@ -3,8 +3,8 @@
 use bytes::Bytes;
 use gateway_core::interceptor::RejectedLog;
 use gateway_core::{
-    AcceptedLog, DecisionLog, Event, EventPayload, EventPublisher, Rejection, ReminderRequest, ReminderRequestError,
-    SchemaInterceptor, Topic,
+    AcceptedLog, DecisionLog, Event, EventPayload, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
+    Topic,
 };
 use gateway_cron::CronError;
 use http::StatusCode;
@@ -49,9 +49,9 @@ fn accept(state: &AppState, log: DecisionLog) -> Response {
     let body = json_bytes(StatusCode::ACCEPTED, accepted_body(log.trace_id()));
     // The event is built only for someone to receive it: its id, timestamp and boxed log were about 1,500
     // instructions of every DecisionLog.
-    if state.bus.has_subscribers(&Topic::Messages) {
+    if state.bridged || state.bus.has_subscribers(&Topic::Messages) {
         let event = Event::new(EventPayload::DecisionLog(Box::new(log)), state.clock.now());
-        if let Err(error) = state.bus.publish(&Topic::Messages, &event) {
+        if let Err(error) = state.publisher.publish(&Topic::Messages, &event) {
             tracing::warn!(%error, event_id = %event.id, "decision_log event not published");
         }
     }
@@ -102,7 +102,7 @@ fn reject(state: &AppState, rejected: &RejectedLog) -> Response {
         },
         state.clock.now(),
     );
-    if let Err(error) = state.bus.publish(&Topic::Violations, &event) {
+    if let Err(error) = state.publisher.publish(&Topic::Violations, &event) {
         tracing::warn!(%error, event_id = %event.id, "schema_violation event not published");
     }
     json_response(

@@ -175,7 +175,7 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
         Route::Events => events::get(state, &request),
         Route::Agents => agents::list(state, &request).await,
         Route::Healthz => Ok(health::live()),
-        Route::Cluster => Ok(health::cluster(state)),
+        Route::Cluster => Ok(health::cluster(state).await),
         Route::Readyz => Ok(health::ready(state, &request).await),
         Route::WebhookInbound(id) => webhooks::inbound(state, id.ok_or_else(unknown_webhook)?, request).await,
         Route::WebhookConfigs if is_post => webhooks::create_config(state, request).await,

@@ -98,7 +98,7 @@ impl WebhookRouter {
             Ok(row) => row,
             Err(error) => {
                 if let Some((_, ticket)) = ready {
-                    self.inner.ports.rate.cancel(ticket);
+                    self.cancel_start(ticket);
                 }
                 return Err(error);
             }

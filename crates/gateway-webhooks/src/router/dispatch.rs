@@ -55,9 +55,9 @@ impl WebhookRouter {
             match inner.claims.submit((id, due_by)).await {
                 Ok(Some(row)) => router.attempt(row, slot).await,
                 // Attempted by someone else meanwhile (the poll, another instance), or gone.
-                Ok(None) => inner.ports.rate.cancel(ticket),
+                Ok(None) => router.cancel_start(ticket),
                 Err(error) => {
-                    inner.ports.rate.cancel(ticket);
+                    router.cancel_start(ticket);
                     warn!(delivery_id = id, %error, "could not claim a delivery for its immediate attempt; the poll will retry it");
                 }
             }
@@ -71,10 +71,36 @@ impl WebhookRouter {
         if inner.stopping.is_cancelled() || inner.waiting_immediate.load(Ordering::SeqCst) > 0 {
             return None;
         }
+        // A shared rate is a round trip, which a request does not wait for: its attempt goes through the line.
+        if inner.ports.rate.is_shared() {
+            return None;
+        }
         let slot = Arc::clone(&inner.slots).try_acquire_owned().ok()?;
         // Not through the line of waiters (`next_start`): there is none, and the rate keeps its own count.
         let ticket = inner.ports.rate.try_start(tokio::time::Instant::now().into_std()).ok()?;
         Some((slot, ticket))
+    }
+
+    /// Takes back a start that did not happen; a shared rate's round trip is made on the blocking pool, and
+    /// nobody waits for it.
+    pub(super) fn cancel_start(&self, ticket: RateTicket) {
+        let rate = Arc::clone(&self.inner.ports.rate);
+        if rate.is_shared() {
+            drop(tokio::task::spawn_blocking(move || rate.cancel(ticket)));
+        } else {
+            rate.cancel(ticket);
+        }
+    }
+
+    /// One try at the rate, off the runtime's workers when it is a round trip.
+    async fn try_start(&self) -> Result<RateTicket, Duration> {
+        let now = tokio::time::Instant::now().into_std();
+        let rate = Arc::clone(&self.inner.ports.rate);
+        if !rate.is_shared() {
+            return rate.try_start(now);
+        }
+        // A lost blocking task counts as "not now": the caller tries again after the pause.
+        run_blocking(move || rate.try_start(now)).await.unwrap_or(Err(Duration::from_millis(100)))
     }
 
     /// Makes the attempt of a row this router has claimed, in the background.
@@ -89,7 +115,7 @@ impl WebhookRouter {
         let inner = &self.inner;
         let _turn = if wait { inner.next_start.lock().await } else { inner.next_start.try_lock().ok()? };
         loop {
-            match inner.ports.rate.try_start(tokio::time::Instant::now().into_std()) {
+            match self.try_start().await {
                 Ok(ticket) => return Some(ticket),
                 Err(_) if !wait => return None,
                 Err(pause) => tokio::time::sleep(pause).await,
@@ -252,13 +278,13 @@ impl WebhookRouter {
         let claimed = match self.store(move |store| store.claim_fenced(&picked, now, lease, token)).await {
             Ok(claimed) => claimed,
             Err(error) => {
-                tickets.into_iter().for_each(|ticket| inner.ports.rate.cancel(ticket));
+                tickets.into_iter().for_each(|ticket| self.cancel_start(ticket));
                 return Err(error);
             }
         };
         let started = claimed.len();
         for ticket in tickets.split_off(started) {
-            inner.ports.rate.cancel(ticket);
+            self.cancel_start(ticket);
         }
         for (row, slot) in claimed.into_iter().zip(slots) {
             self.spawn_attempt(row, slot);
