@@ -1,8 +1,10 @@
 //! Support shared by the gateway's integration tests and its benchmarks (benches/): percentiles over a sample,
-//! sizes read from the environment, rates, and [`Receiver`], a recording HTTP server for webhook targets.
+//! sizes read from the environment, rates, [`Receiver`], a recording HTTP server for webhook targets, and
+//! [`postgres`], a throwaway PostgreSQL server.
 //!
 //! Nothing here is part of the gateway; it is a dev-dependency only.
 
+pub mod postgres;
 mod receiver;
 mod sample;
 
