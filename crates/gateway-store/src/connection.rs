@@ -343,4 +343,102 @@ mod tests {
         drop(store);
         DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
     }
+
+    #[test]
+    fn instances_starting_together_migrate_once() {
+        let Some(database) =
+            gateway_testkit::postgres::database("connection::instances_starting_together_migrate_once")
+        else {
+            return;
+        };
+        let url = crate::testing::postgres_url(database.url());
+        let opened: Vec<(DieselStore, usize)> = std::thread::scope(|scope| {
+            let starts: Vec<_> =
+                (0..6).map(|_| scope.spawn(|| DieselStore::open_counting_migrations(&url).unwrap())).collect();
+            starts.into_iter().map(|start| start.join().unwrap()).collect()
+        });
+        let migrations =
+            diesel::migration::MigrationSource::<diesel::pg::Pg>::migrations(&POSTGRES_MIGRATIONS).unwrap().len();
+        assert_eq!(opened.iter().map(|(_, migrated)| migrated).sum::<usize>(), migrations, "each migration ran once");
+        assert_eq!(opened.iter().filter(|(_, migrated)| *migrated > 0).count(), 1, "one instance migrated");
+        let (store, _) = &opened[0];
+        assert_eq!(crate::testing::count(store, "__diesel_schema_migrations"), migrations as i64);
+        store.ping().unwrap();
+    }
+
+    #[test]
+    fn a_connect_error_names_the_problem_but_not_the_password() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = DatabaseUrl::parse(&format!("postgres://gw:hunter2@127.0.0.1:{port}/gateway")).unwrap();
+        let error = DieselStore::open(&url).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, OpenError::Connect(_)), "{error:?}");
+        assert!(message.contains("127.0.0.1") && message.contains(&port.to_string()), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+
+    /// PostgreSQL going away makes every call `Unavailable` (`/readyz` reports 503), and the store works again
+    /// once it is back, without a restart: the pool replaces the connections the restart killed.
+    #[test]
+    fn the_store_is_unavailable_while_postgres_is_down_and_recovers_when_it_is_back() {
+        use gateway_core::{AgentId, ClusterId, HeartbeatRecord, HeartbeatStore};
+        let test = "connection::the_store_is_unavailable_while_postgres_is_down";
+        let Some(server) = gateway_testkit::postgres::server(test) else { return };
+        let database = server.create_database(test);
+        let store = DieselStore::open(&crate::testing::postgres_url(database.url())).unwrap();
+        let beat = HeartbeatRecord {
+            agent_id: AgentId::new("a").unwrap(),
+            cluster_id: ClusterId::new("c").unwrap(),
+            last_seen_at: OffsetDateTime::now_utc(),
+        };
+        store.upsert_heartbeat(&beat).unwrap();
+        server.stop().unwrap();
+        assert!(matches!(store.ping(), Err(StoreError::Unavailable(_))), "{:?}", store.ping());
+        assert!(matches!(store.upsert_heartbeat(&beat), Err(StoreError::Unavailable(_))));
+        server.start().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while store.ping().is_err() {
+            assert!(std::time::Instant::now() < deadline, "the store did not recover: {:?}", store.ping());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        store.upsert_heartbeat(&beat).unwrap();
+        assert!(store.heartbeat(&beat.agent_id).unwrap().is_some());
+    }
+
+    /// PostgreSQL's own words for a deadlock victim are classified as a transient failure (loops retry it).
+    #[test]
+    fn a_deadlock_victim_is_unavailable_not_internal() {
+        let Some(database) = gateway_testkit::postgres::database("connection::a_deadlock_victim_is_unavailable") else {
+            return;
+        };
+        let mut setup = PgConnection::establish(database.url()).unwrap();
+        setup
+            .batch_execute("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER); INSERT INTO t VALUES (1, 0), (2, 0);")
+            .unwrap();
+        let barrier = std::sync::Barrier::new(2);
+        let outcomes: Vec<QueryResult<()>> = std::thread::scope(|scope| {
+            let sides: Vec<_> = [(1, 2), (2, 1)]
+                .into_iter()
+                .map(|(first, second)| {
+                    let barrier = &barrier;
+                    let url = database.url();
+                    scope.spawn(move || {
+                        let mut connection = PgConnection::establish(url).unwrap();
+                        connection.transaction(|connection| {
+                            connection.batch_execute(&format!("UPDATE t SET n = n + 1 WHERE id = {first}"))?;
+                            barrier.wait();
+                            connection.batch_execute(&format!("UPDATE t SET n = n + 1 WHERE id = {second}"))
+                        })
+                    })
+                })
+                .collect();
+            sides.into_iter().map(|side| side.join().unwrap()).collect()
+        });
+        let victim = outcomes.into_iter().find_map(Result::err).expect("one side is the deadlock's victim");
+        let classified = classify("update", victim);
+        assert!(
+            matches!(&classified, StoreError::Unavailable(message) if message.contains("deadlock")),
+            "{classified:?}"
+        );
+    }
 }
