@@ -5,6 +5,8 @@
 //! - [`database`]: a fresh database on the process's shared server, started the first time a test asks and kept
 //!   for the rest of the process, so tests share one server and run in parallel, each on its own database.
 //! - [`server`]: a server of the test's own, for a test that stops and starts it.
+//! - [`durable_server`]: a server of the caller's own with PostgreSQL's default durability (every commit flushed
+//!   to disk), for benchmarks that compare it with SQLite.
 //!
 //! Both return `None`, after printing one line, when the PostgreSQL binaries are not on the machine, and panic
 //! instead when `CI=true` (CI installs them, so missing binaries there are a broken CI, not a skip).
@@ -47,7 +49,7 @@ pub fn skip_line(test: &str) -> String {
 pub fn database(test: &str) -> Option<TempDatabase> {
     static SHARED: OnceLock<Result<TempPostgres, String>> = OnceLock::new();
     let binaries = binaries_or_skip(test)?;
-    let shared = SHARED.get_or_init(|| TempPostgres::start_with(binaries));
+    let shared = SHARED.get_or_init(|| TempPostgres::start_with(binaries, false));
     match shared {
         Ok(server) => Some(server.create_database(test)),
         Err(error) => panic!("cannot start the shared PostgreSQL server: {error}"),
@@ -58,22 +60,36 @@ pub fn database(test: &str) -> Option<TempDatabase> {
 /// PostgreSQL is not installed. Panics when `CI=true` and PostgreSQL is missing, or when it cannot start.
 pub fn server(test: &str) -> Option<TempPostgres> {
     let binaries = binaries_or_skip(test)?;
-    Some(TempPostgres::start_with(binaries).unwrap_or_else(|error| panic!("cannot start PostgreSQL: {error}")))
+    Some(TempPostgres::start_with(binaries, false).unwrap_or_else(|error| panic!("cannot start PostgreSQL: {error}")))
+}
+
+/// [`server`] with `fsync`, `synchronous_commit` and `full_page_writes` on, as a production server has them.
+pub fn durable_server(test: &str) -> Option<TempPostgres> {
+    let binaries = binaries_or_skip(test)?;
+    Some(TempPostgres::start_with(binaries, true).unwrap_or_else(|error| panic!("cannot start PostgreSQL: {error}")))
 }
 
 fn binaries_or_skip(test: &str) -> Option<PathBuf> {
-    match find_binaries() {
-        Some(directory) => Some(directory),
-        None if std::env::var("CI").is_ok_and(|value| value == "true") => {
-            panic!("{} (CI=true: a missing server fails the run)", skip_line(test))
-        }
-        None => {
+    let ci = std::env::var("CI").is_ok_and(|value| value == "true");
+    match skip_or_fail(test, find_binaries(), ci) {
+        Ok(Some(directory)) => Some(directory),
+        Ok(None) => {
             #[allow(clippy::print_stderr, reason = "the one line a skipped test leaves")]
             {
                 eprintln!("{}", skip_line(test));
             }
             None
         }
+        Err(reason) => panic!("{reason}"),
+    }
+}
+
+/// What a test does about the binaries it found (or not): use them, skip (`Ok(None)`), or fail under CI.
+fn skip_or_fail(test: &str, found: Option<PathBuf>, ci: bool) -> Result<Option<PathBuf>, String> {
+    match found {
+        Some(directory) => Ok(Some(directory)),
+        None if ci => Err(format!("{} (CI=true: a missing server fails the run)", skip_line(test))),
+        None => Ok(None),
     }
 }
 
@@ -120,6 +136,8 @@ pub struct TempPostgres {
     port: u16,
     /// Set when this process is root: the server's commands run as [`SERVER_USER`].
     as_server_user: bool,
+    /// Commits reach the disk before they are acknowledged (PostgreSQL's defaults), rather than never.
+    durable: bool,
     /// The write end of the sentinel's pipe: never written, only closed (by the process ending, or by drop).
     sentinel: Mutex<Option<ChildStdin>>,
 }
@@ -127,7 +145,7 @@ pub struct TempPostgres {
 static DATABASES: AtomicU64 = AtomicU64::new(0);
 
 impl TempPostgres {
-    fn start_with(binaries: PathBuf) -> Result<Self, String> {
+    fn start_with(binaries: PathBuf, durable: bool) -> Result<Self, String> {
         let root = tempfile::Builder::new()
             .prefix("gateway-pg-")
             .tempdir()
@@ -141,7 +159,8 @@ impl TempPostgres {
         }
         // The sentinel first: from here on, whatever happens to this process, the directory goes.
         let sentinel = spawn_sentinel(&binaries, &root, as_server_user)?;
-        let mut server = Self { binaries, root, port: 0, as_server_user, sentinel: Mutex::new(Some(sentinel)) };
+        let mut server =
+            Self { binaries, root, port: 0, as_server_user, durable, sentinel: Mutex::new(Some(sentinel)) };
         server.run(
             "initdb",
             &[
@@ -183,9 +202,10 @@ impl TempPostgres {
 
     /// Starts the server (again, after [`Self::stop`]) on its port; returns once it accepts connections.
     pub fn start(&self) -> Result<(), String> {
+        let durability = if self.durable { "on" } else { "off" };
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=300",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={durability} -c synchronous_commit={durability} \
+             -c full_page_writes={durability} -c max_connections=300",
             self.port,
             self.root.display()
         );
@@ -370,6 +390,16 @@ mod tests {
         assert_eq!(database_name("store::cron::tests::postgres::a-b", 7), "t7_store__cron__tests__postgres__a_b");
         assert_eq!(database_name(&"x".repeat(100), 12).len(), 63);
         assert_eq!(quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn missing_binaries_skip_with_one_line_and_fail_under_ci() {
+        assert_eq!(skip_line("store::x"), "skipping store::x: PostgreSQL binaries not found (install postgresql)");
+        assert_eq!(skip_or_fail("t", None, false), Ok(None));
+        let failure = skip_or_fail("t", None, true).unwrap_err();
+        assert!(failure.starts_with(&skip_line("t")) && failure.contains("CI=true"), "{failure}");
+        let found = PathBuf::from("/usr/lib/postgresql/15/bin");
+        assert_eq!(skip_or_fail("t", Some(found.clone()), true), Ok(Some(found)));
     }
 
     #[test]
