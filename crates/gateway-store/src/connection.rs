@@ -264,6 +264,8 @@ fn open_sqlite(database: &std::path::Path) -> Result<(DieselStore, usize), OpenE
     Ok((DieselStore { pools: Pools::Sqlite(pool), _lock: Some(Arc::new(lock)) }, migrated))
 }
 
+/// No file lock and no claim release here: a PostgreSQL database is shared, and claims found at start may be live
+/// instances' (see `recovery`).
 fn open_postgres(url: &PostgresUrl) -> Result<(DieselStore, usize), OpenError> {
     let connect_error = |error: &dyn fmt::Display| OpenError::Connect(url.redact(&error.to_string()));
     let mut setup = PgConnection::establish(&url.for_libpq()).map_err(|error| connect_error(&error))?;

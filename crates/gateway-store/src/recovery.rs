@@ -2,7 +2,7 @@
 //!
 //! Only for SQLite, and only because of [`crate::lock::DatabaseLock`]: the lock proves that no other live
 //! process uses the file, so every claim found at start belongs to a dead one, and waiting for its lease
-//! would only delay work nobody is doing. On a shared database (PostgreSQL, phase 2) other live instances
+//! would only delay work nobody is doing. On a shared database (PostgreSQL) other live instances
 //! hold claims at any moment, and releasing them would break the one-live-claim guarantees; there the leases
 //! (and the leadership token, for cron fires) are the only way back.
 
