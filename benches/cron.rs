@@ -5,7 +5,9 @@
 //! Environment: `CRON_BENCH_JOBS` (100,000), `CRON_BENCH_ROWS` (1,000,000), `CRON_BENCH_PRODUCERS` (32
 //! concurrent callers), `CRON_BENCH_SPREAD_S` (10), `CRON_BENCH_TCS_CHANNEL` (200, tokio-cron-scheduler's
 //! default channel size), `CRON_BENCH_NO_CHECKPOINTER` (set: no background WAL checkpoints, SQLite's default),
-//! `CRON_BENCH_DUMP` (a file: one line per fire). Results: docs/benchmarks.md.
+//! `CRON_BENCH_DUMP` (a file: one line per fire), `BENCH_DATABASE=postgres` (parts 1 and 2 on a throwaway
+//! PostgreSQL server instead of SQLite; part 3 is SQLite's start-up claim release, so it is skipped).
+//! Results: docs/benchmarks.md.
 //!
 //! 1. Throughput: one-time jobs scheduled (`schedule_once`, one row each), fired and deleted, per second.
 //! 2. Lateness with 100,000 pending jobs due over 10 s: publish time minus the job's instant, p50/p99; then
@@ -18,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use database::{Backend, BenchDatabase};
 use diesel::{Connection, RunQueryDsl};
 use gateway_core::{
     AgentId, CronJobStore, Event, EventPayload, EventPublisher, PublishError, SingleProcessLeadership, SystemClock,
@@ -29,6 +32,9 @@ use gateway_testkit::{Sample, env_size, rate};
 use serde_json::json;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
+
+#[path = "database.rs"]
+mod database;
 
 /// Records how late each reminder is published, against its `scheduled_for`.
 #[derive(Debug, Default)]
@@ -86,6 +92,12 @@ fn summary(lateness: &Sample<i64>) -> String {
 
 fn open(dir: &tempfile::TempDir) -> DieselStore {
     DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("bench.db"))).unwrap()
+}
+
+fn open_fresh(backend: &Backend, scenario: &str) -> (BenchDatabase, DieselStore) {
+    let database = backend.fresh(scenario);
+    let store = DieselStore::open(&database.url).unwrap();
+    (database, store)
 }
 
 fn start(store: &DieselStore, recorder: &Arc<LatenessRecorder>, shutdown: &CancellationToken) -> CronScheduler {
@@ -157,9 +169,8 @@ async fn produce(
     }
 }
 
-async fn throughput(jobs: usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
+async fn throughput(backend: &Backend, jobs: usize) {
+    let (_database, store) = open_fresh(backend, "cron_throughput");
     let recorder = Arc::new(LatenessRecorder::default());
     let shutdown = CancellationToken::new();
     let scheduler = start(&store, &recorder, &shutdown);
@@ -170,7 +181,11 @@ async fn throughput(jobs: usize) {
     wait_until("every row deleted", Duration::from_secs(600), || remaining_rows(&store) == 0).await;
     let total = started.elapsed();
     shutdown.cancel();
-    println!("## throughput: {jobs} one-time jobs (delay 1 ms), {} concurrent callers, SQLite WAL", producers());
+    println!(
+        "## throughput: {jobs} one-time jobs (delay 1 ms), {} concurrent callers, {}",
+        producers(),
+        backend.name()
+    );
     println!("scheduled (rows written):        {:>9.0} jobs/s  ({scheduled:.2?})", rate(jobs, scheduled));
     println!("scheduled + fired + deleted:     {:>9.0} jobs/s  ({total:.2?})", rate(jobs, total));
     println!();
@@ -186,9 +201,8 @@ fn spread() -> Duration {
 const LEAD: Duration = Duration::from_secs(15);
 
 /// Returns each job's instant as an offset from the first one, for the comparison run.
-async fn lateness(jobs: usize) -> Vec<time::Duration> {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
+async fn lateness(backend: &Backend, jobs: usize) -> Vec<time::Duration> {
+    let (_database, store) = open_fresh(backend, "cron_lateness");
     let recorder = Arc::new(LatenessRecorder::default());
     let shutdown = CancellationToken::new();
     let scheduler = start(&store, &recorder, &shutdown);
@@ -217,7 +231,7 @@ async fn lateness(jobs: usize) -> Vec<time::Duration> {
         spread(),
         rate(jobs, spread())
     );
-    println!("gateway-cron (SQLite, claim per fire): {}", summary(&recorder.lateness()));
+    println!("gateway-cron ({}, claim per fire): {}", backend.name(), summary(&recorder.lateness()));
     recorder.dump();
     assert_eq!(instants.len(), jobs, "every job was pending before the first was due");
     let earliest = instants.first().copied().unwrap_or(first);
@@ -352,17 +366,22 @@ fn main() {
     let wanted = |name: &str| filter.as_deref().is_none_or(|filter| name.contains(filter));
     let jobs = env_size("CRON_BENCH_JOBS", 100_000);
     let rows = env_size("CRON_BENCH_ROWS", 1_000_000);
+    let backend = Backend::from_env("cron bench");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        println!("# gateway-cron benchmark ({} cores)\n", std::thread::available_parallelism().map_or(0, usize::from));
+        println!(
+            "# gateway-cron benchmark ({} cores, {})\n",
+            std::thread::available_parallelism().map_or(0, usize::from),
+            backend.name()
+        );
         if wanted("throughput") {
-            throughput(jobs).await;
+            throughput(&backend, jobs).await;
         }
         if wanted("lateness") {
-            let offsets = lateness(jobs).await;
+            let offsets = lateness(&backend, jobs).await;
             tokio_cron_scheduler_lateness(&offsets).await;
         }
-        if wanted("recovery") {
+        if wanted("recovery") && backend.is_sqlite() {
             recovery(rows).await;
         }
     });

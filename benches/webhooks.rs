@@ -6,7 +6,8 @@
 //! Environment: `WEBHOOK_BENCH_DELIVERED` (1,000,000), `WEBHOOK_BENCH_DUE` (10,000), `WEBHOOK_BENCH_DELIVERIES`
 //! (5,000), `WEBHOOK_BENCH_LATENCY_RUNS` (1,000), `WEBHOOK_BENCH_CAP` (256), `WEBHOOK_BENCH_MAX_PER_SECOND`
 //! (100,000, the highest the gateway takes: the outbound rate limit lifted), `WEBHOOK_BENCH_CLIENTS` (8),
-//! `WEBHOOK_BENCH_SKIP_QUERY` (set: parts 2 and 3 only). Results: docs/benchmarks.md.
+//! `WEBHOOK_BENCH_SKIP_QUERY` (set: parts 2 and 3 only), `BENCH_DATABASE=postgres` (every part on a throwaway
+//! PostgreSQL server instead of SQLite). Results: docs/benchmarks.md.
 //!
 //! 1. Due-row query: `WebhookStore::due_deliveries` (what each poll cycle runs) on SQLite with 1,000,000
 //!    delivered rows and 10,000 due ones, p50/p99 over 2,000 runs, for the default window (50 rows) and the
@@ -30,12 +31,15 @@ use diesel::prelude::*;
 use gateway::Gateway;
 use gateway::config::{AdminToken, Config};
 use gateway_core::{NewWebhookConfig, WebhookSecret, WebhookStore};
+use gateway_store::DieselStore;
 use gateway_store::schema::webhook_deliveries;
 use gateway_store::timestamp::to_db;
-use gateway_store::{DatabaseUrl, DieselStore};
 use gateway_testkit::{Receiver, Reply, Sample, env_size, millis, process_cpu_time, rate};
 use time::{OffsetDateTime, PrimitiveDateTime};
 use tokio_util::sync::CancellationToken;
+
+#[path = "database.rs"]
+mod database;
 
 const TOKEN: &str = "webhook-benchmark-operator-token";
 
@@ -59,59 +63,70 @@ struct Row<'a> {
     created_at: PrimitiveDateTime,
 }
 
-fn fill(path: &std::path::Path, webhook_id: i64, delivered: usize, due: usize, now: OffsetDateTime) {
-    let mut connection = SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+fn fill(database: &database::BenchDatabase, webhook_id: i64, delivered: usize, due: usize, now: OffsetDateTime) {
     let signature = "sha256=0000000000000000000000000000000000000000000000000000000000000000";
     let started = Instant::now();
-    connection
-        .transaction::<_, diesel::result::Error, _>(|connection| {
-            let mut rows = Vec::with_capacity(1000);
-            for index in 0..delivered + due {
-                let is_due = index >= delivered;
-                let created = now - time::Duration::hours(48) + time::Duration::milliseconds(index as i64);
-                rows.push(Row {
-                    webhook_id,
-                    session_id: if index % 2 == 0 { "bench-a" } else { "bench-b" },
-                    payload: r#"{"bench":true}"#,
-                    target_url: if index % 3 == 0 { "https://a.example/hook" } else { "https://b.example/hook" },
-                    signature,
-                    status: match (is_due, index % 2) {
-                        (false, _) => "delivered",
-                        (true, 0) => "failed",
-                        (true, _) => "pending",
-                    },
-                    attempt_count: i32::from(!is_due || index % 2 == 0),
-                    last_attempted_at: (!is_due).then(|| to_db(created)),
-                    // Due rows: spread over the last hour.
-                    next_retry_at: is_due.then(|| {
-                        to_db(
-                            now - time::Duration::seconds(3600)
-                                + time::Duration::milliseconds((index - delivered) as i64 * 300),
-                        )
-                    }),
-                    created_at: to_db(created),
-                });
-                if rows.len() == 1000 {
-                    diesel::insert_into(webhook_deliveries::table).values(&rows).execute(connection)?;
-                    rows.clear();
-                }
+    let rows: Vec<Row<'_>> = (0..delivered + due)
+        .map(|index| {
+            let is_due = index >= delivered;
+            let created = now - time::Duration::hours(48) + time::Duration::milliseconds(index as i64);
+            Row {
+                webhook_id,
+                session_id: if index % 2 == 0 { "bench-a" } else { "bench-b" },
+                payload: r#"{"bench":true}"#,
+                target_url: if index % 3 == 0 { "https://a.example/hook" } else { "https://b.example/hook" },
+                signature,
+                status: match (is_due, index % 2) {
+                    (false, _) => "delivered",
+                    (true, 0) => "failed",
+                    (true, _) => "pending",
+                },
+                attempt_count: i32::from(!is_due || index % 2 == 0),
+                last_attempted_at: (!is_due).then(|| to_db(created)),
+                // Due rows: spread over the last hour.
+                next_retry_at: is_due.then(|| {
+                    to_db(
+                        now - time::Duration::seconds(3600)
+                            + time::Duration::milliseconds((index - delivered) as i64 * 300),
+                    )
+                }),
+                created_at: to_db(created),
             }
-            if !rows.is_empty() {
-                diesel::insert_into(webhook_deliveries::table).values(&rows).execute(connection)?;
-            }
-            Ok(())
         })
-        .unwrap();
+        .collect();
+    // The same inserts on either connection, 1,000 rows a statement, in one transaction.
+    macro_rules! insert_all {
+        ($connection:expr) => {
+            $connection
+                .transaction::<_, diesel::result::Error, _>(|connection| {
+                    for chunk in rows.chunks(1000) {
+                        diesel::insert_into(webhook_deliveries::table).values(chunk).execute(connection)?;
+                    }
+                    Ok(())
+                })
+                .unwrap()
+        };
+    }
+    match (&database.sqlite_path, &database.postgres_url) {
+        (Some(path), _) => insert_all!(SqliteConnection::establish(path.to_str().unwrap()).unwrap()),
+        (None, Some(url)) => insert_all!(PgConnection::establish(url).unwrap()),
+        (None, None) => unreachable!("a database is one or the other"),
+    }
     println!("  filled {delivered} delivered + {due} due rows in {:.1} s", started.elapsed().as_secs_f64());
 }
 
-fn due_row_query() {
+#[derive(QueryableByName)]
+struct PlanLine {
+    #[diesel(sql_type = diesel::sql_types::Text, column_name = "QUERY PLAN")]
+    plan: String,
+}
+
+fn due_row_query(backend: &database::Backend) {
     let delivered = env_size("WEBHOOK_BENCH_DELIVERED", 1_000_000);
     let due = env_size("WEBHOOK_BENCH_DUE", 10_000);
-    println!("1. due-row query, {delivered} delivered + {due} due rows");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bench.db");
-    let store = DieselStore::open(&DatabaseUrl::Sqlite(path.clone())).unwrap();
+    println!("1. due-row query, {delivered} delivered + {due} due rows, {}", backend.name());
+    let database = backend.fresh("webhook_due_rows");
+    let store = DieselStore::open(&database.url).unwrap();
     let now = OffsetDateTime::now_utc();
     let config = store
         .create_config(&NewWebhookConfig {
@@ -124,13 +139,30 @@ fn due_row_query() {
             created_at: now,
         })
         .unwrap();
-    fill(&path, config.id, delivered, due, now);
-    {
-        // What a long-running database has: fresh planner statistics, and the bulk load checkpointed out of the
-        // write-ahead log into the database file.
+    fill(&database, config.id, delivered, due, now);
+    // What a long-running database has: fresh planner statistics, and the bulk load checkpointed out of the
+    // write-ahead log into the database file (SQLite), or vacuumed (PostgreSQL: the visibility map set, as
+    // autovacuum leaves it).
+    if let Some(path) = &database.sqlite_path {
         let mut connection = SqliteConnection::establish(path.to_str().unwrap()).unwrap();
         diesel::sql_query("ANALYZE").execute(&mut connection).unwrap();
         diesel::sql_query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&mut connection).unwrap();
+    }
+    if let Some(url) = &database.postgres_url {
+        let mut connection = PgConnection::establish(url).unwrap();
+        diesel::sql_query("VACUUM ANALYZE").execute(&mut connection).unwrap();
+        for status in ["pending", "failed"] {
+            let plan: Vec<String> = diesel::sql_query(format!(
+                "EXPLAIN SELECT id, target_url, next_retry_at FROM webhook_deliveries WHERE status = '{status}' \
+                 AND next_retry_at <= now() ORDER BY next_retry_at, id LIMIT 50"
+            ))
+            .load::<PlanLine>(&mut connection)
+            .unwrap()
+            .into_iter()
+            .map(|line| line.plan)
+            .collect();
+            println!("  plan ({status}): {}", plan.join(" / "));
+        }
     }
     for window in [gateway_webhooks::router::candidate_window(gateway_webhooks::MAX_PER_CYCLE), 1000] {
         for _ in 0..200 {
@@ -193,12 +225,12 @@ fn enqueue(agent: &ureq::Agent, base: &str, webhook_id: i64, seq: u64) {
     assert_eq!(response.status().as_u16(), 201);
 }
 
-fn end_to_end() {
+fn end_to_end(backend: &database::Backend) {
     let deliveries = env_size("WEBHOOK_BENCH_DELIVERIES", 5_000);
     let latency_runs = env_size("WEBHOOK_BENCH_LATENCY_RUNS", 1_000);
     let cap = env_size("WEBHOOK_BENCH_CAP", 256);
-    let dir = tempfile::tempdir().unwrap();
-    let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
+    let bench_database = backend.fresh("webhook_end_to_end");
+    let database = bench_database.url_text();
     let cap_text = cap.to_string();
     // The gateway's default outbound rate (a few per second) would make this a measurement of the limiter.
     let rate_text = env_size("WEBHOOK_BENCH_MAX_PER_SECOND", gateway::config::MAX_PER_SECOND).to_string();
@@ -347,8 +379,9 @@ fn main() {
         return;
     }
     // WEBHOOK_BENCH_SKIP_QUERY=1 runs only the end-to-end parts (2 and 3).
+    let backend = database::Backend::from_env("webhook bench");
     if std::env::var_os("WEBHOOK_BENCH_SKIP_QUERY").is_none() {
-        due_row_query();
+        due_row_query(&backend);
     }
-    end_to_end();
+    end_to_end(&backend);
 }

@@ -42,7 +42,8 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_LISTEN", default_value = "127.0.0.1:4000", value_name = "ADDR")]
     pub listen: SocketAddr,
 
-    /// sqlite://PATH (created and migrated at start) or, in phase 2, postgres://…
+    /// sqlite://PATH (created and migrated at start) or postgres://USER:PASSWORD@HOST:PORT/DATABASE (migrated at
+    /// start; without TLS, see docs/operations.md).
     #[arg(long, env = "GATEWAY_DATABASE_URL", default_value = "sqlite://gateway.db", value_name = "URL",
           value_parser = SecretValue(parse_database_url), hide_env_values = true)]
     pub database_url: DatabaseUrl,
@@ -395,6 +396,13 @@ mod tests {
     }
 
     #[test]
+    fn a_postgres_url_is_accepted_and_never_shown() {
+        let config = parse(&["--database-url=postgres://gw:hunter2@127.0.0.1:5432/gateway"]).unwrap();
+        assert!(matches!(config.database_url, DatabaseUrl::Postgres(_)));
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
     fn flags_override() {
         let config = parse(&[
             "--listen=0.0.0.0:8080",
@@ -424,6 +432,7 @@ mod tests {
             (vec!["--webhook-retry-schedule-s=30,,60"], "--webhook-retry-schedule-s"),
             (vec!["--webhook-max-per-cycle=0"], "--webhook-max-per-cycle"),
             (vec!["--database-url=mysql://x"], "--database-url"),
+            (vec!["--database-url=postgres://h/db?sslmode=require"], "--database-url"),
             (vec!["--listen=nowhere"], "--listen"),
             (vec!["--admin-token=short"], "--admin-token"),
             (vec!["--webhook-timeout-ms=18446744073709551615"], "--webhook-timeout-ms"),
@@ -483,6 +492,7 @@ mod tests {
             ["--admin-token=has a space in it, hunter2"],
             ["--database-url=mysql://user:hunter2@db.internal/gateway"],
             ["--redis-url=http://:hunter2@cache.internal:6379"],
+            ["--database-url=postgres://user:hunter2@db.internal/gateway?sslmode=verify-full"],
         ] {
             let error = parse(&args).unwrap_err().render().to_string();
             assert!(!error.contains("hunter2"), "{error}");

@@ -156,7 +156,12 @@ impl HeartbeatManager {
     /// One eviction pass (FR-10.2), under leadership term `token`: agents silent for more than the threshold
     /// leave the liveness map and the capability map, each with an `agent_evicted` event and an info log.
     pub fn check(&self, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
-        let now = self.inner.clock.now();
+        self.check_at(self.inner.clock.now(), token)
+    }
+
+    /// A pass judged at `now`: the loop reads the time when its tick fires, not whenever a blocking thread gets
+    /// to the pass.
+    fn check_at(&self, now: OffsetDateTime, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
         let threshold = time::Duration::try_from(self.inner.config.eviction_threshold).unwrap_or(time::Duration::MAX);
         let evicted: Vec<EvictedAgent> = self
             .inner
@@ -203,7 +208,10 @@ impl HeartbeatManager {
         checks
             .run(&shutdown, |token| {
                 let manager = self.clone();
-                async move { run_blocking(move || manager.check(token).map(drop)).await.map_err(StoreError::from)? }
+                let now = self.inner.clock.now();
+                async move {
+                    run_blocking(move || manager.check_at(now, token).map(drop)).await.map_err(StoreError::from)?
+                }
             })
             .await;
     }

@@ -3,7 +3,8 @@
 //! A claim is one conditional `UPDATE` per fire, all fires of a batch in one IMMEDIATE transaction: the row
 //! must still be at the claimed instant and be unclaimed, past its lease, or claimed under an older
 //! leadership token. Completions are conditional on the same owner and instant. Plain SQL comparisons only,
-//! so the same statements serve PostgreSQL in phase 2.
+//! so the same statements serve PostgreSQL, where each conditional `UPDATE` re-checks its condition on a row a
+//! concurrent claim changed while it waited for the row's lock: one claim per instant on both backends.
 
 use diesel::prelude::*;
 use gateway_core::{
@@ -12,7 +13,7 @@ use gateway_core::{
 };
 use time::PrimitiveDateTime;
 
-use crate::connection::DieselStore;
+use crate::connection::{AnyConnection, DieselStore};
 use crate::fencing::{admit, token_to_db};
 use crate::schema::cron_jobs;
 use crate::timestamp::{from_db, to_db};
@@ -53,30 +54,36 @@ impl<'a> NewCronJobRow<'a> {
         }
     }
 
-    fn insert(&self, connection: &mut SqliteConnection) -> QueryResult<CronJobRow> {
-        diesel::insert_into(cron_jobs::table).values(self).returning(CronJobRow::as_returning()).get_result(connection)
+    fn insert(&self, connection: &mut AnyConnection<'_>) -> QueryResult<CronJobRow> {
+        on_backend!(connection, c => {
+            diesel::insert_into(cron_jobs::table).values(self).returning(CronJobRow::as_returning()).get_result(c)
+        })
     }
 
     /// Inserts the row unless its idempotency key is held, in which case the holder comes back instead
     /// (`false`). Call it inside the transaction of the group, so the holder read is the row that made the
     /// insert do nothing, and a key repeated within the group finds the group's own earlier row.
-    fn insert_unless_key_held(&self, connection: &mut SqliteConnection) -> QueryResult<(CronJobRow, bool)> {
+    ///
+    /// On PostgreSQL, an insert whose key a concurrent, uncommitted insert holds waits for that transaction: if it
+    /// commits, this insert does nothing and the lookup (a new statement, hence a new snapshot) finds its row.
+    fn insert_unless_key_held(&self, connection: &mut AnyConnection<'_>) -> QueryResult<(CronJobRow, bool)> {
         let Some(key) = self.idempotency_key else { return self.insert(connection).map(|row| (row, true)) };
         // Only a conflict on the key is skipped: any other constraint still fails the group.
-        let inserted = diesel::insert_into(cron_jobs::table)
-            .values(self)
-            .on_conflict(cron_jobs::idempotency_key)
-            .do_nothing()
-            .returning(CronJobRow::as_returning())
-            .get_result(connection)
-            .optional()?;
+        let inserted = on_backend!(connection, c => {
+            diesel::insert_into(cron_jobs::table)
+                .values(self)
+                .on_conflict(cron_jobs::idempotency_key)
+                .do_nothing()
+                .returning(CronJobRow::as_returning())
+                .get_result(c)
+                .optional()
+        })?;
         match inserted {
             Some(row) => Ok((row, true)),
-            None => cron_jobs::table
-                .filter(cron_jobs::idempotency_key.eq(key))
-                .select(CronJobRow::as_select())
-                .first(connection)
-                .map(|holder| (holder, false)),
+            None => on_backend!(connection, c => {
+                cron_jobs::table.filter(cron_jobs::idempotency_key.eq(key)).select(CronJobRow::as_select()).first(c)
+            })
+            .map(|holder| (holder, false)),
         }
     }
 }
@@ -132,45 +139,51 @@ impl CronJobStore for DieselStore {
 
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
         let row = self.with_connection("read cron job", |connection| {
-            cron_jobs::table.find(id).select(CronJobRow::as_select()).first(connection).optional()
+            on_backend!(connection, c => cron_jobs::table.find(id).select(CronJobRow::as_select()).first(c).optional())
         })?;
         row.map(CronJob::try_from).transpose()
     }
 
     fn cron_job_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<CronJob>, StoreError> {
         let row = self.with_connection("read cron job by idempotency key", |connection| {
-            cron_jobs::table
-                .filter(cron_jobs::idempotency_key.eq(key.as_str()))
-                .select(CronJobRow::as_select())
-                .first(connection)
-                .optional()
+            on_backend!(connection, c => {
+                cron_jobs::table
+                    .filter(cron_jobs::idempotency_key.eq(key.as_str()))
+                    .select(CronJobRow::as_select())
+                    .first(c)
+                    .optional()
+            })
         })?;
         row.map(CronJob::try_from).transpose()
     }
 
     fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError> {
         let rows = self.with_connection("list cron jobs", |connection| {
-            cron_jobs::table
-                .filter(cron_jobs::id.gt(after_id.unwrap_or(i64::MIN)))
-                .order(cron_jobs::id.asc())
-                .limit(limit_to_db(limit))
-                .select(CronJobRow::as_select())
-                .load(connection)
+            on_backend!(connection, c => {
+                cron_jobs::table
+                    .filter(cron_jobs::id.gt(after_id.unwrap_or(i64::MIN)))
+                    .order(cron_jobs::id.asc())
+                    .limit(limit_to_db(limit))
+                    .select(CronJobRow::as_select())
+                    .load(c)
+            })
         })?;
         jobs(rows)
     }
 
     fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
-        let deleted = self.with_connection("delete cron job", |connection| {
-            diesel::delete(cron_jobs::table.find(id)).execute(connection)
-        })?;
+        let deleted = self.with_connection(
+            "delete cron job",
+            |connection| on_backend!(connection, c => diesel::delete(cron_jobs::table.find(id)).execute(c)),
+        )?;
         Ok(deleted > 0)
     }
 
     fn pending_fires(&self, before: time::OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError> {
-        let rows: Vec<(i64, PrimitiveDateTime, Option<PrimitiveDateTime>)> = self
-            .with_connection("load due cron jobs", |connection| {
-                pending_fires_query(to_db(before), limit_to_db(limit)).load(connection)
+        let rows: Vec<(i64, PrimitiveDateTime, Option<PrimitiveDateTime>)> =
+            self.with_connection("load due cron jobs", |connection| {
+                let query = pending_fires_query(to_db(before), limit_to_db(limit));
+                on_backend!(connection, c => query.load(c))
             })?;
         Ok(rows
             .into_iter()
@@ -238,27 +251,26 @@ fn pending_fires_query(before: PrimitiveDateTime, limit: i64) -> _ {
 
 /// One statement for the whole batch: the condition and the write are one atomic step per row, and one
 /// statement is prepared per batch instead of one per fire.
-fn claim(connection: &mut SqliteConnection, job_ids: &[i64], lease: &ClaimLease) -> QueryResult<Vec<CronJobRow>> {
+fn claim(connection: &mut AnyConnection<'_>, job_ids: &[i64], lease: &ClaimLease) -> QueryResult<Vec<CronJobRow>> {
     let now = to_db(lease.now);
     let token = token_to_db(lease.token);
     let free =
         cron_jobs::claimed_until.is_null().or(cron_jobs::claimed_until.le(now)).or(cron_jobs::claim_token.lt(token));
     let due_by = to_db(lease.due_by);
-    diesel::update(
+    let claim = diesel::update(
         cron_jobs::table.filter(cron_jobs::id.eq_any(job_ids)).filter(cron_jobs::next_fire_at.le(due_by)).filter(free),
     )
     .set((
         cron_jobs::claimed_by.eq(lease.owner.as_str()),
         cron_jobs::claimed_until.eq(to_db(lease.expires_at)),
         cron_jobs::claim_token.eq(token),
-    ))
-    .returning(CronJobRow::as_returning())
-    .load(connection)
+    ));
+    on_backend!(connection, c => claim.returning(CronJobRow::as_returning()).load(c))
 }
 
 /// Deletes in one statement (the owner identifies its claim); advances row by row (each has its own next
 /// instant), each only from the instant that was claimed.
-fn complete(connection: &mut SqliteConnection, owner: &str, completions: &[FireCompletion]) -> QueryResult<usize> {
+fn complete(connection: &mut AnyConnection<'_>, owner: &str, completions: &[FireCompletion]) -> QueryResult<usize> {
     let deleted: Vec<i64> = completions
         .iter()
         .filter_map(|completion| match completion {
@@ -268,14 +280,14 @@ fn complete(connection: &mut SqliteConnection, owner: &str, completions: &[FireC
         .collect();
     let mut completed = 0;
     if !deleted.is_empty() {
-        completed += diesel::delete(
+        let delete = diesel::delete(
             cron_jobs::table.filter(cron_jobs::id.eq_any(&deleted)).filter(cron_jobs::claimed_by.eq(owner)),
-        )
-        .execute(connection)?;
+        );
+        completed += on_backend!(connection, c => delete.execute(c))?;
     }
     for completion in completions {
         let FireCompletion::Advance { fire, next_fire_at } = completion else { continue };
-        completed += diesel::update(
+        let advance = diesel::update(
             cron_jobs::table
                 .filter(cron_jobs::id.eq(fire.job_id))
                 .filter(cron_jobs::next_fire_at.eq(to_db(fire.scheduled_for)))
@@ -286,8 +298,8 @@ fn complete(connection: &mut SqliteConnection, owner: &str, completions: &[FireC
             cron_jobs::claimed_by.eq(None::<String>),
             cron_jobs::claimed_until.eq(None::<PrimitiveDateTime>),
             cron_jobs::claim_token.eq(None::<i64>),
-        ))
-        .execute(connection)?;
+        ));
+        completed += on_backend!(connection, c => advance.execute(c))?;
     }
     Ok(completed)
 }
@@ -296,22 +308,87 @@ fn complete(connection: &mut SqliteConnection, owner: &str, completions: &[FireC
 // tests/conformance.rs; what only SQL can get wrong is tested here.
 #[cfg(test)]
 mod tests {
+    use gateway_core::conformance::cron::lease;
+    use serde_json::json;
     use time::macros::datetime;
+    use time::{Duration, OffsetDateTime};
 
     use super::*;
-    use crate::DatabaseUrl;
+
+    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+    on_every_backend!(rival_claimers_never_hold_one_instant_together);
+
+    fn one_time(at: OffsetDateTime) -> NewCronJob {
+        NewCronJob {
+            agent_id: AgentId::new("agent-7").unwrap(),
+            schedule: None,
+            next_fire_at: at,
+            payload: json!({"task": "check_quota", "n": [1, 2]}).as_object().cloned().unwrap(),
+            is_one_time: true,
+            idempotency_key: None,
+        }
+    }
 
     /// The statement `pending_fires` runs walks the `next_fire_at` index in order: neither a table scan nor a
     /// sort, however many rows wait further ahead.
     #[test]
     fn the_due_fires_query_is_an_index_range_scan_without_a_sort() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
-        let query = pending_fires_query(to_db(datetime!(2026-02-22 12:00:00 UTC)), 10);
-        let plan =
-            store.with_connection("explain", |connection| crate::explain::query_plan(connection, query)).unwrap();
+        let fixture = crate::testing::sqlite();
+        let query = pending_fires_query(to_db(START), 10);
+        let plan = fixture.store.with_sqlite("explain", |connection| crate::explain::query_plan(connection, query));
+        let plan = plan.unwrap().unwrap();
         assert!(plan.iter().any(|line| line.contains("USING INDEX cron_jobs_next_fire_at")), "{plan:?}");
         assert!(!plan.iter().any(|line| line.contains("TEMP B-TREE")), "the query sorts: {plan:?}");
         assert!(!plan.iter().any(|line| line.starts_with("SCAN")), "the query scans the table: {plan:?}");
+    }
+
+    /// PostgreSQL's plan of the same statement on a table of pending rows the planner has statistics for: the
+    /// `next_fire_at` index walked in order under the limit, neither a sort nor a sequential scan.
+    #[test]
+    fn the_due_fires_query_walks_the_index_on_postgres() {
+        let Some(fixture) = crate::testing::postgres("cron::tests::the_due_fires_query_walks_the_index_on_postgres")
+        else {
+            return;
+        };
+        let plan = fixture
+            .store
+            .with_connection("explain", |connection| {
+                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                crate::explain::fill_cron_jobs(c, 50_000)?;
+                crate::explain::postgres_plan(c, pending_fires_query(to_db(START), 500))
+            })
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("Index Scan using cron_jobs_next_fire_at"), "{plan}");
+        assert!(!plan.contains("Sort"), "the query sorts: {plan}");
+        assert!(!plan.contains("Seq Scan"), "the query scans the table: {plan}");
+    }
+
+    /// Two claimers racing for the same rows from separate connections (on PostgreSQL, separate transactions that
+    /// wait for each other's row locks): every row is claimed exactly once.
+    fn rival_claimers_never_hold_one_instant_together(store: &DieselStore) {
+        let ids: Vec<i64> =
+            (0..200).map(|n| store.insert_cron_job(&one_time(START + Duration::milliseconds(n))).unwrap().id).collect();
+        let due_at = START + Duration::seconds(1);
+        let claimed: Vec<Vec<CronJob>> = std::thread::scope(|scope| {
+            let rivals: Vec<_> = ["a", "b", "c", "d"]
+                .into_iter()
+                .map(|owner| {
+                    let ids = &ids;
+                    scope.spawn(move || {
+                        let mut mine = Vec::new();
+                        for chunk in ids.chunks(20) {
+                            mine.extend(store.claim_fires(chunk, &lease(owner, 1, due_at)).unwrap());
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            rivals.into_iter().map(|rival| rival.join().unwrap()).collect()
+        });
+        let mut all: Vec<i64> = claimed.iter().flatten().map(|job| job.id).collect();
+        all.sort_unstable();
+        assert_eq!(all, ids, "every row claimed once");
     }
 }

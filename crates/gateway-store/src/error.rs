@@ -2,9 +2,11 @@
 //!
 //! Setting the store up ([`OpenError`]) fails loudly: the binary reports it and exits. Once open, every port
 //! method returns gateway-core's `StoreError`, classified here in one place: conditions that may pass (pool
-//! exhausted, SQLite busy past its timeout, I/O, a file or mount that turned read-only) are `Unavailable`, so loops retry and `/readyz` reports them;
-//! constraint violations are `Conflict`; anything else is `Internal`. Messages name the failing operation but
-//! never carry row values (they may hold secrets or payloads).
+//! exhausted, SQLite busy past its timeout, I/O, a file or mount that turned read-only; a PostgreSQL server that
+//! is unreachable, shutting down, out of connections, or that chose this transaction as a deadlock's or a
+//! serialization conflict's victim) are `Unavailable`, so loops retry and `/readyz` reports them; constraint
+//! violations are `Conflict`; anything else is `Internal`. Messages name the failing operation but never carry
+//! row values (they may hold secrets or payloads), nor the database URL.
 
 use std::path::PathBuf;
 
@@ -16,8 +18,6 @@ use gateway_core::StoreError;
 pub enum OpenError {
     #[error("invalid database url: {0}")]
     InvalidUrl(String),
-    #[error("PostgreSQL is not supported yet (phase 2); use sqlite://PATH")]
-    PostgresNotSupported,
     #[error("cannot open the database: {0}")]
     Connect(String),
     #[error("cannot run migrations: {0}")]
@@ -45,6 +45,12 @@ pub(crate) fn classify(operation: &str, error: DieselError) -> StoreError {
         DieselError::DatabaseError(DatabaseErrorKind::CheckViolation, _) => {
             StoreError::Conflict(format!("{operation}: check constraint"))
         }
+        DieselError::DatabaseError(
+            DatabaseErrorKind::ClosedConnection
+            | DatabaseErrorKind::UnableToSendCommand
+            | DatabaseErrorKind::SerializationFailure,
+            info,
+        ) => StoreError::Unavailable(format!("{operation}: {}", info.message())),
         DieselError::DatabaseError(_, info) if is_transient(info.message()) => {
             StoreError::Unavailable(format!("{operation}: {}", info.message()))
         }
@@ -59,6 +65,12 @@ pub(crate) fn classify(operation: &str, error: DieselError) -> StoreError {
 /// SQLite reports lock timeouts, I/O, full disks and refused writes only as text through Diesel. A refused write
 /// (SQLITE_READONLY: the file, its directory or its mount became read-only) is the operator's to fix, like a full
 /// disk, and the gateway works again once they have: so it is a 503 that loops retry, not a 500.
+///
+/// PostgreSQL's error classes do not reach Diesel's error kinds either (Diesel keeps the SQLSTATE to itself), so
+/// the server's messages for its transient classes are matched the same way: deadlock_detected (40P01),
+/// too_many_connections (53300), admin_shutdown and crash_shutdown (57P01, 57P02), cannot_connect_now (57P03),
+/// lock_not_available (55P03), and out of disk space (53100). Connection failures and serialization failures
+/// arrive as their own kinds (`classify`).
 fn is_transient(message: &str) -> bool {
     [
         "database is locked",
@@ -67,6 +79,18 @@ fn is_transient(message: &str) -> bool {
         "database or disk is full",
         "unable to open",
         "attempt to write a readonly database",
+        "deadlock detected",
+        "too many clients already",
+        "too many connections",
+        "terminating connection due to administrator command",
+        "terminating connection because of crash of another server process",
+        "the database system is starting up",
+        "the database system is shutting down",
+        "the database system is in recovery mode",
+        "could not obtain lock",
+        "could not serialize access",
+        "could not extend file",
+        "No space left on device",
     ]
     .iter()
     .any(|needle| message.contains(needle))

@@ -5,7 +5,7 @@
 use diesel::prelude::*;
 use gateway_core::{FencingEpoch, FencingToken, StoreError};
 
-use crate::connection::DieselStore;
+use crate::connection::{AnyConnection, DieselStore};
 use crate::error::classify;
 use crate::schema::gateway_leader_epoch;
 
@@ -41,17 +41,26 @@ fn token_from_db(stored: i64) -> FencingToken {
     FencingToken(u64::try_from(stored).unwrap_or(0))
 }
 
-/// Admits a leader-only write under `token`, inside the caller's (IMMEDIATE) transaction: refused when `token` is
-/// older than the newest seen, which it raises otherwise.
-pub(crate) fn admit(connection: &mut SqliteConnection, token: FencingToken) -> Result<(), FencedError> {
+/// Admits a leader-only write under `token`, inside the caller's transaction (`DieselStore::immediate_fenced`):
+/// refused when `token` is older than the newest seen, which it raises otherwise. Call it first in the
+/// transaction: on PostgreSQL it locks the epoch row until the transaction ends (on SQLite the IMMEDIATE
+/// transaction holds the database's write lock already), so a rival's leader-only write waits and then sees the
+/// epoch this one left; and every such transaction takes this lock before any row lock, so they cannot deadlock
+/// on each other.
+pub(crate) fn admit(connection: &mut AnyConnection<'_>, token: FencingToken) -> Result<(), FencedError> {
     use gateway_leader_epoch::dsl;
-    let newest: i64 = dsl::gateway_leader_epoch.find(1).select(dsl::epoch).first(connection)?;
+    let epoch = dsl::gateway_leader_epoch.find(1).select(dsl::epoch);
+    let newest: i64 = match connection {
+        AnyConnection::Sqlite(connection) => epoch.first(&mut **connection)?,
+        AnyConnection::Postgres(connection) => epoch.for_update().first(&mut **connection)?,
+    };
     let wanted = token_to_db(token);
     if wanted < newest {
         return Err(FencedError::Fenced { token, newest: token_from_db(newest) });
     }
     if wanted > newest {
-        diesel::update(dsl::gateway_leader_epoch.find(1)).set(dsl::epoch.eq(wanted)).execute(connection)?;
+        let raise = diesel::update(dsl::gateway_leader_epoch.find(1)).set(dsl::epoch.eq(wanted));
+        on_backend!(connection, c => raise.execute(c))?;
     }
     Ok(())
 }
@@ -60,7 +69,7 @@ impl FencingEpoch for DieselStore {
     fn newest_token(&self) -> Result<FencingToken, StoreError> {
         use gateway_leader_epoch::dsl;
         let newest = self.with_connection("read the fencing epoch", |connection| {
-            dsl::gateway_leader_epoch.find(1).select(dsl::epoch).first::<i64>(connection)
+            on_backend!(connection, c => dsl::gateway_leader_epoch.find(1).select(dsl::epoch).first::<i64>(c))
         })?;
         Ok(token_from_db(newest))
     }

@@ -2,7 +2,7 @@
 //!
 //! Only for SQLite, and only because of [`crate::lock::DatabaseLock`]: the lock proves that no other live
 //! process uses the file, so every claim found at start belongs to a dead one, and waiting for its lease
-//! would only delay work nobody is doing. On a shared database (PostgreSQL, phase 2) other live instances
+//! would only delay work nobody is doing. On a shared database (PostgreSQL) other live instances
 //! hold claims at any moment, and releasing them would break the one-live-claim guarantees; there the leases
 //! (and the leadership token, for cron fires) are the only way back.
 
@@ -184,12 +184,13 @@ mod tests {
 
     fn claim_marker(store: &DieselStore, id: i64) -> Option<OffsetDateTime> {
         store
-            .with_connection("read the claim marker", |connection| {
+            .with_sqlite("read the claim marker", |connection| {
                 webhook_deliveries::table
                     .find(id)
                     .select(webhook_deliveries::claimed_until)
                     .first::<Option<PrimitiveDateTime>>(connection)
             })
+            .unwrap()
             .unwrap()
             .map(crate::timestamp::from_db)
     }
@@ -358,13 +359,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir);
         let plan: Vec<Plan> = store
-            .with_connection("plan", |connection| {
+            .with_sqlite("plan", |connection| {
                 diesel::sql_query(
                     "EXPLAIN QUERY PLAN SELECT id, status, next_retry_at FROM webhook_deliveries \
                      WHERE claimed_until IS NOT NULL",
                 )
                 .load(connection)
             })
+            .unwrap()
             .unwrap();
         let details: Vec<&str> = plan.iter().map(|step| step.detail.as_str()).collect();
         assert!(details.iter().any(|detail| detail.contains("webhook_deliveries_claimed_until")), "{details:?}");

@@ -24,14 +24,19 @@ pub const CHECKPOINT_RETRY_MAX: Duration = Duration::from_secs(30);
 
 impl DieselStore {
     /// A PASSIVE checkpoint: copies what it can of the WAL into the database file without waiting for readers
-    /// or writers, so it never blocks them. Blocking.
+    /// or writers, so it never blocks them. Blocking. Nothing to do on PostgreSQL, whose server checkpoints.
     pub fn checkpoint_wal(&self) -> Result<(), StoreError> {
-        self.with_connection("checkpoint WAL", |connection| connection.batch_execute("PRAGMA wal_checkpoint(PASSIVE);"))
+        self.with_sqlite("checkpoint WAL", |connection| connection.batch_execute("PRAGMA wal_checkpoint(PASSIVE);"))
+            .unwrap_or(Ok(()))
     }
 
     /// Starts checkpointing every `interval` on a thread of its own (checkpoints are blocking I/O, and a thread
-    /// keeps them off the async runtime). It runs until the returned handle is dropped.
+    /// keeps them off the async runtime). It runs until the returned handle is dropped. On PostgreSQL the handle
+    /// holds no thread.
     pub fn start_wal_checkpointer(&self, interval: Duration) -> std::io::Result<WalCheckpointer> {
+        if !self.is_sqlite() {
+            return Ok(WalCheckpointer { stop: None, thread: None });
+        }
         let (stop, stopped) = mpsc::channel::<()>();
         let store = self.clone();
         let thread = thread::Builder::new().name("wal-checkpoint".to_owned()).spawn(move || {
@@ -99,12 +104,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
         store
-            .with_connection("write", |connection| {
+            .with_sqlite("write", |connection| {
                 connection.batch_execute(
                     "INSERT INTO cron_jobs (agent_id, next_fire_at, payload, is_one_time) \
                      VALUES ('a', '2026-02-22 12:00:00', '{}', 1);",
                 )
             })
+            .unwrap()
             .unwrap();
         (dir, store)
     }
@@ -112,9 +118,10 @@ mod tests {
     /// WAL frames written and checkpointed so far, without checkpointing anything.
     fn wal_state(store: &DieselStore) -> WalState {
         store
-            .with_connection("wal state", |connection| {
+            .with_sqlite("wal state", |connection| {
                 diesel::sql_query("PRAGMA wal_checkpoint(NOOP)").get_result(connection)
             })
+            .unwrap()
             .unwrap()
     }
 

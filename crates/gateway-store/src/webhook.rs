@@ -1,11 +1,14 @@
 //! `WebhookStore` over `webhook_configs`, `webhook_deliveries` and `webhook_delivery_attempts`.
 //!
-//! The claim is one conditional `UPDATE … RETURNING`, atomic on its own; recording an attempt, "Retry now" and
-//! deleting a config read before they write, so they run in IMMEDIATE transactions. Besides moving
+//! The claim is one conditional `UPDATE … RETURNING`, atomic on its own (on PostgreSQL too: an `UPDATE` that
+//! waited for a row a concurrent claim changed re-checks its condition on the new row). Recording an attempt,
+//! "Retry now", pruning and deleting a config read before they write, so they run in `DieselStore::immediate`
+//! transactions, and on PostgreSQL their reads lock the rows they decide about (`FOR UPDATE`). Besides moving
 //! `next_retry_at` to the end of its lease, a claim sets `claimed_until` (migration `webhook_delivery_claims`),
 //! which the outcome and "Retry now" clear: the port does not see it; it lets a restarted SQLite gateway tell an
 //! interrupted attempt from a scheduled retry (`recovery`).
 
+use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::result::DatabaseErrorKind;
 use diesel::sqlite::Sqlite;
@@ -16,7 +19,7 @@ use gateway_core::{
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
-use crate::connection::DieselStore;
+use crate::connection::{AnyConnection, DieselStore};
 use crate::error::classify;
 use crate::fencing::admit;
 use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts};
@@ -25,35 +28,58 @@ use crate::timestamp::{from_db, to_db};
 /// Most deliveries (with their attempts) deleted per transaction when a config's history or old deliveries go.
 pub const DELETE_BATCH: usize = 1_000;
 
-/// The ids of a config's deliveries, as a query to narrow down and delete from.
-fn deliveries_of(webhook_id: i64) -> webhook_deliveries::BoxedQuery<'static, Sqlite, diesel::sql_types::BigInt> {
-    webhook_deliveries::table
-        .filter(webhook_deliveries::webhook_id.eq(webhook_id))
-        .select(webhook_deliveries::id)
-        .into_boxed()
+/// Which deliveries a batched delete takes.
+#[derive(Debug, Clone, Copy)]
+enum Doomed {
+    /// Every delivery of a config.
+    OfConfig(i64),
+    /// Delivered and dead deliveries created before the instant.
+    FinishedBefore(PrimitiveDateTime),
 }
 
-/// Deletes up to `limit` of the deliveries `ids` selects, attempts first (they reference the deliveries);
-/// returns how many deliveries went. Call it inside a transaction.
-fn delete_deliveries(
-    connection: &mut SqliteConnection,
-    ids: webhook_deliveries::BoxedQuery<'static, Sqlite, diesel::sql_types::BigInt>,
-    limit: usize,
-) -> QueryResult<usize> {
-    let batch: Vec<i64> = ids.limit(i64::try_from(limit).unwrap_or(i64::MAX)).load(connection)?;
+/// Deletes up to `limit` of the `doomed` deliveries, attempts first (they reference the deliveries); returns how
+/// many deliveries went. Call it inside a transaction. On PostgreSQL the batch's rows are locked as they are
+/// read, so a concurrent "Retry now" or attempt record cannot change a row between its selection and its
+/// deletion (it waits, then finds the row gone); a row that changed while this read waited for it is read
+/// again, and left out if it no longer qualifies.
+fn delete_deliveries(connection: &mut AnyConnection<'_>, doomed: Doomed, limit: usize) -> QueryResult<usize> {
+    use webhook_deliveries::dsl;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let finished = [DeliveryStatus::Delivered, DeliveryStatus::Dead].map(DeliveryStatus::as_str);
+    let of_config =
+        |webhook_id: i64| dsl::webhook_deliveries.filter(dsl::webhook_id.eq(webhook_id)).select(dsl::id).limit(limit);
+    let finished_before = |before: PrimitiveDateTime| {
+        dsl::webhook_deliveries
+            .filter(dsl::created_at.lt(before))
+            .filter(dsl::status.eq_any(finished))
+            .select(dsl::id)
+            .limit(limit)
+    };
+    let batch: Vec<i64> = match (&mut *connection, doomed) {
+        (AnyConnection::Sqlite(c), Doomed::OfConfig(id)) => of_config(id).load(&mut **c)?,
+        (AnyConnection::Sqlite(c), Doomed::FinishedBefore(before)) => finished_before(before).load(&mut **c)?,
+        (AnyConnection::Postgres(c), Doomed::OfConfig(id)) => of_config(id).for_update().load(&mut **c)?,
+        (AnyConnection::Postgres(c), Doomed::FinishedBefore(before)) => {
+            finished_before(before).for_update().load(&mut **c)?
+        }
+    };
     if batch.is_empty() {
         return Ok(0);
     }
-    diesel::delete(webhook_delivery_attempts::table.filter(webhook_delivery_attempts::delivery_id.eq_any(&batch)))
-        .execute(connection)?;
-    diesel::delete(webhook_deliveries::table.filter(webhook_deliveries::id.eq_any(&batch))).execute(connection)
+    let attempts =
+        diesel::delete(webhook_delivery_attempts::table.filter(webhook_delivery_attempts::delivery_id.eq_any(&batch)));
+    let deliveries = diesel::delete(webhook_deliveries::table.filter(webhook_deliveries::id.eq_any(&batch)));
+    on_backend!(connection, c => {
+        attempts.execute(c)?;
+        deliveries.execute(c)
+    })
 }
 
 /// The statuses the poll picks up, in the order their due rows are read.
 const AWAITING_ATTEMPT: [DeliveryStatus; 2] = [DeliveryStatus::Pending, DeliveryStatus::Failed];
 
 #[derive(Queryable, Selectable)]
-#[diesel(table_name = webhook_configs, check_for_backend(Sqlite))]
+#[diesel(table_name = webhook_configs, check_for_backend(Sqlite, Pg))]
 struct ConfigRow {
     id: i64,
     source_identifier: String,
@@ -93,7 +119,7 @@ struct NewConfigRow<'a> {
 }
 
 #[derive(Queryable, Selectable)]
-#[diesel(table_name = webhook_deliveries, check_for_backend(Sqlite))]
+#[diesel(table_name = webhook_deliveries, check_for_backend(Sqlite, Pg))]
 struct DeliveryRow {
     id: i64,
     webhook_id: i64,
@@ -174,16 +200,15 @@ impl<'a> NewDeliveryRow<'a> {
         }
     }
 
-    fn insert(&self, connection: &mut SqliteConnection) -> QueryResult<DeliveryRow> {
-        diesel::insert_into(webhook_deliveries::table)
-            .values(self)
-            .returning(DeliveryRow::as_returning())
-            .get_result(connection)
+    fn insert(&self, connection: &mut AnyConnection<'_>) -> QueryResult<DeliveryRow> {
+        on_backend!(connection, c => {
+            diesel::insert_into(webhook_deliveries::table).values(self).returning(DeliveryRow::as_returning()).get_result(c)
+        })
     }
 }
 
 #[derive(Queryable, Selectable)]
-#[diesel(table_name = webhook_delivery_attempts, check_for_backend(Sqlite))]
+#[diesel(table_name = webhook_delivery_attempts, check_for_backend(Sqlite, Pg))]
 struct AttemptRow {
     delivery_id: i64,
     attempt_number: i32,
@@ -223,12 +248,13 @@ struct NewAttemptRow<'a> {
 /// Due rows of one status, oldest first: a range scan of the `(status, next_retry_at)` index in index order,
 /// so neither a table scan nor a sort, however many rows are delivered or due.
 fn due_of_status(
-    connection: &mut SqliteConnection,
+    connection: &mut AnyConnection<'_>,
     status: DeliveryStatus,
     now: PrimitiveDateTime,
     limit: i64,
 ) -> QueryResult<Vec<(i64, String, Option<PrimitiveDateTime>)>> {
-    due_of_status_query(status.as_str(), now, limit).load(connection)
+    let query = due_of_status_query(status.as_str(), now, limit);
+    on_backend!(connection, c => query.load(c))
 }
 
 /// The statement [`due_of_status`] runs, apart so that the plan test explains this very statement.
@@ -254,24 +280,25 @@ impl WebhookStore for DieselStore {
             created_at: to_db(config.created_at),
         };
         let created = self.with_connection("create webhook config", |connection| {
-            diesel::insert_into(webhook_configs::table)
-                .values(&row)
-                .returning(ConfigRow::as_returning())
-                .get_result(connection)
+            on_backend!(connection, c => {
+                diesel::insert_into(webhook_configs::table).values(&row).returning(ConfigRow::as_returning()).get_result(c)
+            })
         })?;
         Ok(created.into())
     }
 
     fn config(&self, id: i64) -> Result<Option<WebhookConfig>, StoreError> {
         let row = self.with_connection("read webhook config", |connection| {
-            webhook_configs::table.find(id).select(ConfigRow::as_select()).first(connection).optional()
+            on_backend!(connection, c => webhook_configs::table.find(id).select(ConfigRow::as_select()).first(c).optional())
         })?;
         Ok(row.map(WebhookConfig::from))
     }
 
     fn list_configs(&self) -> Result<Vec<WebhookConfig>, StoreError> {
         let rows = self.with_connection("list webhook configs", |connection| {
-            webhook_configs::table.order(webhook_configs::id.asc()).select(ConfigRow::as_select()).load(connection)
+            on_backend!(connection, c => {
+                webhook_configs::table.order(webhook_configs::id.asc()).select(ConfigRow::as_select()).load(c)
+            })
         })?;
         Ok(rows.into_iter().map(WebhookConfig::from).collect())
     }
@@ -280,27 +307,26 @@ impl WebhookStore for DieselStore {
         // The history first, a batch per transaction: one transaction over a large history would hold SQLite's
         // write lock past other writers' busy timeout.
         while self.immediate("delete a webhook config's history", |connection| {
-            delete_deliveries(connection, deliveries_of(id), DELETE_BATCH)
+            delete_deliveries(connection, Doomed::OfConfig(id), DELETE_BATCH)
         })? == DELETE_BATCH
         {}
-        // What is left (deliveries enqueued meanwhile: a handful) goes with the config, atomically.
+        // What is left (deliveries enqueued meanwhile: a handful) goes with the config, atomically. On
+        // PostgreSQL the config row is locked first: an insert of a delivery for it (whose foreign key check
+        // needs that row) waits until the config is gone and then fails as a conflict, instead of slipping in
+        // between the last batch and the config's deletion.
         self.immediate("delete webhook config", |connection| {
-            while delete_deliveries(connection, deliveries_of(id), DELETE_BATCH)? > 0 {}
-            let deleted = diesel::delete(webhook_configs::table.find(id)).execute(connection)?;
+            if let AnyConnection::Postgres(c) = connection {
+                webhook_configs::table.find(id).select(webhook_configs::id).for_update().load::<i64>(&mut **c)?;
+            }
+            while delete_deliveries(connection, Doomed::OfConfig(id), DELETE_BATCH)? > 0 {}
+            let deleted = on_backend!(connection, c => diesel::delete(webhook_configs::table.find(id)).execute(c))?;
             Ok(deleted > 0)
         })
     }
 
     fn prune_finished_deliveries(&self, created_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError> {
-        use webhook_deliveries::dsl;
-        let finished = [DeliveryStatus::Delivered, DeliveryStatus::Dead].map(DeliveryStatus::as_str);
         self.immediate("prune finished webhook deliveries", |connection| {
-            let candidates = dsl::webhook_deliveries
-                .filter(dsl::created_at.lt(to_db(created_before)))
-                .filter(dsl::status.eq_any(finished))
-                .select(dsl::id)
-                .into_boxed();
-            delete_deliveries(connection, candidates, limit)
+            delete_deliveries(connection, Doomed::FinishedBefore(to_db(created_before)), limit)
         })
     }
 
@@ -316,8 +342,13 @@ impl WebhookStore for DieselStore {
             let mut outcomes = Vec::with_capacity(rows.len());
             for row in &rows {
                 // A savepoint per row: a constraint that refuses one row (its config deleted, its idempotency key
-                // taken) rolls back that row only, and the others still commit together.
-                match connection.transaction(|connection| row.insert(connection)) {
+                // taken) rolls back that row only, and the others still commit together. (PostgreSQL needs it
+                // even more than SQLite: there a failed statement aborts the whole transaction.)
+                let inserted = match connection {
+                    AnyConnection::Sqlite(c) => c.transaction(|c| row.insert(&mut AnyConnection::Sqlite(c))),
+                    AnyConnection::Postgres(c) => c.transaction(|c| row.insert(&mut AnyConnection::Postgres(c))),
+                };
+                match inserted {
                     Ok(inserted) => outcomes.push(Ok(inserted)),
                     Err(error @ diesel::result::Error::DatabaseError(kind, _)) if is_constraint(&kind) => {
                         outcomes.push(Err(error));
@@ -337,18 +368,22 @@ impl WebhookStore for DieselStore {
 
     fn delivery_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<Delivery>, StoreError> {
         let row = self.with_connection("read webhook delivery by idempotency key", |connection| {
-            webhook_deliveries::table
-                .filter(webhook_deliveries::idempotency_key.eq(key.as_str()))
-                .select(DeliveryRow::as_select())
-                .first(connection)
-                .optional()
+            on_backend!(connection, c => {
+                webhook_deliveries::table
+                    .filter(webhook_deliveries::idempotency_key.eq(key.as_str()))
+                    .select(DeliveryRow::as_select())
+                    .first(c)
+                    .optional()
+            })
         })?;
         row.map(Delivery::try_from).transpose()
     }
 
     fn delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {
         let row = self.with_connection("read webhook delivery", |connection| {
-            webhook_deliveries::table.find(id).select(DeliveryRow::as_select()).first(connection).optional()
+            on_backend!(connection, c => {
+                webhook_deliveries::table.find(id).select(DeliveryRow::as_select()).first(c).optional()
+            })
         })?;
         row.map(Delivery::try_from).transpose()
     }
@@ -357,34 +392,38 @@ impl WebhookStore for DieselStore {
         use webhook_deliveries::dsl;
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
         let rows = self.with_connection("list webhook deliveries", |connection| {
-            let mut query = dsl::webhook_deliveries.select(DeliveryRow::as_select()).into_boxed();
-            if let Some(session_id) = &filter.session_id {
-                query = query.filter(dsl::session_id.eq(session_id));
-            }
-            if let Some(status) = filter.status {
-                query = query.filter(dsl::status.eq(status.as_str()));
-            }
-            if let Some(from) = filter.created_from {
-                query = query.filter(dsl::created_at.ge(to_db(from)));
-            }
-            if let Some(before) = filter.created_before {
-                query = query.filter(dsl::created_at.lt(to_db(before)));
-            }
-            if let Some(after_id) = filter.after_id {
-                query = query.filter(dsl::id.gt(after_id));
-            }
-            query.order(dsl::id.asc()).limit(limit).load(connection)
+            on_backend!(connection, c => {
+                let mut query = dsl::webhook_deliveries.select(DeliveryRow::as_select()).into_boxed();
+                if let Some(session_id) = &filter.session_id {
+                    query = query.filter(dsl::session_id.eq(session_id));
+                }
+                if let Some(status) = filter.status {
+                    query = query.filter(dsl::status.eq(status.as_str()));
+                }
+                if let Some(from) = filter.created_from {
+                    query = query.filter(dsl::created_at.ge(to_db(from)));
+                }
+                if let Some(before) = filter.created_before {
+                    query = query.filter(dsl::created_at.lt(to_db(before)));
+                }
+                if let Some(after_id) = filter.after_id {
+                    query = query.filter(dsl::id.gt(after_id));
+                }
+                query.order(dsl::id.asc()).limit(limit).load(c)
+            })
         })?;
         deliveries(rows)
     }
 
     fn attempts(&self, delivery_id: i64) -> Result<Vec<DeliveryAttempt>, StoreError> {
         let rows = self.with_connection("read webhook delivery attempts", |connection| {
-            webhook_delivery_attempts::table
-                .filter(webhook_delivery_attempts::delivery_id.eq(delivery_id))
-                .order(webhook_delivery_attempts::id.asc())
-                .select(AttemptRow::as_select())
-                .load(connection)
+            on_backend!(connection, c => {
+                webhook_delivery_attempts::table
+                    .filter(webhook_delivery_attempts::delivery_id.eq(delivery_id))
+                    .order(webhook_delivery_attempts::id.asc())
+                    .select(AttemptRow::as_select())
+                    .load(c)
+            })
         })?;
         Ok(rows.into_iter().map(DeliveryAttempt::from).collect())
     }
@@ -485,24 +524,28 @@ impl WebhookStore for DieselStore {
         use webhook_deliveries::dsl;
         let retryable = [DeliveryStatus::Failed, DeliveryStatus::Dead].map(DeliveryStatus::as_str);
         let outcome = self.immediate("retry webhook delivery now", |connection| {
-            let Some(current) =
-                dsl::webhook_deliveries.find(id).select(DeliveryRow::as_select()).first(connection).optional()?
-            else {
+            let current = dsl::webhook_deliveries.find(id);
+            let current = match connection {
+                AnyConnection::Sqlite(c) => current.select(DeliveryRow::as_select()).first(&mut **c).optional()?,
+                // Locked: the status it is about to judge stays what it read until the reset commits.
+                AnyConnection::Postgres(c) => {
+                    current.select(DeliveryRow::as_select()).for_update().first(&mut **c).optional()?
+                }
+            };
+            let Some(current) = current else {
                 return Ok(None);
             };
             if !retryable.contains(&current.status.as_str()) {
                 return Ok(Some(Err(current)));
             }
-            let reset = diesel::update(dsl::webhook_deliveries.find(id))
-                .set((
-                    dsl::status.eq(DeliveryStatus::Pending.as_str()),
-                    dsl::attempt_count.eq(0),
-                    dsl::next_retry_at.eq(Some(to_db(now))),
-                    // An attempt still in flight no longer holds the row: its outcome will not be applied.
-                    dsl::claimed_until.eq(None::<PrimitiveDateTime>),
-                ))
-                .returning(DeliveryRow::as_returning())
-                .get_result(connection)?;
+            let reset = diesel::update(dsl::webhook_deliveries.find(id)).set((
+                dsl::status.eq(DeliveryStatus::Pending.as_str()),
+                dsl::attempt_count.eq(0),
+                dsl::next_retry_at.eq(Some(to_db(now))),
+                // An attempt still in flight no longer holds the row: its outcome will not be applied.
+                dsl::claimed_until.eq(None::<PrimitiveDateTime>),
+            ));
+            let reset = on_backend!(connection, c => reset.returning(DeliveryRow::as_returning()).get_result(c))?;
             Ok(Some(Ok(reset)))
         })?;
         match outcome {
@@ -515,29 +558,28 @@ impl WebhookStore for DieselStore {
 
 /// Claims the rows `ids` that are pending or failed and due by `due_by`, until `lease_until`.
 fn claim_rows(
-    connection: &mut SqliteConnection,
+    connection: &mut AnyConnection<'_>,
     ids: &[i64],
     due_by: OffsetDateTime,
     lease_until: OffsetDateTime,
 ) -> QueryResult<Vec<DeliveryRow>> {
     use webhook_deliveries::dsl;
     let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
-    diesel::update(
+    let claim = diesel::update(
         dsl::webhook_deliveries
             .filter(dsl::id.eq_any(ids))
             .filter(dsl::status.eq_any(statuses))
             .filter(dsl::next_retry_at.le(to_db(due_by))),
     )
     // The marker tells this claim from a scheduled retry once its process is gone (`recovery`).
-    .set((dsl::next_retry_at.eq(to_db(lease_until)), dsl::claimed_until.eq(to_db(lease_until))))
-    .returning(DeliveryRow::as_returning())
-    .get_results(connection)
+    .set((dsl::next_retry_at.eq(to_db(lease_until)), dsl::claimed_until.eq(to_db(lease_until))));
+    on_backend!(connection, c => claim.returning(DeliveryRow::as_returning()).get_results(c))
 }
 
 /// Appends an attempt to the history and applies its outcome if the row still carries the claim it ran under.
-/// Call it inside an IMMEDIATE transaction (it reads, then writes).
+/// Call it inside a `DieselStore::immediate` transaction (it reads, then writes).
 fn record(
-    connection: &mut SqliteConnection,
+    connection: &mut AnyConnection<'_>,
     attempt: &DeliveryAttempt,
     lease: OffsetDateTime,
     update: &DeliveryUpdate,
@@ -552,14 +594,28 @@ fn record(
         error_class: attempt.error_class.as_deref(),
         error_detail: attempt.error_detail.as_deref(),
     };
-    let exists = diesel::select(diesel::dsl::exists(dsl::webhook_deliveries.find(attempt.delivery_id)))
-        .get_result::<bool>(connection)?;
+    let exists = match connection {
+        AnyConnection::Sqlite(c) => {
+            diesel::select(diesel::dsl::exists(dsl::webhook_deliveries.find(attempt.delivery_id)))
+                .get_result::<bool>(&mut **c)?
+        }
+        // Locked, so that a concurrent delete (its config's, or retention's) waits for this record rather than
+        // removing the row between this check and the history's insert.
+        AnyConnection::Postgres(c) => dsl::webhook_deliveries
+            .find(attempt.delivery_id)
+            .select(dsl::id)
+            .for_update()
+            .first::<i64>(&mut **c)
+            .optional()?
+            .is_some(),
+    };
     if !exists {
         // Deleted with its config mid-attempt: there is nothing left to attach the history to.
         return Ok(false);
     }
-    diesel::insert_into(webhook_delivery_attempts::table).values(&history).execute(connection)?;
-    let applied = diesel::update(
+    let insert = diesel::insert_into(webhook_delivery_attempts::table).values(&history);
+    on_backend!(connection, c => insert.execute(c))?;
+    let apply = diesel::update(
         dsl::webhook_deliveries
             .find(attempt.delivery_id)
             .filter(dsl::next_retry_at.eq(to_db(lease)))
@@ -572,8 +628,8 @@ fn record(
         dsl::next_retry_at.eq(update.next_retry_at.map(to_db)),
         dsl::error_detail.eq(update.error_detail.as_deref()),
         dsl::claimed_until.eq(None::<PrimitiveDateTime>),
-    ))
-    .execute(connection)?;
+    ));
+    let applied = on_backend!(connection, c => apply.execute(c))?;
     Ok(applied == 1)
 }
 

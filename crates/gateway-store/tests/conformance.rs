@@ -41,6 +41,7 @@ macro_rules! backend {
 }
 
 backend!(sqlite, sqlite_store());
+backend!(postgres, postgres_store(module_path!()));
 
 /// A store on a fresh SQLite file, which lives as long as the store.
 struct SqliteStore {
@@ -60,4 +61,25 @@ fn sqlite_store() -> Option<SqliteStore> {
     let dir = tempfile::tempdir().unwrap();
     let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
     Some(SqliteStore { store, _dir: dir })
+}
+
+/// A store on a new database of the shared throwaway PostgreSQL server, dropped with it.
+struct PostgresStore {
+    store: DieselStore,
+    _database: gateway_testkit::postgres::TempDatabase,
+}
+
+impl Deref for PostgresStore {
+    type Target = DieselStore;
+
+    fn deref(&self) -> &DieselStore {
+        &self.store
+    }
+}
+
+/// `None` (after one printed line, or a panic under `CI=true`) where PostgreSQL is not installed.
+fn postgres_store(test: &str) -> Option<PostgresStore> {
+    let database = gateway_testkit::postgres::database(test)?;
+    let store = DieselStore::open(&DatabaseUrl::parse(database.url()).unwrap()).unwrap();
+    Some(PostgresStore { store, _database: database })
 }

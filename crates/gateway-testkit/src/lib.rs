@@ -1,9 +1,10 @@
 //! Support shared by the gateway's integration tests and its benchmarks (benches/): percentiles over a sample,
 //! sizes read from the environment, rates, [`Receiver`], a recording HTTP server for webhook targets, and
-//! [`redis::RedisServer`], a throwaway Redis.
+//! [`redis::RedisServer`], a throwaway Redis, and [`postgres`], a throwaway PostgreSQL server.
 //!
 //! Nothing here is part of the gateway; it is a dev-dependency only.
 
+pub mod postgres;
 mod receiver;
 pub mod redis;
 mod sample;

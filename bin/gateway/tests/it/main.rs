@@ -1,4 +1,5 @@
-//! Integration tests: the real `gateway` binary, started on port 0 against a temporary SQLite file.
+//! Integration tests: the real `gateway` binary, started on port 0 against a temporary SQLite file (or, in
+//! `postgres`, a throwaway PostgreSQL server).
 //! One test binary for the whole crate (one link step); a module per capability.
 #![allow(clippy::unwrap_used, clippy::print_stderr)] // A test fails by panicking.
 
@@ -14,6 +15,7 @@ mod idempotency;
 mod lifecycle;
 mod messages;
 mod operator;
+mod postgres;
 mod rate;
 mod retention;
 mod robustness;

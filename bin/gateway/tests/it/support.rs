@@ -49,8 +49,18 @@ impl Gateway {
     /// defaults set here, such as `RUST_LOG=info`).
     pub fn start_with_env(dir: Arc<tempfile::TempDir>, args: &[&str], env: &[(&str, &str)]) -> Self {
         let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
+        Self::spawn(dir, &database, args, env)
+    }
+
+    /// Starts a gateway on the database `database_url` names (a PostgreSQL URL: nothing in the temporary
+    /// directory is used).
+    pub fn start_on(database_url: &str, args: &[&str]) -> Self {
+        Self::spawn(Arc::new(tempfile::tempdir().unwrap()), database_url, args, &[])
+    }
+
+    fn spawn(dir: Arc<tempfile::TempDir>, database: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = gateway_command()
-            .args(["--listen", "127.0.0.1:0", "--database-url", &database, "--admin-token", TOKEN])
+            .args(["--listen", "127.0.0.1:0", "--database-url", database, "--admin-token", TOKEN])
             .args(args)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())

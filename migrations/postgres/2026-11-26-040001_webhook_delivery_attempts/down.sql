@@ -1,0 +1,5 @@
+DROP INDEX webhook_deliveries_webhook_id;
+DROP INDEX webhook_deliveries_created_at;
+DROP INDEX webhook_deliveries_session_id;
+DROP INDEX webhook_delivery_attempts_delivery_id;
+DROP TABLE webhook_delivery_attempts;

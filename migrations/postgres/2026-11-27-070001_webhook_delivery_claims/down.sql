@@ -1,0 +1,2 @@
+DROP INDEX webhook_deliveries_claimed_until;
+ALTER TABLE webhook_deliveries DROP COLUMN claimed_until;
