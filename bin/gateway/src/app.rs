@@ -11,7 +11,7 @@ use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
-use gateway_redis::{LeadershipConfig, LeadershipPorts, LeaseTimings, RateConfig, RedisDispatchRate, RedisLeadership};
+use gateway_redis::{LeadershipConfig, LeadershipPorts, RateConfig, RedisDispatchRate, RedisLeadership};
 use gateway_store::{DieselStore, WalCheckpointer};
 use gateway_webhooks::{DeliveryRetention, RetentionPorts, RouterPorts, UreqTransport, WebhookRouter};
 use tokio::sync::Semaphore;
@@ -192,7 +192,7 @@ impl Coordination {
         let client = redis::Client::open(redis_url.expose()).map_err(|error| StartError::Redis(error.to_string()))?;
         let leadership = RedisLeadership::new(
             LeadershipPorts { redis: client.clone(), epoch: Arc::new(store.clone()) },
-            LeadershipConfig { instance_id: instance_id.to_string(), timings: LeaseTimings::default() },
+            LeadershipConfig { instance_id: instance_id.to_string(), timings: config.lease_timings() },
         )
         .map_err(|error| StartError::Redis(error.to_string()))?;
         let bridge = RedisBridge::new(

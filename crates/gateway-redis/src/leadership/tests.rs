@@ -470,3 +470,16 @@ fn timings_out_of_order_and_bad_instance_ids_are_refused() {
         assert!(matches!(make(bad, defaults), Err(Error::Config(_))), "{bad:?}");
     }
 }
+
+#[test]
+fn scaled_timings_keep_the_proportions_and_stay_valid() {
+    assert_eq!(LeaseTimings::with_ttl(LEASE_TTL), LeaseTimings::default());
+    let short = LeaseTimings::with_ttl(Duration::from_secs(3));
+    assert_eq!(short.renew_interval, Duration::from_secs(1));
+    assert_eq!(short.step_down_after, Duration::from_secs(2));
+    assert_eq!(short.acquire_interval, Duration::from_millis(200));
+    assert_eq!(short.command_timeout, Duration::from_millis(400));
+    for ttl_ms in [300, 1_000, 3_000, 30_000, 600_000] {
+        LeaseTimings::with_ttl(Duration::from_millis(ttl_ms)).validate().unwrap();
+    }
+}
