@@ -6,19 +6,25 @@
 //! so the same statements serve PostgreSQL, where each conditional `UPDATE` re-checks its condition on a row a
 //! concurrent claim changed while it waited for the row's lock: one claim per instant on both backends.
 
+use std::collections::{HashMap, HashSet};
+
+use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
+use diesel::query_builder::{AstPass, QueryFragment};
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamp};
 use gateway_core::{
     AgentId, ClaimLease, CronJob, CronJobInsert, CronJobStore, FencingToken, FireCompletion, IdempotencyKey,
     NewCronJob, PendingFire, StoreError,
 };
 use time::PrimitiveDateTime;
 
+use crate::batch::{pair_in_order, push_sql_with_binds};
 use crate::connection::{AnyConnection, DieselStore};
 use crate::fencing::{admit, token_to_db};
 use crate::schema::cron_jobs;
 use crate::timestamp::{from_db, to_db};
 
-#[derive(Queryable, Selectable)]
+#[derive(Queryable, Selectable, Clone)]
 #[diesel(table_name = cron_jobs)]
 struct CronJobRow {
     id: i64,
@@ -88,6 +94,129 @@ impl<'a> NewCronJobRow<'a> {
     }
 }
 
+/// A group's rows as one `INSERT … SELECT … FROM unnest(…)` (`batch`), in the order they were sent; a row whose
+/// idempotency key is held is skipped. Returns each written row with its key.
+struct InsertCronJobs<'a> {
+    agent_id: Vec<&'a str>,
+    schedule: Vec<Option<&'a str>>,
+    next_fire_at: Vec<PrimitiveDateTime>,
+    payload: Vec<&'a str>,
+    is_one_time: Vec<bool>,
+    idempotency_key: Vec<Option<&'a str>>,
+}
+
+postgres_statement!(InsertCronJobs -> ((BigInt, Text, Nullable<Text>, Timestamp, Text, Bool), Nullable<Text>));
+
+impl<'a> InsertCronJobs<'a> {
+    fn of(rows: &[&'a NewCronJobRow<'a>]) -> Self {
+        Self {
+            agent_id: rows.iter().map(|row| row.agent_id).collect(),
+            schedule: rows.iter().map(|row| row.schedule).collect(),
+            next_fire_at: rows.iter().map(|row| row.next_fire_at).collect(),
+            payload: rows.iter().map(|row| row.payload.as_str()).collect(),
+            is_one_time: rows.iter().map(|row| row.is_one_time).collect(),
+            idempotency_key: rows.iter().map(|row| row.idempotency_key).collect(),
+        }
+    }
+}
+
+impl QueryFragment<Pg> for InsertCronJobs<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        push_sql_with_binds(
+            &mut out,
+            "INSERT INTO cron_jobs (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key) \
+             SELECT agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key \
+             FROM unnest($, $, $, $, $, $) WITH ORDINALITY \
+             AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, position) \
+             ORDER BY position \
+             ON CONFLICT (idempotency_key) DO NOTHING \
+             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key",
+            |index, out| match index {
+                0 => out.push_bind_param::<Array<Text>, _>(&self.agent_id),
+                1 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.schedule),
+                2 => out.push_bind_param::<Array<Timestamp>, _>(&self.next_fire_at),
+                3 => out.push_bind_param::<Array<Text>, _>(&self.payload),
+                4 => out.push_bind_param::<Array<Bool>, _>(&self.is_one_time),
+                _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.idempotency_key),
+            },
+        )
+    }
+}
+
+/// The group insert on PostgreSQL: one statement for the group, plus one that reads the holders of the keys it
+/// found held. Same outcomes as the row-by-row insert: a key repeated within the group is sent once and its later
+/// rows find the earlier one's outcome (its row, not inserted by them), and a key already held finds its holder.
+///
+/// An insert whose key a concurrent, uncommitted insert holds waits for that transaction: if it commits, the row
+/// is skipped and the holders' read (a later statement, hence a later snapshot) finds its row.
+fn insert_group_postgres(
+    connection: &mut PgConnection,
+    rows: &[NewCronJobRow<'_>],
+) -> QueryResult<Vec<(CronJobRow, bool)>> {
+    // Per row: `Ok(position in the statement)` or, for a repeated key, `Err(the first row with that key)`.
+    let mut first_with_key: HashMap<&str, usize> = HashMap::new();
+    let mut sent: Vec<&NewCronJobRow<'_>> = Vec::with_capacity(rows.len());
+    let plan: Vec<Result<usize, usize>> = rows
+        .iter()
+        .enumerate()
+        .map(|(index, row)| match row.idempotency_key.map(|key| *first_with_key.entry(key).or_insert(index)) {
+            Some(first) if first != index => Err(first),
+            _ => {
+                sent.push(row);
+                Ok(sent.len() - 1)
+            }
+        })
+        .collect();
+    let mut written: Vec<(CronJobRow, Option<String>)> = InsertCronJobs::of(&sent).load(connection)?;
+    written.sort_unstable_by_key(|(row, _)| row.id);
+    let written = pair_in_order(
+        &sent,
+        written,
+        |sent, (row, key)| {
+            row.agent_id == sent.agent_id
+                && row.schedule.as_deref() == sent.schedule
+                && row.next_fire_at == sent.next_fire_at
+                && row.payload == sent.payload
+                && row.is_one_time == sent.is_one_time
+                && key.as_deref() == sent.idempotency_key
+        },
+        |sent| sent.idempotency_key.is_some(),
+    )?;
+    let held: Vec<&str> =
+        sent.iter().zip(&written).filter(|(_, row)| row.is_none()).filter_map(|(sent, _)| sent.idempotency_key).collect();
+    let mut holders: HashMap<String, CronJobRow> = if held.is_empty() {
+        HashMap::new()
+    } else {
+        cron_jobs::table
+            .filter(cron_jobs::idempotency_key.eq_any(&held))
+            .select((CronJobRow::as_select(), cron_jobs::idempotency_key.assume_not_null()))
+            .load::<(CronJobRow, String)>(connection)?
+            .into_iter()
+            .map(|(row, key)| (key, row))
+            .collect()
+    };
+    // Each row's outcome: the row that holds its job, and whether this row wrote it. Only a key repeated within
+    // the group clones a row.
+    let mut outcomes: Vec<(CronJobRow, bool)> = Vec::with_capacity(rows.len());
+    let mut written: Vec<Option<CronJobRow>> = written.into_iter().map(|row| row.map(|(row, _)| row)).collect();
+    for (index, step) in plan.iter().enumerate() {
+        let outcome = match *step {
+            Ok(position) => match written[position].take() {
+                Some(row) => (row, true),
+                None => {
+                    let key = rows[index].idempotency_key.unwrap_or_default();
+                    // Deleted between the insert and this read: as the row-by-row insert, the group fails.
+                    let holder = holders.remove(key).ok_or(diesel::result::Error::NotFound)?;
+                    (holder, false)
+                }
+            },
+            Err(first) => (outcomes[first].0.clone(), false),
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
 impl TryFrom<CronJobRow> for CronJob {
     type Error = StoreError;
 
@@ -129,11 +258,20 @@ impl CronJobStore for DieselStore {
             return Ok(Vec::new());
         }
         let rows: Vec<NewCronJobRow<'_>> = jobs.iter().map(NewCronJobRow::of).collect();
-        // One statement per row (RETURNING order is only defined per statement, and a held key must be known
-        // per row), one commit for all: the commit's page writes are what a single-row insert mostly pays for.
-        let stored = self.immediate("insert cron jobs", |connection| {
-            rows.iter().map(|row| row.insert_unless_key_held(connection)).collect::<QueryResult<Vec<_>>>()
-        })?;
+        let work = |connection: &mut AnyConnection<'_>| match connection {
+            // One statement per row (RETURNING order is only defined per statement, and a held key must be known
+            // per row), one commit for all: the commit's page writes are what a single-row insert mostly pays for.
+            AnyConnection::Sqlite(_) => {
+                rows.iter().map(|row| row.insert_unless_key_held(connection)).collect::<QueryResult<Vec<_>>>()
+            }
+            AnyConnection::Postgres(connection) => insert_group_postgres(connection, &rows),
+        };
+        let stored = if !self.is_sqlite() && rows.iter().all(|row| row.idempotency_key.is_none()) {
+            // Without keys the group is one statement, atomic on its own: no BEGIN and COMMIT round trips.
+            self.with_connection("insert cron jobs", work)?
+        } else {
+            self.immediate("insert cron jobs", work)?
+        };
         stored.into_iter().map(|(row, inserted)| Ok(CronJobInsert { job: row.try_into()?, inserted })).collect()
     }
 
@@ -268,8 +406,8 @@ fn claim(connection: &mut AnyConnection<'_>, job_ids: &[i64], lease: &ClaimLease
     on_backend!(connection, c => claim.returning(CronJobRow::as_returning()).load(c))
 }
 
-/// Deletes in one statement (the owner identifies its claim); advances row by row (each has its own next
-/// instant), each only from the instant that was claimed.
+/// Deletes in one statement (the owner identifies its claim); advances each row only from the instant that was
+/// claimed, to its own next instant: row by row on SQLite, in one statement on PostgreSQL.
 fn complete(connection: &mut AnyConnection<'_>, owner: &str, completions: &[FireCompletion]) -> QueryResult<usize> {
     let deleted: Vec<i64> = completions
         .iter()
@@ -285,16 +423,26 @@ fn complete(connection: &mut AnyConnection<'_>, owner: &str, completions: &[Fire
         );
         completed += on_backend!(connection, c => delete.execute(c))?;
     }
-    for completion in completions {
-        let FireCompletion::Advance { fire, next_fire_at } = completion else { continue };
+    let advances = completions.iter().filter_map(|completion| match completion {
+        FireCompletion::Advance { fire, next_fire_at } => Some((fire.job_id, fire.scheduled_for, *next_fire_at)),
+        FireCompletion::Delete(_) => None,
+    });
+    if let AnyConnection::Postgres(connection) = connection {
+        let advance = AdvanceCronJobs::of(owner, advances);
+        if !advance.id.is_empty() {
+            completed += advance.execute(&mut **connection)?;
+        }
+        return Ok(completed);
+    }
+    for (job_id, scheduled_for, next_fire_at) in advances {
         let advance = diesel::update(
             cron_jobs::table
-                .filter(cron_jobs::id.eq(fire.job_id))
-                .filter(cron_jobs::next_fire_at.eq(to_db(fire.scheduled_for)))
+                .filter(cron_jobs::id.eq(job_id))
+                .filter(cron_jobs::next_fire_at.eq(to_db(scheduled_for)))
                 .filter(cron_jobs::claimed_by.eq(owner)),
         )
         .set((
-            cron_jobs::next_fire_at.eq(to_db(*next_fire_at)),
+            cron_jobs::next_fire_at.eq(to_db(next_fire_at)),
             cron_jobs::claimed_by.eq(None::<String>),
             cron_jobs::claimed_until.eq(None::<PrimitiveDateTime>),
             cron_jobs::claim_token.eq(None::<i64>),
@@ -302,6 +450,55 @@ fn complete(connection: &mut AnyConnection<'_>, owner: &str, completions: &[Fire
         completed += on_backend!(connection, c => advance.execute(c))?;
     }
     Ok(completed)
+}
+
+/// The advances of a batch as one `UPDATE … FROM unnest(…)` (`batch`). Of completions of the same instant of a
+/// job, the first is kept: row by row it is the one that applies, and an `UPDATE … FROM` that joins a row twice
+/// applies one join of its choosing. (Instants other than the row's own do not join at all.)
+struct AdvanceCronJobs<'a> {
+    owner: &'a str,
+    id: Vec<i64>,
+    scheduled_for: Vec<PrimitiveDateTime>,
+    next_fire_at: Vec<PrimitiveDateTime>,
+}
+
+postgres_statement!(AdvanceCronJobs);
+
+impl<'a> AdvanceCronJobs<'a> {
+    fn of(
+        owner: &'a str,
+        advances: impl Iterator<Item = (i64, time::OffsetDateTime, time::OffsetDateTime)>,
+    ) -> Self {
+        let mut statement = Self { owner, id: Vec::new(), scheduled_for: Vec::new(), next_fire_at: Vec::new() };
+        let mut seen = HashSet::new();
+        for (job_id, scheduled_for, next_fire_at) in advances {
+            if seen.insert((job_id, scheduled_for)) {
+                statement.id.push(job_id);
+                statement.scheduled_for.push(to_db(scheduled_for));
+                statement.next_fire_at.push(to_db(next_fire_at));
+            }
+        }
+        statement
+    }
+}
+
+impl QueryFragment<Pg> for AdvanceCronJobs<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        push_sql_with_binds(
+            &mut out,
+            "UPDATE cron_jobs \
+             SET next_fire_at = done.next_fire_at, claimed_by = NULL, claimed_until = NULL, claim_token = NULL \
+             FROM unnest($, $, $) AS done (id, scheduled_for, next_fire_at) \
+             WHERE cron_jobs.id = done.id AND cron_jobs.next_fire_at = done.scheduled_for \
+             AND cron_jobs.claimed_by = $",
+            |index, out| match index {
+                0 => out.push_bind_param::<Array<BigInt>, _>(&self.id),
+                1 => out.push_bind_param::<Array<Timestamp>, _>(&self.scheduled_for),
+                2 => out.push_bind_param::<Array<Timestamp>, _>(&self.next_fire_at),
+                _ => out.push_bind_param::<Text, _>(&self.owner),
+            },
+        )
+    }
 }
 
 // The port's rules (claims, leases, completions, fencing, idempotency keys) run against this adapter in

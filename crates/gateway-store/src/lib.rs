@@ -9,6 +9,8 @@
 
 #[macro_use]
 mod connection;
+#[macro_use]
+mod batch;
 #[cfg(test)]
 #[macro_use]
 mod testing;
