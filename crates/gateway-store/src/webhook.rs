@@ -338,7 +338,13 @@ impl WebhookStore for DieselStore {
 
     fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<Vec<Result<Delivery, StoreError>>, StoreError> {
         let rows: Vec<NewDeliveryRow<'_>> = deliveries.iter().map(NewDeliveryRow::of).collect();
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
         let outcomes = self.immediate("insert webhook deliveries", |connection| {
+            if let AnyConnection::Postgres(c) = connection {
+                return postgres::insert_deliveries(c, &rows);
+            }
             let mut outcomes = Vec::with_capacity(rows.len());
             for row in &rows {
                 // A savepoint per row: a constraint that refuses one row (its config deleted, its idempotency key
@@ -495,13 +501,22 @@ impl WebhookStore for DieselStore {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
-        let rows = self.immediate("claim webhook deliveries", |connection| {
-            let mut claimed = Vec::with_capacity(claims.len());
-            for (id, due_by) in claims {
-                claimed.extend(claim_rows(connection, std::slice::from_ref(id), *due_by, lease_until)?);
+        let work = |connection: &mut AnyConnection<'_>| match connection {
+            AnyConnection::Sqlite(_) => {
+                let mut claimed = Vec::with_capacity(claims.len());
+                for (id, due_by) in claims {
+                    claimed.extend(claim_rows(connection, std::slice::from_ref(id), *due_by, lease_until)?);
+                }
+                Ok(claimed)
             }
-            Ok(claimed)
-        })?;
+            AnyConnection::Postgres(c) => postgres::claim(c, claims.iter().copied(), lease_until),
+        };
+        let rows = if self.is_sqlite() {
+            self.immediate("claim webhook deliveries", work)?
+        } else {
+            // One statement, atomic on its own: no BEGIN and COMMIT round trips.
+            self.with_connection("claim webhook deliveries", work)?
+        };
         deliveries(rows)
     }
 
@@ -515,8 +530,14 @@ impl WebhookStore for DieselStore {
     }
 
     fn record_attempts(&self, records: &[AttemptRecord]) -> Result<Vec<bool>, StoreError> {
-        self.immediate("record webhook attempts", |connection| {
-            records.iter().map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update)).collect()
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.immediate("record webhook attempts", |connection| match connection {
+            AnyConnection::Postgres(c) => postgres::record_attempts(c, records),
+            AnyConnection::Sqlite(_) => {
+                records.iter().map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update)).collect()
+            }
         })
     }
 
@@ -556,7 +577,9 @@ impl WebhookStore for DieselStore {
     }
 }
 
-/// Claims the rows `ids` that are pending or failed and due by `due_by`, until `lease_until`.
+/// Claims the rows `ids` that are pending or failed and due by `due_by`, until `lease_until`. On PostgreSQL the
+/// rows are locked in id order first (`postgres`: every claim and attempt record does so, and so they never
+/// deadlock on each other).
 fn claim_rows(
     connection: &mut AnyConnection<'_>,
     ids: &[i64],
@@ -564,6 +587,9 @@ fn claim_rows(
     lease_until: OffsetDateTime,
 ) -> QueryResult<Vec<DeliveryRow>> {
     use webhook_deliveries::dsl;
+    if let AnyConnection::Postgres(c) = connection {
+        return postgres::claim(c, ids.iter().map(|id| (*id, due_by)), lease_until);
+    }
     let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
     let claim = diesel::update(
         dsl::webhook_deliveries
@@ -640,5 +666,6 @@ fn is_constraint(kind: &DatabaseErrorKind) -> bool {
     )
 }
 
+mod postgres;
 #[cfg(test)]
 mod tests;

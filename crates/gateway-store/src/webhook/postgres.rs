@@ -1,0 +1,358 @@
+//! The webhook store's group writes on PostgreSQL, each a statement or two for the whole group (`batch`), with
+//! the outcome of each item what the row-by-row writes give on SQLite.
+//!
+//! Lock order: every write that locks several delivery rows locks them in ascending id order, in its first
+//! statement (the claims' `FOR UPDATE … ORDER BY id`, the attempt records' likewise), and takes no other row lock
+//! before: two such writes wait for each other instead of deadlocking. A group insert locks its configs (`FOR KEY
+//! SHARE`, in id order) and only inserts deliveries; deleting a config locks the config first.
+
+use std::collections::{HashMap, HashSet};
+
+use diesel::pg::{Pg, PgConnection};
+use diesel::prelude::*;
+use diesel::query_builder::{AstPass, QueryFragment};
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamp};
+use gateway_core::{AttemptRecord, DeliveryStatus};
+use time::{OffsetDateTime, PrimitiveDateTime};
+
+use super::{AWAITING_ATTEMPT, DeliveryRow, NewDeliveryRow, record};
+use crate::batch::{pair_in_order, push_sql_with_binds};
+use crate::connection::AnyConnection;
+use crate::schema::{webhook_configs, webhook_deliveries};
+use crate::timestamp::to_db;
+
+/// `DeliveryRow`'s columns, in its field order.
+const DELIVERY_COLUMNS: &str = "webhook_deliveries.id, webhook_deliveries.webhook_id, webhook_deliveries.session_id, \
+    webhook_deliveries.payload, webhook_deliveries.target_url, webhook_deliveries.signature, \
+    webhook_deliveries.status, webhook_deliveries.attempt_count, webhook_deliveries.last_attempted_at, \
+    webhook_deliveries.next_retry_at, webhook_deliveries.created_at, webhook_deliveries.error_detail";
+
+/// `DeliveryRow`'s SQL type.
+type DeliveryColumns = (
+    BigInt,
+    BigInt,
+    Text,
+    Text,
+    Text,
+    Text,
+    Text,
+    Integer,
+    Nullable<Timestamp>,
+    Nullable<Timestamp>,
+    Timestamp,
+    Nullable<Text>,
+);
+
+/// A group's deliveries as one `INSERT … SELECT … FROM unnest(…)`, in the order they were sent; a delivery whose
+/// idempotency key is held is skipped. Returns each written row with its key and claim marker.
+struct InsertDeliveries<'a> {
+    webhook_id: Vec<i64>,
+    session_id: Vec<&'a str>,
+    payload: Vec<&'a str>,
+    target_url: Vec<&'a str>,
+    signature: Vec<&'a str>,
+    status: Vec<&'a str>,
+    attempt_count: Vec<i32>,
+    next_retry_at: Vec<PrimitiveDateTime>,
+    created_at: Vec<PrimitiveDateTime>,
+    idempotency_key: Vec<Option<&'a str>>,
+    claimed_until: Vec<Option<PrimitiveDateTime>>,
+}
+
+postgres_statement!(InsertDeliveries -> (DeliveryColumns, Nullable<Text>, Nullable<Timestamp>));
+
+impl<'a> InsertDeliveries<'a> {
+    fn of(rows: &[&'a NewDeliveryRow<'a>]) -> Self {
+        Self {
+            webhook_id: rows.iter().map(|row| row.webhook_id).collect(),
+            session_id: rows.iter().map(|row| row.session_id).collect(),
+            payload: rows.iter().map(|row| row.payload).collect(),
+            target_url: rows.iter().map(|row| row.target_url).collect(),
+            signature: rows.iter().map(|row| row.signature).collect(),
+            status: rows.iter().map(|row| row.status).collect(),
+            attempt_count: rows.iter().map(|row| row.attempt_count).collect(),
+            next_retry_at: rows.iter().map(|row| row.next_retry_at).collect(),
+            created_at: rows.iter().map(|row| row.created_at).collect(),
+            idempotency_key: rows.iter().map(|row| row.idempotency_key).collect(),
+            claimed_until: rows.iter().map(|row| row.claimed_until).collect(),
+        }
+    }
+}
+
+impl QueryFragment<Pg> for InsertDeliveries<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql(
+            "INSERT INTO webhook_deliveries (webhook_id, session_id, payload, target_url, signature, status, \
+             attempt_count, next_retry_at, created_at, idempotency_key, claimed_until) \
+             SELECT webhook_id, session_id, payload, target_url, signature, status, attempt_count, next_retry_at, \
+             created_at, idempotency_key, claimed_until ",
+        );
+        push_sql_with_binds(
+            &mut out,
+            "FROM unnest($, $, $, $, $, $, $, $, $, $, $) WITH ORDINALITY AS sent (webhook_id, session_id, payload, \
+             target_url, signature, status, attempt_count, next_retry_at, created_at, idempotency_key, \
+             claimed_until, position) \
+             ORDER BY position \
+             ON CONFLICT (idempotency_key) DO NOTHING RETURNING ",
+            |index, out| match index {
+                0 => out.push_bind_param::<Array<BigInt>, _>(&self.webhook_id),
+                1 => out.push_bind_param::<Array<Text>, _>(&self.session_id),
+                2 => out.push_bind_param::<Array<Text>, _>(&self.payload),
+                3 => out.push_bind_param::<Array<Text>, _>(&self.target_url),
+                4 => out.push_bind_param::<Array<Text>, _>(&self.signature),
+                5 => out.push_bind_param::<Array<Text>, _>(&self.status),
+                6 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
+                7 => out.push_bind_param::<Array<Timestamp>, _>(&self.next_retry_at),
+                8 => out.push_bind_param::<Array<Timestamp>, _>(&self.created_at),
+                9 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.idempotency_key),
+                _ => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.claimed_until),
+            },
+        )?;
+        out.push_sql(DELIVERY_COLUMNS);
+        out.push_sql(", webhook_deliveries.idempotency_key, webhook_deliveries.claimed_until");
+        Ok(())
+    }
+}
+
+/// What a refused delivery fails with: the error the row's own insert would have raised.
+fn refused(kind: DatabaseErrorKind, why: &str) -> DieselError {
+    DieselError::DatabaseError(kind, Box::new(why.to_owned()))
+}
+
+/// The group insert: the configs the group names are locked first (`FOR KEY SHARE`, what the foreign key check
+/// itself takes, in id order), so a config deleted meanwhile is simply not found and one found cannot go before
+/// this commits: no insert fails on the foreign key. A delivery for a missing config, or whose key is held (by an
+/// earlier row, or by an earlier delivery of the group), fails alone, as the row-by-row insert's savepoints make
+/// it; every other error fails the group. Call it inside a transaction.
+pub(super) fn insert_deliveries(
+    connection: &mut PgConnection,
+    rows: &[NewDeliveryRow<'_>],
+) -> QueryResult<Vec<QueryResult<DeliveryRow>>> {
+    let mut webhook_ids: Vec<i64> = rows.iter().map(|row| row.webhook_id).collect();
+    webhook_ids.sort_unstable();
+    webhook_ids.dedup();
+    let configs: HashSet<i64> = webhook_configs::table
+        .filter(webhook_configs::id.eq_any(&webhook_ids))
+        .order(webhook_configs::id.asc())
+        .select(webhook_configs::id)
+        .for_key_share()
+        .load::<i64>(connection)?
+        .into_iter()
+        .collect();
+    // Per row: `Ok(position in the statement)`, or the error that refuses it without sending it.
+    let mut keys_sent: HashSet<&str> = HashSet::new();
+    let mut sent: Vec<&NewDeliveryRow<'_>> = Vec::with_capacity(rows.len());
+    let plan: Vec<Result<usize, DieselError>> = rows
+        .iter()
+        .map(|row| {
+            if !configs.contains(&row.webhook_id) {
+                return Err(refused(DatabaseErrorKind::ForeignKeyViolation, "the webhook config is gone"));
+            }
+            if row.idempotency_key.is_some_and(|key| !keys_sent.insert(key)) {
+                return Err(refused(DatabaseErrorKind::UniqueViolation, "the idempotency key is held"));
+            }
+            sent.push(row);
+            Ok(sent.len() - 1)
+        })
+        .collect();
+    let mut written: Vec<(DeliveryRow, Option<String>, Option<PrimitiveDateTime>)> = if sent.is_empty() {
+        Vec::new()
+    } else {
+        InsertDeliveries::of(&sent).load(connection)?
+    };
+    written.sort_unstable_by_key(|(row, _, _)| row.id);
+    let mut written = pair_in_order(
+        &sent,
+        written,
+        |sent, (row, key, claimed_until)| {
+            row.webhook_id == sent.webhook_id
+                && row.session_id == sent.session_id
+                && row.payload == sent.payload
+                && row.target_url == sent.target_url
+                && row.signature == sent.signature
+                && row.next_retry_at == Some(sent.next_retry_at)
+                && row.created_at == sent.created_at
+                && key.as_deref() == sent.idempotency_key
+                && *claimed_until == sent.claimed_until
+        },
+        |sent| sent.idempotency_key.is_some(),
+    )?;
+    Ok(plan
+        .into_iter()
+        .map(|step| {
+            let position = step?;
+            match written[position].take() {
+                Some((row, _, _)) => Ok(row),
+                None => Err(refused(DatabaseErrorKind::UniqueViolation, "the idempotency key is held")),
+            }
+        })
+        .collect())
+}
+
+/// Claims each asked row that is awaiting an attempt and due by its own instant, until `lease_until`, in one
+/// statement: the claimable rows are locked in id order first (a row a concurrent write changed is judged again
+/// once that write commits), then moved to the lease. Returns the claimed rows, in no particular order.
+struct ClaimDeliveries<'a> {
+    id: Vec<i64>,
+    due_by: Vec<PrimitiveDateTime>,
+    statuses: [&'a str; 2],
+    lease_until: PrimitiveDateTime,
+}
+
+postgres_statement!(ClaimDeliveries -> DeliveryColumns);
+
+impl QueryFragment<Pg> for ClaimDeliveries<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        push_sql_with_binds(
+            &mut out,
+            "WITH claimable AS MATERIALIZED (\
+             SELECT webhook_deliveries.id FROM webhook_deliveries \
+             JOIN unnest($, $) AS asked (id, due_by) ON webhook_deliveries.id = asked.id \
+             WHERE webhook_deliveries.status = ANY($) AND webhook_deliveries.next_retry_at <= asked.due_by \
+             ORDER BY webhook_deliveries.id FOR UPDATE OF webhook_deliveries) \
+             UPDATE webhook_deliveries SET next_retry_at = $, claimed_until = $ \
+             FROM claimable WHERE webhook_deliveries.id = claimable.id RETURNING ",
+            |index, out| match index {
+                0 => out.push_bind_param::<Array<BigInt>, _>(&self.id),
+                1 => out.push_bind_param::<Array<Timestamp>, _>(&self.due_by),
+                2 => out.push_bind_param::<Array<Text>, _>(&self.statuses[..]),
+                _ => out.push_bind_param::<Timestamp, _>(&self.lease_until),
+            },
+        )?;
+        out.push_sql(DELIVERY_COLUMNS);
+        Ok(())
+    }
+}
+
+/// The claims `(id, due_by)`, all until `lease_until`, as one statement; the claimed rows in the order of their
+/// first claim.
+pub(super) fn claim(
+    connection: &mut PgConnection,
+    claims: impl Iterator<Item = (i64, OffsetDateTime)>,
+    lease_until: OffsetDateTime,
+) -> QueryResult<Vec<DeliveryRow>> {
+    let (id, due_by): (Vec<i64>, Vec<PrimitiveDateTime>) = claims.map(|(id, due_by)| (id, to_db(due_by))).unzip();
+    let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
+    let mut order: HashMap<i64, usize> = HashMap::with_capacity(id.len());
+    for (position, id) in id.iter().enumerate() {
+        order.entry(*id).or_insert(position);
+    }
+    let mut claimed = ClaimDeliveries { id, due_by, statuses, lease_until: to_db(lease_until) }.load(connection)?;
+    claimed.sort_unstable_by_key(|row: &DeliveryRow| order.get(&row.id).copied());
+    Ok(claimed)
+}
+
+/// A group's attempts in one statement: the history rows inserted in the group's order, and each outcome
+/// applied to its delivery if the row still carries the claim the attempt ran under. Returns the ids of the
+/// deliveries it applied to. For deliveries that exist and are locked already, each at most once in the group.
+struct RecordAttempts<'a> {
+    delivery_id: Vec<i64>,
+    attempt_number: Vec<i32>,
+    started_at: Vec<PrimitiveDateTime>,
+    duration_ms: Vec<i64>,
+    status_code: Vec<Option<i32>>,
+    error_class: Vec<Option<&'a str>>,
+    attempt_error_detail: Vec<Option<&'a str>>,
+    lease: Vec<PrimitiveDateTime>,
+    status: Vec<&'a str>,
+    attempt_count: Vec<i32>,
+    last_attempted_at: Vec<PrimitiveDateTime>,
+    next_retry_at: Vec<Option<PrimitiveDateTime>>,
+    error_detail: Vec<Option<&'a str>>,
+}
+
+postgres_statement!(RecordAttempts -> BigInt);
+
+impl<'a> RecordAttempts<'a> {
+    fn of(records: &[&'a AttemptRecord]) -> Self {
+        Self {
+            delivery_id: records.iter().map(|record| record.attempt.delivery_id).collect(),
+            attempt_number: records.iter().map(|record| record.attempt.attempt_number).collect(),
+            started_at: records.iter().map(|record| to_db(record.attempt.started_at)).collect(),
+            duration_ms: records.iter().map(|record| record.attempt.duration_ms).collect(),
+            status_code: records.iter().map(|record| record.attempt.status_code.map(i32::from)).collect(),
+            error_class: records.iter().map(|record| record.attempt.error_class.as_deref()).collect(),
+            attempt_error_detail: records.iter().map(|record| record.attempt.error_detail.as_deref()).collect(),
+            lease: records.iter().map(|record| to_db(record.lease)).collect(),
+            status: records.iter().map(|record| record.update.status.as_str()).collect(),
+            attempt_count: records.iter().map(|record| record.update.attempt_count).collect(),
+            last_attempted_at: records.iter().map(|record| to_db(record.update.last_attempted_at)).collect(),
+            next_retry_at: records.iter().map(|record| record.update.next_retry_at.map(to_db)).collect(),
+            error_detail: records.iter().map(|record| record.update.error_detail.as_deref()).collect(),
+        }
+    }
+}
+
+impl QueryFragment<Pg> for RecordAttempts<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        // The claim the attempt ran under: the lease instant and the attempt count before it (see
+        // `WebhookStore::record_attempt`).
+        push_sql_with_binds(
+            &mut out,
+            "WITH history AS (\
+             INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
+             status_code, error_class, error_detail) \
+             SELECT delivery_id, attempt_number, started_at, duration_ms, status_code, error_class, error_detail \
+             FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY AS attempt (delivery_id, attempt_number, started_at, \
+             duration_ms, status_code, error_class, error_detail, position) \
+             ORDER BY position) \
+             UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
+             last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
+             error_detail = outcome.error_detail, claimed_until = NULL \
+             FROM unnest($, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
+             attempt_count, last_attempted_at, next_retry_at, error_detail) \
+             WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.next_retry_at = outcome.lease \
+             AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
+             RETURNING webhook_deliveries.id",
+            |index, out| match index {
+                0 | 7 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
+                1 | 8 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_number),
+                2 => out.push_bind_param::<Array<Timestamp>, _>(&self.started_at),
+                3 => out.push_bind_param::<Array<BigInt>, _>(&self.duration_ms),
+                4 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.status_code),
+                5 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_class),
+                6 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.attempt_error_detail),
+                9 => out.push_bind_param::<Array<Timestamp>, _>(&self.lease),
+                10 => out.push_bind_param::<Array<Text>, _>(&self.status),
+                11 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
+                12 => out.push_bind_param::<Array<Timestamp>, _>(&self.last_attempted_at),
+                13 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.next_retry_at),
+                _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_detail),
+            },
+        )
+    }
+}
+
+/// The group's records: their deliveries are locked first, in id order (a delivery deleted meanwhile is not
+/// found, and its attempt is not recorded), then every record goes in one statement. Should a delivery have
+/// several records in the group (its attempts judged one after the other), they go one by one instead, each
+/// against the state the one before left. Call it inside a transaction.
+pub(super) fn record_attempts(connection: &mut PgConnection, records: &[AttemptRecord]) -> QueryResult<Vec<bool>> {
+    let mut ids: Vec<i64> = records.iter().map(|record| record.attempt.delivery_id).collect();
+    ids.sort_unstable();
+    let repeated = ids.windows(2).any(|pair| pair[0] == pair[1]);
+    ids.dedup();
+    let existing: HashSet<i64> = webhook_deliveries::table
+        .filter(webhook_deliveries::id.eq_any(&ids))
+        .order(webhook_deliveries::id.asc())
+        .select(webhook_deliveries::id)
+        .for_update()
+        .load::<i64>(connection)?
+        .into_iter()
+        .collect();
+    if repeated {
+        return records
+            .iter()
+            .map(|entry| record(&mut AnyConnection::Postgres(connection), &entry.attempt, entry.lease, &entry.update))
+            .collect();
+    }
+    let recorded: Vec<&AttemptRecord> =
+        records.iter().filter(|record| existing.contains(&record.attempt.delivery_id)).collect();
+    let applied: HashSet<i64> = if recorded.is_empty() {
+        HashSet::new()
+    } else {
+        RecordAttempts::of(&recorded).load::<i64>(connection)?.into_iter().collect()
+    };
+    Ok(records.iter().map(|record| applied.contains(&record.attempt.delivery_id)).collect())
+}
