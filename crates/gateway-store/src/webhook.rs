@@ -341,29 +341,19 @@ impl WebhookStore for DieselStore {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let outcomes = self.immediate("insert webhook deliveries", |connection| {
-            if let AnyConnection::Postgres(c) = connection {
-                return postgres::insert_deliveries(c, &rows);
-            }
-            let mut outcomes = Vec::with_capacity(rows.len());
-            for row in &rows {
-                // A savepoint per row: a constraint that refuses one row (its config deleted, its idempotency key
-                // taken) rolls back that row only, and the others still commit together. (PostgreSQL needs it
-                // even more than SQLite: there a failed statement aborts the whole transaction.)
-                let inserted = match connection {
-                    AnyConnection::Sqlite(c) => c.transaction(|c| row.insert(&mut AnyConnection::Sqlite(c))),
-                    AnyConnection::Postgres(c) => c.transaction(|c| row.insert(&mut AnyConnection::Postgres(c))),
-                };
-                match inserted {
-                    Ok(inserted) => outcomes.push(Ok(inserted)),
-                    Err(error @ diesel::result::Error::DatabaseError(kind, _)) if is_constraint(&kind) => {
-                        outcomes.push(Err(error));
-                    }
-                    Err(other) => return Err(other),
-                }
-            }
-            Ok(outcomes)
-        })?;
+        let mut written = None;
+        if !self.is_sqlite() {
+            // One statement, atomic on its own, when every config is there (the common case: the router has just
+            // read them); else the group again, its configs locked first.
+            written = self.with_connection("insert webhook deliveries", |connection| match connection {
+                AnyConnection::Postgres(c) => postgres::insert_deliveries(c, &rows, false),
+                AnyConnection::Sqlite(_) => Ok(None),
+            })?;
+        }
+        let outcomes = match written {
+            Some(outcomes) => outcomes,
+            None => self.insert_deliveries_in_transaction(&rows)?,
+        };
         Ok(outcomes
             .into_iter()
             .map(|outcome| {
@@ -533,8 +523,15 @@ impl WebhookStore for DieselStore {
         if records.is_empty() {
             return Ok(Vec::new());
         }
+        if !self.is_sqlite() && !postgres::repeats_a_delivery(records) {
+            // One statement, atomic on its own: no BEGIN and COMMIT round trips.
+            return self.with_connection("record webhook attempts", |connection| match connection {
+                AnyConnection::Postgres(c) => postgres::record_attempts(c, records),
+                AnyConnection::Sqlite(_) => Ok(Vec::new()),
+            });
+        }
         self.immediate("record webhook attempts", |connection| match connection {
-            AnyConnection::Postgres(c) => postgres::record_attempts(c, records),
+            AnyConnection::Postgres(c) => postgres::record_attempts_in_turn(c, records),
             AnyConnection::Sqlite(_) => {
                 records.iter().map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update)).collect()
             }
@@ -574,6 +571,36 @@ impl WebhookStore for DieselStore {
             Some(Err(current)) => Ok(RetryNowOutcome::NotAllowed(Delivery::try_from(current)?.status)),
             Some(Ok(reset)) => Ok(RetryNowOutcome::Reset(reset.try_into()?)),
         }
+    }
+}
+
+impl DieselStore {
+    /// The group insert in one transaction, each delivery a constraint refuses failing alone. SQLite: a savepoint
+    /// per row, so a refused row rolls back alone and the others still commit together. PostgreSQL: the configs
+    /// locked first, then one statement (`postgres::insert_deliveries`).
+    fn insert_deliveries_in_transaction(
+        &self,
+        rows: &[NewDeliveryRow<'_>],
+    ) -> Result<Vec<QueryResult<DeliveryRow>>, StoreError> {
+        self.immediate("insert webhook deliveries", |connection| {
+            let c = match connection {
+                AnyConnection::Sqlite(c) => c,
+                AnyConnection::Postgres(c) => {
+                    return postgres::insert_deliveries(c, rows, true).map(Option::unwrap_or_default);
+                }
+            };
+            let mut outcomes = Vec::with_capacity(rows.len());
+            for row in rows {
+                match c.transaction(|c| row.insert(&mut AnyConnection::Sqlite(c))) {
+                    Ok(inserted) => outcomes.push(Ok(inserted)),
+                    Err(error @ diesel::result::Error::DatabaseError(kind, _)) if is_constraint(&kind) => {
+                        outcomes.push(Err(error));
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            Ok(outcomes)
+        })
     }
 }
 

@@ -120,33 +120,41 @@ fn refused(kind: DatabaseErrorKind, why: &str) -> DieselError {
     DieselError::DatabaseError(kind, Box::new(why.to_owned()))
 }
 
-/// The group insert: the configs the group names are locked first (`FOR KEY SHARE`, what the foreign key check
-/// itself takes, in id order), so a config deleted meanwhile is simply not found and one found cannot go before
-/// this commits: no insert fails on the foreign key. A delivery for a missing config, or whose key is held (by an
-/// earlier row, or by an earlier delivery of the group), fails alone, as the row-by-row insert's savepoints make
-/// it; every other error fails the group. Call it inside a transaction.
+/// The group insert. With `lock_configs`, the configs the group names are locked first (`FOR KEY SHARE`, what the
+/// foreign key check itself takes, in id order), so a config deleted meanwhile is simply not found and one found
+/// cannot go before this commits: no insert fails on the foreign key. A delivery for a missing config, or whose key
+/// is held (by an earlier row, or by an earlier delivery of the group), fails alone, as the row-by-row insert's
+/// savepoints make it; every other error fails the group. Call it inside a transaction.
+///
+/// Without `lock_configs`, the insert is one statement, for a group whose configs all exist (as they did when the
+/// router read them): `None` when one is missing, and then nothing was written (the statement failed on the foreign
+/// key, whole), so the caller runs the group again with `lock_configs`.
 pub(super) fn insert_deliveries(
     connection: &mut PgConnection,
     rows: &[NewDeliveryRow<'_>],
-) -> QueryResult<Vec<QueryResult<DeliveryRow>>> {
-    let mut webhook_ids: Vec<i64> = rows.iter().map(|row| row.webhook_id).collect();
-    webhook_ids.sort_unstable();
-    webhook_ids.dedup();
-    let configs: HashSet<i64> = webhook_configs::table
-        .filter(webhook_configs::id.eq_any(&webhook_ids))
-        .order(webhook_configs::id.asc())
-        .select(webhook_configs::id)
-        .for_key_share()
-        .load::<i64>(connection)?
-        .into_iter()
-        .collect();
+    lock_configs: bool,
+) -> QueryResult<Option<Vec<QueryResult<DeliveryRow>>>> {
+    let configs: Option<HashSet<i64>> = if lock_configs {
+        let mut webhook_ids: Vec<i64> = rows.iter().map(|row| row.webhook_id).collect();
+        webhook_ids.sort_unstable();
+        webhook_ids.dedup();
+        let found = webhook_configs::table
+            .filter(webhook_configs::id.eq_any(&webhook_ids))
+            .order(webhook_configs::id.asc())
+            .select(webhook_configs::id)
+            .for_key_share()
+            .load::<i64>(connection)?;
+        Some(found.into_iter().collect())
+    } else {
+        None
+    };
     // Per row: `Ok(position in the statement)`, or the error that refuses it without sending it.
     let mut keys_sent: HashSet<&str> = HashSet::new();
     let mut sent: Vec<&NewDeliveryRow<'_>> = Vec::with_capacity(rows.len());
     let plan: Vec<Result<usize, DieselError>> = rows
         .iter()
         .map(|row| {
-            if !configs.contains(&row.webhook_id) {
+            if configs.as_ref().is_some_and(|configs| !configs.contains(&row.webhook_id)) {
                 return Err(refused(DatabaseErrorKind::ForeignKeyViolation, "the webhook config is gone"));
             }
             if row.idempotency_key.is_some_and(|key| !keys_sent.insert(key)) {
@@ -159,7 +167,12 @@ pub(super) fn insert_deliveries(
     let mut written: Vec<(DeliveryRow, Option<String>, Option<PrimitiveDateTime>)> = if sent.is_empty() {
         Vec::new()
     } else {
-        InsertDeliveries::of(&sent).load(connection)?
+        match InsertDeliveries::of(&sent).load(connection) {
+            Err(DieselError::DatabaseError(DatabaseErrorKind::ForeignKeyViolation, _)) if !lock_configs => {
+                return Ok(None);
+            }
+            written => written?,
+        }
     };
     written.sort_unstable_by_key(|(row, _, _)| row.id);
     let mut written = pair_in_order(
@@ -178,16 +191,17 @@ pub(super) fn insert_deliveries(
         },
         |sent| sent.idempotency_key.is_some(),
     )?;
-    Ok(plan
-        .into_iter()
-        .map(|step| {
-            let position = step?;
-            match written[position].take() {
-                Some((row, _, _)) => Ok(row),
-                None => Err(refused(DatabaseErrorKind::UniqueViolation, "the idempotency key is held")),
-            }
-        })
-        .collect())
+    Ok(Some(
+        plan.into_iter()
+            .map(|step| {
+                let position = step?;
+                match written[position].take() {
+                    Some((row, _, _)) => Ok(row),
+                    None => Err(refused(DatabaseErrorKind::UniqueViolation, "the idempotency key is held")),
+                }
+            })
+            .collect(),
+    ))
 }
 
 /// Claims each asked row that is awaiting an attempt and due by its own instant, until `lease_until`, in one
@@ -243,9 +257,13 @@ pub(super) fn claim(
     Ok(claimed)
 }
 
-/// A group's attempts in one statement: the history rows inserted in the group's order, and each outcome
-/// applied to its delivery if the row still carries the claim the attempt ran under. Returns the ids of the
-/// deliveries it applied to. For deliveries that exist and are locked already, each at most once in the group.
+/// A group's attempts in one statement: their deliveries locked first, in id order (one deleted meanwhile is not
+/// found, and its attempt is not recorded); the history rows of the others inserted in the group's order; and
+/// each outcome applied to its delivery if the row still carries the claim the attempt ran under. Returns the ids
+/// of the deliveries it applied to. Each delivery at most once in the group.
+///
+/// Only the `locked` CTE waits for other transactions' row locks, in id order: the insert and the update touch
+/// only rows it returned (the foreign key check of the history takes a lock this transaction already holds).
 struct RecordAttempts<'a> {
     delivery_id: Vec<i64>,
     attempt_number: Vec<i32>,
@@ -290,69 +308,77 @@ impl QueryFragment<Pg> for RecordAttempts<'_> {
         // `WebhookStore::record_attempt`).
         push_sql_with_binds(
             &mut out,
-            "WITH history AS (\
+            "WITH locked AS MATERIALIZED (\
+             SELECT id FROM webhook_deliveries WHERE id = ANY($) ORDER BY id FOR UPDATE), \
+             history AS (\
              INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
              status_code, error_class, error_detail) \
              SELECT delivery_id, attempt_number, started_at, duration_ms, status_code, error_class, error_detail \
              FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY AS attempt (delivery_id, attempt_number, started_at, \
              duration_ms, status_code, error_class, error_detail, position) \
+             WHERE attempt.delivery_id IN (SELECT id FROM locked) \
              ORDER BY position) \
              UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
              last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
              error_detail = outcome.error_detail, claimed_until = NULL \
              FROM unnest($, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
              attempt_count, last_attempted_at, next_retry_at, error_detail) \
-             WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.next_retry_at = outcome.lease \
+             WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.id IN (SELECT id FROM locked) \
+             AND webhook_deliveries.next_retry_at = outcome.lease \
              AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
              RETURNING webhook_deliveries.id",
             |index, out| match index {
-                0 | 7 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
-                1 | 8 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_number),
-                2 => out.push_bind_param::<Array<Timestamp>, _>(&self.started_at),
-                3 => out.push_bind_param::<Array<BigInt>, _>(&self.duration_ms),
-                4 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.status_code),
-                5 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_class),
-                6 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.attempt_error_detail),
-                9 => out.push_bind_param::<Array<Timestamp>, _>(&self.lease),
-                10 => out.push_bind_param::<Array<Text>, _>(&self.status),
-                11 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
-                12 => out.push_bind_param::<Array<Timestamp>, _>(&self.last_attempted_at),
-                13 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.next_retry_at),
+                0 | 1 | 8 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
+                2 | 9 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_number),
+                3 => out.push_bind_param::<Array<Timestamp>, _>(&self.started_at),
+                4 => out.push_bind_param::<Array<BigInt>, _>(&self.duration_ms),
+                5 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.status_code),
+                6 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_class),
+                7 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.attempt_error_detail),
+                10 => out.push_bind_param::<Array<Timestamp>, _>(&self.lease),
+                11 => out.push_bind_param::<Array<Text>, _>(&self.status),
+                12 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
+                13 => out.push_bind_param::<Array<Timestamp>, _>(&self.last_attempted_at),
+                14 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.next_retry_at),
                 _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_detail),
             },
         )
     }
 }
 
-/// The group's records: their deliveries are locked first, in id order (a delivery deleted meanwhile is not
-/// found, and its attempt is not recorded), then every record goes in one statement. Should a delivery have
-/// several records in the group (its attempts judged one after the other), they go one by one instead, each
-/// against the state the one before left. Call it inside a transaction.
-pub(super) fn record_attempts(connection: &mut PgConnection, records: &[AttemptRecord]) -> QueryResult<Vec<bool>> {
+/// Whether the records name a delivery more than once: such a group cannot be [`record_attempts`]' one statement.
+pub(super) fn repeats_a_delivery(records: &[AttemptRecord]) -> bool {
     let mut ids: Vec<i64> = records.iter().map(|record| record.attempt.delivery_id).collect();
     ids.sort_unstable();
-    let repeated = ids.windows(2).any(|pair| pair[0] == pair[1]);
+    ids.windows(2).any(|pair| pair[0] == pair[1])
+}
+
+/// The group's records as one statement, atomic on its own (call it outside a transaction, or inside one), for a
+/// group that names each delivery once (`repeats_a_delivery`).
+pub(super) fn record_attempts(connection: &mut PgConnection, records: &[AttemptRecord]) -> QueryResult<Vec<bool>> {
+    let records: Vec<&AttemptRecord> = records.iter().collect();
+    let applied: HashSet<i64> = RecordAttempts::of(&records).load::<i64>(connection)?.into_iter().collect();
+    Ok(records.iter().map(|record| applied.contains(&record.attempt.delivery_id)).collect())
+}
+
+/// The group's records when one delivery has several (its attempts judged one after the other): the deliveries
+/// locked first, in id order, then the records one by one, each against the state the one before left. Call it
+/// inside a transaction.
+pub(super) fn record_attempts_in_turn(
+    connection: &mut PgConnection,
+    records: &[AttemptRecord],
+) -> QueryResult<Vec<bool>> {
+    let mut ids: Vec<i64> = records.iter().map(|record| record.attempt.delivery_id).collect();
+    ids.sort_unstable();
     ids.dedup();
-    let existing: HashSet<i64> = webhook_deliveries::table
+    webhook_deliveries::table
         .filter(webhook_deliveries::id.eq_any(&ids))
         .order(webhook_deliveries::id.asc())
         .select(webhook_deliveries::id)
         .for_update()
-        .load::<i64>(connection)?
-        .into_iter()
-        .collect();
-    if repeated {
-        return records
-            .iter()
-            .map(|entry| record(&mut AnyConnection::Postgres(connection), &entry.attempt, entry.lease, &entry.update))
-            .collect();
-    }
-    let recorded: Vec<&AttemptRecord> =
-        records.iter().filter(|record| existing.contains(&record.attempt.delivery_id)).collect();
-    let applied: HashSet<i64> = if recorded.is_empty() {
-        HashSet::new()
-    } else {
-        RecordAttempts::of(&recorded).load::<i64>(connection)?.into_iter().collect()
-    };
-    Ok(records.iter().map(|record| applied.contains(&record.attempt.delivery_id)).collect())
+        .load::<i64>(connection)?;
+    records
+        .iter()
+        .map(|entry| record(&mut AnyConnection::Postgres(connection), &entry.attempt, entry.lease, &entry.update))
+        .collect()
 }
