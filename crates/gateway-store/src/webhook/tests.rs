@@ -15,6 +15,11 @@ on_every_backend!(
     instants_round_trip_exactly_for_the_lease_comparison,
     rival_claims_take_each_delivery_once,
     pruning_racing_retry_now_never_deletes_a_reset_delivery,
+    a_group_insert_answers_each_delivery_in_order_whichever_way_it_is_written,
+    a_key_whose_first_delivery_is_refused_goes_to_the_next_one_of_the_group,
+    records_of_one_delivery_in_one_group_are_judged_one_after_the_other,
+    a_record_for_a_deleted_delivery_records_nothing_and_the_others_apply,
+    claims_and_records_in_opposite_orders_never_fail_each_other,
 );
 
 fn new_config(source: &str) -> NewWebhookConfig {
@@ -233,4 +238,172 @@ fn pruning_racing_retry_now_never_deletes_a_reset_delivery(store: &DieselStore) 
     assert_eq!(left_ids, reset, "exactly the reset deliveries remain");
     assert!(left.iter().all(|row| row.status == DeliveryStatus::Pending), "{left:?}");
     assert_eq!(count(store, "webhook_delivery_attempts"), reset.len() as i64, "their attempts stayed with them");
+}
+
+fn keyed(webhook_id: i64, session: &str, key: &str) -> NewDelivery {
+    NewDelivery { idempotency_key: Some(IdempotencyKey::new(key).unwrap()), ..new_delivery(webhook_id, session, START) }
+}
+
+/// Deliveries that differ only in what the inserted row carries beside the port's fields (the claim marker) or not
+/// at all, many of them, with held keys in between: each caller gets its own row back, in its own place. On
+/// PostgreSQL the group is one statement whose rows come back in the server's order.
+fn a_group_insert_answers_each_delivery_in_order_whichever_way_it_is_written(store: &DieselStore) {
+    let config = store.create_config(&new_config("github")).unwrap();
+    let holder = store.insert_delivery(&keyed(config.id, "held", "k-held")).unwrap();
+    let group: Vec<NewDelivery> = (0..300)
+        .map(|n| match n % 5 {
+            0 => NewDelivery { claimed: true, ..new_delivery(config.id, "same", START) },
+            1 | 2 => new_delivery(config.id, "same", START),
+            3 => keyed(config.id, &format!("s{n}"), &format!("k-{n}")),
+            _ => keyed(config.id, "held", "k-held"),
+        })
+        .collect();
+    let outcomes = store.insert_deliveries(&group).unwrap();
+    assert_eq!(outcomes.len(), group.len());
+    for (n, (asked, outcome)) in group.iter().zip(&outcomes).enumerate() {
+        if n % 5 == 4 {
+            assert!(matches!(outcome, Err(StoreError::Conflict(_))), "{n}: {outcome:?}");
+            continue;
+        }
+        let row = outcome.as_ref().unwrap();
+        assert_eq!(row.session_id, asked.session_id, "{n}");
+        // The port's fields of claimed and unclaimed rows are alike: the claim marker tells them apart.
+        let marker = store
+            .with_connection("read the claim marker", |connection| {
+                let query = webhook_deliveries::table.find(row.id).select(webhook_deliveries::claimed_until);
+                on_backend!(connection, c => query.first::<Option<PrimitiveDateTime>>(c))
+            })
+            .unwrap();
+        assert_eq!(marker.is_some(), asked.claimed, "{n}: a claimed row went to another caller");
+    }
+    let ids: Vec<i64> = outcomes.iter().flatten().map(|row| row.id).collect();
+    assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "ids follow the group's order");
+    assert_eq!(count(store, "webhook_deliveries"), 1 + ids.len() as i64);
+    let k3 = store.delivery_by_idempotency_key(&IdempotencyKey::new("k-3").unwrap()).unwrap();
+    assert_eq!(k3.map(|row| row.session_id), Some("s3".to_owned()));
+    assert_eq!(store.delivery_by_idempotency_key(&IdempotencyKey::new("k-held").unwrap()).unwrap(), Some(holder));
+}
+
+/// Row by row, a delivery refused for its missing config leaves its key free, so a later delivery of the group
+/// with the same key takes it; and one refused for its key never reaches its config.
+fn a_key_whose_first_delivery_is_refused_goes_to_the_next_one_of_the_group(store: &DieselStore) {
+    let config = store.create_config(&new_config("github")).unwrap();
+    let gone = config.id + 1_000;
+    let outcomes = store
+        .insert_deliveries(&[
+            keyed(gone, "first", "k"),
+            keyed(config.id, "second", "k"),
+            keyed(config.id, "third", "k"),
+            new_delivery(config.id, "plain", START),
+        ])
+        .unwrap();
+    let sessions: Vec<Option<&str>> =
+        outcomes.iter().map(|outcome| outcome.as_ref().ok().map(|row| row.session_id.as_str())).collect();
+    assert_eq!(sessions, [None, Some("second"), None, Some("plain")], "{outcomes:?}");
+    assert!(outcomes.iter().all(|outcome| !matches!(outcome, Err(error) if !matches!(error, StoreError::Conflict(_)))));
+    let holder = store.delivery_by_idempotency_key(&IdempotencyKey::new("k").unwrap()).unwrap();
+    assert_eq!(holder.map(|row| row.session_id), Some("second".to_owned()));
+}
+
+/// Two attempts of one delivery in one group (the second ran under the state the first leaves): each is judged
+/// against the row as the one before left it, as one by one; an attempt whose claim is lost is history only.
+fn records_of_one_delivery_in_one_group_are_judged_one_after_the_other(store: &DieselStore) {
+    let config = store.create_config(&new_config("github")).unwrap();
+    let row = store.insert_delivery(&new_delivery(config.id, "s", START)).unwrap();
+    let other = store.insert_delivery(&new_delivery(config.id, "o", START)).unwrap();
+    let due = START + Duration::seconds(30);
+    let lease = due + Duration::seconds(15);
+    assert_eq!(store.claim_each(&[(row.id, due), (other.id, due)], lease).unwrap().len(), 2);
+    let (first, first_update) = failed_attempt(row.id, 1, due);
+    // The second attempt ran under the retry instant the first one sets.
+    let (second, second_update) = failed_attempt(row.id, 2, due + Duration::seconds(30));
+    let (stale, stale_update) = failed_attempt(row.id, 1, due);
+    let (lost, lost_update) = failed_attempt(other.id, 3, due);
+    let records = [
+        AttemptRecord { attempt: first, lease, update: first_update.clone() },
+        AttemptRecord { attempt: lost, lease, update: lost_update },
+        AttemptRecord { attempt: second, lease: first_update.next_retry_at.unwrap(), update: second_update.clone() },
+        AttemptRecord { attempt: stale, lease, update: stale_update },
+    ];
+    assert_eq!(store.record_attempts(&records).unwrap(), [true, false, true, false]);
+    let stored = store.delivery(row.id).unwrap().unwrap();
+    assert_eq!((stored.attempt_count, stored.next_retry_at), (2, second_update.next_retry_at));
+    let numbers: Vec<i32> = store.attempts(row.id).unwrap().iter().map(|attempt| attempt.attempt_number).collect();
+    assert_eq!(numbers, [1, 2, 1], "every attempt is history, in the group's order");
+    assert_eq!(store.delivery(other.id).unwrap().unwrap().attempt_count, 0, "a lost claim leaves the row");
+    assert_eq!(store.attempts(other.id).unwrap().len(), 1);
+}
+
+/// A delivery deleted (with its config) during its attempt: its record answers `false` and writes nothing, and the
+/// other records of the group apply.
+fn a_record_for_a_deleted_delivery_records_nothing_and_the_others_apply(store: &DieselStore) {
+    let kept = store.create_config(&new_config("github")).unwrap();
+    let doomed = store.create_config(&new_config("gitlab")).unwrap();
+    let due = START + Duration::seconds(30);
+    let lease = due + Duration::seconds(15);
+    let rows: Vec<Delivery> = [kept.id, doomed.id, kept.id]
+        .iter()
+        .map(|config| store.insert_delivery(&new_delivery(*config, "s", START)).unwrap())
+        .collect();
+    let claims: Vec<(i64, OffsetDateTime)> = rows.iter().map(|row| (row.id, due)).collect();
+    assert_eq!(store.claim_each(&claims, lease).unwrap().len(), 3);
+    assert!(store.delete_config(doomed.id).unwrap());
+    let records: Vec<AttemptRecord> = rows
+        .iter()
+        .map(|row| {
+            let (attempt, update) = failed_attempt(row.id, 1, due);
+            AttemptRecord { attempt, lease, update }
+        })
+        .collect();
+    assert_eq!(store.record_attempts(&records).unwrap(), [true, false, true]);
+    assert_eq!(count(store, "webhook_delivery_attempts"), 2);
+    assert!(store.attempts(rows[1].id).unwrap().is_empty());
+    assert_eq!(store.delivery(rows[2].id).unwrap().map(|row| row.status), Some(DeliveryStatus::Failed));
+}
+
+/// Groups of claims and of attempt records over the same rows, each group listing them in another order, on
+/// separate connections (separate transactions on PostgreSQL, where each locks its rows): none of them fails (a
+/// deadlock's victim would be `Unavailable`), and every row is claimed by exactly one group.
+fn claims_and_records_in_opposite_orders_never_fail_each_other(store: &DieselStore) {
+    let config = store.create_config(&new_config("github")).unwrap();
+    let due = START + Duration::seconds(30);
+    let lease = due + Duration::seconds(15);
+    for round in 0..10 {
+        let rows: Vec<NewDelivery> = (0..40).map(|n| new_delivery(config.id, &format!("r{round}-{n}"), START)).collect();
+        let ids: Vec<i64> =
+            store.insert_deliveries(&rows).unwrap().into_iter().map(|outcome| outcome.unwrap().id).collect();
+        let backwards: Vec<i64> = ids.iter().rev().copied().collect();
+        let interleaved: Vec<i64> = ids.iter().step_by(2).chain(ids.iter().skip(1).step_by(2)).copied().collect();
+        let barrier = std::sync::Barrier::new(4);
+        let claimed: Vec<i64> = std::thread::scope(|scope| {
+            let claimers: Vec<_> = [&ids, &backwards, &interleaved]
+                .into_iter()
+                .map(|order| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        let claims: Vec<(i64, OffsetDateTime)> = order.iter().map(|id| (*id, due)).collect();
+                        barrier.wait();
+                        store.claim_each(&claims, lease).unwrap()
+                    })
+                })
+                .collect();
+            let recorder = scope.spawn(|| {
+                // Under a lease nobody holds: the rows are locked, their attempts recorded, none applied.
+                let records: Vec<AttemptRecord> = backwards
+                    .iter()
+                    .map(|id| {
+                        let (attempt, update) = failed_attempt(*id, 1, due);
+                        AttemptRecord { attempt, lease: START, update }
+                    })
+                    .collect();
+                barrier.wait();
+                store.record_attempts(&records).unwrap()
+            });
+            assert!(recorder.join().unwrap().iter().all(|applied| !applied));
+            claimers.into_iter().flat_map(|claimer| claimer.join().unwrap()).map(|row| row.id).collect()
+        });
+        let mut claimed = claimed;
+        claimed.sort_unstable();
+        assert_eq!(claimed, ids, "round {round}: every row claimed once");
+    }
 }
