@@ -514,7 +514,12 @@ mod tests {
 
     const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
 
-    on_every_backend!(rival_claimers_never_hold_one_instant_together);
+    on_every_backend!(
+        rival_claimers_never_hold_one_instant_together,
+        a_large_group_answers_each_job_in_its_place,
+        rival_groups_with_one_key_write_it_once,
+        a_batch_advances_each_row_once_from_its_claimed_instant,
+    );
 
     fn one_time(at: OffsetDateTime) -> NewCronJob {
         NewCronJob {
@@ -525,6 +530,109 @@ mod tests {
             is_one_time: true,
             idempotency_key: None,
         }
+    }
+
+    fn keyed(at: OffsetDateTime, key: &str) -> NewCronJob {
+        NewCronJob { idempotency_key: Some(IdempotencyKey::new(key).unwrap()), ..one_time(at) }
+    }
+
+    fn recurring(at: OffsetDateTime) -> NewCronJob {
+        NewCronJob { schedule: Some("* * * * *".into()), is_one_time: false, ..one_time(at) }
+    }
+
+    /// Hundreds of jobs in one group, alike or not, with keys new, repeated within the group and held by earlier
+    /// rows: each caller gets its own job back, in its own place (on PostgreSQL the group is one statement whose
+    /// rows come back in the server's order). Then a group without keys (on PostgreSQL, outside a transaction).
+    fn a_large_group_answers_each_job_in_its_place(store: &DieselStore) {
+        let held = store.insert_cron_job(&keyed(START, "held")).unwrap();
+        let group: Vec<NewCronJob> = (0..400i64)
+            .map(|n| match n % 4 {
+                0 => one_time(START),
+                1 => one_time(START + Duration::milliseconds(n)),
+                2 => keyed(START, &format!("k-{}", n % 40)),
+                _ => keyed(START + Duration::seconds(n), "held"),
+            })
+            .collect();
+        let outcomes = store.insert_cron_jobs(&group).unwrap();
+        assert_eq!(outcomes.len(), group.len());
+        let mut first_of_key = std::collections::HashMap::new();
+        for (n, (asked, outcome)) in group.iter().zip(&outcomes).enumerate() {
+            match asked.idempotency_key.as_ref().map(IdempotencyKey::as_str) {
+                Some("held") => assert_eq!((&outcome.job, outcome.inserted), (&held, false), "{n}"),
+                Some(key) => match first_of_key.get(key) {
+                    None => {
+                        assert!(outcome.inserted, "{n}");
+                        first_of_key.insert(key, outcome.job.clone());
+                    }
+                    Some(first) => assert_eq!((&outcome.job, outcome.inserted), (first, false), "{n}: its first row"),
+                },
+                None => {
+                    assert!(outcome.inserted, "{n}");
+                    assert_eq!(outcome.job.next_fire_at, asked.next_fire_at, "{n}");
+                }
+            }
+        }
+        let written: Vec<i64> =
+            outcomes.iter().filter(|outcome| outcome.inserted).map(|outcome| outcome.job.id).collect();
+        assert!(written.windows(2).all(|pair| pair[0] < pair[1]), "ids follow the group's order");
+        assert_eq!(written.len(), 200 + 10);
+        assert_eq!(crate::testing::count(store, "cron_jobs"), 1 + written.len() as i64);
+
+        let plain: Vec<NewCronJob> = (0..300).map(|n| one_time(START + Duration::seconds(n))).collect();
+        let outcomes = store.insert_cron_jobs(&plain).unwrap();
+        let instants: Vec<OffsetDateTime> = outcomes.iter().map(|outcome| outcome.job.next_fire_at).collect();
+        assert_eq!(instants, plain.iter().map(|job| job.next_fire_at).collect::<Vec<_>>());
+        assert!(outcomes.iter().all(|outcome| outcome.inserted));
+    }
+
+    /// Groups on separate connections (separate transactions on PostgreSQL, where an insert of a key another
+    /// uncommitted insert holds waits for it) all carrying one key: one of them writes it, every other gets that
+    /// row back; the rest of each group is written.
+    fn rival_groups_with_one_key_write_it_once(store: &DieselStore) {
+        let barrier = std::sync::Barrier::new(4);
+        let outcomes: Vec<Vec<CronJobInsert>> = std::thread::scope(|scope| {
+            let rivals: Vec<_> = (0..4)
+                .map(|_| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        let group = [one_time(START), keyed(START, "shared"), one_time(START)];
+                        barrier.wait();
+                        store.insert_cron_jobs(&group).unwrap()
+                    })
+                })
+                .collect();
+            rivals.into_iter().map(|rival| rival.join().unwrap()).collect()
+        });
+        let shared: Vec<&CronJobInsert> = outcomes.iter().map(|group| &group[1]).collect();
+        assert_eq!(shared.iter().filter(|outcome| outcome.inserted).count(), 1, "{shared:?}");
+        assert!(shared.iter().all(|outcome| outcome.job == shared[0].job));
+        assert!(outcomes.iter().all(|group| group[0].inserted && group[2].inserted));
+        assert_eq!(crate::testing::count(store, "cron_jobs"), 4 * 2 + 1);
+    }
+
+    /// A batch of completions as the loop may send them: a row completed twice for its claimed instant (the first
+    /// wins), one with a stale instant before its real one, a deleted row also advanced. Each row is completed
+    /// once, from the instant that was claimed, as one by one.
+    fn a_batch_advances_each_row_once_from_its_claimed_instant(store: &DieselStore) {
+        let jobs: Vec<CronJob> = (0..3).map(|_| store.insert_cron_job(&recurring(START)).unwrap()).collect();
+        let ids: Vec<i64> = jobs.iter().map(|job| job.id).collect();
+        assert_eq!(store.claim_fires(&ids, &lease("a", 1, START)).unwrap().len(), 3);
+        let fire = |job: &CronJob, at| gateway_core::FireKey { job_id: job.id, scheduled_for: at };
+        let advance = |job: &CronJob, at, next| FireCompletion::Advance { fire: fire(job, at), next_fire_at: next };
+        let minute = START + Duration::minutes(1);
+        let completions = [
+            advance(&jobs[0], START, minute),
+            advance(&jobs[0], START, minute + Duration::minutes(1)),
+            advance(&jobs[1], START - Duration::minutes(1), START),
+            advance(&jobs[1], START, minute + Duration::minutes(5)),
+            FireCompletion::Delete(fire(&jobs[2], START)),
+            advance(&jobs[2], START, minute),
+        ];
+        assert_eq!(store.complete_fires("a", FencingToken(1), &completions).unwrap(), 3);
+        let next: Vec<Option<OffsetDateTime>> =
+            ids.iter().map(|id| store.cron_job(*id).unwrap().map(|job| job.next_fire_at)).collect();
+        assert_eq!(next, [Some(minute), Some(minute + Duration::minutes(5)), None]);
+        assert_eq!(store.complete_fires("a", FencingToken(1), &completions).unwrap(), 0, "completed already");
     }
 
     /// The statement `pending_fires` runs walks the `next_fire_at` index in order: neither a table scan nor a
