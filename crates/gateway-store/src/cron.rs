@@ -182,8 +182,12 @@ fn insert_group_postgres(
         },
         |sent| sent.idempotency_key.is_some(),
     )?;
-    let held: Vec<&str> =
-        sent.iter().zip(&written).filter(|(_, row)| row.is_none()).filter_map(|(sent, _)| sent.idempotency_key).collect();
+    let held: Vec<&str> = sent
+        .iter()
+        .zip(&written)
+        .filter(|(_, row)| row.is_none())
+        .filter_map(|(sent, _)| sent.idempotency_key)
+        .collect();
     let mut holders: HashMap<String, CronJobRow> = if held.is_empty() {
         HashMap::new()
     } else {
@@ -465,10 +469,7 @@ struct AdvanceCronJobs<'a> {
 postgres_statement!(AdvanceCronJobs);
 
 impl<'a> AdvanceCronJobs<'a> {
-    fn of(
-        owner: &'a str,
-        advances: impl Iterator<Item = (i64, time::OffsetDateTime, time::OffsetDateTime)>,
-    ) -> Self {
+    fn of(owner: &'a str, advances: impl Iterator<Item = (i64, time::OffsetDateTime, time::OffsetDateTime)>) -> Self {
         let mut statement = Self { owner, id: Vec::new(), scheduled_for: Vec::new(), next_fire_at: Vec::new() };
         let mut seen = HashSet::new();
         for (job_id, scheduled_for, next_fire_at) in advances {
@@ -555,7 +556,7 @@ mod tests {
             .collect();
         let outcomes = store.insert_cron_jobs(&group).unwrap();
         assert_eq!(outcomes.len(), group.len());
-        let mut first_of_key = std::collections::HashMap::new();
+        let mut first_of_key = HashMap::new();
         for (n, (asked, outcome)) in group.iter().zip(&outcomes).enumerate() {
             match asked.idempotency_key.as_ref().map(IdempotencyKey::as_str) {
                 Some("held") => assert_eq!((&outcome.job, outcome.inserted), (&held, false), "{n}"),

@@ -382,3 +382,78 @@ pub(super) fn record_attempts_in_turn(
         .map(|entry| record(&mut AnyConnection::Postgres(connection), &entry.attempt, entry.lease, &entry.update))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use gateway_core::{DeliveryAttempt, DeliveryUpdate};
+    use time::macros::datetime;
+
+    use super::*;
+    use crate::testing::TestStore;
+
+    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+    /// The plan PostgreSQL picks for `statement` on 50,000 deliveries it has statistics for.
+    fn plan(fixture: &TestStore, statement: impl QueryFragment<Pg> + diesel::query_builder::QueryId) -> String {
+        fixture
+            .store
+            .with_connection("explain", |connection| {
+                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                crate::explain::postgres_plan(c, statement)
+            })
+            .unwrap()
+            .join("\n")
+    }
+
+    /// The group claim and the group record find their rows through the primary key, whatever the size of the
+    /// table: a sequential scan per group would grow with the history.
+    #[test]
+    fn claims_and_records_find_their_rows_by_id() {
+        let Some(fixture) =
+            crate::testing::postgres("webhook::postgres::tests::claims_and_records_find_their_rows_by_id")
+        else {
+            return;
+        };
+        fixture
+            .store
+            .with_connection("fill", |connection| {
+                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                crate::explain::fill_webhook_deliveries(c, 50_000)
+            })
+            .unwrap();
+        let ids: Vec<i64> = (1_000..1_010).collect();
+        let claim = ClaimDeliveries {
+            id: ids.clone(),
+            due_by: vec![to_db(START); ids.len()],
+            statuses: AWAITING_ATTEMPT.map(DeliveryStatus::as_str),
+            lease_until: to_db(START),
+        };
+        let records: Vec<AttemptRecord> = ids
+            .iter()
+            .map(|id| AttemptRecord {
+                attempt: DeliveryAttempt {
+                    delivery_id: *id,
+                    attempt_number: 1,
+                    started_at: START,
+                    duration_ms: 1,
+                    status_code: Some(503),
+                    error_class: None,
+                    error_detail: None,
+                },
+                lease: START,
+                update: DeliveryUpdate {
+                    status: DeliveryStatus::Failed,
+                    attempt_count: 1,
+                    last_attempted_at: START,
+                    next_retry_at: Some(START),
+                    error_detail: None,
+                },
+            })
+            .collect();
+        let records: Vec<&AttemptRecord> = records.iter().collect();
+        for plan in [plan(&fixture, claim), plan(&fixture, RecordAttempts::of(&records))] {
+            assert!(plan.contains("webhook_deliveries_pkey"), "{plan}");
+            assert!(!plan.contains("Seq Scan on webhook_deliveries"), "{plan}");
+        }
+    }
+}

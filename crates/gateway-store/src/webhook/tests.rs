@@ -369,7 +369,8 @@ fn claims_and_records_in_opposite_orders_never_fail_each_other(store: &DieselSto
     let due = START + Duration::seconds(30);
     let lease = due + Duration::seconds(15);
     for round in 0..10 {
-        let rows: Vec<NewDelivery> = (0..40).map(|n| new_delivery(config.id, &format!("r{round}-{n}"), START)).collect();
+        let rows: Vec<NewDelivery> =
+            (0..40).map(|n| new_delivery(config.id, &format!("r{round}-{n}"), START)).collect();
         let ids: Vec<i64> =
             store.insert_deliveries(&rows).unwrap().into_iter().map(|outcome| outcome.unwrap().id).collect();
         let backwards: Vec<i64> = ids.iter().rev().copied().collect();
