@@ -3,17 +3,24 @@
 //! A statement sent to PostgreSQL costs a round trip to the server (about 100 µs on loopback), which a SQLite
 //! statement (a function call) does not; a group of a thousand rows written row by row spends most of its time
 //! waiting for the network. The statements here take each column of the group as one array parameter and
-//! `unnest` them, so their text is the same whatever the group's size: Diesel prepares each once per connection
-//! and keeps it (`HAS_STATIC_QUERY_ID`), and the server plans it once. SQLite keeps its own row-by-row
+//! `unnest` them, so their text is the same whatever the group's size. SQLite keeps its own row-by-row
 //! statements, which its statement cache serves best.
+//!
+//! The inserts are prepared once per connection and kept (`HAS_STATIC_QUERY_ID`): their plan does not depend on
+//! the table. The statements that look rows up by id (claims, attempt records, advances) are planned at every
+//! execution instead (`unsafe_to_cache_prepared`: Diesel sends them unnamed, in the same one round trip). A kept
+//! statement gets a generic plan after five executions, and one made while the table was new and empty is a
+//! sequential scan, kept for the connection's life or until the next `ANALYZE` (autovacuum's comes within
+//! minutes): measured on a fresh database, every group then scanned the whole table. Planned each time, they
+//! look their rows up through the primary key once the table has grown past a few pages.
 
 use diesel::pg::Pg;
 use diesel::query_builder::AstPass;
 use diesel::result::Error as DieselError;
 
 /// Implements the query traits Diesel needs to run `$statement<'_>` (a struct that implements
-/// `QueryFragment<Pg>` with a fixed text) as a cached prepared statement, whose result rows, if it returns any,
-/// are of SQL type `$rows`.
+/// `QueryFragment<Pg>` with a fixed text), whose result rows, if it returns any, are of SQL type `$rows`. Diesel
+/// keeps it prepared unless its `walk_ast` says otherwise.
 macro_rules! postgres_statement {
     ($statement:ident) => {
         impl ::diesel::query_builder::QueryId for $statement<'_> {

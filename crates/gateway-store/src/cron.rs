@@ -485,6 +485,7 @@ impl<'a> AdvanceCronJobs<'a> {
 
 impl QueryFragment<Pg> for AdvanceCronJobs<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
         push_sql_with_binds(
             &mut out,
             "UPDATE cron_jobs \

@@ -218,6 +218,7 @@ postgres_statement!(ClaimDeliveries -> DeliveryColumns);
 
 impl QueryFragment<Pg> for ClaimDeliveries<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
         push_sql_with_binds(
             &mut out,
             "WITH claimable AS MATERIALIZED (\
@@ -304,6 +305,7 @@ impl<'a> RecordAttempts<'a> {
 
 impl QueryFragment<Pg> for RecordAttempts<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
         // The claim the attempt ran under: the lease instant and the attempt count before it (see
         // `WebhookStore::record_attempt`).
         push_sql_with_binds(
