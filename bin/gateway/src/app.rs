@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use gateway_core::{
-    CapabilityMap, Clock, DispatchRate, EventPublisher, InMemoryCapabilityMap, InMemoryLiveness, Leadership,
-    LivenessMap, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
+    CapabilityMap, Clock, DispatchRate, EventPublisher, HeartbeatStore, InMemoryCapabilityMap, InMemoryLiveness,
+    Leadership, LivenessMap, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
 };
 use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
@@ -66,11 +66,12 @@ impl App {
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
             threads.push(redis.flusher);
         }
-        let Coordination { leadership, publisher, rate, liveness, capabilities, cluster, .. } = coordination;
+        let Coordination { leadership, publisher, rate, liveness, heartbeats, capabilities, cluster, .. } =
+            coordination;
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
                 liveness,
-                store: Arc::new(store.clone()),
+                store: heartbeats,
                 capabilities,
                 publisher: Arc::clone(&publisher),
                 clock: Arc::clone(&clock),
@@ -164,6 +165,9 @@ struct Coordination {
     publisher: Arc<dyn EventPublisher>,
     rate: Arc<dyn DispatchRate>,
     liveness: Arc<dyn LivenessMap>,
+    /// Where heartbeat rows go: the store, or with a shared liveness map that map, which writes them in the
+    /// transaction of their receipts.
+    heartbeats: Arc<dyn HeartbeatStore>,
     capabilities: Arc<dyn CapabilityMap>,
     cluster: Cluster,
     /// The loops coordination needs, with Redis.
@@ -187,6 +191,7 @@ impl Coordination {
                 publisher: Arc::new(bus.clone()),
                 rate: Arc::new(SlidingWindowRate::per_second(config.webhook_max_per_second())),
                 liveness: Arc::new(InMemoryLiveness::new(heartbeat.max_tracked_agents)),
+                heartbeats: Arc::new(store.clone()),
                 capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat.max_tracked_agents)),
                 cluster: Cluster::Single { instance_id, since: clock.now() },
                 redis: None,
@@ -216,6 +221,7 @@ impl Coordination {
             publisher: Arc::new(bridge.clone()),
             rate: Arc::new(rate),
             liveness: Arc::new(shared.clone()),
+            heartbeats: Arc::new(shared.clone()),
             capabilities: Arc::new(shared),
             cluster: Cluster::Redis(leadership.clone()),
             redis: Some(RedisLoops { leadership, bridge, flusher }),

@@ -19,14 +19,15 @@ use diesel::sql_types::{Text, Timestamp};
 use diesel::sqlite::Sqlite;
 use gateway_core::sync::lock;
 use gateway_core::{
-    AgentId, CapabilityEntry, CapabilityMap, ClusterId, FencingToken, LiveEntry, LivenessMap, LivenessRefusal,
-    StoreError,
+    AgentId, CapabilityEntry, CapabilityMap, ClusterId, FencingToken, HeartbeatRecord, HeartbeatStore, LiveEntry,
+    LivenessMap, LivenessRefusal, StoreError,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::background::PeriodicThread;
 use crate::connection::{AnyConnection, DieselStore};
 use crate::fencing::admit;
+use crate::heartbeat::write_heartbeats;
 use crate::schema::gateway_live_agents;
 use crate::timestamp::{from_db, to_db};
 
@@ -153,6 +154,51 @@ impl SharedLiveness {
         Ok(rows)
     }
 
+    /// Writes `heartbeats` and every kept receipt and capability entry in one transaction.
+    fn flush_with(&self, heartbeats: &[HeartbeatRecord]) -> Result<(), StoreError> {
+        let _turn = lock(&self.inner.flushing);
+        let (receipts, capabilities) = {
+            let mut local = lock(&self.inner.local);
+            (std::mem::take(&mut local.receipts), std::mem::take(&mut local.capabilities))
+        };
+        if heartbeats.is_empty() && receipts.is_empty() && capabilities.is_empty() {
+            return Ok(());
+        }
+        // In agent id order, as every writer of these rows locks them on PostgreSQL: rival transactions queue
+        // instead of deadlocking.
+        let mut rows: Vec<(&AgentId, &(ClusterId, OffsetDateTime))> = receipts.iter().collect();
+        rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut entries: Vec<(&AgentId, &CapabilityEntry)> = capabilities.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let written = self.inner.store.immediate("share liveness", |connection| {
+            write_heartbeats(connection, heartbeats)?;
+            for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
+                upsert_receipts(connection, chunk)?;
+            }
+            for (agent_id, entry) in &entries {
+                update_capabilities(connection, agent_id, entry)?;
+            }
+            Ok(())
+        });
+        if let Err(error) = written {
+            // Kept for the next flush, under whatever arrived meanwhile if that is newer.
+            let mut local = lock(&self.inner.local);
+            for (agent_id, (cluster_id, receipt)) in receipts {
+                match local.receipts.get(&agent_id) {
+                    Some((_, newer)) if *newer >= receipt => {}
+                    _ => {
+                        local.receipts.insert(agent_id, (cluster_id, receipt));
+                    }
+                }
+            }
+            for (agent_id, entry) in capabilities {
+                local.capabilities.entry(agent_id).or_insert(entry);
+            }
+            return Err(error);
+        }
+        Ok(())
+    }
+
     fn load_capabilities(&self, agent_ids: &[AgentId]) -> Result<HashMap<String, CapabilityEntry>, StoreError> {
         use gateway_live_agents::dsl;
         let mut found = HashMap::with_capacity(agent_ids.len());
@@ -198,48 +244,8 @@ impl LivenessMap for SharedLiveness {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        let _turn = lock(&self.inner.flushing);
-        let (receipts, capabilities) = {
-            let mut local = lock(&self.inner.local);
-            (std::mem::take(&mut local.receipts), std::mem::take(&mut local.capabilities))
-        };
-        if receipts.is_empty() && capabilities.is_empty() {
-            return Ok(());
-        }
-        // In agent id order, as every writer of these rows locks them on PostgreSQL: rival transactions queue
-        // instead of deadlocking.
-        let mut rows: Vec<(&AgentId, &(ClusterId, OffsetDateTime))> = receipts.iter().collect();
-        rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut entries: Vec<(&AgentId, &CapabilityEntry)> = capabilities.iter().collect();
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let written = self.inner.store.immediate("share liveness", |connection| {
-            for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
-                upsert_receipts(connection, chunk)?;
-            }
-            for (agent_id, entry) in &entries {
-                update_capabilities(connection, agent_id, entry)?;
-            }
-            Ok(())
-        });
-        if let Err(error) = written {
-            // Kept for the next flush, under whatever arrived meanwhile if that is newer.
-            let mut local = lock(&self.inner.local);
-            for (agent_id, (cluster_id, receipt)) in receipts {
-                match local.receipts.get(&agent_id) {
-                    Some((_, newer)) if *newer >= receipt => {}
-                    _ => {
-                        local.receipts.insert(agent_id, (cluster_id, receipt));
-                    }
-                }
-            }
-            for (agent_id, entry) in capabilities {
-                local.capabilities.entry(agent_id).or_insert(entry);
-            }
-            return Err(error);
-        }
-        Ok(())
+        self.flush_with(&[])
     }
-
     fn is_live(&self, agent_id: &AgentId) -> bool {
         lock(&self.inner.local).known.contains(agent_id)
     }
@@ -299,14 +305,15 @@ impl LivenessMap for SharedLiveness {
             admit(connection, token)?;
             let silent = dsl::gateway_live_agents
                 .filter(dsl::received_at.lt(cutoff))
-                .order(dsl::agent_id.asc())
                 .select((dsl::agent_id, dsl::cluster_id, dsl::received_at));
-            // Locked in agent id order, like the flushes that may be writing the same rows; a row refreshed while
-            // this waited for it no longer matches and stays.
-            let rows: Vec<LiveRow> = match connection {
-                AnyConnection::Sqlite(c) => silent.load(&mut **c)?,
-                AnyConnection::Postgres(c) => silent.for_update().load(&mut **c)?,
+            let mut rows: Vec<LiveRow> = match connection {
+                // The transaction holds the write lock: the order is free, and the received_at index gives it.
+                AnyConnection::Sqlite(c) => silent.order(dsl::received_at.asc()).load(&mut **c)?,
+                // Locked in agent id order, like the flushes that may be writing the same rows; a row refreshed
+                // while this waited for it no longer matches and stays.
+                AnyConnection::Postgres(c) => silent.order(dsl::agent_id.asc()).for_update().load(&mut **c)?,
             };
+            rows.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
             for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
                 let ids: Vec<&str> = chunk.iter().map(|row| row.agent_id.as_str()).collect();
                 let gone = diesel::delete(dsl::gateway_live_agents.filter(dsl::agent_id.eq_any(&ids)));
@@ -315,19 +322,34 @@ impl LivenessMap for SharedLiveness {
             Ok(rows)
         })?;
         let evicted: Vec<LiveEntry> = evicted.into_iter().map(LiveRow::into_entry).collect::<Result<_, _>>()?;
-        {
-            let mut local = lock(&self.inner.local);
-            for entry in &evicted {
-                local.known.remove(&entry.agent_id);
-                local.capabilities.remove(&entry.agent_id);
-            }
+        let mut local = lock(&self.inner.local);
+        for entry in &evicted {
+            local.known.remove(&entry.agent_id);
+            local.capabilities.remove(&entry.agent_id);
         }
-        self.count()?;
+        // The flusher recounts within COUNT_INTERVAL; a count here would cost every pass a scan of the table.
+        let _ = self
+            .inner
+            .tracked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tracked| Some(tracked.saturating_sub(evicted.len())));
         Ok(evicted)
     }
 
     fn tracked_count(&self) -> usize {
         self.inner.tracked.load(Ordering::Relaxed)
+    }
+}
+
+/// The heartbeat rows through the shared map: a group of heartbeats is written in one transaction with the receipts
+/// kept for them, so a heartbeat costs a cluster one commit, as it costs a single instance (the manager's flush after
+/// it then finds nothing left to write).
+impl HeartbeatStore for SharedLiveness {
+    fn upsert_heartbeats(&self, records: &[HeartbeatRecord]) -> Result<(), StoreError> {
+        self.flush_with(records)
+    }
+
+    fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError> {
+        self.inner.store.heartbeat(agent_id)
     }
 }
 
@@ -503,8 +525,11 @@ mod tests {
         assert_eq!(b.tracked_count(), 2);
         b.flush().unwrap();
         assert_eq!(b.live_agents(None, 10).unwrap()[0].last_seen, later);
-        a.evict_silent(START + time::Duration::seconds(91), time::Duration::seconds(90), FencingToken(1)).unwrap();
-        assert_eq!(b.count().unwrap(), 0);
+        let evicted =
+            a.evict_silent(START + time::Duration::seconds(91), time::Duration::seconds(90), FencingToken(1)).unwrap();
+        assert_eq!(evicted.iter().map(|entry| entry.agent_id.as_str()).collect::<Vec<_>>(), ["a2"]);
+        assert_eq!(a.tracked_count(), 1, "the evicting instance counts its evictions at once");
+        assert_eq!(b.count().unwrap(), 1, "the others at their next count");
         b.record(&agent("b1"), &west, START + time::Duration::seconds(92)).unwrap();
     }
 }

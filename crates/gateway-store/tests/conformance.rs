@@ -26,6 +26,13 @@ macro_rules! backend {
             gateway_core::webhook_store_conformance!($fixture);
             gateway_core::liveness_map_conformance!($fixture.map(|store| Shared::new(store, liveness::CAPACITY)));
 
+            /// The shared map writes the heartbeat rows too (in the transaction of their receipts).
+            mod through_shared_liveness {
+                use super::*;
+
+                gateway_core::heartbeat_store_conformance!($fixture.map(|store| Shared::new(store, 100)));
+            }
+
             /// One epoch for the whole store: a token raised through the cron port fences the webhook poll and the
             /// eviction of the shared liveness map, and every other way round.
             #[test]
