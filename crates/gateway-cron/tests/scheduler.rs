@@ -554,6 +554,7 @@ async fn nothing_fires_without_leadership() {
     let (scheduler, mut progress) =
         harness.running_with(Arc::clone(&leadership) as Arc<dyn Leadership>, exact(), &shutdown).await;
     scheduler.schedule_once(agent("agent-5"), 1_000, Map::new()).await.unwrap();
+    assert_eq!(harness.next_fire().await.topic, Topic::ScheduledJobs, "announced for whoever leads");
     harness.clock.advance(Duration::seconds(5));
     let seen = cycles(&progress);
     tokio::time::sleep(secs(5)).await;
