@@ -34,6 +34,7 @@
 #[path = "http_load.rs"]
 mod http_load;
 
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -41,7 +42,7 @@ use std::time::{Duration, Instant};
 use diesel::{Connection as _, PgConnection, QueryableByName, RunQueryDsl as _};
 use gateway_testkit::postgres::TempPostgres;
 use gateway_testkit::redis::RedisServer;
-use http_load::{Load, Measured, Pinning, Server, Settings, Spread, Watched, age, gateway_binary, tree_cpu_time};
+use http_load::{Load, Measured, Pinning, Server, Settings, Spread, Watched, age, gateway_binary};
 use serde_json::Value;
 
 /// The prefix of this benchmark's environment variables.
@@ -51,6 +52,8 @@ const ADMIN_TOKEN: &str = "bench-operator-token-0000";
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Warnings of a gateway's log printed after a setup (all of them are counted).
 const LOG_LINES_SHOWN: usize = 5;
+/// Other processes named after each run, the busiest first.
+const OTHERS_SHOWN: usize = 4;
 
 /// The generator's allocator is the gateway's, as in http.rs.
 #[global_allocator]
@@ -393,63 +396,106 @@ fn machine_state() -> String {
     format!("load average {}; compiler processes running: {compilers}", load.join(" "))
 }
 
-/// The machine's CPUs over one run: how busy each was, and how much of that was not this benchmark's processes.
+/// The machine's CPUs over one run: how busy each was, and who besides this benchmark kept them busy (other
+/// engineers' builds and tests share the machine).
 struct Window {
     started: Instant,
-    cpus: Vec<(String, u64, u64)>,
-    ours: Option<Duration>,
+    cpus: Vec<CpuTicks>,
+    processes: HashMap<u32, (String, u64)>,
     postmaster: u32,
+}
+
+/// One CPU's line of /proc/stat.
+struct CpuTicks {
+    name: String,
+    busy: u64,
+    /// Interrupts and softirqs: no process is charged for them (this benchmark's loopback traffic is among them).
+    interrupts: u64,
+    total: u64,
 }
 
 struct ClosedWindow {
     elapsed: Duration,
     /// Each CPU's name and busy share.
     busy: Vec<(String, f64)>,
-    /// CPU time of the whole machine, and of this benchmark's processes (the generator, its children, PostgreSQL).
+    /// CPU time of the whole machine, of interrupts, and of this benchmark's processes (the generator, its
+    /// children, PostgreSQL).
     machine: Duration,
-    ours: Option<Duration>,
+    interrupts: Duration,
+    ours: Duration,
+    /// The busiest other processes: name, pid, CPU time.
+    others: Vec<(String, u32, Duration)>,
 }
 
 impl Window {
     fn open(postmaster: u32) -> Self {
-        Self { started: Instant::now(), cpus: cpu_ticks(), ours: ours(postmaster), postmaster }
+        Self { started: Instant::now(), cpus: cpu_ticks(), processes: process_ticks(), postmaster }
     }
 
     fn close(self) -> ClosedWindow {
-        let after = cpu_ticks();
-        let ours = ours(self.postmaster).zip(self.ours).map(|(after, before)| after.saturating_sub(before));
-        let mut machine = 0;
-        let busy = after
+        let (cpus, processes) = (cpu_ticks(), process_ticks());
+        let elapsed = self.started.elapsed();
+        let (mut machine, mut interrupts) = (0, 0);
+        let busy = cpus
             .iter()
             .zip(&self.cpus)
-            .map(|((name, busy, total), (_, busy_before, total_before))| {
-                let (busy, total) = (busy - busy_before, total - total_before);
+            .map(|(after, before)| {
+                let (busy, total) = (after.busy.saturating_sub(before.busy), after.total.saturating_sub(before.total));
                 machine += busy;
-                (name.clone(), busy as f64 / total.max(1) as f64)
+                interrupts += after.interrupts.saturating_sub(before.interrupts);
+                (after.name.clone(), busy as f64 / total.max(1) as f64)
             })
             .collect();
-        ClosedWindow { elapsed: self.started.elapsed(), busy, machine: Duration::from_millis(machine * 10), ours }
+        let ours: HashSet<u32> = http_load::process_tree(std::process::id())
+            .into_iter()
+            .chain(http_load::process_tree(self.postmaster))
+            .collect();
+        let (mut ours_ticks, mut others) = (0, Vec::new());
+        for (pid, (name, after)) in processes {
+            // A process that started during the run counts from zero.
+            let used = after.saturating_sub(self.processes.get(&pid).map_or(0, |(_, before)| *before));
+            if ours.contains(&pid) {
+                ours_ticks += used;
+            } else if used > 0 {
+                others.push((name, pid, ticks(used)));
+            }
+        }
+        others.sort_by(|a, b| b.2.cmp(&a.2));
+        let (machine, interrupts, ours) = (ticks(machine), ticks(interrupts), ticks(ours_ticks));
+        ClosedWindow { elapsed, busy, machine, interrupts, ours, others }
     }
 }
 
 impl ClosedWindow {
     fn describe(&self) -> String {
-        let busy: Vec<String> =
-            self.busy.iter().map(|(name, share)| format!("{name} {:.0} %", 100.0 * share)).collect();
-        let others = self.ours.map_or("-".to_owned(), |ours| {
-            let others = self.machine.saturating_sub(ours);
-            format!("{:.0} %", 100.0 * others.as_secs_f64() / self.elapsed.as_secs_f64())
-        });
+        let share = |used: Duration| format!("{:.0} %", 100.0 * used.as_secs_f64() / self.elapsed.as_secs_f64());
+        let busy: Vec<String> = self.busy.iter().map(|(name, busy)| format!("{name} {:.0} %", 100.0 * busy)).collect();
+        let busiest: Vec<String> = self
+            .others
+            .iter()
+            .take(OTHERS_SHOWN)
+            .map(|(name, pid, used)| format!("{name} ({pid}) {}", share(*used)))
+            .collect();
         format!(
-            "over the run ({:.1} s, warm-up included): busy {}; processes not this benchmark's: {others} of a CPU",
+            "over the run ({:.1} s, warm-up included): busy {}; this benchmark's processes {}, interrupts {}, other \
+             processes {} of a CPU (busiest: {})",
             self.elapsed.as_secs_f64(),
-            busy.join(", ")
+            busy.join(", "),
+            share(self.ours),
+            share(self.interrupts),
+            share(self.machine.saturating_sub(self.ours).saturating_sub(self.interrupts)),
+            if busiest.is_empty() { "none".to_owned() } else { busiest.join(", ") },
         )
     }
 }
 
-/// Per CPU of /proc/stat: name, busy ticks, all ticks.
-fn cpu_ticks() -> Vec<(String, u64, u64)> {
+fn ticks(ticks: u64) -> Duration {
+    // USER_HZ: 100 on Linux.
+    Duration::from_millis(ticks.saturating_mul(10))
+}
+
+/// Each CPU's line of /proc/stat.
+fn cpu_ticks() -> Vec<CpuTicks> {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     stat.lines()
         .filter(|line| line.starts_with("cpu") && !line.starts_with("cpu "))
@@ -459,13 +505,22 @@ fn cpu_ticks() -> Vec<(String, u64, u64)> {
             let ticks: Vec<u64> = fields.map(|field| field.parse().unwrap_or(0)).collect();
             // user nice system idle iowait irq softirq steal; guest time is already in user.
             let idle = ticks.get(3)? + ticks.get(4)?;
+            let interrupts = ticks.get(5)? + ticks.get(6)?;
             let total: u64 = ticks.iter().take(8).sum();
-            Some((name, total - idle, total))
+            Some(CpuTicks { name, busy: total - idle, interrupts, total })
         })
         .collect()
 }
 
-/// The CPU time of this process and its children (the generator, the gateways, Redis) and of PostgreSQL.
-fn ours(postmaster: u32) -> Option<Duration> {
-    Some(tree_cpu_time(std::process::id())? + tree_cpu_time(postmaster)?)
+/// Every process's name and CPU ticks (user + system) so far.
+fn process_ticks() -> HashMap<u32, (String, u64)> {
+    let mut processes = HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default().trim().to_owned();
+        if let Some(fields) = http_load::stat_fields(&pid.to_string()) {
+            processes.insert(pid, (name, fields.get(11..=12).map_or(0, |used| used.iter().sum())));
+        }
+    }
+    processes
 }

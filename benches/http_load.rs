@@ -144,14 +144,14 @@ pub fn allowed_cpus(pid: &str) -> String {
 
 /// The fields of `/proc/<pid>/stat` after the command name (which may hold spaces and parentheses): index 1 is the
 /// parent's pid, 11..=14 utime, stime, cutime, cstime.
-fn stat_fields(pid: &str) -> Option<Vec<u64>> {
+pub fn stat_fields(pid: &str) -> Option<Vec<u64>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The state letter (index 0) is not a number; it parses as 0 and is never used.
     Some(stat.rsplit_once(')')?.1.split_whitespace().map(|field| field.parse().unwrap_or(0)).collect())
 }
 
 /// `pid` and every live process descended from it.
-fn process_tree(pid: u32) -> Vec<u32> {
+pub fn process_tree(pid: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(process) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
