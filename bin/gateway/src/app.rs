@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::StartError;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, JobAnnouncements};
 use crate::config::{AdminToken, Config};
 use crate::http::auth::OperatorAuth;
 use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
@@ -109,6 +109,10 @@ impl App {
             config.retention(),
         );
 
+        if config.redis_url.is_some() {
+            let announcements = JobAnnouncements { bus: bus.clone(), cron: cron.clone() };
+            loops.spawn(supervise_loop(announcements, stop_loops.clone()));
+        }
         loops.spawn(supervise_loop(heartbeat.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(webhooks.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));

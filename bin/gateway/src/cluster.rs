@@ -102,3 +102,65 @@ impl Cluster {
         }
     }
 }
+
+/// Hands the jobs other instances announce (they scheduled them while not leading) to this instance's scheduler,
+/// which arms them if it leads: a short reminder accepted by a follower then fires on time, not at the leader's
+/// next refill. A supervised loop of every instance with Redis, since any of them may lead.
+#[derive(Debug, Clone)]
+pub struct JobAnnouncements {
+    pub bus: gateway_pubsub::Bus,
+    pub cron: gateway_cron::CronScheduler,
+}
+
+impl gateway_core::BackgroundLoop for JobAnnouncements {
+    fn name(&self) -> &'static str {
+        "job_announcements"
+    }
+
+    async fn run(&self, shutdown: tokio_util::sync::CancellationToken) {
+        use gateway_pubsub::Received;
+        let mut announcements = self.bus.subscribe(&gateway_core::Topic::ScheduledJobs);
+        loop {
+            let received = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return,
+                received = announcements.recv() => received,
+            };
+            match received {
+                Received::Event(event) => match announced_job(&event.json) {
+                    Some((job_id, next_fire_at)) => self.cron.arm_announced(job_id, next_fire_at),
+                    None => tracing::debug!(event_id = %event.id, "unreadable job announcement skipped"),
+                },
+                // Each job missed here is armed at the leader's next refill, a few seconds later.
+                Received::Lagged(missed) => tracing::debug!(missed, "job announcements dropped"),
+                Received::Closed => return,
+            }
+        }
+    }
+}
+
+/// The job id and instant of a `job_scheduled` event.
+fn announced_job(json: &str) -> Option<(i64, OffsetDateTime)> {
+    let event: serde_json::Value = serde_json::from_str(json).ok()?;
+    let job_id = event.get("job_id")?.as_i64()?;
+    let at = event.get("next_fire_at")?.as_str()?;
+    let at = OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).ok()?;
+    Some((job_id, at))
+}
+
+#[cfg(test)]
+mod tests {
+    use gateway_core::{Event, EventPayload};
+    use time::macros::datetime;
+
+    use super::*;
+
+    #[test]
+    fn an_announcement_reads_back_as_its_job_and_instant() {
+        let at = datetime!(2026-02-22 12:00:05.25 UTC);
+        let event = Event::new(EventPayload::JobScheduled { job_id: 42, next_fire_at: at }, at);
+        assert_eq!(announced_job(&event.to_json()), Some((42, at)));
+        assert_eq!(announced_job(r#"{"job_id":"42","next_fire_at":"x"}"#), None);
+        assert_eq!(announced_job("not json"), None);
+    }
+}

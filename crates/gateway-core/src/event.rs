@@ -25,6 +25,9 @@ pub enum Topic {
     Agents,
     /// `agent:<agent_id>:scheduled`: one agent's reminders.
     AgentScheduled(AgentId),
+    /// `internal:scheduled-jobs`: jobs an instance that does not lead has just scheduled, for the leader to arm at
+    /// once rather than at its next refill. Between instances only: no client may subscribe to it.
+    ScheduledJobs,
 }
 
 impl Topic {
@@ -42,6 +45,14 @@ impl Topic {
         }
     }
 
+    /// A topic name as instances exchange it: the contract's topics, and the internal ones.
+    pub fn from_wire(name: &str) -> Option<Self> {
+        match name {
+            "internal:scheduled-jobs" => Some(Self::ScheduledJobs),
+            _ => Self::parse(name),
+        }
+    }
+
     /// `gateway:*` topics are the operator's; an agent's own reminder topic is not.
     pub fn is_operator_only(&self) -> bool {
         !matches!(self, Self::AgentScheduled(_))
@@ -56,6 +67,7 @@ impl fmt::Display for Topic {
             Self::Webhooks => f.write_str("gateway:webhooks"),
             Self::Agents => f.write_str("gateway:agents"),
             Self::AgentScheduled(agent_id) => write!(f, "agent:{agent_id}:scheduled"),
+            Self::ScheduledJobs => f.write_str("internal:scheduled-jobs"),
         }
     }
 }
@@ -160,6 +172,12 @@ pub enum EventPayload {
     WebhookSignatureFailure {
         webhook_id: i64,
     },
+    /// On [`Topic::ScheduledJobs`] only: a job stored by an instance that does not lead, due at `next_fire_at`.
+    JobScheduled {
+        job_id: i64,
+        #[serde(with = "time::serde::rfc3339")]
+        next_fire_at: OffsetDateTime,
+    },
 }
 
 impl EventPayload {
@@ -172,6 +190,7 @@ impl EventPayload {
             Self::WebhookDeliveryStatus { .. } => "webhook_delivery_status",
             Self::WebhookDlq { .. } => "webhook_dlq",
             Self::WebhookSignatureFailure { .. } => "webhook_signature_failure",
+            Self::JobScheduled { .. } => "job_scheduled",
         }
     }
 }
@@ -243,6 +262,15 @@ mod tests {
         }
         assert!(Topic::Messages.is_operator_only());
         assert!(!Topic::parse("agent:a:scheduled").unwrap().is_operator_only());
+    }
+
+    #[test]
+    fn internal_topics_cross_between_instances_but_no_client_can_name_them() {
+        assert_eq!(Topic::parse("internal:scheduled-jobs"), None);
+        assert_eq!(Topic::from_wire("internal:scheduled-jobs"), Some(Topic::ScheduledJobs));
+        assert_eq!(Topic::ScheduledJobs.to_string(), "internal:scheduled-jobs");
+        assert_eq!(Topic::from_wire("gateway:agents"), Some(Topic::Agents));
+        assert!(Topic::ScheduledJobs.is_operator_only());
     }
 
     #[test]

@@ -2,14 +2,16 @@
 //! arms the firing loop after, so a job that was acknowledged survives a crash.
 
 use gateway_core::sync::lock;
-use gateway_core::{AgentId, CronJob, IdempotencyKey, NewCronJob, PendingFire, StoreError, run_blocking};
+use gateway_core::{
+    AgentId, CronJob, Event, EventPayload, IdempotencyKey, NewCronJob, PendingFire, StoreError, Topic, run_blocking,
+};
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};
 use tracing::{debug, info};
 
 use crate::error::CronError;
 use crate::schedule::{CronSchedule, PREVIEW_INSTANTS};
-use crate::scheduler::CronScheduler;
+use crate::scheduler::{CronScheduler, duration};
 
 /// Longest accepted one-time delay: ten years (of 365.25 days). Longer is almost surely a unit mistake
 /// (seconds or microseconds sent as milliseconds), and a row that fires after the operator's retirement only
@@ -200,7 +202,29 @@ impl CronScheduler {
     }
 
     fn arm(&self, job: &CronJob) {
-        let fire = PendingFire { job_id: job.id, scheduled_for: job.next_fire_at, claimed_until: None };
+        self.arm_fire(job.id, job.next_fire_at);
+        // The leader is another instance: it learns of the job at its next refill (every few seconds), too late
+        // for a short reminder, unless it is told now. Best effort: a lost announcement costs that refill's wait.
+        let soon = self.inner.clock.now() + duration(self.inner.config.lookahead);
+        if self.inner.leadership.current().is_none() && job.next_fire_at <= soon {
+            let payload = EventPayload::JobScheduled { job_id: job.id, next_fire_at: job.next_fire_at };
+            let event = Event::new(payload, self.inner.clock.now());
+            if let Err(error) = self.inner.publisher.publish(&Topic::ScheduledJobs, &event) {
+                debug!(job_id = job.id, %error, "job not announced to the leader; it is armed at its next refill");
+            }
+        }
+    }
+
+    /// Arms a job another instance has just scheduled (it announced it on [`Topic::ScheduledJobs`]), if this
+    /// instance leads: it then fires on time instead of at the next refill. Any other instance ignores it.
+    pub fn arm_announced(&self, job_id: i64, next_fire_at: OffsetDateTime) {
+        if self.inner.leadership.current().is_some() {
+            self.arm_fire(job_id, next_fire_at);
+        }
+    }
+
+    fn arm_fire(&self, job_id: i64, scheduled_for: OffsetDateTime) {
+        let fire = PendingFire { job_id, scheduled_for, claimed_until: None };
         if lock(&self.inner.window).push(fire) {
             self.inner.wake.notify_one();
         }

@@ -554,6 +554,7 @@ async fn nothing_fires_without_leadership() {
     let (scheduler, mut progress) =
         harness.running_with(Arc::clone(&leadership) as Arc<dyn Leadership>, exact(), &shutdown).await;
     scheduler.schedule_once(agent("agent-5"), 1_000, Map::new()).await.unwrap();
+    assert_eq!(harness.next_fire().await.topic, Topic::ScheduledJobs, "announced for whoever leads");
     harness.clock.advance(Duration::seconds(5));
     let seen = cycles(&progress);
     tokio::time::sleep(secs(5)).await;
@@ -764,5 +765,40 @@ async fn a_leader_fenced_by_a_newer_term_fires_nothing_and_steps_down() {
     assert_eq!(*leadership.fenced.lock().unwrap(), [FencingToken(1)], "the loop told its leadership");
     assert_eq!(harness.store.claim_of(job.id), None, "and claimed nothing");
     assert_eq!(harness.store.len(), 1, "the row waits for the new leader");
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_scheduled_where_another_instance_leads_is_announced_and_the_leader_fires_it_on_time() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    // The leader reloads its window only every hour: only the announcement can arm the job in time.
+    let (leader, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let follower = harness.scheduler_with(Arc::new(SwitchableLeadership::default()), quiet());
+
+    let job = follower.schedule_once(agent("agent-5"), 2_000, Map::new()).await.unwrap();
+    let announced = harness.next_fire().await;
+    assert_eq!(announced.topic, Topic::ScheduledJobs);
+    match announced.event.payload {
+        EventPayload::JobScheduled { job_id, next_fire_at } => {
+            assert_eq!((job_id, next_fire_at), (job.id, job.next_fire_at))
+        }
+        other => panic!("expected a job announcement, got {other:?}"),
+    }
+    let seen = cycles(&progress);
+    follower.arm_announced(job.id, job.next_fire_at);
+    leader.arm_announced(job.id, job.next_fire_at);
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired());
+
+    harness.clock.advance(Duration::seconds(2));
+    let fired = harness.next_fire().await;
+    assert_eq!(harness.elapsed(&fired), secs(2), "fired at its instant, not at the leader's next refill");
+    assert_eq!(reminder_fields(&fired.event).0, job.id);
+    settled(&mut progress, 1).await;
+
+    // Beyond the lookahead the leader's refill arms it in time: nothing to announce.
+    follower.schedule_once(agent("agent-5"), 3 * 3_600_000, Map::new()).await.unwrap();
+    assert!(harness.nothing_fired());
     shutdown.cancel();
 }

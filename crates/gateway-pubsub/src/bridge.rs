@@ -424,7 +424,7 @@ impl RedisBridge {
         let inner = &self.inner;
         let counters = &inner.counters;
         let topic =
-            message.get_channel_name().strip_prefix(inner.config.channel_prefix.as_str()).and_then(Topic::parse);
+            message.get_channel_name().strip_prefix(inner.config.channel_prefix.as_str()).and_then(Topic::from_wire);
         let wire = std::str::from_utf8(message.get_payload_bytes()).ok().and_then(WireMessage::parse);
         let (Some(topic), Some(wire)) = (topic, wire) else {
             counters.malformed.fetch_add(1, Ordering::Relaxed);
@@ -476,9 +476,10 @@ impl<'a> WireMessage<'a> {
     }
 }
 
-/// The contract's event types (docs/api.md), as the `&'static str` the bus carries; `None` for any other.
+/// The contract's event types (docs/api.md) and the internal one, as the `&'static str` the bus carries; `None` for
+/// any other.
 fn known_event_type(name: &str) -> Option<&'static str> {
-    const KNOWN: [&str; 7] = [
+    const KNOWN: [&str; 8] = [
         "decision_log",
         "schema_violation",
         "reminder",
@@ -486,6 +487,7 @@ fn known_event_type(name: &str) -> Option<&'static str> {
         "webhook_delivery_status",
         "webhook_dlq",
         "webhook_signature_failure",
+        "job_scheduled",
     ];
     KNOWN.into_iter().find(|known| *known == name)
 }
@@ -564,7 +566,7 @@ mod tests {
     }
 
     #[test]
-    fn every_event_type_of_the_contract_crosses_the_bridge() {
+    fn every_event_type_crosses_the_bridge() {
         let at = datetime!(2026-02-22 12:00:00 UTC);
         let agent_id = AgentId::new("a").unwrap();
         let payloads = [
@@ -600,6 +602,7 @@ mod tests {
                 error_detail: None,
             },
             EventPayload::WebhookSignatureFailure { webhook_id: 1 },
+            EventPayload::JobScheduled { job_id: 1, next_fire_at: at },
         ];
         for payload in payloads {
             let published = PublishedEvent::of(&Event::with_id("e", payload, at));

@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Text, Timestamp};
 use diesel::sqlite::Sqlite;
 use gateway_core::{AgentId, ClusterId, HeartbeatRecord, HeartbeatStore, StoreError};
-use time::PrimitiveDateTime;
+use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::connection::{AnyConnection, DieselStore};
 use crate::schema::gateway_heartbeats;
@@ -60,17 +60,44 @@ pub(crate) fn write_heartbeats(connection: &mut AnyConnection<'_>, records: &[He
     // In one order, whatever the hash map's: two PostgreSQL transactions that upsert overlapping agents lock
     // their rows in the same order, so they queue instead of deadlocking.
     rows.sort_unstable_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
-    // Multi-row statements: SQLite compiles each statement Diesel sends (neither the query-builder upsert nor
-    // `sql_query` is kept in the statement cache), and compiling one per row was 13 % of the gateway's CPU
-    // under heartbeat load.
+    let rows: Vec<AgentRow<'_>> =
+        rows.iter().map(|record| (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at)).collect();
+    upsert_agent_rows(connection, &HEARTBEAT_UPSERT, &rows)
+}
+
+const HEARTBEAT_UPSERT: AgentRowsUpsert = AgentRowsUpsert {
+    insert: "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at)",
+    on_conflict: "ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at",
+};
+
+/// A row of an agent table: agent id, cluster id, an instant.
+pub(crate) type AgentRow<'a> = (&'a str, &'a str, OffsetDateTime);
+
+/// A multi-row upsert of [`AgentRow`]s: `insert` (`INSERT INTO table (three columns)`), the rows' values, then
+/// `on_conflict`.
+pub(crate) struct AgentRowsUpsert {
+    pub(crate) insert: &'static str,
+    pub(crate) on_conflict: &'static str,
+}
+
+/// Runs `upsert` over `rows`, in statements of up to [`MAX_ROWS_PER_UPSERT`] rows, in the caller's transaction.
+///
+/// Multi-row statements: SQLite compiles each statement Diesel sends (neither the query-builder upsert nor
+/// `sql_query` is kept in the statement cache), and compiling one per row was 13 % of the gateway's CPU under
+/// heartbeat load.
+pub(crate) fn upsert_agent_rows(
+    connection: &mut AnyConnection<'_>,
+    upsert: &AgentRowsUpsert,
+    rows: &[AgentRow<'_>],
+) -> QueryResult<()> {
     for chunk in rows.chunks(MAX_ROWS_PER_UPSERT) {
         match connection {
             AnyConnection::Sqlite(connection) => {
-                bind_rows(diesel::sql_query(upsert_sql(chunk.len(), |_| "?".to_owned())).into_boxed::<Sqlite>(), chunk)
+                bind_rows(diesel::sql_query(upsert.sql(chunk.len(), |_| "?".to_owned())).into_boxed::<Sqlite>(), chunk)
                     .execute(&mut **connection)?
             }
             AnyConnection::Postgres(connection) => {
-                bind_rows(diesel::sql_query(upsert_sql(chunk.len(), |n| format!("${n}"))).into_boxed::<Pg>(), chunk)
+                bind_rows(diesel::sql_query(upsert.sql(chunk.len(), |n| format!("${n}"))).into_boxed::<Pg>(), chunk)
                     .execute(&mut **connection)?
             }
         };
@@ -78,37 +105,31 @@ pub(crate) fn write_heartbeats(connection: &mut AnyConnection<'_>, records: &[He
     Ok(())
 }
 
-/// The upsert of `rows` rows, with `placeholder(n)` for the n-th parameter (from 1): `?` on SQLite, `$n` on
-/// PostgreSQL.
-fn upsert_sql(rows: usize, placeholder: impl Fn(usize) -> String) -> String {
-    let values: Vec<String> = (0..rows)
-        .map(|row| {
-            format!("({}, {}, {})", placeholder(3 * row + 1), placeholder(3 * row + 2), placeholder(3 * row + 3))
-        })
-        .collect();
-    format!(
-        "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at) VALUES {} \
-         ON CONFLICT (agent_id) DO UPDATE \
-         SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at",
-        values.join(", ")
-    )
+impl AgentRowsUpsert {
+    /// The statement for `rows` rows, with `placeholder(n)` for the n-th parameter (from 1): `?` on SQLite, `$n` on
+    /// PostgreSQL.
+    fn sql(&self, rows: usize, placeholder: impl Fn(usize) -> String) -> String {
+        let values: Vec<String> = (0..rows)
+            .map(|row| {
+                format!("({}, {}, {})", placeholder(3 * row + 1), placeholder(3 * row + 2), placeholder(3 * row + 3))
+            })
+            .collect();
+        format!("{} VALUES {} {}", self.insert, values.join(", "), self.on_conflict)
+    }
 }
 
-/// Binds the chunk's rows to the statement of [`upsert_sql`], in its parameter order.
+/// Binds the chunk's rows in the statement's parameter order.
 fn bind_rows<'a, DB>(
     mut upsert: diesel::query_builder::BoxedSqlQuery<'a, DB, diesel::query_builder::SqlQuery>,
-    chunk: &[&'a HeartbeatRecord],
+    chunk: &[AgentRow<'a>],
 ) -> diesel::query_builder::BoxedSqlQuery<'a, DB, diesel::query_builder::SqlQuery>
 where
     DB: diesel::backend::Backend + diesel::sql_types::HasSqlType<Text> + diesel::sql_types::HasSqlType<Timestamp>,
     &'a str: diesel::serialize::ToSql<Text, DB>,
     PrimitiveDateTime: diesel::serialize::ToSql<Timestamp, DB>,
 {
-    for record in chunk {
-        upsert = upsert
-            .bind::<Text, _>(record.agent_id.as_str())
-            .bind::<Text, _>(record.cluster_id.as_str())
-            .bind::<Timestamp, _>(to_db(record.last_seen_at));
+    for (agent_id, cluster_id, at) in chunk {
+        upsert = upsert.bind::<Text, _>(*agent_id).bind::<Text, _>(*cluster_id).bind::<Timestamp, _>(to_db(*at));
     }
     upsert
 }

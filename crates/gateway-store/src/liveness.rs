@@ -13,10 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use diesel::pg::Pg;
 use diesel::prelude::*;
-use diesel::sql_types::{Text, Timestamp};
-use diesel::sqlite::Sqlite;
 use gateway_core::sync::lock;
 use gateway_core::{
     AgentId, CapabilityEntry, CapabilityMap, ClusterId, FencingToken, HeartbeatRecord, HeartbeatStore, LiveEntry,
@@ -27,7 +24,7 @@ use time::{OffsetDateTime, PrimitiveDateTime};
 use crate::background::PeriodicThread;
 use crate::connection::{AnyConnection, DieselStore};
 use crate::fencing::admit;
-use crate::heartbeat::write_heartbeats;
+use crate::heartbeat::{AgentRow, AgentRowsUpsert, upsert_agent_rows, write_heartbeats};
 use crate::schema::gateway_live_agents;
 use crate::timestamp::{from_db, to_db};
 
@@ -37,8 +34,8 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 pub const COUNT_INTERVAL: Duration = Duration::from_secs(5);
 /// Longest pause between flusher passes while the database is unreachable.
 pub const FLUSH_RETRY_MAX: Duration = Duration::from_secs(5);
-/// Rows per multi-row statement: 3 parameters each (SQLite takes 32,766, PostgreSQL 65,535).
-const MAX_ROWS_PER_STATEMENT: usize = 500;
+/// Agent ids per `IN (…)` list (SQLite takes 32,766 parameters, PostgreSQL 65,535).
+const MAX_IDS_PER_LIST: usize = 500;
 
 /// The database-backed [`LivenessMap`] and [`CapabilityMap`]. Cheap to clone; clones share everything. Run
 /// [`SharedLiveness::start_flusher`] for as long as the process serves.
@@ -166,15 +163,16 @@ impl SharedLiveness {
         }
         // In agent id order, as every writer of these rows locks them on PostgreSQL: rival transactions queue
         // instead of deadlocking.
-        let mut rows: Vec<(&AgentId, &(ClusterId, OffsetDateTime))> = receipts.iter().collect();
+        let mut rows: Vec<AgentRow<'_>> = receipts
+            .iter()
+            .map(|(agent_id, (cluster_id, receipt))| (agent_id.as_str(), cluster_id.as_str(), *receipt))
+            .collect();
         rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut entries: Vec<(&AgentId, &CapabilityEntry)> = capabilities.iter().collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let written = self.inner.store.immediate("share liveness", |connection| {
             write_heartbeats(connection, heartbeats)?;
-            for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
-                upsert_receipts(connection, chunk)?;
-            }
+            upsert_agent_rows(connection, &RECEIPT_UPSERT, &rows)?;
             for (agent_id, entry) in &entries {
                 update_capabilities(connection, agent_id, entry)?;
             }
@@ -202,7 +200,7 @@ impl SharedLiveness {
     fn load_capabilities(&self, agent_ids: &[AgentId]) -> Result<HashMap<String, CapabilityEntry>, StoreError> {
         use gateway_live_agents::dsl;
         let mut found = HashMap::with_capacity(agent_ids.len());
-        for chunk in agent_ids.chunks(MAX_ROWS_PER_STATEMENT) {
+        for chunk in agent_ids.chunks(MAX_IDS_PER_LIST) {
             let ids: Vec<&str> = chunk.iter().map(AgentId::as_str).collect();
             let rows: Vec<CapabilityRow> = self.inner.store.with_connection("read capabilities", |connection| {
                 on_backend!(connection, c => dsl::gateway_live_agents
@@ -316,7 +314,7 @@ impl LivenessMap for SharedLiveness {
                 AnyConnection::Postgres(c) => silent.order(dsl::agent_id.asc()).for_update().load(&mut **c)?,
             };
             rows.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
-            for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
+            for chunk in rows.chunks(MAX_IDS_PER_LIST) {
                 let ids: Vec<&str> = chunk.iter().map(|row| row.agent_id.as_str()).collect();
                 let gone = diesel::delete(dsl::gateway_live_agents.filter(dsl::agent_id.eq_any(&ids)));
                 on_backend!(connection, c => gone.execute(c))?;
@@ -405,57 +403,14 @@ fn keep_latest(
 }
 
 /// Writes receipts; a receipt older than the stored one (another instance's, flushed first) changes nothing.
-fn upsert_receipts(
-    connection: &mut AnyConnection<'_>,
-    rows: &[(&AgentId, &(ClusterId, OffsetDateTime))],
-) -> QueryResult<usize> {
-    match connection {
-        AnyConnection::Sqlite(c) => {
-            bind_receipts(diesel::sql_query(upsert_sql(rows.len(), |_| "?".to_owned())).into_boxed::<Sqlite>(), rows)
-                .execute(&mut **c)
-        }
-        AnyConnection::Postgres(c) => {
-            bind_receipts(diesel::sql_query(upsert_sql(rows.len(), |n| format!("${n}"))).into_boxed::<Pg>(), rows)
-                .execute(&mut **c)
-        }
-    }
-}
-
-/// The upsert of `rows` receipts, with `placeholder(n)` for the n-th parameter (from 1).
-fn upsert_sql(rows: usize, placeholder: impl Fn(usize) -> String) -> String {
-    let values: Vec<String> = (0..rows)
-        .map(|row| {
-            format!("({}, {}, {})", placeholder(3 * row + 1), placeholder(3 * row + 2), placeholder(3 * row + 3))
-        })
-        .collect();
-    format!(
-        "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at) VALUES {} \
-         ON CONFLICT (agent_id) DO UPDATE SET \
+const RECEIPT_UPSERT: AgentRowsUpsert = AgentRowsUpsert {
+    insert: "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at)",
+    on_conflict: "ON CONFLICT (agent_id) DO UPDATE SET \
          cluster_id = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
              THEN excluded.cluster_id ELSE gateway_live_agents.cluster_id END, \
          received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
              THEN excluded.received_at ELSE gateway_live_agents.received_at END",
-        values.join(", ")
-    )
-}
-
-fn bind_receipts<'a, DB>(
-    mut upsert: diesel::query_builder::BoxedSqlQuery<'a, DB, diesel::query_builder::SqlQuery>,
-    rows: &[(&'a AgentId, &'a (ClusterId, OffsetDateTime))],
-) -> diesel::query_builder::BoxedSqlQuery<'a, DB, diesel::query_builder::SqlQuery>
-where
-    DB: diesel::backend::Backend + diesel::sql_types::HasSqlType<Text> + diesel::sql_types::HasSqlType<Timestamp>,
-    &'a str: diesel::serialize::ToSql<Text, DB>,
-    PrimitiveDateTime: diesel::serialize::ToSql<Timestamp, DB>,
-{
-    for (agent_id, (cluster_id, receipt)) in rows {
-        upsert = upsert
-            .bind::<Text, _>(agent_id.as_str())
-            .bind::<Text, _>(cluster_id.as_str())
-            .bind::<Timestamp, _>(to_db(*receipt));
-    }
-    upsert
-}
+};
 
 /// Sets a live agent's entry; an agent without a row (never live, or evicted) gets none.
 fn update_capabilities(
