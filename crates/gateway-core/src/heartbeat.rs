@@ -31,6 +31,15 @@ pub trait HeartbeatStore: Send + Sync + Debug {
     }
 
     fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError>;
+
+    /// Whether [`HeartbeatStore::upsert_heartbeats`] also makes visible to every instance, in the rows'
+    /// transaction, each receipt the heartbeat manager's liveness map recorded before the call: true only for a
+    /// store that is that map itself (a shared map that writes the receipts with the rows). The manager then has
+    /// no [`crate::LivenessMap::flush`] to do after the rows; under load, one there would find the receipts of the
+    /// heartbeats that arrived meanwhile and write them in a commit of their own, a second commit per group.
+    fn writes_receipts(&self) -> bool {
+        false
+    }
 }
 
 /// `gateway_heartbeats` in memory. [`Self::failure`] makes every operation report [`StoreError::Unavailable`].

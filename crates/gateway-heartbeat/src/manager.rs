@@ -90,11 +90,14 @@ impl HeartbeatManager {
     pub fn new(ports: HeartbeatPorts, config: HeartbeatConfig) -> Self {
         let HeartbeatPorts { liveness, store, capabilities, publisher, clock, leadership } = ports;
         let shared = Arc::clone(&liveness);
+        let flush_after_rows = !store.writes_receipts();
         let upserts = Arc::new(GroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
             store.upsert_heartbeats(&records)?;
             // These heartbeats' receipts were recorded before they were queued: after the flush they are live on
-            // every instance.
-            shared.flush()?;
+            // every instance. A store that wrote them with the rows has done it already.
+            if flush_after_rows {
+                shared.flush()?;
+            }
             Ok(vec![(); records.len()])
         }));
         let inner = Inner {

@@ -317,6 +317,53 @@ async fn a_heartbeat_is_answered_only_once_its_receipt_is_flushed_to_the_shared_
     fixture.shutdown.cancel();
 }
 
+/// The in-memory rows, saying that they are written with the liveness map's receipts (as the shared map's are).
+#[derive(Debug, Default)]
+struct RowsWithReceipts(InMemoryHeartbeatStore);
+
+impl HeartbeatStore for RowsWithReceipts {
+    fn upsert_heartbeats(&self, records: &[gateway_core::HeartbeatRecord]) -> Result<(), StoreError> {
+        self.0.upsert_heartbeats(records)
+    }
+
+    fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<gateway_core::HeartbeatRecord>, StoreError> {
+        self.0.heartbeat(agent_id)
+    }
+
+    fn writes_receipts(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_writes_the_receipts_with_the_rows_is_not_followed_by_a_flush() {
+    let liveness = Arc::new(FlushedLiveness::new(10, &[]));
+    let store = Arc::new(RowsWithReceipts::default());
+    let ports = HeartbeatPorts {
+        liveness: liveness.clone(),
+        store: store.clone(),
+        capabilities: Arc::new(InMemoryCapabilityMap::new(10)),
+        publisher: Arc::new(RecordingPublisher::default()),
+        clock: Arc::new(ManualClock::at_fixed_start()),
+        leadership: Arc::new(SingleProcessLeadership),
+    };
+    let manager = HeartbeatManager::new(ports, HeartbeatConfig::default());
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let (manager, shutdown) = (manager.clone(), shutdown.clone());
+        async move { manager.run(shutdown).await }
+    });
+    tokio::task::yield_now().await;
+    manager.accept(ping("agent-1", None)).await.unwrap();
+    manager.accept(ping("agent-2", None)).await.unwrap();
+    assert!(store.heartbeat(&agent("agent-2")).unwrap().is_some());
+    assert_eq!(liveness.flushes.load(std::sync::atomic::Ordering::SeqCst), 0, "one commit per group, not two");
+    // Failing flushes fail nothing here: nothing calls them on the request path.
+    liveness.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    manager.accept(ping("agent-1", None)).await.unwrap();
+    shutdown.cancel();
+}
+
 #[tokio::test(start_paused = true)]
 async fn at_the_cap_an_agent_other_instances_track_still_updates_and_a_new_one_is_refused() {
     let liveness = Arc::new(FlushedLiveness::new(1, &["roaming"]));

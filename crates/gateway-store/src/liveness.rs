@@ -341,11 +341,17 @@ impl LivenessMap for SharedLiveness {
 }
 
 /// The heartbeat rows through the shared map: a group of heartbeats is written in one transaction with the receipts
-/// kept for them, so a heartbeat costs a cluster one commit, as it costs a single instance (the manager's flush after
-/// it then finds nothing left to write).
+/// kept for them, so a heartbeat costs a cluster one commit, as it costs a single instance.
 impl HeartbeatStore for SharedLiveness {
     fn upsert_heartbeats(&self, records: &[HeartbeatRecord]) -> Result<(), StoreError> {
         self.flush_with(records)
+    }
+
+    /// Every receipt recorded before the call is written once it returns: those it took itself, and those a rival
+    /// flush (the flusher thread, a listing) took first, since that flush held `flushing` until it was written and
+    /// this one waited for it.
+    fn writes_receipts(&self) -> bool {
+        true
     }
 
     fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError> {
@@ -432,6 +438,7 @@ mod tests {
     on_every_backend!(
         capability_entries_are_kept_for_live_agents_only_and_go_with_the_eviction,
         a_cluster_at_its_cap_refuses_new_agents_on_every_instance,
+        the_rows_transaction_writes_every_receipt_recorded_before_it,
     );
 
     fn agent(id: &str) -> AgentId {
@@ -461,6 +468,22 @@ mod tests {
         a.record(&agent("alice"), &ClusterId::new("west").unwrap(), START + time::Duration::seconds(100)).unwrap();
         a.flush().unwrap();
         assert_eq!(b.get(&agent("alice")), None, "a returning agent starts without one");
+    }
+
+    /// What lets the heartbeat manager answer after the rows without a flush of its own.
+    fn the_rows_transaction_writes_every_receipt_recorded_before_it(store: &DieselStore) {
+        let (a, b) = (SharedLiveness::new(store.clone(), 10), SharedLiveness::new(store.clone(), 10));
+        assert!(a.writes_receipts());
+        let west = ClusterId::new("west").unwrap();
+        a.record(&agent("alice"), &west, START).unwrap();
+        // Bob's heartbeat is queued for the next group; his receipt goes with this one all the same.
+        a.record(&agent("bob"), &west, START).unwrap();
+        let row = HeartbeatRecord { agent_id: agent("alice"), cluster_id: west, last_seen_at: START };
+        a.upsert_heartbeats(&[row.clone()]).unwrap();
+        let listed: Vec<String> =
+            b.live_agents(None, 10).unwrap().into_iter().map(|entry| entry.agent_id.as_str().to_owned()).collect();
+        assert_eq!(listed, ["alice", "bob"]);
+        assert_eq!(b.heartbeat(&agent("alice")).unwrap(), Some(row));
     }
 
     fn a_cluster_at_its_cap_refuses_new_agents_on_every_instance(store: &DieselStore) {

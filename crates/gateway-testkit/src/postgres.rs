@@ -195,6 +195,13 @@ impl TempPostgres {
         self.port
     }
 
+    /// The postmaster's process id (from `postmaster.pid`), while the server runs: every connection is served by a
+    /// child of it, so a benchmark can pin the server to CPUs or read its CPU time.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        let pid_file = std::fs::read_to_string(self.data().join("postmaster.pid")).ok()?;
+        pid_file.lines().next()?.trim().parse().ok()
+    }
+
     /// `postgres://postgres@127.0.0.1:PORT/DATABASE`.
     pub fn url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
@@ -451,10 +458,15 @@ mod tests {
         let Some(server) = server("testkit::postgres::own") else { return };
         let database = server.create_database("own");
         PgConnection::establish(database.url()).unwrap();
+        let pid = server.postmaster_pid().unwrap();
+        let command = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap();
+        assert!(command.contains("postgres"), "{command}");
         server.stop().unwrap();
         assert!(PgConnection::establish(database.url()).is_err(), "connected to a stopped server");
+        assert_eq!(server.postmaster_pid(), None, "no postmaster.pid once stopped");
         server.start().unwrap();
         PgConnection::establish(database.url()).unwrap();
+        assert_ne!(server.postmaster_pid(), None);
         let root = server.root.clone();
         drop(database);
         drop(server);

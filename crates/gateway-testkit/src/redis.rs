@@ -82,6 +82,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// The server's process id while it runs (a benchmark pins it to CPUs and reads its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
@@ -201,9 +206,12 @@ mod tests {
         let port = server.port();
         assert_eq!(server.url(), format!("redis://127.0.0.1:{port}/"));
         assert!(server.is_running());
+        let pid = server.pid().unwrap();
+        assert!(std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap().contains("redis-server"));
         ping(port).unwrap();
         server.stop();
         assert!(!server.is_running());
+        assert_eq!(server.pid(), None);
         assert!(ping(port).is_err(), "a stopped server refuses connections");
         server.stop();
         server.start_again().unwrap();
