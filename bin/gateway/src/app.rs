@@ -4,15 +4,15 @@
 use std::sync::Arc;
 
 use gateway_core::{
-    CapabilityMap, Clock, DispatchRate, EventPublisher, InMemoryCapabilityMap, InMemoryLiveness, Leadership,
-    LivenessMap, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
+    CapabilityMap, Clock, DispatchRate, EventPublisher, HeartbeatStore, InMemoryCapabilityMap, InMemoryLiveness,
+    Leadership, LivenessMap, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
 };
 use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
 use gateway_redis::{LeadershipConfig, LeadershipPorts, RateConfig, RedisDispatchRate, RedisLeadership};
-use gateway_store::{DieselStore, WalCheckpointer};
+use gateway_store::{DieselStore, PeriodicThread, SharedLiveness};
 use gateway_webhooks::{DeliveryRetention, RetentionPorts, RouterPorts, UreqTransport, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -35,8 +35,9 @@ pub struct App {
     /// The loops' own stop signal, cancelled only after HTTP has drained: a request still in flight when
     /// shutdown begins must find the components running.
     stop_loops: CancellationToken,
-    /// Keeps SQLite's WAL short off the commit paths; stopped (by drop) after the loops, before the store closes.
-    wal_checkpointer: Option<WalCheckpointer>,
+    /// The store's own threads (SQLite's WAL checkpoints, the shared liveness map's writes); stopped (by drop)
+    /// after the loops, before the store closes.
+    store_threads: Vec<PeriodicThread>,
 }
 
 impl App {
@@ -59,15 +60,18 @@ impl App {
         let stop_loops = CancellationToken::new();
         let mut loops = JoinSet::new();
         let coordination = Coordination::new(config, &store, &bus, &clock)?;
-        if let Some(redis) = &coordination.redis {
-            loops.spawn(supervise_loop(redis.leadership.clone(), stop_loops.clone()));
-            loops.spawn(supervise_loop(redis.bridge.clone(), stop_loops.clone()));
+        let mut threads = Vec::new();
+        if let Some(redis) = coordination.redis {
+            loops.spawn(supervise_loop(redis.leadership, stop_loops.clone()));
+            loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
+            threads.push(redis.flusher);
         }
-        let Coordination { leadership, publisher, rate, liveness, capabilities, cluster, .. } = coordination;
+        let Coordination { leadership, publisher, rate, liveness, heartbeats, capabilities, cluster, .. } =
+            coordination;
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
                 liveness,
-                store: Arc::new(store.clone()),
+                store: heartbeats,
                 capabilities,
                 publisher: Arc::clone(&publisher),
                 clock: Arc::clone(&clock),
@@ -110,8 +114,7 @@ impl App {
         loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(retention.clone(), stop_loops.clone()));
 
-        let wal_checkpointer =
-            store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?;
+        threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
         let state = AppState {
             operator: OperatorAuth::new(admin_token.expose()).map_err(|_| StartError::Entropy)?,
             store,
@@ -128,7 +131,7 @@ impl App {
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
             operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
         };
-        Ok(Self { state: Arc::new(state), loops, stop_loops, wal_checkpointer: Some(wal_checkpointer) })
+        Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })
     }
 
     pub fn state(&self) -> Arc<AppState> {
@@ -150,7 +153,7 @@ impl App {
         if tokio::time::timeout(drain, webhooks.wait_idle()).await.is_err() {
             tracing::warn!("webhook attempts still running at shutdown; they will be retried after restart");
         }
-        drop(self.wal_checkpointer.take());
+        self.store_threads.clear();
     }
 }
 
@@ -162,6 +165,9 @@ struct Coordination {
     publisher: Arc<dyn EventPublisher>,
     rate: Arc<dyn DispatchRate>,
     liveness: Arc<dyn LivenessMap>,
+    /// Where heartbeat rows go: the store, or with a shared liveness map that map, which writes them in the
+    /// transaction of their receipts.
+    heartbeats: Arc<dyn HeartbeatStore>,
     capabilities: Arc<dyn CapabilityMap>,
     cluster: Cluster,
     /// The loops coordination needs, with Redis.
@@ -171,6 +177,8 @@ struct Coordination {
 struct RedisLoops {
     leadership: RedisLeadership,
     bridge: RedisBridge,
+    /// Writes the shared liveness map's kept entries; stopped (by drop) after the loops, before the store closes.
+    flusher: PeriodicThread,
 }
 
 impl Coordination {
@@ -183,6 +191,7 @@ impl Coordination {
                 publisher: Arc::new(bus.clone()),
                 rate: Arc::new(SlidingWindowRate::per_second(config.webhook_max_per_second())),
                 liveness: Arc::new(InMemoryLiveness::new(heartbeat.max_tracked_agents)),
+                heartbeats: Arc::new(store.clone()),
                 capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat.max_tracked_agents)),
                 cluster: Cluster::Single { instance_id, since: clock.now() },
                 redis: None,
@@ -205,15 +214,17 @@ impl Coordination {
             RateConfig::per_second(instance_id.as_str(), config.webhook_max_per_second()),
         )
         .map_err(|error| StartError::Redis(error.to_string()))?;
+        let shared = SharedLiveness::new(store.clone(), heartbeat.max_tracked_agents);
+        let flusher = shared.start_flusher().map_err(StartError::Thread)?;
         Ok(Self {
             leadership: Arc::new(leadership.clone()),
             publisher: Arc::new(bridge.clone()),
             rate: Arc::new(rate),
-            // TODO(shared liveness): the database-backed map lands next.
-            liveness: Arc::new(InMemoryLiveness::new(heartbeat.max_tracked_agents)),
-            capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat.max_tracked_agents)),
+            liveness: Arc::new(shared.clone()),
+            heartbeats: Arc::new(shared.clone()),
+            capabilities: Arc::new(shared),
             cluster: Cluster::Redis(leadership.clone()),
-            redis: Some(RedisLoops { leadership, bridge }),
+            redis: Some(RedisLoops { leadership, bridge, flusher }),
         })
     }
 }

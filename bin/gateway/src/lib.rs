@@ -61,12 +61,12 @@ impl Gateway {
         let store = run_blocking(move || DieselStore::open(&url))
             .await
             .map_err(|error| StartError::Task(error.to_string()))??;
-        if !store.is_sqlite() {
+        if !store.is_sqlite() && config.redis_url.is_none() {
             // Without coordination every gateway is its own leader, with the same fencing token: two of them on
             // one database would both fire every reminder and both poll every webhook retry.
             tracing::warn!(
-                "PostgreSQL without coordination: this gateway runs as the only instance on this database; do \
-                 not start a second one (docs/operations.md)"
+                "PostgreSQL without --redis-url: this gateway runs as the only instance on this database; do not \
+                 start a second one (docs/operations.md)"
             );
         }
         let app = App::start(config, store, admin_token, shutdown.clone())?;

@@ -56,11 +56,22 @@ pub trait LivenessMap: Send + Sync + Debug {
     /// know of an agent that heartbeats only to other instances.
     fn is_live(&self, agent_id: &AgentId) -> bool;
 
-    /// Whether a capability entry for `agent_id` may be registered: only live agents have one, which bounds the
-    /// capability map by this one. A shared map cannot tell without a round trip, so it says yes and its
-    /// capability map keeps only live agents' entries when it writes them.
-    fn may_hold_capabilities(&self, agent_id: &AgentId) -> bool {
-        self.is_live(agent_id)
+    /// Whether other instances share this map: then what this instance knows is not all there is, and the
+    /// answers that need the whole map ([`LivenessMap::record_if_tracked`], capability entries) take a round trip.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// [`LivenessMap::record`] for an agent `record` refused at the cap because this instance did not know it: if
+    /// the shared map tracks it (it heartbeats to other instances), the receipt is kept like a known agent's and
+    /// the answer is `true`. May block. The in-process map knows every agent it tracks, so it has nothing to add.
+    fn record_if_tracked(
+        &self,
+        _agent_id: &AgentId,
+        _cluster_id: &ClusterId,
+        _receipt: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        Ok(false)
     }
 
     /// Tracked agents by id after `after`, at most `limit`. May block on a shared store: call it from a blocking

@@ -130,7 +130,22 @@ impl HeartbeatManager {
     /// visible to every instance.
     pub async fn accept(&self, ping: HeartbeatPing) -> Result<(), HeartbeatError> {
         let receipt = self.inner.clock.now();
-        self.track(&ping.agent_id, &ping.cluster_id, receipt)?;
+        match self.track(&ping.agent_id, &ping.cluster_id, receipt) {
+            Ok(()) => {}
+            // Known agents always update: one that heartbeats to other instances of a full cluster is new only to
+            // this one, which asks the shared map (a round trip, paid only at the cap).
+            Err(HeartbeatError::CapacityExceeded { cap }) if self.inner.liveness.is_shared() => {
+                let liveness = Arc::clone(&self.inner.liveness);
+                let (agent_id, cluster_id) = (ping.agent_id.clone(), ping.cluster_id.clone());
+                let tracked = run_blocking(move || liveness.record_if_tracked(&agent_id, &cluster_id, receipt))
+                    .await
+                    .map_err(StoreError::from)??;
+                if !tracked {
+                    return Err(HeartbeatError::CapacityExceeded { cap });
+                }
+            }
+            Err(refused) => return Err(refused),
+        }
         let record = HeartbeatRecord {
             agent_id: ping.agent_id,
             cluster_id: ping.cluster_id,
@@ -143,7 +158,10 @@ impl HeartbeatManager {
     /// Records what an accepted DecisionLog says about its agent's capabilities, for agents that are live.
     /// Agents that never heartbeat get no entry, so the capability map stays bounded by the liveness map.
     pub fn note_capabilities(&self, agent_id: &AgentId, agent_type: &str, capability_version: &str) {
-        if self.inner.liveness.may_hold_capabilities(agent_id) {
+        // A shared map cannot tell without a round trip whether an agent heartbeats to another instance; its
+        // capability writes keep only live agents' entries.
+        let liveness = &self.inner.liveness;
+        if liveness.is_shared() || liveness.is_live(agent_id) {
             let entry = CapabilityEntry {
                 agent_type: agent_type.to_owned(),
                 capability_version: capability_version.to_owned(),

@@ -230,12 +230,25 @@ fn defaults_are_the_fr_10_2_constants() {
     assert_eq!(EVICTION_THRESHOLD, Duration::from_secs(90));
 }
 
-/// A shared map stand-in: the in-process map, whose flushes are counted and can be made to fail.
+/// A shared map stand-in: the in-process map, whose flushes are counted and can be made to fail, and which says
+/// that other instances track `elsewhere`.
 #[derive(Debug)]
 struct FlushedLiveness {
     map: InMemoryLiveness,
     flushes: std::sync::atomic::AtomicUsize,
     failing: std::sync::atomic::AtomicBool,
+    elsewhere: Vec<AgentId>,
+}
+
+impl FlushedLiveness {
+    fn new(capacity: usize, elsewhere: &[&str]) -> Self {
+        Self {
+            map: InMemoryLiveness::new(capacity),
+            flushes: Default::default(),
+            failing: Default::default(),
+            elsewhere: elsewhere.iter().map(|id| agent(id)).collect(),
+        }
+    }
 }
 
 impl LivenessMap for FlushedLiveness {
@@ -260,6 +273,19 @@ impl LivenessMap for FlushedLiveness {
         self.map.is_live(agent_id)
     }
 
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn record_if_tracked(
+        &self,
+        agent_id: &AgentId,
+        _cluster_id: &ClusterId,
+        _receipt: time::OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        Ok(self.elsewhere.contains(agent_id))
+    }
+
     fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError> {
         self.map.live_agents(after, limit)
     }
@@ -280,11 +306,7 @@ impl LivenessMap for FlushedLiveness {
 
 #[tokio::test(start_paused = true)]
 async fn a_heartbeat_is_answered_only_once_its_receipt_is_flushed_to_the_shared_map() {
-    let liveness = Arc::new(FlushedLiveness {
-        map: InMemoryLiveness::new(10),
-        flushes: Default::default(),
-        failing: Default::default(),
-    });
+    let liveness = Arc::new(FlushedLiveness::new(10, &[]));
     let fixture = start_with(HeartbeatConfig::default(), liveness.clone()).await;
     fixture.manager.accept(ping("agent-1", None)).await.unwrap();
     assert_eq!(liveness.flushes.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -292,5 +314,18 @@ async fn a_heartbeat_is_answered_only_once_its_receipt_is_flushed_to_the_shared_
     liveness.failing.store(true, std::sync::atomic::Ordering::SeqCst);
     let refused = fixture.manager.accept(ping("agent-1", None)).await;
     assert!(matches!(refused, Err(HeartbeatError::Store(StoreError::Unavailable(_)))), "{refused:?}");
+    fixture.shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_cap_an_agent_other_instances_track_still_updates_and_a_new_one_is_refused() {
+    let liveness = Arc::new(FlushedLiveness::new(1, &["roaming"]));
+    let fixture = start_with(HeartbeatConfig { max_tracked_agents: 1, ..HeartbeatConfig::default() }, liveness).await;
+    fixture.manager.accept(ping("here", None)).await.unwrap();
+    fixture.manager.accept(ping("roaming", None)).await.unwrap();
+    let refused = fixture.manager.accept(ping("new", None)).await;
+    assert_eq!(refused, Err(HeartbeatError::CapacityExceeded { cap: 1 }));
+    assert!(fixture.store.heartbeat(&agent("new")).unwrap().is_none(), "a refused agent touches nothing");
+    assert!(fixture.store.heartbeat(&agent("roaming")).unwrap().is_some());
     fixture.shutdown.cancel();
 }

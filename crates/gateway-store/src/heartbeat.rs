@@ -26,36 +26,7 @@ struct HeartbeatRow {
 
 impl HeartbeatStore for DieselStore {
     fn upsert_heartbeats(&self, records: &[HeartbeatRecord]) -> Result<(), StoreError> {
-        // The last record of an agent wins, so only it is written: one row per agent per statement is also what
-        // PostgreSQL requires of a multi-row upsert.
-        let mut latest: HashMap<&str, &HeartbeatRecord> = HashMap::with_capacity(records.len());
-        for record in records {
-            latest.insert(record.agent_id.as_str(), record);
-        }
-        let mut rows: Vec<&HeartbeatRecord> = latest.into_values().collect();
-        // In one order, whatever the hash map's: two PostgreSQL transactions that upsert overlapping agents lock
-        // their rows in the same order, so they queue instead of deadlocking.
-        rows.sort_unstable_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
-        // Multi-row statements: SQLite compiles each statement Diesel sends (neither the query-builder upsert nor
-        // `sql_query` is kept in the statement cache), and compiling one per row was 13 % of the gateway's CPU
-        // under heartbeat load.
-        self.immediate("upsert heartbeats", |connection| {
-            for chunk in rows.chunks(MAX_ROWS_PER_UPSERT) {
-                match connection {
-                    AnyConnection::Sqlite(connection) => bind_rows(
-                        diesel::sql_query(upsert_sql(chunk.len(), |_| "?".to_owned())).into_boxed::<Sqlite>(),
-                        chunk,
-                    )
-                    .execute(&mut **connection)?,
-                    AnyConnection::Postgres(connection) => bind_rows(
-                        diesel::sql_query(upsert_sql(chunk.len(), |n| format!("${n}"))).into_boxed::<Pg>(),
-                        chunk,
-                    )
-                    .execute(&mut **connection)?,
-                };
-            }
-            Ok(())
-        })
+        self.immediate("upsert heartbeats", |connection| write_heartbeats(connection, records))
     }
 
     fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError> {
@@ -75,6 +46,36 @@ impl HeartbeatStore for DieselStore {
         })
         .transpose()
     }
+}
+
+/// Upserts `records` inside the caller's transaction (the shared liveness map writes its receipts in the same one).
+pub(crate) fn write_heartbeats(connection: &mut AnyConnection<'_>, records: &[HeartbeatRecord]) -> QueryResult<()> {
+    // The last record of an agent wins, so only it is written: one row per agent per statement is also what
+    // PostgreSQL requires of a multi-row upsert.
+    let mut latest: HashMap<&str, &HeartbeatRecord> = HashMap::with_capacity(records.len());
+    for record in records {
+        latest.insert(record.agent_id.as_str(), record);
+    }
+    let mut rows: Vec<&HeartbeatRecord> = latest.into_values().collect();
+    // In one order, whatever the hash map's: two PostgreSQL transactions that upsert overlapping agents lock
+    // their rows in the same order, so they queue instead of deadlocking.
+    rows.sort_unstable_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
+    // Multi-row statements: SQLite compiles each statement Diesel sends (neither the query-builder upsert nor
+    // `sql_query` is kept in the statement cache), and compiling one per row was 13 % of the gateway's CPU
+    // under heartbeat load.
+    for chunk in rows.chunks(MAX_ROWS_PER_UPSERT) {
+        match connection {
+            AnyConnection::Sqlite(connection) => {
+                bind_rows(diesel::sql_query(upsert_sql(chunk.len(), |_| "?".to_owned())).into_boxed::<Sqlite>(), chunk)
+                    .execute(&mut **connection)?
+            }
+            AnyConnection::Postgres(connection) => {
+                bind_rows(diesel::sql_query(upsert_sql(chunk.len(), |n| format!("${n}"))).into_boxed::<Pg>(), chunk)
+                    .execute(&mut **connection)?
+            }
+        };
+    }
+    Ok(())
 }
 
 /// The upsert of `rows` rows, with `placeholder(n)` for the n-th parameter (from 1): `?` on SQLite, `$n` on

@@ -12,6 +12,7 @@ mod connection;
 #[cfg(test)]
 #[macro_use]
 mod testing;
+mod background;
 mod cron;
 mod database_url;
 mod error;
@@ -20,6 +21,7 @@ mod explain;
 
 mod fencing;
 mod heartbeat;
+mod liveness;
 mod lock;
 mod recovery;
 pub mod schema;
@@ -27,7 +29,9 @@ pub mod timestamp;
 mod wal;
 mod webhook;
 
+pub use background::PeriodicThread;
 pub use connection::DieselStore;
 pub use database_url::{DatabaseUrl, PostgresUrl};
 pub use error::OpenError;
+pub use liveness::{COUNT_INTERVAL, FLUSH_INTERVAL, SharedLiveness};
 pub use wal::{CHECKPOINT_INTERVAL, WalCheckpointer};

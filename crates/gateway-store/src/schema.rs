@@ -84,3 +84,14 @@ diesel::table! {
         epoch -> BigInt,
     }
 }
+
+diesel::table! {
+    gateway_live_agents (agent_id) {
+        agent_id -> Text,
+        cluster_id -> Text,
+        received_at -> Timestamp,
+        agent_type -> Nullable<Text>,
+        capability_version -> Nullable<Text>,
+        capabilities_updated_at -> Nullable<Timestamp>,
+    }
+}

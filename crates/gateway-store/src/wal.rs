@@ -7,13 +7,12 @@
 //! lateness p99 8–9 ms → about 4 ms; docs/benchmarks.md). SQLite's automatic checkpoint stays on as the
 //! backstop should the background thread fall behind.
 
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
-use gateway_core::{StoreError, capped_backoff};
+use gateway_core::StoreError;
 
+use crate::background::PeriodicThread;
 use crate::connection::DieselStore;
 
 /// How often the gateway checkpoints the WAL in the background. A checkpoint with nothing to copy is a few
@@ -35,53 +34,17 @@ impl DieselStore {
     /// holds no thread.
     pub fn start_wal_checkpointer(&self, interval: Duration) -> std::io::Result<WalCheckpointer> {
         if !self.is_sqlite() {
-            return Ok(WalCheckpointer { stop: None, thread: None });
+            return Ok(PeriodicThread::idle());
         }
-        let (stop, stopped) = mpsc::channel::<()>();
         let store = self.clone();
-        let thread = thread::Builder::new().name("wal-checkpoint".to_owned()).spawn(move || {
-            let mut failures: u32 = 0;
-            loop {
-                let pause =
-                    if failures == 0 { interval } else { capped_backoff(interval, CHECKPOINT_RETRY_MAX, failures) };
-                match stopped.recv_timeout(pause) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-                }
-                match store.checkpoint_wal() {
-                    Ok(()) if failures > 0 => {
-                        tracing::info!(failures, "WAL checkpoints work again");
-                        failures = 0;
-                    }
-                    Ok(()) => {}
-                    Err(error) => {
-                        failures = failures.saturating_add(1);
-                        if failures == 1 {
-                            tracing::warn!(%error, "WAL checkpoint failed; retrying with backoff");
-                        }
-                    }
-                }
-            }
-        })?;
-        Ok(WalCheckpointer { stop: Some(stop), thread: Some(thread) })
+        PeriodicThread::spawn("wal-checkpoint", "WAL checkpoint", interval, CHECKPOINT_RETRY_MAX, move || {
+            store.checkpoint_wal()
+        })
     }
 }
 
 /// The background checkpoint thread; dropping the handle stops it and waits for it.
-#[derive(Debug)]
-pub struct WalCheckpointer {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for WalCheckpointer {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
+pub type WalCheckpointer = PeriodicThread;
 
 #[cfg(test)]
 mod tests {
@@ -90,6 +53,7 @@ mod tests {
 
     use super::*;
     use crate::DatabaseUrl;
+    use std::thread;
 
     #[derive(diesel::QueryableByName)]
     struct WalState {

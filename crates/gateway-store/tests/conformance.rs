@@ -10,8 +10,8 @@
 
 use std::ops::Deref;
 
-use gateway_core::conformance::{START, fencing};
-use gateway_store::{DatabaseUrl, DieselStore};
+use gateway_core::conformance::{START, fencing, liveness};
+use gateway_store::{DatabaseUrl, DieselStore, SharedLiveness};
 
 /// Every suite of the ports `DieselStore` implements, in a module `$backend`, each test on a fresh store from
 /// `$fixture`: an `Option<F>` where `F` dereferences to a `DieselStore`.
@@ -24,20 +24,58 @@ macro_rules! backend {
             gateway_core::heartbeat_store_conformance!($fixture);
             gateway_core::cron_store_conformance!($fixture);
             gateway_core::webhook_store_conformance!($fixture);
+            gateway_core::liveness_map_conformance!($fixture.map(|store| Shared::new(store, liveness::CAPACITY)));
 
-            /// One epoch for the whole store: a token raised through the cron port fences the webhook poll, and
-            /// the other way round.
+            /// The shared map writes the heartbeat rows too (in the transaction of their receipts).
+            mod through_shared_liveness {
+                use super::*;
+
+                gateway_core::heartbeat_store_conformance!($fixture.map(|store| Shared::new(store, 100)));
+            }
+
+            /// One epoch for the whole store: a token raised through the cron port fences the webhook poll and the
+            /// eviction of the shared liveness map, and every other way round.
             #[test]
             fn a_token_raised_through_one_port_fences_every_port() {
                 let Some(store) = $fixture else { return };
+                let map = SharedLiveness::new((*store).clone(), liveness::CAPACITY);
                 let writes: Vec<fencing::FencedWrite<'_>> = fencing::cron_writes(&*store, START)
                     .into_iter()
                     .chain(fencing::webhook_writes(&*store, START))
+                    .chain(fencing::liveness_writes(&map, START))
                     .collect();
                 fencing::a_token_raised_through_one_port_fences_every_port(&*store, &writes);
             }
+
+            /// Two instances' maps on one database are one map.
+            #[test]
+            fn instances_share_one_liveness_map() {
+                let Some(store) = $fixture else { return };
+                let (a, b) = (Shared::new(&*store, 10), Shared::new(&*store, 10));
+                liveness::instances_share_one_map(&*a, &*b, START);
+            }
         }
     };
+}
+
+/// A shared liveness map over a fixture's store, which lives as long as the map.
+struct Shared<F> {
+    map: SharedLiveness,
+    _store: F,
+}
+
+impl<F: Deref<Target = DieselStore>> Shared<F> {
+    fn new(store: F, capacity: usize) -> Self {
+        Self { map: SharedLiveness::new((*store).clone(), capacity), _store: store }
+    }
+}
+
+impl<F> Deref for Shared<F> {
+    type Target = SharedLiveness;
+
+    fn deref(&self) -> &SharedLiveness {
+        &self.map
+    }
 }
 
 backend!(sqlite, sqlite_store());

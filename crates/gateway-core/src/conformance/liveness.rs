@@ -117,3 +117,32 @@ pub fn evictions_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoc
     let deposed = map.evict_silent(now, THRESHOLD, FencingToken(5));
     assert_eq!(deposed, Err(StoreError::Fenced { token: FencingToken(5), newest: FencingToken(6) }));
 }
+
+/// For a shared adapter (not part of the macro: one process has no second instance): two instances' maps over one
+/// storage are one map. What one records, once flushed, the other lists; a receipt flushed late does not move an
+/// agent's time back; an agent is evicted once, by whichever asks first; and a token raised through one instance
+/// fences the other. Expects two handles on the same fresh storage, each with room for a few agents.
+pub fn instances_share_one_map(a: &dyn LivenessMap, b: &dyn LivenessMap, at: OffsetDateTime) {
+    record(a, "alice", "west", at).expect("record");
+    a.flush().expect("flush");
+    record(b, "bob", "east", at + Duration::seconds(5)).expect("record");
+    b.flush().expect("flush");
+    let both = [entry("alice", "west", at), entry("bob", "east", at + Duration::seconds(5))];
+    assert_eq!(everyone(a), both);
+    assert_eq!(everyone(b), both);
+
+    record(b, "alice", "west", at + Duration::seconds(60)).expect("record");
+    b.flush().expect("flush");
+    record(a, "alice", "north", at + Duration::seconds(30)).expect("record");
+    a.flush().expect("flush");
+    assert_eq!(everyone(b)[0], entry("alice", "west", at + Duration::seconds(60)), "the latest receipt wins");
+
+    let now = at + Duration::seconds(96);
+    assert_eq!(a.evict_silent(now, THRESHOLD, FencingToken(1)).expect("evict"), [both[1].clone()]);
+    assert!(b.evict_silent(now, THRESHOLD, FencingToken(1)).expect("evict").is_empty(), "evicted once");
+    assert_eq!(everyone(b), [entry("alice", "west", at + Duration::seconds(60))]);
+
+    assert!(b.evict_silent(now, THRESHOLD, FencingToken(2)).expect("evict").is_empty());
+    let deposed = a.evict_silent(now, THRESHOLD, FencingToken(1));
+    assert_eq!(deposed, Err(StoreError::Fenced { token: FencingToken(1), newest: FencingToken(2) }));
+}

@@ -1,0 +1,535 @@
+//! The liveness map and the capability map several instances share, over `gateway_live_agents` (one row per live
+//! agent): an agent heartbeating to any instance is live on all of them, and the leader evicts it once, fenced like
+//! every leader-only write. docs/architecture.md says why the database and not Redis.
+//!
+//! A heartbeat must not wait for a round trip before it is admitted, so [`SharedLiveness::record`] only checks the
+//! cap and keeps the receipt in this process; [`LivenessMap::flush`], which the heartbeat manager calls in the
+//! heartbeat's own group commit before it answers, writes every kept receipt in one transaction. Capability entries
+//! are kept the same way and written by the same flush, or by the flusher thread within [`FLUSH_INTERVAL`].
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use diesel::pg::Pg;
+use diesel::prelude::*;
+use diesel::sql_types::{Text, Timestamp};
+use diesel::sqlite::Sqlite;
+use gateway_core::sync::lock;
+use gateway_core::{
+    AgentId, CapabilityEntry, CapabilityMap, ClusterId, FencingToken, HeartbeatRecord, HeartbeatStore, LiveEntry,
+    LivenessMap, LivenessRefusal, StoreError,
+};
+use time::{OffsetDateTime, PrimitiveDateTime};
+
+use crate::background::PeriodicThread;
+use crate::connection::{AnyConnection, DieselStore};
+use crate::fencing::admit;
+use crate::heartbeat::write_heartbeats;
+use crate::schema::gateway_live_agents;
+use crate::timestamp::{from_db, to_db};
+
+/// How often kept capability entries (and any receipt no heartbeat flushed) are written in the background.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+/// How often each instance counts the live agents of the whole cluster, for the cap.
+pub const COUNT_INTERVAL: Duration = Duration::from_secs(5);
+/// Longest pause between flusher passes while the database is unreachable.
+pub const FLUSH_RETRY_MAX: Duration = Duration::from_secs(5);
+/// Rows per multi-row statement: 3 parameters each (SQLite takes 32,766, PostgreSQL 65,535).
+const MAX_ROWS_PER_STATEMENT: usize = 500;
+
+/// The database-backed [`LivenessMap`] and [`CapabilityMap`]. Cheap to clone; clones share everything. Run
+/// [`SharedLiveness::start_flusher`] for as long as the process serves.
+///
+/// The cap (`--max-tracked-agents`) is the cluster's: each instance counts the table every [`COUNT_INTERVAL`] and
+/// adds the agents it admitted since, so instances that admit new agents at the same moment may overshoot it by
+/// what they admit between two counts.
+#[derive(Clone)]
+pub struct SharedLiveness {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: DieselStore,
+    capacity: usize,
+    local: Mutex<Local>,
+    /// Held for a whole flush: a flush returns only once everything kept before it started is written, even when
+    /// another thread's flush took it from `local` first.
+    flushing: Mutex<()>,
+    /// Live agents of the whole cluster, as of the last count, plus those admitted here since.
+    tracked: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Local {
+    /// Receipts not written yet, the latest per agent.
+    receipts: HashMap<AgentId, (ClusterId, OffsetDateTime)>,
+    /// Capability entries not written yet, the latest per agent.
+    capabilities: HashMap<AgentId, CapabilityEntry>,
+    /// Agents this instance admitted (or saw listed) and has not seen evicted: they update without a cap check.
+    known: HashSet<AgentId>,
+}
+
+impl fmt::Debug for SharedLiveness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedLiveness")
+            .field("capacity", &self.inner.capacity)
+            .field("tracked", &self.inner.tracked.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Queryable)]
+struct LiveRow {
+    agent_id: String,
+    cluster_id: String,
+    received_at: PrimitiveDateTime,
+}
+
+impl LiveRow {
+    fn into_entry(self) -> Result<LiveEntry, StoreError> {
+        Ok(LiveEntry {
+            agent_id: AgentId::new(self.agent_id)
+                .map_err(|error| StoreError::Internal(format!("stored agent_id invalid: {error}")))?,
+            cluster_id: ClusterId::new(self.cluster_id)
+                .map_err(|error| StoreError::Internal(format!("stored cluster_id invalid: {error}")))?,
+            last_seen: from_db(self.received_at),
+        })
+    }
+}
+
+#[derive(Queryable)]
+struct CapabilityRow {
+    agent_id: String,
+    agent_type: Option<String>,
+    capability_version: Option<String>,
+    updated_at: Option<PrimitiveDateTime>,
+}
+
+impl SharedLiveness {
+    /// A map over `store`'s `gateway_live_agents` that admits new agents while the cluster tracks fewer than
+    /// `capacity`. Until the first count (the flusher's first pass), only this instance's admissions count.
+    pub fn new(store: DieselStore, capacity: usize) -> Self {
+        let inner = Inner {
+            store,
+            capacity,
+            local: Mutex::new(Local::default()),
+            flushing: Mutex::new(()),
+            tracked: AtomicUsize::new(0),
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// Writes kept capability entries (and receipts) every [`FLUSH_INTERVAL`] and counts the cluster's live
+    /// agents every [`COUNT_INTERVAL`], on a thread of its own, until the handle is dropped.
+    pub fn start_flusher(&self) -> std::io::Result<PeriodicThread> {
+        let map = self.clone();
+        let counts_every = (COUNT_INTERVAL.as_millis() / FLUSH_INTERVAL.as_millis()).max(1);
+        let mut pass: u128 = 0;
+        PeriodicThread::spawn("liveness-flush", "sharing liveness", FLUSH_INTERVAL, FLUSH_RETRY_MAX, move || {
+            map.flush()?;
+            if pass.is_multiple_of(counts_every) {
+                map.count()?;
+            }
+            pass += 1;
+            Ok(())
+        })
+    }
+
+    /// Counts the cluster's live agents (the cap's reference).
+    pub fn count(&self) -> Result<usize, StoreError> {
+        let rows: i64 = self.inner.store.with_connection(
+            "count live agents",
+            |connection| on_backend!(connection, c => gateway_live_agents::table.count().get_result(c)),
+        )?;
+        let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+        self.inner.tracked.store(rows, Ordering::Relaxed);
+        let mut local = lock(&self.inner.local);
+        // Agents evicted by another instance stay in `known` here; keep the set within the cap's size.
+        if local.known.len() > self.inner.capacity {
+            local.known.clear();
+        }
+        Ok(rows)
+    }
+
+    /// Writes `heartbeats` and every kept receipt and capability entry in one transaction.
+    fn flush_with(&self, heartbeats: &[HeartbeatRecord]) -> Result<(), StoreError> {
+        let _turn = lock(&self.inner.flushing);
+        let (receipts, capabilities) = {
+            let mut local = lock(&self.inner.local);
+            (std::mem::take(&mut local.receipts), std::mem::take(&mut local.capabilities))
+        };
+        if heartbeats.is_empty() && receipts.is_empty() && capabilities.is_empty() {
+            return Ok(());
+        }
+        // In agent id order, as every writer of these rows locks them on PostgreSQL: rival transactions queue
+        // instead of deadlocking.
+        let mut rows: Vec<(&AgentId, &(ClusterId, OffsetDateTime))> = receipts.iter().collect();
+        rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut entries: Vec<(&AgentId, &CapabilityEntry)> = capabilities.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let written = self.inner.store.immediate("share liveness", |connection| {
+            write_heartbeats(connection, heartbeats)?;
+            for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
+                upsert_receipts(connection, chunk)?;
+            }
+            for (agent_id, entry) in &entries {
+                update_capabilities(connection, agent_id, entry)?;
+            }
+            Ok(())
+        });
+        if let Err(error) = written {
+            // Kept for the next flush, under whatever arrived meanwhile if that is newer.
+            let mut local = lock(&self.inner.local);
+            for (agent_id, (cluster_id, receipt)) in receipts {
+                match local.receipts.get(&agent_id) {
+                    Some((_, newer)) if *newer >= receipt => {}
+                    _ => {
+                        local.receipts.insert(agent_id, (cluster_id, receipt));
+                    }
+                }
+            }
+            for (agent_id, entry) in capabilities {
+                local.capabilities.entry(agent_id).or_insert(entry);
+            }
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    fn load_capabilities(&self, agent_ids: &[AgentId]) -> Result<HashMap<String, CapabilityEntry>, StoreError> {
+        use gateway_live_agents::dsl;
+        let mut found = HashMap::with_capacity(agent_ids.len());
+        for chunk in agent_ids.chunks(MAX_ROWS_PER_STATEMENT) {
+            let ids: Vec<&str> = chunk.iter().map(AgentId::as_str).collect();
+            let rows: Vec<CapabilityRow> = self.inner.store.with_connection("read capabilities", |connection| {
+                on_backend!(connection, c => dsl::gateway_live_agents
+                    .filter(dsl::agent_id.eq_any(&ids))
+                    .select((dsl::agent_id, dsl::agent_type, dsl::capability_version, dsl::capabilities_updated_at))
+                    .load(c))
+            })?;
+            for row in rows {
+                if let (Some(agent_type), Some(capability_version), Some(updated_at)) =
+                    (row.agent_type, row.capability_version, row.updated_at)
+                {
+                    let entry = CapabilityEntry { agent_type, capability_version, updated_at: from_db(updated_at) };
+                    found.insert(row.agent_id, entry);
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl LivenessMap for SharedLiveness {
+    fn record(
+        &self,
+        agent_id: &AgentId,
+        cluster_id: &ClusterId,
+        receipt: OffsetDateTime,
+    ) -> Result<(), LivenessRefusal> {
+        let mut local = lock(&self.inner.local);
+        if !local.known.contains(agent_id) {
+            let capacity = self.inner.capacity;
+            if self.inner.tracked.load(Ordering::Relaxed) >= capacity {
+                return Err(LivenessRefusal::CapacityReached { cap: capacity });
+            }
+            local.known.insert(agent_id.clone());
+            self.inner.tracked.fetch_add(1, Ordering::Relaxed);
+        }
+        keep_latest(&mut local.receipts, agent_id, cluster_id, receipt);
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        self.flush_with(&[])
+    }
+    fn is_live(&self, agent_id: &AgentId) -> bool {
+        lock(&self.inner.local).known.contains(agent_id)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn record_if_tracked(
+        &self,
+        agent_id: &AgentId,
+        cluster_id: &ClusterId,
+        receipt: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        use gateway_live_agents::dsl;
+        let row = dsl::gateway_live_agents.find(agent_id.as_str()).select(dsl::agent_id);
+        let tracked: Option<String> = self.inner.store.with_connection(
+            "look up a live agent",
+            |connection| on_backend!(connection, c => row.first(c).optional()),
+        )?;
+        if tracked.is_none() {
+            return Ok(false);
+        }
+        let mut local = lock(&self.inner.local);
+        local.known.insert(agent_id.clone());
+        keep_latest(&mut local.receipts, agent_id, cluster_id, receipt);
+        Ok(true)
+    }
+
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError> {
+        use gateway_live_agents::dsl;
+        self.flush()?;
+        let after = after.map_or("", AgentId::as_str);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows: Vec<LiveRow> = self.inner.store.with_connection("list live agents", |connection| {
+            on_backend!(connection, c => dsl::gateway_live_agents
+                .filter(dsl::agent_id.gt(after))
+                .order(dsl::agent_id.asc())
+                .limit(limit)
+                .select((dsl::agent_id, dsl::cluster_id, dsl::received_at))
+                .load(c))
+        })?;
+        rows.into_iter().map(LiveRow::into_entry).collect()
+    }
+
+    fn evict_silent(
+        &self,
+        now: OffsetDateTime,
+        threshold: time::Duration,
+        token: FencingToken,
+    ) -> Result<Vec<LiveEntry>, StoreError> {
+        use gateway_live_agents::dsl;
+        // This instance's own receipts first: an agent must not be evicted for a heartbeat still in memory here.
+        self.flush()?;
+        let cutoff = to_db(now.checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH));
+        let evicted: Vec<LiveRow> = self.inner.store.immediate_fenced("evict silent agents", |connection| {
+            admit(connection, token)?;
+            let silent = dsl::gateway_live_agents
+                .filter(dsl::received_at.lt(cutoff))
+                .select((dsl::agent_id, dsl::cluster_id, dsl::received_at));
+            let mut rows: Vec<LiveRow> = match connection {
+                // The transaction holds the write lock: the order is free, and the received_at index gives it.
+                AnyConnection::Sqlite(c) => silent.order(dsl::received_at.asc()).load(&mut **c)?,
+                // Locked in agent id order, like the flushes that may be writing the same rows; a row refreshed
+                // while this waited for it no longer matches and stays.
+                AnyConnection::Postgres(c) => silent.order(dsl::agent_id.asc()).for_update().load(&mut **c)?,
+            };
+            rows.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
+            for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
+                let ids: Vec<&str> = chunk.iter().map(|row| row.agent_id.as_str()).collect();
+                let gone = diesel::delete(dsl::gateway_live_agents.filter(dsl::agent_id.eq_any(&ids)));
+                on_backend!(connection, c => gone.execute(c))?;
+            }
+            Ok(rows)
+        })?;
+        let evicted: Vec<LiveEntry> = evicted.into_iter().map(LiveRow::into_entry).collect::<Result<_, _>>()?;
+        let mut local = lock(&self.inner.local);
+        for entry in &evicted {
+            local.known.remove(&entry.agent_id);
+            local.capabilities.remove(&entry.agent_id);
+        }
+        // The flusher recounts within COUNT_INTERVAL; a count here would cost every pass a scan of the table.
+        let _ = self
+            .inner
+            .tracked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tracked| Some(tracked.saturating_sub(evicted.len())));
+        Ok(evicted)
+    }
+
+    fn tracked_count(&self) -> usize {
+        self.inner.tracked.load(Ordering::Relaxed)
+    }
+}
+
+/// The heartbeat rows through the shared map: a group of heartbeats is written in one transaction with the receipts
+/// kept for them, so a heartbeat costs a cluster one commit, as it costs a single instance (the manager's flush after
+/// it then finds nothing left to write).
+impl HeartbeatStore for SharedLiveness {
+    fn upsert_heartbeats(&self, records: &[HeartbeatRecord]) -> Result<(), StoreError> {
+        self.flush_with(records)
+    }
+
+    fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError> {
+        self.inner.store.heartbeat(agent_id)
+    }
+}
+
+impl CapabilityMap for SharedLiveness {
+    fn register(&self, agent_id: &AgentId, entry: CapabilityEntry) {
+        lock(&self.inner.local).capabilities.insert(agent_id.clone(), entry);
+    }
+
+    fn remove_agent(&self, agent_id: &AgentId) {
+        // The row, and the entry with it, went with the eviction; only a kept entry is left to drop.
+        lock(&self.inner.local).capabilities.remove(agent_id);
+    }
+
+    fn get(&self, agent_id: &AgentId) -> Option<CapabilityEntry> {
+        match self.get_many(std::slice::from_ref(agent_id)) {
+            Ok(mut entries) => entries.pop().flatten(),
+            Err(error) => {
+                tracing::warn!(%error, "capability entry not read");
+                None
+            }
+        }
+    }
+
+    fn get_many(&self, agent_ids: &[AgentId]) -> Result<Vec<Option<CapabilityEntry>>, StoreError> {
+        self.flush()?;
+        let mut found = self.load_capabilities(agent_ids)?;
+        Ok(agent_ids.iter().map(|agent_id| found.remove(agent_id.as_str())).collect())
+    }
+}
+
+/// Keeps `receipt` unless a later one of the agent is kept already.
+fn keep_latest(
+    receipts: &mut HashMap<AgentId, (ClusterId, OffsetDateTime)>,
+    agent_id: &AgentId,
+    cluster_id: &ClusterId,
+    receipt: OffsetDateTime,
+) {
+    match receipts.get_mut(agent_id) {
+        Some(kept) if kept.1 <= receipt => *kept = (cluster_id.clone(), receipt),
+        Some(_) => {}
+        None => {
+            receipts.insert(agent_id.clone(), (cluster_id.clone(), receipt));
+        }
+    }
+}
+
+/// Writes receipts; a receipt older than the stored one (another instance's, flushed first) changes nothing.
+fn upsert_receipts(
+    connection: &mut AnyConnection<'_>,
+    rows: &[(&AgentId, &(ClusterId, OffsetDateTime))],
+) -> QueryResult<usize> {
+    match connection {
+        AnyConnection::Sqlite(c) => {
+            bind_receipts(diesel::sql_query(upsert_sql(rows.len(), |_| "?".to_owned())).into_boxed::<Sqlite>(), rows)
+                .execute(&mut **c)
+        }
+        AnyConnection::Postgres(c) => {
+            bind_receipts(diesel::sql_query(upsert_sql(rows.len(), |n| format!("${n}"))).into_boxed::<Pg>(), rows)
+                .execute(&mut **c)
+        }
+    }
+}
+
+/// The upsert of `rows` receipts, with `placeholder(n)` for the n-th parameter (from 1).
+fn upsert_sql(rows: usize, placeholder: impl Fn(usize) -> String) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            format!("({}, {}, {})", placeholder(3 * row + 1), placeholder(3 * row + 2), placeholder(3 * row + 3))
+        })
+        .collect();
+    format!(
+        "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at) VALUES {} \
+         ON CONFLICT (agent_id) DO UPDATE SET \
+         cluster_id = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
+             THEN excluded.cluster_id ELSE gateway_live_agents.cluster_id END, \
+         received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
+             THEN excluded.received_at ELSE gateway_live_agents.received_at END",
+        values.join(", ")
+    )
+}
+
+fn bind_receipts<'a, DB>(
+    mut upsert: diesel::query_builder::BoxedSqlQuery<'a, DB, diesel::query_builder::SqlQuery>,
+    rows: &[(&'a AgentId, &'a (ClusterId, OffsetDateTime))],
+) -> diesel::query_builder::BoxedSqlQuery<'a, DB, diesel::query_builder::SqlQuery>
+where
+    DB: diesel::backend::Backend + diesel::sql_types::HasSqlType<Text> + diesel::sql_types::HasSqlType<Timestamp>,
+    &'a str: diesel::serialize::ToSql<Text, DB>,
+    PrimitiveDateTime: diesel::serialize::ToSql<Timestamp, DB>,
+{
+    for (agent_id, (cluster_id, receipt)) in rows {
+        upsert = upsert
+            .bind::<Text, _>(agent_id.as_str())
+            .bind::<Text, _>(cluster_id.as_str())
+            .bind::<Timestamp, _>(to_db(*receipt));
+    }
+    upsert
+}
+
+/// Sets a live agent's entry; an agent without a row (never live, or evicted) gets none.
+fn update_capabilities(
+    connection: &mut AnyConnection<'_>,
+    agent_id: &AgentId,
+    entry: &CapabilityEntry,
+) -> QueryResult<usize> {
+    use gateway_live_agents::dsl;
+    let update = diesel::update(dsl::gateway_live_agents.find(agent_id.as_str())).set((
+        dsl::agent_type.eq(entry.agent_type.as_str()),
+        dsl::capability_version.eq(entry.capability_version.as_str()),
+        dsl::capabilities_updated_at.eq(to_db(entry.updated_at)),
+    ));
+    on_backend!(connection, c => update.execute(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+    on_every_backend!(
+        capability_entries_are_kept_for_live_agents_only_and_go_with_the_eviction,
+        a_cluster_at_its_cap_refuses_new_agents_on_every_instance,
+    );
+
+    fn agent(id: &str) -> AgentId {
+        AgentId::new(id).unwrap()
+    }
+
+    fn capabilities(version: &str) -> CapabilityEntry {
+        CapabilityEntry { agent_type: "planner".into(), capability_version: version.into(), updated_at: START }
+    }
+
+    fn capability_entries_are_kept_for_live_agents_only_and_go_with_the_eviction(store: &DieselStore) {
+        let (a, b) = (SharedLiveness::new(store.clone(), 10), SharedLiveness::new(store.clone(), 10));
+        a.record(&agent("alice"), &ClusterId::new("west").unwrap(), START).unwrap();
+        a.flush().unwrap();
+        // A DecisionLog reaches another instance than the heartbeats: the entry is still the live agent's.
+        b.register(&agent("alice"), capabilities("1.0"));
+        b.register(&agent("alice"), capabilities("1.1"));
+        b.register(&agent("nobody"), capabilities("9.9"));
+        let ids = [agent("nobody"), agent("alice")];
+        assert_eq!(a.get_many(&ids).unwrap(), [None, None], "kept on b until it flushes");
+        assert_eq!(b.get_many(&ids).unwrap(), [None, Some(capabilities("1.1"))]);
+        assert_eq!(a.get(&agent("alice")), Some(capabilities("1.1")));
+
+        let evicted = a.evict_silent(START + time::Duration::seconds(91), time::Duration::seconds(90), FencingToken(1));
+        assert_eq!(evicted.unwrap().len(), 1);
+        assert_eq!(b.get(&agent("alice")), None, "the entry went with the agent");
+        a.record(&agent("alice"), &ClusterId::new("west").unwrap(), START + time::Duration::seconds(100)).unwrap();
+        a.flush().unwrap();
+        assert_eq!(b.get(&agent("alice")), None, "a returning agent starts without one");
+    }
+
+    fn a_cluster_at_its_cap_refuses_new_agents_on_every_instance(store: &DieselStore) {
+        let (a, b) = (SharedLiveness::new(store.clone(), 2), SharedLiveness::new(store.clone(), 2));
+        let west = ClusterId::new("west").unwrap();
+        a.record(&agent("a1"), &west, START).unwrap();
+        a.record(&agent("a2"), &west, START).unwrap();
+        a.flush().unwrap();
+        assert_eq!(b.count().unwrap(), 2);
+        assert_eq!(b.record(&agent("b1"), &west, START), Err(LivenessRefusal::CapacityReached { cap: 2 }));
+        assert!(!b.record_if_tracked(&agent("b1"), &west, START).unwrap(), "a new agent stays refused");
+        // An agent live through heartbeats to the other instance is refused by `record` here (this instance cannot
+        // tell it from a new one without a round trip), and then recorded after the look-up, cap or not.
+        let later = START + time::Duration::seconds(30);
+        assert_eq!(b.record(&agent("a1"), &west, later), Err(LivenessRefusal::CapacityReached { cap: 2 }));
+        assert!(b.record_if_tracked(&agent("a1"), &west, later).unwrap());
+        assert!(b.is_live(&agent("a1")));
+        b.record(&agent("a1"), &west, later).unwrap();
+        assert_eq!(b.tracked_count(), 2);
+        b.flush().unwrap();
+        assert_eq!(b.live_agents(None, 10).unwrap()[0].last_seen, later);
+        let evicted =
+            a.evict_silent(START + time::Duration::seconds(91), time::Duration::seconds(90), FencingToken(1)).unwrap();
+        assert_eq!(evicted.iter().map(|entry| entry.agent_id.as_str()).collect::<Vec<_>>(), ["a2"]);
+        assert_eq!(a.tracked_count(), 1, "the evicting instance counts its evictions at once");
+        assert_eq!(b.count().unwrap(), 1, "the others at their next count");
+        b.record(&agent("b1"), &west, START + time::Duration::seconds(92)).unwrap();
+    }
+}
