@@ -303,9 +303,11 @@ impl LivenessMap for SharedLiveness {
         let cutoff = to_db(now.checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH));
         let evicted: Vec<LiveRow> = self.inner.store.immediate_fenced("evict silent agents", |connection| {
             admit(connection, token)?;
-            let silent = dsl::gateway_live_agents
-                .filter(dsl::received_at.lt(cutoff))
-                .select((dsl::agent_id, dsl::cluster_id, dsl::received_at));
+            let silent = dsl::gateway_live_agents.filter(dsl::received_at.lt(cutoff)).select((
+                dsl::agent_id,
+                dsl::cluster_id,
+                dsl::received_at,
+            ));
             let mut rows: Vec<LiveRow> = match connection {
                 // The transaction holds the write lock: the order is free, and the received_at index gives it.
                 AnyConnection::Sqlite(c) => silent.order(dsl::received_at.asc()).load(&mut **c)?,
