@@ -110,12 +110,26 @@ fn jobs_of(cluster: &Cluster, agents: &[String]) -> Vec<i64> {
     jobs
 }
 
-/// Waits until every job in `jobs` has fired (by the instances' logs).
+/// Waits until every job in `jobs` has fired (by the instances' logs); panics with the jobs left and what the
+/// instances said about leadership and problems otherwise.
 fn wait_for_fires(cluster: &Cluster, jobs: &[i64], within: Duration) {
-    wait_until(&format!("{} reminders to fire", jobs.len()), within, || {
+    let deadline = Instant::now() + within;
+    loop {
         let fired = cluster.fires_by_job();
-        jobs.iter().all(|job| fired.contains_key(job))
-    });
+        let left: Vec<i64> = jobs.iter().copied().filter(|job| !fired.contains_key(job)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{} of {} reminders did not fire within {within:?}: jobs {left:?}\n{}",
+                left.len(),
+                jobs.len(),
+                cluster.story()
+            );
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
 }
 
 /// Every job in `jobs` fired exactly once, by all the instances' logs together.

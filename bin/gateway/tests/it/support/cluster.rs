@@ -165,9 +165,10 @@ impl Cluster {
     /// `GET /gateway/cluster` of instance `index`.
     pub fn view(&self, index: usize) -> Value {
         let (status, view) = self.gateway(index).try_operator_get("/gateway/cluster").unwrap_or_else(|error| {
-            let logs = self.logs(index);
-            let tail: Vec<&str> = logs.lines().rev().take(30).collect();
-            panic!("{} does not answer ({error}); its last lines, newest first:\n{}", self.id(index), tail.join("\n"))
+            // A gateway stops gracefully only on SIGTERM or SIGINT, which no cluster test sends.
+            let signalled = self.logs(index).contains("shutdown requested");
+            let why = if signalled { "; it was sent SIGTERM or SIGINT from outside the test" } else { "" };
+            panic!("{} does not answer ({error}){why}\n{}", self.id(index), self.story())
         });
         assert_eq!(status, 200, "GET /gateway/cluster on {}: {view}", self.id(index));
         view
@@ -245,6 +246,35 @@ impl Cluster {
     pub fn log_entries_from(&self, index: usize, from: usize) -> Vec<Value> {
         let logs = self.logs(index);
         logs.get(from..).unwrap_or_default().lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
+    }
+
+    /// What a failed test prints: each instance's view (when it answers), and the lines each one logged about
+    /// leadership, Redis, shutdown, and every warning or error, in time order with the instance named.
+    pub fn story(&self) -> String {
+        let mut lines: Vec<(String, String)> = Vec::new();
+        for index in 0..self.len() {
+            for entry in self.log_entries_from(index, 0) {
+                let message = entry["message"].as_str().unwrap_or_default();
+                let level = entry["level"].as_str().unwrap_or_default();
+                let notable = matches!(level, "WARN" | "ERROR")
+                    || ["leadership", "redis", "shutdown", "gateway st"].iter().any(|word| message.contains(word));
+                if notable {
+                    let at = entry["timestamp"].as_str().unwrap_or_default().to_owned();
+                    lines.push((at, format!("{} {}", self.id(index), entry)));
+                }
+            }
+        }
+        lines.sort();
+        let views: Vec<String> = self
+            .up()
+            .into_iter()
+            .map(|index| match self.gateway(index).try_operator_get("/gateway/cluster") {
+                Ok((_, view)) => view.to_string(),
+                Err(error) => format!("{}: {error}", self.id(index)),
+            })
+            .collect();
+        let told: Vec<String> = lines.into_iter().map(|(at, line)| format!("{at} {line}")).collect();
+        format!("views now: {views:?}\nwhat the instances logged:\n{}", told.join("\n"))
     }
 
     /// Every reminder fire any instance logged, in log order per instance.
