@@ -348,6 +348,16 @@ impl Cluster {
     }
 }
 
+impl Drop for Cluster {
+    /// The gateways go first: Redis and the database (dropped after, as fields) would otherwise vanish under
+    /// live instances, which then log errors about them into a failing test's story.
+    fn drop(&mut self) {
+        for instance in &mut self.instances {
+            drop(instance.running.take());
+        }
+    }
+}
+
 /// A DecisionLog whose tool call schedules a reminder.
 pub fn reminder_log(agent_id: &str, delay: Duration, payload: &Value) -> Value {
     // A trace id of its own: a retried log (same agent and trace id) schedules nothing new.
