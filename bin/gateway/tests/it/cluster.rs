@@ -342,8 +342,14 @@ fn a_paused_leader_wakes_up_deposed_fires_and_claims_nothing_and_steps_down() {
         assert_eq!(delivery["attempts"].as_array().unwrap().len(), 2, "{delivery}");
     }
     assert_eq!(cluster.leader(), Some(new_leader), "the woken instance took the lease back");
+    let said: Vec<String> = after_wake
+        .iter()
+        .filter(|entry| entry["level"] == "WARN")
+        .map(|entry| format!("{} ({})", entry["message"], entry["reason"]))
+        .collect();
     eprintln!(
-        "paused leader (TTL {}, paused {}): another led after {}; {} reminders fired once each, the last {} after the wake",
+        "paused leader (TTL {}, paused {}): another led after {}; {} reminders fired once each, the last {} after the \
+         wake; the woken one warned: {said:?}",
         millis(cluster.ttl),
         millis(pause),
         millis(took_over),
