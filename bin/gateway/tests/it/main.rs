@@ -6,6 +6,7 @@
 mod receiver;
 mod support;
 
+mod cluster;
 mod config;
 mod crash;
 mod cron;

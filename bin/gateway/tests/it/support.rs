@@ -1,6 +1,8 @@
 //! Starting the real binary and talking to it over HTTP and SSE.
 #![allow(dead_code, reason = "shared by every test module; not each one uses every helper")]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -55,7 +57,12 @@ impl Gateway {
     /// Starts a gateway on the database `database_url` names (a PostgreSQL URL: nothing in the temporary
     /// directory is used).
     pub fn start_on(database_url: &str, args: &[&str]) -> Self {
-        Self::spawn(Arc::new(tempfile::tempdir().unwrap()), database_url, args, &[])
+        Self::start_on_with_env(database_url, args, &[])
+    }
+
+    /// [`Gateway::start_on`] with extra environment variables (as [`Gateway::start_with_env`]).
+    pub fn start_on_with_env(database_url: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn(Arc::new(tempfile::tempdir().unwrap()), database_url, args, env)
     }
 
     fn spawn(dir: Arc<tempfile::TempDir>, database: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
@@ -171,6 +178,14 @@ impl Gateway {
         read(self.agent.get(self.url(path)).header("authorization", format!("Bearer {TOKEN}")).call())
     }
 
+    /// [`Gateway::operator_get`], or the transport error (connection refused, reset, timed out).
+    pub fn try_operator_get(&self, path: &str) -> Result<(u16, Value), ureq::Error> {
+        let mut response = self.agent.get(self.url(path)).header("authorization", format!("Bearer {TOKEN}")).call()?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string()?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+    }
+
     pub fn operator_delete(&self, path: &str) -> (u16, Value) {
         read(self.agent.delete(self.url(path)).header("authorization", format!("Bearer {TOKEN}")).call())
     }
@@ -195,6 +210,22 @@ impl Gateway {
         let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
         assert!(status.success(), "kill -TERM failed");
         self.wait()
+    }
+
+    /// SIGSTOP: the process freezes where it is, mid-instruction, as in a long pause of its VM or a partition it
+    /// does not notice; its sockets stay open and nothing answers. [`Gateway::resume`] lets it go on.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT after [`Gateway::pause`]: the process goes on from where it stopped, its clocks having moved on.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -{name} failed");
     }
 
     /// SIGKILL: no chance to clean up, as in a crash.

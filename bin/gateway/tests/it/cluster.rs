@@ -1,0 +1,822 @@
+//! Failover on real processes: three gateways on one PostgreSQL database and one Redis (support/cluster.rs),
+//! killed with SIGKILL, paused with SIGSTOP, and cut off from Redis, while reminders come due and webhooks are
+//! delivered. What the tests hold to (docs/architecture.md, "Leadership and fencing"): one leader at a time, a new
+//! one within the TTL and one renewal interval after the old one dies, a deposed leader that wakes up doing
+//! nothing, no leader while Redis is unreachable and HTTP serving meanwhile, one eviction per silent agent, events
+//! across instances, and nothing acknowledged lost however often the leader is killed.
+//!
+//! Real time, scaled: every duration is a fraction of the lease TTL, `GATEWAY_FAILOVER_LEASE_TTL_MS` (3 s unless
+//! set), written as the production figure over 30 s ("paused for 35 s" is `ttl · 35 / 30`). The full-scale run,
+//! with the production lease, is in docs/operations.md ("Failover, tested"). The tests run one at a time: they
+//! share two cores, and their timings are what they check.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gateway_testkit::Reply;
+use ring::hmac;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use crate::receiver::{Behaviour, Receiver};
+use crate::support::cluster::{Cluster, env_u64, reminder_log};
+use crate::support::{EventStream, PATIENCE, TOKEN};
+
+/// Flags of every cluster test: a failed delivery is retried a second later, by the leader's poll (so a test sees
+/// leader-only webhook work within its time), the poll looks often, and the outbound rate is out of the way.
+const CLUSTER_ARGS: [&str; 8] = [
+    "--webhook-retry-schedule-s",
+    "1,1,1,1,1",
+    "--webhook-poll-interval-ms",
+    "200",
+    "--webhook-max-per-second",
+    "100000",
+    "--webhook-timeout-ms",
+    "2000",
+];
+const SECRET: &str = "failover-webhook-secret";
+/// Time given to schedule a batch of reminders before the event they are timed around (a kill, a pause, an
+/// outage): their due instants are counted from the planned event, not from their requests.
+const SCHEDULING_TIME: Duration = Duration::from_secs(2);
+
+/// The cluster tests take turns (see the module's documentation). A test that failed leaves the lock poisoned;
+/// the next one runs all the same.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static CLUSTER_TESTS: Mutex<()> = Mutex::new(());
+    CLUSTER_TESTS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn start(test: &str, extra_args: &[&str]) -> Option<Cluster> {
+    let mut args = CLUSTER_ARGS.to_vec();
+    args.extend_from_slice(extra_args);
+    Cluster::start(&format!("it::cluster::{test}"), 3, &args)
+}
+
+/// Polls `condition` until it holds; panics naming `what` after `within`.
+fn wait_until(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for: {what}");
+        thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Every instance's own answer: `leader` says it leads, the others that they follow, all name `leader` with the
+/// same epoch, and Redis answers.
+fn assert_one_leader(cluster: &Cluster, leader: usize) {
+    let views = cluster.views();
+    let epoch = &cluster.view(leader)["leader"]["epoch"];
+    assert!(epoch.as_u64().is_some_and(|epoch| epoch > 0), "the leader's epoch: {views:?}");
+    for (index, view) in &views {
+        let role = if *index == leader { "leader" } else { "follower" };
+        assert_eq!(view["instance_id"], cluster.id(*index), "{view}");
+        assert_eq!(view["role"], role, "{view}");
+        assert_eq!(view["leader"]["instance_id"], cluster.id(leader), "{view}");
+        assert_eq!(&view["leader"]["epoch"], epoch, "{view}");
+        assert_eq!(view["redis"], "ok", "{view}");
+    }
+}
+
+/// Schedules one reminder per entry of `due` (offsets from `from`), each for an agent of its own named
+/// `{prefix}-{n}`, through the instances in `through` in turn; returns the agents (all answered 202).
+fn schedule_around(cluster: &Cluster, through: &[usize], prefix: &str, from: Instant, due: &[Duration]) -> Vec<String> {
+    let mut agents = Vec::new();
+    for (n, offset) in due.iter().enumerate() {
+        let agent = format!("{prefix}-{n}");
+        let delay = (from + *offset).saturating_duration_since(Instant::now());
+        let (status, body) = cluster.schedule_reminder(through[n % through.len()], &agent, delay, &json!({"n": n}));
+        assert_eq!(status, 202, "{body}");
+        agents.push(agent);
+    }
+    assert!(Instant::now() < from, "scheduling took longer than {SCHEDULING_TIME:?}: the machine is overloaded");
+    agents
+}
+
+/// The job of each agent's reminder, from the logs of the instances that scheduled them (one job per agent).
+fn jobs_of(cluster: &Cluster, agents: &[String]) -> Vec<i64> {
+    let mut jobs = Vec::new();
+    wait_until("every reminder's `reminder scheduled` line", PATIENCE, || {
+        let scheduled = cluster.scheduled_jobs();
+        jobs = agents.iter().filter_map(|agent| scheduled.get(agent).map(|jobs| jobs[0])).collect();
+        jobs.len() == agents.len()
+    });
+    let scheduled = cluster.scheduled_jobs();
+    for agent in agents {
+        assert_eq!(scheduled[agent].len(), 1, "{agent} was scheduled more than once: {:?}", scheduled[agent]);
+    }
+    jobs
+}
+
+/// Waits until every job in `jobs` has fired (by the instances' logs); panics with the jobs left and what the
+/// instances said about leadership and problems otherwise.
+fn wait_for_fires(cluster: &Cluster, jobs: &[i64], within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let fired = cluster.fires_by_job();
+        let left: Vec<i64> = jobs.iter().copied().filter(|job| !fired.contains_key(job)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{} of {} reminders did not fire within {within:?}: jobs {left:?}\n{}",
+                left.len(),
+                jobs.len(),
+                cluster.story()
+            );
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Every job in `jobs` fired exactly once, by all the instances' logs together.
+fn assert_each_fired_once(cluster: &Cluster, jobs: &[i64]) {
+    let fired = cluster.fires_by_job();
+    for job in jobs {
+        let fires = fired.get(job).map(Vec::as_slice).unwrap_or_default();
+        let by: Vec<(&str, String)> =
+            fires.iter().map(|fire| (cluster.id(fire.instance), fire.fire_id.clone())).collect();
+        assert_eq!(fires.len(), 1, "job {job} fired {} times: {by:?}", fires.len());
+    }
+}
+
+/// Requests the receiver got, by delivery id.
+fn receipts(receiver: &Receiver) -> BTreeMap<i64, usize> {
+    let mut counts = BTreeMap::new();
+    for request in receiver.received() {
+        *counts.entry(request.delivery_id()).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn enqueued(cluster: &Cluster, index: usize, webhook: i64, payload: &Value) -> i64 {
+    let (status, body) = cluster.enqueue(index, webhook, payload);
+    assert_eq!(status, 201, "enqueue through {}: {body}", cluster.id(index));
+    body["id"].as_i64().unwrap()
+}
+
+fn millis(duration: Duration) -> String {
+    format!("{} ms", duration.as_millis())
+}
+
+#[test]
+fn a_killed_leader_is_replaced_within_its_ttl_and_reminders_and_deliveries_keep_flowing() {
+    let _turn = one_at_a_time();
+    let Some(mut cluster) =
+        start("a_killed_leader_is_replaced_within_its_ttl_and_reminders_and_deliveries_keep_flowing", &[])
+    else {
+        return;
+    };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    assert_one_leader(&cluster, leader);
+    let receiver = Receiver::start(Behaviour::Status(200));
+    let webhook =
+        cluster.create_webhook(cluster.others(leader)[0], "killed-leader", &receiver.url("/failover"), SECRET);
+
+    // `GATEWAY_CLUSTER_FAILOVER_ROUNDS` kills in a row (one by default), for the failover figures.
+    for round in 0..env_u64("GATEWAY_CLUSTER_FAILOVER_ROUNDS").unwrap_or(1) {
+        let leader = cluster.wait_for_leader(cluster.patience());
+        let survivors = cluster.others(leader);
+        let agent = format!("agent-failover-{round}");
+        let stream = cluster.gateway(survivors[0]).subscribe(&format!("agent:{agent}:scheduled"));
+
+        // Sixty reminders scheduled before the kill, due one every TTL/30 after it: the first ones are overdue
+        // when the new leader takes over, so its first fire says when timed work resumed.
+        let kill_at = Instant::now() + SCHEDULING_TIME;
+        let spacing = cluster.scaled(1, 30);
+        let count = 60_u32;
+        for n in 0..count {
+            let delay = kill_at.saturating_duration_since(Instant::now()) + spacing * (n + 1);
+            let through = survivors[n as usize % survivors.len()];
+            let (status, body) = cluster.schedule_reminder(through, &agent, delay, &json!({"n": n}));
+            assert_eq!(status, 202, "{body}");
+        }
+        assert!(Instant::now() < kill_at, "scheduling took longer than {SCHEDULING_TIME:?}");
+        thread::sleep(kill_at.saturating_duration_since(Instant::now()));
+
+        let killed_at = OffsetDateTime::now_utc();
+        let killed = Instant::now();
+        cluster.kill(leader);
+        let new_leader = cluster.wait_for_leader(cluster.patience());
+        let election = killed.elapsed();
+        assert_ne!(new_leader, leader);
+        assert_one_leader(&cluster, new_leader);
+        let bound = cluster.ttl + cluster.timings.renew_interval;
+        assert!(election <= bound, "a new leader after {election:?}, later than the TTL and a renewal ({bound:?})");
+
+        // Deliveries keep flowing: one enqueued through each survivor; the receiver fails the first one's attempt,
+        // so its retry is sent by the new leader's poll.
+        receiver.testkit().script([Reply::Status(500)]);
+        let retried = enqueued(&cluster, survivors[0], webhook, &json!({"round": round, "retried": true}));
+        wait_until("the first attempt", PATIENCE, || receipts(&receiver).get(&retried) == Some(&1));
+        let direct = enqueued(&cluster, survivors[1], webhook, &json!({"round": round, "retried": false}));
+        wait_until("both deliveries, one of them retried", cluster.patience(), || {
+            let receipts = receipts(&receiver);
+            receipts.get(&retried) == Some(&2) && receipts.get(&direct) == Some(&1)
+        });
+        for (id, attempts) in [(retried, 2), (direct, 1)] {
+            let (status, delivery) = cluster.gateway(new_leader).operator_get(&format!("/gateway/deliveries/{id}"));
+            assert_eq!(status, 200);
+            assert_eq!(delivery["status"], "delivered", "{delivery}");
+            assert_eq!(delivery["attempts"].as_array().unwrap().len(), attempts, "{delivery}");
+        }
+
+        // Reminders keep flowing: each fired once, after the kill by the new leader, and reached the subscriber.
+        let jobs: Vec<i64> = {
+            let mut jobs = Vec::new();
+            wait_until("every reminder's `reminder scheduled` line", PATIENCE, || {
+                jobs = cluster.scheduled_jobs().get(&agent).cloned().unwrap_or_default();
+                jobs.len() == count as usize
+            });
+            jobs
+        };
+        wait_for_fires(&cluster, &jobs, cluster.patience());
+        assert_each_fired_once(&cluster, &jobs);
+        let fired = cluster.fires_by_job();
+        let mut first_by_new_leader = None::<OffsetDateTime>;
+        for job in &jobs {
+            let fire = &fired[job][0];
+            assert!(fire.at > killed_at, "job {job} fired before the kill: scheduling overran");
+            assert_eq!(fire.instance, new_leader, "job {job} was fired by {}", cluster.id(fire.instance));
+            first_by_new_leader = Some(first_by_new_leader.map_or(fire.at, |first| first.min(fire.at)));
+        }
+        let mut streamed = BTreeSet::new();
+        for _ in 0..count {
+            let event = stream.expect("reminder");
+            assert_eq!(event.data["agent_id"], agent.as_str());
+            assert_eq!(event.id.as_deref(), event.data["fire_id"].as_str(), "the event id is the fire id");
+            streamed.insert(event.data["job_id"].as_i64().unwrap());
+        }
+        assert_eq!(streamed, jobs.iter().copied().collect(), "the subscriber got each reminder once");
+
+        let resumed = first_by_new_leader.unwrap() - killed_at;
+        eprintln!(
+            "leader failover (TTL {}): a new leader agreed on after {}, its first reminder fired {:.0} ms after the kill",
+            millis(cluster.ttl),
+            millis(election),
+            resumed.as_seconds_f64() * 1e3
+        );
+
+        // The killed instance comes back as a follower; the new leader keeps the lease.
+        cluster.restart(leader);
+        wait_until("the restarted instance to follow", cluster.patience(), || {
+            cluster.leader() == Some(new_leader) && cluster.view(leader)["role"] == "follower"
+        });
+    }
+}
+
+#[test]
+fn a_paused_leader_wakes_up_deposed_fires_and_claims_nothing_and_steps_down() {
+    let _turn = one_at_a_time();
+    let Some(mut cluster) = start("a_paused_leader_wakes_up_deposed_fires_and_claims_nothing_and_steps_down", &[])
+    else {
+        return;
+    };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    let others = cluster.others(leader);
+    let receiver = Receiver::start(Behaviour::Status(200));
+    let webhook = cluster.create_webhook(others[0], "paused-leader", &receiver.url("/failover"), SECRET);
+
+    // Reminders due from just after the pause until a TTL after the leader wakes, one every TTL/15.
+    let pause = cluster.scaled(35, 30);
+    let pause_at = Instant::now() + SCHEDULING_TIME;
+    let spacing = cluster.scaled(1, 15);
+    let due: Vec<Duration> =
+        (1..).map(|n| spacing * n).take_while(|offset| *offset <= pause + cluster.ttl).collect::<Vec<_>>();
+    let agents = schedule_around(&cluster, &others, "agent-paused", pause_at, &due);
+    thread::sleep(pause_at.saturating_duration_since(Instant::now()));
+    // Two deliveries whose first attempts (through the followers) fail just before the pause: their retries fall
+    // due a second later, while the leader is paused, and are the poll's work, leader-only.
+    receiver.testkit().script([Reply::Status(500), Reply::Status(500)]);
+    let deliveries: Vec<i64> = others
+        .iter()
+        .enumerate()
+        .map(|(n, index)| enqueued(&cluster, *index, webhook, &json!({"paused": n})))
+        .collect();
+    wait_until("the first attempts", PATIENCE, || receipts(&receiver).values().sum::<usize>() == 2);
+
+    let paused_at = OffsetDateTime::now_utc();
+    let paused = Instant::now();
+    cluster.pause(leader);
+    let new_leader = cluster.wait_for_leader(cluster.patience());
+    let took_over = paused.elapsed();
+    assert_ne!(new_leader, leader);
+    // Held for the whole pause however early the takeover: what a long stall looks like.
+    thread::sleep(pause.saturating_sub(paused.elapsed()));
+    let woke_at = cluster.logs(leader).len();
+    cluster.resume(leader);
+    let resumed = Instant::now();
+
+    // It steps down, says so, and leaves the lease to the new leader.
+    wait_until("the woken instance to say it follows", cluster.patience(), || {
+        cluster.view(leader)["role"] == "follower"
+    });
+    wait_until("the woken instance's step-down line", PATIENCE, || {
+        cluster.log_entries_from(leader, woke_at).iter().any(|entry| {
+            entry["message"] == "stepping down from leadership" && entry["instance_id"] == cluster.id(leader)
+        })
+    });
+
+    // Everything is done once, by the new leader.
+    let jobs = jobs_of(&cluster, &agents);
+    wait_for_fires(&cluster, &jobs, cluster.patience());
+    wait_until("each delivery's retry", cluster.patience(), || {
+        let receipts = receipts(&receiver);
+        deliveries.iter().all(|id| receipts.get(id) == Some(&2))
+    });
+    let after_wake = cluster.log_entries_from(leader, woke_at);
+    let acted: Vec<&Value> = after_wake.iter().filter(|entry| entry["message"] == "reminder fired").collect();
+    assert!(acted.is_empty(), "the woken instance fired reminders: {acted:?}");
+    assert_each_fired_once(&cluster, &jobs);
+    for fire in cluster.fires().iter().filter(|fire| fire.instance == leader) {
+        assert!(fire.at < paused_at, "{} fired {} after it was paused", cluster.id(leader), fire.fire_id);
+    }
+    assert_eq!(receipts(&receiver).values().sum::<usize>(), 4, "an attempt was made twice: {:?}", receipts(&receiver));
+    for id in &deliveries {
+        let (status, delivery) = cluster.gateway(new_leader).operator_get(&format!("/gateway/deliveries/{id}"));
+        assert_eq!(status, 200);
+        assert_eq!(delivery["status"], "delivered", "{delivery}");
+        assert_eq!(delivery["attempts"].as_array().unwrap().len(), 2, "{delivery}");
+    }
+    assert_eq!(cluster.leader(), Some(new_leader), "the woken instance took the lease back");
+    let said: Vec<String> = after_wake
+        .iter()
+        .filter(|entry| entry["level"] == "WARN")
+        .map(|entry| format!("{} ({})", entry["message"], entry["reason"]))
+        .collect();
+    eprintln!(
+        "paused leader (TTL {}, paused {}): another led after {}; {} reminders fired once each, the last {} after the \
+         wake; the woken one warned: {said:?}",
+        millis(cluster.ttl),
+        millis(pause),
+        millis(took_over),
+        jobs.len(),
+        millis(resumed.elapsed())
+    );
+}
+
+/// `sha256=<hex>` of `body` under `secret`: an inbound webhook's signature.
+fn signature(secret: &str, body: &[u8]) -> String {
+    let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
+    format!("sha256={}", gateway_core::hex::encode(hmac::sign(&key, body).as_ref()))
+}
+
+/// An inbound webhook, signed, to instance `index`.
+fn inbound(cluster: &Cluster, index: usize, webhook: i64, body: &str) -> (u16, Value) {
+    let agent =
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(PATIENCE)).build().new_agent();
+    let mut response = agent
+        .post(cluster.gateway(index).url(&format!("/gateway/webhooks/{webhook}")))
+        .header("x-observatory-signature", signature(SECRET, body.as_bytes()))
+        .content_type("application/json")
+        .send(body)
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap_or(Value::Null))
+}
+
+fn heartbeat(agent_id: &str) -> Value {
+    json!({"type": "heartbeat", "agent_id": agent_id, "cluster_id": "failover", "timestamp": "2026-02-22T12:00:00Z"})
+}
+
+#[test]
+fn while_redis_is_down_nobody_leads_http_serves_nothing_fires_and_due_reminders_fire_once_when_it_is_back() {
+    let _turn = one_at_a_time();
+    let Some(mut cluster) = start(
+        "while_redis_is_down_nobody_leads_http_serves_nothing_fires_and_due_reminders_fire_once_when_it_is_back",
+        &[],
+    ) else {
+        return;
+    };
+    cluster.wait_for_leader(cluster.patience());
+    let receiver = Receiver::start(Behaviour::Status(200));
+    let webhook = cluster.create_webhook(0, "redis-outage", &receiver.url("/failover"), SECRET);
+
+    // Reminders due through the outage and a TTL after it, one every TTL/15, scheduled before it.
+    let outage = cluster.scaled(40, 30);
+    let outage_at = Instant::now() + SCHEDULING_TIME;
+    let spacing = cluster.scaled(1, 15);
+    let due: Vec<Duration> = (1..).map(|n| spacing * n).take_while(|offset| *offset <= outage + cluster.ttl).collect();
+    let mut agents = schedule_around(&cluster, &[0, 1, 2], "agent-outage", outage_at, &due);
+    thread::sleep(outage_at.saturating_duration_since(Instant::now()));
+
+    cluster.redis.stop();
+    let stopped = Instant::now();
+    // The leader stops leading within the step-down time of its last renewal, so a little after it from now.
+    let step_down = cluster.timings.step_down_after;
+    let margin = (cluster.ttl / 10).max(Duration::from_millis(300));
+    wait_until("no instance to lead", step_down + margin, || {
+        cluster.views().iter().all(|(_, view)| view["role"] == "follower" && view["redis"] == "unreachable")
+    });
+    let leaderless_at = OffsetDateTime::now_utc();
+    let leaderless_after = stopped.elapsed();
+
+    // HTTP serves on every instance: heartbeats, DecisionLogs (with a reminder, due during the outage) and
+    // webhook enqueues, by the API and inbound.
+    let mut during = Vec::new();
+    for index in 0..cluster.len() {
+        let gateway = cluster.gateway(index);
+        let (status, body) = gateway.post_json("/gateway/heartbeat", &heartbeat(&format!("agent-beating-{index}")));
+        assert_eq!(status, 200, "heartbeat to {} without Redis: {body}", cluster.id(index));
+        let agent = format!("agent-outage-during-{index}");
+        let (status, body) = gateway.post_json("/gateway/messages", &reminder_log(&agent, spacing, &json!({})));
+        assert_eq!(status, 202, "DecisionLog to {} without Redis: {body}", cluster.id(index));
+        agents.push(agent);
+        during.push(enqueued(&cluster, index, webhook, &json!({"during": index})));
+        let (status, body) = inbound(&cluster, index, webhook, &format!(r#"{{"inbound":{index}}}"#));
+        assert_eq!(status, 202, "inbound webhook to {} without Redis: {body}", cluster.id(index));
+        during.push(body["delivery_id"].as_i64().unwrap());
+    }
+    // Nobody leads for as long as Redis is away (holding the outage is the point).
+    while stopped.elapsed() < outage {
+        let leaders: Vec<(usize, Value)> =
+            cluster.views().into_iter().filter(|(_, view)| view["role"] != "follower").collect();
+        assert!(leaders.is_empty(), "an instance leads without Redis: {leaders:?}");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let back_at = OffsetDateTime::now_utc();
+    cluster.redis.start_again().unwrap();
+    let back = Instant::now();
+    let new_leader = cluster.wait_for_leader(cluster.patience());
+    let elected = back.elapsed();
+
+    // Every reminder fires once; none while nobody led.
+    let jobs = jobs_of(&cluster, &agents);
+    wait_for_fires(&cluster, &jobs, cluster.patience());
+    assert_each_fired_once(&cluster, &jobs);
+    let leaderless: Vec<String> = cluster
+        .fires()
+        .iter()
+        .filter(|fire| fire.at > leaderless_at && fire.at < back_at)
+        .map(|fire| format!("{} by {}", fire.fire_id, cluster.id(fire.instance)))
+        .collect();
+    assert!(leaderless.is_empty(), "fired while nobody led: {leaderless:?}");
+    // Every delivery enqueued during the outage went out once (immediate attempts need no leader).
+    wait_until("the deliveries enqueued during the outage", cluster.patience(), || {
+        let receipts = receipts(&receiver);
+        during.iter().all(|id| receipts.contains_key(id))
+    });
+    let receipts = receipts(&receiver);
+    for id in &during {
+        assert_eq!(receipts[id], 1, "delivery {id} was sent {} times", receipts[id]);
+    }
+    eprintln!(
+        "redis outage (TTL {}, {} without Redis): leaderless after {}, {} leads {} after Redis was back; {} reminders \
+         fired once each",
+        millis(cluster.ttl),
+        millis(outage),
+        millis(leaderless_after),
+        cluster.id(new_leader),
+        millis(elected),
+        jobs.len()
+    );
+}
+
+/// The agent ids `GET /gateway/agents` lists on instance `index`.
+fn listed(cluster: &Cluster, index: usize) -> BTreeSet<String> {
+    let (status, body) = cluster.gateway(index).operator_get("/gateway/agents?limit=1000");
+    assert_eq!(status, 200, "{body}");
+    body["agents"].as_array().unwrap().iter().map(|agent| agent["agent_id"].as_str().unwrap().to_owned()).collect()
+}
+
+/// The `agent_evicted` events of `stream` that arrive within `wait`, by agent id.
+fn evictions_within(stream: &EventStream, wait: Duration) -> Vec<String> {
+    let deadline = Instant::now() + wait;
+    let mut evicted = Vec::new();
+    while let Some(event) = stream.next_within(deadline.saturating_duration_since(Instant::now())) {
+        if event.event == "agent_evicted" {
+            evicted.push(event.data["agent_id"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    evicted
+}
+
+#[test]
+fn agents_heartbeating_to_any_instance_stay_live_everywhere_and_a_silent_one_is_evicted_once() {
+    let _turn = one_at_a_time();
+    let threshold = Duration::from_secs(2);
+    let check_interval = Duration::from_millis(200);
+    let Some(cluster) = start(
+        "agents_heartbeating_to_any_instance_stay_live_everywhere_and_a_silent_one_is_evicted_once",
+        &["--heartbeat-eviction-threshold-s", "2", "--heartbeat-check-interval-ms", "200"],
+    ) else {
+        return;
+    };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    let evictions = cluster.gateway(cluster.others(leader)[0]).subscribe("gateway:agents");
+
+    // The roaming agent heartbeats every 300 ms to each instance in turn (each instance sees it every 900 ms); the
+    // loyal one as often, always to the same follower (the leader never sees it directly).
+    let bases: Vec<String> = (0..cluster.len()).map(|index| cluster.gateway(index).base.clone()).collect();
+    let loyal_to = cluster.gateway(cluster.others(leader)[1]).base.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let beating = {
+        let (bases, stop) = (bases.clone(), Arc::clone(&stop));
+        thread::spawn(move || {
+            let agent = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(PATIENCE))
+                .build()
+                .new_agent();
+            let mut refused = Vec::new();
+            for roaming_to in bases.iter().cycle() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                for (base, agent_id) in [(roaming_to, "agent-roaming"), (&loyal_to, "agent-loyal")] {
+                    let sent = agent
+                        .post(format!("{base}/gateway/heartbeat"))
+                        .content_type("application/json")
+                        .send(heartbeat(agent_id).to_string());
+                    match sent {
+                        Ok(response) if response.status() == 200 => {}
+                        Ok(response) => refused.push(format!("{agent_id} to {base}: {}", response.status())),
+                        Err(error) => refused.push(format!("{agent_id} to {base}: {error}")),
+                    }
+                }
+                thread::sleep(Duration::from_millis(300));
+            }
+            refused
+        })
+    };
+    // The silent agent heartbeats once to each instance, then never again.
+    let mut last_heartbeat = Instant::now();
+    for index in 0..cluster.len() {
+        last_heartbeat = Instant::now();
+        let (status, body) = cluster.gateway(index).post_json("/gateway/heartbeat", &heartbeat("agent-silent"));
+        assert_eq!(status, 200, "{body}");
+    }
+    let silent = last_heartbeat;
+
+    let mut evicted = Vec::new();
+    wait_until("the silent agent's eviction", cluster.patience(), || {
+        evicted.extend(evictions_within(&evictions, Duration::from_millis(100)));
+        evicted.iter().any(|agent| agent == "agent-silent")
+    });
+    let evicted_after = silent.elapsed();
+    assert!(evicted_after >= threshold, "evicted {evicted_after:?} after its last heartbeat, before the threshold");
+    // Nothing else is evicted for another threshold and ten checks (holding is the point: once, and only it).
+    evicted.extend(evictions_within(&evictions, threshold + check_interval * 10));
+    assert_eq!(evicted, ["agent-silent"], "evictions seen on a follower");
+    for index in 0..cluster.len() {
+        let what = format!("{} to list the live agents and not the silent one", cluster.id(index));
+        wait_until(&what, PATIENCE, || {
+            let agents = listed(&cluster, index);
+            agents.contains("agent-roaming") && agents.contains("agent-loyal") && !agents.contains("agent-silent")
+        });
+    }
+    stop.store(true, Ordering::SeqCst);
+    let refused = beating.join().unwrap();
+    assert!(refused.is_empty(), "heartbeats refused: {refused:?}");
+}
+
+#[test]
+fn a_subscriber_on_one_follower_gets_a_reminder_scheduled_through_the_other_and_fired_by_the_leader() {
+    let _turn = one_at_a_time();
+    let Some(cluster) =
+        start("a_subscriber_on_one_follower_gets_a_reminder_scheduled_through_the_other_and_fired_by_the_leader", &[])
+    else {
+        return;
+    };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    let [a, b] = cluster.others(leader)[..] else { panic!("three instances") };
+    let stream = cluster.gateway(a).subscribe("agent:agent-across:scheduled");
+    let (status, body) =
+        cluster.schedule_reminder(b, "agent-across", Duration::from_millis(300), &json!({"task": "across"}));
+    assert_eq!(status, 202, "{body}");
+
+    let reminder = stream.expect("reminder");
+    assert_eq!(reminder.data["agent_id"], "agent-across");
+    assert_eq!(reminder.data["payload"], json!({"task": "across"}));
+    assert_eq!(reminder.id.as_deref(), reminder.data["fire_id"].as_str());
+    let job = reminder.data["job_id"].as_i64().unwrap();
+    let scheduled_by: Vec<usize> = (0..cluster.len())
+        .filter(|index| {
+            cluster.log_entries_from(*index, 0).iter().any(|entry| {
+                entry["message"] == "reminder scheduled"
+                    && entry["job_id"] == job
+                    && entry["agent_id"] == "agent-across"
+            })
+        })
+        .collect();
+    assert_eq!(scheduled_by, [b], "scheduled through {}", cluster.id(b));
+    wait_for_fires(&cluster, &[job], PATIENCE);
+    let fires = &cluster.fires_by_job()[&job];
+    assert_eq!(fires.len(), 1, "{fires:?}");
+    assert_eq!(fires[0].instance, leader, "fired by {}, not the leader", cluster.id(fires[0].instance));
+    assert_eq!(reminder.id.as_deref(), Some(fires[0].fire_id.as_str()));
+}
+
+/// The kill storm's size, from `GATEWAY_CLUSTER_STORM_*` (small by default, for CI; docs/operations.md has the
+/// full run).
+#[derive(Debug, Clone, Copy)]
+struct StormSize {
+    duration: Duration,
+    reminders: usize,
+    deliveries: usize,
+    kill_every: Duration,
+}
+
+impl StormSize {
+    fn from_env() -> Self {
+        let count = |name: &str, default: u64| usize::try_from(env_u64(name).unwrap_or(default)).unwrap();
+        Self {
+            duration: Duration::from_secs(env_u64("GATEWAY_CLUSTER_STORM_SECONDS").unwrap_or(20)),
+            reminders: count("GATEWAY_CLUSTER_STORM_REMINDERS", 200),
+            deliveries: count("GATEWAY_CLUSTER_STORM_DELIVERIES", 200),
+            kill_every: Duration::from_millis(env_u64("GATEWAY_CLUSTER_STORM_KILL_EVERY_MS").unwrap_or(5_000)),
+        }
+    }
+}
+
+/// What the instances acknowledged during the storm.
+#[derive(Debug, Default)]
+struct Acknowledged {
+    /// Agents whose reminder was answered 202 (one reminder per agent).
+    reminders: Vec<String>,
+    /// Delivery ids answered 201, with their payload's `n`.
+    deliveries: Vec<(i64, usize)>,
+    /// Requests that got no answer (their instance was killed meanwhile) or a refusal.
+    unanswered: usize,
+}
+
+/// Sends the storm's reminders and deliveries, evenly spread over `size.duration`, to the instances whose
+/// addresses `bases` holds at that moment, in turn.
+fn storm_load(bases: &Mutex<Vec<Option<String>>>, webhook: i64, size: StormSize) -> Acknowledged {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .new_agent();
+    let mut acknowledged = Acknowledged::default();
+    let requests = size.reminders.max(size.deliveries);
+    let started = Instant::now();
+    let mut turn = 0usize;
+    for n in 0..requests {
+        let at = started + size.duration.mul_f64(n as f64 / requests as f64);
+        thread::sleep(at.saturating_duration_since(Instant::now()));
+        let mut base = || {
+            let bases = bases.lock().unwrap();
+            let up: Vec<&String> = bases.iter().flatten().collect();
+            turn += 1;
+            up[turn % up.len()].clone()
+        };
+        if n < size.reminders {
+            let agent_id = format!("agent-storm-{n}");
+            // Due from 50 ms to 3 s later.
+            let delay = Duration::from_millis(50 + (n as u64 * 7_919) % 2_950);
+            let log = reminder_log(&agent_id, delay, &json!({"n": n}));
+            let sent = agent
+                .post(format!("{}/gateway/messages", base()))
+                .content_type("application/json")
+                .send(log.to_string());
+            match sent {
+                Ok(response) if response.status() == 202 => acknowledged.reminders.push(agent_id),
+                _ => acknowledged.unanswered += 1,
+            }
+        }
+        if n < size.deliveries {
+            let enqueue = json!({"webhook_id": webhook, "session_id": "storm", "payload": {"n": n}});
+            let sent = agent
+                .post(format!("{}/gateway/deliveries", base()))
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .content_type("application/json")
+                .send(enqueue.to_string());
+            match sent {
+                Ok(mut response) if response.status() == 201 => {
+                    let text = response.body_mut().read_to_string().unwrap_or_default();
+                    let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                    match body["id"].as_i64() {
+                        Some(id) => acknowledged.deliveries.push((id, n)),
+                        None => acknowledged.unanswered += 1,
+                    }
+                }
+                _ => acknowledged.unanswered += 1,
+            }
+        }
+    }
+    acknowledged
+}
+
+/// Pending one-time reminders left in the shared database.
+fn pending_jobs(database_url: &str) -> i64 {
+    use diesel::prelude::*;
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut connection = PgConnection::establish(database_url).unwrap();
+    diesel::sql_query("SELECT COUNT(*) AS n FROM cron_jobs").get_result::<Count>(&mut connection).unwrap().n
+}
+
+/// How long the storm's last work may take once the kills stop: a delivery enqueued on an instance killed before
+/// its first attempt waits for its 30 s safety net, one killed mid-attempt for its claim (the attempt timeout plus
+/// 5 s); then the leader's next poll.
+const STORM_DRAIN: Duration = Duration::from_secs(60);
+
+#[test]
+fn kill_storm_loses_no_acknowledged_reminder_or_delivery() {
+    let _turn = one_at_a_time();
+    let size = StormSize::from_env();
+    let Some(mut cluster) =
+        start("kill_storm_loses_no_acknowledged_reminder_or_delivery", &["--webhook-max-per-cycle", "50"])
+    else {
+        return;
+    };
+    let receiver = Receiver::start(Behaviour::Status(200));
+    let webhook = cluster.create_webhook(0, "storm", &receiver.url("/storm"), SECRET);
+    cluster.wait_for_leader(cluster.patience());
+
+    let bases =
+        Arc::new(Mutex::new((0..cluster.len()).map(|index| Some(cluster.gateway(index).base.clone())).collect()));
+    let load = {
+        let bases = Arc::clone(&bases);
+        thread::spawn(move || storm_load(&bases, webhook, size))
+    };
+    // Every `kill_every`, the leader of the moment (if the instances agree on one) is killed and started again.
+    let started = Instant::now();
+    let mut kills = 0;
+    let mut next_kill = started + size.kill_every;
+    while next_kill < started + size.duration {
+        thread::sleep(next_kill.saturating_duration_since(Instant::now()));
+        next_kill += size.kill_every;
+        let Some(leader) = cluster.leader() else { continue };
+        bases.lock().unwrap()[leader] = None;
+        cluster.kill(leader);
+        kills += 1;
+        cluster.restart(leader);
+        bases.lock().unwrap()[leader] = Some(cluster.gateway(leader).base.clone());
+    }
+    let acknowledged = load.join().unwrap();
+    let storm_time = started.elapsed();
+
+    let reminder_agents = acknowledged.reminders.clone();
+    let jobs = jobs_of(&cluster, &reminder_agents);
+    let delivery_ids: BTreeSet<i64> = acknowledged.deliveries.iter().map(|(id, _)| *id).collect();
+    let drain = Instant::now();
+    let drained = {
+        let deadline = drain + STORM_DRAIN + cluster.ttl * 2;
+        loop {
+            let fired = cluster.fires_by_job();
+            let received = receipts(&receiver);
+            let done = jobs.iter().all(|job| fired.contains_key(job))
+                && delivery_ids.iter().all(|id| received.contains_key(id))
+                && pending_jobs(cluster.database_url()) == 0;
+            if done || Instant::now() > deadline {
+                break done;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let drain_time = drain.elapsed();
+
+    let fired = cluster.fires_by_job();
+    let lost_reminders: Vec<i64> = jobs.iter().copied().filter(|job| !fired.contains_key(job)).collect();
+    let mut refired = 0;
+    for job in &jobs {
+        let Some(fires) = fired.get(job) else { continue };
+        let ids: BTreeSet<&str> = fires.iter().map(|fire| fire.fire_id.as_str()).collect();
+        assert_eq!(ids.len(), 1, "job {job} fired under different fire ids: {ids:?}");
+        refired += fires.len() - 1;
+    }
+    let received = receipts(&receiver);
+    let lost_deliveries: Vec<i64> = delivery_ids.iter().copied().filter(|id| !received.contains_key(id)).collect();
+    let resent: usize = delivery_ids.iter().filter_map(|id| received.get(id)).map(|count| count - 1).sum();
+    // A delivery sent twice is the same delivery (one id per enqueued payload), never a copy.
+    let mut ids_by_payload: BTreeMap<u64, BTreeSet<i64>> = BTreeMap::new();
+    for request in receiver.received() {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        if let Some(n) = body["n"].as_u64() {
+            ids_by_payload.entry(n).or_default().insert(request.delivery_id());
+        }
+    }
+    let copies: Vec<(&u64, &BTreeSet<i64>)> = ids_by_payload.iter().filter(|(_, ids)| ids.len() > 1).collect();
+
+    eprintln!(
+        "cluster kill storm (TTL {}): {kills} leaders killed in {:.1} s, one every {}; drained {:.1} s later",
+        millis(cluster.ttl),
+        storm_time.as_secs_f64(),
+        millis(size.kill_every),
+        drain_time.as_secs_f64()
+    );
+    eprintln!(
+        "  reminders: {} acknowledged, {} lost, {} fired again (same fire_id); deliveries: {} acknowledged, {} lost, \
+         {} sent again (same delivery id); {} requests unanswered (their instance was killed)",
+        jobs.len(),
+        lost_reminders.len(),
+        refired,
+        delivery_ids.len(),
+        lost_deliveries.len(),
+        resent,
+        acknowledged.unanswered
+    );
+    assert!(kills > 0, "no leader was killed");
+    assert!(lost_reminders.is_empty(), "acknowledged reminders never fired: {lost_reminders:?}");
+    assert!(lost_deliveries.is_empty(), "acknowledged deliveries never received: {lost_deliveries:?}");
+    assert!(copies.is_empty(), "one payload sent under several delivery ids: {copies:?}");
+    assert!(drained, "pending reminders left in the database: {}", pending_jobs(cluster.database_url()));
+}
