@@ -460,7 +460,7 @@ impl Window {
                 others.push((name, pid, ticks(used)));
             }
         }
-        others.sort_by(|a, b| b.2.cmp(&a.2));
+        others.sort_by_key(|other| std::cmp::Reverse(other.2));
         let (machine, interrupts, ours) = (ticks(machine), ticks(interrupts), ticks(ours_ticks));
         ClosedWindow { elapsed, busy, machine, interrupts, ours, others }
     }
