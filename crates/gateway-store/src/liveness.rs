@@ -479,7 +479,7 @@ mod tests {
         // Bob's heartbeat is queued for the next group; his receipt goes with this one all the same.
         a.record(&agent("bob"), &west, START).unwrap();
         let row = HeartbeatRecord { agent_id: agent("alice"), cluster_id: west, last_seen_at: START };
-        a.upsert_heartbeats(&[row.clone()]).unwrap();
+        a.upsert_heartbeats(std::slice::from_ref(&row)).unwrap();
         let listed: Vec<String> =
             b.live_agents(None, 10).unwrap().into_iter().map(|entry| entry.agent_id.as_str().to_owned()).collect();
         assert_eq!(listed, ["alice", "bob"]);
