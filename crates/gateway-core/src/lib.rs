@@ -8,6 +8,7 @@
 //! | --- | --- | --- |
 //! | [`heartbeat`] | [`HeartbeatStore`] | [`InMemoryHeartbeatStore`] |
 //! | [`cron`] | [`CronJobStore`] | [`InMemoryCronJobStore`] |
+//! | [`mailbox`] | [`MailboxStore`] | [`InMemoryCronJobStore`] (a fire is recorded by the write that completes it) |
 //! | [`webhook`] | [`WebhookStore`], [`WebhookTransport`] | [`InMemoryWebhookStore`], [`FakeTransport`] |
 //! | [`liveness`] | [`LivenessMap`] | [`InMemoryLiveness`] |
 //! | [`capability`] | [`CapabilityMap`] | [`InMemoryCapabilityMap`] |
@@ -41,6 +42,7 @@ pub mod ids;
 pub mod interceptor;
 pub mod leadership;
 pub mod liveness;
+pub mod mailbox;
 pub mod periodic;
 pub mod rate;
 pub mod rfc3339;
@@ -65,6 +67,7 @@ pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey};
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
 pub use leadership::{EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership};
 pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
+pub use mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore};
 pub use periodic::{LeaderLoop, MaybeFenced};
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use store::{StoreError, StoreHealth};

@@ -3,12 +3,17 @@
 mod error;
 mod firing;
 mod jobs;
+mod mailbox;
 mod schedule;
 mod scheduler;
 mod window;
 
 pub use error::CronError;
 pub use jobs::{MAX_DELAY_MS, MAX_LIST_LIMIT, fire_id, preview};
+pub use mailbox::{
+    MAILBOX_PAGE, MAILBOX_PRUNE_BATCH, MAILBOX_PRUNE_INTERVAL, MAILBOX_PRUNE_PAUSE, MAILBOX_RETENTION, Mailbox,
+    MailboxConfig, MailboxPorts, RECEIPT_BATCH, RECEIPT_QUEUE, RECEIPT_RETRY_INITIAL, RECEIPT_RETRY_MAX, Replay,
+};
 pub use schedule::{CronSchedule, MAX_SCHEDULE_LEN, PREVIEW_INSTANTS};
 pub use scheduler::{
     CLAIM_LEASE, CronConfig, CronPorts, CronScheduler, DEFAULT_BATCH_SIZE, DEFAULT_CLAIM_AHEAD, DEFAULT_LOOKAHEAD,

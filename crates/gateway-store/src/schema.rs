@@ -95,3 +95,16 @@ diesel::table! {
         capabilities_updated_at -> Nullable<Timestamp>,
     }
 }
+
+diesel::table! {
+    agent_mailbox (seq) {
+        seq -> BigInt,
+        fire_id -> Text,
+        agent_id -> Text,
+        job_id -> BigInt,
+        payload -> Text,
+        scheduled_for -> Timestamp,
+        fired_at -> Timestamp,
+        received_at -> Nullable<Timestamp>,
+    }
+}

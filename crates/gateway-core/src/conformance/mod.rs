@@ -1,7 +1,7 @@
 //! The rules every implementation of a store port must keep, written once and run against each implementation:
 //! the in-memory fakes in this crate's tests, the database adapters in theirs (through the `conformance` feature).
 //!
-//! One suite per port: [`heartbeat`], [`cron`], [`webhook`], [`liveness`]; [`fencing`] holds the rule that spans
+//! One suite per port: [`heartbeat`], [`cron`], [`mailbox`], [`webhook`], [`liveness`]; [`fencing`] holds the rule that spans
 //! ports (a token raised through one fences the others). Each rule is a `pub fn` that takes a fresh, empty store
 //! and an instant to start from (rows are due, leases run and agents fall silent relative to it), drives the store
 //! only through its port, and panics when the store breaks the rule; its documentation says what it proves and
@@ -25,6 +25,7 @@ pub mod cron;
 pub mod fencing;
 pub mod heartbeat;
 pub mod liveness;
+pub mod mailbox;
 pub mod webhook;
 
 use time::OffsetDateTime;
@@ -84,6 +85,23 @@ macro_rules! cron_store_conformance {
             advancing_moves_the_row_to_its_next_instant_and_clears_the_claim_once,
             completing_one_batch_and_claiming_the_next_is_one_call,
             fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch,
+        );
+    };
+}
+
+/// Every rule of [`conformance::mailbox`](crate::conformance::mailbox) as a `#[test]`, in a module
+/// `mailbox_store`. `$fixture`: an `Option<F>` where `F` dereferences to a fresh [`crate::MailboxStore`] that is
+/// also the [`crate::CronJobStore`] whose completions record the fires, and a [`crate::FencingEpoch`] (see the
+/// [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! mailbox_store_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(mailbox_store, mailbox, $fixture;
+            a_completion_records_each_published_fire_once,
+            a_fenced_completion_records_nothing,
+            reads_page_one_agents_entries_in_firing_order,
+            marking_received_keeps_the_first_time_and_records_fires_not_recorded_yet,
+            pruning_takes_entries_fired_before_the_cutoff_oldest_first,
         );
     };
 }
