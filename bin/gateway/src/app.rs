@@ -7,7 +7,7 @@ use gateway_core::{
     CapabilityMap, Clock, DispatchRate, EventPublisher, HeartbeatStore, InMemoryCapabilityMap, InMemoryLiveness,
     Leadership, LivenessMap, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
 };
-use gateway_cron::{CronConfig, CronPorts, CronScheduler};
+use gateway_cron::{CronConfig, CronPorts, CronScheduler, Mailbox, MailboxPorts};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
@@ -88,6 +88,14 @@ impl App {
             },
             CronConfig::default(),
         );
+        let mailbox = Mailbox::new(
+            MailboxPorts {
+                store: Arc::new(store.clone()),
+                clock: Arc::clone(&clock),
+                leadership: Arc::clone(&leadership),
+            },
+            config.mailbox(),
+        );
         let webhooks = WebhookRouter::new(
             RouterPorts {
                 store: Arc::new(store.clone()),
@@ -117,6 +125,7 @@ impl App {
         loops.spawn(supervise_loop(webhooks.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(retention.clone(), stop_loops.clone()));
+        loops.spawn(supervise_loop(mailbox.clone(), stop_loops.clone()));
 
         threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
         let state = AppState {
@@ -128,6 +137,7 @@ impl App {
             heartbeat,
             webhooks,
             cron,
+            mailbox,
             retention,
             cluster,
             clock,

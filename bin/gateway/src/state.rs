@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use gateway_core::{Clock, ComponentHealth, EventPublisher};
-use gateway_cron::CronScheduler;
+use gateway_cron::{CronScheduler, Mailbox};
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
 use gateway_store::DieselStore;
@@ -34,6 +34,8 @@ pub struct AppState {
     pub heartbeat: HeartbeatManager,
     pub webhooks: WebhookRouter,
     pub cron: CronScheduler,
+    /// Fired reminders kept for their agents: what agent streams replay.
+    pub mailbox: Mailbox,
     pub retention: DeliveryRetention,
     /// This instance's place in its cluster (`/gateway/cluster`, `/readyz`).
     pub cluster: Cluster,
@@ -49,6 +51,14 @@ pub struct AppState {
 impl AppState {
     /// The loops `/readyz` reports on.
     pub fn components(&self) -> Vec<ComponentHealth> {
-        vec![self.heartbeat.health(), self.webhooks.health(), self.cron.health(), self.retention.health()]
+        let [receipts, mailbox_retention] = self.mailbox.health();
+        vec![
+            self.heartbeat.health(),
+            self.webhooks.health(),
+            self.cron.health(),
+            self.retention.health(),
+            receipts,
+            mailbox_retention,
+        ]
     }
 }

@@ -14,6 +14,7 @@ mod events;
 mod health;
 mod heartbeat;
 mod messages;
+mod reminders;
 mod webhooks;
 
 use std::convert::Infallible;

@@ -13,7 +13,7 @@ use http::{Method, StatusCode};
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, cron, events, health, heartbeat, messages, webhooks};
+use crate::http::{agents, cron, events, health, heartbeat, messages, reminders, webhooks};
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
@@ -35,6 +35,8 @@ enum Route {
     CronJobs,
     CronJob(Option<i64>),
     Cluster,
+    /// `/gateway/agents/{agent_id}/reminders`; the handler reads the agent id from the path.
+    AgentReminders,
 }
 
 fn resolve(path: &str) -> Option<Route> {
@@ -60,6 +62,8 @@ fn resolve(path: &str) -> Option<Route> {
                 segment(config).map(|()| Route::WebhookConfig(id(config)))?
             } else if let Some(job) = path.strip_prefix("/gateway/cron/jobs/") {
                 segment(job).map(|()| Route::CronJob(id(job)))?
+            } else if reminders::agent_of(path).is_some() {
+                Route::AgentReminders
             } else {
                 let delivery = path.strip_prefix("/gateway/deliveries/")?;
                 match delivery.split_once('/') {
@@ -77,7 +81,9 @@ impl Route {
     fn methods(self) -> &'static [Method] {
         match self {
             Self::Heartbeat | Self::Messages => &[Method::POST],
-            Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster => &[Method::GET],
+            Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster | Self::AgentReminders => {
+                &[Method::GET]
+            }
             Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
             Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
             Self::WebhookConfig(_) => &[Method::GET, Method::DELETE],
@@ -87,8 +93,9 @@ impl Route {
         }
     }
 
-    /// Routes behind the operator token. (The event stream decides per topic, in its handler; `/readyz` shows
-    /// details only with the token.)
+    /// Routes behind the operator token. (The event stream decides per topic, in its handler, and so does an
+    /// agent's reminders endpoint, which will take the agent's own token too; `/readyz` shows details only with
+    /// the token.)
     fn operator_only(self) -> bool {
         matches!(
             self,
@@ -174,6 +181,7 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
         Route::Messages => messages::post(state, request).await,
         Route::Events => events::get(state, &request),
         Route::Agents => agents::list(state, &request).await,
+        Route::AgentReminders => reminders::list(state, &request).await,
         Route::Healthz => Ok(health::live()),
         Route::Cluster => Ok(health::cluster(state).await),
         Route::Readyz => Ok(health::ready(state, &request).await),
@@ -236,6 +244,8 @@ mod tests {
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
         assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(Some(42))));
         assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
+        assert_eq!(resolve("/gateway/agents/agent-7/reminders"), Some(Route::AgentReminders));
+        assert!(!Route::AgentReminders.operator_only(), "its handler checks who may read the mailbox");
         // An empty segment is an id that names nothing, as any other non-integer.
         assert_eq!(resolve("/gateway/webhooks/"), Some(Route::WebhookInbound(None)));
         assert_eq!(resolve("/gateway/deliveries//retry"), Some(Route::DeliveryRetry(None)));
@@ -255,6 +265,9 @@ mod tests {
             "/gateway/deliveries/1/2/retry",
             "/gateway/cron/jobs/1/x",
             "/gateway/cron",
+            "/gateway/agents/a/reminders/",
+            "/gateway/agents/a/b/reminders",
+            "/gateway/agents/a",
         ] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }
