@@ -114,7 +114,9 @@ pub trait MailboxStore: Send + Sync + std::fmt::Debug {
     /// `received_at`, and a fire not recorded yet (a stream can get the live event before the completion that
     /// records it is written) is recorded now, received, and the completion's record of it then does nothing.
     fn mark_received(&self, reminders: &[FiredReminder], at: OffsetDateTime) -> Result<(), StoreError>;
-    /// Deletes at most `limit` entries fired before `fired_before`, oldest first; returns how many.
+    /// Of the first `limit` entries in firing order, deletes those fired before `fired_before`; returns how many. A
+    /// pruning pass calls it until it deletes nothing: firing order is (nearly) the order of `fired_at`, so the
+    /// oldest entries are at the start, and no index on `fired_at` is needed for a cutoff.
     fn prune_mailbox(&self, fired_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError>;
 }
 
@@ -177,15 +179,14 @@ impl MailboxRows {
     }
 
     pub(crate) fn prune(&mut self, fired_before: OffsetDateTime, limit: usize) -> usize {
-        let mut old: Vec<(OffsetDateTime, i64)> = self
+        let old: Vec<i64> = self
             .entries
             .values()
+            .take(limit)
             .filter(|entry| entry.reminder.fired_at < fired_before)
-            .map(|entry| (entry.reminder.fired_at, entry.seq))
+            .map(|entry| entry.seq)
             .collect();
-        old.sort_unstable();
-        old.truncate(limit);
-        for (_, seq) in &old {
+        for seq in &old {
             if let Some(entry) = self.entries.remove(seq) {
                 self.by_fire_id.remove(&entry.reminder.fire_id);
             }

@@ -350,7 +350,8 @@ impl Mailbox {
         self.inner.settled.send_modify(|settled| *settled = settled.saturating_add(count));
     }
 
-    /// One pruning pass: batches until one is not full. Returns how many entries went.
+    /// One pruning pass: batches from the start of the mailbox until one deletes nothing. Returns how many entries
+    /// went.
     pub async fn prune_once(&self, shutdown: &CancellationToken) -> Result<usize, CronError> {
         let config = &self.inner.config;
         let retention = time::Duration::try_from(config.retention).unwrap_or(time::Duration::MAX);
@@ -361,7 +362,7 @@ impl Mailbox {
             let deleted =
                 run_blocking(move || store.prune_mailbox(cutoff, limit)).await.map_err(StoreError::from)??;
             pruned += deleted;
-            if deleted < limit || shutdown.is_cancelled() {
+            if deleted == 0 || shutdown.is_cancelled() {
                 return Ok(pruned);
             }
             tokio::time::sleep(config.prune_pause).await;

@@ -10,6 +10,4 @@ CREATE TABLE agent_mailbox (
     received_at TIMESTAMP
 );
 
-CREATE INDEX agent_mailbox_agent_seq ON agent_mailbox (agent_id, seq);
-CREATE INDEX agent_mailbox_unreceived ON agent_mailbox (agent_id, seq) WHERE received_at IS NULL;
-CREATE INDEX agent_mailbox_fired_at ON agent_mailbox (fired_at);
+CREATE INDEX agent_mailbox_agent_seq ON agent_mailbox (agent_id, seq, received_at);

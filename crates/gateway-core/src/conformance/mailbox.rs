@@ -202,30 +202,35 @@ where
     store.mark_received(&[], at).expect("marking nothing");
 }
 
-/// Pruning deletes the entries fired before the cutoff, oldest first, at most `limit` per call, whatever their
-/// place in firing order or whether they were received; the rest stay readable. Expects an empty store.
-pub fn pruning_takes_entries_fired_before_the_cutoff_oldest_first<S>(store: &S, at: OffsetDateTime)
+/// Pruning looks at the first `limit` entries in firing order and deletes those fired before the cutoff, received or
+/// not; the rest stay readable, and once the start holds nothing old a call deletes nothing. Expects an empty
+/// store.
+pub fn pruning_deletes_the_old_entries_among_the_first_in_firing_order<S>(store: &S, at: OffsetDateTime)
 where
     S: CronJobStore + MailboxStore + ?Sized,
 {
-    let at_time = |n: i64, fired_at: OffsetDateTime| FiredReminder { fired_at, ..fire_of("agent-7", n, at) };
-    let old = at_time(1, at - Duration::hours(3));
-    let new = at_time(2, at);
-    let oldest = at_time(3, at - Duration::hours(5));
-    let received = at_time(4, at - Duration::hours(2));
-    // One write each: recorded in this order, which is not the order of their ages.
-    for fire in [&old, &new, &oldest, &received] {
+    let fired = |n: i64, fired_at: OffsetDateTime| FiredReminder { fired_at, ..fire_of("agent-7", n, at) };
+    let first = fired(1, at - Duration::hours(5));
+    let received = fired(2, at - Duration::hours(3));
+    // Out of order by its age (fired by an instance whose clock runs ahead): it does not stop the pruning of what
+    // follows it, and goes once it is old enough.
+    let ahead = fired(3, at - Duration::minutes(30));
+    let late = fired(4, at - Duration::hours(2));
+    let new = fired(5, at);
+    // One write each: recorded in this order.
+    for fire in [&first, &received, &ahead, &late, &new] {
         record(store, std::slice::from_ref(fire));
     }
     store.mark_received(std::slice::from_ref(&received), at).expect("mark");
     let cutoff = at - Duration::hours(1);
     assert_eq!(store.prune_mailbox(cutoff, 1).expect("prune"), 1);
-    assert_eq!(
-        fire_ids(&everything(store, "agent-7")),
-        [old.fire_id.as_str(), new.fire_id.as_str(), received.fire_id.as_str()]
-    );
-    assert_eq!(store.mailbox_position(&agent("agent-7"), &oldest.fire_id).expect("position"), None);
-    assert_eq!(store.prune_mailbox(cutoff, 10).expect("prune"), 2);
-    assert_eq!(store.prune_mailbox(cutoff, 10).expect("prune"), 0);
-    assert_eq!(fire_ids(&everything(store, "agent-7")), [new.fire_id.as_str()]);
+    let left =
+        |store: &S| everything(store, "agent-7").into_iter().map(|entry| entry.reminder.job_id).collect::<Vec<_>>();
+    assert_eq!(left(store), [received.job_id, ahead.job_id, late.job_id, new.job_id]);
+    assert_eq!(store.mailbox_position(&agent("agent-7"), &first.fire_id).expect("position"), None);
+    assert_eq!(store.prune_mailbox(cutoff, 3).expect("prune"), 2, "the old ones among the first three");
+    assert_eq!(left(store), [ahead.job_id, new.job_id]);
+    assert_eq!(store.prune_mailbox(cutoff, 10).expect("prune"), 0, "nothing old is left");
+    assert_eq!(store.prune_mailbox(at, 10).expect("prune"), 1);
+    assert_eq!(left(store), [new.job_id]);
 }

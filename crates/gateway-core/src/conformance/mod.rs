@@ -101,7 +101,7 @@ macro_rules! mailbox_store_conformance {
             a_fenced_completion_records_nothing,
             reads_page_one_agents_entries_in_firing_order,
             marking_received_keeps_the_first_time_and_records_fires_not_recorded_yet,
-            pruning_takes_entries_fired_before_the_cutoff_oldest_first,
+            pruning_deletes_the_old_entries_among_the_first_in_firing_order,
         );
     };
 }
