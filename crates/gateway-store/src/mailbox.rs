@@ -484,7 +484,7 @@ mod tests {
     fn the_mailbox_queries_use_their_indexes_on_sqlite() {
         fn plan<Q>(store: &DieselStore, query: Q) -> Vec<String>
         where
-            Q: QueryFragment<diesel::sqlite::Sqlite> + diesel::query_builder::QueryId,
+            Q: QueryFragment<Sqlite> + diesel::query_builder::QueryId,
         {
             store.with_sqlite("explain", |connection| crate::explain::query_plan(connection, query)).unwrap().unwrap()
         }
