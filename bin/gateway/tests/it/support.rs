@@ -302,10 +302,18 @@ pub struct EventStream {
 
 impl EventStream {
     pub fn open(url: &str, token: Option<&str>) -> Self {
+        Self::open_with_headers(url, token, &[])
+    }
+
+    /// [`EventStream::open`] with extra request headers (`Last-Event-ID`).
+    pub fn open_with_headers(url: &str, token: Option<&str>, headers: &[(&str, &str)]) -> Self {
         let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
         let mut request = agent.get(url);
         if let Some(token) = token {
             request = request.header("authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let response = request.call().unwrap();
         let status = response.status().as_u16();
