@@ -15,6 +15,7 @@ mod health;
 mod heartbeat;
 mod messages;
 mod reminders;
+mod replay;
 mod webhooks;
 
 use std::convert::Infallible;

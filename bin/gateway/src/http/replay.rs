@@ -1,0 +1,172 @@
+//! The mailbox side of an agent's reminder stream (docs/api.md, "Replay of an agent's reminders"): where its replay
+//! starts, which fires it has sent, when it catches up, and the frames of replayed fires.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway_core::{AgentId, FiredReminder};
+use gateway_cron::{Mailbox, Replay};
+use gateway_pubsub::PublishedEvent;
+use gateway_pubsub::bridge::BridgeStatus;
+use http::HeaderMap;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// After connecting, a stream reads its agent's unreceived fires again this long after, and again after the second
+/// delay: a fire published just before the stream subscribed reaches the mailbox only when its completion is
+/// written (milliseconds later, or after the store recovered from an error).
+pub const CATCH_UPS_AFTER_CONNECT: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(15)];
+/// How many of the fires it sent a stream remembers, so as not to send them again: a live event it has replayed,
+/// or a fire a catch-up finds unreceived because its receipt is still queued. More than the bus queues for one
+/// subscriber (1,024 events), which bounds how far back a live duplicate can be.
+pub const SENT_REMEMBERED: usize = 4_096;
+
+/// The `Last-Event-ID` request header; a header that is not visible ASCII names no fire (so: everything retained).
+pub fn last_event_id(headers: &HeaderMap) -> Option<String> {
+    headers.get("last-event-id").map(|value| value.to_str().map(str::to_owned).unwrap_or_default())
+}
+
+/// The frame of a replayed fire: the frame its live event had, byte for byte.
+pub fn frame(reminder: &FiredReminder) -> Bytes {
+    let event = PublishedEvent::of(&reminder.event());
+    Bytes::from(format!("id: {}\nevent: {}\ndata: {}\n\n", event.id, event.event_type, event.json))
+}
+
+/// What one agent stream keeps about its mailbox.
+#[derive(Debug)]
+pub struct AgentMailbox {
+    pub mailbox: Mailbox,
+    pub agent_id: AgentId,
+    pub last_event_id: Option<String>,
+    sent: SentFires,
+    /// When the next catch-ups are due, soonest first.
+    catch_ups: VecDeque<Instant>,
+    /// With several instances: the event bridge's state, whose `reconnects` growing means events may have been lost.
+    bridge: Option<watch::Receiver<BridgeStatus>>,
+}
+
+impl AgentMailbox {
+    pub fn new(
+        mailbox: Mailbox,
+        agent_id: AgentId,
+        last_event_id: Option<String>,
+        bridge: Option<watch::Receiver<BridgeStatus>>,
+    ) -> Self {
+        let bridge = bridge.map(|mut status| {
+            // Reconnects before this stream existed are no gap of its own.
+            status.mark_unchanged();
+            status
+        });
+        Self { mailbox, agent_id, last_event_id, sent: SentFires::default(), catch_ups: VecDeque::new(), bridge }
+    }
+
+    /// Where the stream's first replay starts.
+    pub async fn replay(&self) -> Result<Replay, gateway_cron::CronError> {
+        self.mailbox.replay(self.agent_id.clone(), self.last_event_id.as_deref()).await
+    }
+
+    /// A replay of the unreceived fires, for a catch-up.
+    pub fn catch_up(&self) -> Replay {
+        Replay::unreceived(self.agent_id.clone())
+    }
+
+    /// The first replay is done (or failed): the catch-ups after connecting are due from now.
+    pub fn replayed(&mut self) {
+        let now = Instant::now();
+        self.catch_ups.extend(CATCH_UPS_AFTER_CONNECT.iter().map(|delay| now + *delay));
+    }
+
+    /// The stream skipped events: catch up at once.
+    pub fn missed_events(&mut self) {
+        self.catch_ups.push_front(Instant::now());
+    }
+
+    /// When the next catch-up is due.
+    pub fn next_catch_up(&self) -> Option<Instant> {
+        self.catch_ups.front().copied()
+    }
+
+    /// Takes the due catch-up off the list (the catch-up that runs now stands for every one due by now).
+    pub fn catching_up(&mut self) {
+        let now = Instant::now();
+        while self.catch_ups.front().is_some_and(|due| *due <= now) {
+            self.catch_ups.pop_front();
+        }
+    }
+
+    /// Resolves when the event bridge reconnected after a gap (never without a bridge, or once the bridge is gone).
+    pub async fn bridge_reconnected(&mut self) {
+        let Some(status) = &mut self.bridge else { return std::future::pending().await };
+        let seen = status.borrow().reconnects;
+        if status.wait_for(|now| now.reconnects > seen).await.is_err() {
+            self.bridge = None;
+            std::future::pending::<()>().await;
+        }
+    }
+
+    pub fn was_sent(&self, fire_id: &str) -> bool {
+        self.sent.contains(fire_id)
+    }
+
+    pub fn sent(&mut self, fire_id: &str) {
+        self.sent.insert(fire_id);
+    }
+}
+
+/// The last [`SENT_REMEMBERED`] fire ids a stream sent.
+#[derive(Debug, Default)]
+struct SentFires {
+    order: VecDeque<Arc<str>>,
+    ids: HashSet<Arc<str>>,
+}
+
+impl SentFires {
+    fn contains(&self, fire_id: &str) -> bool {
+        self.ids.contains(fire_id)
+    }
+
+    fn insert(&mut self, fire_id: &str) {
+        if self.ids.contains(fire_id) {
+            return;
+        }
+        let id: Arc<str> = Arc::from(fire_id);
+        self.ids.insert(Arc::clone(&id));
+        self.order.push_back(id);
+        if self.order.len() > SENT_REMEMBERED
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.ids.remove(&oldest);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    #[test]
+    fn a_stream_remembers_the_fires_it_sent_last() {
+        let mut sent = SentFires::default();
+        for n in 0..SENT_REMEMBERED + 10 {
+            sent.insert(&format!("{n}:x"));
+        }
+        sent.insert("20:x");
+        assert!(!sent.contains("9:x"), "the oldest are forgotten");
+        assert!(sent.contains("10:x") && sent.contains(&format!("{}:x", SENT_REMEMBERED + 9)));
+        assert_eq!((sent.order.len(), sent.ids.len()), (SENT_REMEMBERED, SENT_REMEMBERED));
+    }
+
+    #[test]
+    fn a_last_event_id_that_is_not_text_names_no_fire() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(last_event_id(&headers), None);
+        headers.insert("last-event-id", HeaderValue::from_static("7:2026-02-22T12:00:05Z"));
+        assert_eq!(last_event_id(&headers).as_deref(), Some("7:2026-02-22T12:00:05Z"));
+        headers.insert("last-event-id", HeaderValue::from_bytes(b"\xff\xfe").unwrap());
+        assert_eq!(last_event_id(&headers).as_deref(), Some(""));
+    }
+}
