@@ -40,7 +40,7 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The size of a keep-alive frame (a comment line padded with spaces): on a topic without events it is what
 /// fills the buffers of a client that stopped reading, so that [`STALL_TIMEOUT`] can tell it from an idle one.
 /// 4 KiB per 15 s is 273 bytes a second per idle stream.
-pub const KEEP_ALIVE_BYTES: usize = 4096;
+pub const KEEP_ALIVE_BYTES: usize = 8 * 1024;
 /// A stream that has had something waiting for the client this long without the client taking any of it is
 /// closed.
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -50,7 +50,7 @@ pub const STREAM_BUFFER_BYTES: usize = 2 * 1024 * 1024;
 /// The kernel send buffer of an event stream's connection (Linux doubles it for its bookkeeping). Fixed rather
 /// than auto-tuned, which lets a socket take megabytes before its writes block: with it, a client that reads
 /// nothing stops taking data after about 100 KiB on Linux (its own receive window plus this).
-pub const STREAM_SEND_BUFFER: usize = 32 * 1024;
+pub const STREAM_SEND_BUFFER: usize = 16 * 1024;
 /// Open `agent:<id>:scheduled` streams from one client address (an IP address; the port does not count).
 pub const MAX_STREAMS_PER_ADDRESS: usize = 32;
 /// The largest piece of a frame handed to hyper at a time: hyper copies what it is handed into its own write
