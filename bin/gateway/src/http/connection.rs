@@ -11,21 +11,21 @@ use tokio::net::TcpStream;
 
 use crate::http::head_timeout::HeadWatch;
 
-/// The connection a request arrived on. Cheap to clone.
+/// The connection a request arrived on: a pointer to its watcher's state, which holds the rest (the size of a
+/// request's future, which hyper moves several times, grows by one pointer for it). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Connection {
-    peer: SocketAddr,
     watch: HeadWatch,
 }
 
 impl Connection {
-    pub fn new(peer: SocketAddr, watch: HeadWatch) -> Self {
-        Self { peer, watch }
+    pub fn new(watch: HeadWatch) -> Self {
+        Self { watch }
     }
 
     /// The client's address (the proxy's, behind a reverse proxy).
     pub fn peer(&self) -> SocketAddr {
-        self.peer
+        self.watch.peer()
     }
 
     /// Closes the connection at once, whatever hyper is waiting for.

@@ -405,11 +405,11 @@ mod tests {
             limits,
             keep_alive: limits.keep_alive_frame(),
         };
-        let watch = HeadWatch::new();
+        let watch = HeadWatch::for_peer((Ipv4Addr::LOCALHOST, 1).into());
         let connection_task = tokio::spawn(std::future::pending::<()>());
         let connection_aborted = connection_task.abort_handle();
         tokio::spawn(watch.clone().enforce(Duration::from_secs(3600), connection_task));
-        let connection = Connection::new((Ipv4Addr::LOCALHOST, 1).into(), watch);
+        let connection = Connection::new(watch);
         let slots =
             Slots { _total: Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().unwrap(), _address: None };
         let pumping = tokio::spawn(pump.run(CancellationToken::new(), connection, slots));

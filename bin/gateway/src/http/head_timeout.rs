@@ -6,6 +6,7 @@
 //! docs/benchmarks.md). Here each connection has one watcher task that sleeps until the earliest moment the
 //! connection could be over time and only then looks; a request costs two atomic updates and a clock read.
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -25,6 +26,8 @@ pub struct HeadWatch {
 
 #[derive(Debug)]
 struct Shared {
+    /// The client's address, kept here so that a request can learn it through the one pointer it already has.
+    peer: SocketAddr,
     opened: Instant,
     /// Requests whose response has not been sent in full (one at a time over HTTP/1, but a count is as cheap).
     busy: AtomicUsize,
@@ -37,9 +40,15 @@ struct Shared {
 }
 
 impl HeadWatch {
+    #[cfg(test)]
     pub fn new() -> Self {
+        Self::for_peer(SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    pub fn for_peer(peer: SocketAddr) -> Self {
         Self {
             shared: Arc::new(Shared {
+                peer,
                 opened: Instant::now(),
                 busy: AtomicUsize::new(0),
                 idle_since: AtomicU64::new(0),
@@ -54,6 +63,10 @@ impl HeadWatch {
     pub fn busy(&self) -> Busy {
         self.shared.busy.fetch_add(1, Ordering::AcqRel);
         Busy { shared: Arc::clone(&self.shared) }
+    }
+
+    pub fn peer(&self) -> SocketAddr {
+        self.shared.peer
     }
 
     /// Closes the connection now, whatever it is doing: for a response that its client stopped taking, which

@@ -72,9 +72,9 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Cancel
         };
         accept_backoff = Duration::from_millis(5);
         let state = Arc::clone(&state);
-        let heads = HeadWatch::new();
+        let heads = HeadWatch::for_peer(peer);
         let requests = heads.clone();
-        let client = Connection::new(peer, heads.clone());
+        let client = Connection::new(heads.clone());
         let service = service_fn(move |request| {
             let busy = requests.busy();
             let response = router::handle(Arc::clone(&state), &client, request);
