@@ -7,7 +7,8 @@
 //!
 //! Run: `cargo build --release -p gateway && cargo bench -p gateway-benches --bench streams [-- STREAMS EVENTS
 //! EVENT_KIB]` (defaults 1024 8 1000). The gateway is `$GATEWAY_BIN`, else `gateway` in the release directory
-//! this benchmark was built into: set it to compare two builds in one session. Streams come from 127.0.0.1,
+//! this benchmark was built into: set it to compare two builds in one session. `STREAMS_BENCH_GATEWAY_ARGS` adds
+//! flags to the gateway's (a payload limit large enough for the events, where there is one). Streams come from 127.0.0.1,
 //! 127.0.0.2, … (32 from each, the per-address cap). A gateway above `MEMORY_CEILING` is killed and reported
 //! as such, so that a build without the bound cannot exhaust a shared machine.
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "a benchmark: it reports on stdout and fails loudly")]
@@ -54,6 +55,7 @@ fn main() {
         .args(["--listen", "127.0.0.1:0", "--admin-token", TOKEN, "--log-format", "text"])
         .arg("--database-url")
         .arg(format!("sqlite://{}", dir.path().join("gateway.db").display()))
+        .args(std::env::var("STREAMS_BENCH_GATEWAY_ARGS").unwrap_or_default().split_whitespace())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
