@@ -61,6 +61,7 @@ impl App {
         let mut loops = JoinSet::new();
         let coordination = Coordination::new(config, &store, &bus, &clock)?;
         let mut threads = Vec::new();
+        let bridge_status = coordination.redis.as_ref().map(|redis| redis.bridge.status());
         if let Some(redis) = coordination.redis {
             loops.spawn(supervise_loop(redis.leadership, stop_loops.clone()));
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
@@ -134,6 +135,7 @@ impl App {
             bus,
             publisher,
             bridged: config.redis_url.is_some(),
+            bridge_status,
             heartbeat,
             webhooks,
             cron,

@@ -33,6 +33,8 @@ pub struct AppState {
     pub publisher: Arc<dyn EventPublisher>,
     /// Events also reach other instances: an event nobody here listens to may still have subscribers there.
     pub bridged: bool,
+    /// With Redis: the event bridge's state, whose reconnects make agent streams catch up from the mailbox.
+    pub bridge_status: Option<tokio::sync::watch::Receiver<gateway_pubsub::bridge::BridgeStatus>>,
     pub heartbeat: HeartbeatManager,
     pub webhooks: WebhookRouter,
     pub cron: CronScheduler,

@@ -30,9 +30,11 @@ pub fn last_event_id(headers: &HeaderMap) -> Option<String> {
 
 /// The frame of a replayed fire: the frame its live event had, byte for byte.
 pub fn frame(reminder: &FiredReminder) -> Bytes {
-    let event = PublishedEvent::of(&reminder.event());
-    Bytes::from(format!("id: {}\nevent: {}\ndata: {}\n\n", event.id, event.event_type, event.json))
+    PublishedEvent::of(&reminder.event()).frame().clone()
 }
+
+/// After a mailbox read failed, a stream tries again this much later.
+pub const CATCH_UP_RETRY: Duration = Duration::from_secs(5);
 
 /// What one agent stream keeps about its mailbox.
 #[derive(Debug)]
@@ -41,25 +43,13 @@ pub struct AgentMailbox {
     pub agent_id: AgentId,
     pub last_event_id: Option<String>,
     sent: SentFires,
-    /// When the next catch-ups are due, soonest first.
-    catch_ups: VecDeque<Instant>,
-    /// With several instances: the event bridge's state, whose `reconnects` growing means events may have been lost.
-    bridge: Option<watch::Receiver<BridgeStatus>>,
+    /// When catch-ups are due (in no order; the soonest is the next).
+    catch_ups: Vec<Instant>,
 }
 
 impl AgentMailbox {
-    pub fn new(
-        mailbox: Mailbox,
-        agent_id: AgentId,
-        last_event_id: Option<String>,
-        bridge: Option<watch::Receiver<BridgeStatus>>,
-    ) -> Self {
-        let bridge = bridge.map(|mut status| {
-            // Reconnects before this stream existed are no gap of its own.
-            status.mark_unchanged();
-            status
-        });
-        Self { mailbox, agent_id, last_event_id, sent: SentFires::default(), catch_ups: VecDeque::new(), bridge }
+    pub fn new(mailbox: Mailbox, agent_id: AgentId, last_event_id: Option<String>) -> Self {
+        Self { mailbox, agent_id, last_event_id, sent: SentFires::default(), catch_ups: Vec::new() }
     }
 
     /// Where the stream's first replay starts.
@@ -72,38 +62,31 @@ impl AgentMailbox {
         Replay::unreceived(self.agent_id.clone())
     }
 
-    /// The first replay is done (or failed): the catch-ups after connecting are due from now.
+    /// The first replay is done: the catch-ups after connecting are due from now.
     pub fn replayed(&mut self) {
         let now = Instant::now();
         self.catch_ups.extend(CATCH_UPS_AFTER_CONNECT.iter().map(|delay| now + *delay));
     }
 
-    /// The stream skipped events: catch up at once.
+    /// The stream skipped events (or the event bridge lost some): catch up at once.
     pub fn missed_events(&mut self) {
-        self.catch_ups.push_front(Instant::now());
+        self.catch_ups.push(Instant::now());
+    }
+
+    /// A read of the mailbox failed: try again a little later.
+    pub fn read_failed(&mut self) {
+        self.catch_ups.push(Instant::now() + CATCH_UP_RETRY);
     }
 
     /// When the next catch-up is due.
     pub fn next_catch_up(&self) -> Option<Instant> {
-        self.catch_ups.front().copied()
+        self.catch_ups.iter().min().copied()
     }
 
-    /// Takes the due catch-up off the list (the catch-up that runs now stands for every one due by now).
+    /// Takes the due catch-ups off the list: the one that runs now stands for every one due by now.
     pub fn catching_up(&mut self) {
         let now = Instant::now();
-        while self.catch_ups.front().is_some_and(|due| *due <= now) {
-            self.catch_ups.pop_front();
-        }
-    }
-
-    /// Resolves when the event bridge reconnected after a gap (never without a bridge, or once the bridge is gone).
-    pub async fn bridge_reconnected(&mut self) {
-        let Some(status) = &mut self.bridge else { return std::future::pending().await };
-        let seen = status.borrow().reconnects;
-        if status.wait_for(|now| now.reconnects > seen).await.is_err() {
-            self.bridge = None;
-            std::future::pending::<()>().await;
-        }
+        self.catch_ups.retain(|due| *due > now);
     }
 
     pub fn was_sent(&self, fire_id: &str) -> bool {
@@ -112,6 +95,32 @@ impl AgentMailbox {
 
     pub fn sent(&mut self, fire_id: &str) {
         self.sent.insert(fire_id);
+    }
+}
+
+/// The event bridge's state, for the streams of an instance that shares events through Redis: a grown
+/// `reconnects` says events from other instances may have been lost in the gap.
+#[derive(Debug)]
+pub struct BridgeWatch {
+    status: watch::Receiver<BridgeStatus>,
+    seen: u64,
+}
+
+impl BridgeWatch {
+    /// Reconnects before the stream existed are no gap of its own.
+    pub fn new(status: watch::Receiver<BridgeStatus>) -> Self {
+        let seen = status.borrow().reconnects;
+        Self { status, seen }
+    }
+
+    /// Resolves when the bridge has reconnected since the last time this resolved; never once the bridge is gone.
+    pub async fn reconnected(&mut self) {
+        let seen = self.seen;
+        let reconnects = self.status.wait_for(|status| status.reconnects > seen).await.map(|status| status.reconnects);
+        match reconnects {
+            Ok(reconnects) => self.seen = reconnects,
+            Err(_) => std::future::pending().await,
+        }
     }
 }
 
