@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_core::{AgentId, FiredReminder};
-use gateway_cron::{Mailbox, Replay};
+use gateway_cron::{CronError, Mailbox, Replay};
 use gateway_pubsub::PublishedEvent;
 use gateway_pubsub::bridge::BridgeStatus;
 use http::HeaderMap;
@@ -43,23 +43,31 @@ pub struct AgentMailbox {
     pub agent_id: AgentId,
     pub last_event_id: Option<String>,
     sent: SentFires,
-    /// When catch-ups are due (in no order; the soonest is the next).
+    /// The fire this stream sent last.
+    last_sent: Option<String>,
+    /// When catch-ups of the unreceived fires are due (in no order; the soonest is the next).
     catch_ups: Vec<Instant>,
+    /// The stream missed events (it skipped some, or the event bridge lost some): a catch-up is due (at once, or
+    /// after a failed read a little later), from the fire it had sent last before (`None`: it had sent none).
+    missed_after: Option<(Instant, Option<String>)>,
 }
 
 impl AgentMailbox {
     pub fn new(mailbox: Mailbox, agent_id: AgentId, last_event_id: Option<String>) -> Self {
-        Self { mailbox, agent_id, last_event_id, sent: SentFires::default(), catch_ups: Vec::new() }
+        Self {
+            mailbox,
+            agent_id,
+            last_event_id,
+            sent: SentFires::default(),
+            last_sent: None,
+            catch_ups: Vec::new(),
+            missed_after: None,
+        }
     }
 
     /// Where the stream's first replay starts.
-    pub async fn replay(&self) -> Result<Replay, gateway_cron::CronError> {
+    pub async fn replay(&self) -> Result<Replay, CronError> {
         self.mailbox.replay(self.agent_id.clone(), self.last_event_id.as_deref()).await
-    }
-
-    /// A replay of the unreceived fires, for a catch-up.
-    pub fn catch_up(&self) -> Replay {
-        Replay::unreceived(self.agent_id.clone())
     }
 
     /// The first replay is done: the catch-ups after connecting are due from now.
@@ -68,9 +76,13 @@ impl AgentMailbox {
         self.catch_ups.extend(CATCH_UPS_AFTER_CONNECT.iter().map(|delay| now + *delay));
     }
 
-    /// The stream skipped events (or the event bridge lost some): catch up at once.
+    /// The stream skipped events, or the event bridge lost some: catch up at once, on everything fired after the
+    /// last fire it sent. Not only the unreceived ones: another stream of the same agent may have received what this
+    /// one missed.
     pub fn missed_events(&mut self) {
-        self.catch_ups.push(Instant::now());
+        if self.missed_after.is_none() {
+            self.missed_after = Some((Instant::now(), self.last_sent.clone()));
+        }
     }
 
     /// A read of the mailbox failed: try again a little later.
@@ -80,13 +92,28 @@ impl AgentMailbox {
 
     /// When the next catch-up is due.
     pub fn next_catch_up(&self) -> Option<Instant> {
-        self.catch_ups.iter().min().copied()
+        let missed = self.missed_after.as_ref().map(|(due, _)| *due);
+        self.catch_ups.iter().copied().chain(missed).min()
     }
 
-    /// Takes the due catch-ups off the list: the one that runs now stands for every one due by now.
-    pub fn catching_up(&mut self) {
+    /// The replay of the catch-up due now, which stands for every one due by now: after missed events, the
+    /// unreceived fires up to the last one sent and every fire after it; otherwise the unreceived fires.
+    pub async fn due_catch_up(&mut self) -> Result<Replay, CronError> {
         let now = Instant::now();
         self.catch_ups.retain(|due| *due > now);
+        let after = match self.missed_after.take() {
+            Some((due, after)) if due <= now => after,
+            not_due => {
+                self.missed_after = not_due;
+                None
+            }
+        };
+        let Some(fire_id) = after else { return Ok(Replay::unreceived(self.agent_id.clone())) };
+        let replay = self.mailbox.replay(self.agent_id.clone(), Some(&fire_id)).await;
+        if replay.is_err() {
+            self.missed_after = Some((now + CATCH_UP_RETRY, Some(fire_id)));
+        }
+        replay
     }
 
     pub fn was_sent(&self, fire_id: &str) -> bool {
@@ -95,6 +122,7 @@ impl AgentMailbox {
 
     pub fn sent(&mut self, fire_id: &str) {
         self.sent.insert(fire_id);
+        self.last_sent = Some(fire_id.to_owned());
     }
 }
 
