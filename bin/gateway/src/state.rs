@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use gateway_core::{Clock, ComponentHealth, EventPublisher};
-use gateway_cron::CronScheduler;
+use gateway_core::{Clock, ComponentHealth, DecisionLogIntake, EventPublisher};
+use gateway_cron::{CronScheduler, ReminderTools};
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
 use gateway_store::DieselStore;
@@ -34,6 +34,10 @@ pub struct AppState {
     pub heartbeat: HeartbeatManager,
     pub webhooks: WebhookRouter,
     pub cron: CronScheduler,
+    /// What `POST /gateway/messages` hands each body to.
+    pub intake: DecisionLogIntake,
+    /// The agents' reminder tools (`POST /gateway/tools/{tool_name}`).
+    pub tools: ReminderTools,
     pub retention: DeliveryRetention,
     /// This instance's place in its cluster (`/gateway/cluster`, `/readyz`).
     pub cluster: Cluster,
@@ -49,6 +53,12 @@ pub struct AppState {
 impl AppState {
     /// The loops `/readyz` reports on.
     pub fn components(&self) -> Vec<ComponentHealth> {
-        vec![self.heartbeat.health(), self.webhooks.health(), self.cron.health(), self.retention.health()]
+        vec![
+            self.heartbeat.health(),
+            self.webhooks.health(),
+            self.cron.health(),
+            self.retention.health(),
+            self.tools.health(),
+        ]
     }
 }

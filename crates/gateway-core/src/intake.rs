@@ -22,7 +22,9 @@ use crate::clock::Clock;
 use crate::cron::CronJob;
 use crate::decision_log::DecisionLog;
 use crate::event::{Event, EventPayload, EventPublisher, Topic};
-use crate::interceptor::{AcceptedLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
+use crate::interceptor::{
+    AcceptedLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
+};
 use crate::store::StoreError;
 
 /// A boxed future that may move between threads: what a trait object's async method returns.

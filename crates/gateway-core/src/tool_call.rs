@@ -57,7 +57,7 @@ fn write_canonical(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+            entries.sort_unstable_by_key(|(key, _)| *key);
             out.push(b'{');
             for (index, (key, value)) in entries.into_iter().enumerate() {
                 if index > 0 {
@@ -153,12 +153,14 @@ mod tests {
 
     #[test]
     fn the_params_hash_ignores_key_order_and_whitespace_but_not_values() {
-        let a: Value = serde_json::from_str(r#"{"delay_ms": 5, "payload": {"b": [1, {"y": 2, "x": 1}], "a": "s"}}"#)
-            .unwrap();
-        let b: Value =
-            serde_json::from_str(r#"{"payload":{"a":"s","b":[1,{"x":1,"y":2}]},"delay_ms":5}"#).unwrap();
+        let a: Value =
+            serde_json::from_str(r#"{"delay_ms": 5, "payload": {"b": [1, {"y": 2, "x": 1}], "a": "s"}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"payload":{"a":"s","b":[1,{"x":1,"y":2}]},"delay_ms":5}"#).unwrap();
         assert_eq!(params_hash(&a), params_hash(&b));
-        assert_ne!(params_hash(&a), params_hash(&json!({"delay_ms": 6, "payload": {"a": "s", "b": [1, {"x": 1, "y": 2}]}})));
+        assert_ne!(
+            params_hash(&a),
+            params_hash(&json!({"delay_ms": 6, "payload": {"a": "s", "b": [1, {"x": 1, "y": 2}]}}))
+        );
         assert_ne!(params_hash(&json!({"a": [1, 2]})), params_hash(&json!({"a": [2, 1]})), "arrays keep their order");
         assert_ne!(params_hash(&json!({"a": "1"})), params_hash(&json!({"a": 1})));
         assert!(params_hash(&json!({})).starts_with("sha256:"));

@@ -23,5 +23,6 @@ pub use scheduler::{
 };
 pub use tools::{
     DEFAULT_TOOL_CALL_RETENTION, MAX_LISTED_PAYLOAD_BYTES, MAX_LISTED_REMINDERS, ReminderTool, ReminderTools,
-    TOOL_CALL_PRUNE_BATCH, TOOL_CALL_PRUNE_INTERVAL, TOOL_CALL_PRUNE_PAUSE, ToolAnswer, ToolConfig, ToolName, ToolPorts,
+    TOOL_CALL_PRUNE_BATCH, TOOL_CALL_PRUNE_INTERVAL, TOOL_CALL_PRUNE_PAUSE, ToolAnswer, ToolConfig, ToolName,
+    ToolPorts,
 };

@@ -18,8 +18,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::interceptor::tool_reminder_idempotency_key;
 use gateway_core::intake::ReminderRefusal;
+use gateway_core::interceptor::tool_reminder_idempotency_key;
 use gateway_core::tool_call::params_hash;
 use gateway_core::{
     AgentId, BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, ReminderRequest, StoreError, ToolCallId,
@@ -120,15 +120,16 @@ impl ReminderTool {
                             "params.delay_ms: must be an integer from 1 to {MAX_DELAY_MS} (ten years)"
                         ))
                     })?;
-                let payload = required("payload")?.as_object().cloned().ok_or_else(|| {
-                    CronError::InvalidToolParams("params.payload: must be a JSON object".to_owned())
-                })?;
+                let payload = required("payload")?
+                    .as_object()
+                    .cloned()
+                    .ok_or_else(|| CronError::InvalidToolParams("params.payload: must be a JSON object".to_owned()))?;
                 Self::ScheduleReminder { delay_ms, payload }
             }
             ToolName::CancelReminder => {
-                let job_id = required("job_id")?.as_i64().ok_or_else(|| {
-                    CronError::InvalidToolParams("params.job_id: must be an integer".to_owned())
-                })?;
+                let job_id = required("job_id")?
+                    .as_i64()
+                    .ok_or_else(|| CronError::InvalidToolParams("params.job_id: must be an integer".to_owned()))?;
                 Self::CancelReminder { job_id }
             }
             ToolName::ListReminders => Self::ListReminders,
@@ -325,8 +326,7 @@ impl ReminderTools {
     pub async fn prune_once(&self, shutdown: &CancellationToken) -> Result<usize, StoreError> {
         let config = self.inner.config;
         let retention = time::Duration::try_from(config.retention).unwrap_or(time::Duration::MAX);
-        let cutoff =
-            self.inner.ports.clock.now().checked_sub(retention).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let cutoff = self.inner.ports.clock.now().checked_sub(retention).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
         let mut pruned = 0;
         loop {
             let (calls, limit) = (Arc::clone(&self.inner.ports.calls), config.prune_batch);

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use gateway_core::group_commit::GroupCommit;
 use gateway_core::{
-    AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, CapabilityNotes, Clock, ClusterId, ComponentHealth, Event, EventPayload,
-    EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, LeaderLoop, Leadership, LivenessMap,
+    AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, CapabilityNotes, Clock, ClusterId, ComponentHealth, Event,
+    EventPayload, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, LeaderLoop, Leadership, LivenessMap,
     LivenessRefusal, StoreError, Topic, run_blocking,
 };
 use serde::Serialize;
@@ -286,4 +286,3 @@ impl CapabilityNotes for HeartbeatManager {
         HeartbeatManager::note_capabilities(self, agent_id, agent_type, capability_version);
     }
 }
-

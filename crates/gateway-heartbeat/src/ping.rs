@@ -185,7 +185,11 @@ mod tests {
             HeartbeatPing::from_json(&long_stamp),
             Err(HeartbeatError::InvalidField { field: "timestamp", reason: "must be at most 256 bytes".into() })
         );
-        assert_eq!(HeartbeatPing::from_valid_body(long_stamp.to_string().as_bytes()), None, "left to the value reading");
+        assert_eq!(
+            HeartbeatPing::from_valid_body(long_stamp.to_string().as_bytes()),
+            None,
+            "left to the value reading"
+        );
         let at_bound = json!({"type": "heartbeat", "agent_id": "a", "cluster_id": "c", "timestamp": "9".repeat(256)});
         assert_eq!(HeartbeatPing::from_json(&at_bound).unwrap().timestamp, None, "unparsable but within the bound");
     }

@@ -342,12 +342,7 @@ impl CronJobStore for DieselStore {
         jobs(rows)
     }
 
-    fn delete_one_time_job(
-        &self,
-        id: i64,
-        agent_id: &AgentId,
-        now: time::OffsetDateTime,
-    ) -> Result<bool, StoreError> {
+    fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: time::OffsetDateTime) -> Result<bool, StoreError> {
         let not_claimed = cron_jobs::claimed_until.is_null().or(cron_jobs::claimed_until.le(to_db(now)));
         let delete = diesel::delete(
             cron_jobs::table
@@ -356,9 +351,10 @@ impl CronJobStore for DieselStore {
                 .filter(cron_jobs::is_one_time.eq(true))
                 .filter(not_claimed),
         );
-        let deleted = self.with_connection("delete an agent's one-time job", |connection| {
-            on_backend!(connection, c => delete.execute(c))
-        })?;
+        let deleted = self.with_connection(
+            "delete an agent's one-time job",
+            |connection| on_backend!(connection, c => delete.execute(c)),
+        )?;
         Ok(deleted > 0)
     }
 
@@ -706,7 +702,10 @@ mod tests {
         let store = &fixture.store;
         let count = one_time_jobs_of_query("agent-7").count();
         let count = store.with_sqlite("explain", |c| crate::explain::query_plan(c, count)).unwrap().unwrap();
-        assert!(count.iter().any(|line| line.contains("USING COVERING INDEX cron_jobs_agent_id_one_time")), "{count:?}");
+        assert!(
+            count.iter().any(|line| line.contains("USING COVERING INDEX cron_jobs_agent_id_one_time")),
+            "{count:?}"
+        );
         let list = one_time_jobs_of_query("agent-7")
             .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
             .limit(10)

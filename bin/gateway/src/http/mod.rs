@@ -14,6 +14,7 @@ mod events;
 mod health;
 mod heartbeat;
 mod messages;
+mod tools;
 mod webhooks;
 
 use std::convert::Infallible;

@@ -13,7 +13,7 @@ use http::{Method, StatusCode};
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, cron, events, health, heartbeat, messages, webhooks};
+use crate::http::{agents, cron, events, health, heartbeat, messages, tools, webhooks};
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
@@ -35,7 +35,11 @@ enum Route {
     CronJobs,
     CronJob(Option<i64>),
     Cluster,
+    /// `/gateway/tools/{tool_name}`; the handler reads the name from the path.
+    Tool,
 }
+
+const TOOLS_PREFIX: &str = "/gateway/tools/";
 
 fn resolve(path: &str) -> Option<Route> {
     // Matched on the path text, segment by segment, without collecting segments: this runs for every request.
@@ -60,6 +64,8 @@ fn resolve(path: &str) -> Option<Route> {
                 segment(config).map(|()| Route::WebhookConfig(id(config)))?
             } else if let Some(job) = path.strip_prefix("/gateway/cron/jobs/") {
                 segment(job).map(|()| Route::CronJob(id(job)))?
+            } else if let Some(tool) = path.strip_prefix(TOOLS_PREFIX) {
+                segment(tool).map(|()| Route::Tool)?
             } else {
                 let delivery = path.strip_prefix("/gateway/deliveries/")?;
                 match delivery.split_once('/') {
@@ -76,7 +82,7 @@ fn resolve(path: &str) -> Option<Route> {
 impl Route {
     fn methods(self) -> &'static [Method] {
         match self {
-            Self::Heartbeat | Self::Messages => &[Method::POST],
+            Self::Heartbeat | Self::Messages | Self::Tool => &[Method::POST],
             Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster => &[Method::GET],
             Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
             Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
@@ -188,6 +194,10 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
         Route::Deliveries => webhooks::list_deliveries(state, &request).await,
         Route::Delivery(id) => webhooks::show_delivery(state, id.ok_or_else(unknown_delivery)?).await,
         Route::DeliveryRetry(id) => webhooks::retry(state, id.ok_or_else(unknown_delivery)?).await,
+        Route::Tool => {
+            let name = request.uri().path().strip_prefix(TOOLS_PREFIX).unwrap_or_default().to_owned();
+            tools::call(state, &name, request).await
+        }
         Route::CronJobs if is_post => cron::create(state, request).await,
         Route::CronJobs => cron::list(state, &request).await,
         Route::CronJob(id) => {
@@ -236,6 +246,9 @@ mod tests {
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
         assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(Some(42))));
         assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
+        assert_eq!(resolve("/gateway/tools/schedule_reminder"), Some(Route::Tool));
+        assert_eq!(resolve("/gateway/tools/anything"), Some(Route::Tool), "the handler decides what is a tool");
+        assert!(!Route::Tool.operator_only());
         // An empty segment is an id that names nothing, as any other non-integer.
         assert_eq!(resolve("/gateway/webhooks/"), Some(Route::WebhookInbound(None)));
         assert_eq!(resolve("/gateway/deliveries//retry"), Some(Route::DeliveryRetry(None)));
@@ -255,6 +268,8 @@ mod tests {
             "/gateway/deliveries/1/2/retry",
             "/gateway/cron/jobs/1/x",
             "/gateway/cron",
+            "/gateway/tools",
+            "/gateway/tools/schedule_reminder/x",
         ] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }

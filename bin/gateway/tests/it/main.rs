@@ -20,5 +20,6 @@ mod postgres;
 mod rate;
 mod retention;
 mod robustness;
+mod tools;
 mod validation;
 mod webhooks;
