@@ -16,12 +16,14 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use crate::capability::CapabilityNotes;
 use crate::clock::Clock;
 use crate::cron::CronJob;
 use crate::decision_log::DecisionLog;
 use crate::event::{Event, EventPayload, EventPublisher, Topic};
+use crate::ids::AgentId;
 use crate::interceptor::{
     AcceptedLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
 };
@@ -91,6 +93,48 @@ pub struct AcceptedReceipt {
     pub reminder: Option<Result<ScheduledReminder, ReminderNotScheduled>>,
 }
 
+/// A DecisionLog body as the interceptor read it, with nothing done yet (see [`DecisionLogIntake::inspect`]).
+#[derive(Debug)]
+pub struct InspectedLog(Result<AcceptedLog, Rejection>);
+
+impl InspectedLog {
+    /// The agent an accepted log names (`identity.agent_id`); `None` for a log without an identity, and for a body
+    /// that is refused (it names no agent the gateway has validated).
+    pub fn agent_id(&self) -> Option<&AgentId> {
+        self.0.as_ref().ok().and_then(|accepted| accepted.log.agent_id())
+    }
+}
+
+/// The future of [`DecisionLogIntake::settle`]: ready at once unless the log's reminder is being scheduled.
+#[derive(Debug)]
+pub struct Settling<'a>(SettlingState<'a>);
+
+enum SettlingState<'a> {
+    Done(Option<Result<AcceptedReceipt, Rejection>>),
+    Scheduling(BoxFuture<'a, AcceptedReceipt>),
+}
+
+impl Debug for SettlingState<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Done(_) => f.write_str("Done"),
+            Self::Scheduling(_) => f.write_str("Scheduling"),
+        }
+    }
+}
+
+impl Future for Settling<'_> {
+    type Output = Result<AcceptedReceipt, Rejection>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().0 {
+            // Taken at the first poll; a future polled again after it completed stays pending, as it may.
+            SettlingState::Done(outcome) => outcome.take().map_or(Poll::Pending, Poll::Ready),
+            SettlingState::Scheduling(scheduling) => scheduling.as_mut().poll(cx).map(Ok),
+        }
+    }
+}
+
 /// The DecisionLog intake. Cheap to clone; clones share everything.
 #[derive(Debug, Clone)]
 pub struct DecisionLogIntake {
@@ -103,21 +147,35 @@ impl DecisionLogIntake {
     }
 
     /// Takes one DecisionLog body: accepted (its reminder scheduled first, then the log published), or refused as
-    /// not JSON, or refused for a schema violation (the `schema_violation` event already published).
+    /// not JSON, or refused for a schema violation (the `schema_violation` event already published). The same as
+    /// [`Self::inspect`] then [`Self::settle`].
     pub async fn receive(&self, body: &[u8]) -> Result<AcceptedReceipt, Rejection> {
-        match SchemaInterceptor.inspect(body) {
-            Ok(AcceptedLog { log, reminder: None }) => Ok(self.accept(log, None)),
+        self.settle(self.inspect(body)).await
+    }
+
+    /// Reads and validates a body, and does nothing else: a caller that must look at the log first (who sends it)
+    /// does so between this and [`Self::settle`].
+    pub fn inspect(&self, body: &[u8]) -> InspectedLog {
+        InspectedLog(SchemaInterceptor.inspect(body))
+    }
+
+    /// Does what an inspected log asks: for an accepted log, notes its identity, schedules its reminder (and waits
+    /// for the row), then publishes it; for a schema violation, publishes the `schema_violation` event. A log
+    /// without a reminder is settled at once, and the future is ready at its first poll.
+    pub fn settle(&self, inspected: InspectedLog) -> Settling<'_> {
+        Settling(match inspected.0 {
+            Ok(AcceptedLog { log, reminder: None }) => SettlingState::Done(Some(Ok(self.accept(log, None)))),
             // Boxed: the scheduler's future is large, and unboxed it would size every DecisionLog's future, which
             // hyper moves several times per request.
             Ok(AcceptedLog { log, reminder: Some(reminder) }) => {
-                Ok(Box::pin(self.accept_with_reminder(log, reminder)).await)
+                SettlingState::Scheduling(Box::pin(self.accept_with_reminder(log, reminder)))
             }
             Err(Rejection::SchemaViolation(rejected)) => {
                 self.report(&rejected);
-                Err(Rejection::SchemaViolation(rejected))
+                SettlingState::Done(Some(Err(Rejection::SchemaViolation(rejected))))
             }
-            Err(Rejection::InvalidJson) => Err(Rejection::InvalidJson),
-        }
+            Err(Rejection::InvalidJson) => SettlingState::Done(Some(Err(Rejection::InvalidJson))),
+        })
     }
 
     async fn accept_with_reminder(
@@ -210,7 +268,6 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-    use crate::ids::AgentId;
     use crate::interceptor::reminder_idempotency_key;
     use crate::sync::lock;
     use crate::{CapabilityMap, InMemoryCapabilityMap, ManualClock, RecordingPublisher};
@@ -339,6 +396,23 @@ mod tests {
         assert!(matches!(receipt.reminder, Some(Err(ReminderNotScheduled::Invalid(_)))));
         assert!(lock(&harness.desk.requests).is_empty(), "an invalid request never reaches the desk");
         assert_eq!(harness.publisher.on_topic(&Topic::Messages).len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inspecting_does_nothing_until_the_log_is_settled() {
+        let harness = harness(None);
+        let inspected = harness.intake.inspect(&log(reminder_action(json!({"delay_ms": 5, "payload": {}}))));
+        assert_eq!(inspected.agent_id().map(AgentId::as_str), Some("agent-7"));
+        let refused = harness.intake.inspect(br#"{"identity":{"agent_id":"agent-7"}}"#);
+        assert_eq!(refused.agent_id(), None, "a refused body names no validated agent");
+        assert!(harness.publisher.events().is_empty() && lock(&harness.desk.requests).is_empty());
+        assert!(harness.capabilities.0.is_empty());
+
+        assert!(harness.intake.settle(inspected).await.unwrap().reminder.unwrap().is_ok());
+        assert!(matches!(harness.intake.settle(refused).await, Err(Rejection::SchemaViolation(_))));
+        assert_eq!(harness.publisher.on_topic(&Topic::Messages).len(), 1);
+        assert_eq!(harness.publisher.on_topic(&Topic::Violations).len(), 1);
+        assert_eq!(lock(&harness.desk.requests).len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -69,8 +69,8 @@ pub use health::{ComponentHealth, HealthReport, RunningGuard};
 pub use heartbeat::{HeartbeatRecord, HeartbeatStore, InMemoryHeartbeatStore};
 pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey, ToolCallId};
 pub use intake::{
-    AcceptedReceipt, DecisionLogIntake, IntakePorts, ReminderDesk, ReminderNotScheduled, ReminderRefusal,
-    ScheduledReminder,
+    AcceptedReceipt, DecisionLogIntake, InspectedLog, IntakePorts, ReminderDesk, ReminderNotScheduled, ReminderRefusal,
+    ScheduledReminder, Settling,
 };
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
 pub use leadership::{EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership};

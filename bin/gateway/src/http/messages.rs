@@ -15,7 +15,10 @@ use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let body = read_body(request).await?;
-    match state.intake.receive(&body).await {
+    let inspected = state.intake.inspect(&body);
+    // Nothing is done yet: checks of the caller against the agent the log names (`inspected.agent_id()`: agent
+    // authentication, the per-agent rate limit) belong here, before the log is settled.
+    match state.intake.settle(inspected).await {
         Ok(accepted) => Ok(json_bytes(StatusCode::ACCEPTED, accepted_body(accepted.trace_id.as_deref()))),
         Err(Rejection::InvalidJson) => Err(ApiError::invalid_json()),
         Err(Rejection::SchemaViolation(rejected)) => Ok(rejected_response(&rejected)),
