@@ -126,6 +126,7 @@ impl Debug for SettlingState<'_> {
 impl Future for Settling<'_> {
     type Output = Result<AcceptedReceipt, Rejection>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().0 {
             // Taken at the first poll; a future polled again after it completed stays pending, as it may.
@@ -155,6 +156,7 @@ impl DecisionLogIntake {
 
     /// Reads and validates a body, and does nothing else: a caller that must look at the log first (who sends it)
     /// does so between this and [`Self::settle`].
+    #[inline]
     pub fn inspect(&self, body: &[u8]) -> InspectedLog {
         InspectedLog(SchemaInterceptor.inspect(body))
     }
@@ -162,6 +164,7 @@ impl DecisionLogIntake {
     /// Does what an inspected log asks: for an accepted log, notes its identity, schedules its reminder (and waits
     /// for the row), then publishes it; for a schema violation, publishes the `schema_violation` event. A log
     /// without a reminder is settled at once, and the future is ready at its first poll.
+    #[inline]
     pub fn settle(&self, inspected: InspectedLog) -> Settling<'_> {
         Settling(match inspected.0 {
             Ok(AcceptedLog { log, reminder: None }) => SettlingState::Done(Some(Ok(self.accept(log, None)))),
@@ -216,6 +219,7 @@ impl DecisionLogIntake {
         scheduled
     }
 
+    #[inline]
     fn accept(
         &self,
         log: DecisionLog,
