@@ -156,6 +156,9 @@ impl DecisionLogIntake {
 
     /// Reads and validates a body, and does nothing else: a caller that must look at the log first (who sends it)
     /// does so between this and [`Self::settle`].
+    ///
+    /// This, `settle` and `accept` are `#[inline]`: called across the crate boundary, each moved the log (about
+    /// 500 bytes) into another frame, some 250 instructions per DecisionLog (docs/benchmarks.md).
     #[inline]
     pub fn inspect(&self, body: &[u8]) -> InspectedLog {
         InspectedLog(SchemaInterceptor.inspect(body))
