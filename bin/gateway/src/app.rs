@@ -153,6 +153,8 @@ impl App {
             shutdown,
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
             operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
+            streams_per_address: Arc::default(),
+            stream_limits: config.stream_limits,
         };
         Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })
     }

@@ -138,6 +138,11 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_LEADER_LEASE_TTL_MS", value_name = "MS",
           default_value_t = millis(gateway_redis::leadership::LEASE_TTL), value_parser = between(MIN_LEASE_TTL_MS, MAX_LEASE_TTL_MS))]
     pub leader_lease_ttl_ms: u64,
+
+    /// Event stream limits: not a flag (the constants in `http::events`), settable by embedders and by tests that
+    /// cannot wait for the real ones.
+    #[arg(skip)]
+    pub stream_limits: crate::http::events::StreamLimits,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -14,8 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Cluster;
 use crate::http::auth::OperatorAuth;
+use crate::http::events::{StreamLimits, StreamsPerAddress};
 
-/// Concurrent SSE streams; past this, new ones get 503 so streams cannot exhaust memory or file handles.
+/// Concurrent `agent:<id>:scheduled` streams; past this, new ones get 503 so streams cannot exhaust memory or
+/// file handles. Each client address may hold `events::MAX_STREAMS_PER_ADDRESS` of them.
 pub const MAX_EVENT_STREAMS: usize = 1024;
 /// Streams of `gateway:*` topics, counted apart: agent topics need no token yet, and a flood of them must not
 /// lock the operator out of their own event streams.
@@ -48,6 +50,9 @@ pub struct AppState {
     pub event_streams: Arc<Semaphore>,
     /// Open `gateway:*` streams.
     pub operator_event_streams: Arc<Semaphore>,
+    /// Open `agent:<id>:scheduled` streams per client address.
+    pub streams_per_address: Arc<StreamsPerAddress>,
+    pub stream_limits: StreamLimits,
 }
 
 impl AppState {

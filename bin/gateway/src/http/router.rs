@@ -10,6 +10,7 @@ use futures_util::future::{self, Either};
 use http::header::{ALLOW, HeaderValue};
 use http::{Method, StatusCode};
 
+use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
@@ -117,16 +118,24 @@ impl Route {
 ///
 /// Built from combinators rather than `async fn`s: an `async fn` keeps its arguments beside the futures it makes
 /// of them, which more than doubled the future hyper moves several times per request.
-pub fn handle(state: Arc<AppState>, request: Request) -> impl Future<Output = Result<Response, Infallible>> {
+pub fn handle(
+    state: Arc<AppState>,
+    connection: &Connection,
+    request: Request,
+) -> impl Future<Output = Result<Response, Infallible>> + use<> {
     let method = request.method().clone();
     let Some(route) = resolve(request.uri().path()) else {
         tracing::debug!(%method, path = request.uri().path(), status = 404, "request");
         return Either::Left(future::ready(Ok(ApiError::not_found().into_response())));
     };
-    Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request)).map(move |response| {
-        tracing::debug!(%method, ?route, status = response.status().as_u16(), "request");
-        Ok(response)
-    }))
+    // Only event streams look at their connection: the other requests do not pay for a copy of it.
+    let connection = (route == Route::Events).then(|| connection.clone());
+    Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request, connection)).map(
+        move |response| {
+            tracing::debug!(%method, ?route, status = response.status().as_u16(), "request");
+            Ok(response)
+        },
+    ))
 }
 
 /// The handler's answer, or a 500 and an error log when it panics.
@@ -153,7 +162,12 @@ fn contain_panics(
     })
 }
 
-async fn dispatch(state: Arc<AppState>, route: Route, request: Request) -> Result<Response, ApiError> {
+async fn dispatch(
+    state: Arc<AppState>,
+    route: Route,
+    request: Request,
+    connection: Option<Connection>,
+) -> Result<Response, ApiError> {
     if !route.methods().contains(request.method()) {
         return Ok(method_not_allowed(route.methods()));
     }
@@ -165,11 +179,16 @@ async fn dispatch(state: Arc<AppState>, route: Route, request: Request) -> Resul
         Route::Messages => messages::post(&state, request).await,
         // A future is as large as the largest one it may await, and hyper moves a request's future several times:
         // the other routes are boxed so that their futures do not weigh on the two endpoints agents call most.
-        _ => Box::pin(dispatch_rest(&state, route, request)).await,
+        _ => Box::pin(dispatch_rest(&state, route, request, connection)).await,
     }
 }
 
-async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) -> Result<Response, ApiError> {
+async fn dispatch_rest(
+    state: &Arc<AppState>,
+    route: Route,
+    request: Request,
+    connection: Option<Connection>,
+) -> Result<Response, ApiError> {
     let unknown_webhook = || ApiError::unknown("unknown_webhook", "webhook config");
     let unknown_delivery = || ApiError::unknown("unknown_delivery", "delivery");
     let unknown_job = || ApiError::unknown("unknown_cron_job", "cron job");
@@ -178,7 +197,10 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
     match route {
         Route::Heartbeat => heartbeat::post(state, request).await,
         Route::Messages => messages::post(state, request).await,
-        Route::Events => events::get(state, &request),
+        Route::Events => match connection {
+            Some(connection) => events::get(state, &request, connection),
+            None => Err(ApiError::internal()),
+        },
         Route::Agents => agents::list(state, &request).await,
         Route::Healthz => Ok(health::live()),
         Route::Cluster => Ok(health::cluster(state).await),
