@@ -4,10 +4,11 @@
 use std::sync::Arc;
 
 use gateway_core::{
-    CapabilityMap, Clock, DispatchRate, EventPublisher, HeartbeatStore, InMemoryCapabilityMap, InMemoryLiveness,
-    Leadership, LivenessMap, SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
+    CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EventPublisher, HeartbeatStore, InMemoryCapabilityMap,
+    InMemoryLiveness, IntakePorts, Leadership, LivenessMap, SingleProcessLeadership, SlidingWindowRate, SystemClock,
+    supervise_loop,
 };
-use gateway_cron::{CronConfig, CronPorts, CronScheduler, Mailbox, MailboxPorts};
+use gateway_cron::{CronPorts, CronScheduler, Mailbox, MailboxPorts, ReminderTools, ToolPorts};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
@@ -87,7 +88,7 @@ impl App {
                 clock: Arc::clone(&clock),
                 leadership: Arc::clone(&leadership),
             },
-            CronConfig::default(),
+            config.cron(),
         );
         let mailbox = Mailbox::new(
             MailboxPorts {
@@ -97,6 +98,21 @@ impl App {
             },
             config.mailbox(),
         );
+        let tools = ReminderTools::new(
+            ToolPorts {
+                scheduler: cron.clone(),
+                calls: Arc::new(store.clone()),
+                clock: Arc::clone(&clock),
+                leadership: Arc::clone(&leadership),
+            },
+            config.tools(),
+        );
+        let intake = DecisionLogIntake::new(IntakePorts {
+            reminders: Arc::new(cron.clone()),
+            capabilities: Arc::new(heartbeat.clone()),
+            publisher: Arc::clone(&publisher),
+            clock: Arc::clone(&clock),
+        });
         let webhooks = WebhookRouter::new(
             RouterPorts {
                 store: Arc::new(store.clone()),
@@ -127,6 +143,7 @@ impl App {
         loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(retention.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(mailbox.clone(), stop_loops.clone()));
+        loops.spawn(supervise_loop(tools.clone(), stop_loops.clone()));
 
         threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
         let state = AppState {
@@ -140,6 +157,8 @@ impl App {
             webhooks,
             cron,
             mailbox,
+            intake,
+            tools,
             retention,
             cluster,
             clock,

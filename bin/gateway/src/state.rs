@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use gateway_core::{Clock, ComponentHealth, EventPublisher};
-use gateway_cron::{CronScheduler, Mailbox};
+use gateway_core::{Clock, ComponentHealth, DecisionLogIntake, EventPublisher};
+use gateway_cron::{CronScheduler, Mailbox, ReminderTools};
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
 use gateway_store::DieselStore;
@@ -40,6 +40,10 @@ pub struct AppState {
     pub cron: CronScheduler,
     /// Fired reminders kept for their agents: what agent streams replay.
     pub mailbox: Mailbox,
+    /// What `POST /gateway/messages` hands each body to.
+    pub intake: DecisionLogIntake,
+    /// The agents' reminder tools (`POST /gateway/tools/{tool_name}`).
+    pub tools: ReminderTools,
     pub retention: DeliveryRetention,
     /// This instance's place in its cluster (`/gateway/cluster`, `/readyz`).
     pub cluster: Cluster,
@@ -66,6 +70,7 @@ impl AppState {
             self.retention.health(),
             receipts,
             mailbox_retention,
+            self.tools.health(),
         ]
     }
 }

@@ -232,6 +232,7 @@ impl RedisBridge {
     }
 }
 
+/// `may_deliver` keeps its default, `true`: a subscriber on another instance may be listening.
 impl EventPublisher for RedisBridge {
     fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError> {
         let inner = &self.inner;
@@ -645,6 +646,15 @@ mod tests {
         bridge.publish(&Topic::Webhooks, &event("e-10")).unwrap();
         assert!(matches!(local.recv().await, Received::Event(event) if event.id() == "e-10"));
         assert_eq!(bridge.counters().skipped_seen, 1);
+    }
+
+    /// Nobody listening here says nothing of the other instances: a publisher asking the bridge is always told
+    /// to publish.
+    #[tokio::test]
+    async fn the_bridge_may_always_deliver_even_with_no_local_subscriber() {
+        let bridge = bridge(BridgeConfig::new("gw-a"));
+        assert!(!bridge.bus().has_subscribers(&Topic::Messages));
+        assert!(bridge.may_deliver(&Topic::Messages));
     }
 
     #[test]

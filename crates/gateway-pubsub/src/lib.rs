@@ -175,6 +175,10 @@ impl EventPublisher for Bus {
         let _ = sender.send(Arc::new(PublishedEvent::of(event)));
         Ok(())
     }
+
+    fn may_deliver(&self, topic: &Topic) -> bool {
+        self.has_subscribers(topic)
+    }
 }
 
 /// One subscriber's view of one topic. Dropping it unsubscribes.
@@ -316,6 +320,7 @@ mod tests {
         let second = bus.subscribe(&Topic::Agents);
         assert_eq!(bus.subscriber_count(&Topic::Agents), 2);
         assert!(bus.has_subscribers(&Topic::Agents) && !bus.has_subscribers(&Topic::Messages));
+        assert!(bus.may_deliver(&Topic::Agents) && !bus.may_deliver(&Topic::Messages), "what publishers ask");
         drop(first);
         assert_eq!(bus.topic_count(), 1);
         drop(second);

@@ -108,3 +108,14 @@ diesel::table! {
         received_at -> Nullable<Timestamp>,
     }
 }
+
+diesel::table! {
+    tool_calls (agent_id, tool_call_id) {
+        agent_id -> Text,
+        tool_call_id -> Text,
+        tool_name -> Text,
+        params_hash -> Text,
+        result -> Text,
+        created_at -> Timestamp,
+    }
+}

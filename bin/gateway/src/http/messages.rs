@@ -1,12 +1,10 @@
-//! `POST /gateway/messages`: a DecisionLog through the SchemaInterceptor (docs/api.md).
+//! `POST /gateway/messages`: a DecisionLog (docs/api.md). What happens to it (validation, the capability map, the
+//! reminder handed to the scheduler before the log is published, the events) is gateway-core's
+//! `DecisionLogIntake`; this reads the body and answers.
 
 use bytes::Bytes;
+use gateway_core::Rejection;
 use gateway_core::interceptor::RejectedLog;
-use gateway_core::{
-    AcceptedLog, DecisionLog, Event, EventPayload, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
-    Topic,
-};
-use gateway_cron::CronError;
 use http::StatusCode;
 use serde_json::json;
 
@@ -17,45 +15,14 @@ use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let body = read_body(request).await?;
-    match SchemaInterceptor.inspect(&body) {
-        Ok(AcceptedLog { log, reminder: None }) => Ok(accept(state, log)),
-        // Boxed: the scheduler's future is large, and unboxed it would size every DecisionLog's future, which
-        // hyper moves several times per request.
-        Ok(AcceptedLog { log, reminder: Some(reminder) }) => {
-            Ok(Box::pin(accept_with_reminder(state, log, reminder)).await)
-        }
+    let inspected = state.intake.inspect(&body);
+    // Nothing is done yet: checks of the caller against the agent the log names (`inspected.agent_id()`: agent
+    // authentication, the per-agent rate limit) belong here, before the log is settled.
+    match state.intake.settle(inspected).await {
+        Ok(accepted) => Ok(json_bytes(StatusCode::ACCEPTED, accepted_body(accepted.trace_id.as_deref()))),
         Err(Rejection::InvalidJson) => Err(ApiError::invalid_json()),
-        Err(Rejection::SchemaViolation(rejected)) => Ok(reject(state, &rejected)),
+        Err(Rejection::SchemaViolation(rejected)) => Ok(rejected_response(&rejected)),
     }
-}
-
-async fn accept_with_reminder(
-    state: &AppState,
-    log: DecisionLog,
-    reminder: Result<ReminderRequest, ReminderRequestError>,
-) -> Response {
-    // FR-10.7: the reminder is handed to the scheduler before the log is published.
-    match reminder {
-        Ok(request) => schedule_reminder(state, request).await,
-        Err(invalid) => tracing::warn!("{invalid}"),
-    }
-    accept(state, log)
-}
-
-fn accept(state: &AppState, log: DecisionLog) -> Response {
-    if let Some(identity) = &log.identity {
-        state.heartbeat.note_capabilities(&identity.agent_id, &identity.agent_type, &identity.capability_version);
-    }
-    let body = json_bytes(StatusCode::ACCEPTED, accepted_body(log.trace_id()));
-    // The event is built only for someone to receive it: its id, timestamp and boxed log were about 1,500
-    // instructions of every DecisionLog.
-    if state.bridged || state.bus.has_subscribers(&Topic::Messages) {
-        let event = Event::new(EventPayload::DecisionLog(Box::new(log)), state.clock.now());
-        if let Err(error) = state.publisher.publish(&Topic::Messages, &event) {
-            tracing::warn!(%error, event_id = %event.id, "decision_log event not published");
-        }
-    }
-    body
 }
 
 /// `{"status":"accepted","trace_id":…}`, the trace id `null` when the log had none: the constant part as it is,
@@ -70,44 +37,12 @@ fn accepted_body(trace_id: Option<&str>) -> Bytes {
     Bytes::from(body)
 }
 
-/// The hand-off of an agent's reminder request to the scheduler. Whatever happens here, the log is still
-/// accepted and published (FR-10.7): a failure to schedule is a warning, never an error to the agent.
-async fn schedule_reminder(state: &AppState, request: ReminderRequest) {
-    let ReminderRequest { agent_id, delay_ms, payload, idempotency_key } = request;
-    // A u64 beyond i64 is far past the scheduler's ten-year limit; it is refused there like any absurd delay.
-    let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
-    let log_agent = agent_id.clone();
-    // The key makes a retried log (same agent, same trace_id) find the reminder its first POST scheduled.
-    let scheduled = state.cron.schedule_once_idempotent(agent_id, delay, payload, idempotency_key).await;
-    match scheduled {
-        Ok((job, false)) => tracing::info!(agent_id = %log_agent, job_id = job.id, delay_ms, "reminder scheduled"),
-        Ok((job, true)) => tracing::info!(agent_id = %log_agent, job_id = job.id, "reminder already scheduled"),
-        // Same text as the interceptor's own refusals, naming the value the agent sent.
-        Err(CronError::InvalidDelay(_)) => tracing::warn!("invalid delay_ms for schedule_reminder: {delay_ms}"),
-        Err(error) => tracing::warn!(agent_id = %log_agent, %error, "reminder not scheduled"),
-    }
-}
-
-/// 422, and a `schema_violation` event that carries the body's hash, never the body. The log line names the
-/// failing field path only.
-fn reject(state: &AppState, rejected: &RejectedLog) -> Response {
-    let reason = rejected.violation.to_string();
-    tracing::info!(field = %rejected.violation.path, raw_payload_hash = %rejected.raw_payload_hash, "decision log rejected");
-    let event = Event::new(
-        EventPayload::SchemaViolation {
-            agent_id: rejected.agent_id.clone(),
-            capability_version: rejected.capability_version.clone(),
-            violation_reason: reason.clone(),
-            raw_payload_hash: rejected.raw_payload_hash.clone(),
-        },
-        state.clock.now(),
-    );
-    if let Err(error) = state.publisher.publish(&Topic::Violations, &event) {
-        tracing::warn!(%error, event_id = %event.id, "schema_violation event not published");
-    }
+/// 422 naming the failing field path and the rule, with the log's own trace id (its event is published already).
+fn rejected_response(rejected: &RejectedLog) -> Response {
     json_response(
         StatusCode::UNPROCESSABLE_ENTITY,
-        &json!({"status": "rejected", "reason": "schema_violation", "detail": reason, "trace_id": rejected.trace_id}),
+        &json!({"status": "rejected", "reason": "schema_violation", "detail": rejected.violation.to_string(),
+                "trace_id": rejected.trace_id}),
     )
 }
 

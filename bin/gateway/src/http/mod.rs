@@ -17,6 +17,7 @@ mod heartbeat;
 mod messages;
 mod reminders;
 mod replay;
+mod tools;
 mod webhooks;
 
 use std::convert::Infallible;

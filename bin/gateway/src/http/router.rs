@@ -14,7 +14,7 @@ use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, cron, events, health, heartbeat, messages, reminders, webhooks};
+use crate::http::{agents, cron, events, health, heartbeat, messages, reminders, tools, webhooks};
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
@@ -38,7 +38,11 @@ enum Route {
     Cluster,
     /// `/gateway/agents/{agent_id}/reminders`; the handler reads the agent id from the path.
     AgentReminders,
+    /// `/gateway/tools/{tool_name}`; the handler reads the name from the path.
+    Tool,
 }
+
+const TOOLS_PREFIX: &str = "/gateway/tools/";
 
 fn resolve(path: &str) -> Option<Route> {
     // Matched on the path text, segment by segment, without collecting segments: this runs for every request.
@@ -65,6 +69,8 @@ fn resolve(path: &str) -> Option<Route> {
                 segment(job).map(|()| Route::CronJob(id(job)))?
             } else if reminders::agent_of(path).is_some() {
                 Route::AgentReminders
+            } else if let Some(tool) = path.strip_prefix(TOOLS_PREFIX) {
+                segment(tool).map(|()| Route::Tool)?
             } else {
                 let delivery = path.strip_prefix("/gateway/deliveries/")?;
                 match delivery.split_once('/') {
@@ -81,7 +87,7 @@ fn resolve(path: &str) -> Option<Route> {
 impl Route {
     fn methods(self) -> &'static [Method] {
         match self {
-            Self::Heartbeat | Self::Messages => &[Method::POST],
+            Self::Heartbeat | Self::Messages | Self::Tool => &[Method::POST],
             Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster | Self::AgentReminders => {
                 &[Method::GET]
             }
@@ -218,6 +224,10 @@ async fn dispatch_rest(
         Route::Deliveries => webhooks::list_deliveries(state, &request).await,
         Route::Delivery(id) => webhooks::show_delivery(state, id.ok_or_else(unknown_delivery)?).await,
         Route::DeliveryRetry(id) => webhooks::retry(state, id.ok_or_else(unknown_delivery)?).await,
+        Route::Tool => {
+            let name = request.uri().path().strip_prefix(TOOLS_PREFIX).unwrap_or_default().to_owned();
+            tools::call(state, &name, request).await
+        }
         Route::CronJobs if is_post => cron::create(state, request).await,
         Route::CronJobs => cron::list(state, &request).await,
         Route::CronJob(id) => {
@@ -268,6 +278,9 @@ mod tests {
         assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
         assert_eq!(resolve("/gateway/agents/agent-7/reminders"), Some(Route::AgentReminders));
         assert!(!Route::AgentReminders.operator_only(), "its handler checks who may read the mailbox");
+        assert_eq!(resolve("/gateway/tools/schedule_reminder"), Some(Route::Tool));
+        assert_eq!(resolve("/gateway/tools/anything"), Some(Route::Tool), "the handler decides what is a tool");
+        assert!(!Route::Tool.operator_only());
         // An empty segment is an id that names nothing, as any other non-integer.
         assert_eq!(resolve("/gateway/webhooks/"), Some(Route::WebhookInbound(None)));
         assert_eq!(resolve("/gateway/deliveries//retry"), Some(Route::DeliveryRetry(None)));
@@ -290,6 +303,8 @@ mod tests {
             "/gateway/agents/a/reminders/",
             "/gateway/agents/a/b/reminders",
             "/gateway/agents/a",
+            "/gateway/tools",
+            "/gateway/tools/schedule_reminder/x",
         ] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }

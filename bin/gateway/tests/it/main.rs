@@ -21,5 +21,6 @@ mod postgres;
 mod rate;
 mod retention;
 mod robustness;
+mod tools;
 mod validation;
 mod webhooks;
