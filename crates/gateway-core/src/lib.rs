@@ -13,6 +13,8 @@
 //! | [`capability`] | [`CapabilityMap`] | [`InMemoryCapabilityMap`] |
 //! | [`event`] | [`EventPublisher`] | [`RecordingPublisher`] |
 //! | [`rate`] | [`DispatchRate`] | [`SlidingWindowRate`] |
+//! | [`rate_limit`] | [`RateLimiter`] | [`FixedWindowLimiter`] |
+//! | [`credential`] | [`AgentCredentialStore`] | [`InMemoryAgentCredentialStore`] |
 //! | [`clock`] | [`Clock`] | [`ManualClock`] (and [`SystemClock`]) |
 //! | [`leadership`] | [`Leadership`], [`FencingEpoch`] | [`SingleProcessLeadership`], [`EpochGate`] |
 //!
@@ -29,6 +31,7 @@ pub mod capability;
 pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod credential;
 pub mod cron;
 pub mod decision_log;
 pub mod direct_json;
@@ -43,6 +46,7 @@ pub mod leadership;
 pub mod liveness;
 pub mod periodic;
 pub mod rate;
+pub mod rate_limit;
 pub mod rfc3339;
 pub mod store;
 pub mod supervisor;
@@ -53,6 +57,10 @@ pub use backoff::capped_backoff;
 pub use blocking::run_blocking;
 pub use capability::{CapabilityEntry, CapabilityMap, InMemoryCapabilityMap};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use credential::{
+    AgentCredentialStore, CredentialId, CredentialRecord, InMemoryAgentCredentialStore, IssuedToken, PresentedToken,
+    TokenHash,
+};
 pub use cron::{
     ClaimLease, CronJob, CronJobInsert, CronJobStore, FireCompletion, FireKey, InMemoryCronJobStore, NewCronJob,
     PendingFire,
@@ -67,6 +75,7 @@ pub use leadership::{EpochGate, FencingEpoch, FencingToken, Leadership, SinglePr
 pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
 pub use periodic::{LeaderLoop, MaybeFenced};
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
+pub use rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};
 pub use store::{StoreError, StoreHealth};
 pub use supervisor::{BackgroundLoop, supervise, supervise_loop};
 pub use webhook::{

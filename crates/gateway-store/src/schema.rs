@@ -95,3 +95,13 @@ diesel::table! {
         capabilities_updated_at -> Nullable<Timestamp>,
     }
 }
+
+diesel::table! {
+    agent_credentials (credential_id) {
+        credential_id -> Text,
+        agent_id -> Text,
+        token_hash -> Text,
+        created_at -> Timestamp,
+        revoked_at -> Nullable<Timestamp>,
+    }
+}
