@@ -23,15 +23,24 @@ impl OperatorAuth {
     }
 
     pub fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let presented = headers
-            .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .ok_or_else(ApiError::unauthorized)?;
-        hmac::verify(&self.key, presented.as_bytes(), self.expected.as_ref()).map_err(|_| ApiError::unauthorized())
+        let presented = bearer_token(headers).ok_or_else(ApiError::unauthorized)?;
+        if self.accepts(presented) { Ok(()) } else { Err(ApiError::unauthorized()) }
     }
+
+    /// Whether `token` is the operator token.
+    pub fn accepts(&self, token: &str) -> bool {
+        hmac::verify(&self.key, token.as_bytes(), self.expected.as_ref()).is_ok()
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case), if there is one.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use tokio::sync::mpsc::{self, error::SendTimeoutError};
 use tokio::time::{Instant, interval_at};
 use tokio_util::sync::CancellationToken;
 
+use crate::http::agent_auth::{Access, Caller};
 use crate::http::error::ApiError;
 use crate::http::request::{Query, Request};
 use crate::http::response::{Response, event_stream};
@@ -28,7 +29,7 @@ pub const SLOW_CONSUMER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Chunks buffered between the bus and the socket of one stream.
 const STREAM_BUFFER: usize = 16;
 
-pub fn get(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+pub async fn get(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     let invalid_topic = || {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_topic").with_detail(
             "topic must be gateway:messages, gateway:violations, gateway:webhooks, gateway:agents or agent:<agent_id>:scheduled",
@@ -36,11 +37,16 @@ pub fn get(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     };
     let query = Query::parse(request.uri(), &["topic"])?;
     let topic = query.get("topic").and_then(Topic::parse).ok_or_else(invalid_topic)?;
-    let streams = if topic.is_operator_only() {
-        state.operator.check(request.headers())?;
-        &state.operator_event_streams
-    } else {
-        &state.event_streams
+    let mut caller = Caller::Open;
+    let streams = match &topic {
+        Topic::AgentScheduled(agent_id) => {
+            caller = state.agent_auth.authorize(request.headers(), agent_id, Access::Read).await?;
+            &state.event_streams
+        }
+        _ => {
+            state.operator.check(request.headers())?;
+            &state.operator_event_streams
+        }
     };
     let permit = Arc::clone(streams)
         .try_acquire_owned()
@@ -48,7 +54,18 @@ pub fn get(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     // Subscribed before the response goes out: once a client sees the headers, it sees every later event.
     let subscription = state.bus.subscribe(&topic);
     let (chunks, body) = mpsc::channel(STREAM_BUFFER);
-    tokio::spawn(pump(subscription, chunks, state.shutdown.clone(), permit));
+    // A stream opened with an agent's credential ends when that credential is revoked.
+    let (stop, revocation) = match &caller {
+        Caller::Agent(verified) => {
+            let (stop, guard) = state.agent_auth.credentials().stream_stop(verified, &state.shutdown);
+            (stop, Some(guard))
+        }
+        Caller::Open | Caller::Operator => (state.shutdown.clone(), None),
+    };
+    tokio::spawn(async move {
+        let _revocation = revocation;
+        pump(subscription, chunks, stop, permit).await;
+    });
     Ok(event_stream(body))
 }
 

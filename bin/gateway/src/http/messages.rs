@@ -3,21 +3,38 @@
 use bytes::Bytes;
 use gateway_core::interceptor::RejectedLog;
 use gateway_core::{
-    AcceptedLog, DecisionLog, Event, EventPayload, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
-    Topic,
+    AcceptedLog, AgentId, DecisionLog, Event, EventPayload, Rejection, ReminderRequest, ReminderRequestError,
+    SchemaInterceptor, Topic,
 };
 use gateway_cron::CronError;
 use http::StatusCode;
 use serde_json::json;
 
+use crate::http::agent_auth::{Access, Named};
 use crate::http::error::ApiError;
 use crate::http::request::{Request, read_body};
 use crate::http::response::{Response, json_bytes, json_response};
 use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let caller = state.agent_auth.authenticate(request.headers()).await?;
     let body = read_body(request).await?;
-    match SchemaInterceptor.inspect(&body) {
+    let inspected = SchemaInterceptor.inspect(&body);
+    // Every request counts, the refused ones included: by the token's agent with auth on, else by the agent the
+    // body names (the interceptor's "unknown" stands for an agent id it could not read).
+    let rejected_agent = match &inspected {
+        Err(Rejection::SchemaViolation(rejected)) if rejected.agent_id != "unknown" => {
+            AgentId::new(rejected.agent_id.as_str()).ok()
+        }
+        _ => None,
+    };
+    let named = match (&inspected, &rejected_agent) {
+        (Ok(accepted), _) => accepted.log.agent_id().map_or(Named::Nobody, Named::Agent),
+        (Err(_), Some(agent_id)) => Named::Agent(agent_id),
+        (Err(_), None) => Named::Unreadable,
+    };
+    state.agent_auth.admit(&caller, named, Access::Act).await?;
+    match inspected {
         Ok(AcceptedLog { log, reminder: None }) => Ok(accept(state, log)),
         // Boxed: the scheduler's future is large, and unboxed it would size every DecisionLog's future, which
         // hyper moves several times per request.

@@ -1,6 +1,7 @@
 //! The HTTP server: accepts connections on a pre-bound listener, routes requests, and drains in-flight requests
 //! on shutdown.
 
+pub mod agent_auth;
 pub mod auth;
 pub mod error;
 mod head_timeout;
@@ -9,6 +10,7 @@ pub mod response;
 mod router;
 
 mod agents;
+mod credentials;
 mod cron;
 mod events;
 mod health;

@@ -13,7 +13,7 @@ use http::{Method, StatusCode};
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, cron, events, health, heartbeat, messages, webhooks};
+use crate::http::{agents, credentials, cron, events, health, heartbeat, messages, webhooks};
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
@@ -35,6 +35,10 @@ enum Route {
     CronJobs,
     CronJob(Option<i64>),
     Cluster,
+    /// `/gateway/agents/{agent_id}/credentials`; the handler reads the agent id from the path.
+    AgentCredentials,
+    /// `/gateway/agents/{agent_id}/credentials/{credential_id}`.
+    AgentCredential,
 }
 
 fn resolve(path: &str) -> Option<Route> {
@@ -60,6 +64,8 @@ fn resolve(path: &str) -> Option<Route> {
                 segment(config).map(|()| Route::WebhookConfig(id(config)))?
             } else if let Some(job) = path.strip_prefix("/gateway/cron/jobs/") {
                 segment(job).map(|()| Route::CronJob(id(job)))?
+            } else if let Some(agent) = path.strip_prefix("/gateway/agents/") {
+                agent_route(agent)?
             } else {
                 let delivery = path.strip_prefix("/gateway/deliveries/")?;
                 match delivery.split_once('/') {
@@ -73,6 +79,16 @@ fn resolve(path: &str) -> Option<Route> {
     Some(route)
 }
 
+/// What follows `/gateway/agents/`: an agent id segment (percent-encoded, so without `/`), then the resource.
+fn agent_route(rest: &str) -> Option<Route> {
+    let (_agent, resource) = rest.split_once('/')?;
+    match resource.split_once('/') {
+        None if resource == "credentials" => Some(Route::AgentCredentials),
+        Some(("credentials", credential)) if !credential.contains('/') => Some(Route::AgentCredential),
+        _ => None,
+    }
+}
+
 impl Route {
     fn methods(self) -> &'static [Method] {
         match self {
@@ -84,6 +100,8 @@ impl Route {
             Self::Delivery(_) => &[Method::GET],
             Self::CronJobs => &[Method::GET, Method::POST],
             Self::CronJob(_) => &[Method::GET, Method::DELETE],
+            Self::AgentCredentials => &[Method::GET, Method::POST],
+            Self::AgentCredential => &[Method::DELETE],
         }
     }
 
@@ -101,6 +119,8 @@ impl Route {
                 | Self::CronJobs
                 | Self::CronJob(_)
                 | Self::Cluster
+                | Self::AgentCredentials
+                | Self::AgentCredential
         )
     }
 }
@@ -172,7 +192,7 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
     match route {
         Route::Heartbeat => heartbeat::post(state, request).await,
         Route::Messages => messages::post(state, request).await,
-        Route::Events => events::get(state, &request),
+        Route::Events => events::get(state, &request).await,
         Route::Agents => agents::list(state, &request).await,
         Route::Healthz => Ok(health::live()),
         Route::Cluster => Ok(health::cluster(state).await),
@@ -194,6 +214,9 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
             let id = id.ok_or_else(unknown_job)?;
             if is_delete { cron::delete(state, id).await } else { cron::show(state, id).await }
         }
+        Route::AgentCredentials if is_post => credentials::issue(state, request).await,
+        Route::AgentCredentials => credentials::list(state, &request).await,
+        Route::AgentCredential => credentials::revoke(state, &request).await,
     }
 }
 
@@ -236,6 +259,10 @@ mod tests {
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
         assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(Some(42))));
         assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
+        assert_eq!(resolve("/gateway/agents/a%2Fb/credentials"), Some(Route::AgentCredentials));
+        assert_eq!(resolve("/gateway/agents/a/credentials/019c85388601a1b2c3d4e5f6"), Some(Route::AgentCredential));
+        assert_eq!(resolve("/gateway/agents/a/credentials/"), Some(Route::AgentCredential));
+        assert!(Route::AgentCredentials.operator_only() && Route::AgentCredential.operator_only());
         // An empty segment is an id that names nothing, as any other non-integer.
         assert_eq!(resolve("/gateway/webhooks/"), Some(Route::WebhookInbound(None)));
         assert_eq!(resolve("/gateway/deliveries//retry"), Some(Route::DeliveryRetry(None)));
@@ -255,6 +282,11 @@ mod tests {
             "/gateway/deliveries/1/2/retry",
             "/gateway/cron/jobs/1/x",
             "/gateway/cron",
+            "/gateway/agents/a",
+            "/gateway/agents/a/",
+            "/gateway/agents/a/b/credentials",
+            "/gateway/agents/a/credentials/x/y",
+            "/gateway/agents/a/other",
         ] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }

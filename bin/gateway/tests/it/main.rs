@@ -6,6 +6,7 @@
 mod receiver;
 mod support;
 
+mod agent_auth;
 mod cluster;
 mod config;
 mod crash;
