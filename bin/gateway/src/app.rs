@@ -67,7 +67,7 @@ impl App {
         let mut loops = JoinSet::new();
         let coordination = Coordination::new(config, &store, &bus, &clock)?;
         let mut threads = Vec::new();
-        let credentials = CredentialCache::new(Arc::new(store.clone())).map_err(|_| StartError::Entropy)?;
+        let credentials = CredentialCache::new(Arc::new(store.clone()));
         let upkeep = CredentialUpkeep {
             cache: credentials.clone(),
             bus: bus.clone(),

@@ -2,7 +2,7 @@
 //! heartbeat, message and tool call presents a token, and checking one must not cost a database read.
 //!
 //! - A hit is a map lookup by the token's credential id and one hash comparison: the SHA-256 of the presented token
-//!   against the stored one, through `ring::hmac::verify` under a per-process key (constant time, never `==`).
+//!   against the stored one, in constant time (`TokenHash::matches`, never `==`).
 //! - A miss reads the row (on the blocking pool, at most [`MAX_CONCURRENT_LOOKUPS`] at once, so a flood of made-up
 //!   credential ids cannot take the pool from everything else) and caches the answer: the credential, or the fact
 //!   that the id authenticates nothing (unknown or revoked), the latter in a bounded set ([`MAX_REFUSED`]).
@@ -27,7 +27,6 @@ use gateway_core::{
     AgentCredentialStore, AgentId, BackgroundLoop, CredentialId, CredentialRecord, PresentedToken, StoreError,
     TokenHash, run_blocking,
 };
-use ring::hmac;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -54,8 +53,8 @@ pub const MAX_CONCURRENT_LOOKUPS: usize = 16;
 pub struct Verified {
     pub credential_id: CredentialId,
     pub agent_id: AgentId,
-    /// HMAC of the stored token hash under the cache's key: what a presented token's hash is verified against.
-    tag: hmac::Tag,
+    /// The stored token hash.
+    hash: TokenHash,
     /// When the read that produced or last confirmed this entry began, in ms since the cache's start.
     checked_ms: AtomicU64,
     /// When a request last used it, in ms since the cache's start.
@@ -79,7 +78,6 @@ pub struct CredentialCache {
 #[derive(Debug)]
 struct Inner {
     store: Arc<dyn AgentCredentialStore>,
-    key: hmac::Key,
     /// What `checked_ms` and `used_ms` count from.
     started: Instant,
     cached: RwLock<Cached>,
@@ -105,19 +103,13 @@ enum Lookup {
 }
 
 impl CredentialCache {
-    /// Fails only when the operating system has no randomness source (the comparison key is random).
-    pub fn new(store: Arc<dyn AgentCredentialStore>) -> Result<Self, ring::error::Unspecified> {
+    pub fn new(store: Arc<dyn AgentCredentialStore>) -> Self {
         Self::with_capacity(store, MAX_VERIFIED)
     }
 
-    fn with_capacity(
-        store: Arc<dyn AgentCredentialStore>,
-        max_verified: usize,
-    ) -> Result<Self, ring::error::Unspecified> {
-        let key = hmac::Key::generate(hmac::HMAC_SHA256, &ring::rand::SystemRandom::new())?;
+    fn with_capacity(store: Arc<dyn AgentCredentialStore>, max_verified: usize) -> Self {
         let inner = Inner {
             store,
-            key,
             started: Instant::now(),
             cached: RwLock::new(Cached::default()),
             lookups: Semaphore::new(MAX_CONCURRENT_LOOKUPS),
@@ -125,7 +117,7 @@ impl CredentialCache {
             next_stream: AtomicU64::new(0),
             max_verified,
         };
-        Ok(Self { inner: Arc::new(inner) })
+        Self { inner: Arc::new(inner) }
     }
 
     /// Who `token` authenticates. A store error (the row could not be read) is no verdict: the caller answers 503,
@@ -309,7 +301,7 @@ impl Inner {
 
     fn entry(&self, row: CredentialRecord, checked_ms: u64) -> Verified {
         Verified {
-            tag: hmac::sign(&self.key, row.token_hash.as_bytes()),
+            hash: row.token_hash,
             credential_id: row.credential_id,
             agent_id: row.agent_id,
             checked_ms: AtomicU64::new(checked_ms),
@@ -317,10 +309,9 @@ impl Inner {
         }
     }
 
-    /// Whether `hash` is the entry's stored hash, in constant time: `hmac::verify` recomputes the tag of `hash`
-    /// and compares the tags without stopping at the first difference.
+    /// Whether `hash` is the entry's stored hash, in constant time.
     fn matches(&self, entry: &Verified, hash: &TokenHash) -> bool {
-        hmac::verify(&self.key, hash.as_bytes(), entry.tag.as_ref()).is_ok()
+        entry.hash.matches(hash)
     }
 }
 
@@ -481,7 +472,7 @@ mod tests {
 
     fn fixture_holding(max_verified: usize) -> Fixture {
         let store = Arc::new(InMemoryAgentCredentialStore::default());
-        let cache = CredentialCache::with_capacity(store.clone(), max_verified).unwrap();
+        let cache = CredentialCache::with_capacity(store.clone(), max_verified);
         Fixture { store, cache }
     }
 

@@ -3,10 +3,11 @@
 //!
 //! A token is `agt_<credential id>_<secret>`: 12 bytes of id and 32 random bytes of secret, both as lowercase hex
 //! (93 characters in all). The id travels in the token so that checking one is a lookup by primary key and one
-//! hash comparison, never a scan over every stored hash. Only the SHA-256 of the whole token is stored: the secret
-//! is 256 bits from the operating system's generator, so no guess can find a token from its hash however fast the
-//! hash is, and a slow password KDF (bcrypt, Argon2), which exists to make guessing *low-entropy* secrets
-//! expensive, would only cost every request time for no gain.
+//! hash comparison, never a scan over every stored hash. Only a SHA-256 is stored, of the token's 44 bytes (id and
+//! secret, decoded from hex: one block of the hash, where the 93 characters would be two): the secret is 256 bits
+//! from the operating system's generator, so no guess can find a token from its hash however fast the hash is, and
+//! a slow password KDF (bcrypt, Argon2), which exists to make guessing *low-entropy* secrets expensive, would only
+//! cost every request time for no gain. Hashes are compared in constant time ([`TokenHash::matches`]).
 //!
 //! Credential ids sort by issue time: their first 6 bytes are the issue instant in milliseconds since the Unix
 //! epoch, the other 6 are random. An agent's credentials listed by id are so listed oldest first.
@@ -36,8 +37,36 @@ const SECRET_BYTES: usize = 32;
 /// Characters of a whole token: prefix, id, `_`, secret.
 pub const TOKEN_CHARS: usize = TOKEN_PREFIX.len() + CREDENTIAL_ID_CHARS + 1 + 2 * SECRET_BYTES;
 
+/// Bytes a token's hash covers: its id, then its secret.
+const TOKEN_BYTES: usize = ID_BYTES + SECRET_BYTES;
+
 fn is_lower_hex(text: &str) -> bool {
     text.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
+}
+
+/// Decodes lowercase hex into `out` (exactly twice its length); `false` on anything else. Every request with agent
+/// auth on decodes a token, so each digit is one table lookup, and the validity of all of them one check at the end.
+fn decode_lower_hex(text: &[u8], out: &mut [u8]) -> bool {
+    /// A digit's value, or 0xFF for a byte that is not a lowercase hex digit.
+    const VALUES: [u8; 256] = {
+        let mut values = [0xFF; 256];
+        let mut digit = 0;
+        while digit < 16 {
+            values[b"0123456789abcdef"[digit] as usize] = digit as u8;
+            digit += 1;
+        }
+        values
+    };
+    if text.len() != 2 * out.len() {
+        return false;
+    }
+    let mut invalid = 0u8;
+    for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
+        let (high, low) = (VALUES[usize::from(pair[0])], VALUES[usize::from(pair[1])]);
+        invalid |= (high | low) & 0xF0;
+        *byte = high << 4 | (low & 0x0F);
+    }
+    invalid == 0
 }
 
 /// A credential's id: 24 lowercase hex digits.
@@ -55,13 +84,13 @@ impl CredentialId {
         &self.0
     }
 
-    /// The issue instant in milliseconds, then 6 random bytes.
-    fn generate(at: OffsetDateTime, random: &dyn SecureRandom) -> Result<Self, ring::error::Unspecified> {
+    /// The issue instant in milliseconds, then 6 random bytes: the id's bytes.
+    fn generate(at: OffsetDateTime, random: &dyn SecureRandom) -> Result<[u8; ID_BYTES], ring::error::Unspecified> {
         let millis = u64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
         let mut bytes = [0u8; ID_BYTES];
         bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
         random.fill(&mut bytes[6..])?;
-        Ok(Self(crate::hex::encode(&bytes)))
+        Ok(bytes)
     }
 }
 
@@ -78,16 +107,24 @@ impl Borrow<str> for CredentialId {
     }
 }
 
-/// The SHA-256 of a whole token: what the store keeps instead of the token.
+/// The SHA-256 of a token's bytes: what the store keeps instead of the token. `==` (for tests and stored rows)
+/// is not how a presented token is checked: [`TokenHash::matches`] is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct TokenHash([u8; 32]);
 
 impl TokenHash {
-    pub fn of(token: &str) -> Self {
-        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-        let mut bytes = [0u8; 32];
-        bytes.copy_from_slice(digest.as_ref());
-        Self(bytes)
+    /// The SHA-256 of `bytes` (a token's are its id's and its secret's, see [`PresentedToken::hash`]).
+    pub fn of(bytes: impl AsRef<[u8]>) -> Self {
+        let digest = ring::digest::digest(&ring::digest::SHA256, bytes.as_ref());
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(digest.as_ref());
+        Self(hash)
+    }
+
+    /// Whether `presented` is this hash, in constant time: how long it takes says nothing about how many bytes
+    /// agree.
+    pub fn matches(&self, presented: &TokenHash) -> bool {
+        subtle::ConstantTimeEq::ct_eq(&self.0[..], &presented.0[..]).into()
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {
@@ -122,11 +159,12 @@ impl IssuedToken {
     /// A new token, its id stamped with `at`. Fails only when the operating system has no randomness source.
     pub fn issue(at: OffsetDateTime) -> Result<Self, ring::error::Unspecified> {
         let random = ring::rand::SystemRandom::new();
-        let credential_id = CredentialId::generate(at, &random)?;
-        let mut secret = [0u8; SECRET_BYTES];
-        random.fill(&mut secret)?;
-        let token = format!("{TOKEN_PREFIX}{credential_id}_{}", crate::hex::encode(&secret));
-        Ok(Self { hash: TokenHash::of(&token), credential_id, token })
+        let mut bytes = [0u8; TOKEN_BYTES];
+        bytes[..ID_BYTES].copy_from_slice(&CredentialId::generate(at, &random)?);
+        random.fill(&mut bytes[ID_BYTES..])?;
+        let credential_id = CredentialId(crate::hex::encode(&bytes[..ID_BYTES]));
+        let token = format!("{TOKEN_PREFIX}{credential_id}_{}", crate::hex::encode(&bytes[ID_BYTES..]));
+        Ok(Self { hash: TokenHash::of(bytes), credential_id, token })
     }
 
     /// The token's text, for the one response that hands it to the operator.
@@ -141,30 +179,34 @@ impl fmt::Debug for IssuedToken {
     }
 }
 
-/// A token as a client presented it, well-formed: its credential id, and the whole text to hash. Debug never
-/// shows the text.
+/// A token as a client presented it, well-formed: its credential id, and its bytes to hash. Debug never shows the
+/// secret.
 #[derive(Clone, Copy)]
 pub struct PresentedToken<'a> {
-    text: &'a str,
+    credential_id: &'a str,
+    bytes: [u8; TOKEN_BYTES],
 }
 
 impl<'a> PresentedToken<'a> {
     /// `None` unless `text` has the shape of an agent token: what does not can be refused without a lookup.
     pub fn parse(text: &'a str) -> Option<Self> {
         let rest = text.strip_prefix(TOKEN_PREFIX)?;
-        let (id, secret) = rest.split_at_checked(CREDENTIAL_ID_CHARS)?;
+        let (credential_id, secret) = rest.split_at_checked(CREDENTIAL_ID_CHARS)?;
         let secret = secret.strip_prefix('_')?;
-        let well_formed = is_lower_hex(id) && secret.len() == 2 * SECRET_BYTES && is_lower_hex(secret);
-        well_formed.then_some(Self { text })
+        let mut bytes = [0u8; TOKEN_BYTES];
+        let (id_bytes, secret_bytes) = bytes.split_at_mut(ID_BYTES);
+        let well_formed =
+            decode_lower_hex(credential_id.as_bytes(), id_bytes) && decode_lower_hex(secret.as_bytes(), secret_bytes);
+        well_formed.then_some(Self { credential_id, bytes })
     }
 
     /// The credential id the token names (24 lowercase hex digits).
     pub fn credential_id(&self) -> &'a str {
-        &self.text[TOKEN_PREFIX.len()..TOKEN_PREFIX.len() + CREDENTIAL_ID_CHARS]
+        self.credential_id
     }
 
     pub fn hash(&self) -> TokenHash {
-        TokenHash::of(self.text)
+        TokenHash::of(self.bytes)
     }
 }
 
@@ -302,6 +344,8 @@ mod tests {
         let presented = PresentedToken::parse(token).unwrap();
         assert_eq!(presented.credential_id(), issued.credential_id.as_str());
         assert_eq!(presented.hash(), issued.hash);
+        assert!(issued.hash.matches(&presented.hash()));
+        assert!(!issued.hash.matches(&TokenHash::of(issued.expose())), "the bytes are hashed, not the text");
         assert_eq!(TokenHash::from_hex(&issued.hash.to_hex()), Some(issued.hash));
         assert_ne!(IssuedToken::issue(at).unwrap().expose(), token, "each token is random");
     }
@@ -335,6 +379,8 @@ mod tests {
             format!("agt_{}_{}", "0".repeat(23), "a".repeat(65)),
             format!("agt_{}_{}", "0".repeat(24), "g".repeat(64)),
             "agt_ü".to_owned(),
+            format!("agt_{}_{}", "0".repeat(24), "/".repeat(64)),
+            format!("agt_{}:_{}", "0".repeat(23), "a".repeat(64)),
         ] {
             assert!(PresentedToken::parse(&bad).is_none(), "{bad:?}");
         }

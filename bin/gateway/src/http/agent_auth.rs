@@ -126,34 +126,35 @@ impl AgentAuth {
     /// authenticated agent's with auth on, the named one's with auth off (a body that names none is not counted
     /// then).
     pub async fn admit(&self, caller: &Caller, named: Named<'_>, access: Access) -> Result<(), ApiError> {
-        let counted = match caller {
+        let (counted, refusal) = match caller {
             Caller::Open => match named {
-                Named::Agent(agent_id) => Some(agent_id),
-                Named::Nobody | Named::Unreadable => None,
+                Named::Agent(agent_id) => (Some(agent_id), None),
+                Named::Nobody | Named::Unreadable => (None, None),
             },
             Caller::Operator if access == Access::Read => return Ok(()),
             Caller::Operator => {
                 return Err(ApiError::identity_mismatch("the operator token does not act for agents: use the agent's"));
             }
             Caller::Agent(verified) => {
-                let mine = &verified.agent_id;
-                match named {
-                    Named::Agent(agent_id) if agent_id != mine => {
-                        return Err(ApiError::identity_mismatch("the agent named differs from the token's agent"));
+                let refusal = match named {
+                    Named::Agent(agent_id) if *agent_id != verified.agent_id => {
+                        Some(ApiError::identity_mismatch("the agent named differs from the token's agent"))
                     }
-                    Named::Nobody if access != Access::Read => {
-                        return Err(ApiError::identity_mismatch(
-                            "identity.agent_id is required with agent auth on, and must be the token's agent",
-                        ));
-                    }
-                    Named::Agent(_) | Named::Nobody | Named::Unreadable => Some(mine),
-                }
+                    Named::Nobody if access != Access::Read => Some(ApiError::identity_mismatch(
+                        "identity.agent_id is required with agent auth on, and must be the token's agent",
+                    )),
+                    Named::Agent(_) | Named::Nobody | Named::Unreadable => None,
+                };
+                (Some(&verified.agent_id), refusal)
             }
         };
-        match counted {
+        // A refused request counts too (it is the authenticated agent's request all the same); the refusal is
+        // what it is told.
+        let limited = match counted {
             Some(agent_id) if access == Access::Act => self.count(agent_id).await,
             _ => Ok(()),
-        }
+        };
+        refusal.map_or(limited, Err)
     }
 
     /// [`Self::authenticate`] and [`Self::admit`] at once, for an endpoint whose path or query names the agent.
@@ -206,7 +207,7 @@ mod tests {
 
     fn fixture(required: bool, limit: Option<u32>) -> Fixture {
         let store = Arc::new(InMemoryAgentCredentialStore::default());
-        let credentials = CredentialCache::new(store.clone()).unwrap();
+        let credentials = CredentialCache::new(store.clone());
         let limiter = limit.map(|limit| Arc::new(FixedWindowLimiter::per_minute(limit)) as Arc<dyn RateLimiter>);
         Fixture { store, auth: AgentAuth::new(required, credentials, OperatorAuth::new(OPERATOR).unwrap(), limiter) }
     }
@@ -304,7 +305,8 @@ mod tests {
         let auth = &fixture.auth;
         let caller = auth.authenticate(&bearer(&fixture.token("agent-a"))).await.unwrap();
         auth.admit(&caller, Named::Unreadable, Access::Act).await.unwrap();
-        auth.admit(&caller, Named::Agent(&agent("agent-a")), Access::Act).await.unwrap();
+        let mismatch = auth.admit(&caller, Named::Agent(&agent("agent-b")), Access::Act).await.unwrap_err();
+        assert_eq!(mismatch.status, StatusCode::FORBIDDEN, "refused, and counted");
         let limited = auth.admit(&caller, Named::Agent(&agent("agent-a")), Access::Act).await.unwrap_err();
         assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
         assert!(limited.retry_after_s.is_some_and(|seconds| seconds <= Duration::from_secs(60).as_secs()));

@@ -19,7 +19,7 @@ fn credential(n: u32, agent_id: &str, created_at: OffsetDateTime) -> CredentialR
     CredentialRecord {
         credential_id: id(n),
         agent_id: agent(agent_id),
-        token_hash: TokenHash::of(&format!("token-{n}")),
+        token_hash: TokenHash::of(format!("token-{n}")),
         created_at,
         revoked_at: None,
     }
