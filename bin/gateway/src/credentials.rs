@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use gateway_core::sync::lock;
 use gateway_core::{
-    AgentCredentialStore, AgentId, BackgroundLoop, CredentialId, CredentialRecord, PresentedToken, StoreError,
-    TokenHash, run_blocking,
+    AgentCredentialStore, AgentId, BackgroundLoop, CredentialId, CredentialKey, CredentialRecord, PresentedToken,
+    StoreError, TokenHash, run_blocking,
 };
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
@@ -88,12 +88,13 @@ struct Inner {
     max_verified: usize,
 }
 
+/// Keyed by the credential id's bytes: found without following a pointer to the id's text.
 #[derive(Debug, Default)]
 struct Cached {
-    verified: HashMap<CredentialId, Arc<Verified>>,
-    refused: HashMap<CredentialId, Instant>,
+    verified: HashMap<CredentialKey, Arc<Verified>>,
+    refused: HashMap<CredentialKey, Instant>,
     /// `refused` in the order it was filled, to forget the oldest first.
-    refused_order: VecDeque<(CredentialId, Instant)>,
+    refused_order: VecDeque<(CredentialKey, Instant)>,
     generation: u64,
 }
 
@@ -125,20 +126,21 @@ impl CredentialCache {
     pub async fn verify(&self, token: PresentedToken<'_>) -> Result<Verdict, StoreError> {
         let hash = token.hash();
         let now = self.inner.millis(Instant::now());
-        if let Lookup::Found(verdict) = self.inner.lookup(token.credential_id(), &hash, now) {
+        let key = token.credential_key();
+        if let Lookup::Found(verdict) = self.inner.lookup(&key, &hash, now) {
             return Ok(verdict);
         }
         // Boxed: the hit above is every request's path, and its future need not be as large as this one.
-        Box::pin(self.load(token.credential_id(), hash)).await
+        Box::pin(self.load(token.credential_id(), key, hash)).await
     }
 
-    async fn load(&self, credential_id: &str, hash: TokenHash) -> Result<Verdict, StoreError> {
+    async fn load(&self, credential_id: &str, key: CredentialKey, hash: TokenHash) -> Result<Verdict, StoreError> {
         let inner = &self.inner;
         let Some(id) = CredentialId::parse(credential_id) else { return Ok(Verdict::Refused) };
         let _permit = inner.lookups.acquire().await.map_err(|_| StoreError::Unavailable("shutting down".into()))?;
         let began = Instant::now();
         // Another request may have filled the entry while this one waited for a permit.
-        if let Lookup::Found(verdict) = inner.lookup(credential_id, &hash, inner.millis(began)) {
+        if let Lookup::Found(verdict) = inner.lookup(&key, &hash, inner.millis(began)) {
             return Ok(verdict);
         }
         let generation = inner.read().generation;
@@ -157,9 +159,9 @@ impl CredentialCache {
                 Ok(if accepted { Verdict::Verified(verified) } else { Verdict::Refused })
             }
             None => {
-                cached.verified.remove(&id);
+                cached.verified.remove(&key);
                 if fill {
-                    cached.insert_refused(id, Instant::now());
+                    cached.insert_refused(key, Instant::now());
                 }
                 Ok(Verdict::Refused)
             }
@@ -172,8 +174,9 @@ impl CredentialCache {
         {
             let mut cached = self.inner.write();
             cached.generation += 1;
-            cached.verified.remove(credential_id);
-            cached.insert_refused(credential_id.clone(), Instant::now());
+            let key = credential_id.key();
+            cached.verified.remove(&key);
+            cached.insert_refused(key, Instant::now());
         }
         if let Some(streams) = lock(&self.inner.streams).remove(credential_id) {
             for (_, stream) in streams {
@@ -238,13 +241,15 @@ impl CredentialCache {
             return Ok(());
         }
         for id in &due {
+            let key = id.key();
             let still_valid = rows.get(id).is_some_and(|row| {
-                !row.is_revoked() && cached.verified.get(id).is_some_and(|entry| inner.matches(entry, &row.token_hash))
+                !row.is_revoked()
+                    && cached.verified.get(&key).is_some_and(|entry| inner.matches(entry, &row.token_hash))
             });
-            match cached.verified.get(id) {
+            match cached.verified.get(&key) {
                 Some(entry) if still_valid => entry.checked_ms.store(now, Ordering::Relaxed),
                 Some(_) => {
-                    cached.verified.remove(id);
+                    cached.verified.remove(&key);
                 }
                 None => {}
             }
@@ -281,9 +286,9 @@ impl Inner {
         self.cached.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn lookup(&self, credential_id: &str, hash: &TokenHash, now_ms: u64) -> Lookup {
+    fn lookup(&self, key: &CredentialKey, hash: &TokenHash, now_ms: u64) -> Lookup {
         let cached = self.read();
-        if let Some(entry) = cached.verified.get(credential_id) {
+        if let Some(entry) = cached.verified.get(key) {
             if now_ms.saturating_sub(entry.checked_ms.load(Ordering::Relaxed)) >= millis(REVALIDATE_AFTER) {
                 return Lookup::Miss;
             }
@@ -293,7 +298,7 @@ impl Inner {
             entry.used_ms.store(now_ms, Ordering::Relaxed);
             return Lookup::Found(Verdict::Verified(Arc::clone(entry)));
         }
-        match cached.refused.get(credential_id) {
+        match cached.refused.get(key) {
             Some(at) if at.elapsed() < REFUSED_TTL => Lookup::Found(Verdict::Refused),
             _ => Lookup::Miss,
         }
@@ -317,22 +322,23 @@ impl Inner {
 
 impl Cached {
     fn insert_verified(&mut self, entry: Arc<Verified>, max: usize) {
+        let key = entry.credential_id.key();
         if self.verified.len() >= max
-            && !self.verified.contains_key(&entry.credential_id)
-            && let Some(evicted) = self.verified.keys().next().cloned()
+            && !self.verified.contains_key(&key)
+            && let Some(evicted) = self.verified.keys().next().copied()
         {
             self.verified.remove(&evicted);
         }
-        self.refused.remove(&entry.credential_id);
-        self.verified.insert(entry.credential_id.clone(), entry);
+        self.refused.remove(&key);
+        self.verified.insert(key, entry);
     }
 
-    fn insert_refused(&mut self, id: CredentialId, at: Instant) {
+    fn insert_refused(&mut self, key: CredentialKey, at: Instant) {
         while self.refused_order.len() >= MAX_REFUSED {
             self.forget_oldest_refused();
         }
-        self.refused.insert(id.clone(), at);
-        self.refused_order.push_back((id, at));
+        self.refused.insert(key, at);
+        self.refused_order.push_back((key, at));
     }
 
     fn prune_refused(&mut self, now: Instant, ttl: Duration) {

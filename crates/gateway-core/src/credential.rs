@@ -37,6 +37,10 @@ const SECRET_BYTES: usize = 32;
 /// Characters of a whole token: prefix, id, `_`, secret.
 pub const TOKEN_CHARS: usize = TOKEN_PREFIX.len() + CREDENTIAL_ID_CHARS + 1 + 2 * SECRET_BYTES;
 
+/// A credential id as its 12 bytes: what a map of credentials is keyed by, compared in place rather than through
+/// a pointer to text.
+pub type CredentialKey = [u8; ID_BYTES];
+
 /// Bytes a token's hash covers: its id, then its secret.
 const TOKEN_BYTES: usize = ID_BYTES + SECRET_BYTES;
 
@@ -82,6 +86,14 @@ impl CredentialId {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The id's bytes.
+    pub fn key(&self) -> CredentialKey {
+        let mut key = [0u8; ID_BYTES];
+        // Always decodes: the text was checked when the id was made.
+        decode_lower_hex(self.0.as_bytes(), &mut key);
+        key
     }
 
     /// The issue instant in milliseconds, then 6 random bytes: the id's bytes.
@@ -203,6 +215,13 @@ impl<'a> PresentedToken<'a> {
     /// The credential id the token names (24 lowercase hex digits).
     pub fn credential_id(&self) -> &'a str {
         self.credential_id
+    }
+
+    /// The credential id's bytes.
+    pub fn credential_key(&self) -> CredentialKey {
+        let mut key = [0u8; ID_BYTES];
+        key.copy_from_slice(&self.bytes[..ID_BYTES]);
+        key
     }
 
     pub fn hash(&self) -> TokenHash {
@@ -343,6 +362,7 @@ mod tests {
         assert!(token.starts_with("agt_"));
         let presented = PresentedToken::parse(token).unwrap();
         assert_eq!(presented.credential_id(), issued.credential_id.as_str());
+        assert_eq!(presented.credential_key(), issued.credential_id.key());
         assert_eq!(presented.hash(), issued.hash);
         assert!(issued.hash.matches(&presented.hash()));
         assert!(!issued.hash.matches(&TokenHash::of(issued.expose())), "the bytes are hashed, not the text");

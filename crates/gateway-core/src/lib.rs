@@ -58,8 +58,8 @@ pub use blocking::run_blocking;
 pub use capability::{CapabilityEntry, CapabilityMap, InMemoryCapabilityMap};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use credential::{
-    AgentCredentialStore, CredentialId, CredentialRecord, InMemoryAgentCredentialStore, IssuedToken, PresentedToken,
-    TokenHash,
+    AgentCredentialStore, CredentialId, CredentialKey, CredentialRecord, InMemoryAgentCredentialStore, IssuedToken,
+    PresentedToken, TokenHash,
 };
 pub use cron::{
     ClaimLease, CronJob, CronJobInsert, CronJobStore, FireCompletion, FireKey, InMemoryCronJobStore, NewCronJob,
