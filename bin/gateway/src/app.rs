@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use gateway_core::{
-    CapabilityMap, Clock, DispatchRate, EventPublisher, FixedWindowLimiter, HeartbeatStore, InMemoryCapabilityMap,
-    InMemoryLiveness, Leadership, LivenessMap, RateLimiter, SingleProcessLeadership, SlidingWindowRate, SystemClock,
-    supervise_loop,
+    CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EventPublisher, FixedWindowLimiter, HeartbeatStore,
+    InMemoryCapabilityMap, InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter,
+    SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
 };
-use gateway_cron::{CronConfig, CronPorts, CronScheduler};
+use gateway_cron::{CronPorts, CronScheduler, ReminderTools, ToolPorts};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
@@ -99,8 +99,23 @@ impl App {
                 clock: Arc::clone(&clock),
                 leadership: Arc::clone(&leadership),
             },
-            CronConfig::default(),
+            config.cron(),
         );
+        let tools = ReminderTools::new(
+            ToolPorts {
+                scheduler: cron.clone(),
+                calls: Arc::new(store.clone()),
+                clock: Arc::clone(&clock),
+                leadership: Arc::clone(&leadership),
+            },
+            config.tools(),
+        );
+        let intake = DecisionLogIntake::new(IntakePorts {
+            reminders: Arc::new(cron.clone()),
+            capabilities: Arc::new(heartbeat.clone()),
+            publisher: Arc::clone(&publisher),
+            clock: Arc::clone(&clock),
+        });
         let webhooks = WebhookRouter::new(
             RouterPorts {
                 store: Arc::new(store.clone()),
@@ -130,6 +145,7 @@ impl App {
         loops.spawn(supervise_loop(webhooks.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(retention.clone(), stop_loops.clone()));
+        loops.spawn(supervise_loop(tools.clone(), stop_loops.clone()));
 
         threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
         let state = AppState {
@@ -147,12 +163,16 @@ impl App {
             heartbeat,
             webhooks,
             cron,
+            intake,
+            tools,
             retention,
             cluster,
             clock,
             shutdown,
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
             operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
+            streams_per_address: Arc::default(),
+            stream_limits: config.stream_limits,
         };
         Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })
     }

@@ -127,9 +127,9 @@ impl gateway_core::BackgroundLoop for JobAnnouncements {
                 received = announcements.recv() => received,
             };
             match received {
-                Received::Event(event) => match announced_job(&event.json) {
+                Received::Event(event) => match announced_job(event.json()) {
                     Some((job_id, next_fire_at)) => self.cron.arm_announced(job_id, next_fire_at),
-                    None => tracing::debug!(event_id = %event.id, "unreadable job announcement skipped"),
+                    None => tracing::debug!(event_id = %event.id(), "unreadable job announcement skipped"),
                 },
                 // Each job missed here is armed at the leader's next refill, a few seconds later.
                 Received::Lagged(missed) => tracing::debug!(missed, "job announcements dropped"),

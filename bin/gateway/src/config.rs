@@ -102,11 +102,24 @@ pub struct Config {
           default_value_t = false, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub webhook_allow_private_targets: bool,
 
-    /// Delivered and dead webhook deliveries (with their attempts and idempotency keys) older than this many days
-    /// are pruned [default: 30].
+    /// Delivered and dead webhook deliveries (with their attempts and idempotency keys), and agents' answered tool
+    /// calls, older than this many days are pruned [default: 30].
     #[arg(long, env = "GATEWAY_RETENTION_DAYS", value_name = "DAYS",
           default_value_t = gateway_webhooks::RETENTION.as_secs() / 86_400, value_parser = at_most(MAX_RETENTION_DAYS))]
     pub retention_days: u64,
+
+    /// Largest payload, serialized as JSON, of a reminder an agent asks for (a DecisionLog's schedule_reminder call
+    /// or the schedule_reminder tool), in bytes.
+    #[arg(long, env = "GATEWAY_REMINDER_PAYLOAD_MAX_BYTES", value_name = "BYTES",
+          default_value_t = gateway_cron::DEFAULT_REMINDER_PAYLOAD_MAX_BYTES,
+          value_parser = at_most_usize(gateway_cron::MAX_REMINDER_PAYLOAD_BYTES))]
+    pub reminder_payload_max_bytes: usize,
+
+    /// Most pending one-time reminders per agent; further ones it asks for are refused.
+    #[arg(long, env = "GATEWAY_MAX_PENDING_REMINDERS_PER_AGENT", value_name = "N",
+          default_value_t = gateway_cron::DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT,
+          value_parser = at_most_usize(gateway_cron::MAX_PENDING_REMINDERS_PER_AGENT))]
+    pub max_pending_reminders_per_agent: usize,
 
     /// Log format.
     #[arg(long, env = "GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -138,6 +151,11 @@ pub struct Config {
           default_value_t = gateway_core::rate_limit::AGENT_RATE_LIMIT_PER_MINUTE,
           value_parser = up_to_u32(MAX_AGENT_RATE_LIMIT_PER_MINUTE))]
     pub agent_rate_limit_per_minute: u32,
+
+    /// Event stream limits: not a flag (the constants in `http::events`), settable by embedders and by tests that
+    /// cannot wait for the real ones.
+    #[arg(skip)]
+    pub stream_limits: crate::http::events::StreamLimits,
 }
 
 /// `--agent-auth`.
@@ -280,6 +298,20 @@ impl Config {
             retention: Duration::from_secs(self.retention_days.saturating_mul(86_400)),
             ..gateway_webhooks::RetentionConfig::default()
         }
+    }
+
+    /// The scheduler's settings: the crate's defaults, with the agent limits from their flags.
+    pub fn cron(&self) -> gateway_cron::CronConfig {
+        gateway_cron::CronConfig {
+            reminder_payload_max_bytes: self.reminder_payload_max_bytes,
+            max_pending_reminders_per_agent: self.max_pending_reminders_per_agent,
+            ..gateway_cron::CronConfig::default()
+        }
+    }
+
+    /// How long agents' answered tool calls are kept (`--retention-days`, as deliveries).
+    pub fn tools(&self) -> gateway_cron::ToolConfig {
+        gateway_cron::ToolConfig { retention: self.retention().retention, ..gateway_cron::ToolConfig::default() }
     }
 
     /// The outbound transport's settings (`--webhook-timeout-ms`, `--webhook-allow-private-targets`).
@@ -473,6 +505,9 @@ mod tests {
         assert_eq!(config.heartbeat_eviction_threshold_s, 90);
         assert_eq!(config.max_tracked_agents, 100_000);
         assert_eq!(config.retention().retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(config.tools().retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(config.cron().reminder_payload_max_bytes, 65_536);
+        assert_eq!(config.cron().max_pending_reminders_per_agent, 1_000);
         assert!(!config.webhook_allow_private_targets);
         assert_eq!(config.log_format, LogFormat::Text);
         assert_eq!(config.agent_auth, AgentAuthMode::Auto);
@@ -562,6 +597,10 @@ mod tests {
             (vec!["--log-format=xml"], "--log-format"),
             (vec!["--leader-lease-ttl-ms=299"], "--leader-lease-ttl-ms"),
             (vec!["--leader-lease-ttl-ms=600001"], "--leader-lease-ttl-ms"),
+            (vec!["--reminder-payload-max-bytes=0"], "--reminder-payload-max-bytes"),
+            (vec!["--reminder-payload-max-bytes=1048577"], "--reminder-payload-max-bytes"),
+            (vec!["--max-pending-reminders-per-agent=0"], "--max-pending-reminders-per-agent"),
+            (vec!["--max-pending-reminders-per-agent=1000001"], "--max-pending-reminders-per-agent"),
         ];
         for (args, flag) in cases {
             let error = parse(&args).unwrap_err().render().to_string();
@@ -599,6 +638,20 @@ mod tests {
         );
         let too_long = parse(&["--webhook-retry-schedule-s=30,99999999"]).unwrap_err().render().to_string();
         assert!(too_long.lines().next().unwrap().contains("--webhook-retry-schedule-s"), "{too_long}");
+    }
+
+    #[test]
+    fn the_agent_limits_follow_their_flags() {
+        let config = parse(&[
+            "--reminder-payload-max-bytes=1048576",
+            "--max-pending-reminders-per-agent=3",
+            "--retention-days=2",
+        ])
+        .unwrap();
+        let cron = config.cron();
+        assert_eq!((cron.reminder_payload_max_bytes, cron.max_pending_reminders_per_agent), (1_048_576, 3));
+        assert_eq!(cron.lookahead, gateway_cron::DEFAULT_LOOKAHEAD, "the rest are the crate's defaults");
+        assert_eq!(config.tools().retention, Duration::from_secs(2 * 86_400));
     }
 
     #[test]

@@ -410,9 +410,9 @@ impl BackgroundLoop for CredentialUpkeep {
                 biased;
                 () = shutdown.cancelled() => return,
                 received = revocations.recv() => match received {
-                    Received::Event(event) => match revoked_credential(&event.json) {
+                    Received::Event(event) => match revoked_credential(event.json()) {
                         Some(id) => self.cache.invalidate(&id),
-                        None => tracing::debug!(event_id = %event.id, "unreadable credential revocation skipped"),
+                        None => tracing::debug!(event_id = %event.id(), "unreadable credential revocation skipped"),
                     },
                     Received::Lagged(missed) => {
                         tracing::warn!(missed, "credential revocations missed; every cached credential is read again");

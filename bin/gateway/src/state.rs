@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use gateway_core::{Clock, ComponentHealth, EventPublisher};
-use gateway_cron::CronScheduler;
+use gateway_core::{Clock, ComponentHealth, DecisionLogIntake, EventPublisher};
+use gateway_cron::{CronScheduler, ReminderTools};
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
 use gateway_store::DieselStore;
@@ -15,8 +15,10 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::Cluster;
 use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
+use crate::http::events::{StreamLimits, StreamsPerAddress};
 
-/// Concurrent SSE streams; past this, new ones get 503 so streams cannot exhaust memory or file handles.
+/// Concurrent `agent:<id>:scheduled` streams; past this, new ones get 503 so streams cannot exhaust memory or
+/// file handles. Each client address may hold `events::MAX_STREAMS_PER_ADDRESS` of them.
 pub const MAX_EVENT_STREAMS: usize = 1024;
 /// Streams of `gateway:*` topics, counted apart: agent topics need no token yet, and a flood of them must not
 /// lock the operator out of their own event streams.
@@ -37,6 +39,10 @@ pub struct AppState {
     pub heartbeat: HeartbeatManager,
     pub webhooks: WebhookRouter,
     pub cron: CronScheduler,
+    /// What `POST /gateway/messages` hands each body to.
+    pub intake: DecisionLogIntake,
+    /// The agents' reminder tools (`POST /gateway/tools/{tool_name}`).
+    pub tools: ReminderTools,
     pub retention: DeliveryRetention,
     /// This instance's place in its cluster (`/gateway/cluster`, `/readyz`).
     pub cluster: Cluster,
@@ -47,11 +53,20 @@ pub struct AppState {
     pub event_streams: Arc<Semaphore>,
     /// Open `gateway:*` streams.
     pub operator_event_streams: Arc<Semaphore>,
+    /// Open `agent:<id>:scheduled` streams per client address.
+    pub streams_per_address: Arc<StreamsPerAddress>,
+    pub stream_limits: StreamLimits,
 }
 
 impl AppState {
     /// The loops `/readyz` reports on.
     pub fn components(&self) -> Vec<ComponentHealth> {
-        vec![self.heartbeat.health(), self.webhooks.health(), self.cron.health(), self.retention.health()]
+        vec![
+            self.heartbeat.health(),
+            self.webhooks.health(),
+            self.cron.health(),
+            self.retention.health(),
+            self.tools.health(),
+        ]
     }
 }

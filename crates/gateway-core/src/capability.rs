@@ -34,6 +34,12 @@ pub trait CapabilityMap: Send + Sync + Debug {
     }
 }
 
+/// Where an accepted DecisionLog's identity is noted: the heartbeat manager, which keeps entries only for live agents
+/// (so the map is bounded like the liveness map). The DecisionLog intake's port to it.
+pub trait CapabilityNotes: Send + Sync + Debug {
+    fn note_capabilities(&self, agent_id: &AgentId, agent_type: &str, capability_version: &str);
+}
+
 /// The capability map of a single process, bounded: past `capacity` agents, new ones are not registered.
 #[derive(Debug)]
 pub struct InMemoryCapabilityMap {

@@ -153,6 +153,13 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError>;
     /// `true` when a row was deleted.
     fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError>;
+    /// How many one-time rows `agent_id` has (its pending reminders, claimed or not).
+    fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError>;
+    /// `agent_id`'s one-time rows ordered by `(next_fire_at, id)`, at most `limit`.
+    fn one_time_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<CronJob>, StoreError>;
+    /// Deletes row `id` if it is a one-time row of `agent_id` that is not claimed under a lease still running at
+    /// `now` (`claimed_until > now`): a fire on its way is not taken back. `true` when a row was deleted.
+    fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: OffsetDateTime) -> Result<bool, StoreError>;
     /// Rows with `next_fire_at < before`, ordered by `(next_fire_at, id)`, at most `limit` (claimed or not).
     fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError>;
     /// Claims what can be claimed of the rows `job_ids` (all in one transaction) and returns those rows; a
@@ -305,6 +312,37 @@ impl CronJobStore for InMemoryCronJobStore {
         Ok(lock(&self.state).rows.remove(&id).is_some())
     }
 
+    fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
+        self.failure.check()?;
+        let state = lock(&self.state);
+        Ok(state.rows.values().filter(|stored| stored.job.is_one_time && &stored.job.agent_id == agent_id).count())
+    }
+
+    fn one_time_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<CronJob>, StoreError> {
+        self.failure.check()?;
+        let state = lock(&self.state);
+        let mut jobs: Vec<CronJob> = state
+            .rows
+            .values()
+            .filter(|stored| stored.job.is_one_time && &stored.job.agent_id == agent_id)
+            .map(|stored| stored.job.clone())
+            .collect();
+        jobs.sort_by_key(|job| (job.next_fire_at, job.id));
+        jobs.truncate(limit);
+        Ok(jobs)
+    }
+
+    fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: OffsetDateTime) -> Result<bool, StoreError> {
+        self.failure.check()?;
+        let mut state = lock(&self.state);
+        let deletable = state.rows.get(&id).is_some_and(|stored| {
+            stored.job.is_one_time
+                && &stored.job.agent_id == agent_id
+                && stored.claim.as_ref().is_none_or(|claim| claim.until <= now)
+        });
+        Ok(deletable && state.rows.remove(&id).is_some())
+    }
+
     fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError> {
         self.failure.check()?;
         let state = lock(&self.state);
@@ -455,6 +493,15 @@ mod tests {
         }
         fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
             self.0.delete_cron_job(id)
+        }
+        fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
+            self.0.count_one_time_jobs(agent_id)
+        }
+        fn one_time_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<CronJob>, StoreError> {
+            self.0.one_time_jobs_of(agent_id, limit)
+        }
+        fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: OffsetDateTime) -> Result<bool, StoreError> {
+            self.0.delete_one_time_job(id, agent_id, now)
         }
         fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError> {
             self.0.pending_fires(before, limit)

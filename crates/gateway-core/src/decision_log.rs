@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
 use crate::direct_json::Object;
-use crate::ids::AgentId;
+use crate::ids::{AgentId, MAX_ID_BYTES};
 
 /// The first way a DecisionLog breaks the schema: a field path and what is wrong with it. Never carries the
 /// offending value, so it is safe to return and to publish.
@@ -187,7 +187,7 @@ mod wire {
     use serde_json::Value;
 
     use super::{ActionStatus, Object};
-    use crate::ids::AgentId;
+    use crate::ids::{AgentId, MAX_ID_BYTES};
 
     #[derive(Deserialize)]
     pub(super) struct Log<'a> {
@@ -242,10 +242,15 @@ mod wire {
         pub(super) fn valid(self) -> Option<super::Identity> {
             Some(super::Identity {
                 agent_id: AgentId::new(self.agent_id).ok()?,
-                agent_type: non_empty(self.agent_type)?,
-                capability_version: non_empty(self.capability_version)?,
+                agent_type: bounded(non_empty(self.agent_type)?)?,
+                capability_version: bounded(non_empty(self.capability_version)?)?,
             })
         }
+    }
+
+    /// `Some(text)` when it is at most [`MAX_ID_BYTES`] long (identity strings must be).
+    fn bounded(text: String) -> Option<String> {
+        (text.len() <= MAX_ID_BYTES).then_some(text)
     }
 
     #[derive(Deserialize)]
@@ -366,6 +371,16 @@ impl Fields<'_> {
         }
     }
 
+    /// A required string of at most [`MAX_ID_BYTES`]: what is kept of a log beyond its publication (the identity,
+    /// in the capability map) must not grow with what an agent sends.
+    fn bounded_string(&self, field: &str) -> Result<String, SchemaViolation> {
+        let text = self.required_string(field)?;
+        if text.len() > MAX_ID_BYTES {
+            return Err(self.violation(field, format!("must be at most {MAX_ID_BYTES} bytes")));
+        }
+        Ok(text)
+    }
+
     fn optional_string(&self, field: &str) -> Result<Option<String>, SchemaViolation> {
         match self.present(field) {
             None => Ok(None),
@@ -440,8 +455,8 @@ impl Identity {
             .map_err(|error| fields.violation("agent_id", error.to_string()))?;
         Ok(Self {
             agent_id,
-            agent_type: fields.required_string("agent_type")?,
-            capability_version: fields.required_string("capability_version")?,
+            agent_type: fields.bounded_string("agent_type")?,
+            capability_version: fields.bounded_string("capability_version")?,
         })
     }
 }
@@ -567,6 +582,14 @@ mod tests {
                 json!({"identity": {"agent_id": "a\u{7}", "agent_type": "t", "capability_version": "1"}}),
                 "identity.agent_id",
             ),
+            (
+                json!({"identity": {"agent_id": "a", "agent_type": "t".repeat(257), "capability_version": "1"}}),
+                "identity.agent_type",
+            ),
+            (
+                json!({"identity": {"agent_id": "a", "agent_type": "t", "capability_version": "1".repeat(257)}}),
+                "identity.capability_version",
+            ),
             (json!({"cognition": {}}), "cognition.intent"),
             (json!({"cognition": {"intent": "i", "reasoning_chain": ["ok", 3]}}), "cognition.reasoning_chain[1]"),
             (json!({"cognition": {"intent": "i", "confidence_score": "high"}}), "cognition.confidence_score"),
@@ -639,6 +662,8 @@ mod tests {
             json!({"meta": {"trace_id": "t", "timestamp": ""}}),
             json!({"identity": {"agent_id": "a\u{7}", "agent_type": "t", "capability_version": "1"}}),
             json!({"identity": {"agent_id": "a", "agent_type": "t", "capability_version": null}}),
+            json!({"identity": {"agent_id": "a", "agent_type": "é".repeat(129), "capability_version": "1"}}),
+            json!({"identity": {"agent_id": "a", "agent_type": "t", "capability_version": "v".repeat(257)}}),
             json!({"cognition": {"intent": ""}}),
             json!({"cognition": {"intent": "i", "confidence_score": "high"}}),
             json!({"action": {}}),
@@ -655,6 +680,15 @@ mod tests {
             assert!(DecisionLog::from_json(&value).is_err(), "{value}");
             assert_eq!(direct_agrees(&value.to_string()), None, "{value}");
         }
+    }
+
+    #[test]
+    fn identity_strings_are_bounded_by_bytes_and_the_bound_itself_is_accepted() {
+        let identity = |agent_type: String| json!({"identity": {"agent_id": "a", "agent_type": agent_type, "capability_version": "1"}});
+        let at_the_bound = identity("t".repeat(MAX_ID_BYTES)).to_string();
+        assert!(direct_agrees(&at_the_bound).is_some());
+        let violation = DecisionLog::from_json(&identity("é".repeat(129))).unwrap_err();
+        assert_eq!(violation.to_string(), "identity.agent_type: must be at most 256 bytes", "258 bytes in 129 chars");
     }
 
     #[test]

@@ -213,6 +213,13 @@ pub struct PublishError(pub String);
 /// Publishes events on topics. Publishing never waits for subscribers; having none is not an error.
 pub trait EventPublisher: Send + Sync + fmt::Debug {
     fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError>;
+
+    /// Whether an event published on `topic` now could reach anyone: a publisher that would have to build its
+    /// event first may skip that when this is `false`. `true` unless the publisher knows better (the in-process
+    /// bus with no subscriber on the topic; never a bridge to other instances, where someone may listen).
+    fn may_deliver(&self, _topic: &Topic) -> bool {
+        true
+    }
 }
 
 /// Records every published event in order. [`Self::failure`] makes publishing fail.

@@ -103,6 +103,11 @@ validated_id!(
     /// The cluster an agent says it belongs to; same rules as [`AgentId`].
     ClusterId
 );
+validated_id!(
+    /// An agent's own id for one of its tool calls (`POST /gateway/tools/{tool_name}`); same rules as
+    /// [`AgentId`]. Unique per agent: a call with an id the agent used before is a retry of that call.
+    ToolCallId
+);
 
 /// Longest accepted `Idempotency-Key`.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;

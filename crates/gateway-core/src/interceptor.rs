@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 
 use crate::decision_log::{DecisionLog, SchemaViolation};
-use crate::ids::{AgentId, IdempotencyKey, validate_id};
+use crate::ids::{AgentId, IdempotencyKey, ToolCallId, validate_id};
 
 /// The tool call that asks the gateway for a one-time reminder (FR-10.7).
 pub const SCHEDULE_REMINDER_TOOL: &str = "schedule_reminder";
@@ -70,6 +70,16 @@ pub struct ReminderRequest {
 pub fn reminder_idempotency_key(agent_id: &AgentId, trace_id: &str, call_index: usize) -> Option<IdempotencyKey> {
     let identity = [agent_id.as_str(), trace_id, &call_index.to_string()].join("\0");
     IdempotencyKey::new(format!("{REMINDER_KEY_PREFIX}{}", sha256_tag(identity.as_bytes()))).ok()
+}
+
+/// The key under which the reminder of an agent's `schedule_reminder` tool call is stored:
+/// `reminder:tool:sha256:<hex>` over `agent_id`, a 0 byte and `tool_call_id` (neither holds a 0 byte: ids have no
+/// control characters). A retry of the call after a crash between scheduling and recording its answer finds the
+/// job its first attempt scheduled. The `tool:` part keeps these keys apart from DecisionLogs' (`reminder:sha256:`)
+/// whatever the hashes. `None` never happens in practice (the key is 85 visible ASCII characters).
+pub fn tool_reminder_idempotency_key(agent_id: &AgentId, tool_call_id: &ToolCallId) -> Option<IdempotencyKey> {
+    let identity = [agent_id.as_str(), tool_call_id.as_str()].join("\0");
+    IdempotencyKey::new(format!("{REMINDER_KEY_PREFIX}tool:{}", sha256_tag(identity.as_bytes()))).ok()
 }
 
 /// Reminder keys share the `cron_jobs.idempotency_key` column with operators' `Idempotency-Key`s; the HTTP layer
@@ -277,6 +287,25 @@ mod tests {
         let key = reminder_idempotency_key(&agent, &odd_trace, 0).unwrap();
         assert_eq!(IdempotencyKey::new(key.as_str()).as_ref(), Ok(&key));
         assert_eq!(key.as_str().len(), "reminder:sha256:".len() + 64);
+    }
+
+    #[test]
+    fn a_tool_calls_reminder_key_is_a_hash_of_agent_and_call_apart_from_logs_keys() {
+        let agent = AgentId::new("agent-7").unwrap();
+        let call = ToolCallId::new("trace-1").unwrap();
+        // Reference digest computed outside this code: sha256(b"agent-7\x00trace-1").
+        assert_eq!(
+            tool_reminder_idempotency_key(&agent, &call).unwrap().as_str(),
+            "reminder:tool:sha256:c307148e1372cb0df84e41dd2c766d8d543920fd321d7a1a9b76255f557e07e1"
+        );
+        assert_ne!(
+            tool_reminder_idempotency_key(&agent, &call).unwrap().as_str()["reminder:tool:".len()..],
+            reminder_idempotency_key(&agent, "trace-1", 0).unwrap().as_str()["reminder:".len()..]
+        );
+        let other = ToolCallId::new("trace-2").unwrap();
+        assert_ne!(tool_reminder_idempotency_key(&agent, &call), tool_reminder_idempotency_key(&agent, &other));
+        let long = ToolCallId::new("x".repeat(256)).unwrap();
+        assert_eq!(tool_reminder_idempotency_key(&agent, &long).unwrap().as_str().len(), 85);
     }
 
     #[test]

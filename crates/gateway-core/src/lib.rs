@@ -8,15 +8,19 @@
 //! | --- | --- | --- |
 //! | [`heartbeat`] | [`HeartbeatStore`] | [`InMemoryHeartbeatStore`] |
 //! | [`cron`] | [`CronJobStore`] | [`InMemoryCronJobStore`] |
+//! | [`tool_call`] | [`ToolCallStore`] | [`InMemoryToolCallStore`] |
 //! | [`webhook`] | [`WebhookStore`], [`WebhookTransport`] | [`InMemoryWebhookStore`], [`FakeTransport`] |
 //! | [`liveness`] | [`LivenessMap`] | [`InMemoryLiveness`] |
-//! | [`capability`] | [`CapabilityMap`] | [`InMemoryCapabilityMap`] |
+//! | [`capability`] | [`CapabilityMap`], [`CapabilityNotes`] | [`InMemoryCapabilityMap`] |
 //! | [`event`] | [`EventPublisher`] | [`RecordingPublisher`] |
 //! | [`rate`] | [`DispatchRate`] | [`SlidingWindowRate`] |
 //! | [`rate_limit`] | [`RateLimiter`] | [`FixedWindowLimiter`] |
 //! | [`credential`] | [`AgentCredentialStore`] | [`InMemoryAgentCredentialStore`] |
 //! | [`clock`] | [`Clock`] | [`ManualClock`] (and [`SystemClock`]) |
 //! | [`leadership`] | [`Leadership`], [`FencingEpoch`] | [`SingleProcessLeadership`], [`EpochGate`] |
+//!
+//! [`intake`] holds the DecisionLog intake, [`DecisionLogIntake`], which reaches the scheduler through its
+//! [`ReminderDesk`] trait.
 //!
 //! What the store ports share ([`StoreError`], [`StoreHealth`]) is in [`store`]; what the fakes share ([`sync::lock`],
 //! [`sync::FailureSwitch`]) in [`sync`]. With the `conformance` feature, `conformance` holds the rules every
@@ -41,6 +45,7 @@ pub mod health;
 pub mod heartbeat;
 pub mod hex;
 pub mod ids;
+pub mod intake;
 pub mod interceptor;
 pub mod leadership;
 pub mod liveness;
@@ -51,11 +56,12 @@ pub mod rfc3339;
 pub mod store;
 pub mod supervisor;
 pub mod sync;
+pub mod tool_call;
 pub mod webhook;
 
 pub use backoff::capped_backoff;
 pub use blocking::run_blocking;
-pub use capability::{CapabilityEntry, CapabilityMap, InMemoryCapabilityMap};
+pub use capability::{CapabilityEntry, CapabilityMap, CapabilityNotes, InMemoryCapabilityMap};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use credential::{
     AgentCredentialStore, CredentialId, CredentialKey, CredentialRecord, InMemoryAgentCredentialStore, IssuedToken,
@@ -69,7 +75,11 @@ pub use decision_log::{DecisionLog, SchemaViolation};
 pub use event::{Event, EventPayload, EventPublisher, PublishError, RecordingPublisher, Topic};
 pub use health::{ComponentHealth, HealthReport, RunningGuard};
 pub use heartbeat::{HeartbeatRecord, HeartbeatStore, InMemoryHeartbeatStore};
-pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey};
+pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey, ToolCallId};
+pub use intake::{
+    AcceptedReceipt, DecisionLogIntake, InspectedLog, IntakePorts, ReminderDesk, ReminderNotScheduled, ReminderRefusal,
+    ScheduledReminder, Settling,
+};
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
 pub use leadership::{EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership};
 pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
@@ -78,6 +88,7 @@ pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};
 pub use store::{StoreError, StoreHealth};
 pub use supervisor::{BackgroundLoop, supervise, supervise_loop};
+pub use tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore};
 pub use webhook::{
     AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate,
     DueDelivery, FailureClass, FakeTransport, InMemoryWebhookStore, NewDelivery, NewWebhookConfig, OutboundRequest,

@@ -17,6 +17,22 @@ pub enum CronError {
     /// An `Idempotency-Key` already created a job with a different agent, schedule or payload.
     #[error("this Idempotency-Key was used for a different job")]
     IdempotencyKeyReused,
+    /// A tool call names no tool of [`crate::ToolName::ALL`].
+    #[error("no such tool; the tools are schedule_reminder, cancel_reminder, list_reminders")]
+    UnknownTool,
+    /// A tool call lacks a parameter its tool requires (absent or `null`).
+    #[error("params.{0} is required")]
+    MissingToolParam(&'static str),
+    /// A tool call's parameter is of the wrong type, out of range, or unknown; the text names it and what was
+    /// expected, never its value.
+    #[error("{0}")]
+    InvalidToolParams(String),
+    /// A tool call's id was answered before for another tool or other parameters.
+    #[error("this tool_call_id was used for another call (another tool or other params)")]
+    ToolCallConflict,
+    /// The agent has `limit` pending reminders already.
+    #[error("at most {limit} pending reminders per agent")]
+    TooManyReminders { limit: usize },
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -192,7 +192,7 @@ impl CronScheduler {
 
     /// Runs store work on tokio's blocking pool: a slow disk or SQLite's write lock never stalls a runtime
     /// worker.
-    async fn blocking<T, F>(&self, work: F) -> Result<T, CronError>
+    pub(crate) async fn blocking<T, F>(&self, work: F) -> Result<T, CronError>
     where
         F: FnOnce(&Self) -> Result<T, CronError> + Send + 'static,
         T: Send + 'static,

@@ -52,6 +52,10 @@ pub struct CronConfig {
     pub retry_initial: std::time::Duration,
     pub retry_max: std::time::Duration,
     pub leadership_poll: std::time::Duration,
+    /// Largest payload, serialized as JSON, of a reminder an agent asks for (`schedule_reminder`).
+    pub reminder_payload_max_bytes: usize,
+    /// Most pending one-time jobs an agent may have; further reminders it asks for are refused.
+    pub max_pending_reminders_per_agent: usize,
 }
 
 impl Default for CronConfig {
@@ -66,6 +70,8 @@ impl Default for CronConfig {
             retry_initial: RETRY_INITIAL,
             retry_max: RETRY_MAX,
             leadership_poll: LEADERSHIP_POLL,
+            reminder_payload_max_bytes: crate::DEFAULT_REMINDER_PAYLOAD_MAX_BYTES,
+            max_pending_reminders_per_agent: crate::DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT,
         }
     }
 }

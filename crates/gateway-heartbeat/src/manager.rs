@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use gateway_core::group_commit::GroupCommit;
 use gateway_core::{
-    AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, Clock, ClusterId, ComponentHealth, Event, EventPayload,
-    EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, LeaderLoop, Leadership, LivenessMap,
+    AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, CapabilityNotes, Clock, ClusterId, ComponentHealth, Event,
+    EventPayload, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, LeaderLoop, Leadership, LivenessMap,
     LivenessRefusal, StoreError, Topic, run_blocking,
 };
 use serde::Serialize;
@@ -277,5 +277,12 @@ impl BackgroundLoop for HeartbeatManager {
 
     fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
         HeartbeatManager::run(self, shutdown)
+    }
+}
+
+/// The DecisionLog intake notes identities through the manager, which keeps entries only for live agents.
+impl CapabilityNotes for HeartbeatManager {
+    fn note_capabilities(&self, agent_id: &AgentId, agent_type: &str, capability_version: &str) {
+        HeartbeatManager::note_capabilities(self, agent_id, agent_type, capability_version);
     }
 }

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use gateway_core::ids::MAX_ID_BYTES;
 use gateway_core::{AgentId, ClusterId};
 use serde::Deserialize;
 use serde_json::Value;
@@ -26,7 +27,13 @@ impl HeartbeatPing {
         }
         let agent_id = required_id(body, "agent_id", AgentId::new)?;
         let cluster_id = required_id(body, "cluster_id", ClusterId::new)?;
-        let timestamp = body.get("timestamp").and_then(Value::as_str).and_then(gateway_core::rfc3339::parse_utc);
+        let timestamp = match body.get("timestamp").and_then(Value::as_str) {
+            Some(text) if text.len() > MAX_ID_BYTES => {
+                let reason = format!("must be at most {MAX_ID_BYTES} bytes");
+                return Err(HeartbeatError::InvalidField { field: "timestamp", reason });
+            }
+            text => text.and_then(gateway_core::rfc3339::parse_utc),
+        };
         Ok(Self { agent_id, cluster_id, timestamp })
     }
 
@@ -35,7 +42,7 @@ impl HeartbeatPing {
     /// string), which [`Self::from_json`] then decides. See `gateway_core::direct_json`.
     pub fn from_valid_body(body: &[u8]) -> Option<Self> {
         let ping: PingFields<'_> = gateway_core::direct_json::read(body)?;
-        if ping.kind != "heartbeat" {
+        if ping.kind != "heartbeat" || ping.timestamp.as_ref().is_some_and(|text| text.len() > MAX_ID_BYTES) {
             return None;
         }
         Some(Self {
@@ -173,5 +180,17 @@ mod tests {
             HeartbeatPing::from_json(&json!({"type": "heartbeat", "agent_id": "x".repeat(300), "cluster_id": "c"})),
             Err(HeartbeatError::InvalidField { field: "agent_id", .. })
         ));
+        let long_stamp = json!({"type": "heartbeat", "agent_id": "a", "cluster_id": "c", "timestamp": "9".repeat(257)});
+        assert_eq!(
+            HeartbeatPing::from_json(&long_stamp),
+            Err(HeartbeatError::InvalidField { field: "timestamp", reason: "must be at most 256 bytes".into() })
+        );
+        assert_eq!(
+            HeartbeatPing::from_valid_body(long_stamp.to_string().as_bytes()),
+            None,
+            "left to the value reading"
+        );
+        let at_bound = json!({"type": "heartbeat", "agent_id": "a", "cluster_id": "c", "timestamp": "9".repeat(256)});
+        assert_eq!(HeartbeatPing::from_json(&at_bound).unwrap().timestamp, None, "unparsable but within the bound");
     }
 }

@@ -232,6 +232,7 @@ impl RedisBridge {
     }
 }
 
+/// `may_deliver` keeps its default, `true`: a subscriber on another instance may be listening.
 impl EventPublisher for RedisBridge {
     fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError> {
         let inner = &self.inner;
@@ -241,7 +242,7 @@ impl EventPublisher for RedisBridge {
         }
         let published = Arc::new(PublishedEvent::of(event));
         inner.bus.deliver(topic, Arc::clone(&published));
-        if published.id.contains('\n') {
+        if published.id().contains(['\n', '\r']) {
             // Ids are ours and never hold one; such an event could not be framed, so it stays local.
             debug!(topic = %topic, "event id with a line break is not sent to other instances");
             return Ok(());
@@ -434,7 +435,7 @@ impl RedisBridge {
             counters.skipped_own.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if !lock(&inner.recent).insert(&topic, wire.event.id.as_str()) {
+        if !lock(&inner.recent).insert(&topic, wire.event.id()) {
             counters.skipped_seen.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -444,15 +445,16 @@ impl RedisBridge {
 }
 
 /// `1\n<origin>\n<event_type>\n<id>\n<json>`: the event's JSON as it is, after four short lines.
-fn wire_message(origin: &str, event: &PublishedEvent) -> String {
-    let mut message = String::with_capacity(
-        WIRE_VERSION.len() + origin.len() + event.event_type.len() + event.id.len() + event.json.len() + 4,
+fn wire_message(origin: &str, event: &PublishedEvent) -> Vec<u8> {
+    let json = event.json_bytes();
+    let mut message = Vec::with_capacity(
+        WIRE_VERSION.len() + origin.len() + event.event_type().len() + event.id().len() + json.len() + 4,
     );
-    for line in [WIRE_VERSION, origin, event.event_type, event.id.as_str()] {
-        message.push_str(line);
-        message.push('\n');
+    for line in [WIRE_VERSION, origin, event.event_type(), event.id()] {
+        message.extend_from_slice(line.as_bytes());
+        message.push(b'\n');
     }
-    message.push_str(&event.json);
+    message.extend_from_slice(json);
     message
 }
 
@@ -470,8 +472,9 @@ impl<'a> WireMessage<'a> {
         if version != WIRE_VERSION || origin.is_empty() || id.is_empty() {
             return None;
         }
-        let event =
-            PublishedEvent { id: id.to_owned(), event_type: known_event_type(event_type)?, json: json.to_owned() };
+        // Built into the same frame a local publish builds: the streams of this instance write it as they would
+        // their own events.
+        let event = PublishedEvent::from_json(id, known_event_type(event_type)?, json)?;
         Some(Self { origin, event })
     }
 }
@@ -548,7 +551,7 @@ mod tests {
     #[test]
     fn the_wire_format_carries_the_event_and_its_origin_and_refuses_anything_else() {
         let published = PublishedEvent::of(&event("e-1"));
-        let message = wire_message("gw-a", &published);
+        let message = String::from_utf8(wire_message("gw-a", &published)).unwrap();
         assert!(message.starts_with("1\ngw-a\nwebhook_signature_failure\ne-1\n{"));
         assert_eq!(WireMessage::parse(&message), Some(WireMessage { origin: "gw-a", event: published }));
         for bad in [
@@ -558,12 +561,15 @@ mod tests {
             "1\ngw-a\nsomething_else\ne-1\n{}",
             "1\n\nreminder\ne-1\n{}",
             "1\ngw-a\nreminder\n\n{}",
+            "1\ngw-a\nreminder\ne\r1\n{}",
         ] {
             assert_eq!(WireMessage::parse(bad), None, "{bad:?}");
         }
-        // The JSON may hold anything after the fourth line break, line breaks included.
+        // The JSON may hold anything after the fourth line break; a line break there is whitespace, and becomes a
+        // space so that the event's frame keeps its data on one line.
         let parsed = WireMessage::parse("1\ngw-a\nreminder\ne-2\n{\"a\":\n1}").unwrap();
-        assert_eq!(parsed.event.json, "{\"a\":\n1}");
+        assert_eq!(parsed.event.json(), "{\"a\": 1}");
+        assert_eq!(parsed.event.frame(), PublishedEvent::from_json("e-2", "reminder", "{\"a\": 1}").unwrap().frame());
     }
 
     #[test]
@@ -608,7 +614,7 @@ mod tests {
         ];
         for payload in payloads {
             let published = PublishedEvent::of(&Event::with_id("e", payload, at));
-            let message = wire_message("gw", &published);
+            let message = String::from_utf8(wire_message("gw", &published)).unwrap();
             assert_eq!(WireMessage::parse(&message).unwrap().event, published);
         }
     }
@@ -634,14 +640,23 @@ mod tests {
             bridge.publish(&Topic::Webhooks, &event(&format!("e-{n}"))).unwrap();
         }
         for n in 0..10 {
-            assert!(matches!(local.recv().await, Received::Event(event) if event.id == format!("e-{n}")));
+            assert!(matches!(local.recv().await, Received::Event(event) if event.id() == format!("e-{n}")));
         }
         assert_eq!(bridge.counters().dropped_full, 6);
         // The same id again is the same event: once per instance.
         bridge.publish(&Topic::Webhooks, &event("e-3")).unwrap();
         bridge.publish(&Topic::Webhooks, &event("e-10")).unwrap();
-        assert!(matches!(local.recv().await, Received::Event(event) if event.id == "e-10"));
+        assert!(matches!(local.recv().await, Received::Event(event) if event.id() == "e-10"));
         assert_eq!(bridge.counters().skipped_seen, 1);
+    }
+
+    /// Nobody listening here says nothing of the other instances: a publisher asking the bridge is always told
+    /// to publish.
+    #[tokio::test]
+    async fn the_bridge_may_always_deliver_even_with_no_local_subscriber() {
+        let bridge = bridge(BridgeConfig::new("gw-a"));
+        assert!(!bridge.bus().has_subscribers(&Topic::Messages));
+        assert!(bridge.may_deliver(&Topic::Messages));
     }
 
     #[test]

@@ -4,8 +4,10 @@
 pub mod bridge;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use gateway_core::sync::lock;
 use gateway_core::{Event, EventPublisher, PublishError, Topic};
 use tokio::sync::broadcast;
@@ -13,20 +15,83 @@ use tokio::sync::broadcast;
 /// Events a subscriber may fall behind by before it starts losing them.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 
-/// An event as subscribers receive it: serialized once.
+/// An event as subscribers receive it: serialized once, straight into its Server-Sent Events frame
+/// (`id: …\nevent: …\ndata: <json>\n\n`), which every stream of the event then writes as it is: the frame is a
+/// [`Bytes`], and handing it to another stream is a reference count, not a copy (docs/architecture.md, "Stream
+/// memory"). The JSON is the frame's `data` line, so the event's text exists once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishedEvent {
-    pub id: String,
-    pub event_type: &'static str,
-    /// The event as a JSON object.
-    pub json: String,
+    id: String,
+    event_type: &'static str,
+    frame: Bytes,
+    /// Where the JSON lies in `frame`.
+    json: Range<usize>,
 }
 
 impl PublishedEvent {
-    /// Serializes `event`.
+    /// Serializes `event` into its frame.
     pub fn of(event: &Event) -> Self {
-        Self { id: event.id.clone(), event_type: event.event_type(), json: event.to_json() }
+        let event_type = event.event_type();
+        let mut frame = frame_head(&event.id, event_type, 256);
+        let start = frame.len();
+        // Serializing these plain structs cannot fail: every map key is a string and no Serialize impl errors.
+        if serde_json::to_writer(&mut frame, event).is_err() {
+            frame.truncate(start);
+            frame.extend_from_slice(b"{}");
+        }
+        Self::finish(event.id.clone(), event_type, frame, start)
     }
+
+    /// An event serialized elsewhere (another instance, through the bridge). `None` for an id with a line break,
+    /// which no frame could carry. A line break in `json` can only be whitespace between tokens (JSON escapes
+    /// those in strings): it becomes a space, so that the data stays one line.
+    pub fn from_json(id: &str, event_type: &'static str, json: &str) -> Option<Self> {
+        if id.contains(['\n', '\r']) {
+            return None;
+        }
+        let mut frame = frame_head(id, event_type, json.len());
+        let start = frame.len();
+        frame.extend(json.bytes().map(|byte| if byte == b'\n' || byte == b'\r' { b' ' } else { byte }));
+        Some(Self::finish(id.to_owned(), event_type, frame, start))
+    }
+
+    fn finish(id: String, event_type: &'static str, mut frame: Vec<u8>, start: usize) -> Self {
+        let end = frame.len();
+        frame.extend_from_slice(b"\n\n");
+        Self { id, event_type, frame: Bytes::from(frame), json: start..end }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn event_type(&self) -> &'static str {
+        self.event_type
+    }
+
+    /// The event as a JSON object.
+    pub fn json(&self) -> &str {
+        // Always valid: the frame was built from a `&str` or by serde_json, and ASCII framing around it.
+        std::str::from_utf8(self.json_bytes()).unwrap_or_default()
+    }
+
+    pub fn json_bytes(&self) -> &[u8] {
+        &self.frame[self.json.clone()]
+    }
+
+    /// The whole Server-Sent Events frame, shared by every stream that writes it (clone it: a reference count).
+    pub fn frame(&self) -> &Bytes {
+        &self.frame
+    }
+}
+
+/// `id: <id>\nevent: <type>\ndata: `, with room for `json_len` more bytes and the closing blank line.
+fn frame_head(id: &str, event_type: &str, json_len: usize) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(id.len() + event_type.len() + json_len + 24);
+    for part in [b"id: ", id.as_bytes(), b"\nevent: ", event_type.as_bytes(), b"\ndata: "] {
+        frame.extend_from_slice(part);
+    }
+    frame
 }
 
 /// What a subscriber gets next.
@@ -110,6 +175,10 @@ impl EventPublisher for Bus {
         let _ = sender.send(Arc::new(PublishedEvent::of(event)));
         Ok(())
     }
+
+    fn may_deliver(&self, topic: &Topic) -> bool {
+        self.has_subscribers(topic)
+    }
 }
 
 /// One subscriber's view of one topic. Dropping it unsubscribes.
@@ -163,7 +232,7 @@ mod tests {
 
     fn id_of(received: Received) -> String {
         match received {
-            Received::Event(event) => event.id.clone(),
+            Received::Event(event) => event.id().to_owned(),
             other => panic!("expected an event, got {other:?}"),
         }
     }
@@ -213,8 +282,32 @@ mod tests {
         let mut subscription = bus.subscribe(&Topic::Webhooks);
         bus.publish(&Topic::Webhooks, &event(7)).unwrap();
         let Received::Event(published) = subscription.recv().await else { panic!("expected an event") };
-        assert_eq!(published.event_type, "webhook_signature_failure");
-        assert!(published.json.contains(r#""webhook_id":7"#));
+        assert_eq!(published.event_type(), "webhook_signature_failure");
+        assert!(published.json().contains(r#""webhook_id":7"#));
+        let frame = std::str::from_utf8(published.frame()).unwrap();
+        assert_eq!(frame, format!("id: e-7\nevent: webhook_signature_failure\ndata: {}\n\n", published.json()));
+    }
+
+    #[tokio::test]
+    async fn every_subscriber_gets_the_same_frame_not_a_copy() {
+        let bus = Bus::default();
+        let mut subscriptions: Vec<_> = (0..8).map(|_| bus.subscribe(&Topic::Messages)).collect();
+        bus.publish(&Topic::Messages, &event(1)).unwrap();
+        let mut frames = Vec::new();
+        for subscription in &mut subscriptions {
+            let Received::Event(published) = subscription.recv().await else { panic!("expected an event") };
+            frames.push(published.frame().clone());
+        }
+        assert!(frames.iter().all(|frame| frame.as_ptr() == frames[0].as_ptr() && frame.len() == frames[0].len()));
+    }
+
+    #[test]
+    fn an_event_from_elsewhere_gets_a_one_line_data_field() {
+        let published = PublishedEvent::from_json("e-1", "reminder", "{\"a\":\r\n1}").unwrap();
+        assert_eq!(published.json(), "{\"a\":  1}");
+        assert_eq!(&published.frame()[..], b"id: e-1\nevent: reminder\ndata: {\"a\":  1}\n\n");
+        assert_eq!(PublishedEvent::from_json("e\r1", "reminder", "{}"), None);
+        assert_eq!(PublishedEvent::from_json("e\n1", "reminder", "{}"), None);
     }
 
     #[test]
@@ -227,6 +320,7 @@ mod tests {
         let second = bus.subscribe(&Topic::Agents);
         assert_eq!(bus.subscriber_count(&Topic::Agents), 2);
         assert!(bus.has_subscribers(&Topic::Agents) && !bus.has_subscribers(&Topic::Messages));
+        assert!(bus.may_deliver(&Topic::Agents) && !bus.may_deliver(&Topic::Messages), "what publishers ask");
         drop(first);
         assert_eq!(bus.topic_count(), 1);
         drop(second);

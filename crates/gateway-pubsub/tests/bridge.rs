@@ -69,8 +69,8 @@ fn event(id: &str) -> Event {
 async fn next_id(subscription: &mut Subscription) -> String {
     loop {
         match tokio::time::timeout(PATIENCE, subscription.recv()).await.unwrap() {
-            Received::Event(event) if event.id.starts_with("warm-") => continue,
-            Received::Event(event) => return event.id.clone(),
+            Received::Event(event) if event.id().starts_with("warm-") => continue,
+            Received::Event(event) => return event.id().to_owned(),
             other => panic!("expected an event, got {other:?}"),
         }
     }
@@ -89,8 +89,8 @@ async fn until_marker(from: &RedisBridge, topic: &Topic, subscription: &mut Subs
         attempt += 1;
         loop {
             match tokio::time::timeout(Duration::from_millis(200), subscription.recv()).await {
-                Ok(Received::Event(event)) if event.id.starts_with(marker) => return before,
-                Ok(Received::Event(event)) => before.push(event.id.clone()),
+                Ok(Received::Event(event)) if event.id().starts_with(marker) => return before,
+                Ok(Received::Event(event)) => before.push(event.id().to_owned()),
                 Ok(other) => panic!("expected an event, got {other:?}"),
                 Err(_) => break,
             }

@@ -29,6 +29,7 @@ mod lock;
 mod recovery;
 pub mod schema;
 pub mod timestamp;
+mod tool_call;
 mod wal;
 mod webhook;
 

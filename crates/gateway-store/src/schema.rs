@@ -97,6 +97,17 @@ diesel::table! {
 }
 
 diesel::table! {
+    tool_calls (agent_id, tool_call_id) {
+        agent_id -> Text,
+        tool_call_id -> Text,
+        tool_name -> Text,
+        params_hash -> Text,
+        result -> Text,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
     agent_credentials (credential_id) {
         credential_id -> Text,
         agent_id -> Text,

@@ -144,6 +144,17 @@ impl From<CronError> for ApiError {
             CronError::IdempotencyKeyReused => {
                 Self::new(unprocessable, "idempotency_key_reused").with_detail(error.to_string())
             }
+            CronError::UnknownTool => Self::new(StatusCode::NOT_FOUND, "unknown_tool").with_detail(error.to_string()),
+            CronError::MissingToolParam(_) => {
+                Self::new(unprocessable, "missing_required_fields").with_detail(error.to_string())
+            }
+            CronError::InvalidToolParams(_) => Self::new(unprocessable, "invalid_field").with_detail(error.to_string()),
+            CronError::ToolCallConflict => {
+                Self::new(StatusCode::CONFLICT, "tool_call_conflict").with_detail(error.to_string())
+            }
+            CronError::TooManyReminders { .. } => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_reminders").with_detail(error.to_string())
+            }
             CronError::Store(store) => store.into(),
         }
     }

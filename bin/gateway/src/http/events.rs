@@ -1,35 +1,151 @@
 //! `GET /gateway/events?topic=…`: one topic as Server-Sent Events (docs/api.md).
 //!
-//! Each stream has a small buffer between the bus and the socket. A client that reads slowly first makes its
-//! bus subscription lag (it gets `event: lagged` with the count it missed); a client that accepts nothing for
-//! [`SLOW_CONSUMER_TIMEOUT`] is disconnected. Neither ever slows a publisher or another subscriber.
+//! Memory (docs/architecture.md, "Stream memory"): every stream writes the frame the bus built once per event
+//! (`PublishedEvent::frame`, shared by reference count), and what waits between the bus and the socket of one
+//! stream is bounded in bytes ([`STREAM_BUFFER_BYTES`]): past it the stream skips events and then tells how many
+//! (`event: lagged`), so a slow client never holds back a publisher, another stream, or the bus's own queue.
+//!
+//! A client that takes nothing for [`STALL_TIMEOUT`] while something waits for it is disconnected and its slot
+//! freed. "Takes" is measured where hyper pulls the body, which it does only while the socket accepts what it
+//! wrote: a client that stops reading first fills the kernel buffers, then hyper's, then the stream's queue.
+//! Keep-alives are padded ([`KEEP_ALIVE_BYTES`]) and an event stream's socket send buffer is capped
+//! ([`STREAM_SEND_BUFFER`]) so that even on a topic with no events those buffers fill within minutes and a client
+//! that never reads is found out (docs/api.md, "Slow and stalled clients").
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_core::Topic;
+use gateway_core::sync::lock;
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
+use http_body::{Body, Frame};
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::sync::mpsc::{self, error::SendTimeoutError};
-use tokio::time::{Instant, interval_at};
+use tokio::time::{Instant, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use crate::credentials::StreamGuard;
 use crate::http::agent_auth::{Access, Caller};
+use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::{Query, Request};
 use crate::http::response::{Response, event_stream};
 use crate::state::AppState;
 
-/// A comment line this often keeps proxies and clients from timing out an idle stream.
+/// A comment this often keeps proxies and clients from timing out an idle stream.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// A client that cannot take the next chunk within this time is disconnected.
-pub const SLOW_CONSUMER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Chunks buffered between the bus and the socket of one stream.
-const STREAM_BUFFER: usize = 16;
+/// The size of a keep-alive frame (a comment line padded with spaces): on a topic without events it is what
+/// fills the buffers of a client that stopped reading, so that [`STALL_TIMEOUT`] can tell it from an idle one.
+/// 4 KiB per 15 s is 273 bytes a second per idle stream.
+pub const KEEP_ALIVE_BYTES: usize = 8 * 1024;
+/// A stream that has had something waiting for the client this long without the client taking any of it is
+/// closed.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The bytes one stream may hold between the bus and the socket. Frames are shared, so this bounds what one
+/// stream keeps alive, not a copy; an event larger than this is still sent when the stream's queue is empty.
+pub const STREAM_BUFFER_BYTES: usize = 2 * 1024 * 1024;
+/// The kernel send buffer of an event stream's connection (Linux doubles it for its bookkeeping). Fixed rather
+/// than auto-tuned, which lets a socket take megabytes before its writes block: with it, a client that reads
+/// nothing stops taking data after about 100 KiB on Linux (its own receive window plus this).
+pub const STREAM_SEND_BUFFER: usize = 16 * 1024;
+/// Open `agent:<id>:scheduled` streams from one client address (an IP address; the port does not count).
+pub const MAX_STREAMS_PER_ADDRESS: usize = 32;
+/// The largest piece of a frame handed to hyper at a time: hyper copies what it is handed into its own write
+/// buffer, and pieces this small keep that buffer small however large an event is.
+const WRITE_PIECE: usize = 16 * 1024;
 
-pub async fn get(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+/// The stream limits, configurable for tests; [`StreamLimits::default`] is the constants above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    pub keep_alive: Duration,
+    pub keep_alive_bytes: usize,
+    pub stall_timeout: Duration,
+    pub buffer_bytes: usize,
+    pub send_buffer: usize,
+    pub per_address: usize,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        Self {
+            keep_alive: KEEP_ALIVE,
+            keep_alive_bytes: KEEP_ALIVE_BYTES,
+            stall_timeout: STALL_TIMEOUT,
+            buffer_bytes: STREAM_BUFFER_BYTES,
+            send_buffer: STREAM_SEND_BUFFER,
+            per_address: MAX_STREAMS_PER_ADDRESS,
+        }
+    }
+}
+
+impl StreamLimits {
+    /// `: keep-alive` padded with spaces to `keep_alive_bytes`, ending the comment and the frame.
+    fn keep_alive_frame(&self) -> Bytes {
+        let mut frame = b": keep-alive".to_vec();
+        frame.resize(self.keep_alive_bytes.max(frame.len() + 2) - 2, b' ');
+        frame.extend_from_slice(b"\n\n");
+        Bytes::from(frame)
+    }
+}
+
+/// Open agent streams per client address.
+#[derive(Debug, Default)]
+pub struct StreamsPerAddress {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl StreamsPerAddress {
+    /// A slot for `address`, or `None` when it holds `limit` already.
+    fn acquire(self: &Arc<Self>, address: IpAddr, limit: usize) -> Option<AddressSlot> {
+        let mut open = lock(&self.open);
+        let count = open.entry(address).or_insert(0);
+        if *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(AddressSlot { streams: Arc::clone(self), address })
+    }
+
+    /// Streams open from `address` right now.
+    pub fn open_from(&self, address: IpAddr) -> usize {
+        lock(&self.open).get(&address).copied().unwrap_or(0)
+    }
+}
+
+/// One stream's place in its address's count, given back when dropped.
+#[derive(Debug)]
+struct AddressSlot {
+    streams: Arc<StreamsPerAddress>,
+    address: IpAddr,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = lock(&self.streams.open);
+        if let Some(count) = open.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// What a stream holds on to for as long as it is open.
+#[derive(Debug)]
+struct Slots {
+    _total: OwnedSemaphorePermit,
+    _address: Option<AddressSlot>,
+    /// A stream opened with an agent's credential, registered to be closed when the credential is revoked.
+    _revocation: Option<StreamGuard>,
+}
+
+pub async fn get(state: &AppState, request: &Request, connection: Connection) -> Result<Response, ApiError> {
     let invalid_topic = || {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_topic").with_detail(
             "topic must be gateway:messages, gateway:violations, gateway:webhooks, gateway:agents or agent:<agent_id>:scheduled",
@@ -37,68 +153,396 @@ pub async fn get(state: &AppState, request: &Request) -> Result<Response, ApiErr
     };
     let query = Query::parse(request.uri(), &["topic"])?;
     let topic = query.get("topic").and_then(Topic::parse).ok_or_else(invalid_topic)?;
-    let mut caller = Caller::Open;
-    let streams = match &topic {
+    let too_many =
+        |detail: &str| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_streams").with_detail(detail);
+    let limits = state.stream_limits;
+    // Stopped at shutdown, or, for a stream opened with an agent's credential, when that credential is revoked.
+    let mut stop = state.shutdown.clone();
+    let slots = match &topic {
         Topic::AgentScheduled(agent_id) => {
-            caller = state.agent_auth.authorize(request.headers(), agent_id, Access::Read).await?;
-            &state.event_streams
+            // Who is asking comes first: a refused client takes no slot.
+            let caller = state.agent_auth.authorize(request.headers(), agent_id, Access::Read).await?;
+            let address = state
+                .streams_per_address
+                .acquire(connection.peer().ip(), limits.per_address)
+                .ok_or_else(|| too_many("this client address has as many agent streams open as it may"))?;
+            let total = Arc::clone(&state.event_streams)
+                .try_acquire_owned()
+                .map_err(|_| too_many("the gateway serves as many agent streams as it can"))?;
+            let revocation = match &caller {
+                Caller::Agent(verified) => {
+                    let (on_revocation, guard) = state.agent_auth.credentials().stream_stop(verified, &state.shutdown);
+                    stop = on_revocation;
+                    Some(guard)
+                }
+                Caller::Open | Caller::Operator => None,
+            };
+            Slots { _total: total, _address: Some(address), _revocation: revocation }
         }
         _ => {
             state.operator.check(request.headers())?;
-            &state.operator_event_streams
+            let total = Arc::clone(&state.operator_event_streams)
+                .try_acquire_owned()
+                .map_err(|_| too_many("the gateway serves as many gateway:* streams as it can"))?;
+            Slots { _total: total, _address: None, _revocation: None }
         }
     };
-    let permit = Arc::clone(streams)
-        .try_acquire_owned()
-        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_streams"))?;
+    connection.limit_send_buffer(limits.send_buffer);
     // Subscribed before the response goes out: once a client sees the headers, it sees every later event.
     let subscription = state.bus.subscribe(&topic);
-    let (chunks, body) = mpsc::channel(STREAM_BUFFER);
-    // A stream opened with an agent's credential ends when that credential is revoked.
-    let (stop, revocation) = match &caller {
-        Caller::Agent(verified) => {
-            let (stop, guard) = state.agent_auth.credentials().stream_stop(verified, &state.shutdown);
-            (stop, Some(guard))
-        }
-        Caller::Open | Caller::Operator => (state.shutdown.clone(), None),
-    };
-    tokio::spawn(async move {
-        let _revocation = revocation;
-        pump(subscription, chunks, stop, permit).await;
-    });
+    let outbox = Outbox::new();
+    let body = StreamBody { outbox: Arc::clone(&outbox) };
+    let pump = Pump { subscription, outbox, limits, keep_alive: limits.keep_alive_frame() };
+    tokio::spawn(pump.run(stop, connection, slots));
     Ok(event_stream(body))
 }
 
-async fn pump(
-    mut subscription: Subscription,
-    chunks: mpsc::Sender<Bytes>,
-    shutdown: CancellationToken,
-    _permit: OwnedSemaphorePermit,
-) {
-    if chunks.send(Bytes::from_static(b": connected\n\n")).await.is_err() {
-        return;
-    }
-    let mut keep_alive = interval_at(Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
-    loop {
-        let chunk = tokio::select! {
-            () = shutdown.cancelled() => break,
-            () = chunks.closed() => break,
-            _ = keep_alive.tick() => Bytes::from_static(b": keep-alive\n\n"),
-            received = subscription.recv() => match received {
-                Received::Event(event) => {
-                    Bytes::from(format!("id: {}\nevent: {}\ndata: {}\n\n", event.id, event.event_type, event.json))
-                }
-                Received::Lagged(missed) => Bytes::from(format!("event: lagged\ndata: {{\"missed\":{missed}}}\n\n")),
-                Received::Closed => break,
-            },
-        };
-        match chunks.send_timeout(chunk, SLOW_CONSUMER_TIMEOUT).await {
-            Ok(()) => {}
-            Err(SendTimeoutError::Timeout(_)) => {
-                tracing::info!(topic = subscription.topic(), "disconnecting a slow event-stream consumer");
-                break;
-            }
-            Err(SendTimeoutError::Closed(_)) => break,
+/// Moves events from the bus into one stream's [`Outbox`] and watches that the client takes them.
+struct Pump {
+    subscription: Subscription,
+    outbox: Arc<Outbox>,
+    limits: StreamLimits,
+    keep_alive: Bytes,
+}
+
+/// Why a stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Shutdown,
+    ClientGone,
+    BusClosed,
+    Stalled,
+}
+
+impl Pump {
+    async fn run(mut self, shutdown: CancellationToken, connection: Connection, slots: Slots) {
+        if self.pump(&shutdown).await == Ended::Stalled {
+            tracing::info!(
+                topic = self.subscription.topic(),
+                peer = %connection.peer(),
+                "closing an event stream whose client took nothing for {:?}",
+                self.limits.stall_timeout
+            );
+            // hyper may be waiting on a socket that takes nothing: ending the body would never reach it.
+            connection.close();
         }
+        // The slots go first, before the body: a stalled client's place is free as soon as it is found out.
+        drop(slots);
+        self.outbox.end();
+    }
+
+    async fn pump(&mut self, shutdown: &CancellationToken) -> Ended {
+        let outbox = &self.outbox;
+        let subscription = &mut self.subscription;
+        outbox.push(Bytes::from_static(b": connected\n\n"));
+        let keep_alive = self.limits.keep_alive;
+        let mut keep_alives = interval_at(Instant::now() + keep_alive, keep_alive);
+        let mut missed: u64 = 0;
+        loop {
+            let stall_at = outbox.waiting_since().map(|since| since + self.limits.stall_timeout);
+            tokio::select! {
+                () = shutdown.cancelled() => return Ended::Shutdown,
+                () = outbox.body_dropped.cancelled() => return Ended::ClientGone,
+                () = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
+                    // Taking something moves the mark: look again rather than trust the deadline.
+                    if outbox.waiting_since().is_some_and(|since| since.elapsed() >= self.limits.stall_timeout) {
+                        return Ended::Stalled;
+                    }
+                }
+                _ = keep_alives.tick() => {
+                    if outbox.queued_bytes() == 0 {
+                        if missed > 0 {
+                            outbox.push(lagged_frame(missed));
+                            missed = 0;
+                        } else {
+                            outbox.push(self.keep_alive.clone());
+                        }
+                    }
+                }
+                received = subscription.recv() => match received {
+                    Received::Event(event) => {
+                        let frame = event.frame();
+                        if outbox.has_room_for(frame.len(), self.limits.buffer_bytes) {
+                            if missed > 0 {
+                                outbox.push(lagged_frame(missed));
+                                missed = 0;
+                            }
+                            outbox.push(frame.clone());
+                        } else {
+                            missed += 1;
+                        }
+                    }
+                    Received::Lagged(count) => missed += count,
+                    Received::Closed => return Ended::BusClosed,
+                },
+            }
+        }
+    }
+}
+
+fn lagged_frame(missed: u64) -> Bytes {
+    Bytes::from(format!("event: lagged\ndata: {{\"missed\":{missed}}}\n\n"))
+}
+
+/// The frames between one stream's pump and hyper, and when the client last took any.
+#[derive(Debug)]
+struct Outbox {
+    queue: Mutex<Queue>,
+    /// Cancelled when hyper drops the body: the connection is gone.
+    body_dropped: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    frames: VecDeque<Bytes>,
+    bytes: usize,
+    /// Since when something has waited without the client taking any of it; `None` while nothing waits.
+    waiting_since: Option<Instant>,
+    ended: bool,
+    waker: Option<Waker>,
+}
+
+impl Outbox {
+    fn new() -> Arc<Self> {
+        Arc::new(Self { queue: Mutex::new(Queue::default()), body_dropped: CancellationToken::new() })
+    }
+
+    fn queued_bytes(&self) -> usize {
+        lock(&self.queue).bytes
+    }
+
+    fn waiting_since(&self) -> Option<Instant> {
+        lock(&self.queue).waiting_since
+    }
+
+    /// Whether a frame of `len` bytes fits in `budget`; an empty queue takes any frame, so that an event larger
+    /// than the budget is still delivered.
+    fn has_room_for(&self, len: usize, budget: usize) -> bool {
+        let bytes = lock(&self.queue).bytes;
+        bytes == 0 || bytes.saturating_add(len) <= budget
+    }
+
+    fn push(&self, frame: Bytes) {
+        let mut queue = lock(&self.queue);
+        queue.bytes += frame.len();
+        queue.frames.push_back(frame);
+        if queue.waiting_since.is_none() {
+            queue.waiting_since = Some(Instant::now());
+        }
+        if let Some(waker) = queue.waker.take() {
+            waker.wake();
+        }
+    }
+
+    fn end(&self) {
+        let mut queue = lock(&self.queue);
+        queue.ended = true;
+        if let Some(waker) = queue.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// The next piece for the socket, at most [`WRITE_PIECE`] bytes; `None` once ended and empty.
+    fn take(&self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let mut queue = lock(&self.queue);
+        let Some(front) = queue.frames.front_mut() else {
+            if queue.ended {
+                return Poll::Ready(None);
+            }
+            queue.waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        };
+        let piece = if front.len() > WRITE_PIECE { front.split_to(WRITE_PIECE) } else { std::mem::take(front) };
+        if front.is_empty() {
+            queue.frames.pop_front();
+        }
+        queue.bytes -= piece.len();
+        queue.waiting_since = if queue.frames.is_empty() { None } else { Some(Instant::now()) };
+        Poll::Ready(Some(piece))
+    }
+}
+
+/// The response body of a stream: what its pump queued, handed to hyper as hyper asks for it.
+#[derive(Debug)]
+pub struct StreamBody {
+    outbox: Arc<Outbox>,
+}
+
+impl Body for StreamBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.outbox.take(cx).map(|piece| piece.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}
+
+impl Drop for StreamBody {
+    fn drop(&mut self) {
+        self.outbox.body_dropped.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::net::Ipv4Addr;
+
+    use gateway_core::{Event, EventPayload, EventPublisher};
+    use gateway_pubsub::Bus;
+    use http_body_util::BodyExt;
+    use time::macros::datetime;
+
+    use super::*;
+    use crate::http::head_timeout::HeadWatch;
+
+    const LIMITS: StreamLimits = StreamLimits {
+        keep_alive: Duration::from_secs(15),
+        keep_alive_bytes: 64,
+        stall_timeout: Duration::from_secs(30),
+        buffer_bytes: 100,
+        send_buffer: 4096,
+        per_address: 2,
+    };
+
+    fn event(n: i64) -> Event {
+        Event::with_id(
+            format!("e-{n}"),
+            EventPayload::WebhookSignatureFailure { webhook_id: n },
+            datetime!(2026-02-22 12:00:00 UTC),
+        )
+    }
+
+    /// A pump on `bus`'s `gateway:webhooks`, its body, the watcher of its connection and the connection's task.
+    fn stream(bus: &Bus, limits: StreamLimits) -> (StreamBody, tokio::task::JoinHandle<()>, tokio::task::AbortHandle) {
+        let outbox = Outbox::new();
+        let body = StreamBody { outbox: Arc::clone(&outbox) };
+        let pump = Pump {
+            subscription: bus.subscribe(&Topic::Webhooks),
+            outbox,
+            limits,
+            keep_alive: limits.keep_alive_frame(),
+        };
+        let watch = HeadWatch::for_peer((Ipv4Addr::LOCALHOST, 1).into());
+        let connection_task = tokio::spawn(std::future::pending::<()>());
+        let connection_aborted = connection_task.abort_handle();
+        tokio::spawn(watch.clone().enforce(Duration::from_secs(3600), connection_task));
+        let connection = Connection::new(watch);
+        let slots = Slots {
+            _total: Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().unwrap(),
+            _address: None,
+            _revocation: None,
+        };
+        let pumping = tokio::spawn(pump.run(CancellationToken::new(), connection, slots));
+        (body, pumping, connection_aborted)
+    }
+
+    async fn next_piece(body: &mut StreamBody) -> Bytes {
+        body.frame().await.unwrap().unwrap().into_data().unwrap()
+    }
+
+    /// Lets the pump run until it waits again.
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_stream_writes_the_frame_the_bus_built_once() {
+        let bus = Bus::default();
+        let (mut first, _a, _) = stream(&bus, StreamLimits::default());
+        let (mut second, _b, _) = stream(&bus, StreamLimits::default());
+        assert_eq!(&next_piece(&mut first).await[..], b": connected\n\n");
+        assert_eq!(&next_piece(&mut second).await[..], b": connected\n\n");
+        bus.publish(&Topic::Webhooks, &event(1)).unwrap();
+        let (one, two) = (next_piece(&mut first).await, next_piece(&mut second).await);
+        assert!(one.starts_with(b"id: e-1\nevent: webhook_signature_failure\ndata: {"));
+        assert_eq!(one.as_ptr(), two.as_ptr(), "one frame in memory, written by both streams");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_frame_goes_to_hyper_in_pieces_of_the_same_memory() {
+        let outbox = Outbox::new();
+        let frame = Bytes::from(vec![b'x'; WRITE_PIECE * 2 + 10]);
+        outbox.push(frame.clone());
+        let mut body = StreamBody { outbox: Arc::clone(&outbox) };
+        let pieces = [next_piece(&mut body).await, next_piece(&mut body).await, next_piece(&mut body).await];
+        assert_eq!(pieces.each_ref().map(Bytes::len), [WRITE_PIECE, WRITE_PIECE, 10]);
+        assert_eq!(pieces[1].as_ptr(), frame[WRITE_PIECE..].as_ptr());
+        assert_eq!((outbox.queued_bytes(), outbox.waiting_since()), (0, None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_its_byte_budget_a_stream_skips_events_then_says_how_many() {
+        let bus = Bus::default();
+        let (mut body, _pumping, _) = stream(&bus, LIMITS);
+        next_piece(&mut body).await;
+        // Each frame is larger than the 100-byte budget: the first goes into the empty queue, the next three do not.
+        for n in 1..=4 {
+            bus.publish(&Topic::Webhooks, &event(n)).unwrap();
+        }
+        settle().await;
+        assert!(next_piece(&mut body).await.starts_with(b"id: e-1\n"));
+        bus.publish(&Topic::Webhooks, &event(5)).unwrap();
+        assert_eq!(&next_piece(&mut body).await[..], b"event: lagged\ndata: {\"missed\":3}\n\n");
+        assert!(next_piece(&mut body).await.starts_with(b"id: e-5\n"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_larger_than_the_budget_is_still_delivered() {
+        let bus = Bus::default();
+        let (mut body, _pumping, _) = stream(&bus, StreamLimits { buffer_bytes: 10, ..LIMITS });
+        next_piece(&mut body).await;
+        bus.publish(&Topic::Webhooks, &event(1)).unwrap();
+        assert!(next_piece(&mut body).await.starts_with(b"id: e-1\n"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_takes_nothing_for_the_stall_timeout_is_disconnected() {
+        let bus = Bus::default();
+        let (mut body, pumping, connection) = stream(&bus, LIMITS);
+        next_piece(&mut body).await;
+        // Only keep-alives, never taken: the first waits from the first tick on.
+        let first_keep_alive = Instant::now() + LIMITS.keep_alive;
+        sleep_until(first_keep_alive + LIMITS.stall_timeout - Duration::from_millis(1)).await;
+        settle().await;
+        assert!(!pumping.is_finished() && !connection.is_finished());
+        pumping.await.unwrap();
+        assert_eq!(Instant::now(), first_keep_alive + LIMITS.stall_timeout);
+        settle().await;
+        assert!(connection.is_finished(), "the connection is closed, not only the body");
+        assert_eq!(bus.subscriber_count(&Topic::Webhooks), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_keeps_taking_is_never_stalled() {
+        let bus = Bus::default();
+        let (mut body, pumping, connection) = stream(&bus, LIMITS);
+        next_piece(&mut body).await;
+        for _ in 0..20 {
+            let keep_alive = next_piece(&mut body).await;
+            assert_eq!(keep_alive.len(), LIMITS.keep_alive_bytes);
+            assert!(keep_alive.starts_with(b": keep-alive ") && keep_alive.ends_with(b" \n\n"));
+        }
+        assert!(!pumping.is_finished() && !connection.is_finished());
+        drop(body);
+        pumping.await.unwrap();
+        assert_eq!(bus.subscriber_count(&Topic::Webhooks), 0);
+    }
+
+    #[test]
+    fn a_client_address_holds_at_most_its_share_of_streams() {
+        let streams = Arc::new(StreamsPerAddress::default());
+        let (one, two) = (IpAddr::from(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::from(Ipv4Addr::new(10, 0, 0, 2)));
+        let first = streams.acquire(one, 2).unwrap();
+        let _second = streams.acquire(one, 2).unwrap();
+        assert!(streams.acquire(one, 2).is_none());
+        let _other = streams.acquire(two, 2).unwrap();
+        drop(first);
+        assert_eq!(streams.open_from(one), 1);
+        assert!(streams.acquire(one, 2).is_some());
+        assert_eq!(streams.open_from(one), 1, "the slot just taken was dropped");
     }
 }

@@ -6,6 +6,7 @@
 //! docs/benchmarks.md). Here each connection has one watcher task that sleeps until the earliest moment the
 //! connection could be over time and only then looks; a request costs two atomic updates and a clock read.
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -13,6 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -24,20 +26,34 @@ pub struct HeadWatch {
 
 #[derive(Debug)]
 struct Shared {
+    /// The client's address, kept here so that a request can learn it through the one pointer it already has.
+    peer: SocketAddr,
     opened: Instant,
     /// Requests whose response has not been sent in full (one at a time over HTTP/1, but a count is as cheap).
     busy: AtomicUsize,
     /// When the connection last became idle, as nanoseconds after `opened`.
     idle_since: AtomicU64,
+    /// Wakes the watcher to close the connection at once (a stalled event stream).
+    close: Notify,
+    /// A socket send buffer size a request asked for, not yet applied; 0 for none.
+    send_buffer: AtomicUsize,
 }
 
 impl HeadWatch {
+    #[cfg(test)]
     pub fn new() -> Self {
+        Self::for_peer(SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    pub fn for_peer(peer: SocketAddr) -> Self {
         Self {
             shared: Arc::new(Shared {
+                peer,
                 opened: Instant::now(),
                 busy: AtomicUsize::new(0),
                 idle_since: AtomicU64::new(0),
+                close: Notify::new(),
+                send_buffer: AtomicUsize::new(0),
             }),
         }
     }
@@ -49,6 +65,31 @@ impl HeadWatch {
         Busy { shared: Arc::clone(&self.shared) }
     }
 
+    pub fn peer(&self) -> SocketAddr {
+        self.shared.peer
+    }
+
+    /// Closes the connection now, whatever it is doing: for a response that its client stopped taking, which
+    /// hyper, waiting for the socket, would never finish.
+    pub fn close(&self) {
+        // A stored permit if the watcher is not waiting yet: the close is not lost.
+        self.shared.close.notify_one();
+    }
+
+    /// Asks for the socket's send buffer to be `bytes` from its next write on.
+    pub fn request_send_buffer(&self, bytes: usize) {
+        self.shared.send_buffer.store(bytes, Ordering::Release);
+    }
+
+    /// The send buffer size asked for since the last call, if any.
+    pub fn take_send_buffer_request(&self) -> Option<usize> {
+        // A load first: the swap, a write to a shared line, only when a request is there (rarely).
+        if self.shared.send_buffer.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        Some(self.shared.send_buffer.swap(0, Ordering::AcqRel)).filter(|bytes| *bytes > 0)
+    }
+
     /// `None` while busy; else since when the connection has been waiting for a head.
     fn waiting_since(&self) -> Option<Instant> {
         if self.shared.busy.load(Ordering::Acquire) > 0 {
@@ -57,12 +98,17 @@ impl HeadWatch {
         Some(self.shared.opened + Duration::from_nanos(self.shared.idle_since.load(Ordering::Acquire)))
     }
 
-    /// Runs beside the connection's task until it ends, and aborts it once it has waited `limit` for a head.
+    /// Runs beside the connection's task until it ends, and aborts it once it has waited `limit` for a head, or
+    /// when [`HeadWatch::close`] is called.
     pub async fn enforce(self, limit: Duration, mut connection: JoinHandle<()>) {
         let mut deadline = Instant::now() + limit;
         loop {
             tokio::select! {
                 _ = &mut connection => return,
+                () = self.shared.close.notified() => {
+                    connection.abort();
+                    return;
+                }
                 () = tokio::time::sleep_until(deadline) => {}
             }
             match self.waiting_since() {
@@ -188,6 +234,22 @@ mod tests {
         let before = Instant::now();
         drop(body);
         assert!(watch.waiting_since().is_some_and(|since| since >= before));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn close_aborts_a_busy_connection_at_once() {
+        let watch = HeadWatch::new();
+        let task = connection();
+        let aborted = task.abort_handle();
+        let _busy = watch.busy();
+        watch.close();
+        let enforcing = tokio::spawn(watch.clone().enforce(LIMIT, task));
+        tokio::time::timeout(Duration::from_millis(1), enforcing).await.unwrap().unwrap();
+        assert!(aborted.is_finished());
+        assert_eq!(watch.take_send_buffer_request(), None);
+        watch.request_send_buffer(4096);
+        assert_eq!(watch.take_send_buffer_request(), Some(4096));
+        assert_eq!(watch.take_send_buffer_request(), None);
     }
 
     #[tokio::test(start_paused = true)]

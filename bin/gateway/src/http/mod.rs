@@ -3,6 +3,7 @@
 
 pub mod agent_auth;
 pub mod auth;
+pub mod connection;
 pub mod error;
 mod head_timeout;
 pub mod request;
@@ -12,10 +13,11 @@ mod router;
 mod agents;
 mod credentials;
 mod cron;
-mod events;
+pub mod events;
 mod health;
 mod heartbeat;
 mod messages;
+mod tools;
 mod webhooks;
 
 use std::convert::Infallible;
@@ -30,6 +32,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::http::connection::{Connection, ConnectionIo};
 use crate::http::head_timeout::{BusyBody, HeadWatch};
 use crate::state::AppState;
 
@@ -37,6 +40,10 @@ use crate::state::AppState;
 pub const MAX_CONNECTIONS: usize = 10_000;
 /// A client must send its request head within this time (slowloris guard).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// hyper's read and write buffer of a connection: the largest request head, and what hyper copies of a response
+/// before writing it. Small, because an event stream whose client has stopped reading keeps it full for as long as
+/// the stream is open (docs/architecture.md, "Stream memory"); hyper's default is about 400 KiB.
+pub const CONNECTION_BUFFER_BYTES: usize = 32 * 1024;
 /// How long shutdown waits for in-flight requests before closing what is left.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -68,17 +75,20 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Cancel
         };
         accept_backoff = Duration::from_millis(5);
         let state = Arc::clone(&state);
-        let heads = HeadWatch::new();
+        let heads = HeadWatch::for_peer(peer);
         let requests = heads.clone();
+        let client = Connection::new(heads.clone());
         let service = service_fn(move |request| {
             let busy = requests.busy();
-            let response = router::handle(Arc::clone(&state), request);
+            let response = router::handle(Arc::clone(&state), &client, request);
             async move { Ok::<_, Infallible>(response.await?.map(|body| BusyBody::new(body, busy))) }
         });
         // No hyper header_read_timeout: `HeadWatch` enforces it for a fraction of the per-request cost. No
         // vectored writes: the answers are small, and copying the body behind the head and sending both in one
         // plain write cost about 400 instructions less per request than queueing them for writev.
-        let connection = http1::Builder::new().writev(false).serve_connection(TokioIo::new(stream), service);
+        let io = TokioIo::new(ConnectionIo::new(stream, heads.clone()));
+        let connection =
+            http1::Builder::new().writev(false).max_buf_size(CONNECTION_BUFFER_BYTES).serve_connection(io, service);
         let connection = graceful.watch(connection);
         let connection = tokio::spawn(async move {
             if let Err(error) = connection.await {

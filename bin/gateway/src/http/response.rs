@@ -1,17 +1,14 @@
 //! Response bodies: JSON documents, and the streaming body of Server-Sent Events.
 
 use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::StatusCode;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
-use http_body::{Body, Frame};
+use http_body::Body;
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 /// Response header set when a create request was answered from an earlier one with the same `Idempotency-Key`.
 pub const IDEMPOTENT_REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -51,27 +48,13 @@ fn full(bytes: Bytes) -> ResponseBody {
     http_body_util::Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
-/// A response whose body is whatever chunks arrive on `chunks`, ending when the sender is dropped.
-pub fn event_stream(chunks: mpsc::Receiver<Bytes>) -> Response {
-    let mut response = http::Response::new(ChannelBody { chunks }.boxed());
+/// A Server-Sent Events response whose body is `body`.
+pub fn event_stream(body: impl Body<Data = Bytes, Error = Infallible> + Send + Sync + 'static) -> Response {
+    let mut response = http::Response::new(body.boxed());
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     // Reverse proxies (nginx) otherwise buffer the stream and events arrive in bursts.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
-}
-
-#[derive(Debug)]
-struct ChannelBody {
-    chunks: mpsc::Receiver<Bytes>,
-}
-
-impl Body for ChannelBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.chunks.poll_recv(cx).map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
-    }
 }

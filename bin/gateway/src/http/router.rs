@@ -10,10 +10,11 @@ use futures_util::future::{self, Either};
 use http::header::{ALLOW, HeaderValue};
 use http::{Method, StatusCode};
 
+use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, credentials, cron, events, health, heartbeat, messages, webhooks};
+use crate::http::{agents, credentials, cron, events, health, heartbeat, messages, tools, webhooks};
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
@@ -35,11 +36,15 @@ enum Route {
     CronJobs,
     CronJob(Option<i64>),
     Cluster,
+    /// `/gateway/tools/{tool_name}`; the handler reads the name from the path.
+    Tool,
     /// `/gateway/agents/{agent_id}/credentials`; the handler reads the agent id from the path.
     AgentCredentials,
     /// `/gateway/agents/{agent_id}/credentials/{credential_id}`.
     AgentCredential,
 }
+
+const TOOLS_PREFIX: &str = "/gateway/tools/";
 
 fn resolve(path: &str) -> Option<Route> {
     // Matched on the path text, segment by segment, without collecting segments: this runs for every request.
@@ -64,6 +69,8 @@ fn resolve(path: &str) -> Option<Route> {
                 segment(config).map(|()| Route::WebhookConfig(id(config)))?
             } else if let Some(job) = path.strip_prefix("/gateway/cron/jobs/") {
                 segment(job).map(|()| Route::CronJob(id(job)))?
+            } else if let Some(tool) = path.strip_prefix(TOOLS_PREFIX) {
+                segment(tool).map(|()| Route::Tool)?
             } else if let Some(agent) = path.strip_prefix("/gateway/agents/") {
                 agent_route(agent)?
             } else {
@@ -92,7 +99,7 @@ fn agent_route(rest: &str) -> Option<Route> {
 impl Route {
     fn methods(self) -> &'static [Method] {
         match self {
-            Self::Heartbeat | Self::Messages => &[Method::POST],
+            Self::Heartbeat | Self::Messages | Self::Tool => &[Method::POST],
             Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster => &[Method::GET],
             Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
             Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
@@ -131,16 +138,24 @@ impl Route {
 ///
 /// Built from combinators rather than `async fn`s: an `async fn` keeps its arguments beside the futures it makes
 /// of them, which more than doubled the future hyper moves several times per request.
-pub fn handle(state: Arc<AppState>, request: Request) -> impl Future<Output = Result<Response, Infallible>> {
+pub fn handle(
+    state: Arc<AppState>,
+    connection: &Connection,
+    request: Request,
+) -> impl Future<Output = Result<Response, Infallible>> + use<> {
     let method = request.method().clone();
     let Some(route) = resolve(request.uri().path()) else {
         tracing::debug!(%method, path = request.uri().path(), status = 404, "request");
         return Either::Left(future::ready(Ok(ApiError::not_found().into_response())));
     };
-    Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request)).map(move |response| {
-        tracing::debug!(%method, ?route, status = response.status().as_u16(), "request");
-        Ok(response)
-    }))
+    // Only event streams look at their connection: the other requests do not pay for a copy of it.
+    let connection = (route == Route::Events).then(|| connection.clone());
+    Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request, connection)).map(
+        move |response| {
+            tracing::debug!(%method, ?route, status = response.status().as_u16(), "request");
+            Ok(response)
+        },
+    ))
 }
 
 /// The handler's answer, or a 500 and an error log when it panics.
@@ -167,7 +182,12 @@ fn contain_panics(
     })
 }
 
-async fn dispatch(state: Arc<AppState>, route: Route, request: Request) -> Result<Response, ApiError> {
+async fn dispatch(
+    state: Arc<AppState>,
+    route: Route,
+    request: Request,
+    connection: Option<Connection>,
+) -> Result<Response, ApiError> {
     if !route.methods().contains(request.method()) {
         return Ok(method_not_allowed(route.methods()));
     }
@@ -179,11 +199,16 @@ async fn dispatch(state: Arc<AppState>, route: Route, request: Request) -> Resul
         Route::Messages => messages::post(&state, request).await,
         // A future is as large as the largest one it may await, and hyper moves a request's future several times:
         // the other routes are boxed so that their futures do not weigh on the two endpoints agents call most.
-        _ => Box::pin(dispatch_rest(&state, route, request)).await,
+        _ => Box::pin(dispatch_rest(&state, route, request, connection)).await,
     }
 }
 
-async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) -> Result<Response, ApiError> {
+async fn dispatch_rest(
+    state: &Arc<AppState>,
+    route: Route,
+    request: Request,
+    connection: Option<Connection>,
+) -> Result<Response, ApiError> {
     let unknown_webhook = || ApiError::unknown("unknown_webhook", "webhook config");
     let unknown_delivery = || ApiError::unknown("unknown_delivery", "delivery");
     let unknown_job = || ApiError::unknown("unknown_cron_job", "cron job");
@@ -192,7 +217,10 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
     match route {
         Route::Heartbeat => heartbeat::post(state, request).await,
         Route::Messages => messages::post(state, request).await,
-        Route::Events => events::get(state, &request).await,
+        Route::Events => match connection {
+            Some(connection) => events::get(state, &request, connection).await,
+            None => Err(ApiError::internal()),
+        },
         Route::Agents => agents::list(state, &request).await,
         Route::Healthz => Ok(health::live()),
         Route::Cluster => Ok(health::cluster(state).await),
@@ -208,6 +236,10 @@ async fn dispatch_rest(state: &Arc<AppState>, route: Route, request: Request) ->
         Route::Deliveries => webhooks::list_deliveries(state, &request).await,
         Route::Delivery(id) => webhooks::show_delivery(state, id.ok_or_else(unknown_delivery)?).await,
         Route::DeliveryRetry(id) => webhooks::retry(state, id.ok_or_else(unknown_delivery)?).await,
+        Route::Tool => {
+            let name = request.uri().path().strip_prefix(TOOLS_PREFIX).unwrap_or_default().to_owned();
+            tools::call(state, &name, request).await
+        }
         Route::CronJobs if is_post => cron::create(state, request).await,
         Route::CronJobs => cron::list(state, &request).await,
         Route::CronJob(id) => {
@@ -263,6 +295,9 @@ mod tests {
         assert_eq!(resolve("/gateway/agents/a/credentials/019c85388601a1b2c3d4e5f6"), Some(Route::AgentCredential));
         assert_eq!(resolve("/gateway/agents/a/credentials/"), Some(Route::AgentCredential));
         assert!(Route::AgentCredentials.operator_only() && Route::AgentCredential.operator_only());
+        assert_eq!(resolve("/gateway/tools/schedule_reminder"), Some(Route::Tool));
+        assert_eq!(resolve("/gateway/tools/anything"), Some(Route::Tool), "the handler decides what is a tool");
+        assert!(!Route::Tool.operator_only());
         // An empty segment is an id that names nothing, as any other non-integer.
         assert_eq!(resolve("/gateway/webhooks/"), Some(Route::WebhookInbound(None)));
         assert_eq!(resolve("/gateway/deliveries//retry"), Some(Route::DeliveryRetry(None)));
@@ -287,6 +322,8 @@ mod tests {
             "/gateway/agents/a/b/credentials",
             "/gateway/agents/a/credentials/x/y",
             "/gateway/agents/a/other",
+            "/gateway/tools",
+            "/gateway/tools/schedule_reminder/x",
         ] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }

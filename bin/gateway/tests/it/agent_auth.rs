@@ -248,3 +248,27 @@ fn credentials_revocations_and_limits_hold_across_instances() {
         send(second, "POST", "/gateway/heartbeat", Some(&token), Some(&heartbeat("agent-a"))).status == 401
     });
 }
+
+#[test]
+fn tool_calls_need_the_agents_own_token_and_count_with_its_messages() {
+    let gateway = Gateway::start(&["--agent-auth", "required", "--agent-rate-limit-per-minute", "4"]);
+    let (_, a) = issue(&gateway, "agent-a");
+    let call = |token: Option<&str>, agent: &str, id: &str| {
+        let body = json!({"agent_id": agent, "tool_call_id": id, "params": {}});
+        send(&gateway, "POST", "/gateway/tools/list_reminders", token, Some(&body))
+    };
+    assert_eq!(call(None, "agent-a", "t-0").status, 401);
+    let listed = call(Some(&a), "agent-a", "t-1");
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let mismatch = call(Some(&a), "agent-b", "t-2");
+    assert_eq!((mismatch.status, mismatch.reason()), (403, "identity_mismatch"));
+    let unreadable = send(&gateway, "POST", "/gateway/tools/list_reminders", Some(&a), Some(&json!([])));
+    assert_eq!(unreadable.status, 422, "a body without a readable agent is counted against the token's");
+    // Three counted so far (the 401 is not); a message is the fourth, and the limit is reached for both.
+    let message = |trace| send(&gateway, "POST", "/gateway/messages", Some(&a), Some(&decision_log("agent-a", trace)));
+    assert_eq!(message(1).status, 202);
+    let limited = call(Some(&a), "agent-a", "t-3");
+    assert_eq!((limited.status, limited.reason()), (429, "rate_limited"));
+    assert!(limited.headers.contains_key("retry-after"));
+    assert_eq!(message(2).status, 429);
+}

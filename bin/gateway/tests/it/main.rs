@@ -7,6 +7,7 @@ mod receiver;
 mod support;
 
 mod agent_auth;
+mod agent_client;
 mod cluster;
 mod config;
 mod crash;
@@ -21,5 +22,6 @@ mod postgres;
 mod rate;
 mod retention;
 mod robustness;
+mod tools;
 mod validation;
 mod webhooks;

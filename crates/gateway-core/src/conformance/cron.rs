@@ -323,3 +323,57 @@ pub fn completing_one_batch_and_claiming_the_next_is_one_call(store: &dyn CronJo
     let second_done = FireCompletion::Delete(FireKey { job_id: second.id, scheduled_for: second.next_fire_at });
     assert_eq!(store.complete_fires("a", FencingToken(1), &[second_done]).expect("complete"), 1);
 }
+
+/// An agent's pending reminders are its one-time rows: counted and listed soonest first (ties by id), at most
+/// `limit`; recurring rows and other agents' rows are neither counted nor listed, and a row goes from both once
+/// deleted. Expects an empty store.
+pub fn an_agents_one_time_jobs_are_counted_and_listed_soonest_first(store: &dyn CronJobStore, at: OffsetDateTime) {
+    let agent = AgentId::new("agent-7").expect("a valid agent id");
+    assert_eq!(store.count_one_time_jobs(&agent).expect("count"), 0);
+    let later = one_time_job(store, at + Duration::seconds(30));
+    let sooner = one_time_job(store, at + Duration::seconds(10));
+    let tied = one_time_job(store, at + Duration::seconds(10));
+    store
+        .insert_cron_job(&NewCronJob { schedule: Some("* * * * *".into()), is_one_time: false, ..one_time(at) })
+        .expect("insert");
+    let other = AgentId::new("agent-8").expect("a valid agent id");
+    store.insert_cron_job(&NewCronJob { agent_id: other.clone(), ..one_time(at) }).expect("insert");
+
+    assert_eq!(store.count_one_time_jobs(&agent).expect("count"), 3);
+    assert_eq!(store.count_one_time_jobs(&other).expect("count"), 1);
+    assert_eq!(store.one_time_jobs_of(&agent, 10).expect("list"), vec![sooner.clone(), tied.clone(), later.clone()]);
+    assert_eq!(store.one_time_jobs_of(&agent, 2).expect("list"), vec![sooner.clone(), tied]);
+    assert!(store.delete_cron_job(sooner.id).expect("delete"));
+    assert_eq!(store.count_one_time_jobs(&agent).expect("count"), 2);
+    let nobody = AgentId::new("agent-9").expect("a valid agent id");
+    assert_eq!(store.one_time_jobs_of(&nobody, 10).expect("list"), Vec::<CronJob>::new());
+    assert_eq!(store.count_one_time_jobs(&nobody).expect("count"), 0);
+}
+
+/// A one-time row is deleted by `delete_one_time_job` only for its own agent, only while it is not claimed under
+/// a live lease (a claim whose lease ended counts as not claimed), and once; a recurring row never. Expects an
+/// empty store.
+pub fn a_one_time_job_is_deleted_only_for_its_agent_and_not_while_claimed(
+    store: &dyn CronJobStore,
+    at: OffsetDateTime,
+) {
+    let agent = AgentId::new("agent-7").expect("a valid agent id");
+    let other = AgentId::new("agent-8").expect("a valid agent id");
+    let job = one_time_job(store, at);
+    assert!(!store.delete_one_time_job(job.id, &other, at).expect("delete"), "another agent's job");
+    assert!(store.cron_job(job.id).expect("read").is_some());
+
+    assert_eq!(store.claim_fires(&[job.id], &lease("a", 1, at)).expect("claim").len(), 1);
+    assert!(!store.delete_one_time_job(job.id, &agent, at + Duration::seconds(9)).expect("delete"), "claimed");
+    assert!(store.cron_job(job.id).expect("read").is_some());
+    assert!(store.delete_one_time_job(job.id, &agent, at + Duration::seconds(10)).expect("delete"), "lease over");
+    assert_eq!(store.cron_job(job.id).expect("read"), None);
+    assert!(!store.delete_one_time_job(job.id, &agent, at).expect("delete"), "gone already");
+
+    let recurring = store
+        .insert_cron_job(&NewCronJob { schedule: Some("* * * * *".into()), is_one_time: false, ..one_time(at) })
+        .expect("insert");
+    assert!(!store.delete_one_time_job(recurring.id, &agent, at).expect("delete"), "a recurring job");
+    assert!(store.cron_job(recurring.id).expect("read").is_some());
+    assert!(!store.delete_one_time_job(987_654, &agent, at).expect("delete"), "no such job");
+}

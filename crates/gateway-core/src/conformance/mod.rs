@@ -1,11 +1,11 @@
 //! The rules every implementation of a store port must keep, written once and run against each implementation:
 //! the in-memory fakes in this crate's tests, the database adapters in theirs (through the `conformance` feature).
 //!
-//! One suite per port: [`heartbeat`], [`cron`], [`webhook`], [`liveness`], [`credential`]; [`fencing`] holds the
-//! rule that spans ports (a token raised through one fences the others). Each rule is a `pub fn` that takes a fresh, empty store
-//! and an instant to start from (rows are due, leases run and agents fall silent relative to it), drives the store
-//! only through its port, and panics when the store breaks the rule; its documentation says what it proves and
-//! what it expects of the store.
+//! One suite per port: [`heartbeat`], [`cron`], [`webhook`], [`liveness`], [`tool_call`], [`credential`];
+//! [`fencing`] holds the rule that spans ports (a token raised through one fences the others). Each rule is a
+//! `pub fn` that takes a fresh, empty store and an instant to start from (rows are due, leases run and agents fall
+//! silent relative to it), drives the store only through its port, and panics when the store breaks the rule; its
+//! documentation says what it proves and what it expects of the store.
 //!
 //! Each suite has a macro that expands to one `#[test]` per rule, in a module named after the port, so adding a
 //! rule to a suite runs it on every backend, and adding a backend is one line per suite:
@@ -26,6 +26,7 @@ pub mod cron;
 pub mod fencing;
 pub mod heartbeat;
 pub mod liveness;
+pub mod tool_call;
 pub mod webhook;
 
 use time::OffsetDateTime;
@@ -85,6 +86,22 @@ macro_rules! cron_store_conformance {
             advancing_moves_the_row_to_its_next_instant_and_clears_the_claim_once,
             completing_one_batch_and_claiming_the_next_is_one_call,
             fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch,
+            an_agents_one_time_jobs_are_counted_and_listed_soonest_first,
+            a_one_time_job_is_deleted_only_for_its_agent_and_not_while_claimed,
+        );
+    };
+}
+
+/// Every rule of [`conformance::tool_call`](crate::conformance::tool_call) as a `#[test]`, in a module
+/// `tool_call_store`. `$fixture`: an `Option<F>` where `F` dereferences to a fresh [`crate::ToolCallStore`] (see
+/// the [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! tool_call_store_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(tool_call_store, tool_call, $fixture;
+            a_call_round_trips_under_its_agent_and_id,
+            an_id_held_answers_with_its_row_unchanged,
+            pruning_takes_old_calls_oldest_first_a_batch_at_a_time,
         );
     };
 }

@@ -1,0 +1,143 @@
+//! Agents' reminders: [`CronScheduler::schedule_reminder`], the one function that schedules an agent's reminder
+//! (from a DecisionLog's `schedule_reminder` call, through the intake's [`ReminderDesk`], and from the
+//! `schedule_reminder` tool), with the limits an agent is held to; and what the other tools need (an agent's
+//! pending reminders, and cancelling one).
+//!
+//! The limits are the scheduler's, so every way in keeps them: the longest delay ([`crate::MAX_DELAY_MS`]), the
+//! payload's size as JSON (`reminder_payload_max_bytes`) and the agent's pending one-time jobs
+//! (`max_pending_reminders_per_agent`). The pending count is read before the insert, outside its transaction
+//! (the insert goes through the group commit that concurrent reminders share): an agent whose reminders arrive
+//! at the same moment at the limit may end up that many minus one over it. docs/scheduler.md.
+
+use gateway_core::intake::{BoxFuture, ReminderDesk, ReminderRefusal, ScheduledReminder};
+use gateway_core::sync::lock;
+use gateway_core::{AgentId, CronJob, ReminderRequest, StoreError};
+use serde_json::{Map, Value};
+use tracing::info;
+
+use crate::error::CronError;
+use crate::jobs::MAX_DELAY_MS;
+use crate::scheduler::CronScheduler;
+
+/// Default largest reminder payload, serialized as JSON (`--reminder-payload-max-bytes`).
+pub const DEFAULT_REMINDER_PAYLOAD_MAX_BYTES: usize = 65_536;
+/// Highest accepted `--reminder-payload-max-bytes`: a request body's limit, which no payload can exceed anyway.
+pub const MAX_REMINDER_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// Default most pending one-time jobs per agent (`--max-pending-reminders-per-agent`).
+pub const DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000;
+/// Highest accepted `--max-pending-reminders-per-agent`.
+pub const MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000_000;
+
+impl CronScheduler {
+    /// Schedules an agent's one-time reminder under the agent limits, and under the request's idempotency key
+    /// when it has one (a retry then gets the pending job back, `already_scheduled`, and nothing is written).
+    /// Returns once the row is committed and armed. Refused, with nothing written: a delay of 0 or over ten years,
+    /// a payload over `reminder_payload_max_bytes` as JSON, an agent with `max_pending_reminders_per_agent`
+    /// pending one-time jobs already (unless the key finds its pending job: a retry is not a new reminder).
+    pub async fn schedule_reminder(&self, request: ReminderRequest) -> Result<ScheduledReminder, ReminderRefusal> {
+        let ReminderRequest { agent_id, delay_ms, payload, idempotency_key } = request;
+        let delay = i64::try_from(delay_ms)
+            .ok()
+            .filter(|delay| (1..=MAX_DELAY_MS).contains(delay))
+            .ok_or(ReminderRefusal::InvalidDelay(delay_ms))?;
+        let limit = self.inner.config.reminder_payload_max_bytes;
+        if json_len(&payload) > limit {
+            return Err(ReminderRefusal::PayloadTooLarge { limit });
+        }
+        let cap = self.inner.config.max_pending_reminders_per_agent;
+        let pending = {
+            let agent_id = agent_id.clone();
+            self.blocking(move |scheduler| Ok(scheduler.inner.store.count_one_time_jobs(&agent_id)?)).await
+        }
+        .map_err(refusal)?;
+        if pending >= cap {
+            let held = match idempotency_key {
+                Some(key) => self
+                    .blocking(move |scheduler| Ok(scheduler.inner.store.cron_job_by_idempotency_key(&key)?))
+                    .await
+                    .map_err(refusal)?,
+                None => None,
+            };
+            return match held {
+                Some(job) if job.is_one_time && job.agent_id == agent_id => {
+                    Ok(ScheduledReminder { job, already_scheduled: true })
+                }
+                _ => Err(ReminderRefusal::TooManyPending { limit: cap }),
+            };
+        }
+        let (job, already_scheduled) =
+            self.schedule_once_idempotent(agent_id, delay, payload, idempotency_key).await.map_err(refusal)?;
+        Ok(ScheduledReminder { job, already_scheduled })
+    }
+
+    /// Deletes the one-time job `job_id` if it is `agent_id`'s and still pending: `false` for a job that is
+    /// another agent's, recurring, gone (fired, cancelled), or being fired right now (claimed under a live lease;
+    /// its reminder is on its way).
+    pub async fn cancel_reminder(&self, agent_id: AgentId, job_id: i64) -> Result<bool, CronError> {
+        let now = self.inner.clock.now();
+        let log_agent = agent_id.clone();
+        let cancelled = self
+            .blocking(move |scheduler| {
+                let _writing = lock(&scheduler.inner.writes);
+                Ok(scheduler.inner.store.delete_one_time_job(job_id, &agent_id, now)?)
+            })
+            .await?;
+        if cancelled {
+            info!(agent_id = %log_agent, job_id, "reminder cancelled");
+        }
+        Ok(cancelled)
+    }
+
+    /// `agent_id`'s pending one-time jobs, soonest first, at most `limit`.
+    pub async fn pending_reminders(&self, agent_id: AgentId, limit: usize) -> Result<Vec<CronJob>, CronError> {
+        self.blocking(move |scheduler| Ok(scheduler.inner.store.one_time_jobs_of(&agent_id, limit)?)).await
+    }
+}
+
+/// The intake's way to the scheduler: a DecisionLog's reminder goes through the same function as a tool call's.
+impl ReminderDesk for CronScheduler {
+    fn schedule(&self, request: ReminderRequest) -> BoxFuture<'_, Result<ScheduledReminder, ReminderRefusal>> {
+        Box::pin(self.schedule_reminder(request))
+    }
+}
+
+/// The scheduler's errors on the reminder path: a delay it refused, or the store.
+fn refusal(error: CronError) -> ReminderRefusal {
+    match error {
+        CronError::Store(error) => ReminderRefusal::Store(error),
+        CronError::InvalidDelay(delay) => ReminderRefusal::InvalidDelay(u64::try_from(delay).unwrap_or(0)),
+        other => ReminderRefusal::Store(StoreError::Internal(other.to_string())),
+    }
+}
+
+/// The length of `payload` serialized as JSON, counted without building the text.
+pub(crate) fn json_len(payload: &Map<String, Value>) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Serializing a map of JSON values cannot fail, and counting never does.
+    let _ = serde_json::to_writer(&mut counter, payload);
+    counter.0
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_payload_is_measured_as_its_compact_json() {
+        let payload = json!({"task": "check_quota", "n": [1, 2], "s": "é\""}).as_object().cloned().unwrap();
+        assert_eq!(json_len(&payload), serde_json::to_vec(&payload).unwrap().len());
+        assert_eq!(json_len(&Map::new()), 2);
+    }
+}

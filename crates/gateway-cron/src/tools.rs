@@ -1,0 +1,454 @@
+//! Agents' synchronous reminder tools (`POST /gateway/tools/{tool_name}`, docs/api.md): `schedule_reminder`,
+//! `cancel_reminder`, `list_reminders`, each answered at once with its result, and idempotent per
+//! `(agent_id, tool_call_id)`.
+//!
+//! A call's answer is recorded in the tool-call store; a retry with the same id and the same tool and parameters
+//! gets the recorded answer and does nothing again, and one with another tool or other parameters is refused
+//! ([`CronError::ToolCallConflict`]). Only answers are recorded: a refused call (bad parameters, too many
+//! reminders, the store down) may be retried as it is.
+//!
+//! Scheduling and recording are two writes. A crash between them cannot schedule twice: the reminder's
+//! idempotency key is derived from `(agent_id, tool_call_id)`
+//! ([`gateway_core::interceptor::tool_reminder_idempotency_key`]), so the retry's scheduling finds the job the
+//! first attempt wrote, while it is pending, and answers with it (docs/scheduler.md says why this rather than one
+//! transaction).
+//!
+//! The records are pruned after the retention (`--retention-days`) by [`ReminderTools::run`], on the leader.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_core::intake::ReminderRefusal;
+use gateway_core::interceptor::tool_reminder_idempotency_key;
+use gateway_core::tool_call::params_hash;
+use gateway_core::{
+    AgentId, BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, ReminderRequest, StoreError, ToolCallId,
+    ToolCallRecord, ToolCallStore, rfc3339, run_blocking,
+};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use crate::error::CronError;
+use crate::jobs::MAX_DELAY_MS;
+use crate::reminders::json_len;
+use crate::scheduler::CronScheduler;
+
+/// Most reminders one `list_reminders` answer holds (the agent's soonest).
+pub const MAX_LISTED_REMINDERS: usize = 100;
+/// Most payload bytes (as JSON) one `list_reminders` answer holds: the answer is recorded, and this keeps each
+/// record within a request body's size.
+pub const MAX_LISTED_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// How long answered tool calls are kept by default (the binary passes `--retention-days`).
+pub const DEFAULT_TOOL_CALL_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+/// How often the records are pruned (the first pass at start).
+pub const TOOL_CALL_PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
+/// Records deleted per transaction.
+pub const TOOL_CALL_PRUNE_BATCH: usize = 500;
+/// Pause between two batches of one pass, so other writers never wait long.
+pub const TOOL_CALL_PRUNE_PAUSE: Duration = Duration::from_millis(50);
+/// Longest wait after consecutive failed passes.
+const MAX_PRUNE_BACKOFF: Duration = Duration::from_secs(3_600);
+
+/// A tool's name, as the path names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolName {
+    ScheduleReminder,
+    CancelReminder,
+    ListReminders,
+}
+
+impl ToolName {
+    /// Every tool, in the order the API lists them.
+    pub const ALL: [Self; 3] = [Self::ScheduleReminder, Self::CancelReminder, Self::ListReminders];
+
+    /// [`CronError::UnknownTool`] for a name that is none of [`Self::ALL`].
+    pub fn parse(name: &str) -> Result<Self, CronError> {
+        Self::ALL.into_iter().find(|tool| tool.as_str() == name).ok_or(CronError::UnknownTool)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ScheduleReminder => "schedule_reminder",
+            Self::CancelReminder => "cancel_reminder",
+            Self::ListReminders => "list_reminders",
+        }
+    }
+
+    /// The parameters the tool takes.
+    pub fn params(self) -> &'static [&'static str] {
+        match self {
+            Self::ScheduleReminder => &["delay_ms", "payload"],
+            Self::CancelReminder => &["job_id"],
+            Self::ListReminders => &[],
+        }
+    }
+}
+
+/// One tool call's request, its parameters checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReminderTool {
+    /// A one-time reminder for the calling agent in `delay_ms` (1 to [`MAX_DELAY_MS`]).
+    ScheduleReminder { delay_ms: u64, payload: Map<String, Value> },
+    /// Cancels one of the calling agent's pending reminders.
+    CancelReminder { job_id: i64 },
+    /// The calling agent's pending reminders, soonest first.
+    ListReminders,
+}
+
+impl ReminderTool {
+    /// Reads `params` for tool `name`: every parameter the tool requires, of its type, and no other. A refusal
+    /// names the parameter (`params.delay_ms`) and what was expected, never the value.
+    pub fn from_params(name: ToolName, params: &Map<String, Value>) -> Result<Self, CronError> {
+        let known = name.params();
+        if let Some(unknown) = params.keys().find(|key| !known.contains(&key.as_str())) {
+            let expected = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+            return Err(CronError::InvalidToolParams(format!(
+                "params: unknown field {}; expected {expected}",
+                quoted_name(unknown)
+            )));
+        }
+        let present = |field: &'static str| params.get(field).filter(|value| !value.is_null());
+        let required = |field: &'static str| present(field).ok_or(CronError::MissingToolParam(field));
+        Ok(match name {
+            ToolName::ScheduleReminder => {
+                let delay_ms = required("delay_ms")?
+                    .as_u64()
+                    .filter(|delay| (1..=MAX_DELAY_MS.unsigned_abs()).contains(delay))
+                    .ok_or_else(|| {
+                        CronError::InvalidToolParams(format!(
+                            "params.delay_ms: must be an integer from 1 to {MAX_DELAY_MS} (ten years)"
+                        ))
+                    })?;
+                let payload = required("payload")?
+                    .as_object()
+                    .cloned()
+                    .ok_or_else(|| CronError::InvalidToolParams("params.payload: must be a JSON object".to_owned()))?;
+                Self::ScheduleReminder { delay_ms, payload }
+            }
+            ToolName::CancelReminder => {
+                let job_id = required("job_id")?
+                    .as_i64()
+                    .ok_or_else(|| CronError::InvalidToolParams("params.job_id: must be an integer".to_owned()))?;
+                Self::CancelReminder { job_id }
+            }
+            ToolName::ListReminders => Self::ListReminders,
+        })
+    }
+
+    pub fn name(&self) -> ToolName {
+        match self {
+            Self::ScheduleReminder { .. } => ToolName::ScheduleReminder,
+            Self::CancelReminder { .. } => ToolName::CancelReminder,
+            Self::ListReminders => ToolName::ListReminders,
+        }
+    }
+
+    /// The parameters as JSON, what the record's hash is taken over: two calls are the same call when these are
+    /// equal, however the agent wrote them.
+    fn params(&self) -> Value {
+        match self {
+            Self::ScheduleReminder { delay_ms, payload } => json!({"delay_ms": delay_ms, "payload": payload}),
+            Self::CancelReminder { job_id } => json!({"job_id": job_id}),
+            Self::ListReminders => json!({}),
+        }
+    }
+}
+
+/// A client-chosen name in a detail, only when short and printable (a detail never carries a smuggled value).
+fn quoted_name(name: &str) -> String {
+    let printable = name.len() <= 64 && name.chars().all(|c| c.is_ascii_graphic() || c == ' ');
+    if printable { format!("`{name}`") } else { "(unprintable)".to_owned() }
+}
+
+/// A tool call's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolAnswer {
+    /// The `result` object.
+    pub result: Value,
+    /// `true` when the answer is the recorded one of an earlier call with this id (nothing was done again).
+    pub replayed: bool,
+}
+
+/// What the tools work through: the scheduler (reminders), the records of answered calls, the time, and whether
+/// this process prunes (leadership).
+#[derive(Debug, Clone)]
+pub struct ToolPorts {
+    pub scheduler: CronScheduler,
+    pub calls: Arc<dyn ToolCallStore>,
+    pub clock: Arc<dyn Clock>,
+    pub leadership: Arc<dyn Leadership>,
+}
+
+/// How long records are kept and how they are pruned; the defaults are the constants above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolConfig {
+    pub retention: Duration,
+    pub prune_interval: Duration,
+    pub prune_batch: usize,
+    pub prune_pause: Duration,
+}
+
+impl Default for ToolConfig {
+    fn default() -> Self {
+        Self {
+            retention: DEFAULT_TOOL_CALL_RETENTION,
+            prune_interval: TOOL_CALL_PRUNE_INTERVAL,
+            prune_batch: TOOL_CALL_PRUNE_BATCH,
+            prune_pause: TOOL_CALL_PRUNE_PAUSE,
+        }
+    }
+}
+
+/// The reminder tools, and the loop that prunes their records. Cheap to clone; run [`Self::run`] once.
+#[derive(Debug, Clone)]
+pub struct ReminderTools {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    ports: ToolPorts,
+    config: ToolConfig,
+    health: ComponentHealth,
+}
+
+impl ReminderTools {
+    pub fn new(ports: ToolPorts, mut config: ToolConfig) -> Self {
+        config.prune_batch = config.prune_batch.max(1);
+        config.prune_interval = config.prune_interval.max(Duration::from_millis(1));
+        Self { inner: Arc::new(Inner { ports, config, health: ComponentHealth::new("tool_call_retention") }) }
+    }
+
+    /// The pruning loop's readiness.
+    pub fn health(&self) -> ComponentHealth {
+        self.inner.health.clone()
+    }
+
+    /// Answers `agent_id`'s call `tool_call_id` of `tool`: the recorded answer when this id was answered before
+    /// with the same tool and parameters ([`CronError::ToolCallConflict`] when with others), else the tool's
+    /// result, recorded before it is returned.
+    pub async fn call(
+        &self,
+        agent_id: AgentId,
+        tool_call_id: ToolCallId,
+        tool: ReminderTool,
+    ) -> Result<ToolAnswer, CronError> {
+        let tool_name = tool.name().as_str();
+        let hash = params_hash(&tool.params());
+        let recorded = {
+            let (calls, agent_id, tool_call_id) =
+                (Arc::clone(&self.inner.ports.calls), agent_id.clone(), tool_call_id.clone());
+            run_blocking(move || calls.tool_call(&agent_id, &tool_call_id)).await.map_err(StoreError::from)??
+        };
+        if let Some(recorded) = recorded {
+            return replay(recorded, tool_name, &hash);
+        }
+        let result = self.run_tool(&agent_id, &tool_call_id, tool).await?;
+        let record = ToolCallRecord {
+            agent_id,
+            tool_call_id,
+            tool_name: tool_name.to_owned(),
+            params_hash: hash.clone(),
+            result,
+            created_at: self.inner.ports.clock.now(),
+        };
+        let calls = Arc::clone(&self.inner.ports.calls);
+        let (holder, written) =
+            run_blocking(move || calls.record_tool_call(&record)).await.map_err(StoreError::from)??;
+        if written {
+            debug!(agent_id = %holder.agent_id, tool = tool_name, "tool call answered");
+            return Ok(ToolAnswer { result: holder.result, replayed: false });
+        }
+        // A concurrent call with the same id recorded its answer first: that answer stands, if it was this call.
+        replay(holder, tool_name, &hash)
+    }
+
+    async fn run_tool(
+        &self,
+        agent_id: &AgentId,
+        tool_call_id: &ToolCallId,
+        tool: ReminderTool,
+    ) -> Result<Value, CronError> {
+        let scheduler = &self.inner.ports.scheduler;
+        match tool {
+            ReminderTool::ScheduleReminder { delay_ms, payload } => {
+                let request = ReminderRequest {
+                    agent_id: agent_id.clone(),
+                    delay_ms,
+                    payload,
+                    idempotency_key: tool_reminder_idempotency_key(agent_id, tool_call_id),
+                };
+                let scheduled = scheduler.schedule_reminder(request).await.map_err(|refusal| match refusal {
+                    ReminderRefusal::PayloadTooLarge { limit } => {
+                        CronError::InvalidToolParams(format!("params.payload: must be at most {limit} bytes as JSON"))
+                    }
+                    ReminderRefusal::TooManyPending { limit } => CronError::TooManyReminders { limit },
+                    ReminderRefusal::InvalidDelay(_) => CronError::InvalidToolParams(format!(
+                        "params.delay_ms: must be an integer from 1 to {MAX_DELAY_MS} (ten years)"
+                    )),
+                    ReminderRefusal::Store(error) => CronError::Store(error),
+                })?;
+                let job = scheduled.job;
+                if scheduled.already_scheduled {
+                    info!(%agent_id, job_id = job.id, "reminder already scheduled by this tool call");
+                } else {
+                    info!(%agent_id, job_id = job.id, delay_ms, "reminder scheduled by a tool call");
+                }
+                Ok(json!({"job_id": job.id, "fire_at": rfc3339::format(job.next_fire_at)}))
+            }
+            ReminderTool::CancelReminder { job_id } => {
+                let cancelled = scheduler.cancel_reminder(agent_id.clone(), job_id).await?;
+                Ok(json!({"cancelled": cancelled}))
+            }
+            ReminderTool::ListReminders => {
+                let pending = scheduler.pending_reminders(agent_id.clone(), MAX_LISTED_REMINDERS + 1).await?;
+                let mut listed = Vec::with_capacity(pending.len().min(MAX_LISTED_REMINDERS));
+                let mut bytes = 0;
+                for job in &pending {
+                    bytes += json_len(&job.payload);
+                    if listed.len() == MAX_LISTED_REMINDERS || bytes > MAX_LISTED_PAYLOAD_BYTES {
+                        break;
+                    }
+                    listed.push(json!({
+                        "job_id": job.id,
+                        "fire_at": rfc3339::format(job.next_fire_at),
+                        "payload": job.payload,
+                    }));
+                }
+                let truncated = listed.len() < pending.len();
+                Ok(json!({"reminders": listed, "truncated": truncated}))
+            }
+        }
+    }
+
+    /// One pass: batches until none is full. Returns how many records went.
+    pub async fn prune_once(&self, shutdown: &CancellationToken) -> Result<usize, StoreError> {
+        let config = self.inner.config;
+        let retention = time::Duration::try_from(config.retention).unwrap_or(time::Duration::MAX);
+        let cutoff = self.inner.ports.clock.now().checked_sub(retention).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let mut pruned = 0;
+        loop {
+            let (calls, limit) = (Arc::clone(&self.inner.ports.calls), config.prune_batch);
+            let deleted = run_blocking(move || calls.prune_tool_calls(cutoff, limit)).await??;
+            pruned += deleted;
+            if deleted < limit || shutdown.is_cancelled() {
+                return Ok(pruned);
+            }
+            tokio::time::sleep(config.prune_pause).await;
+        }
+    }
+
+    /// A pass every interval (the first at once), only while leader; failures back off (capped) and never stop
+    /// the loop.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let passes = LeaderLoop {
+            pass: "pruning tool calls",
+            interval: self.inner.config.prune_interval,
+            first_backoff: self.inner.config.prune_pause,
+            max_backoff: MAX_PRUNE_BACKOFF,
+            health: &self.inner.health,
+            leadership: self.inner.ports.leadership.as_ref(),
+        };
+        passes
+            .run(&shutdown, |_| async {
+                let pruned = self.prune_once(&shutdown).await?;
+                if pruned > 0 {
+                    let retention_days = self.inner.config.retention.as_secs() / 86_400;
+                    info!(pruned, retention_days, "old tool calls pruned");
+                }
+                Ok::<_, StoreError>(())
+            })
+            .await;
+    }
+}
+
+impl BackgroundLoop for ReminderTools {
+    fn name(&self) -> &'static str {
+        "tool_call_retention"
+    }
+
+    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
+        ReminderTools::run(self, shutdown)
+    }
+}
+
+/// The recorded answer, if the call asking for it is the one that was recorded (same tool, same parameters).
+fn replay(recorded: ToolCallRecord, tool_name: &str, hash: &str) -> Result<ToolAnswer, CronError> {
+    if recorded.tool_name == tool_name && recorded.params_hash == hash {
+        Ok(ToolAnswer { result: recorded.result, replayed: true })
+    } else {
+        Err(CronError::ToolCallConflict)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn names_parse_and_unknown_ones_are_refused() {
+        for tool in ToolName::ALL {
+            assert_eq!(ToolName::parse(tool.as_str()), Ok(tool));
+        }
+        for unknown in ["", "Schedule_reminder", "delete_everything", "schedule_reminder "] {
+            assert_eq!(ToolName::parse(unknown), Err(CronError::UnknownTool), "{unknown:?}");
+        }
+    }
+
+    #[test]
+    fn params_are_checked_and_refusals_name_the_field_never_the_value() {
+        let schedule = ToolName::ScheduleReminder;
+        assert_eq!(
+            ReminderTool::from_params(schedule, &params(json!({"delay_ms": 5, "payload": {"k": 1}}))),
+            Ok(ReminderTool::ScheduleReminder { delay_ms: 5, payload: params(json!({"k": 1})) })
+        );
+        let secret = "sk-live-secret";
+        let refusals = [
+            (schedule, json!({"payload": {}}), "params.delay_ms is required"),
+            (schedule, json!({"delay_ms": null, "payload": {}}), "params.delay_ms is required"),
+            (schedule, json!({"delay_ms": 5}), "params.payload is required"),
+            (schedule, json!({"delay_ms": secret, "payload": {}}), "params.delay_ms: must be an integer"),
+            (schedule, json!({"delay_ms": 0, "payload": {}}), "params.delay_ms: must be an integer"),
+            (schedule, json!({"delay_ms": -5, "payload": {}}), "params.delay_ms: must be an integer"),
+            (schedule, json!({"delay_ms": 1.5, "payload": {}}), "params.delay_ms: must be an integer"),
+            (schedule, json!({"delay_ms": MAX_DELAY_MS + 1, "payload": {}}), "params.delay_ms: must be an integer"),
+            (schedule, json!({"delay_ms": 5, "payload": [secret]}), "params.payload: must be a JSON object"),
+            (schedule, json!({"delay_ms": 5, "payload": {}, "when": 1}), "params: unknown field `when`"),
+            (ToolName::CancelReminder, json!({"job_id": secret}), "params.job_id: must be an integer"),
+            (ToolName::CancelReminder, json!({}), "params.job_id is required"),
+            (ToolName::ListReminders, json!({"agent_id": "other"}), "params: unknown field `agent_id`; expected none"),
+        ];
+        for (tool, given, detail) in refusals {
+            let refused = ReminderTool::from_params(tool, &params(given.clone())).unwrap_err().to_string();
+            assert!(refused.starts_with(detail), "{given}: {refused}");
+            assert!(!refused.contains(secret), "{refused}");
+        }
+        assert_eq!(
+            ReminderTool::from_params(schedule, &params(json!({"delay_ms": MAX_DELAY_MS, "payload": {}}))).unwrap(),
+            ReminderTool::ScheduleReminder { delay_ms: MAX_DELAY_MS.unsigned_abs(), payload: Map::new() }
+        );
+        let smuggled = format!("x{}", "\n".repeat(3));
+        let refused = ReminderTool::from_params(ToolName::ListReminders, &params(json!({smuggled: 1}))).unwrap_err();
+        assert!(refused.to_string().contains("(unprintable)"), "{refused}");
+    }
+
+    #[test]
+    fn the_same_call_written_another_way_has_the_same_params() {
+        let a = ReminderTool::from_params(
+            ToolName::ScheduleReminder,
+            &params(json!({"payload": {"b": 1, "a": 2}, "delay_ms": 5})),
+        )
+        .unwrap();
+        let b = ReminderTool::from_params(
+            ToolName::ScheduleReminder,
+            &params(json!({"delay_ms": 5, "payload": {"a": 2, "b": 1}})),
+        )
+        .unwrap();
+        assert_eq!(params_hash(&a.params()), params_hash(&b.params()));
+    }
+}
