@@ -234,7 +234,13 @@ impl Bench {
             watched.push(Watched { name: "redis".to_owned(), pid });
         }
         let servers: Vec<_> = gateways.iter().map(|(_, gateway, _)| gateway.address).collect();
-        let load = Load { path: "/gateway/heartbeat", servers: &servers, spread: self.spread, watched: &watched };
+        let load = Load {
+            path: "/gateway/heartbeat",
+            servers: &servers,
+            spread: self.spread,
+            watched: &watched,
+            tokens: None,
+        };
 
         let window = Window::open(self.postmaster);
         let measured = self.settings.drive(&load);

@@ -1,6 +1,10 @@
 //! Load generator for the agent-facing HTTP path: `POST /gateway/heartbeat` and `POST /gateway/messages` against
 //! the release gateway binary, and the same generator against a bare hyper server that reads each request and
-//! answers 200 (this machine's HTTP ceiling), in one run. Both servers are separate processes.
+//! answers 200 (this machine's HTTP ceiling), in one run; then heartbeats again against a gateway with
+//! `--agent-auth required`, each agent sending its own token (one credential issued per agent before the run),
+//! to compare with the first. Every server is a separate process. The gateways run with
+//! `--agent-rate-limit-per-minute 0`: the generator sends each agent several messages a second, far over the
+//! default limit, and what is measured is the work per request, not the limit's refusals.
 //!
 //! Run: `cargo build --release -p gateway && cargo bench -p gateway-benches --bench http` (or `just bench http`).
 //! The gateway is `$GATEWAY_BIN`, else `gateway` in the release directory this benchmark was built into.
@@ -59,38 +63,44 @@ fn main() {
 
     let mut bare = pinning.command(&std::env::current_exe().unwrap());
     let bare = Server::spawn("bare hyper server", bare.arg(BARE_SERVER_ARG), "listening on ");
-    let ceiling = drive(&settings, &bare, "/");
+    let ceiling = drive(&settings, &bare, "/", None);
     drop(bare);
     let ceiling = Target { name: "bare hyper (200, body read)", measured: ceiling };
     ceiling.report(None);
 
     let dir = tempfile::tempdir().unwrap();
-    let database = format!("sqlite://{}", dir.path().join("bench.db").display());
-    let mut gateway = pinning.command(&gateway_binary);
-    gateway.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--database-url",
-        &database,
-        "--admin-token",
-        "bench-operator-token-0000",
-    ]);
-    let gateway = Server::spawn("gateway", gateway.env("RUST_LOG", "warn"), "gateway listening on http://");
+    let gateway = start_gateway(&pinning, &gateway_binary, &dir, "open", "off");
     let heartbeat =
-        Target { name: "POST /gateway/heartbeat", measured: drive(&settings, &gateway, "/gateway/heartbeat") };
+        Target { name: "POST /gateway/heartbeat", measured: drive(&settings, &gateway, "/gateway/heartbeat", None) };
     heartbeat.report(Some(&ceiling));
     // For comparison: the same HTTP and JSON work without the database (a DecisionLog is validated and
     // published, nothing is written).
-    let messages = Target { name: "POST /gateway/messages", measured: drive(&settings, &gateway, "/gateway/messages") };
+    let messages =
+        Target { name: "POST /gateway/messages", measured: drive(&settings, &gateway, "/gateway/messages", None) };
     drop(gateway);
     messages.report(Some(&ceiling));
+
+    let gateway = start_gateway(&pinning, &gateway_binary, &dir, "auth", "required");
+    let issuing = std::time::Instant::now();
+    let tokens = issue_tokens(&gateway, settings.agents);
+    println!("issued {} agent credentials in {:.1} s", tokens.len(), issuing.elapsed().as_secs_f64());
+    let authenticated = Target {
+        name: "POST /gateway/heartbeat, agent auth on",
+        measured: drive(&settings, &gateway, "/gateway/heartbeat", Some(tokens)),
+    };
+    drop(gateway);
+    authenticated.report(Some(&ceiling));
 
     println!();
     println!("| target | req/s | p50 | p99 | of the ceiling | server CPU busy | server CPU per request |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for target in [&ceiling, &heartbeat, &messages] {
+    for target in [&ceiling, &heartbeat, &messages, &authenticated] {
         println!("{}", target.row(&ceiling));
     }
+    println!(
+        "heartbeats with agent auth on: {:.0} % of those with it off (target >= 90 %)",
+        100.0 * authenticated.measured.requests_per_second() / heartbeat.measured.requests_per_second()
+    );
     println!("(heartbeats: target >= 60 % of the ceiling)");
     println!(
         "(a ceiling whose server CPU is not near 100 % busy was limited by the load generator: compare the CPU per \
@@ -98,9 +108,54 @@ fn main() {
     );
 }
 
-/// One server, every connection to it, its CPU time watched.
-fn drive(settings: &Settings, server: &Server, path: &'static str) -> Measured {
-    let load = Load { path, servers: &[server.address], spread: Spread::Sticky, watched: &[server.watched("server")] };
+/// The operator token of the benchmark's gateways.
+const ADMIN_TOKEN: &str = "bench-operator-token-0000";
+
+/// A gateway on a fresh SQLite file `<name>.db` in `dir`, with `--agent-auth <agent_auth>` and no rate limit.
+fn start_gateway(
+    pinning: &Pinning,
+    binary: &std::path::Path,
+    dir: &tempfile::TempDir,
+    name: &str,
+    agent_auth: &str,
+) -> Server {
+    let database = format!("sqlite://{}", dir.path().join(format!("{name}.db")).display());
+    let mut gateway = pinning.command(binary);
+    gateway.args(["--listen", "127.0.0.1:0", "--database-url", &database, "--admin-token", ADMIN_TOKEN]);
+    gateway.args(["--agent-auth", agent_auth, "--agent-rate-limit-per-minute", "0"]);
+    Server::spawn(
+        &format!("gateway (--agent-auth {agent_auth})"),
+        gateway.env("RUST_LOG", "warn"),
+        "gateway listening on http://",
+    )
+}
+
+/// One credential for each of the agents `agent-0` … `agent-<agents - 1>` the generator sends for: their tokens,
+/// in agent order.
+fn issue_tokens(gateway: &Server, agents: u64) -> std::sync::Arc<Vec<String>> {
+    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let tokens = (0..agents)
+        .map(|n| {
+            let url = format!("http://{}/gateway/agents/agent-{n}/credentials", gateway.address);
+            let mut response =
+                agent.post(&url).header("authorization", format!("Bearer {ADMIN_TOKEN}")).send("").unwrap();
+            assert_eq!(response.status(), 201, "issuing a credential");
+            let body: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
+            body["token"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    std::sync::Arc::new(tokens)
+}
+
+/// One server, every connection to it, its CPU time watched; each request with its agent's token if `tokens`.
+fn drive(
+    settings: &Settings,
+    server: &Server,
+    path: &'static str,
+    tokens: Option<std::sync::Arc<Vec<String>>>,
+) -> Measured {
+    let load =
+        Load { path, servers: &[server.address], spread: Spread::Sticky, watched: &[server.watched("server")], tokens };
     settings.drive(&load)
 }
 

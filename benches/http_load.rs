@@ -15,6 +15,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -200,6 +201,8 @@ pub struct Load<'a> {
     pub servers: &'a [SocketAddr],
     pub spread: Spread,
     pub watched: &'a [Watched],
+    /// With agent auth on: the bearer token of agent `n` at index `n`, sent with each of its requests.
+    pub tokens: Option<Arc<Vec<String>>>,
 }
 
 pub struct Settings {
@@ -246,9 +249,11 @@ impl Settings {
             let tasks: Vec<_> = (0..self.connections)
                 .map(|connection| {
                     let (server, walk) = load.spread.assign(connection, self.connections, servers, self.agents);
-                    let (address, path) = (load.servers[server], load.path);
+                    let (address, path, tokens) = (load.servers[server], load.path, load.tokens.clone());
                     let task =
-                        tokio::spawn(async move { connection_loop(address, path, walk, measure_from, stop).await });
+                        tokio::spawn(
+                            async move { connection_loop(address, path, tokens, walk, measure_from, stop).await },
+                        );
                     (server, task)
                 })
                 .collect();
@@ -334,6 +339,7 @@ impl Failures {
 async fn connection_loop(
     address: SocketAddr,
     path: &'static str,
+    tokens: Option<Arc<Vec<String>>>,
     mut walk: Walk,
     measure_from: Instant,
     stop: Instant,
@@ -356,11 +362,14 @@ async fn connection_loop(
                 agent % 8
             )
         };
-        let request = hyper::Request::post(path)
+        let mut request = hyper::Request::post(path)
             .header(hyper::header::HOST, &host)
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
+            .header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(token) = tokens.as_ref().and_then(|tokens| tokens.get(usize::try_from(agent).unwrap_or(usize::MAX)))
+        {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request.body(Full::new(Bytes::from(body))).unwrap();
         let sent = Instant::now();
         if sent >= stop {
             return measured;

@@ -4,15 +4,17 @@
 use std::sync::Arc;
 
 use gateway_core::{
-    CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EventPublisher, HeartbeatStore, InMemoryCapabilityMap,
-    InMemoryLiveness, IntakePorts, Leadership, LivenessMap, SingleProcessLeadership, SlidingWindowRate, SystemClock,
-    supervise_loop,
+    CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EventPublisher, FixedWindowLimiter, HeartbeatStore,
+    InMemoryCapabilityMap, InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter,
+    SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
 };
 use gateway_cron::{CronPorts, CronScheduler, Mailbox, MailboxPorts, ReminderTools, ToolPorts};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
-use gateway_redis::{LeadershipConfig, LeadershipPorts, RateConfig, RedisDispatchRate, RedisLeadership};
+use gateway_redis::{
+    LeadershipConfig, LeadershipPorts, LimiterConfig, RateConfig, RedisDispatchRate, RedisLeadership, RedisRateLimiter,
+};
 use gateway_store::{DieselStore, PeriodicThread, SharedLiveness};
 use gateway_webhooks::{DeliveryRetention, RetentionPorts, RouterPorts, UreqTransport, WebhookRouter};
 use tokio::sync::Semaphore;
@@ -22,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 use crate::StartError;
 use crate::cluster::{Cluster, JobAnnouncements};
 use crate::config::{AdminToken, Config};
+use crate::credentials::{CredentialCache, CredentialUpkeep};
+use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
 use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
 
@@ -56,6 +60,7 @@ impl App {
                  loopback, private and link-local addresses (cloud metadata included)"
             );
         }
+        announce_agent_auth(config);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let bus = Bus::default();
         let stop_loops = CancellationToken::new();
@@ -63,12 +68,19 @@ impl App {
         let coordination = Coordination::new(config, &store, &bus, &clock)?;
         let mut threads = Vec::new();
         let bridge_status = coordination.redis.as_ref().map(|redis| redis.bridge.status());
+        let credentials = CredentialCache::new(Arc::new(store.clone()));
+        let upkeep = CredentialUpkeep {
+            cache: credentials.clone(),
+            bus: bus.clone(),
+            bridge: coordination.redis.as_ref().map(|redis| redis.bridge.status()),
+        };
+        loops.spawn(supervise_loop(upkeep, stop_loops.clone()));
         if let Some(redis) = coordination.redis {
             loops.spawn(supervise_loop(redis.leadership, stop_loops.clone()));
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
             threads.push(redis.flusher);
         }
-        let Coordination { leadership, publisher, rate, liveness, heartbeats, capabilities, cluster, .. } =
+        let Coordination { leadership, publisher, rate, limiter, liveness, heartbeats, capabilities, cluster, .. } =
             coordination;
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
@@ -148,6 +160,12 @@ impl App {
         threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
         let state = AppState {
             operator: OperatorAuth::new(admin_token.expose()).map_err(|_| StartError::Entropy)?,
+            agent_auth: AgentAuth::new(
+                config.agent_auth_required(),
+                credentials,
+                OperatorAuth::new(admin_token.expose()).map_err(|_| StartError::Entropy)?,
+                limiter,
+            ),
             store,
             bus,
             publisher,
@@ -201,6 +219,8 @@ struct Coordination {
     /// What the components publish through: the bus, or the bridge that also hands events to other instances.
     publisher: Arc<dyn EventPublisher>,
     rate: Arc<dyn DispatchRate>,
+    /// The per-agent limit of messages and tool calls: in this process, or shared through Redis; `None` when off.
+    limiter: Option<Arc<dyn RateLimiter>>,
     liveness: Arc<dyn LivenessMap>,
     /// Where heartbeat rows go: the store, or with a shared liveness map that map, which writes them in the
     /// transaction of their receipts.
@@ -223,10 +243,15 @@ impl Coordination {
         let heartbeat = config.heartbeat();
         let instance_id = config.instance_id();
         let Some(redis_url) = &config.redis_url else {
+            let limiter = config.agent_rate_limit().map(|limit| {
+                let limiter: Arc<dyn RateLimiter> = Arc::new(FixedWindowLimiter::per_minute(limit));
+                limiter
+            });
             return Ok(Self {
                 leadership: Arc::new(SingleProcessLeadership),
                 publisher: Arc::new(bus.clone()),
                 rate: Arc::new(SlidingWindowRate::per_second(config.webhook_max_per_second())),
+                limiter,
                 liveness: Arc::new(InMemoryLiveness::new(heartbeat.max_tracked_agents)),
                 heartbeats: Arc::new(store.clone()),
                 capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat.max_tracked_agents)),
@@ -246,6 +271,15 @@ impl Coordination {
             BridgeConfig::new(instance_id.as_str()),
         )
         .map_err(|error| StartError::Redis(error.to_string()))?;
+        let limiter = match config.agent_rate_limit() {
+            None => None,
+            Some(limit) => {
+                let runtime = tokio::runtime::Handle::current();
+                let limiter = RedisRateLimiter::new(client.clone(), runtime, LimiterConfig::per_minute(limit))
+                    .map_err(|error| StartError::Redis(error.to_string()))?;
+                Some(Arc::new(limiter) as Arc<dyn RateLimiter>)
+            }
+        };
         let rate = RedisDispatchRate::new(
             client,
             RateConfig::per_second(instance_id.as_str(), config.webhook_max_per_second()),
@@ -257,11 +291,27 @@ impl Coordination {
             leadership: Arc::new(leadership.clone()),
             publisher: Arc::new(bridge.clone()),
             rate: Arc::new(rate),
+            limiter,
             liveness: Arc::new(shared.clone()),
             heartbeats: Arc::new(shared.clone()),
             capabilities: Arc::new(shared),
             cluster: Cluster::Redis(leadership.clone()),
             redis: Some(RedisLoops { leadership, bridge, flusher }),
         })
+    }
+}
+
+/// Says at start who may act as an agent; `--agent-auth off` where other machines can connect is a warning.
+fn announce_agent_auth(config: &Config) {
+    if config.agent_auth_off_exposed() {
+        tracing::warn!(
+            listen = %config.listen,
+            "--agent-auth off on a listener other machines can reach: anyone who can connect can send heartbeats, \
+             messages and tool calls as any agent and read any agent's reminders"
+        );
+    } else if config.agent_auth_required() {
+        tracing::info!(mode = ?config.agent_auth, "agent auth required: agents present their own tokens");
+    } else {
+        tracing::info!(mode = ?config.agent_auth, listen = %config.listen, "agent auth off");
     }
 }

@@ -37,6 +37,8 @@ pub const MAX_MAILBOX_RETENTION_H: u64 = 8_760;
 pub const MIN_LEASE_TTL_MS: u64 = 300;
 /// Longest `--leader-lease-ttl-ms`: ten minutes without timed work after a leader dies is already a lot.
 pub const MAX_LEASE_TTL_MS: u64 = 600_000;
+/// Highest `--agent-rate-limit-per-minute`: a thousand a second per agent is no limit any more.
+pub const MAX_AGENT_RATE_LIMIT_PER_MINUTE: u64 = 60_000;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -148,10 +150,31 @@ pub struct Config {
           default_value_t = millis(gateway_redis::leadership::LEASE_TTL), value_parser = between(MIN_LEASE_TTL_MS, MAX_LEASE_TTL_MS))]
     pub leader_lease_ttl_ms: u64,
 
+    /// Whether agents must present their own token (heartbeats, messages, tool calls, their reminder stream):
+    /// `auto` requires it unless --listen is a loopback address.
+    #[arg(long, env = "GATEWAY_AGENT_AUTH", value_enum, default_value_t = AgentAuthMode::Auto)]
+    pub agent_auth: AgentAuthMode,
+
+    /// Messages and tool calls per agent per one-minute window; 0 turns the limit off.
+    #[arg(long, env = "GATEWAY_AGENT_RATE_LIMIT_PER_MINUTE", value_name = "N",
+          default_value_t = gateway_core::rate_limit::AGENT_RATE_LIMIT_PER_MINUTE,
+          value_parser = up_to_u32(MAX_AGENT_RATE_LIMIT_PER_MINUTE))]
+    pub agent_rate_limit_per_minute: u32,
+
     /// Event stream limits: not a flag (the constants in `http::events`), settable by embedders and by tests that
     /// cannot wait for the real ones.
     #[arg(skip)]
     pub stream_limits: crate::http::events::StreamLimits,
+}
+
+/// `--agent-auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AgentAuthMode {
+    /// Required unless the gateway listens on loopback only (like Redis's protected mode).
+    Auto,
+    Required,
+    /// Open whatever the listener; on a non-loopback one a warning says so at start.
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -223,6 +246,31 @@ impl Config {
     /// `--instance-id`, or a random one (`gw-<hex>`) chosen once per process.
     pub fn instance_id(&self) -> InstanceId {
         self.instance_id.clone().unwrap_or_else(InstanceId::random)
+    }
+
+    /// Whether agents must authenticate: `--agent-auth required`, or `auto` on a listener other clients can reach.
+    pub fn agent_auth_required(&self) -> bool {
+        match self.agent_auth {
+            AgentAuthMode::Required => true,
+            AgentAuthMode::Off => false,
+            AgentAuthMode::Auto => !self.listens_on_loopback(),
+        }
+    }
+
+    /// `--agent-auth off` on a listener other machines can reach: anyone there can act as any agent.
+    pub fn agent_auth_off_exposed(&self) -> bool {
+        self.agent_auth == AgentAuthMode::Off && !self.listens_on_loopback()
+    }
+
+    /// Only this machine can connect (`127.0.0.0/8`, `::1`, also as an IPv4-mapped address); `0.0.0.0` and `::`
+    /// listen on every interface.
+    fn listens_on_loopback(&self) -> bool {
+        self.listen.ip().to_canonical().is_loopback()
+    }
+
+    /// `--agent-rate-limit-per-minute`, `None` when it is 0 (no limit).
+    pub fn agent_rate_limit(&self) -> Option<u32> {
+        (self.agent_rate_limit_per_minute > 0).then_some(self.agent_rate_limit_per_minute)
     }
 
     pub fn lease_timings(&self) -> gateway_redis::LeaseTimings {
@@ -323,6 +371,15 @@ fn between(min: u64, max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone +
     move |value| match bounded(value)? {
         number if number < min => Err(format!("must be at least {min}")),
         number => Ok(number),
+    }
+}
+
+/// An integer from 0 to `max`.
+fn up_to_u32(max: u64) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync + 'static {
+    let bounded = at_most(max);
+    move |value| match value.trim() {
+        "0" => Ok(0),
+        _ => bounded(value).and_then(|number| u32::try_from(number).map_err(|_| "is too large".to_owned())),
     }
 }
 
@@ -472,6 +529,38 @@ mod tests {
         assert_eq!(config.cron().max_pending_reminders_per_agent, 1_000);
         assert!(!config.webhook_allow_private_targets);
         assert_eq!(config.log_format, LogFormat::Text);
+        assert_eq!(config.agent_auth, AgentAuthMode::Auto);
+        assert_eq!(config.agent_rate_limit(), Some(60));
+    }
+
+    #[test]
+    fn auto_agent_auth_is_open_on_loopback_only() {
+        let resolved = |args: &[&str]| {
+            let config = parse(args).unwrap();
+            (config.agent_auth_required(), config.agent_auth_off_exposed())
+        };
+        for loopback in ["127.0.0.1:4000", "127.10.0.1:4000", "[::1]:4000", "[::ffff:127.0.0.1]:4000"] {
+            assert_eq!(resolved(&["--listen", loopback]), (false, false), "{loopback}");
+            assert_eq!(resolved(&["--listen", loopback, "--agent-auth", "required"]), (true, false), "{loopback}");
+            assert_eq!(resolved(&["--listen", loopback, "--agent-auth", "off"]), (false, false), "{loopback}");
+        }
+        for exposed in ["0.0.0.0:4000", "[::]:4000", "10.1.2.3:4000", "192.168.0.7:80"] {
+            assert_eq!(resolved(&["--listen", exposed]), (true, false), "{exposed}");
+            assert_eq!(resolved(&["--listen", exposed, "--agent-auth", "off"]), (false, true), "{exposed}");
+        }
+    }
+
+    #[test]
+    fn the_agent_rate_limit_takes_zero_for_off() {
+        assert_eq!(parse(&["--agent-rate-limit-per-minute", "0"]).unwrap().agent_rate_limit(), None);
+        assert_eq!(parse(&["--agent-rate-limit-per-minute", "600"]).unwrap().agent_rate_limit(), Some(600));
+        for bad in ["-1", "lots", "60001", ""] {
+            let arg = format!("--agent-rate-limit-per-minute={bad}");
+            let error = parse(&[&arg]).unwrap_err().render().to_string();
+            assert!(error.lines().next().unwrap().contains("--agent-rate-limit-per-minute"), "{bad}: {error}");
+        }
+        let error = parse(&["--agent-auth", "sometimes"]).unwrap_err().render().to_string();
+        assert!(error.lines().next().unwrap().contains("--agent-auth"), "{error}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod app;
 pub mod cluster;
 pub mod config;
+pub mod credentials;
 pub mod http;
 pub mod state;
 pub mod telemetry;

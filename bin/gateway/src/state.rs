@@ -13,6 +13,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Cluster;
+use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
 use crate::http::events::{StreamLimits, StreamsPerAddress};
 
@@ -26,6 +27,8 @@ pub const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
 #[derive(Debug)]
 pub struct AppState {
     pub operator: OperatorAuth,
+    /// Agent tokens (`--agent-auth`) and per-agent rate limits, for the agent-facing handlers.
+    pub agent_auth: AgentAuth,
     pub store: DieselStore,
     /// Where subscribers of this instance listen.
     pub bus: Bus,

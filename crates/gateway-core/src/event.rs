@@ -28,6 +28,9 @@ pub enum Topic {
     /// `internal:scheduled-jobs`: jobs an instance that does not lead has just scheduled, for the leader to arm at
     /// once rather than at its next refill. Between instances only: no client may subscribe to it.
     ScheduledJobs,
+    /// `internal:credential-revocations`: agent credentials just revoked, for every instance to drop from its cache
+    /// of verified credentials at once. Between instances only: no client may subscribe to it.
+    CredentialRevocations,
 }
 
 impl Topic {
@@ -49,6 +52,7 @@ impl Topic {
     pub fn from_wire(name: &str) -> Option<Self> {
         match name {
             "internal:scheduled-jobs" => Some(Self::ScheduledJobs),
+            "internal:credential-revocations" => Some(Self::CredentialRevocations),
             _ => Self::parse(name),
         }
     }
@@ -68,6 +72,7 @@ impl fmt::Display for Topic {
             Self::Agents => f.write_str("gateway:agents"),
             Self::AgentScheduled(agent_id) => write!(f, "agent:{agent_id}:scheduled"),
             Self::ScheduledJobs => f.write_str("internal:scheduled-jobs"),
+            Self::CredentialRevocations => f.write_str("internal:credential-revocations"),
         }
     }
 }
@@ -178,6 +183,10 @@ pub enum EventPayload {
         #[serde(with = "time::serde::rfc3339")]
         next_fire_at: OffsetDateTime,
     },
+    /// On [`Topic::CredentialRevocations`] only: an agent credential that no longer authenticates anything.
+    CredentialRevoked {
+        credential_id: String,
+    },
 }
 
 impl EventPayload {
@@ -191,6 +200,7 @@ impl EventPayload {
             Self::WebhookDlq { .. } => "webhook_dlq",
             Self::WebhookSignatureFailure { .. } => "webhook_signature_failure",
             Self::JobScheduled { .. } => "job_scheduled",
+            Self::CredentialRevoked { .. } => "credential_revoked",
         }
     }
 }
@@ -278,6 +288,11 @@ mod tests {
         assert_eq!(Topic::ScheduledJobs.to_string(), "internal:scheduled-jobs");
         assert_eq!(Topic::from_wire("gateway:agents"), Some(Topic::Agents));
         assert!(Topic::ScheduledJobs.is_operator_only());
+        assert_eq!(Topic::parse("internal:credential-revocations"), None);
+        let revocations = Topic::from_wire("internal:credential-revocations");
+        assert_eq!(revocations, Some(Topic::CredentialRevocations));
+        assert_eq!(Topic::CredentialRevocations.to_string(), "internal:credential-revocations");
+        assert!(Topic::CredentialRevocations.is_operator_only());
     }
 
     #[test]

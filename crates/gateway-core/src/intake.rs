@@ -103,6 +103,22 @@ impl InspectedLog {
     pub fn agent_id(&self) -> Option<&AgentId> {
         self.0.as_ref().ok().and_then(|accepted| accepted.log.agent_id())
     }
+
+    /// Whether the log passed the schema (and will be accepted when settled).
+    pub fn is_accepted(&self) -> bool {
+        self.0.is_ok()
+    }
+
+    /// For a log refused by the schema, the `identity.agent_id` it gave when that is a valid id: who the refused
+    /// request is counted against, and whose token it needs, with agent auth on (docs/api.md).
+    pub fn rejected_agent_id(&self) -> Option<&str> {
+        match &self.0 {
+            // The interceptor's stand-in for an id it could not read; an agent really named "unknown" is then read
+            // as unnamed, which only spares it the count of its own invalid logs.
+            Err(Rejection::SchemaViolation(rejected)) if rejected.agent_id != "unknown" => Some(&rejected.agent_id),
+            Ok(_) | Err(_) => None,
+        }
+    }
 }
 
 /// The future of [`DecisionLogIntake::settle`]: ready at once unless the log's reminder is being scheduled.

@@ -15,6 +15,8 @@
 //! | [`capability`] | [`CapabilityMap`], [`CapabilityNotes`] | [`InMemoryCapabilityMap`] |
 //! | [`event`] | [`EventPublisher`] | [`RecordingPublisher`] |
 //! | [`rate`] | [`DispatchRate`] | [`SlidingWindowRate`] |
+//! | [`rate_limit`] | [`RateLimiter`] | [`FixedWindowLimiter`] |
+//! | [`credential`] | [`AgentCredentialStore`] | [`InMemoryAgentCredentialStore`] |
 //! | [`clock`] | [`Clock`] | [`ManualClock`] (and [`SystemClock`]) |
 //! | [`leadership`] | [`Leadership`], [`FencingEpoch`] | [`SingleProcessLeadership`], [`EpochGate`] |
 //!
@@ -34,6 +36,7 @@ pub mod capability;
 pub mod clock;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod credential;
 pub mod cron;
 pub mod decision_log;
 pub mod direct_json;
@@ -50,6 +53,7 @@ pub mod liveness;
 pub mod mailbox;
 pub mod periodic;
 pub mod rate;
+pub mod rate_limit;
 pub mod rfc3339;
 pub mod store;
 pub mod supervisor;
@@ -61,6 +65,10 @@ pub use backoff::capped_backoff;
 pub use blocking::run_blocking;
 pub use capability::{CapabilityEntry, CapabilityMap, CapabilityNotes, InMemoryCapabilityMap};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use credential::{
+    AgentCredentialStore, CredentialId, CredentialKey, CredentialRecord, InMemoryAgentCredentialStore, IssuedToken,
+    PresentedToken, TokenHash,
+};
 pub use cron::{
     ClaimLease, CronJob, CronJobInsert, CronJobStore, FireCompletion, FireKey, InMemoryCronJobStore, NewCronJob,
     PendingFire,
@@ -80,6 +88,7 @@ pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
 pub use mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore};
 pub use periodic::{LeaderLoop, MaybeFenced};
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
+pub use rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};
 pub use store::{StoreError, StoreHealth};
 pub use supervisor::{BackgroundLoop, supervise, supervise_loop};
 pub use tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore};

@@ -482,7 +482,7 @@ impl<'a> WireMessage<'a> {
 /// The contract's event types (docs/api.md) and the internal one, as the `&'static str` the bus carries; `None` for
 /// any other.
 fn known_event_type(name: &str) -> Option<&'static str> {
-    const KNOWN: [&str; 8] = [
+    const KNOWN: [&str; 9] = [
         "decision_log",
         "schema_violation",
         "reminder",
@@ -491,6 +491,7 @@ fn known_event_type(name: &str) -> Option<&'static str> {
         "webhook_dlq",
         "webhook_signature_failure",
         "job_scheduled",
+        "credential_revoked",
     ];
     KNOWN.into_iter().find(|known| *known == name)
 }
@@ -609,6 +610,7 @@ mod tests {
             },
             EventPayload::WebhookSignatureFailure { webhook_id: 1 },
             EventPayload::JobScheduled { job_id: 1, next_fire_at: at },
+            EventPayload::CredentialRevoked { credential_id: "019c85388601a1b2c3d4e5f6".into() },
         ];
         for payload in payloads {
             let published = PublishedEvent::of(&Event::with_id("e", payload, at));

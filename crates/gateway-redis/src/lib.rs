@@ -1,10 +1,12 @@
 #![doc = include_str!("../README.md")]
 
+pub mod agent_rate;
 mod error;
 pub mod leadership;
 mod link;
 pub mod rate;
 
+pub use agent_rate::{LimiterConfig, RedisRateLimiter};
 pub use error::Error;
 pub use leadership::{
     ClusterStatus, LeaderStatus, LeadershipConfig, LeadershipPorts, LeaseTimings, RedisLeadership, RedisReachability,

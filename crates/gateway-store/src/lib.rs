@@ -15,6 +15,7 @@ mod batch;
 #[macro_use]
 mod testing;
 mod background;
+mod credential;
 mod cron;
 mod database_url;
 mod error;

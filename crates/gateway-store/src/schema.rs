@@ -119,3 +119,13 @@ diesel::table! {
         created_at -> Timestamp,
     }
 }
+
+diesel::table! {
+    agent_credentials (credential_id) {
+        credential_id -> Text,
+        agent_id -> Text,
+        token_hash -> Text,
+        created_at -> Timestamp,
+        revoked_at -> Nullable<Timestamp>,
+    }
+}

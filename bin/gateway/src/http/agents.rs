@@ -19,3 +19,34 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
     let next_after = next_cursor(&agents, page.limit, |agent| agent.agent_id.clone());
     Ok(json_response(StatusCode::OK, &json!({"agents": agents, "next_after": next_after})))
 }
+
+/// The agent id of a path `/gateway/agents/{agent_id}/…`, percent-decoded (an id may hold `/`, `:` or spaces,
+/// which a path carries as `%2F`, `%3A`, `%20`); 422 `invalid_field` when it is not a valid agent id.
+pub fn path_agent_id(path: &str) -> Result<AgentId, ApiError> {
+    let invalid = |rule: &str| ApiError::unprocessable("invalid_field", format!("agent_id (in the path): {rule}"));
+    let segment = path.strip_prefix("/gateway/agents/").and_then(|rest| rest.split('/').next()).unwrap_or_default();
+    let decoded = percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .map_err(|_| invalid("must be UTF-8 once percent-decoded"))?;
+    AgentId::new(decoded.into_owned()).map_err(|error| invalid(&error.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_paths_agent_id_is_percent_decoded_and_validated() {
+        let id = |path: &str| path_agent_id(path).map(AgentId::into_inner);
+        assert_eq!(id("/gateway/agents/agent-7/credentials").unwrap(), "agent-7");
+        assert_eq!(id("/gateway/agents/ns%3Aa%2Fb%20c/credentials/x").unwrap(), "ns:a/b c");
+        assert_eq!(id("/gateway/agents/%C3%BC/credentials").unwrap(), "ü");
+        for bad in
+            ["/gateway/agents//credentials", "/gateway/agents/%0A/credentials", "/gateway/agents/%FF/credentials"]
+        {
+            let refused = path_agent_id(bad).unwrap_err();
+            assert_eq!((refused.status, refused.reason), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"), "{bad}");
+        }
+        assert!(path_agent_id(&format!("/gateway/agents/{}/credentials", "a".repeat(257))).is_err());
+    }
+}

@@ -22,11 +22,13 @@ pub struct ApiError {
     pub status: StatusCode,
     pub reason: &'static str,
     pub detail: Option<String>,
+    /// Whole seconds for a `Retry-After` header (a 429).
+    pub retry_after_s: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, reason: &'static str) -> Self {
-        Self { status, reason, detail: None }
+        Self { status, reason, detail: None, retry_after_s: None }
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
@@ -53,6 +55,18 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized")
     }
 
+    /// 403: the caller authenticated as one agent and acts as another (or as none, where an agent must be named).
+    pub fn identity_mismatch(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "identity_mismatch").with_detail(detail)
+    }
+
+    /// 429 with `Retry-After`: the agent's window ends in `retry_after`, given in whole seconds rounded up (at
+    /// least 1, so a client that waits that long is let through).
+    pub fn rate_limited(retry_after: std::time::Duration) -> Self {
+        let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        Self { retry_after_s: Some(seconds.max(1)), ..Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited") }
+    }
+
     pub fn invalid_json() -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_json")
     }
@@ -70,7 +84,11 @@ impl ApiError {
         if let Some(detail) = self.detail {
             body["detail"] = serde_json::Value::String(detail);
         }
-        json_response(self.status, &body)
+        let mut response = json_response(self.status, &body);
+        if let Some(seconds) = self.retry_after_s {
+            response.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -163,5 +181,25 @@ impl From<WebhookError> for ApiError {
             }
             WebhookError::Store(store) => store.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_429_says_when_to_retry_in_whole_seconds_rounded_up() {
+        for (wait, seconds) in
+            [(Duration::from_millis(1), "1"), (Duration::from_secs(59), "59"), (Duration::from_millis(59_001), "60")]
+        {
+            let response = ApiError::rate_limited(wait).into_response();
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(response.headers()[http::header::RETRY_AFTER], seconds, "{wait:?}");
+        }
+        assert_eq!(ApiError::rate_limited(Duration::ZERO).retry_after_s, Some(1));
+        assert!(!ApiError::unauthorized().into_response().headers().contains_key(http::header::RETRY_AFTER));
     }
 }

@@ -33,6 +33,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use crate::credentials::StreamGuard;
+use crate::http::agent_auth::{Access, Caller};
 use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::replay::{self, AgentMailbox, BridgeWatch};
@@ -145,9 +147,11 @@ impl Drop for AddressSlot {
 struct Slots {
     _total: OwnedSemaphorePermit,
     _address: Option<AddressSlot>,
+    /// A stream opened with an agent's credential, registered to be closed when the credential is revoked.
+    _revocation: Option<StreamGuard>,
 }
 
-pub fn get(state: &AppState, request: &Request, connection: Connection) -> Result<Response, ApiError> {
+pub async fn get(state: &AppState, request: &Request, connection: Connection) -> Result<Response, ApiError> {
     let invalid_topic = || {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_topic").with_detail(
             "topic must be gateway:messages, gateway:violations, gateway:webhooks, gateway:agents or agent:<agent_id>:scheduled",
@@ -158,24 +162,37 @@ pub fn get(state: &AppState, request: &Request, connection: Connection) -> Resul
     let too_many =
         |detail: &str| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_streams").with_detail(detail);
     let limits = state.stream_limits;
-    let slots = if topic.is_operator_only() {
-        state.operator.check(request.headers())?;
-        let total = Arc::clone(&state.operator_event_streams)
-            .try_acquire_owned()
-            .map_err(|_| too_many("the gateway serves as many gateway:* streams as it can"))?;
-        Slots { _total: total, _address: None }
-    } else {
-        let address = state
-            .streams_per_address
-            .acquire(connection.peer().ip(), limits.per_address)
-            .ok_or_else(|| too_many("this client address has as many agent streams open as it may"))?;
-        let total = Arc::clone(&state.event_streams)
-            .try_acquire_owned()
-            .map_err(|_| too_many("the gateway serves as many agent streams as it can"))?;
-        Slots { _total: total, _address: Some(address) }
+    // Stopped at shutdown, or, for a stream opened with an agent's credential, when that credential is revoked.
+    let mut stop = state.shutdown.clone();
+    let slots = match &topic {
+        Topic::AgentScheduled(agent_id) => {
+            // Who is asking comes first: a refused client takes no slot.
+            let caller = state.agent_auth.authorize(request.headers(), agent_id, Access::Read).await?;
+            let address = state
+                .streams_per_address
+                .acquire(connection.peer().ip(), limits.per_address)
+                .ok_or_else(|| too_many("this client address has as many agent streams open as it may"))?;
+            let total = Arc::clone(&state.event_streams)
+                .try_acquire_owned()
+                .map_err(|_| too_many("the gateway serves as many agent streams as it can"))?;
+            let revocation = match &caller {
+                Caller::Agent(verified) => {
+                    let (on_revocation, guard) = state.agent_auth.credentials().stream_stop(verified, &state.shutdown);
+                    stop = on_revocation;
+                    Some(guard)
+                }
+                Caller::Open | Caller::Operator => None,
+            };
+            Slots { _total: total, _address: Some(address), _revocation: revocation }
+        }
+        _ => {
+            state.operator.check(request.headers())?;
+            let total = Arc::clone(&state.operator_event_streams)
+                .try_acquire_owned()
+                .map_err(|_| too_many("the gateway serves as many gateway:* streams as it can"))?;
+            Slots { _total: total, _address: None, _revocation: None }
+        }
     };
-    // Agent topics need no token while agent auth is off. With agent auth on, an agent's stream takes that agent's
-    // token or the operator's: `reminders::check_mailbox_reader` is the hook.
     let mailbox = match &topic {
         Topic::AgentScheduled(agent_id) => {
             Some(AgentMailbox::new(state.mailbox.clone(), agent_id.clone(), replay::last_event_id(request.headers())))
@@ -190,7 +207,7 @@ pub fn get(state: &AppState, request: &Request, connection: Connection) -> Resul
     let body = StreamBody { outbox: Arc::clone(&outbox) };
     let bridge = mailbox.as_ref().and_then(|_| state.bridge_status.clone()).map(BridgeWatch::new);
     let pump = Pump { subscription, outbox, limits, keep_alive: limits.keep_alive_frame(), mailbox, bridge };
-    tokio::spawn(pump.run(state.shutdown.clone(), connection, slots));
+    tokio::spawn(pump.run(stop, connection, slots));
     Ok(event_stream(body))
 }
 
@@ -602,8 +619,11 @@ mod tests {
         let connection_aborted = connection_task.abort_handle();
         tokio::spawn(watch.clone().enforce(Duration::from_secs(3600), connection_task));
         let connection = Connection::new(watch);
-        let slots =
-            Slots { _total: Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().unwrap(), _address: None };
+        let slots = Slots {
+            _total: Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().unwrap(),
+            _address: None,
+            _revocation: None,
+        };
         let pumping = tokio::spawn(pump.run(CancellationToken::new(), connection, slots));
         (body, pumping, connection_aborted)
     }

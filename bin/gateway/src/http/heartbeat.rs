@@ -4,18 +4,21 @@ use bytes::Bytes;
 use gateway_heartbeat::HeartbeatPing;
 use http::StatusCode;
 
+use crate::http::agent_auth::{Access, Named};
 use crate::http::error::ApiError;
 use crate::http::request::{Request, parse_json, read_body};
 use crate::http::response::{Response, STATUS_OK, json_bytes};
 use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let caller = state.agent_auth.authenticate(request.headers()).await?;
     let body = read_body(request).await?;
     // The direct reading takes the well-formed pings; the value reading decides and names everything else.
     let ping = match HeartbeatPing::from_valid_body(&body) {
         Some(ping) => ping,
         None => HeartbeatPing::from_json(&parse_json(&body)?)?,
     };
+    state.agent_auth.admit(&caller, Named::Agent(&ping.agent_id), Access::Heartbeat).await?;
     state.heartbeat.accept(ping).await?;
     Ok(json_bytes(StatusCode::OK, Bytes::from_static(STATUS_OK)))
 }

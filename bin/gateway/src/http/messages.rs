@@ -3,21 +3,31 @@
 //! `DecisionLogIntake`; this reads the body and answers.
 
 use bytes::Bytes;
+use gateway_core::AgentId;
 use gateway_core::Rejection;
 use gateway_core::interceptor::RejectedLog;
 use http::StatusCode;
 use serde_json::json;
 
+use crate::http::agent_auth::{Access, Named};
 use crate::http::error::ApiError;
 use crate::http::request::{Request, read_body};
 use crate::http::response::{Response, json_bytes, json_response};
 use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let caller = state.agent_auth.authenticate(request.headers()).await?;
     let body = read_body(request).await?;
     let inspected = state.intake.inspect(&body);
-    // Nothing is done yet: checks of the caller against the agent the log names (`inspected.agent_id()`: agent
-    // authentication, the per-agent rate limit) belong here, before the log is settled.
+    // Checked before the log is settled (nothing is done yet): the agent it names must be the caller's with agent
+    // auth on, and the request counts against the agent's limit, refused logs included.
+    let rejected_agent = inspected.rejected_agent_id().and_then(|agent_id| AgentId::new(agent_id).ok());
+    let named = match (inspected.agent_id(), &rejected_agent) {
+        (Some(agent_id), _) | (None, Some(agent_id)) => Named::Agent(agent_id),
+        (None, None) if inspected.is_accepted() => Named::Nobody,
+        (None, None) => Named::Unreadable,
+    };
+    state.agent_auth.admit(&caller, named, Access::Act).await?;
     match state.intake.settle(inspected).await {
         Ok(accepted) => Ok(json_bytes(StatusCode::ACCEPTED, accepted_body(accepted.trace_id.as_deref()))),
         Err(Rejection::InvalidJson) => Err(ApiError::invalid_json()),

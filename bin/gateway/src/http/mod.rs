@@ -1,6 +1,7 @@
 //! The HTTP server: accepts connections on a pre-bound listener, routes requests, and drains in-flight requests
 //! on shutdown.
 
+pub mod agent_auth;
 pub mod auth;
 pub mod connection;
 pub mod error;
@@ -10,6 +11,7 @@ pub mod response;
 mod router;
 
 mod agents;
+mod credentials;
 mod cron;
 pub mod events;
 mod health;

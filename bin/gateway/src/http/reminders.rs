@@ -6,6 +6,7 @@ use gateway_core::{AgentId, MailboxEntry, rfc3339};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
+use crate::http::agent_auth::Access;
 use crate::http::error::ApiError;
 use crate::http::request::{Query, Request, invalid_query};
 use crate::http::response::{Response, json_response};
@@ -16,13 +17,10 @@ pub const MAX_PAGE: usize = 1_000;
 /// Longest `after`: a `fire_id` is a job id and an RFC 3339 instant, well under this.
 const MAX_CURSOR_BYTES: usize = 128;
 
-/// Who may read `agent_id`'s mailbox, through this endpoint or (with agent auth on) its reminder stream.
-///
-/// AGENT TOKEN HOOK: the operator token only, for now. Once agent credentials exist, the agent's own token must be
-/// accepted here as well (a token of another agent: 403 `identity_mismatch`), and the event stream of
-/// `agent:<id>:scheduled` must call this whenever agent auth is on (see `events::get`).
-pub fn check_mailbox_reader(state: &AppState, headers: &HeaderMap, _agent_id: &AgentId) -> Result<(), ApiError> {
-    state.operator.check(headers)
+/// Who may read `agent_id`'s mailbox: whoever may hold its reminder stream (the agent's token or the operator's
+/// while agent auth is on; anyone while it is off).
+async fn check_mailbox_reader(state: &AppState, headers: &HeaderMap, agent_id: &AgentId) -> Result<(), ApiError> {
+    state.agent_auth.authorize(headers, agent_id, Access::Read).await.map(drop)
 }
 
 /// The agent id of `/gateway/agents/{agent_id}/reminders`, percent-decoded; `None` when the path is not that.
@@ -35,7 +33,7 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
     let raw = agent_of(request.uri().path()).ok_or_else(unknown_agent)?;
     let decoded = percent_encoding::percent_decode_str(raw).decode_utf8().map_err(|_| unknown_agent())?;
     let agent_id = AgentId::new(decoded.into_owned()).map_err(|_| unknown_agent())?;
-    check_mailbox_reader(state, request.headers(), &agent_id)?;
+    check_mailbox_reader(state, request.headers(), &agent_id).await?;
     let query = Query::parse(request.uri(), &["after", "limit"])?;
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", |text| {
         (!text.is_empty() && text.len() <= MAX_CURSOR_BYTES).then(|| text.to_owned())

@@ -14,7 +14,7 @@ use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, cron, events, health, heartbeat, messages, reminders, tools, webhooks};
+use crate::http::{agents, credentials, cron, events, health, heartbeat, messages, reminders, tools, webhooks};
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
@@ -40,6 +40,10 @@ enum Route {
     AgentReminders,
     /// `/gateway/tools/{tool_name}`; the handler reads the name from the path.
     Tool,
+    /// `/gateway/agents/{agent_id}/credentials`; the handler reads the agent id from the path.
+    AgentCredentials,
+    /// `/gateway/agents/{agent_id}/credentials/{credential_id}`.
+    AgentCredential,
 }
 
 const TOOLS_PREFIX: &str = "/gateway/tools/";
@@ -67,10 +71,10 @@ fn resolve(path: &str) -> Option<Route> {
                 segment(config).map(|()| Route::WebhookConfig(id(config)))?
             } else if let Some(job) = path.strip_prefix("/gateway/cron/jobs/") {
                 segment(job).map(|()| Route::CronJob(id(job)))?
-            } else if reminders::agent_of(path).is_some() {
-                Route::AgentReminders
             } else if let Some(tool) = path.strip_prefix(TOOLS_PREFIX) {
                 segment(tool).map(|()| Route::Tool)?
+            } else if let Some(agent) = path.strip_prefix("/gateway/agents/") {
+                agent_route(agent)?
             } else {
                 let delivery = path.strip_prefix("/gateway/deliveries/")?;
                 match delivery.split_once('/') {
@@ -82,6 +86,17 @@ fn resolve(path: &str) -> Option<Route> {
         }
     };
     Some(route)
+}
+
+/// What follows `/gateway/agents/`: an agent id segment (percent-encoded, so without `/`), then the resource.
+fn agent_route(rest: &str) -> Option<Route> {
+    let (_agent, resource) = rest.split_once('/')?;
+    match resource.split_once('/') {
+        None if resource == "credentials" => Some(Route::AgentCredentials),
+        None if resource == "reminders" => Some(Route::AgentReminders),
+        Some(("credentials", credential)) if !credential.contains('/') => Some(Route::AgentCredential),
+        _ => None,
+    }
 }
 
 impl Route {
@@ -97,6 +112,8 @@ impl Route {
             Self::Delivery(_) => &[Method::GET],
             Self::CronJobs => &[Method::GET, Method::POST],
             Self::CronJob(_) => &[Method::GET, Method::DELETE],
+            Self::AgentCredentials => &[Method::GET, Method::POST],
+            Self::AgentCredential => &[Method::DELETE],
         }
     }
 
@@ -115,6 +132,8 @@ impl Route {
                 | Self::CronJobs
                 | Self::CronJob(_)
                 | Self::Cluster
+                | Self::AgentCredentials
+                | Self::AgentCredential
         )
     }
 }
@@ -205,7 +224,7 @@ async fn dispatch_rest(
         Route::Heartbeat => heartbeat::post(state, request).await,
         Route::Messages => messages::post(state, request).await,
         Route::Events => match connection {
-            Some(connection) => events::get(state, &request, connection),
+            Some(connection) => events::get(state, &request, connection).await,
             None => Err(ApiError::internal()),
         },
         Route::Agents => agents::list(state, &request).await,
@@ -234,6 +253,9 @@ async fn dispatch_rest(
             let id = id.ok_or_else(unknown_job)?;
             if is_delete { cron::delete(state, id).await } else { cron::show(state, id).await }
         }
+        Route::AgentCredentials if is_post => credentials::issue(state, request).await,
+        Route::AgentCredentials => credentials::list(state, &request).await,
+        Route::AgentCredential => credentials::revoke(state, &request).await,
     }
 }
 
@@ -278,6 +300,10 @@ mod tests {
         assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
         assert_eq!(resolve("/gateway/agents/agent-7/reminders"), Some(Route::AgentReminders));
         assert!(!Route::AgentReminders.operator_only(), "its handler checks who may read the mailbox");
+        assert_eq!(resolve("/gateway/agents/a%2Fb/credentials"), Some(Route::AgentCredentials));
+        assert_eq!(resolve("/gateway/agents/a/credentials/019c85388601a1b2c3d4e5f6"), Some(Route::AgentCredential));
+        assert_eq!(resolve("/gateway/agents/a/credentials/"), Some(Route::AgentCredential));
+        assert!(Route::AgentCredentials.operator_only() && Route::AgentCredential.operator_only());
         assert_eq!(resolve("/gateway/tools/schedule_reminder"), Some(Route::Tool));
         assert_eq!(resolve("/gateway/tools/anything"), Some(Route::Tool), "the handler decides what is a tool");
         assert!(!Route::Tool.operator_only());
@@ -303,6 +329,10 @@ mod tests {
             "/gateway/agents/a/reminders/",
             "/gateway/agents/a/b/reminders",
             "/gateway/agents/a",
+            "/gateway/agents/a/",
+            "/gateway/agents/a/b/credentials",
+            "/gateway/agents/a/credentials/x/y",
+            "/gateway/agents/a/other",
             "/gateway/tools",
             "/gateway/tools/schedule_reminder/x",
         ] {

@@ -4,10 +4,11 @@
 
 use gateway_core::{AgentId, ToolCallId};
 use gateway_cron::{ReminderTool, ToolName};
+use http::StatusCode;
 use http::header::HeaderValue;
-use http::{HeaderMap, StatusCode};
 use serde_json::json;
 
+use crate::http::agent_auth::{Access, Named};
 use crate::http::error::ApiError;
 use crate::http::request::{JsonObject, Request, required};
 use crate::http::response::{IDEMPOTENT_REPLAYED_HEADER, Response, json_response};
@@ -16,15 +17,16 @@ use crate::state::AppState;
 const FIELDS: [&str; 3] = ["agent_id", "tool_call_id", "params"];
 
 /// `{"agent_id","tool_call_id","params":{…}}` → 200 `{"result":{…}}` (with `Idempotent-Replayed: true` when the
-/// answer is the recorded one of an earlier call with this id). The agent is read first, so that checks about
-/// the caller (who it is, how often it calls) come before anything about the call: see [`check_caller`].
+/// answer is the recorded one of an earlier call with this id). The caller is authenticated before the body is
+/// read, and the agent is read first, so that checks about the caller (the agent is the token's, it is within its
+/// rate limit) come before anything about the call; a body whose agent cannot be read still counts against the
+/// token's agent.
 pub async fn call(state: &AppState, tool_name: &str, request: Request) -> Result<Response, ApiError> {
-    let headers = request.headers().clone();
-    let mut body = JsonObject::read(request).await?;
-    let agent_id = required("agent_id", body.take_string("agent_id")?.filter(|id| !id.is_empty()))?;
-    let agent_id = AgentId::new(agent_id)
-        .map_err(|error| ApiError::unprocessable("invalid_field", format!("agent_id: {error}")))?;
-    check_caller(state, &headers, &agent_id)?;
+    let caller = state.agent_auth.authenticate(request.headers()).await?;
+    let read = read_agent(request).await;
+    let named = read.as_ref().map_or(Named::Unreadable, |(_, agent_id)| Named::Agent(agent_id));
+    state.agent_auth.admit(&caller, named, Access::Act).await?;
+    let (mut body, agent_id) = read?;
     let tool = ToolName::parse(tool_name)?;
     let tool_call_id = required("tool_call_id", body.take_string("tool_call_id")?.filter(|id| !id.is_empty()))?;
     let tool_call_id = ToolCallId::new(tool_call_id)
@@ -40,9 +42,11 @@ pub async fn call(state: &AppState, tool_name: &str, request: Request) -> Result
     Ok(response)
 }
 
-/// Where the checks of the caller belong, once its agent id is known and before the tool is looked at: agent
-/// authentication (`Authorization` against `agent_id`) and the per-agent rate limit. None exists yet; a call of
-/// each goes here.
-fn check_caller(_state: &AppState, _headers: &HeaderMap, _agent_id: &AgentId) -> Result<(), ApiError> {
-    Ok(())
+/// The body and the agent it names.
+async fn read_agent(request: Request) -> Result<(JsonObject, AgentId), ApiError> {
+    let mut body = JsonObject::read(request).await?;
+    let agent_id = required("agent_id", body.take_string("agent_id")?.filter(|id| !id.is_empty()))?;
+    let agent_id = AgentId::new(agent_id)
+        .map_err(|error| ApiError::unprocessable("invalid_field", format!("agent_id: {error}")))?;
+    Ok((body, agent_id))
 }

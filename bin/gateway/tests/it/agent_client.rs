@@ -91,8 +91,7 @@ fn the_documented_python_client_heartbeats_schedules_through_a_tool_and_gets_its
     assert!(listed.is_some(), "{agents}");
 
     // The same client with another agent's token is refused before it does anything, and says why.
-    let (status, other) =
-        gateway.operator_post("/gateway/agents/python-example-other/credentials", &json!({}));
+    let (status, other) = gateway.operator_post("/gateway/agents/python-example-other/credentials", &json!({}));
     assert_eq!(status, 201, "{other}");
     let (succeeded, steps, output) = run_client(&python, &gateway, agent, other["token"].as_str().unwrap());
     assert!(!succeeded, "{output}");

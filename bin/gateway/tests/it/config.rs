@@ -81,3 +81,32 @@ fn the_callers_gateway_variables_do_not_reach_the_tests_gateways() {
     assert!(output.status.success(), "{inner} failed with {HOSTILE:?} set:\n{stdout}\n{stderr}");
     assert!(stdout.contains("test result: ok. 1 passed"), "{inner} did not run:\n{stdout}");
 }
+
+fn heartbeat() -> serde_json::Value {
+    serde_json::json!({"type": "heartbeat", "agent_id": "agent-1", "cluster_id": "c", "timestamp": "2026-02-22T12:00:00Z"})
+}
+
+/// `--agent-auth auto` (the default) on every interface means required: like Redis's protected mode, a gateway
+/// other machines can reach does not serve anonymous agents unless told to. (The test connects over loopback.)
+#[test]
+fn auto_agent_auth_on_every_interface_requires_agent_tokens() {
+    let gateway = crate::support::Gateway::start_listening("0.0.0.0:0", &[]);
+    let (status, body) = gateway.post_json("/gateway/heartbeat", &heartbeat());
+    assert_eq!((status, body["reason"].as_str()), (401, Some("unauthorized")), "{body}");
+    gateway.wait_for_log("agent auth required");
+    let local = crate::support::Gateway::start(&[]);
+    assert_eq!(local.post_json("/gateway/heartbeat", &heartbeat()).0, 200, "open on loopback");
+}
+
+#[test]
+fn agent_auth_off_on_every_interface_is_warned_about_once() {
+    const WARNING: &str = "--agent-auth off on a listener other machines can reach";
+    let exposed = crate::support::Gateway::start_listening("0.0.0.0:0", &["--agent-auth", "off"]);
+    exposed.wait_for_log(WARNING);
+    assert_eq!(exposed.post_json("/gateway/heartbeat", &heartbeat()).0, 200);
+    exposed.wait_for_log("gateway started");
+    assert_eq!(exposed.logs().matches(WARNING).count(), 1, "{}", exposed.logs());
+    let local = crate::support::Gateway::start(&["--agent-auth", "off"]);
+    local.wait_for_log("gateway started");
+    assert!(!local.logs().contains(WARNING), "{}", local.logs());
+}

@@ -6,6 +6,8 @@
 mod receiver;
 mod support;
 
+mod agent_auth;
+mod agent_client;
 mod cluster;
 mod config;
 mod crash;

@@ -65,9 +65,35 @@ impl Gateway {
         Self::spawn(Arc::new(tempfile::tempdir().unwrap()), database_url, args, env)
     }
 
+    /// Starts a gateway listening on `listen` (`0.0.0.0:0`: every interface; the tests still connect over
+    /// loopback only).
+    pub fn start_listening(listen: &str, args: &[&str]) -> Self {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
+        Self::spawn_listening(dir, listen, &database, args, &[])
+    }
+
     fn spawn(dir: Arc<tempfile::TempDir>, database: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_listening(dir, "127.0.0.1:0", database, args, env)
+    }
+
+    fn spawn_listening(
+        dir: Arc<tempfile::TempDir>,
+        listen: &str,
+        database: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        // The tests send far more than 60 messages a minute for one agent, and only it/agent_auth.rs is about
+        // that limit: it passes the flag itself.
+        let unlimited: &[&str] = if args.iter().any(|arg| arg.starts_with("--agent-rate-limit-per-minute")) {
+            &[]
+        } else {
+            &["--agent-rate-limit-per-minute", "0"]
+        };
         let mut child = gateway_command()
-            .args(["--listen", "127.0.0.1:0", "--database-url", database, "--admin-token", TOKEN])
+            .args(["--listen", listen, "--database-url", database, "--admin-token", TOKEN])
+            .args(unlimited)
             .args(args)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())
@@ -90,7 +116,8 @@ impl Gateway {
             match lines.recv_timeout(PATIENCE) {
                 Ok(line) => {
                     if let Some(address) = line.strip_prefix("gateway listening on ") {
-                        break address.to_owned();
+                        // Listening on every interface includes loopback, which is where the tests connect.
+                        break address.replace("http://0.0.0.0:", "http://127.0.0.1:");
                     }
                 }
                 Err(_) => panic!("gateway did not start; stderr:\n{}", stderr.lock().unwrap()),

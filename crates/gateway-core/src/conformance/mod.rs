@@ -1,11 +1,11 @@
 //! The rules every implementation of a store port must keep, written once and run against each implementation:
 //! the in-memory fakes in this crate's tests, the database adapters in theirs (through the `conformance` feature).
 //!
-//! One suite per port: [`heartbeat`], [`cron`], [`mailbox`], [`webhook`], [`liveness`], [`tool_call`]; [`fencing`] holds the rule that spans
-//! ports (a token raised through one fences the others). Each rule is a `pub fn` that takes a fresh, empty store
-//! and an instant to start from (rows are due, leases run and agents fall silent relative to it), drives the store
-//! only through its port, and panics when the store breaks the rule; its documentation says what it proves and
-//! what it expects of the store.
+//! One suite per port: [`heartbeat`], [`cron`], [`mailbox`], [`webhook`], [`liveness`], [`tool_call`], [`credential`];
+//! [`fencing`] holds the rule that spans ports (a token raised through one fences the others). Each rule is a
+//! `pub fn` that takes a fresh, empty store and an instant to start from (rows are due, leases run and agents fall
+//! silent relative to it), drives the store only through its port, and panics when the store breaks the rule; its
+//! documentation says what it proves and what it expects of the store.
 //!
 //! Each suite has a macro that expands to one `#[test]` per rule, in a module named after the port, so adding a
 //! rule to a suite runs it on every backend, and adding a backend is one line per suite:
@@ -21,6 +21,7 @@
 //! to the store (a `Box`, or a fixture that also holds the store's temporary directory). `None` skips the test, for
 //! a backend that is not available where the tests run.
 
+pub mod credential;
 pub mod cron;
 pub mod fencing;
 pub mod heartbeat;
@@ -160,6 +161,22 @@ macro_rules! liveness_map_conformance {
             live_agents_are_listed_in_pages_by_agent_id,
             silent_agents_are_evicted_exactly_once,
             evictions_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch,
+        );
+    };
+}
+
+/// Every rule of [`conformance::credential`](crate::conformance::credential) as a `#[test]`, in a module
+/// `agent_credential_store`. `$fixture`: an `Option<F>` where `F` dereferences to a fresh
+/// [`crate::AgentCredentialStore`] (see the [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! agent_credential_store_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(agent_credential_store, credential, $fixture;
+            a_credential_reads_back_as_issued_and_unknown_ids_read_as_none,
+            a_credential_id_is_unique,
+            a_batch_read_returns_the_stored_credentials_among_the_ids,
+            revocation_is_once_by_the_owning_agent_and_keeps_the_row,
+            an_agents_credentials_list_by_id_in_pages,
         );
     };
 }

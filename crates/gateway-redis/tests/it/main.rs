@@ -2,6 +2,7 @@
 //! timings: the same state machines whose exact timings are tested on paused time in the crate's unit tests.
 #![allow(clippy::unwrap_used)]
 
+mod agent_rate;
 mod leadership;
 mod rate;
 mod support;

@@ -1,0 +1,114 @@
+//! The operator's agent credential endpoints (docs/api.md, "Agent credentials"):
+//! `POST /gateway/agents/{agent_id}/credentials` issues a token (shown once),
+//! `GET /gateway/agents/{agent_id}/credentials` lists them without tokens,
+//! `DELETE /gateway/agents/{agent_id}/credentials/{credential_id}` revokes one at once.
+
+use gateway_core::{
+    AgentCredentialStore, AgentId, CredentialId, CredentialRecord, Event, EventPayload, IssuedToken, Topic, rfc3339,
+    run_blocking,
+};
+use http::StatusCode;
+use http::header::{CACHE_CONTROL, HeaderValue};
+use serde_json::{Value, json};
+
+use crate::http::agents::path_agent_id;
+use crate::http::error::ApiError;
+use crate::http::request::{JsonObject, Query, Request, next_cursor, read_body};
+use crate::http::response::{Response, json_response};
+use crate::state::AppState;
+
+pub const DEFAULT_PAGE: usize = 100;
+pub const MAX_PAGE: usize = 1000;
+
+/// 201 `{"credential_id","token","agent_id","created_at"}`. The body is empty or `{}`: the agent is in the path.
+pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let agent_id = path_agent_id(request.uri().path())?;
+    let body = read_body(request).await?;
+    if !body.trim_ascii().is_empty() {
+        JsonObject::parse(&body)?.finish(&[])?;
+    }
+    let created_at = state.clock.now();
+    let issued = IssuedToken::issue(created_at).map_err(|_| {
+        tracing::error!("the operating system has no randomness source: no agent token issued");
+        ApiError::internal()
+    })?;
+    let record = CredentialRecord {
+        credential_id: issued.credential_id.clone(),
+        agent_id: agent_id.clone(),
+        token_hash: issued.hash,
+        created_at,
+        revoked_at: None,
+    };
+    let store = state.store.clone();
+    run_blocking(move || store.insert_credential(&record)).await.map_err(gateway_core::StoreError::from)??;
+    tracing::info!(%agent_id, credential_id = %issued.credential_id, "agent credential issued");
+    let body = json!({
+        "credential_id": issued.credential_id,
+        "token": issued.expose(),
+        "agent_id": agent_id,
+        "created_at": rfc3339::format(created_at),
+    });
+    let mut response = json_response(StatusCode::CREATED, &body);
+    // The one response that carries the token: no cache along the way may keep it.
+    response.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// `?limit=&after=` → `{"credentials":[…],"next_after":…}`, oldest first, revoked ones included, never a token.
+pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+    let agent_id = path_agent_id(request.uri().path())?;
+    let query = Query::parse(request.uri(), &["limit", "after"])?;
+    let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", CredentialId::parse)?;
+    let store = state.store.clone();
+    let (limit, after) = (page.limit, page.after);
+    let rows = run_blocking(move || store.agent_credentials(&agent_id, after.as_ref(), limit))
+        .await
+        .map_err(gateway_core::StoreError::from)??;
+    let next_after = next_cursor(&rows, page.limit, |row| row.credential_id.clone());
+    let credentials: Vec<Value> = rows.iter().map(credential_json).collect();
+    Ok(json_response(StatusCode::OK, &json!({"credentials": credentials, "next_after": next_after})))
+}
+
+/// 200 `{"status":"revoked","credential_id","agent_id","revoked_at"}`, also for a credential revoked before (with
+/// its first `revoked_at`); 404 `unknown_credential` when the agent has no such credential. The credential stops
+/// authenticating on this instance before the answer, and on the others when the revocation event reaches them.
+pub async fn revoke(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+    let path = request.uri().path();
+    let agent_id = path_agent_id(path)?;
+    let unknown = || ApiError::unknown("unknown_credential", "credential of this agent");
+    let credential_id = path.rsplit('/').next().and_then(CredentialId::parse).ok_or_else(unknown)?;
+    let revoked = revoke_in_store(state, agent_id.clone(), credential_id.clone()).await?.ok_or_else(unknown)?;
+    state.agent_auth.credentials().invalidate(&credential_id);
+    let event =
+        Event::new(EventPayload::CredentialRevoked { credential_id: credential_id.to_string() }, state.clock.now());
+    if let Err(error) = state.publisher.publish(&Topic::CredentialRevocations, &event) {
+        // Other instances then stop trusting it when their cache entries come due (docs/architecture.md).
+        tracing::warn!(%error, %credential_id, "credential revocation not announced to other instances");
+    }
+    tracing::info!(%agent_id, %credential_id, "agent credential revoked");
+    let mut body = credential_json(&revoked);
+    body["status"] = Value::from("revoked");
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+async fn revoke_in_store(
+    state: &AppState,
+    agent_id: AgentId,
+    credential_id: CredentialId,
+) -> Result<Option<CredentialRecord>, ApiError> {
+    let store = state.store.clone();
+    let at = state.clock.now();
+    let revoked = run_blocking(move || store.revoke_credential(&agent_id, &credential_id, at))
+        .await
+        .map_err(gateway_core::StoreError::from)??;
+    Ok(revoked)
+}
+
+fn credential_json(row: &CredentialRecord) -> Value {
+    json!({
+        "credential_id": row.credential_id,
+        "agent_id": row.agent_id,
+        "created_at": rfc3339::format(row.created_at),
+        "revoked_at": row.revoked_at.map(rfc3339::format),
+    })
+}

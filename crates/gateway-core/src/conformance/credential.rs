@@ -1,0 +1,118 @@
+//! Rules every [`AgentCredentialStore`] must keep: a credential reads back exactly as issued, by id, in batches and
+//! in its agent's list; ids are unique; revocation is once, by the owning agent only, and keeps the row. Instants
+//! carry milliseconds, which every backend keeps exactly.
+
+use time::{Duration, OffsetDateTime};
+
+use crate::{AgentCredentialStore, AgentId, CredentialId, CredentialRecord, TokenHash};
+
+fn agent(name: &str) -> AgentId {
+    AgentId::new(name).expect("a valid agent id")
+}
+
+/// Credential `n`: ids in the order of `n`, a hash of its own.
+fn id(n: u32) -> CredentialId {
+    CredentialId::parse(&format!("{n:024x}")).expect("24 hex digits")
+}
+
+fn credential(n: u32, agent_id: &str, created_at: OffsetDateTime) -> CredentialRecord {
+    CredentialRecord {
+        credential_id: id(n),
+        agent_id: agent(agent_id),
+        token_hash: TokenHash::of(format!("token-{n}")),
+        created_at,
+        revoked_at: None,
+    }
+}
+
+/// A credential reads back whole by its id, unrevoked (whatever `revoked_at` the insert carried), and an id never
+/// stored reads as `None`. Expects an empty store.
+pub fn a_credential_reads_back_as_issued_and_unknown_ids_read_as_none(
+    store: &dyn AgentCredentialStore,
+    at: OffsetDateTime,
+) {
+    let issued = credential(1, "agent-a", at + Duration::milliseconds(250));
+    store.insert_credential(&CredentialRecord { revoked_at: Some(at), ..issued.clone() }).expect("insert");
+    assert_eq!(store.credential(&issued.credential_id).expect("read"), Some(issued.clone()));
+    assert_eq!(store.credential(&id(2)).expect("read"), None);
+    assert_eq!(store.agent_credentials(&agent("agent-a"), None, 10).expect("list"), vec![issued]);
+    assert_eq!(store.agent_credentials(&agent("agent-b"), None, 10).expect("list"), vec![]);
+}
+
+/// A second insert under a stored id is a conflict and changes nothing, even for another agent. Expects an empty
+/// store.
+pub fn a_credential_id_is_unique(store: &dyn AgentCredentialStore, at: OffsetDateTime) {
+    let first = credential(7, "agent-a", at);
+    store.insert_credential(&first).expect("insert");
+    let again = CredentialRecord { token_hash: TokenHash::of("other"), ..credential(7, "agent-b", at) };
+    let refused = store.insert_credential(&again);
+    assert!(matches!(refused, Err(crate::StoreError::Conflict(_))), "{refused:?}");
+    assert_eq!(store.credential(&first.credential_id).expect("read"), Some(first));
+    assert_eq!(store.agent_credentials(&agent("agent-b"), None, 10).expect("list"), vec![]);
+}
+
+/// A batch read returns the stored credentials among the ids, each once, and leaves out ids stored nowhere; it
+/// takes more ids than an adapter puts in one statement (1,200 here, of which 600 are stored) and an empty batch.
+/// Expects an empty store.
+pub fn a_batch_read_returns_the_stored_credentials_among_the_ids(store: &dyn AgentCredentialStore, at: OffsetDateTime) {
+    let stored: Vec<CredentialRecord> = (0..600)
+        .map(|n| credential(2 * n, &format!("agent-{}", n % 7), at + Duration::milliseconds(n.into())))
+        .collect();
+    for row in &stored {
+        store.insert_credential(row).expect("insert");
+    }
+    let mut ids: Vec<CredentialId> = (0..1_200).map(id).collect();
+    ids.push(id(0));
+    let mut found = store.credentials(&ids).expect("batch read");
+    found.sort_by(|a, b| a.credential_id.cmp(&b.credential_id));
+    assert_eq!(found, stored);
+    assert_eq!(store.credentials(&[]).expect("an empty batch"), vec![]);
+}
+
+/// Revoking sets `revoked_at` once: a second revocation keeps the first instant. A credential is revoked only
+/// through its own agent: through another it is `None` and stays as it was, as is an unknown id. The row stays,
+/// listed with its `revoked_at`, and the batch read shows it revoked too. Expects an empty store.
+pub fn revocation_is_once_by_the_owning_agent_and_keeps_the_row(store: &dyn AgentCredentialStore, at: OffsetDateTime) {
+    let kept = credential(1, "agent-a", at);
+    let revoked = credential(2, "agent-a", at);
+    store.insert_credential(&kept).expect("insert");
+    store.insert_credential(&revoked).expect("insert");
+
+    let by_other = store.revoke_credential(&agent("agent-b"), &revoked.credential_id, at).expect("revoke");
+    assert_eq!(by_other, None, "another agent's credential is not found");
+    assert_eq!(store.credential(&revoked.credential_id).expect("read"), Some(revoked.clone()));
+    assert_eq!(store.revoke_credential(&agent("agent-a"), &id(3), at).expect("revoke"), None);
+
+    let first = at + Duration::milliseconds(1_500);
+    let expected = CredentialRecord { revoked_at: Some(first), ..revoked.clone() };
+    let answered = store.revoke_credential(&agent("agent-a"), &revoked.credential_id, first).expect("revoke");
+    assert_eq!(answered, Some(expected.clone()));
+    let second = store
+        .revoke_credential(&agent("agent-a"), &revoked.credential_id, first + Duration::seconds(60))
+        .expect("revoke again");
+    assert_eq!(second, Some(expected.clone()), "the first revocation's instant stays");
+    assert_eq!(store.credential(&revoked.credential_id).expect("read"), Some(expected.clone()));
+    assert_eq!(store.credential(&kept.credential_id).expect("read"), Some(kept.clone()), "the other is untouched");
+    assert_eq!(store.agent_credentials(&agent("agent-a"), None, 10).expect("list"), vec![kept, expected.clone()]);
+    assert_eq!(store.credentials(&[revoked.credential_id]).expect("batch read"), vec![expected]);
+}
+
+/// An agent's credentials list by credential id, in pages after a cursor, without other agents'. Expects an
+/// empty store.
+pub fn an_agents_credentials_list_by_id_in_pages(store: &dyn AgentCredentialStore, at: OffsetDateTime) {
+    // Inserted out of id order, interleaved with another agent's.
+    let mut mine = Vec::new();
+    for n in [5, 1, 9, 3, 7] {
+        let row = credential(n, "agent-a", at + Duration::milliseconds(n.into()));
+        store.insert_credential(&row).expect("insert");
+        store.insert_credential(&credential(n + 100, "agent-b", at)).expect("insert");
+        mine.push(row);
+    }
+    mine.sort_by(|a, b| a.credential_id.cmp(&b.credential_id));
+    let a = agent("agent-a");
+    assert_eq!(store.agent_credentials(&a, None, 2).expect("list"), mine[..2]);
+    assert_eq!(store.agent_credentials(&a, Some(&mine[1].credential_id), 2).expect("list"), mine[2..4]);
+    assert_eq!(store.agent_credentials(&a, Some(&mine[3].credential_id), 2).expect("list"), mine[4..]);
+    assert_eq!(store.agent_credentials(&a, Some(&mine[4].credential_id), 2).expect("list"), vec![]);
+    assert_eq!(store.agent_credentials(&a, Some(&id(0)), 10).expect("list"), mine, "a cursor need not be stored");
+}

@@ -1,0 +1,155 @@
+//! `AgentCredentialStore` over `agent_credentials`. The token hash is kept as 64 lowercase hex digits.
+//!
+//! Revoking is one conditional `UPDATE` (only an unrevoked row of the named agent changes, so the first
+//! revocation's instant stays) followed by reading the row, in one `DieselStore::immediate` transaction: on
+//! PostgreSQL a concurrent revocation waits for the row, re-checks the condition, changes nothing and reads the
+//! first one's result.
+
+use diesel::prelude::*;
+use gateway_core::{AgentCredentialStore, AgentId, CredentialId, CredentialRecord, StoreError, TokenHash};
+use time::{OffsetDateTime, PrimitiveDateTime};
+
+use crate::connection::DieselStore;
+use crate::schema::agent_credentials;
+use crate::timestamp::{from_db, to_db};
+
+/// Ids per batch read: one parameter each, far below either backend's limit.
+const MAX_IDS_PER_READ: usize = 500;
+
+#[derive(Queryable)]
+#[diesel(table_name = agent_credentials)]
+struct CredentialRow {
+    credential_id: String,
+    agent_id: String,
+    token_hash: String,
+    created_at: PrimitiveDateTime,
+    revoked_at: Option<PrimitiveDateTime>,
+}
+
+impl CredentialRow {
+    fn into_record(self) -> Result<CredentialRecord, StoreError> {
+        let corrupt = |column: &str| StoreError::Internal(format!("stored credential {column} invalid"));
+        Ok(CredentialRecord {
+            credential_id: CredentialId::parse(&self.credential_id).ok_or_else(|| corrupt("credential_id"))?,
+            agent_id: AgentId::new(self.agent_id).map_err(|_| corrupt("agent_id"))?,
+            token_hash: TokenHash::from_hex(&self.token_hash).ok_or_else(|| corrupt("token_hash"))?,
+            created_at: from_db(self.created_at),
+            revoked_at: self.revoked_at.map(from_db),
+        })
+    }
+}
+
+fn records(rows: Vec<CredentialRow>) -> Result<Vec<CredentialRecord>, StoreError> {
+    rows.into_iter().map(CredentialRow::into_record).collect()
+}
+
+impl AgentCredentialStore for DieselStore {
+    fn insert_credential(&self, credential: &CredentialRecord) -> Result<(), StoreError> {
+        use agent_credentials::dsl;
+        let insert = diesel::insert_into(dsl::agent_credentials).values((
+            dsl::credential_id.eq(credential.credential_id.as_str()),
+            dsl::agent_id.eq(credential.agent_id.as_str()),
+            dsl::token_hash.eq(credential.token_hash.to_hex()),
+            dsl::created_at.eq(to_db(credential.created_at)),
+            dsl::revoked_at.eq(None::<PrimitiveDateTime>),
+        ));
+        self.with_connection("insert credential", |connection| on_backend!(connection, c => insert.execute(c)))
+            .map(drop)
+    }
+
+    fn credential(&self, id: &CredentialId) -> Result<Option<CredentialRecord>, StoreError> {
+        let row = self.with_connection("read credential", |connection| {
+            on_backend!(connection, c => agent_credentials::table.find(id.as_str()).first::<CredentialRow>(c).optional())
+        })?;
+        row.map(CredentialRow::into_record).transpose()
+    }
+
+    fn credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialRecord>, StoreError> {
+        // Each id once: an id repeated across two statements would come back twice.
+        let mut ids: Vec<&str> = ids.iter().map(CredentialId::as_str).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut found = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(MAX_IDS_PER_READ) {
+            let query = agent_credentials::table.filter(agent_credentials::credential_id.eq_any(chunk));
+            let rows = self.with_connection(
+                "read credentials",
+                |connection| on_backend!(connection, c => query.load::<CredentialRow>(c)),
+            )?;
+            found.extend(records(rows)?);
+        }
+        Ok(found)
+    }
+
+    fn agent_credentials(
+        &self,
+        agent_id: &AgentId,
+        after: Option<&CredentialId>,
+        limit: usize,
+    ) -> Result<Vec<CredentialRecord>, StoreError> {
+        use agent_credentials::dsl;
+        // Every id is 24 hex digits, so every id sorts after the empty string: one statement for both cases.
+        let after = after.map_or("", CredentialId::as_str);
+        let query = dsl::agent_credentials
+            .filter(dsl::agent_id.eq(agent_id.as_str()))
+            .filter(dsl::credential_id.gt(after))
+            .order(dsl::credential_id)
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let rows = self.with_connection(
+            "list credentials",
+            |connection| on_backend!(connection, c => query.load::<CredentialRow>(c)),
+        )?;
+        records(rows)
+    }
+
+    fn revoke_credential(
+        &self,
+        agent_id: &AgentId,
+        id: &CredentialId,
+        at: OffsetDateTime,
+    ) -> Result<Option<CredentialRecord>, StoreError> {
+        use agent_credentials::dsl;
+        let mine = dsl::credential_id.eq(id.as_str()).and(dsl::agent_id.eq(agent_id.as_str()));
+        let revoke = diesel::update(dsl::agent_credentials.filter(mine).filter(dsl::revoked_at.is_null()))
+            .set(dsl::revoked_at.eq(Some(to_db(at))));
+        let read = dsl::agent_credentials.filter(mine);
+        let row = self.immediate("revoke credential", |connection| {
+            on_backend!(connection, c => {
+                revoke.execute(c)?;
+                read.first::<CredentialRow>(c).optional()
+            })
+        })?;
+        row.map(CredentialRow::into_record).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    /// A row whose hash is not 64 hex digits (written by hand, or corrupt) is an internal error, not a credential
+    /// that matches nothing or anything.
+    fn a_corrupt_hash_is_an_internal_error(store: &DieselStore) {
+        let id = CredentialId::parse("019c85388601000000000001").unwrap();
+        let record = CredentialRecord {
+            credential_id: id.clone(),
+            agent_id: AgentId::new("a").unwrap(),
+            token_hash: TokenHash::of("t"),
+            created_at: datetime!(2026-02-22 12:00:00 UTC),
+            revoked_at: None,
+        };
+        store.insert_credential(&record).unwrap();
+        store
+            .with_connection("corrupt", |connection| {
+                on_backend!(connection, c => diesel::update(agent_credentials::table)
+                    .set(agent_credentials::token_hash.eq("not hex"))
+                    .execute(c))
+            })
+            .unwrap();
+        assert!(matches!(store.credential(&id), Err(StoreError::Internal(_))));
+    }
+
+    on_every_backend!(a_corrupt_hash_is_an_internal_error);
+}

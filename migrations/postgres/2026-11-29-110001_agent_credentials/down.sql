@@ -1,0 +1,2 @@
+DROP INDEX agent_credentials_agent_id;
+DROP TABLE agent_credentials;
