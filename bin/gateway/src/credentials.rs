@@ -17,7 +17,7 @@
 //! - Every invalidation bumps a generation under the write lock; a read that began before it does not fill the
 //!   cache, so a lookup racing a revocation cannot put the revoked credential back.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -45,6 +45,8 @@ pub const MAX_VERIFIED: usize = 100_000;
 /// Credential ids known to authenticate nothing, held at most (oldest forgotten first), and for how long.
 pub const MAX_REFUSED: usize = 10_000;
 pub const REFUSED_TTL: Duration = Duration::from_secs(60);
+/// How finely an entry's last use is kept, in ms.
+const USE_GRANULARITY_MS: u64 = 1_000;
 /// Rows read at once on behalf of requests that missed the cache.
 pub const MAX_CONCURRENT_LOOKUPS: usize = 16;
 
@@ -209,49 +211,61 @@ impl CredentialCache {
         let inner = &self.inner;
         let began = Instant::now();
         let now = inner.millis(began);
-        let (due, generation) = {
-            let mut cached = inner.write();
-            let idle = millis(IDLE_AFTER);
-            cached.verified.retain(|_, entry| now.saturating_sub(entry.used_ms.load(Ordering::Relaxed)) < idle);
-            let refused_ttl = REFUSED_TTL;
-            cached.prune_refused(began, refused_ttl);
-            let (refresh_age, fresh_use) = (millis(REFRESH_AGE), millis(REVALIDATE_AFTER));
-            let due: Vec<CredentialId> = cached
-                .verified
-                .values()
-                .filter(|entry| {
-                    now.saturating_sub(entry.checked_ms.load(Ordering::Relaxed)) >= refresh_age
-                        && now.saturating_sub(entry.used_ms.load(Ordering::Relaxed)) < fresh_use
-                })
-                .map(|entry| entry.credential_id.clone())
-                .collect();
-            (due, cached.generation)
+        let (idle_after, refresh_age, fresh_use) = (millis(IDLE_AFTER), millis(REFRESH_AGE), millis(REVALIDATE_AFTER));
+        // Looked through under the read lock: requests go on meanwhile. Only dropping entries needs the write lock.
+        let (due, idle, generation) = {
+            let cached = inner.read();
+            let mut due: Vec<CredentialId> = Vec::new();
+            let mut idle = false;
+            for entry in cached.verified.values() {
+                let unused = now.saturating_sub(entry.used_ms.load(Ordering::Relaxed));
+                if unused >= idle_after {
+                    idle = true;
+                } else if unused < fresh_use
+                    && now.saturating_sub(entry.checked_ms.load(Ordering::Relaxed)) >= refresh_age
+                {
+                    due.push(entry.credential_id.clone());
+                }
+            }
+            (due, idle || cached.refused_expired(began, REFUSED_TTL), cached.generation)
         };
+        if idle {
+            let mut cached = inner.write();
+            cached.verified.retain(|_, entry| now.saturating_sub(entry.used_ms.load(Ordering::Relaxed)) < idle_after);
+            cached.prune_refused(began, REFUSED_TTL);
+        }
         if due.is_empty() {
             return Ok(());
         }
         let store = Arc::clone(&inner.store);
         let read = due.clone();
-        let rows = run_blocking(move || store.credentials(&read)).await??;
-        let rows: HashMap<&CredentialId, &CredentialRecord> =
-            rows.iter().map(|row| (&row.credential_id, row)).collect();
-        let mut cached = inner.write();
-        if cached.generation != generation {
-            // A revocation came in meanwhile, and these rows may predate it: the next pass reads them again.
-            return Ok(());
-        }
-        for id in &due {
-            let key = id.key();
-            let still_valid = rows.get(id).is_some_and(|row| {
-                !row.is_revoked()
-                    && cached.verified.get(&key).is_some_and(|entry| inner.matches(entry, &row.token_hash))
-            });
-            match cached.verified.get(&key) {
-                Some(entry) if still_valid => entry.checked_ms.store(now, Ordering::Relaxed),
-                Some(_) => {
-                    cached.verified.remove(&key);
+        let unrevoked = run_blocking(move || store.unrevoked_credentials(&read)).await??;
+        let unrevoked: HashSet<&CredentialId> = unrevoked.iter().collect();
+        let mut gone = Vec::new();
+        {
+            // The read lock is enough to move `checked_ms` (an atomic), and it keeps revocations out while the
+            // generation it checks holds.
+            let cached = inner.read();
+            if cached.generation != generation {
+                // A revocation came in meanwhile, and these rows may predate it: the next pass reads them again.
+                return Ok(());
+            }
+            for id in &due {
+                let key = id.key();
+                let Some(entry) = cached.verified.get(&key) else { continue };
+                // A stored credential changes only by being revoked: unrevoked, the entry's hash is still the row's.
+                if unrevoked.contains(id) {
+                    entry.checked_ms.store(now, Ordering::Relaxed);
+                } else {
+                    gone.push(key);
                 }
-                None => {}
+            }
+        }
+        if !gone.is_empty() {
+            let mut cached = inner.write();
+            cached.generation += 1;
+            for key in &gone {
+                cached.verified.remove(key);
             }
         }
         Ok(())
@@ -295,7 +309,11 @@ impl Inner {
             if !self.matches(entry, hash) {
                 return Lookup::Found(Verdict::Refused);
             }
-            entry.used_ms.store(now_ms, Ordering::Relaxed);
+            // Written only when it moved by a second (all `used_ms` is asked is "within the last seconds"): a write
+            // per request would dirty the entry's cache line on every heartbeat.
+            if now_ms.saturating_sub(entry.used_ms.load(Ordering::Relaxed)) >= USE_GRANULARITY_MS {
+                entry.used_ms.store(now_ms, Ordering::Relaxed);
+            }
             return Lookup::Found(Verdict::Verified(Arc::clone(entry)));
         }
         match cached.refused.get(key) {
@@ -341,8 +359,13 @@ impl Cached {
         self.refused_order.push_back((key, at));
     }
 
+    /// Whether the oldest refusal is `ttl` old (there is something to prune).
+    fn refused_expired(&self, now: Instant, ttl: Duration) -> bool {
+        self.refused_order.front().is_some_and(|(_, at)| now.saturating_duration_since(*at) >= ttl)
+    }
+
     fn prune_refused(&mut self, now: Instant, ttl: Duration) {
-        while self.refused_order.front().is_some_and(|(_, at)| now.saturating_duration_since(*at) >= ttl) {
+        while self.refused_expired(now, ttl) {
             self.forget_oldest_refused();
         }
     }

@@ -136,7 +136,18 @@ impl TokenHash {
     /// Whether `presented` is this hash, in constant time: how long it takes says nothing about how many bytes
     /// agree.
     pub fn matches(&self, presented: &TokenHash) -> bool {
-        subtle::ConstantTimeEq::ct_eq(&self.0[..], &presented.0[..]).into()
+        use subtle::ConstantTimeEq;
+        // Word by word: every request with agent auth on compares one hash, and subtle's byte-wise slice comparison
+        // was ten times the instructions of four words.
+        let word = |hash: &[u8; 32], index: usize| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&hash[8 * index..8 * index + 8]);
+            u64::from_le_bytes(bytes)
+        };
+        let (stored, given) = (&self.0, &presented.0);
+        let equal =
+            (0..4).fold(subtle::Choice::from(1), |equal, index| equal & word(stored, index).ct_eq(&word(given, index)));
+        equal.into()
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {
@@ -260,9 +271,10 @@ pub trait AgentCredentialStore: Send + Sync + fmt::Debug {
 
     fn credential(&self, id: &CredentialId) -> Result<Option<CredentialRecord>, StoreError>;
 
-    /// The stored credentials among `ids`, in no particular order; an id stored nowhere is simply absent. Any
-    /// number of ids (adapters split them into statements of their own size).
-    fn credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialRecord>, StoreError>;
+    /// Which of `ids` are stored and not revoked, each once, in no particular order: what a cache of verified
+    /// credentials asks to keep them (a stored credential changes only by being revoked). Any number of ids
+    /// (adapters split them into statements of their own size).
+    fn unrevoked_credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialId>, StoreError>;
 
     /// `agent_id`'s credentials, revoked ones included, by credential id (so oldest first), after `after`, at
     /// most `limit`.
@@ -307,12 +319,13 @@ impl AgentCredentialStore for InMemoryAgentCredentialStore {
         Ok(lock(&self.rows).get(id).cloned())
     }
 
-    fn credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialRecord>, StoreError> {
+    fn unrevoked_credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialId>, StoreError> {
         self.failure.check()?;
         let rows = lock(&self.rows);
-        let mut found: Vec<CredentialRecord> = ids.iter().filter_map(|id| rows.get(id).cloned()).collect();
-        found.sort_by(|a, b| a.credential_id.cmp(&b.credential_id));
-        found.dedup_by(|a, b| a.credential_id == b.credential_id);
+        let mut found: Vec<CredentialId> =
+            ids.iter().filter(|id| rows.get(*id).is_some_and(|row| !row.is_revoked())).cloned().collect();
+        found.sort_unstable();
+        found.dedup();
         Ok(found)
     }
 
@@ -365,6 +378,11 @@ mod tests {
         assert_eq!(presented.credential_key(), issued.credential_id.key());
         assert_eq!(presented.hash(), issued.hash);
         assert!(issued.hash.matches(&presented.hash()));
+        for byte in [0, 7, 8, 31] {
+            let mut other = *issued.hash.as_bytes();
+            other[byte] ^= 0x01;
+            assert!(!issued.hash.matches(&TokenHash(other)), "a difference in byte {byte}");
+        }
         assert!(!issued.hash.matches(&TokenHash::of(issued.expose())), "the bytes are hashed, not the text");
         assert_eq!(TokenHash::from_hex(&issued.hash.to_hex()), Some(issued.hash));
         assert_ne!(IssuedToken::issue(at).unwrap().expose(), token, "each token is random");
@@ -422,7 +440,7 @@ mod tests {
         let id = CredentialId::parse(&"0".repeat(24)).unwrap();
         let agent = AgentId::new("a").unwrap();
         assert!(store.credential(&id).is_err());
-        assert!(store.credentials(std::slice::from_ref(&id)).is_err());
+        assert!(store.unrevoked_credentials(std::slice::from_ref(&id)).is_err());
         assert!(store.agent_credentials(&agent, None, 10).is_err());
         assert!(store.revoke_credential(&agent, &id, OffsetDateTime::now_utc()).is_err());
     }

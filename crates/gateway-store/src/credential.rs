@@ -13,7 +13,7 @@ use crate::connection::DieselStore;
 use crate::schema::agent_credentials;
 use crate::timestamp::{from_db, to_db};
 
-/// Ids per batch read: one parameter each, far below either backend's limit.
+/// Ids per batch check: one parameter each, far below either backend's limit.
 const MAX_IDS_PER_READ: usize = 500;
 
 #[derive(Queryable)]
@@ -64,19 +64,28 @@ impl AgentCredentialStore for DieselStore {
         row.map(CredentialRow::into_record).transpose()
     }
 
-    fn credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialRecord>, StoreError> {
+    fn unrevoked_credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialId>, StoreError> {
+        use agent_credentials::dsl;
         // Each id once: an id repeated across two statements would come back twice.
         let mut ids: Vec<&str> = ids.iter().map(CredentialId::as_str).collect();
         ids.sort_unstable();
         ids.dedup();
         let mut found = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(MAX_IDS_PER_READ) {
-            let query = agent_credentials::table.filter(agent_credentials::credential_id.eq_any(chunk));
+            let query = dsl::agent_credentials
+                .filter(dsl::credential_id.eq_any(chunk))
+                .filter(dsl::revoked_at.is_null())
+                .select(dsl::credential_id);
             let rows = self.with_connection(
-                "read credentials",
-                |connection| on_backend!(connection, c => query.load::<CredentialRow>(c)),
+                "check credentials",
+                |connection| on_backend!(connection, c => query.load::<String>(c)),
             )?;
-            found.extend(records(rows)?);
+            for id in rows {
+                found.push(
+                    CredentialId::parse(&id)
+                        .ok_or_else(|| StoreError::Internal("stored credential credential_id invalid".into()))?,
+                );
+            }
         }
         Ok(found)
     }

@@ -51,27 +51,35 @@ pub fn a_credential_id_is_unique(store: &dyn AgentCredentialStore, at: OffsetDat
     assert_eq!(store.agent_credentials(&agent("agent-b"), None, 10).expect("list"), vec![]);
 }
 
-/// A batch read returns the stored credentials among the ids, each once, and leaves out ids stored nowhere; it
-/// takes more ids than an adapter puts in one statement (1,200 here, of which 600 are stored) and an empty batch.
-/// Expects an empty store.
-pub fn a_batch_read_returns_the_stored_credentials_among_the_ids(store: &dyn AgentCredentialStore, at: OffsetDateTime) {
+/// The batch check answers which of the ids are stored and not revoked, each once, leaving out ids stored nowhere
+/// and revoked credentials; it takes more ids than an adapter puts in one statement (1,200 here, of which 600 are
+/// stored and 100 of those revoked) and an empty batch. Expects an empty store.
+pub fn a_batch_check_finds_the_unrevoked_credentials_among_the_ids(
+    store: &dyn AgentCredentialStore,
+    at: OffsetDateTime,
+) {
     let stored: Vec<CredentialRecord> = (0..600)
         .map(|n| credential(2 * n, &format!("agent-{}", n % 7), at + Duration::milliseconds(n.into())))
         .collect();
     for row in &stored {
         store.insert_credential(row).expect("insert");
     }
+    for row in stored.iter().step_by(6) {
+        store.revoke_credential(&row.agent_id, &row.credential_id, at).expect("revoke");
+    }
     let mut ids: Vec<CredentialId> = (0..1_200).map(id).collect();
-    ids.push(id(0));
-    let mut found = store.credentials(&ids).expect("batch read");
-    found.sort_by(|a, b| a.credential_id.cmp(&b.credential_id));
-    assert_eq!(found, stored);
-    assert_eq!(store.credentials(&[]).expect("an empty batch"), vec![]);
+    ids.push(id(2));
+    let mut found = store.unrevoked_credentials(&ids).expect("batch check");
+    found.sort();
+    let expected: Vec<CredentialId> =
+        stored.iter().enumerate().filter(|(n, _)| n % 6 != 0).map(|(_, row)| row.credential_id.clone()).collect();
+    assert_eq!(found, expected);
+    assert_eq!(store.unrevoked_credentials(&[]).expect("an empty batch"), vec![]);
 }
 
 /// Revoking sets `revoked_at` once: a second revocation keeps the first instant. A credential is revoked only
 /// through its own agent: through another it is `None` and stays as it was, as is an unknown id. The row stays,
-/// listed with its `revoked_at`, and the batch read shows it revoked too. Expects an empty store.
+/// listed with its `revoked_at`, and the batch check no longer finds it. Expects an empty store.
 pub fn revocation_is_once_by_the_owning_agent_and_keeps_the_row(store: &dyn AgentCredentialStore, at: OffsetDateTime) {
     let kept = credential(1, "agent-a", at);
     let revoked = credential(2, "agent-a", at);
@@ -93,8 +101,13 @@ pub fn revocation_is_once_by_the_owning_agent_and_keeps_the_row(store: &dyn Agen
     assert_eq!(second, Some(expected.clone()), "the first revocation's instant stays");
     assert_eq!(store.credential(&revoked.credential_id).expect("read"), Some(expected.clone()));
     assert_eq!(store.credential(&kept.credential_id).expect("read"), Some(kept.clone()), "the other is untouched");
-    assert_eq!(store.agent_credentials(&agent("agent-a"), None, 10).expect("list"), vec![kept, expected.clone()]);
-    assert_eq!(store.credentials(&[revoked.credential_id]).expect("batch read"), vec![expected]);
+    assert_eq!(
+        store.agent_credentials(&agent("agent-a"), None, 10).expect("list"),
+        vec![kept.clone(), expected.clone()]
+    );
+    let both = [kept.credential_id.clone(), revoked.credential_id.clone()];
+    assert_eq!(store.unrevoked_credentials(&both).expect("batch check"), vec![kept.credential_id.clone()]);
+    assert_eq!(store.credential(&revoked.credential_id).expect("read"), Some(expected));
 }
 
 /// An agent's credentials list by credential id, in pages after a cursor, without other agents'. Expects an
