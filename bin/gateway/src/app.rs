@@ -8,7 +8,7 @@ use gateway_core::{
     InMemoryCapabilityMap, InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter,
     SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
 };
-use gateway_cron::{CronPorts, CronScheduler, ReminderTools, ToolPorts};
+use gateway_cron::{CronPorts, CronScheduler, Mailbox, MailboxPorts, ReminderTools, ToolPorts};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
@@ -67,6 +67,7 @@ impl App {
         let mut loops = JoinSet::new();
         let coordination = Coordination::new(config, &store, &bus, &clock)?;
         let mut threads = Vec::new();
+        let bridge_status = coordination.redis.as_ref().map(|redis| redis.bridge.status());
         let credentials = CredentialCache::new(Arc::new(store.clone()));
         let upkeep = CredentialUpkeep {
             cache: credentials.clone(),
@@ -100,6 +101,14 @@ impl App {
                 leadership: Arc::clone(&leadership),
             },
             config.cron(),
+        );
+        let mailbox = Mailbox::new(
+            MailboxPorts {
+                store: Arc::new(store.clone()),
+                clock: Arc::clone(&clock),
+                leadership: Arc::clone(&leadership),
+            },
+            config.mailbox(),
         );
         let tools = ReminderTools::new(
             ToolPorts {
@@ -145,6 +154,7 @@ impl App {
         loops.spawn(supervise_loop(webhooks.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(retention.clone(), stop_loops.clone()));
+        loops.spawn(supervise_loop(mailbox.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(tools.clone(), stop_loops.clone()));
 
         threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
@@ -160,9 +170,11 @@ impl App {
             bus,
             publisher,
             bridged: config.redis_url.is_some(),
+            bridge_status,
             heartbeat,
             webhooks,
             cron,
+            mailbox,
             intake,
             tools,
             retention,

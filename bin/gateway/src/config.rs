@@ -30,6 +30,9 @@ pub const MAX_PER_CYCLE: usize = 10_000;
 pub const MAX_RETENTION_DAYS: u64 = 36_500;
 /// Highest outbound rate; the in-process limiter remembers one instant per start of the last second.
 pub const MAX_PER_SECOND: usize = 100_000;
+/// Longest `--mailbox-retention-h`: a year. The mailbox keeps every fire of every agent for that long; more is
+/// almost surely days typed as hours.
+pub const MAX_MAILBOX_RETENTION_H: u64 = 8_760;
 /// Shortest `--leader-lease-ttl-ms`: below it, one slow Redis answer would cost the lease.
 pub const MIN_LEASE_TTL_MS: u64 = 300;
 /// Longest `--leader-lease-ttl-ms`: ten minutes without timed work after a leader dies is already a lot.
@@ -108,6 +111,12 @@ pub struct Config {
           default_value_t = gateway_webhooks::RETENTION.as_secs() / 86_400, value_parser = at_most(MAX_RETENTION_DAYS))]
     pub retention_days: u64,
 
+    /// Fired reminders stay replayable to their agent's streams (and `GET /gateway/agents/{id}/reminders`) for
+    /// this many hours, then are pruned [default: 72].
+    #[arg(long, env = "GATEWAY_MAILBOX_RETENTION_H", value_name = "HOURS",
+          default_value_t = gateway_cron::MAILBOX_RETENTION.as_secs() / 3_600,
+          value_parser = at_most(MAX_MAILBOX_RETENTION_H))]
+    pub mailbox_retention_h: u64,
     /// Largest payload, serialized as JSON, of a reminder an agent asks for (a DecisionLog's schedule_reminder call
     /// or the schedule_reminder tool), in bytes.
     #[arg(long, env = "GATEWAY_REMINDER_PAYLOAD_MAX_BYTES", value_name = "BYTES",
@@ -297,6 +306,14 @@ impl Config {
         gateway_webhooks::RetentionConfig {
             retention: Duration::from_secs(self.retention_days.saturating_mul(86_400)),
             ..gateway_webhooks::RetentionConfig::default()
+        }
+    }
+
+    /// The reminder mailbox's settings (`--mailbox-retention-h`).
+    pub fn mailbox(&self) -> gateway_cron::MailboxConfig {
+        gateway_cron::MailboxConfig {
+            retention: Duration::from_secs(self.mailbox_retention_h.saturating_mul(3_600)),
+            ..gateway_cron::MailboxConfig::default()
         }
     }
 
@@ -505,6 +522,8 @@ mod tests {
         assert_eq!(config.heartbeat_eviction_threshold_s, 90);
         assert_eq!(config.max_tracked_agents, 100_000);
         assert_eq!(config.retention().retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(config.mailbox(), gateway_cron::MailboxConfig::default());
+        assert_eq!(config.mailbox().retention, Duration::from_secs(72 * 3_600));
         assert_eq!(config.tools().retention, Duration::from_secs(30 * 86_400));
         assert_eq!(config.cron().reminder_payload_max_bytes, 65_536);
         assert_eq!(config.cron().max_pending_reminders_per_agent, 1_000);
@@ -594,6 +613,9 @@ mod tests {
             (vec!["--max-tracked-agents=10000001"], "--max-tracked-agents"),
             (vec!["--retention-days=0"], "--retention-days"),
             (vec!["--retention-days=36501"], "--retention-days"),
+            (vec!["--mailbox-retention-h=0"], "--mailbox-retention-h"),
+            (vec!["--mailbox-retention-h=8761"], "--mailbox-retention-h"),
+            (vec!["--mailbox-retention-h=three days"], "--mailbox-retention-h"),
             (vec!["--log-format=xml"], "--log-format"),
             (vec!["--leader-lease-ttl-ms=299"], "--leader-lease-ttl-ms"),
             (vec!["--leader-lease-ttl-ms=600001"], "--leader-lease-ttl-ms"),
@@ -676,8 +698,10 @@ mod tests {
             "--webhook-timeout-ms=300000",
             "--heartbeat-check-interval-ms=86400000",
             "--webhook-max-per-second=100000",
+            "--mailbox-retention-h=8760",
         ])
         .unwrap();
+        assert_eq!(config.mailbox().retention, Duration::from_secs(365 * 86_400));
         assert_eq!(config.webhook_attempt_timeout(), Duration::from_secs(300));
         assert_eq!(config.webhook_max_per_second(), 100_000);
         assert_eq!(parse(&[]).unwrap().webhook_max_per_second(), gateway_webhooks::MAX_PER_SECOND);

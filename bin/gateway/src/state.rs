@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use gateway_core::{Clock, ComponentHealth, DecisionLogIntake, EventPublisher};
-use gateway_cron::{CronScheduler, ReminderTools};
+use gateway_cron::{CronScheduler, Mailbox, ReminderTools};
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
 use gateway_store::DieselStore;
@@ -36,9 +36,13 @@ pub struct AppState {
     pub publisher: Arc<dyn EventPublisher>,
     /// Events also reach other instances: an event nobody here listens to may still have subscribers there.
     pub bridged: bool,
+    /// With Redis: the event bridge's state, whose reconnects make agent streams catch up from the mailbox.
+    pub bridge_status: Option<tokio::sync::watch::Receiver<gateway_pubsub::bridge::BridgeStatus>>,
     pub heartbeat: HeartbeatManager,
     pub webhooks: WebhookRouter,
     pub cron: CronScheduler,
+    /// Fired reminders kept for their agents: what agent streams replay.
+    pub mailbox: Mailbox,
     /// What `POST /gateway/messages` hands each body to.
     pub intake: DecisionLogIntake,
     /// The agents' reminder tools (`POST /gateway/tools/{tool_name}`).
@@ -61,11 +65,14 @@ pub struct AppState {
 impl AppState {
     /// The loops `/readyz` reports on.
     pub fn components(&self) -> Vec<ComponentHealth> {
+        let [receipts, mailbox_retention] = self.mailbox.health();
         vec![
             self.heartbeat.health(),
             self.webhooks.health(),
             self.cron.health(),
             self.retention.health(),
+            receipts,
+            mailbox_retention,
             self.tools.health(),
         ]
     }

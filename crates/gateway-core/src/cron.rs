@@ -6,6 +6,9 @@
 //! the same instant. The claim leaves the row where it is until the fire is completed (the one-time row
 //! deleted, the recurring row advanced), so a claimer that dies after publishing leaves a row that is claimed
 //! again once its lease runs out, and fires again with the same `fire_id`.
+//!
+//! The write that completes fires also records them in the agent's mailbox ([`crate::mailbox`]), so the fake's
+//! rows and mailbox live together here.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -16,6 +19,7 @@ use time::{Duration, OffsetDateTime};
 
 use crate::ids::{AgentId, IdempotencyKey};
 use crate::leadership::{EpochGate, FencingEpoch, FencingToken};
+use crate::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxRows, MailboxStore};
 use crate::store::{StoreError, StoreHealth};
 use crate::sync::{FailureSwitch, lock};
 
@@ -167,13 +171,17 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     /// A leader-only write: [`StoreError::Fenced`], and nothing claimed, when `lease.token` is older than the
     /// newest token the store has seen; a newer one raises it.
     fn claim_fires(&self, job_ids: &[i64], lease: &ClaimLease) -> Result<Vec<CronJob>, StoreError>;
-    /// Applies the completions whose claim `owner` still holds (all in one transaction); returns how many. A
-    /// leader-only write, fenced by `token` like [`Self::claim_fires`].
+    /// Records every fire of `fired` in its agent's mailbox in firing order (by `fired_at`, ties by `fire_id`),
+    /// unless its `fire_id` is recorded already (a refire after a crash records nothing new), and applies the completions whose claim `owner` still holds; all in one
+    /// transaction. Returns how many completions applied. A published fire is recorded whether or not its
+    /// completion still applies (its row may have been deleted meanwhile): it was published all the same. A
+    /// leader-only write, fenced by `token` like [`Self::claim_fires`]: a fenced call records nothing either.
     fn complete_fires(
         &self,
         owner: &str,
         token: FencingToken,
         completions: &[FireCompletion],
+        fired: &[FiredReminder],
     ) -> Result<usize, StoreError>;
     /// [`Self::complete_fires`] then [`Self::claim_fires`] (skipped when `job_ids` is empty). A database adapter should do both in one
     /// transaction: a busy scheduler completes one batch and claims the next with a single commit, which
@@ -182,10 +190,11 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
         &self,
         owner: &str,
         completions: &[FireCompletion],
+        fired: &[FiredReminder],
         job_ids: &[i64],
         lease: &ClaimLease,
     ) -> Result<(usize, Vec<CronJob>), StoreError> {
-        let completed = self.complete_fires(owner, lease.token, completions)?;
+        let completed = self.complete_fires(owner, lease.token, completions, fired)?;
         let claimed = if job_ids.is_empty() { Vec::new() } else { self.claim_fires(job_ids, lease)? };
         Ok((completed, claimed))
     }
@@ -209,11 +218,12 @@ struct CronRows {
     next_id: i64,
     rows: BTreeMap<i64, StoredJob>,
     by_key: BTreeMap<IdempotencyKey, i64>,
+    mailbox: MailboxRows,
 }
 
-/// `cron_jobs` in memory. Each switch makes the matching operations report [`StoreError::Unavailable`], so
-/// tests can cut the store off entirely or only fail claims or completions (a crash between publishing and
-/// deleting looks like a completion that never happened).
+/// `cron_jobs` and `agent_mailbox` in memory. Each switch makes the matching operations report
+/// [`StoreError::Unavailable`], so tests can cut the store off entirely or only fail claims or completions (a
+/// crash between publishing and deleting looks like a completion that never happened).
 #[derive(Debug, Default)]
 pub struct InMemoryCronJobStore {
     state: Mutex<CronRows>,
@@ -221,7 +231,7 @@ pub struct InMemoryCronJobStore {
     pub failure: FailureSwitch,
     /// Fails only `claim_fires`.
     pub claim_failure: FailureSwitch,
-    /// Fails only `complete_fires`.
+    /// Fails only `complete_fires` (and with it the recording of its fires).
     pub completion_failure: FailureSwitch,
     /// The fencing epoch of the claims and completions.
     pub epoch: EpochGate,
@@ -394,14 +404,18 @@ impl CronJobStore for InMemoryCronJobStore {
         owner: &str,
         token: FencingToken,
         completions: &[FireCompletion],
+        fired: &[FiredReminder],
     ) -> Result<usize, StoreError> {
         self.failure.check()?;
-        if completions.is_empty() {
+        if completions.is_empty() && fired.is_empty() {
             return Ok(0);
         }
         self.completion_failure.check()?;
         let mut state = lock(&self.state);
         self.epoch.admit(token)?;
+        for reminder in crate::mailbox::in_firing_order(fired) {
+            state.mailbox.record(reminder, None);
+        }
         let mut completed = 0;
         for completion in completions {
             let fire = completion.fire();
@@ -432,6 +446,29 @@ impl CronJobStore for InMemoryCronJobStore {
     }
 }
 
+impl MailboxStore for InMemoryCronJobStore {
+    fn mailbox_position(&self, agent_id: &AgentId, fire_id: &str) -> Result<Option<i64>, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.state).mailbox.position(agent_id, fire_id))
+    }
+
+    fn mailbox_entries(&self, query: &MailboxQuery) -> Result<Vec<MailboxEntry>, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.state).mailbox.select(query))
+    }
+
+    fn mark_received(&self, reminders: &[FiredReminder], at: OffsetDateTime) -> Result<(), StoreError> {
+        self.failure.check()?;
+        lock(&self.state).mailbox.mark_received(reminders, at);
+        Ok(())
+    }
+
+    fn prune_mailbox(&self, fired_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.state).mailbox.prune(fired_before, limit))
+    }
+}
+
 impl FencingEpoch for InMemoryCronJobStore {
     fn newest_token(&self) -> Result<FencingToken, StoreError> {
         self.failure.check()?;
@@ -455,6 +492,7 @@ mod tests {
     const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
 
     crate::cron_store_conformance!(Some(Box::<InMemoryCronJobStore>::default()));
+    crate::mailbox_store_conformance!(Some(Box::<InMemoryCronJobStore>::default()));
 
     fn one_time(at: OffsetDateTime) -> NewCronJob {
         NewCronJob {
@@ -514,8 +552,9 @@ mod tests {
             owner: &str,
             token: FencingToken,
             completions: &[FireCompletion],
+            fired: &[FiredReminder],
         ) -> Result<usize, StoreError> {
-            self.0.complete_fires(owner, token, completions)
+            self.0.complete_fires(owner, token, completions, fired)
         }
     }
 
@@ -542,10 +581,10 @@ mod tests {
 
         let advance = FireCompletion::Advance { fire, next_fire_at: START + Duration::minutes(1) };
         store.completion_failure.set_failing(true);
-        assert!(matches!(store.complete_fires("a", FencingToken(1), &[advance]), Err(StoreError::Unavailable(_))));
+        assert!(matches!(store.complete_fires("a", FencingToken(1), &[advance], &[]), Err(StoreError::Unavailable(_))));
         assert_eq!(store.cron_job(job.id).unwrap().map(|job| job.next_fire_at), Some(START), "nothing completed");
         store.completion_failure.set_failing(false);
-        assert_eq!(store.complete_fires("a", FencingToken(1), &[advance]).unwrap(), 1);
+        assert_eq!(store.complete_fires("a", FencingToken(1), &[advance], &[]).unwrap(), 1);
         assert_eq!(store.claim_of(job.id), None, "advancing cleared the claim");
 
         store.failure.set_failing(true);

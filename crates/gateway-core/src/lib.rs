@@ -8,6 +8,7 @@
 //! | --- | --- | --- |
 //! | [`heartbeat`] | [`HeartbeatStore`] | [`InMemoryHeartbeatStore`] |
 //! | [`cron`] | [`CronJobStore`] | [`InMemoryCronJobStore`] |
+//! | [`mailbox`] | [`MailboxStore`] | [`InMemoryCronJobStore`] (a fire is recorded by the write that completes it) |
 //! | [`tool_call`] | [`ToolCallStore`] | [`InMemoryToolCallStore`] |
 //! | [`webhook`] | [`WebhookStore`], [`WebhookTransport`] | [`InMemoryWebhookStore`], [`FakeTransport`] |
 //! | [`liveness`] | [`LivenessMap`] | [`InMemoryLiveness`] |
@@ -49,6 +50,7 @@ pub mod intake;
 pub mod interceptor;
 pub mod leadership;
 pub mod liveness;
+pub mod mailbox;
 pub mod periodic;
 pub mod rate;
 pub mod rate_limit;
@@ -83,6 +85,7 @@ pub use intake::{
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
 pub use leadership::{EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership};
 pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
+pub use mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore};
 pub use periodic::{LeaderLoop, MaybeFenced};
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};

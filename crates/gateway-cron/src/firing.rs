@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use gateway_core::sync::lock;
 use gateway_core::{
-    ClaimLease, CronJob, Event, EventPayload, FencingToken, FireCompletion, FireKey, PendingFire, StoreError, Topic,
+    ClaimLease, CronJob, FencingToken, FireCompletion, FireKey, FiredReminder, PendingFire, StoreError, Topic,
     run_blocking,
 };
 use time::OffsetDateTime;
@@ -58,8 +58,8 @@ struct Refill {
     rows: InFlight<Vec<PendingFire>>,
 }
 
-/// One store transaction: the completions of published fires, then the claims of the fires due within the
-/// claim-ahead margin. At most one at a time.
+/// One store transaction: the completions of published fires and their mailbox records, then the claims of the
+/// fires due within the claim-ahead margin. At most one at a time.
 #[derive(Debug)]
 struct Write {
     completions: Vec<FireCompletion>,
@@ -87,6 +87,8 @@ struct LoopState {
     claimed: BTreeMap<(OffsetDateTime, i64), Claimed>,
     /// Completions of published fires, written by the next write.
     deferred: Vec<FireCompletion>,
+    /// What those fires published, recorded in their agents' mailboxes by the same write.
+    fired: Vec<FiredReminder>,
     /// The leadership term of the last cycle, which completions left over on the way out are written under.
     term: Option<FencingToken>,
 }
@@ -245,7 +247,8 @@ impl CronScheduler {
             let due = lock(&inner.window).pop_due(now, inner.config.batch_size.max(1));
             if !due.is_empty() || !state.deferred.is_empty() {
                 let completions = std::mem::take(&mut state.deferred);
-                state.write = Some(self.start_write(token, completions, due, now));
+                let fired = std::mem::take(&mut state.fired);
+                state.write = Some(self.start_write(token, completions, fired, due, now));
             }
         }
         let now = inner.clock.now();
@@ -273,12 +276,13 @@ impl CronScheduler {
         Refill { started: now, before, limit, rows }
     }
 
-    /// Starts one transaction that writes `completions` (fires already published) and claims `due` (fires due
-    /// by `now` plus the claim-ahead margin).
+    /// Starts one transaction that writes `completions` (fires already published) with the mailbox records of
+    /// those fires (`fired`) and claims `due` (fires due by `now` plus the claim-ahead margin).
     fn start_write(
         &self,
         token: FencingToken,
         completions: Vec<FireCompletion>,
+        fired: Vec<FiredReminder>,
         due: Vec<i64>,
         now: OffsetDateTime,
     ) -> Write {
@@ -295,7 +299,7 @@ impl CronScheduler {
         let writing = completions.clone();
         let outcome = InFlight::start(&self.inner, move |inner| {
             let _writing = lock(&inner.writes);
-            inner.store.complete_and_claim(&inner.owner, &writing, &due, &lease)
+            inner.store.complete_and_claim(&inner.owner, &writing, &fired, &due, &lease)
         });
         Write { completions, claiming, expires_at, outcome }
     }
@@ -338,17 +342,16 @@ impl CronScheduler {
             }
             let completion = completion(&job, now);
             let topic = Topic::AgentScheduled(job.agent_id.clone());
-            let event = Event::with_id(
-                fire_id.clone(),
-                EventPayload::Reminder {
-                    job_id: job.id,
-                    agent_id: job.agent_id,
-                    scheduled_for: job.next_fire_at,
-                    payload: job.payload,
-                    fire_id: fire_id.clone(),
-                },
-                now,
-            );
+            let reminder = FiredReminder {
+                fire_id,
+                job_id: job.id,
+                agent_id: job.agent_id,
+                payload: job.payload,
+                scheduled_for: job.next_fire_at,
+                fired_at: whole_microseconds(now),
+            };
+            let event = reminder.event();
+            let fire_id = reminder.fire_id.as_str();
             if let Err(publish_error) = inner.publisher.publish(&topic, &event) {
                 warn!(job_id = fire.job_id, fire_id, error = %publish_error,
                     "reminder not published; it fires again when its claim lease ends");
@@ -361,6 +364,7 @@ impl CronScheduler {
             }
             debug!(job_id = fire.job_id, fire_id, %topic, "reminder fired");
             state.deferred.push(completion);
+            state.fired.push(reminder);
         }
     }
 
@@ -406,13 +410,18 @@ impl CronScheduler {
         self.flush(state).await;
     }
 
-    /// Writes completions on their own, under `token`, waiting for them.
-    async fn complete(&self, token: FencingToken, completions: Vec<FireCompletion>) -> Result<(), StoreError> {
+    /// Writes completions (and the mailbox records of their fires) on their own, under `token`, waiting for them.
+    async fn complete(
+        &self,
+        token: FencingToken,
+        completions: Vec<FireCompletion>,
+        fired: Vec<FiredReminder>,
+    ) -> Result<(), StoreError> {
         let count = u64::try_from(completions.len()).unwrap_or(u64::MAX);
         let writer = Arc::clone(&self.inner);
         let written = run_blocking(move || {
             let _writing = lock(&writer.writes);
-            writer.store.complete_fires(&writer.owner, token, &completions).map(|count| (count, completions))
+            writer.store.complete_fires(&writer.owner, token, &completions, &fired).map(|count| (count, completions))
         })
         .await;
         self.inner.published.fetch_add(count, Ordering::Relaxed);
@@ -429,8 +438,9 @@ impl CronScheduler {
             return;
         }
         let pending = std::mem::take(&mut state.deferred);
+        let fired = std::mem::take(&mut state.fired);
         let count = pending.len();
-        if let Err(store_error) = self.complete(term, pending).await {
+        if let Err(store_error) = self.complete(term, pending, fired).await {
             warn!(error = %store_error, count, "completions not written; those fires repeat after their claims expire");
         }
     }
@@ -447,6 +457,12 @@ impl CronScheduler {
             }
         }
     }
+}
+
+/// `instant` truncated to whole microseconds, the precision of both databases' timestamps: the mailbox keeps a
+/// fire's `fired_at` exactly as its live event carried it, so a replayed event is the same event.
+fn whole_microseconds(instant: OffsetDateTime) -> OffsetDateTime {
+    instant.replace_nanosecond(instant.nanosecond() / 1_000 * 1_000).unwrap_or(instant)
 }
 
 /// What a fire of `job` at `now` leaves behind: no row (one-time) or the row at its next instant after now.

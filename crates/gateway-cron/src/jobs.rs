@@ -21,11 +21,7 @@ pub const MAX_DELAY_MS: i64 = 10 * 36_525 * 86_400_000 / 100;
 /// Most jobs one `list` call returns.
 pub const MAX_LIST_LIMIT: usize = 1_000;
 
-/// The `fire_id` of one instant of one job: `"<job_id>:<scheduled_for as RFC 3339 UTC>"`. It is also the
-/// reminder event's id, so a refire after a crash carries the same id and consumers can deduplicate.
-pub fn fire_id(job_id: i64, scheduled_for: OffsetDateTime) -> String {
-    format!("{job_id}:{}", gateway_core::rfc3339::format(scheduled_for))
-}
+pub use gateway_core::mailbox::fire_id;
 
 /// The instants a job fires next: its `next_fire_at`, then (recurring jobs) the following ones, up to
 /// [`PREVIEW_INSTANTS`] in all. Shown by the API so a mistaken expression is seen before it fires.

@@ -3,6 +3,7 @@
 mod error;
 mod firing;
 mod jobs;
+mod mailbox;
 mod reminders;
 mod schedule;
 mod scheduler;
@@ -11,6 +12,10 @@ mod window;
 
 pub use error::CronError;
 pub use jobs::{MAX_DELAY_MS, MAX_LIST_LIMIT, fire_id, preview};
+pub use mailbox::{
+    MAILBOX_PAGE, MAILBOX_PRUNE_BATCH, MAILBOX_PRUNE_INTERVAL, MAILBOX_PRUNE_PAUSE, MAILBOX_RETENTION, Mailbox,
+    MailboxConfig, MailboxPorts, RECEIPT_BATCH, RECEIPT_QUEUE, RECEIPT_RETRY_INITIAL, RECEIPT_RETRY_MAX, Replay,
+};
 pub use reminders::{
     DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT, DEFAULT_REMINDER_PAYLOAD_MAX_BYTES, MAX_PENDING_REMINDERS_PER_AGENT,
     MAX_REMINDER_PAYLOAD_BYTES,

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gateway_core::{
-    AgentId, Clock, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, IdempotencyKey,
-    InMemoryCronJobStore, Leadership, ManualClock, NewCronJob, PublishError, SingleProcessLeadership, Topic,
+    AgentId, Clock, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, FiredReminder, IdempotencyKey,
+    InMemoryCronJobStore, Leadership, MailboxEntry, MailboxQuery, MailboxStore, ManualClock, NewCronJob, PublishError,
+    SingleProcessLeadership, Topic,
 };
 use gateway_cron::{
     CLAIM_LEASE, CronConfig, CronError, CronPorts, CronScheduler, DEFAULT_CLAIM_AHEAD, LoopProgress, MAX_DELAY_MS,
@@ -800,5 +801,85 @@ async fn a_job_scheduled_where_another_instance_leads_is_announced_and_the_leade
     // Beyond the lookahead the leader's refill arms it in time: nothing to announce.
     follower.schedule_once(agent("agent-5"), 3 * 3_600_000, Map::new()).await.unwrap();
     assert!(harness.nothing_fired());
+    shutdown.cancel();
+}
+
+/// Every entry of `agent`'s mailbox in the harness's store, received or not.
+fn mailbox_of(harness: &Harness, agent_id: &str) -> Vec<MailboxEntry> {
+    let query = MailboxQuery { agent_id: agent(agent_id), unreceived_only: false, after: 0, through: None, limit: 100 };
+    harness.store.mailbox_entries(&query).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fire_is_recorded_in_its_agents_mailbox_by_the_write_that_completes_it() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let seen = cycles(&progress);
+    let job = scheduler.schedule_once(agent("agent-7"), 1_000, payload(json!({"task": "check_quota"}))).await.unwrap();
+    cycle_after(&mut progress, seen).await;
+    // Published at an instant with sub-microsecond digits, which the databases cannot keep.
+    harness.clock.advance(Duration::seconds(1) + Duration::nanoseconds(1_500));
+    let fired = harness.next_fire().await;
+    settled(&mut progress, 1).await;
+
+    let entries = mailbox_of(&harness, "agent-7");
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let recorded = &entries[0];
+    assert_eq!(recorded.received_at, None);
+    assert_eq!(recorded.reminder.fire_id, fire_id(job.id, START + Duration::seconds(1)));
+    assert_eq!(recorded.reminder.payload, payload(json!({"task": "check_quota"})));
+    assert_eq!(fired.event.timestamp, START + Duration::seconds(1) + Duration::microseconds(1));
+    assert_eq!(recorded.reminder.event(), fired.event, "a replay of the entry is the very event published");
+    assert!(harness.store.is_empty(), "and the same write deleted the row");
+    assert!(mailbox_of(&harness, "agent-8").is_empty());
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refire_after_a_crash_records_its_fire_once() {
+    let mut harness = Harness::new();
+    let crashed = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running(&crashed).await;
+    let (job, first) = fire_with_a_failing_delete(&mut harness, &scheduler, &mut progress).await;
+    crashed.cancel();
+    assert!(mailbox_of(&harness, "agent-3").is_empty(), "the failed completion recorded nothing");
+    harness.store.completion_failure.set_failing(false);
+
+    // A completion of this fire that recorded it but no longer held its claim (a predecessor that stalled past
+    // its lease): the record is there before the refire.
+    let recorded = FiredReminder::from_event_json(&first.event.to_json()).unwrap();
+    harness.store.complete_fires("predecessor", FencingToken(1), &[], std::slice::from_ref(&recorded)).unwrap();
+
+    harness.clock.advance(Duration::try_from(CLAIM_LEASE).unwrap());
+    let shutdown = CancellationToken::new();
+    let (_restarted, mut progress) = harness.running(&shutdown).await;
+    let refired = harness.next_fire().await;
+    assert_eq!(refired.event.id, first.event.id);
+    settled(&mut progress, 1).await;
+    assert!(harness.store.is_empty(), "the refire completed the row");
+    let entries = mailbox_of(&harness, "agent-3");
+    assert_eq!(entries.iter().map(|entry| &entry.reminder).collect::<Vec<_>>(), [&recorded], "recorded once");
+    assert_eq!(entries[0].reminder.fire_id, fire_id(job.id, START + Duration::seconds(1)));
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recurring_job_records_each_instant_it_fires() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let seen = cycles(&progress);
+    let job = scheduler.add_recurring(agent("agent-7"), "* * * * * *", Map::new()).await.unwrap();
+    cycle_after(&mut progress, seen).await;
+    for n in 1..=3 {
+        harness.clock.advance(Duration::seconds(1));
+        harness.next_fire().await;
+        settled(&mut progress, n).await;
+    }
+    let recorded: Vec<String> =
+        mailbox_of(&harness, "agent-7").into_iter().map(|entry| entry.reminder.fire_id).collect();
+    let expected: Vec<String> = (1..=3).map(|n| fire_id(job.id, START + Duration::seconds(n))).collect();
+    assert_eq!(recorded, expected, "one entry per instant, in firing order");
     shutdown.cancel();
 }

@@ -13,14 +13,15 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamp};
 use gateway_core::{
-    AgentId, ClaimLease, CronJob, CronJobInsert, CronJobStore, FencingToken, FireCompletion, IdempotencyKey,
-    NewCronJob, PendingFire, StoreError,
+    AgentId, ClaimLease, CronJob, CronJobInsert, CronJobStore, FencingToken, FireCompletion, FiredReminder,
+    IdempotencyKey, NewCronJob, PendingFire, StoreError,
 };
 use time::PrimitiveDateTime;
 
 use crate::batch::{pair_in_order, push_sql_with_binds};
 use crate::connection::{AnyConnection, DieselStore};
 use crate::fencing::{admit, token_to_db};
+use crate::mailbox::record_fires;
 use crate::schema::cron_jobs;
 use crate::timestamp::{from_db, to_db};
 
@@ -390,12 +391,14 @@ impl CronJobStore for DieselStore {
         owner: &str,
         token: FencingToken,
         completions: &[FireCompletion],
+        fired: &[FiredReminder],
     ) -> Result<usize, StoreError> {
-        if completions.is_empty() {
+        if completions.is_empty() && fired.is_empty() {
             return Ok(0);
         }
         self.immediate_fenced("complete cron fires", |connection| {
             admit(connection, token)?;
+            record_fires(connection, fired)?;
             Ok(complete(connection, owner, completions)?)
         })
     }
@@ -404,11 +407,13 @@ impl CronJobStore for DieselStore {
         &self,
         owner: &str,
         completions: &[FireCompletion],
+        fired: &[FiredReminder],
         job_ids: &[i64],
         lease: &ClaimLease,
     ) -> Result<(usize, Vec<CronJob>), StoreError> {
         let (completed, rows) = self.immediate_fenced("complete and claim cron fires", |connection| {
             admit(connection, lease.token)?;
+            record_fires(connection, fired)?;
             let completed = complete(connection, owner, completions)?;
             let rows = if job_ids.is_empty() { Vec::new() } else { claim(connection, job_ids, lease)? };
             Ok((completed, rows))
@@ -674,11 +679,11 @@ mod tests {
             FireCompletion::Delete(fire(&jobs[2], START)),
             advance(&jobs[2], START, minute),
         ];
-        assert_eq!(store.complete_fires("a", FencingToken(1), &completions).unwrap(), 3);
+        assert_eq!(store.complete_fires("a", FencingToken(1), &completions, &[]).unwrap(), 3);
         let next: Vec<Option<OffsetDateTime>> =
             ids.iter().map(|id| store.cron_job(*id).unwrap().map(|job| job.next_fire_at)).collect();
         assert_eq!(next, [Some(minute), Some(minute + Duration::minutes(5)), None]);
-        assert_eq!(store.complete_fires("a", FencingToken(1), &completions).unwrap(), 0, "completed already");
+        assert_eq!(store.complete_fires("a", FencingToken(1), &completions, &[]).unwrap(), 0, "completed already");
     }
 
     /// The statement `pending_fires` runs walks the `next_fire_at` index in order: neither a table scan nor a

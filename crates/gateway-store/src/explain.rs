@@ -87,3 +87,15 @@ pub(crate) fn fill_webhook_deliveries(connection: &mut PgConnection, rows: u32) 
         half = rows / 2
     ))
 }
+
+/// `rows` mailbox entries of 100 agents, one fired a second before 2026-02-22 12:00, nine in ten received; and fresh
+/// statistics.
+pub(crate) fn fill_agent_mailbox(connection: &mut PgConnection, rows: u32) -> QueryResult<()> {
+    connection.batch_execute(&format!(
+        "INSERT INTO agent_mailbox (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, received_at) \
+         SELECT n || ':plan', 'agent-' || (n % 100), n, '{{}}', TIMESTAMP '2026-02-22 12:00:00' - ({rows} - n) * \
+         INTERVAL '1 second', TIMESTAMP '2026-02-22 12:00:00' - ({rows} - n) * INTERVAL '1 second', \
+         CASE WHEN n % 10 = 0 THEN NULL ELSE TIMESTAMP '2026-02-22 12:00:00' END \
+         FROM generate_series(1, {rows}) AS n; ANALYZE agent_mailbox;"
+    ))
+}

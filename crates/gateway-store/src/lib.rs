@@ -26,6 +26,7 @@ mod fencing;
 mod heartbeat;
 mod liveness;
 mod lock;
+mod mailbox;
 mod recovery;
 pub mod schema;
 pub mod timestamp;

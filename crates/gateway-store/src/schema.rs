@@ -97,6 +97,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    agent_mailbox (seq) {
+        seq -> BigInt,
+        fire_id -> Text,
+        agent_id -> Text,
+        job_id -> BigInt,
+        payload -> Text,
+        scheduled_for -> Timestamp,
+        fired_at -> Timestamp,
+        received_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
     tool_calls (agent_id, tool_call_id) {
         agent_id -> Text,
         tool_call_id -> Text,

@@ -23,6 +23,7 @@ macro_rules! backend {
 
             gateway_core::heartbeat_store_conformance!($fixture);
             gateway_core::cron_store_conformance!($fixture);
+            gateway_core::mailbox_store_conformance!($fixture);
             gateway_core::webhook_store_conformance!($fixture);
             gateway_core::agent_credential_store_conformance!($fixture);
             gateway_core::tool_call_store_conformance!($fixture);

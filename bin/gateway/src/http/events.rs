@@ -11,6 +11,10 @@
 //! Keep-alives are padded ([`KEEP_ALIVE_BYTES`]) and an event stream's socket send buffer is capped
 //! ([`STREAM_SEND_BUFFER`]) so that even on a topic with no events those buffers fill within minutes and a client
 //! that never reads is found out (docs/api.md, "Slow and stalled clients").
+//!
+//! A stream of `agent:<id>:scheduled` first replays the agent's mailbox (docs/api.md, "Replay of an agent's
+//! reminders"; `replay.rs`), within the same byte budget, and reports every reminder hyper has taken from its
+//! outbox as received.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -20,8 +24,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway_core::Topic;
 use gateway_core::sync::lock;
+use gateway_core::{FiredReminder, Topic};
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
 use http_body::{Body, Frame};
@@ -33,9 +37,11 @@ use crate::credentials::StreamGuard;
 use crate::http::agent_auth::{Access, Caller};
 use crate::http::connection::Connection;
 use crate::http::error::ApiError;
+use crate::http::replay::{self, AgentMailbox, BridgeWatch};
 use crate::http::request::{Query, Request};
 use crate::http::response::{Response, event_stream};
 use crate::state::AppState;
+use gateway_cron::Mailbox;
 
 /// A comment this often keeps proxies and clients from timing out an idle stream.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -187,12 +193,20 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
             Slots { _total: total, _address: None, _revocation: None }
         }
     };
+    let mailbox = match &topic {
+        Topic::AgentScheduled(agent_id) => {
+            Some(AgentMailbox::new(state.mailbox.clone(), agent_id.clone(), replay::last_event_id(request.headers())))
+        }
+        _ => None,
+    };
     connection.limit_send_buffer(limits.send_buffer);
-    // Subscribed before the response goes out: once a client sees the headers, it sees every later event.
+    // Subscribed before the response goes out (and before the mailbox is read): once a client sees the headers, it
+    // sees every later event.
     let subscription = state.bus.subscribe(&topic);
-    let outbox = Outbox::new();
+    let outbox = Outbox::new(mailbox.as_ref().map(|mailbox| mailbox.mailbox.clone()));
     let body = StreamBody { outbox: Arc::clone(&outbox) };
-    let pump = Pump { subscription, outbox, limits, keep_alive: limits.keep_alive_frame() };
+    let bridge = mailbox.as_ref().and_then(|_| state.bridge_status.clone()).map(BridgeWatch::new);
+    let pump = Pump { subscription, outbox, limits, keep_alive: limits.keep_alive_frame(), mailbox, bridge };
     tokio::spawn(pump.run(stop, connection, slots));
     Ok(event_stream(body))
 }
@@ -203,6 +217,10 @@ struct Pump {
     outbox: Arc<Outbox>,
     limits: StreamLimits,
     keep_alive: Bytes,
+    /// An agent's stream: the mailbox it replays and catches up from.
+    mailbox: Option<AgentMailbox>,
+    /// An agent's stream on an instance whose events cross the Redis bridge: a reconnect means a catch-up.
+    bridge: Option<BridgeWatch>,
 }
 
 /// Why a stream ended.
@@ -234,12 +252,32 @@ impl Pump {
     async fn pump(&mut self, shutdown: &CancellationToken) -> Ended {
         let outbox = &self.outbox;
         let subscription = &mut self.subscription;
+        let limits = &self.limits;
         outbox.push(Bytes::from_static(b": connected\n\n"));
+        if let Some(mailbox) = &mut self.mailbox {
+            let first = mailbox.replay().await;
+            let replayed = match first {
+                Ok(replay) => send_replay(outbox, mailbox, replay, limits, shutdown).await,
+                Err(error) => Err(error),
+            };
+            match replayed {
+                Ok(Ok(())) => mailbox.replayed(),
+                Ok(Err(ended)) => return ended,
+                Err(error) => {
+                    tracing::warn!(agent_id = %mailbox.agent_id, %error, "cannot read the mailbox; retrying");
+                    mailbox.replayed();
+                    mailbox.read_failed();
+                }
+            }
+        }
         let keep_alive = self.limits.keep_alive;
         let mut keep_alives = interval_at(Instant::now() + keep_alive, keep_alive);
         let mut missed: u64 = 0;
         loop {
             let stall_at = outbox.waiting_since().map(|since| since + self.limits.stall_timeout);
+            let catch_up_at = self.mailbox.as_ref().and_then(AgentMailbox::next_catch_up);
+            let bridge = &mut self.bridge;
+            let mut catch_up = false;
             tokio::select! {
                 () = shutdown.cancelled() => return Ended::Shutdown,
                 () = outbox.body_dropped.cancelled() => return Ended::ClientGone,
@@ -259,25 +297,128 @@ impl Pump {
                         }
                     }
                 }
+                () = sleep_until(catch_up_at.unwrap_or_else(Instant::now)), if catch_up_at.is_some() => catch_up = true,
+                () = reconnected(bridge), if bridge.is_some() => {
+                    if let Some(mailbox) = &mut self.mailbox {
+                        mailbox.missed_events();
+                    }
+                }
                 received = subscription.recv() => match received {
                     Received::Event(event) => {
+                        // A reminder this stream replayed (or caught up on) already goes out only once.
+                        let replayed = self.mailbox.as_ref().is_some_and(|mailbox| mailbox.was_sent(event.id()));
                         let frame = event.frame();
-                        if outbox.has_room_for(frame.len(), self.limits.buffer_bytes) {
+                        if replayed {
+                            tracing::trace!(fire_id = event.id(), "live reminder replayed already");
+                        } else if outbox.has_room_for(frame.len(), self.limits.buffer_bytes) {
                             if missed > 0 {
                                 outbox.push(lagged_frame(missed));
                                 missed = 0;
                             }
-                            outbox.push(frame.clone());
+                            let reminder = self.mailbox.as_mut().and_then(|mailbox| {
+                                mailbox.sent(event.id());
+                                FiredReminder::from_event_json(event.json())
+                            });
+                            match reminder {
+                                Some(reminder) => outbox.push_reminder(frame.clone(), reminder),
+                                None => outbox.push(frame.clone()),
+                            }
                         } else {
                             missed += 1;
+                            if let Some(mailbox) = &mut self.mailbox {
+                                mailbox.missed_events();
+                            }
                         }
                     }
-                    Received::Lagged(count) => missed += count,
+                    Received::Lagged(count) => {
+                        missed += count;
+                        if let Some(mailbox) = &mut self.mailbox {
+                            mailbox.missed_events();
+                        }
+                    }
                     Received::Closed => return Ended::BusClosed,
                 },
             }
+            if let (true, Some(mailbox)) = (catch_up, &mut self.mailbox) {
+                let caught_up = match mailbox.due_catch_up().await {
+                    Ok(replay) => send_replay(outbox, mailbox, replay, limits, shutdown).await,
+                    Err(error) => Err(error),
+                };
+                match caught_up {
+                    Ok(Ok(())) => {}
+                    Ok(Err(ended)) => return ended,
+                    Err(error) => {
+                        tracing::warn!(agent_id = %mailbox.agent_id, %error, "cannot read the mailbox; retrying");
+                        mailbox.read_failed();
+                    }
+                }
+            }
         }
     }
+}
+
+/// Resolves when the event bridge has reconnected (never without one).
+async fn reconnected(bridge: &mut Option<BridgeWatch>) {
+    match bridge {
+        Some(bridge) => bridge.reconnected().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends `replay`'s fires that this stream has not sent, in order, each once the outbox has room for it (the same
+/// byte budget as live events). `Ok(Err(_))` when the stream ended meanwhile; `Err` when the mailbox could not be
+/// read (what was sent stays sent).
+async fn send_replay(
+    outbox: &Outbox,
+    mailbox: &mut AgentMailbox,
+    mut replay: gateway_cron::Replay,
+    limits: &StreamLimits,
+    shutdown: &CancellationToken,
+) -> Result<Result<(), Ended>, gateway_cron::CronError> {
+    loop {
+        let page = tokio::select! {
+            () = shutdown.cancelled() => return Ok(Err(Ended::Shutdown)),
+            () = outbox.body_dropped.cancelled() => return Ok(Err(Ended::ClientGone)),
+            page = mailbox.mailbox.next_page(&mut replay) => page?,
+        };
+        if page.is_empty() {
+            return Ok(Ok(()));
+        }
+        for entry in page {
+            if mailbox.was_sent(&entry.reminder.fire_id) {
+                continue;
+            }
+            let frame = replay::frame(&entry.reminder);
+            if let Err(ended) = room_for(outbox, frame.len(), limits, shutdown).await {
+                return Ok(Err(ended));
+            }
+            mailbox.sent(&entry.reminder.fire_id);
+            outbox.push_reminder(frame, entry.reminder);
+        }
+    }
+}
+
+/// Waits until the outbox has room for a frame of `len` bytes, or the stream ends.
+async fn room_for(
+    outbox: &Outbox,
+    len: usize,
+    limits: &StreamLimits,
+    shutdown: &CancellationToken,
+) -> Result<(), Ended> {
+    while !outbox.has_room_for(len, limits.buffer_bytes) {
+        let stall_at = outbox.waiting_since().map(|since| since + limits.stall_timeout);
+        tokio::select! {
+            () = shutdown.cancelled() => return Err(Ended::Shutdown),
+            () = outbox.body_dropped.cancelled() => return Err(Ended::ClientGone),
+            () = outbox.taken.notified() => {}
+            () = sleep_until(stall_at.unwrap_or_else(Instant::now)), if stall_at.is_some() => {
+                if outbox.waiting_since().is_some_and(|since| since.elapsed() >= limits.stall_timeout) {
+                    return Err(Ended::Stalled);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn lagged_frame(missed: u64) -> Bytes {
@@ -290,6 +431,10 @@ struct Outbox {
     queue: Mutex<Queue>,
     /// Cancelled when hyper drops the body: the connection is gone.
     body_dropped: CancellationToken,
+    /// Notified whenever hyper takes something: a replay waiting for room looks again.
+    taken: tokio::sync::Notify,
+    /// An agent's stream: where the reminders hyper has taken are reported received.
+    receipts: Option<Mailbox>,
 }
 
 #[derive(Debug, Default)]
@@ -300,11 +445,21 @@ struct Queue {
     waiting_since: Option<Instant>,
     ended: bool,
     waker: Option<Waker>,
+    /// Frames queued and frames hyper has taken whole, since the stream began.
+    pushed: u64,
+    taken: u64,
+    /// The reminder of each reminder frame still queued, with the frame's number.
+    reminders: VecDeque<(u64, FiredReminder)>,
 }
 
 impl Outbox {
-    fn new() -> Arc<Self> {
-        Arc::new(Self { queue: Mutex::new(Queue::default()), body_dropped: CancellationToken::new() })
+    fn new(receipts: Option<Mailbox>) -> Arc<Self> {
+        Arc::new(Self {
+            queue: Mutex::new(Queue::default()),
+            body_dropped: CancellationToken::new(),
+            taken: tokio::sync::Notify::new(),
+            receipts,
+        })
     }
 
     fn queued_bytes(&self) -> usize {
@@ -322,8 +477,18 @@ impl Outbox {
         bytes == 0 || bytes.saturating_add(len) <= budget
     }
 
+    /// Queues a reminder's frame: once hyper has taken all of it, the reminder is reported received.
+    fn push_reminder(&self, frame: Bytes, reminder: FiredReminder) {
+        let mut queue = lock(&self.queue);
+        let number = queue.pushed;
+        queue.reminders.push_back((number, reminder));
+        drop(queue);
+        self.push(frame);
+    }
+
     fn push(&self, frame: Bytes) {
         let mut queue = lock(&self.queue);
+        queue.pushed += 1;
         queue.bytes += frame.len();
         queue.frames.push_back(frame);
         if queue.waiting_since.is_none() {
@@ -353,11 +518,23 @@ impl Outbox {
             return Poll::Pending;
         };
         let piece = if front.len() > WRITE_PIECE { front.split_to(WRITE_PIECE) } else { std::mem::take(front) };
+        let mut received = None;
         if front.is_empty() {
             queue.frames.pop_front();
+            queue.taken += 1;
+            let taken = queue.taken;
+            if queue.reminders.front().is_some_and(|(number, _)| *number < taken) {
+                received = queue.reminders.pop_front().map(|(_, reminder)| reminder);
+            }
         }
         queue.bytes -= piece.len();
         queue.waiting_since = if queue.frames.is_empty() { None } else { Some(Instant::now()) };
+        drop(queue);
+        self.taken.notify_one();
+        // Handed to hyper, which writes it to the socket: as far as the gateway can tell, the agent has it.
+        if let (Some(mailbox), Some(reminder)) = (&self.receipts, received) {
+            mailbox.received(reminder);
+        }
         Poll::Ready(Some(piece))
     }
 }
@@ -416,13 +593,26 @@ mod tests {
 
     /// A pump on `bus`'s `gateway:webhooks`, its body, the watcher of its connection and the connection's task.
     fn stream(bus: &Bus, limits: StreamLimits) -> (StreamBody, tokio::task::JoinHandle<()>, tokio::task::AbortHandle) {
-        let outbox = Outbox::new();
+        stream_of(bus, &Topic::Webhooks, limits, None, None)
+    }
+
+    /// [`stream`] of any topic, with an agent stream's mailbox and bridge watch.
+    fn stream_of(
+        bus: &Bus,
+        topic: &Topic,
+        limits: StreamLimits,
+        mailbox: Option<AgentMailbox>,
+        bridge: Option<BridgeWatch>,
+    ) -> (StreamBody, tokio::task::JoinHandle<()>, tokio::task::AbortHandle) {
+        let outbox = Outbox::new(mailbox.as_ref().map(|mailbox| mailbox.mailbox.clone()));
         let body = StreamBody { outbox: Arc::clone(&outbox) };
         let pump = Pump {
-            subscription: bus.subscribe(&Topic::Webhooks),
+            subscription: bus.subscribe(topic),
             outbox,
             limits,
             keep_alive: limits.keep_alive_frame(),
+            mailbox,
+            bridge,
         };
         let watch = HeadWatch::for_peer((Ipv4Addr::LOCALHOST, 1).into());
         let connection_task = tokio::spawn(std::future::pending::<()>());
@@ -464,7 +654,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_large_frame_goes_to_hyper_in_pieces_of_the_same_memory() {
-        let outbox = Outbox::new();
+        let outbox = Outbox::new(None);
         let frame = Bytes::from(vec![b'x'; WRITE_PIECE * 2 + 10]);
         outbox.push(frame.clone());
         let mut body = StreamBody { outbox: Arc::clone(&outbox) };
@@ -544,5 +734,225 @@ mod tests {
         assert_eq!(streams.open_from(one), 1);
         assert!(streams.acquire(one, 2).is_some());
         assert_eq!(streams.open_from(one), 1, "the slot just taken was dropped");
+    }
+
+    /// What an agent's stream needs: the in-memory store (cron jobs and mailbox), the mailbox component with its
+    /// receipt writer running, and a bus.
+    struct AgentFixture {
+        store: Arc<gateway_core::InMemoryCronJobStore>,
+        mailbox: Mailbox,
+        bus: Bus,
+        _writer: tokio::task::JoinHandle<()>,
+    }
+
+    const AGENT: &str = "agent-7";
+
+    impl AgentFixture {
+        fn new() -> Self {
+            let store = Arc::new(gateway_core::InMemoryCronJobStore::default());
+            let ports = gateway_cron::MailboxPorts {
+                store: store.clone(),
+                clock: Arc::new(gateway_core::ManualClock::at_fixed_start()),
+                leadership: Arc::new(gateway_core::SingleProcessLeadership),
+            };
+            let mailbox = Mailbox::new(ports, gateway_cron::MailboxConfig::default());
+            let writer = tokio::spawn({
+                let mailbox = mailbox.clone();
+                async move { mailbox.run(CancellationToken::new()).await }
+            });
+            Self { store, mailbox, bus: Bus::default(), _writer: writer }
+        }
+
+        fn topic() -> Topic {
+            Topic::AgentScheduled(gateway_core::AgentId::new(AGENT).unwrap())
+        }
+
+        /// The `n`-th fire of the agent (job `n`), recorded by a completion when `recorded`.
+        fn fire(&self, n: i64, recorded: bool) -> FiredReminder {
+            let at = datetime!(2026-02-22 12:00:00 UTC) + time::Duration::seconds(n);
+            let reminder = FiredReminder {
+                fire_id: gateway_cron::fire_id(n, at),
+                job_id: n,
+                agent_id: gateway_core::AgentId::new(AGENT).unwrap(),
+                payload: serde_json::Map::new(),
+                scheduled_for: at,
+                fired_at: at,
+            };
+            if recorded {
+                use gateway_core::CronJobStore;
+                let fired = std::slice::from_ref(&reminder);
+                self.store.complete_fires("scheduler", gateway_core::FencingToken(1), &[], fired).unwrap();
+            }
+            reminder
+        }
+
+        fn stream(
+            &self,
+            limits: StreamLimits,
+            last_event_id: Option<&str>,
+        ) -> (StreamBody, tokio::task::JoinHandle<()>) {
+            self.stream_bridged(limits, last_event_id, None)
+        }
+
+        fn stream_bridged(
+            &self,
+            limits: StreamLimits,
+            last_event_id: Option<&str>,
+            bridge: Option<BridgeWatch>,
+        ) -> (StreamBody, tokio::task::JoinHandle<()>) {
+            let agent = gateway_core::AgentId::new(AGENT).unwrap();
+            let mailbox = AgentMailbox::new(self.mailbox.clone(), agent, last_event_id.map(str::to_owned));
+            let (body, pumping, _) = stream_of(&self.bus, &Self::topic(), limits, Some(mailbox), bridge);
+            (body, pumping)
+        }
+
+        fn publish(&self, reminder: &FiredReminder) {
+            self.bus.publish(&Self::topic(), &reminder.event()).unwrap();
+        }
+
+        /// The job ids of the agent's entries nobody received, once every receipt queued is written.
+        async fn unreceived(&self) -> Vec<i64> {
+            self.mailbox.receipts_settled().await;
+            let query = gateway_core::MailboxQuery {
+                agent_id: gateway_core::AgentId::new(AGENT).unwrap(),
+                unreceived_only: true,
+                after: 0,
+                through: None,
+                limit: 100,
+            };
+            use gateway_core::MailboxStore;
+            self.store.mailbox_entries(&query).unwrap().iter().map(|entry| entry.reminder.job_id).collect()
+        }
+    }
+
+    /// The fire id of the next reminder frame the body gives, skipping comments.
+    async fn next_reminder(body: &mut StreamBody) -> String {
+        loop {
+            let piece = next_piece(body).await;
+            let text = std::str::from_utf8(&piece).unwrap();
+            if let Some(id) = text.strip_prefix("id: ") {
+                assert!(text.contains("\nevent: reminder\n"), "{text}");
+                return id.split('\n').next().unwrap().to_owned();
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_stream_replays_what_nobody_received_then_live_ones_each_once() {
+        let agent = AgentFixture::new();
+        let (first, second, received) = (agent.fire(1, true), agent.fire(2, true), agent.fire(3, true));
+        agent.mailbox.received(received.clone());
+        assert_eq!(agent.unreceived().await, [1, 2]);
+        let (mut body, _pumping) = agent.stream(StreamLimits::default(), None);
+        assert_eq!(&next_piece(&mut body).await[..], b": connected\n\n");
+        let replayed = next_piece(&mut body).await;
+        assert_eq!(
+            replayed,
+            gateway_pubsub::PublishedEvent::of(&first.event()).frame(),
+            "the frame its live event had"
+        );
+        assert_eq!(next_reminder(&mut body).await, second.fire_id);
+        // Live now: one the stream replayed already is not sent again, a new one is.
+        let live = agent.fire(4, false);
+        agent.publish(&second);
+        agent.publish(&live);
+        assert_eq!(next_reminder(&mut body).await, live.fire_id);
+        assert!(agent.unreceived().await.is_empty(), "replayed and live alike are received once taken");
+        let entries = {
+            use gateway_core::MailboxStore;
+            let query = gateway_core::MailboxQuery {
+                agent_id: gateway_core::AgentId::new(AGENT).unwrap(),
+                unreceived_only: false,
+                after: 0,
+                through: None,
+                limit: 10,
+            };
+            agent.store.mailbox_entries(&query).unwrap()
+        };
+        assert_eq!(entries.len(), 4, "the live fire not recorded yet was recorded by its receipt");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replay_waits_for_the_client_within_the_byte_budget_and_counts_only_what_it_took() {
+        let agent = AgentFixture::new();
+        for n in 1..=5 {
+            agent.fire(n, true);
+        }
+        // Room for one reminder frame at a time.
+        let limits = StreamLimits { buffer_bytes: 300, ..LIMITS };
+        let (mut body, _pumping) = agent.stream(limits, None);
+        next_piece(&mut body).await;
+        assert!(next_reminder(&mut body).await.starts_with("1:"));
+        settle().await;
+        assert_eq!(agent.unreceived().await, [2, 3, 4, 5], "what the client has not taken is not received");
+        for n in 2..=5 {
+            assert!(next_reminder(&mut body).await.starts_with(&format!("{n}:")));
+        }
+        settle().await;
+        assert!(agent.unreceived().await.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn last_event_id_replays_what_came_after_it() {
+        let agent = AgentFixture::new();
+        let fires: Vec<FiredReminder> = (1..=4).map(|n| agent.fire(n, true)).collect();
+        agent.mailbox.received(fires[0].clone());
+        agent.mailbox.received(fires[2].clone());
+        agent.mailbox.received(fires[3].clone());
+        agent.unreceived().await;
+        let (mut body, _pumping) = agent.stream(StreamLimits::default(), Some(&fires[2].fire_id));
+        next_piece(&mut body).await;
+        assert_eq!(next_reminder(&mut body).await, fires[1].fire_id, "unreceived, before the id");
+        assert_eq!(next_reminder(&mut body).await, fires[3].fire_id, "received, after the id");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fire_recorded_after_the_stream_read_the_mailbox_comes_with_the_catch_up() {
+        let agent = AgentFixture::new();
+        let replayed = agent.fire(1, true);
+        let connected = Instant::now();
+        let (mut body, _pumping) = agent.stream(StreamLimits::default(), None);
+        next_piece(&mut body).await;
+        // Once this came, the stream has read the mailbox (one short page).
+        assert_eq!(next_reminder(&mut body).await, replayed.fire_id);
+        // Published before the stream subscribed, recorded after it read the mailbox: neither saw it.
+        let missed = agent.fire(2, true);
+        let reminder = next_reminder(&mut body).await;
+        assert_eq!(reminder, missed.fire_id);
+        let [first, second] = replay::CATCH_UPS_AFTER_CONNECT;
+        assert!((first..second).contains(&connected.elapsed()), "{:?}", connected.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_skipped_events_or_whose_bridge_reconnected_catches_up_from_the_mailbox() {
+        let agent = AgentFixture::new();
+        let (status, watch) = tokio::sync::watch::channel(gateway_pubsub::bridge::BridgeStatus::default());
+        let (mut body, _pumping) = agent.stream_bridged(StreamLimits::default(), None, Some(BridgeWatch::new(watch)));
+        next_piece(&mut body).await;
+        // Past the catch-ups after connecting; the bridge then loses an event and reconnects.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let lost = agent.fire(1, true);
+        settle().await;
+        status.send_modify(|status| status.reconnects += 1);
+        assert_eq!(next_reminder(&mut body).await, lost.fire_id);
+        // The bus queue overflows: the stream is told it lagged, and catches up on everything after the last fire
+        // it sent, even what another stream of the agent received.
+        let burst: Vec<FiredReminder> = (2..=1_100).map(|n| agent.fire(n, true)).collect();
+        for reminder in &burst {
+            agent.mailbox.received(reminder.clone());
+        }
+        assert!(agent.unreceived().await.is_empty());
+        for reminder in &burst {
+            agent.publish(reminder);
+        }
+        let mut ids = Vec::new();
+        while ids.len() < burst.len() {
+            let piece = next_piece(&mut body).await;
+            if let Some(id) = std::str::from_utf8(&piece).unwrap().strip_prefix("id: ") {
+                ids.push(id.split('\n').next().unwrap().to_owned());
+            }
+        }
+        let unique: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), burst.len(), "every fire once");
     }
 }

@@ -17,6 +17,8 @@ pub mod events;
 mod health;
 mod heartbeat;
 mod messages;
+mod reminders;
+mod replay;
 mod tools;
 mod webhooks;
 

@@ -14,7 +14,7 @@ use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, credentials, cron, events, health, heartbeat, messages, tools, webhooks};
+use crate::http::{agents, credentials, cron, events, health, heartbeat, messages, reminders, tools, webhooks};
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
@@ -36,6 +36,8 @@ enum Route {
     CronJobs,
     CronJob(Option<i64>),
     Cluster,
+    /// `/gateway/agents/{agent_id}/reminders`; the handler reads the agent id from the path.
+    AgentReminders,
     /// `/gateway/tools/{tool_name}`; the handler reads the name from the path.
     Tool,
     /// `/gateway/agents/{agent_id}/credentials`; the handler reads the agent id from the path.
@@ -91,6 +93,7 @@ fn agent_route(rest: &str) -> Option<Route> {
     let (_agent, resource) = rest.split_once('/')?;
     match resource.split_once('/') {
         None if resource == "credentials" => Some(Route::AgentCredentials),
+        None if resource == "reminders" => Some(Route::AgentReminders),
         Some(("credentials", credential)) if !credential.contains('/') => Some(Route::AgentCredential),
         _ => None,
     }
@@ -100,7 +103,9 @@ impl Route {
     fn methods(self) -> &'static [Method] {
         match self {
             Self::Heartbeat | Self::Messages | Self::Tool => &[Method::POST],
-            Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster => &[Method::GET],
+            Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster | Self::AgentReminders => {
+                &[Method::GET]
+            }
             Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
             Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
             Self::WebhookConfig(_) => &[Method::GET, Method::DELETE],
@@ -112,8 +117,9 @@ impl Route {
         }
     }
 
-    /// Routes behind the operator token. (The event stream decides per topic, in its handler; `/readyz` shows
-    /// details only with the token.)
+    /// Routes behind the operator token. (The event stream decides per topic, in its handler, and so does an
+    /// agent's reminders endpoint, which will take the agent's own token too; `/readyz` shows details only with
+    /// the token.)
     fn operator_only(self) -> bool {
         matches!(
             self,
@@ -222,6 +228,7 @@ async fn dispatch_rest(
             None => Err(ApiError::internal()),
         },
         Route::Agents => agents::list(state, &request).await,
+        Route::AgentReminders => reminders::list(state, &request).await,
         Route::Healthz => Ok(health::live()),
         Route::Cluster => Ok(health::cluster(state).await),
         Route::Readyz => Ok(health::ready(state, &request).await),
@@ -291,6 +298,8 @@ mod tests {
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
         assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(Some(42))));
         assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
+        assert_eq!(resolve("/gateway/agents/agent-7/reminders"), Some(Route::AgentReminders));
+        assert!(!Route::AgentReminders.operator_only(), "its handler checks who may read the mailbox");
         assert_eq!(resolve("/gateway/agents/a%2Fb/credentials"), Some(Route::AgentCredentials));
         assert_eq!(resolve("/gateway/agents/a/credentials/019c85388601a1b2c3d4e5f6"), Some(Route::AgentCredential));
         assert_eq!(resolve("/gateway/agents/a/credentials/"), Some(Route::AgentCredential));
@@ -317,6 +326,8 @@ mod tests {
             "/gateway/deliveries/1/2/retry",
             "/gateway/cron/jobs/1/x",
             "/gateway/cron",
+            "/gateway/agents/a/reminders/",
+            "/gateway/agents/a/b/reminders",
             "/gateway/agents/a",
             "/gateway/agents/a/",
             "/gateway/agents/a/b/credentials",

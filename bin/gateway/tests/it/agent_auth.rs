@@ -172,6 +172,12 @@ fn with_auth_required_an_agent_acts_and_reads_only_as_itself() {
     assert_eq!(stream(&gateway, "agent-a", Some(&b)).status, 403);
     assert_eq!(stream(&gateway, "agent-a", Some(TOKEN)).status, 200, "the operator may read any agent's stream");
     assert_eq!(gateway.subscribe("gateway:messages").status, 200, "operator topics as before");
+
+    // The mailbox endpoint admits whoever the stream admits.
+    let reminders = "/gateway/agents/agent-a/reminders";
+    for (token, status) in [(None, 401), (Some(b.as_str()), 403), (Some(a.as_str()), 200), (Some(TOKEN), 200)] {
+        assert_eq!(send(&gateway, "GET", reminders, token, None).status, status, "{token:?}");
+    }
 }
 
 #[test]

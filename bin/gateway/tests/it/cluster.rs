@@ -3,7 +3,8 @@
 //! delivered. What the tests hold to (docs/architecture.md, "Leadership and fencing"): one leader at a time, a new
 //! one within the TTL and one renewal interval after the old one dies, a deposed leader that wakes up doing
 //! nothing, no leader while Redis is unreachable and HTTP serving meanwhile, one eviction per silent agent, events
-//! across instances, and nothing acknowledged lost however often the leader is killed.
+//! across instances, reminders an agent missed replayed by any instance from the shared mailbox, and nothing
+//! acknowledged lost however often the leader is killed.
 //!
 //! Real time, scaled: every duration is a fraction of the lease TTL, `GATEWAY_FAILOVER_LEASE_TTL_MS` (3 s unless
 //! set), written as the production figure over 30 s ("paused for 35 s" is `ttl · 35 / 30`). The full-scale run,
@@ -608,6 +609,58 @@ fn a_subscriber_on_one_follower_gets_a_reminder_scheduled_through_the_other_and_
     assert_eq!(fires.len(), 1, "{fires:?}");
     assert_eq!(fires[0].instance, leader, "fired by {}, not the leader", cluster.id(fires[0].instance));
     assert_eq!(reminder.id.as_deref(), Some(fires[0].fire_id.as_str()));
+}
+
+/// An agent away while its reminders fire on the leader connects to a follower later: the follower's stream replays
+/// them from the shared mailbox, in firing order, once; then a live one comes through the event bridge.
+#[test]
+fn an_agent_that_connects_to_a_follower_after_its_reminders_fired_gets_them_from_the_mailbox() {
+    let _turn = one_at_a_time();
+    let Some(cluster) =
+        start("an_agent_that_connects_to_a_follower_after_its_reminders_fired_gets_them_from_the_mailbox", &[])
+    else {
+        return;
+    };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    let [a, b] = cluster.others(leader)[..] else { panic!("three instances") };
+    for n in 0..3u64 {
+        let delay = Duration::from_millis(200 + 100 * n);
+        let (status, body) = cluster.schedule_reminder(b, "agent-away", delay, &json!({"n": n}));
+        assert_eq!(status, 202, "{body}");
+    }
+    let mut jobs = Vec::new();
+    wait_until("the three reminders' `reminder scheduled` lines", PATIENCE, || {
+        jobs = cluster.scheduled_jobs().get("agent-away").cloned().unwrap_or_default();
+        jobs.len() == 3
+    });
+    wait_for_fires(&cluster, &jobs, PATIENCE);
+    // Logged at the publish; in the mailbox with the completion, a write later.
+    wait_until("the three fires in the mailbox", PATIENCE, || {
+        mailbox_entries(cluster.database_url(), "agent-away") == 3
+    });
+
+    let stream = cluster.gateway(a).subscribe("agent:agent-away:scheduled");
+    let replayed: Vec<Value> = (0..3).map(|_| stream.expect("reminder").data["payload"].clone()).collect();
+    assert_eq!(replayed, [json!({"n": 0}), json!({"n": 1}), json!({"n": 2})]);
+    let (status, body) = cluster.schedule_reminder(b, "agent-away", Duration::from_millis(300), &json!({"n": "live"}));
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(stream.expect("reminder").data["payload"], json!({"n": "live"}), "nothing came twice before it");
+}
+
+/// The mailbox entries of `agent_id` in the shared database.
+fn mailbox_entries(database_url: &str, agent_id: &str) -> i64 {
+    use diesel::prelude::*;
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut connection = PgConnection::establish(database_url).unwrap();
+    diesel::sql_query("SELECT COUNT(*) AS n FROM agent_mailbox WHERE agent_id = $1")
+        .bind::<diesel::sql_types::Text, _>(agent_id)
+        .get_result::<Count>(&mut connection)
+        .unwrap()
+        .n
 }
 
 /// The kill storm's size, from `GATEWAY_CLUSTER_STORM_*` (small by default, for CI; docs/operations.md has the

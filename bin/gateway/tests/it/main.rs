@@ -16,6 +16,7 @@ mod events;
 mod heartbeat;
 mod idempotency;
 mod lifecycle;
+mod mailbox;
 mod messages;
 mod operator;
 mod postgres;

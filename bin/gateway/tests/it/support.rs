@@ -336,8 +336,27 @@ impl EventStream {
         }
         let response = request.call().unwrap();
         let status = response.status().as_u16();
+        Self::read(BufReader::new(response.into_body().into_reader()), status)
+    }
+
+    /// A stream whose request was written to `connection` by hand as HTTP/1.0, so that the response body is the
+    /// rest of the connection (no chunks): reads the status line and the headers, then the events.
+    pub fn from_http10(connection: impl Read + Send + 'static) -> Self {
+        let mut reader = BufReader::new(connection);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let status = line.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap() == 0 || line.trim_end().is_empty() {
+                break;
+            }
+        }
+        Self::read(reader, status)
+    }
+
+    fn read(mut reader: impl BufRead + Send + 'static, status: u16) -> Self {
         let (events_tx, events) = mpsc::channel();
-        let mut reader = BufReader::new(response.into_body().into_reader());
         let (ready_tx, ready) = mpsc::channel();
         thread::spawn(move || {
             let mut event = String::new();

@@ -80,8 +80,8 @@ pub fn one_claim_per_instant_until_the_lease_runs_out(store: &dyn CronJobStore, 
     assert_eq!(pending[0].claimable_at(Duration::ZERO), at + Duration::seconds(10));
     assert_eq!(claim("b", at + Duration::seconds(10)).len(), 1, "the lease ran out");
     let token = FencingToken(1);
-    assert_eq!(store.complete_fires("a", token, &[FireCompletion::Delete(fire)]).expect("complete"), 0);
-    assert_eq!(store.complete_fires("b", token, &[FireCompletion::Delete(fire)]).expect("complete"), 1);
+    assert_eq!(store.complete_fires("a", token, &[FireCompletion::Delete(fire)], &[]).expect("complete"), 0);
+    assert_eq!(store.complete_fires("b", token, &[FireCompletion::Delete(fire)], &[]).expect("complete"), 1);
     assert_eq!(store.cron_job(job.id).expect("read"), None);
 }
 
@@ -95,10 +95,10 @@ pub fn a_newer_term_takes_over_and_missing_rows_are_not_claimed(store: &dyn Cron
     assert!(claim("rival", 2).expect("claim").is_empty());
     assert!(claim("stale-leader", 1).is_err_and(|error| error.is_fenced()));
     assert_eq!(claim("new-leader", 3).expect("claim").len(), 1);
-    let old = store.complete_fires("old-leader", FencingToken(2), &[FireCompletion::Delete(fire)]);
+    let old = store.complete_fires("old-leader", FencingToken(2), &[FireCompletion::Delete(fire)], &[]);
     assert!(old.is_err_and(|error| error.is_fenced()), "the deposed leader cannot complete");
     assert!(store.claim_fires(&[job.id + 100], &lease("x", 3, at)).expect("claim").is_empty());
-    let new = store.complete_fires("new-leader", FencingToken(3), &[FireCompletion::Delete(fire)]);
+    let new = store.complete_fires("new-leader", FencingToken(3), &[FireCompletion::Delete(fire)], &[]);
     assert_eq!(new.expect("complete"), 1);
 }
 
@@ -118,19 +118,19 @@ where
 
     let stale = store.claim_fires(&[second.id], &lease("leader-4", 4, at));
     assert_eq!(stale, Err(StoreError::Fenced { token: FencingToken(4), newest: FencingToken(5) }));
-    let combined = store.complete_and_claim("leader-5", &[done], &[second.id], &lease("leader-5", 4, at));
+    let combined = store.complete_and_claim("leader-5", &[done], &[], &[second.id], &lease("leader-5", 4, at));
     assert!(combined.is_err_and(|error| error.is_fenced()), "a combined write under an old token");
     assert!(store.cron_job(first.id).expect("read").is_some(), "its completion was not applied either");
     let pending = store.pending_fires(at + Duration::seconds(1), 10).expect("pending");
     let second_claim = pending.iter().find(|fire| fire.job_id == second.id).and_then(|fire| fire.claimed_until);
     assert_eq!(second_claim, None, "the refused claim left no trace");
 
-    assert_eq!(store.complete_fires("leader-5", FencingToken(6), &[done]).expect("complete"), 1);
+    assert_eq!(store.complete_fires("leader-5", FencingToken(6), &[done], &[]).expect("complete"), 1);
     assert_eq!(store.newest_token().expect("epoch"), FencingToken(6), "a newer token raised the epoch");
 
     // A claim or a completion of nothing writes nothing, so it is neither refused nor raises the epoch.
     assert_eq!(store.claim_fires(&[], &lease("leader-4", 4, at)), Ok(Vec::new()));
-    assert_eq!(store.complete_fires("leader-4", FencingToken(4), &[]), Ok(0));
+    assert_eq!(store.complete_fires("leader-4", FencingToken(4), &[], &[]), Ok(0));
     assert_eq!(store.claim_fires(&[], &lease("leader-9", 9, at)), Ok(Vec::new()));
     assert_eq!(store.newest_token().expect("epoch"), FencingToken(6));
 }
@@ -269,9 +269,9 @@ pub fn batches_claim_what_they_can(store: &dyn CronJobStore, at: OffsetDateTime)
     rival.sort_unstable();
     assert_eq!(rival, job_ids[20..]);
     let deletes: Vec<FireCompletion> = fires.iter().map(|fire| FireCompletion::Delete(*fire)).collect();
-    assert_eq!(store.complete_fires("b", FencingToken(1), &deletes).expect("complete"), 30);
+    assert_eq!(store.complete_fires("b", FencingToken(1), &deletes, &[]).expect("complete"), 30);
     assert_eq!(store.list_cron_jobs(None, 100).expect("list").len(), 20, "b completed only its own");
-    assert_eq!(store.complete_fires("a", FencingToken(1), &deletes).expect("complete"), 20);
+    assert_eq!(store.complete_fires("a", FencingToken(1), &deletes, &[]).expect("complete"), 20);
     assert!(store.list_cron_jobs(None, 100).expect("list").is_empty());
 }
 
@@ -289,10 +289,10 @@ pub fn advancing_moves_the_row_to_its_next_instant_and_clears_the_claim_once(
     assert_eq!(claimed.iter().map(|job| job.next_fire_at).collect::<Vec<_>>(), [at]);
     let next = at + Duration::minutes(1);
     let advance = FireCompletion::Advance { fire, next_fire_at: next };
-    assert_eq!(store.complete_fires("b", FencingToken(1), &[advance]).expect("complete"), 0, "not b's claim");
-    assert_eq!(store.complete_fires("a", FencingToken(1), &[advance]).expect("complete"), 1);
+    assert_eq!(store.complete_fires("b", FencingToken(1), &[advance], &[]).expect("complete"), 0, "not b's claim");
+    assert_eq!(store.complete_fires("a", FencingToken(1), &[advance], &[]).expect("complete"), 1);
     assert_eq!(store.cron_job(job.id).expect("read").map(|job| job.next_fire_at), Some(next));
-    assert_eq!(store.complete_fires("a", FencingToken(1), &[advance]).expect("complete"), 0, "completed already");
+    assert_eq!(store.complete_fires("a", FencingToken(1), &[advance], &[]).expect("complete"), 0, "completed already");
     let pending = store.pending_fires(next + Duration::seconds(1), 10).expect("pending");
     assert_eq!(pending, [PendingFire { job_id: job.id, scheduled_for: next, claimed_until: None }]);
     assert!(store.claim_fires(&[job.id], &lease("b", 1, next - Duration::seconds(1))).expect("claim").is_empty());
@@ -310,7 +310,7 @@ pub fn completing_one_batch_and_claiming_the_next_is_one_call(store: &dyn CronJo
     store.claim_fires(&[first.id], &lease("a", 1, due_at)).expect("claim");
     let done = FireCompletion::Delete(FireKey { job_id: first.id, scheduled_for: at });
     let (completed, claimed) =
-        store.complete_and_claim("a", &[done], &[second.id], &lease("a", 1, due_at)).expect("complete and claim");
+        store.complete_and_claim("a", &[done], &[], &[second.id], &lease("a", 1, due_at)).expect("complete and claim");
     assert_eq!((completed, ids(&claimed)), (1, vec![second.id]));
     assert_eq!(store.cron_job(first.id).expect("read"), None);
     let pending = store.pending_fires(due_at, 10).expect("pending");
@@ -319,9 +319,9 @@ pub fn completing_one_batch_and_claiming_the_next_is_one_call(store: &dyn CronJo
         [(second.id, Some(due_at + Duration::seconds(10)))]
     );
     assert!(store.claim_fires(&[second.id], &lease("b", 1, due_at)).expect("claim").is_empty(), "a holds it");
-    assert_eq!(store.complete_and_claim("a", &[], &[], &lease("a", 1, due_at)).expect("nothing"), (0, vec![]));
+    assert_eq!(store.complete_and_claim("a", &[], &[], &[], &lease("a", 1, due_at)).expect("nothing"), (0, vec![]));
     let second_done = FireCompletion::Delete(FireKey { job_id: second.id, scheduled_for: second.next_fire_at });
-    assert_eq!(store.complete_fires("a", FencingToken(1), &[second_done]).expect("complete"), 1);
+    assert_eq!(store.complete_fires("a", FencingToken(1), &[second_done], &[]).expect("complete"), 1);
 }
 
 /// An agent's pending reminders are its one-time rows: counted and listed soonest first (ties by id), at most

@@ -59,10 +59,10 @@ pub fn cron_writes(store: &dyn CronJobStore, at: OffsetDateTime) -> Vec<FencedWr
             store.claim_fires(&[NO_SUCH_ROW], &lease(token)).map(drop)
         }),
         FencedWrite::new("CronJobStore::complete_fires", move |token| {
-            store.complete_fires("fencing", token, &[completion]).map(drop)
+            store.complete_fires("fencing", token, &[completion], &[]).map(drop)
         }),
         FencedWrite::new("CronJobStore::complete_and_claim", move |token| {
-            store.complete_and_claim("fencing", &[completion], &[NO_SUCH_ROW], &lease(token)).map(drop)
+            store.complete_and_claim("fencing", &[completion], &[], &[NO_SUCH_ROW], &lease(token)).map(drop)
         }),
     ]
 }

@@ -1,7 +1,7 @@
 //! The rules every implementation of a store port must keep, written once and run against each implementation:
 //! the in-memory fakes in this crate's tests, the database adapters in theirs (through the `conformance` feature).
 //!
-//! One suite per port: [`heartbeat`], [`cron`], [`webhook`], [`liveness`], [`tool_call`], [`credential`];
+//! One suite per port: [`heartbeat`], [`cron`], [`mailbox`], [`webhook`], [`liveness`], [`tool_call`], [`credential`];
 //! [`fencing`] holds the rule that spans ports (a token raised through one fences the others). Each rule is a
 //! `pub fn` that takes a fresh, empty store and an instant to start from (rows are due, leases run and agents fall
 //! silent relative to it), drives the store only through its port, and panics when the store breaks the rule; its
@@ -26,6 +26,7 @@ pub mod cron;
 pub mod fencing;
 pub mod heartbeat;
 pub mod liveness;
+pub mod mailbox;
 pub mod tool_call;
 pub mod webhook;
 
@@ -102,6 +103,23 @@ macro_rules! tool_call_store_conformance {
             a_call_round_trips_under_its_agent_and_id,
             an_id_held_answers_with_its_row_unchanged,
             pruning_takes_old_calls_oldest_first_a_batch_at_a_time,
+        );
+    };
+}
+
+/// Every rule of [`conformance::mailbox`](crate::conformance::mailbox) as a `#[test]`, in a module
+/// `mailbox_store`. `$fixture`: an `Option<F>` where `F` dereferences to a fresh [`crate::MailboxStore`] that is
+/// also the [`crate::CronJobStore`] whose completions record the fires, and a [`crate::FencingEpoch`] (see the
+/// [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! mailbox_store_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(mailbox_store, mailbox, $fixture;
+            a_completion_records_each_published_fire_once,
+            a_fenced_completion_records_nothing,
+            reads_page_one_agents_entries_in_firing_order,
+            marking_received_keeps_the_first_time_and_records_fires_not_recorded_yet,
+            pruning_deletes_the_old_entries_among_the_first_in_firing_order,
         );
     };
 }

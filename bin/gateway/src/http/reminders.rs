@@ -1,0 +1,75 @@
+//! `GET /gateway/agents/{agent_id}/reminders?after=&limit=`: an agent's retained fires in firing order, for agents
+//! that cannot hold an event stream (docs/api.md). The caller keeps its own cursor (the last `fire_id` it got);
+//! nothing is marked received.
+
+use gateway_core::{AgentId, MailboxEntry, rfc3339};
+use http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+
+use crate::http::agent_auth::Access;
+use crate::http::error::ApiError;
+use crate::http::request::{Query, Request, invalid_query};
+use crate::http::response::{Response, json_response};
+use crate::state::AppState;
+
+pub const DEFAULT_PAGE: usize = 100;
+pub const MAX_PAGE: usize = 1_000;
+/// Longest `after`: a `fire_id` is a job id and an RFC 3339 instant, well under this.
+const MAX_CURSOR_BYTES: usize = 128;
+
+/// Who may read `agent_id`'s mailbox: whoever may hold its reminder stream (the agent's token or the operator's
+/// while agent auth is on; anyone while it is off).
+async fn check_mailbox_reader(state: &AppState, headers: &HeaderMap, agent_id: &AgentId) -> Result<(), ApiError> {
+    state.agent_auth.authorize(headers, agent_id, Access::Read).await.map(drop)
+}
+
+/// The agent id of `/gateway/agents/{agent_id}/reminders`, percent-decoded; `None` when the path is not that.
+pub fn agent_of(path: &str) -> Option<&str> {
+    path.strip_prefix("/gateway/agents/")?.strip_suffix("/reminders").filter(|agent| !agent.contains('/'))
+}
+
+pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+    let unknown_agent = || ApiError::unknown("unknown_agent", "agent");
+    let raw = agent_of(request.uri().path()).ok_or_else(unknown_agent)?;
+    let decoded = percent_encoding::percent_decode_str(raw).decode_utf8().map_err(|_| unknown_agent())?;
+    let agent_id = AgentId::new(decoded.into_owned()).map_err(|_| unknown_agent())?;
+    check_mailbox_reader(state, request.headers(), &agent_id).await?;
+    let query = Query::parse(request.uri(), &["after", "limit"])?;
+    let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", |text| {
+        (!text.is_empty() && text.len() <= MAX_CURSOR_BYTES).then(|| text.to_owned())
+    })?;
+    if query.get("after").is_some() && page.after.is_none() {
+        return Err(invalid_query("after must be a fire_id"));
+    }
+    let entries = state.mailbox.reminders_after(agent_id, page.after.as_deref(), page.limit).await?;
+    let reminders: Vec<Value> = entries.iter().map(reminder_json).collect();
+    Ok(json_response(StatusCode::OK, &json!({ "reminders": reminders })))
+}
+
+fn reminder_json(entry: &MailboxEntry) -> Value {
+    let reminder = &entry.reminder;
+    json!({
+        "fire_id": reminder.fire_id,
+        "job_id": reminder.job_id,
+        "payload": reminder.payload,
+        "scheduled_for": rfc3339::format(reminder.scheduled_for),
+        "fired_at": rfc3339::format(reminder.fired_at),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_is_the_one_segment_between_agents_and_reminders() {
+        assert_eq!(agent_of("/gateway/agents/agent-7/reminders"), Some("agent-7"));
+        assert_eq!(agent_of("/gateway/agents/ns%2Fx/reminders"), Some("ns%2Fx"));
+        assert_eq!(agent_of("/gateway/agents//reminders"), Some(""));
+        for other in
+            ["/gateway/agents/a/b/reminders", "/gateway/agents/a/reminders/", "/gateway/agents/a", "/gateway/agents"]
+        {
+            assert_eq!(agent_of(other), None, "{other}");
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The mailbox side of an agent's reminder stream (docs/api.md, "Replay of an agent's reminders"): where its replay
+//! starts, which fires it has sent, when it catches up, and the frames of replayed fires.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use gateway_core::{AgentId, FiredReminder};
+use gateway_cron::{CronError, Mailbox, Replay};
+use gateway_pubsub::PublishedEvent;
+use gateway_pubsub::bridge::BridgeStatus;
+use http::HeaderMap;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// After connecting, a stream reads its agent's unreceived fires again this long after, and again after the second
+/// delay: a fire published just before the stream subscribed reaches the mailbox only when its completion is
+/// written (milliseconds later, or after the store recovered from an error).
+pub const CATCH_UPS_AFTER_CONNECT: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(15)];
+/// How many of the fires it sent a stream remembers, so as not to send them again: a live event it has replayed,
+/// or a fire a catch-up finds unreceived because its receipt is still queued. More than the bus queues for one
+/// subscriber (1,024 events), which bounds how far back a live duplicate can be.
+pub const SENT_REMEMBERED: usize = 4_096;
+
+/// The `Last-Event-ID` request header; a header that is not visible ASCII names no fire (so: everything retained).
+pub fn last_event_id(headers: &HeaderMap) -> Option<String> {
+    headers.get("last-event-id").map(|value| value.to_str().map(str::to_owned).unwrap_or_default())
+}
+
+/// The frame of a replayed fire: the frame its live event had, byte for byte.
+pub fn frame(reminder: &FiredReminder) -> Bytes {
+    PublishedEvent::of(&reminder.event()).frame().clone()
+}
+
+/// After a mailbox read failed, a stream tries again this much later.
+pub const CATCH_UP_RETRY: Duration = Duration::from_secs(5);
+
+/// What one agent stream keeps about its mailbox.
+#[derive(Debug)]
+pub struct AgentMailbox {
+    pub mailbox: Mailbox,
+    pub agent_id: AgentId,
+    pub last_event_id: Option<String>,
+    sent: SentFires,
+    /// The fire this stream sent last.
+    last_sent: Option<String>,
+    /// When catch-ups of the unreceived fires are due (in no order; the soonest is the next).
+    catch_ups: Vec<Instant>,
+    /// The stream missed events (it skipped some, or the event bridge lost some): a catch-up is due (at once, or
+    /// after a failed read a little later), from the fire it had sent last before (`None`: it had sent none).
+    missed_after: Option<(Instant, Option<String>)>,
+}
+
+impl AgentMailbox {
+    pub fn new(mailbox: Mailbox, agent_id: AgentId, last_event_id: Option<String>) -> Self {
+        Self {
+            mailbox,
+            agent_id,
+            last_event_id,
+            sent: SentFires::default(),
+            last_sent: None,
+            catch_ups: Vec::new(),
+            missed_after: None,
+        }
+    }
+
+    /// Where the stream's first replay starts.
+    pub async fn replay(&self) -> Result<Replay, CronError> {
+        self.mailbox.replay(self.agent_id.clone(), self.last_event_id.as_deref()).await
+    }
+
+    /// The first replay is done: the catch-ups after connecting are due from now.
+    pub fn replayed(&mut self) {
+        let now = Instant::now();
+        self.catch_ups.extend(CATCH_UPS_AFTER_CONNECT.iter().map(|delay| now + *delay));
+    }
+
+    /// The stream skipped events, or the event bridge lost some: catch up at once, on everything fired after the
+    /// last fire it sent. Not only the unreceived ones: another stream of the same agent may have received what this
+    /// one missed.
+    pub fn missed_events(&mut self) {
+        if self.missed_after.is_none() {
+            self.missed_after = Some((Instant::now(), self.last_sent.clone()));
+        }
+    }
+
+    /// A read of the mailbox failed: try again a little later.
+    pub fn read_failed(&mut self) {
+        self.catch_ups.push(Instant::now() + CATCH_UP_RETRY);
+    }
+
+    /// When the next catch-up is due.
+    pub fn next_catch_up(&self) -> Option<Instant> {
+        let missed = self.missed_after.as_ref().map(|(due, _)| *due);
+        self.catch_ups.iter().copied().chain(missed).min()
+    }
+
+    /// The replay of the catch-up due now, which stands for every one due by now: after missed events, the
+    /// unreceived fires up to the last one sent and every fire after it; otherwise the unreceived fires.
+    pub async fn due_catch_up(&mut self) -> Result<Replay, CronError> {
+        let now = Instant::now();
+        self.catch_ups.retain(|due| *due > now);
+        let after = match self.missed_after.take() {
+            Some((due, after)) if due <= now => after,
+            not_due => {
+                self.missed_after = not_due;
+                None
+            }
+        };
+        let Some(fire_id) = after else { return Ok(Replay::unreceived(self.agent_id.clone())) };
+        let replay = self.mailbox.replay(self.agent_id.clone(), Some(&fire_id)).await;
+        if replay.is_err() {
+            self.missed_after = Some((now + CATCH_UP_RETRY, Some(fire_id)));
+        }
+        replay
+    }
+
+    pub fn was_sent(&self, fire_id: &str) -> bool {
+        self.sent.contains(fire_id)
+    }
+
+    pub fn sent(&mut self, fire_id: &str) {
+        self.sent.insert(fire_id);
+        self.last_sent = Some(fire_id.to_owned());
+    }
+}
+
+/// The event bridge's state, for the streams of an instance that shares events through Redis: a grown
+/// `reconnects` says events from other instances may have been lost in the gap.
+#[derive(Debug)]
+pub struct BridgeWatch {
+    status: watch::Receiver<BridgeStatus>,
+    seen: u64,
+}
+
+impl BridgeWatch {
+    /// Reconnects before the stream existed are no gap of its own.
+    pub fn new(status: watch::Receiver<BridgeStatus>) -> Self {
+        let seen = status.borrow().reconnects;
+        Self { status, seen }
+    }
+
+    /// Resolves when the bridge has reconnected since the last time this resolved; never once the bridge is gone.
+    pub async fn reconnected(&mut self) {
+        let seen = self.seen;
+        let reconnects = self.status.wait_for(|status| status.reconnects > seen).await.map(|status| status.reconnects);
+        match reconnects {
+            Ok(reconnects) => self.seen = reconnects,
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// The last [`SENT_REMEMBERED`] fire ids a stream sent.
+#[derive(Debug, Default)]
+struct SentFires {
+    order: VecDeque<Arc<str>>,
+    ids: HashSet<Arc<str>>,
+}
+
+impl SentFires {
+    fn contains(&self, fire_id: &str) -> bool {
+        self.ids.contains(fire_id)
+    }
+
+    fn insert(&mut self, fire_id: &str) {
+        if self.ids.contains(fire_id) {
+            return;
+        }
+        let id: Arc<str> = Arc::from(fire_id);
+        self.ids.insert(Arc::clone(&id));
+        self.order.push_back(id);
+        if self.order.len() > SENT_REMEMBERED
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.ids.remove(&oldest);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    #[test]
+    fn a_stream_remembers_the_fires_it_sent_last() {
+        let mut sent = SentFires::default();
+        for n in 0..SENT_REMEMBERED + 10 {
+            sent.insert(&format!("{n}:x"));
+        }
+        sent.insert("20:x");
+        assert!(!sent.contains("9:x"), "the oldest are forgotten");
+        assert!(sent.contains("10:x") && sent.contains(&format!("{}:x", SENT_REMEMBERED + 9)));
+        assert_eq!((sent.order.len(), sent.ids.len()), (SENT_REMEMBERED, SENT_REMEMBERED));
+    }
+
+    #[test]
+    fn a_last_event_id_that_is_not_text_names_no_fire() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(last_event_id(&headers), None);
+        headers.insert("last-event-id", HeaderValue::from_static("7:2026-02-22T12:00:05Z"));
+        assert_eq!(last_event_id(&headers).as_deref(), Some("7:2026-02-22T12:00:05Z"));
+        headers.insert("last-event-id", HeaderValue::from_bytes(b"\xff\xfe").unwrap());
+        assert_eq!(last_event_id(&headers).as_deref(), Some(""));
+    }
+}

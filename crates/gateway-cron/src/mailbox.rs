@@ -1,0 +1,409 @@
+//! The reminder mailbox (docs/scheduler.md, "The mailbox"): what streams replay, what they have received, and how
+//! long fires are kept.
+//!
+//! The firing loop records every fire it publishes in the transaction that completes it; this component reads
+//! those records back for the streams of `agent:<id>:scheduled` and for `GET /gateway/agents/{id}/reminders`,
+//! writes the receipts the streams report (in batches, off the streams' path), and prunes what is older than the
+//! retention (on the leader only).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use gateway_core::{
+    AgentId, BackgroundLoop, Clock, ComponentHealth, FiredReminder, LeaderLoop, Leadership, MailboxEntry, MailboxQuery,
+    MailboxStore, StoreError, run_blocking,
+};
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::error::CronError;
+
+/// How long fires stay replayable (default of `--mailbox-retention-h`: 72 hours).
+pub const MAILBOX_RETENTION: Duration = Duration::from_secs(72 * 3_600);
+/// How often the leader prunes (the first pass at start).
+pub const MAILBOX_PRUNE_INTERVAL: Duration = Duration::from_secs(300);
+/// Entries deleted per transaction while pruning.
+pub const MAILBOX_PRUNE_BATCH: usize = 1_000;
+/// Pause between two batches of one pass, so that other writers never queue behind a long delete.
+pub const MAILBOX_PRUNE_PAUSE: Duration = Duration::from_millis(50);
+/// Entries read per query of a replay.
+pub const MAILBOX_PAGE: usize = 1_000;
+/// Receipts waiting to be written; past it a receipt is dropped (with a warning), which costs at most a second
+/// delivery of that fire, never a lost one.
+pub const RECEIPT_QUEUE: usize = 65_536;
+/// Most receipts written in one transaction.
+pub const RECEIPT_BATCH: usize = 1_024;
+/// First pause after a failed receipt write, doubled per failure up to [`RECEIPT_RETRY_MAX`].
+pub const RECEIPT_RETRY_INITIAL: Duration = Duration::from_millis(100);
+pub const RECEIPT_RETRY_MAX: Duration = Duration::from_secs(10);
+/// Longest wait after consecutive failed pruning passes.
+const MAX_PRUNE_BACKOFF: Duration = Duration::from_secs(3_600);
+/// At most one warning about dropped receipts this often (the count of the rest comes with the next).
+const DROP_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct MailboxPorts {
+    pub store: Arc<dyn MailboxStore>,
+    pub clock: Arc<dyn Clock>,
+    pub leadership: Arc<dyn Leadership>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MailboxConfig {
+    pub retention: Duration,
+    pub prune_interval: Duration,
+    pub prune_batch: usize,
+    pub prune_pause: Duration,
+    pub page: usize,
+    pub receipt_queue: usize,
+    pub receipt_batch: usize,
+}
+
+impl Default for MailboxConfig {
+    fn default() -> Self {
+        Self {
+            retention: MAILBOX_RETENTION,
+            prune_interval: MAILBOX_PRUNE_INTERVAL,
+            prune_batch: MAILBOX_PRUNE_BATCH,
+            prune_pause: MAILBOX_PRUNE_PAUSE,
+            page: MAILBOX_PAGE,
+            receipt_queue: RECEIPT_QUEUE,
+            receipt_batch: RECEIPT_BATCH,
+        }
+    }
+}
+
+/// The mailbox component. Cheap to clone; clones share everything. Run [`Self::run`] once per process: it writes
+/// the receipts and, while this instance leads, prunes.
+#[derive(Debug, Clone)]
+pub struct Mailbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    ports: MailboxPorts,
+    config: MailboxConfig,
+    /// The receipt writer, on every instance.
+    receipts_health: ComponentHealth,
+    /// The pruning loop, which works on the leader.
+    retention_health: ComponentHealth,
+    receipts: mpsc::Sender<FiredReminder>,
+    /// Taken by the running receipt writer (and back when a supervisor restarts it).
+    pending: Mutex<mpsc::Receiver<FiredReminder>>,
+    /// Receipts queued since the start, and receipts written (or given up on) since the start.
+    queued: AtomicU64,
+    settled: tokio::sync::watch::Sender<u64>,
+    dropped: AtomicU64,
+    last_drop_warning: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+/// Where a replay of one agent's mailbox stands: the entries nobody received, up to `through` (all when `None`),
+/// then, when `after` is `Some`, every entry after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    agent_id: AgentId,
+    phase: Phase,
+    cursor: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Entries nobody received, up to `through` (inclusive); then on to `Every` after it, or done.
+    Unreceived {
+        through: Option<i64>,
+    },
+    /// Every entry after the cursor.
+    Every,
+    Done,
+}
+
+impl Replay {
+    /// The entries of `agent_id` that no stream has received, in firing order.
+    pub fn unreceived(agent_id: AgentId) -> Self {
+        Self { agent_id, phase: Phase::Unreceived { through: None }, cursor: 0 }
+    }
+
+    /// The unreceived entries up to the one at `seq`, then every entry after it.
+    fn after(agent_id: AgentId, seq: i64) -> Self {
+        Self { agent_id, phase: Phase::Unreceived { through: Some(seq) }, cursor: 0 }
+    }
+
+    /// Every retained entry.
+    fn everything(agent_id: AgentId) -> Self {
+        Self { agent_id, phase: Phase::Every, cursor: 0 }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+}
+
+impl Mailbox {
+    pub fn new(ports: MailboxPorts, mut config: MailboxConfig) -> Self {
+        config.prune_batch = config.prune_batch.max(1);
+        config.page = config.page.max(1);
+        config.receipt_batch = config.receipt_batch.max(1);
+        config.prune_interval = config.prune_interval.max(Duration::from_millis(1));
+        let (receipts, pending) = mpsc::channel(config.receipt_queue.max(1));
+        Self {
+            inner: Arc::new(Inner {
+                ports,
+                config,
+                receipts_health: ComponentHealth::new("mailbox_receipts"),
+                retention_health: ComponentHealth::new("mailbox_retention"),
+                receipts,
+                pending: Mutex::new(pending),
+                queued: AtomicU64::new(0),
+                settled: tokio::sync::watch::Sender::new(0),
+                dropped: AtomicU64::new(0),
+                last_drop_warning: std::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The readiness of its two loops: the receipt writer and the pruning.
+    pub fn health(&self) -> [ComponentHealth; 2] {
+        [self.inner.receipts_health.clone(), self.inner.retention_health.clone()]
+    }
+
+    pub fn config(&self) -> MailboxConfig {
+        self.inner.config
+    }
+
+    /// Where a stream of `agent_id`'s reminders starts: the fires no stream has received and, after a
+    /// `Last-Event-ID`, every retained fire after that one (an id that names no retained fire of this agent:
+    /// everything retained).
+    pub async fn replay(&self, agent_id: AgentId, last_event_id: Option<&str>) -> Result<Replay, CronError> {
+        let Some(fire_id) = last_event_id else { return Ok(Replay::unreceived(agent_id)) };
+        let position = self.position(&agent_id, fire_id).await?;
+        Ok(match position {
+            Some(seq) => Replay::after(agent_id, seq),
+            None => Replay::everything(agent_id),
+        })
+    }
+
+    /// The next entries of `replay`, in firing order; empty once it is done.
+    pub async fn next_page(&self, replay: &mut Replay) -> Result<Vec<MailboxEntry>, CronError> {
+        let limit = self.inner.config.page;
+        loop {
+            let (unreceived_only, through) = match replay.phase {
+                Phase::Unreceived { through } => (true, through),
+                Phase::Every => (false, None),
+                Phase::Done => return Ok(Vec::new()),
+            };
+            let query = MailboxQuery {
+                agent_id: replay.agent_id.clone(),
+                unreceived_only,
+                after: replay.cursor,
+                through,
+                limit,
+            };
+            let entries = self.read(query).await?;
+            if let Some(last) = entries.last() {
+                replay.cursor = last.seq;
+            }
+            if entries.len() < limit {
+                replay.phase = match replay.phase {
+                    Phase::Unreceived { through: Some(seq) } => {
+                        replay.cursor = seq;
+                        Phase::Every
+                    }
+                    _ => Phase::Done,
+                };
+            }
+            if !entries.is_empty() {
+                return Ok(entries);
+            }
+        }
+    }
+
+    /// At most `limit` of `agent_id`'s retained fires after `after` (a `fire_id`; from the first when `None`, and
+    /// also when it names no retained fire of this agent), in firing order. Marks nothing received.
+    pub async fn reminders_after(
+        &self,
+        agent_id: AgentId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<MailboxEntry>, CronError> {
+        let after = match after {
+            Some(fire_id) => self.position(&agent_id, fire_id).await?.unwrap_or(0),
+            None => 0,
+        };
+        self.read(MailboxQuery { agent_id, unreceived_only: false, after, through: None, limit }).await
+    }
+
+    /// A stream handed `reminder` to its client: it is written as received in the next batch. Never waits; when
+    /// the queue is full (the store is down, or far behind) the receipt is dropped with a warning, which means at
+    /// most a second delivery of that fire later.
+    pub fn received(&self, reminder: FiredReminder) {
+        let inner = &self.inner;
+        match inner.receipts.try_send(reminder) {
+            Ok(()) => {
+                inner.queued.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(_) => {
+                let dropped = inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                let mut last = gateway_core::sync::lock(&inner.last_drop_warning);
+                let now = tokio::time::Instant::now();
+                if last.is_none_or(|at| now.duration_since(at) >= DROP_WARNING_INTERVAL) {
+                    *last = Some(now);
+                    inner.dropped.store(0, Ordering::Relaxed);
+                    warn!(dropped, "mailbox receipts dropped (queue full); those fires may be delivered again");
+                }
+            }
+        }
+    }
+
+    /// Waits until every receipt queued before this call has been written (or given up on).
+    pub async fn receipts_settled(&self) {
+        let target = self.inner.queued.load(Ordering::SeqCst);
+        let mut settled = self.inner.settled.subscribe();
+        let _ = settled.wait_for(|written| *written >= target).await;
+    }
+
+    /// Writes receipts until `shutdown` (then the ones still queued), and prunes on the leader.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        tokio::join!(self.write_receipts(&shutdown), self.prune(&shutdown));
+    }
+
+    async fn position(&self, agent_id: &AgentId, fire_id: &str) -> Result<Option<i64>, CronError> {
+        // A fire_id is `<job_id>:<RFC 3339>`: anything much longer names nothing, and need not reach the store.
+        if fire_id.len() > 128 {
+            return Ok(None);
+        }
+        let (store, agent_id, fire_id) = (Arc::clone(&self.inner.ports.store), agent_id.clone(), fire_id.to_owned());
+        Ok(run_blocking(move || store.mailbox_position(&agent_id, &fire_id)).await.map_err(StoreError::from)??)
+    }
+
+    async fn read(&self, query: MailboxQuery) -> Result<Vec<MailboxEntry>, CronError> {
+        let store = Arc::clone(&self.inner.ports.store);
+        Ok(run_blocking(move || store.mailbox_entries(&query)).await.map_err(StoreError::from)??)
+    }
+
+    async fn write_receipts(&self, shutdown: &CancellationToken) {
+        let inner = &self.inner;
+        let _running = inner.receipts_health.start();
+        let mut pending = inner.pending.lock().await;
+        let mut batch = Vec::with_capacity(inner.config.receipt_batch);
+        let mut failures: u32 = 0;
+        loop {
+            if batch.is_empty() {
+                let received = tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => break,
+                    received = pending.recv_many(&mut batch, inner.config.receipt_batch) => received,
+                };
+                if received == 0 {
+                    return;
+                }
+            }
+            match self.mark(&batch).await {
+                Ok(()) => {
+                    if failures > 0 {
+                        info!(failures, "mailbox receipts are written again");
+                        inner.receipts_health.recovered();
+                    }
+                    failures = 0;
+                    self.settle(batch.len());
+                    batch.clear();
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let delay = gateway_core::capped_backoff(RECEIPT_RETRY_INITIAL, RECEIPT_RETRY_MAX, failures);
+                    warn!(%error, receipts = batch.len(), failures, retry_in_ms = delay.as_millis(),
+                        "cannot write mailbox receipts; retrying");
+                    inner.receipts_health.degraded(format!("cannot write mailbox receipts: {error}"));
+                    tokio::select! {
+                        biased;
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+        // On the way out: what is queued gets one attempt.
+        while let Ok(receipt) = pending.try_recv() {
+            batch.push(receipt);
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let count = batch.len();
+        if let Err(error) = self.mark(&batch).await {
+            warn!(%error, receipts = count, "mailbox receipts not written at shutdown; those fires may be delivered again");
+        }
+        self.settle(count);
+    }
+
+    async fn mark(&self, batch: &[FiredReminder]) -> Result<(), StoreError> {
+        let store = Arc::clone(&self.inner.ports.store);
+        let at = self.inner.ports.clock.now();
+        let batch = batch.to_vec();
+        run_blocking(move || store.mark_received(&batch, at)).await?
+    }
+
+    fn settle(&self, count: usize) {
+        let count = u64::try_from(count).unwrap_or(u64::MAX);
+        self.inner.settled.send_modify(|settled| *settled = settled.saturating_add(count));
+    }
+
+    /// One pruning pass: batches from the start of the mailbox until one deletes nothing. Returns how many entries
+    /// went.
+    pub async fn prune_once(&self, shutdown: &CancellationToken) -> Result<usize, CronError> {
+        let config = &self.inner.config;
+        let retention = time::Duration::try_from(config.retention).unwrap_or(time::Duration::MAX);
+        let cutoff = self.inner.ports.clock.now().checked_sub(retention).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let mut pruned = 0;
+        loop {
+            let (store, limit) = (Arc::clone(&self.inner.ports.store), config.prune_batch);
+            let deleted =
+                run_blocking(move || store.prune_mailbox(cutoff, limit)).await.map_err(StoreError::from)??;
+            pruned += deleted;
+            if deleted == 0 || shutdown.is_cancelled() {
+                return Ok(pruned);
+            }
+            tokio::time::sleep(config.prune_pause).await;
+        }
+    }
+
+    async fn prune(&self, shutdown: &CancellationToken) {
+        let config = &self.inner.config;
+        let passes = LeaderLoop {
+            pass: "pruning the reminder mailbox",
+            interval: config.prune_interval,
+            first_backoff: config.prune_pause,
+            max_backoff: MAX_PRUNE_BACKOFF,
+            health: &self.inner.retention_health,
+            leadership: self.inner.ports.leadership.as_ref(),
+        };
+        passes
+            .run(shutdown, |_| async {
+                let pruned = self.prune_once(shutdown).await?;
+                if pruned > 0 {
+                    let retention_h = config.retention.as_secs() / 3_600;
+                    info!(pruned, retention_h, "old reminder mailbox entries pruned");
+                }
+                Ok::<_, CronError>(())
+            })
+            .await;
+    }
+}
+
+impl gateway_core::MaybeFenced for CronError {
+    fn is_fenced(&self) -> bool {
+        matches!(self, Self::Store(store) if store.is_fenced())
+    }
+}
+
+impl BackgroundLoop for Mailbox {
+    fn name(&self) -> &'static str {
+        "mailbox"
+    }
+
+    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
+        Mailbox::run(self, shutdown)
+    }
+}

@@ -1,0 +1,246 @@
+//! The mailbox component against gateway-core's in-memory store, on a ManualClock and tokio's paused time:
+//! replays (unreceived, after a Last-Event-ID, everything), the GET reader, receipts written in batches, and
+//! retention.
+#![allow(clippy::unwrap_used)] // Test helpers may panic: that is how a test fails.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration as StdDuration;
+
+use gateway_core::{
+    AgentId, CronJobStore, FencingToken, FiredReminder, InMemoryCronJobStore, Leadership, MailboxEntry, MailboxQuery,
+    MailboxStore, ManualClock, SingleProcessLeadership,
+};
+use gateway_cron::{Mailbox, MailboxConfig, MailboxPorts, Replay};
+use serde_json::Map;
+use time::macros::datetime;
+use time::{Duration, OffsetDateTime};
+use tokio_util::sync::CancellationToken;
+
+const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+
+fn agent(id: &str) -> AgentId {
+    AgentId::new(id).unwrap()
+}
+
+/// The `n`-th fire of `agent_id` (job `n`), published `n` milliseconds after START.
+fn fire(agent_id: &str, n: i64) -> FiredReminder {
+    let scheduled_for = START + Duration::milliseconds(n);
+    FiredReminder {
+        fire_id: gateway_cron::fire_id(n, scheduled_for),
+        job_id: n,
+        agent_id: agent(agent_id),
+        payload: Map::new(),
+        scheduled_for,
+        fired_at: scheduled_for,
+    }
+}
+
+/// Records fires as the scheduler's completions do.
+fn record(store: &InMemoryCronJobStore, fires: &[FiredReminder]) {
+    store.complete_fires("scheduler", FencingToken(1), &[], fires).unwrap();
+}
+
+struct Fixture {
+    store: Arc<InMemoryCronJobStore>,
+    clock: ManualClock,
+    mailbox: Mailbox,
+}
+
+fn fixture_with(config: MailboxConfig, leadership: Arc<dyn Leadership>) -> Fixture {
+    let store = Arc::new(InMemoryCronJobStore::default());
+    let clock = ManualClock::new(START);
+    let ports = MailboxPorts { store: store.clone(), clock: Arc::new(clock.clone()), leadership };
+    Fixture { store, clock, mailbox: Mailbox::new(ports, config) }
+}
+
+/// Pages of two, so that every replay crosses pages.
+fn fixture() -> Fixture {
+    fixture_with(MailboxConfig { page: 2, ..MailboxConfig::default() }, Arc::new(SingleProcessLeadership))
+}
+
+/// Every page of `replay`, as the job ids of its entries.
+async fn drain(mailbox: &Mailbox, mut replay: Replay) -> Vec<i64> {
+    let mut jobs = Vec::new();
+    loop {
+        let page = mailbox.next_page(&mut replay).await.unwrap();
+        if page.is_empty() {
+            assert!(replay.is_done());
+            return jobs;
+        }
+        assert!(page.len() <= 2, "pages of the configured size");
+        jobs.extend(page.iter().map(|entry| entry.reminder.job_id));
+    }
+}
+
+fn unreceived(store: &InMemoryCronJobStore, agent_id: &str) -> Vec<MailboxEntry> {
+    let query = MailboxQuery { agent_id: agent(agent_id), unreceived_only: true, after: 0, through: None, limit: 100 };
+    store.mailbox_entries(&query).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_sends_the_unreceived_fires_then_after_a_last_event_id_everything_after_it() {
+    let Fixture { store, mailbox, .. } = fixture();
+    let fires: Vec<FiredReminder> = (1..=7).map(|n| fire(if n == 4 { "agent-8" } else { "agent-7" }, n)).collect();
+    record(&store, &fires);
+    store.mark_received(&[fires[1].clone(), fires[2].clone(), fires[5].clone()], START).unwrap();
+    let agent_7 = || agent("agent-7");
+
+    assert_eq!(drain(&mailbox, mailbox.replay(agent_7(), None).await.unwrap()).await, [1, 5, 7], "unreceived");
+    let after_two = mailbox.replay(agent_7(), Some(&fires[1].fire_id)).await.unwrap();
+    assert_eq!(drain(&mailbox, after_two).await, [1, 3, 5, 6, 7], "unreceived up to it, then everything after it");
+    let after_six = mailbox.replay(agent_7(), Some(&fires[5].fire_id)).await.unwrap();
+    assert_eq!(drain(&mailbox, after_six).await, [1, 5, 7]);
+    let after_last = mailbox.replay(agent_7(), Some(&fires[6].fire_id)).await.unwrap();
+    assert_eq!(drain(&mailbox, after_last).await, [1, 5, 7]);
+    let long = "x".repeat(10_000);
+    for unknown in ["1:2020-01-01T00:00:00Z", fires[3].fire_id.as_str(), "", long.as_str()] {
+        let everything = mailbox.replay(agent_7(), Some(unknown)).await.unwrap();
+        assert_eq!(drain(&mailbox, everything).await, [1, 2, 3, 5, 6, 7], "an id not of this agent: {unknown:.20}");
+    }
+    assert!(drain(&mailbox, mailbox.replay(agent("agent-9"), None).await.unwrap()).await.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_reader_pages_after_a_fire_id_and_marks_nothing() {
+    let Fixture { store, mailbox, .. } = fixture();
+    let fires: Vec<FiredReminder> = (1..=5).map(|n| fire("agent-7", n)).collect();
+    record(&store, &fires);
+    store.mark_received(&fires[..1], START).unwrap();
+    let jobs = |after: Option<&str>, limit| {
+        let (mailbox, after) = (mailbox.clone(), after.map(str::to_owned));
+        async move {
+            let entries = mailbox.reminders_after(agent("agent-7"), after.as_deref(), limit).await.unwrap();
+            entries.into_iter().map(|entry| entry.reminder.job_id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(jobs(None, 2).await, [1, 2], "received ones too");
+    assert_eq!(jobs(Some(&fires[1].fire_id), 2).await, [3, 4]);
+    assert_eq!(jobs(Some(&fires[3].fire_id), 2).await, [5]);
+    assert!(jobs(Some(&fires[4].fire_id), 2).await.is_empty());
+    assert_eq!(jobs(Some("7:2020-01-01T00:00:00Z"), 10).await, [1, 2, 3, 4, 5], "unknown: from the first");
+    assert_eq!(unreceived(&store, "agent-7").len(), 4, "reading marked nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn receipts_are_written_in_batches_including_fires_not_recorded_yet() {
+    let Fixture { store, mailbox, clock } = fixture();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let (mailbox, shutdown) = (mailbox.clone(), shutdown.clone());
+        async move { mailbox.run(shutdown).await }
+    });
+    let fires: Vec<FiredReminder> = (1..=3).map(|n| fire("agent-7", n)).collect();
+    record(&store, &fires[..2]);
+    clock.advance(Duration::seconds(5));
+    for reminder in &fires {
+        mailbox.received(reminder.clone());
+    }
+    mailbox.receipts_settled().await;
+    let entries = store
+        .mailbox_entries(&MailboxQuery {
+            agent_id: agent("agent-7"),
+            unreceived_only: false,
+            after: 0,
+            through: None,
+            limit: 10,
+        })
+        .unwrap();
+    assert_eq!(entries.len(), 3, "the live fire not recorded yet is recorded by its receipt");
+    assert!(entries.iter().all(|entry| entry.received_at == Some(START + Duration::seconds(5))));
+    assert!(unreceived(&store, "agent-7").is_empty());
+    record(&store, &fires[2..]);
+    assert!(unreceived(&store, "agent-7").is_empty(), "its completion's record changes nothing");
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn receipts_that_cannot_be_written_are_retried_and_the_store_outage_is_reported() {
+    let Fixture { store, mailbox, .. } = fixture();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let (mailbox, shutdown) = (mailbox.clone(), shutdown.clone());
+        async move { mailbox.run(shutdown).await }
+    });
+    let [receipts, _] = mailbox.health();
+    receipts.running().await;
+    record(&store, &[fire("agent-7", 1)]);
+    store.failure.set_failing(true);
+    mailbox.received(fire("agent-7", 1));
+    while receipts.report().healthy {
+        tokio::time::sleep(StdDuration::from_millis(10)).await;
+    }
+    assert!(receipts.report().problem.unwrap().starts_with("cannot write mailbox receipts"));
+    store.failure.set_failing(false);
+    mailbox.receipts_settled().await;
+    assert!(unreceived(&store, "agent-7").is_empty(), "written once the store is back");
+    assert!(receipts.report().healthy);
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn receipts_past_a_full_queue_are_dropped_and_the_ones_queued_are_written_at_shutdown() {
+    let config = MailboxConfig { receipt_queue: 2, ..MailboxConfig::default() };
+    let Fixture { store, mailbox, .. } = fixture_with(config, Arc::new(SingleProcessLeadership));
+    let fires: Vec<FiredReminder> = (1..=3).map(|n| fire("agent-7", n)).collect();
+    record(&store, &fires);
+    for reminder in &fires {
+        mailbox.received(reminder.clone());
+    }
+    // Stopped before it started: it writes what is queued on its way out.
+    let shutdown = CancellationToken::new();
+    shutdown.cancel();
+    mailbox.run(shutdown).await;
+    let left: Vec<i64> = unreceived(&store, "agent-7").iter().map(|entry| entry.reminder.job_id).collect();
+    assert_eq!(left, [3], "the dropped receipt's fire stays unreceived: delivered again, never lost");
+}
+
+/// Leadership a test can take away and give back.
+#[derive(Debug, Default)]
+struct Switch(AtomicBool);
+
+impl Leadership for Switch {
+    fn current(&self) -> Option<FencingToken> {
+        self.0.load(Ordering::SeqCst).then_some(FencingToken(1))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_leader_prunes_fires_older_than_the_retention_in_batches() {
+    let leadership = Arc::new(Switch::default());
+    let config = MailboxConfig {
+        retention: StdDuration::from_secs(3_600),
+        prune_batch: 2,
+        prune_interval: StdDuration::from_secs(60),
+        ..MailboxConfig::default()
+    };
+    let Fixture { store, mailbox, clock } = fixture_with(config, leadership.clone());
+    let old: Vec<FiredReminder> = (1..=5).map(|n| fire("agent-7", n)).collect();
+    record(&store, &old);
+    clock.advance(Duration::minutes(61));
+    record(&store, &[FiredReminder { fired_at: START + Duration::minutes(61), ..fire("agent-7", 6) }]);
+    let remaining = || {
+        let query =
+            MailboxQuery { agent_id: agent("agent-7"), unreceived_only: false, after: 0, through: None, limit: 10 };
+        store.mailbox_entries(&query).unwrap().iter().map(|entry| entry.reminder.job_id).collect::<Vec<_>>()
+    };
+
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let (mailbox, shutdown) = (mailbox.clone(), shutdown.clone());
+        async move { mailbox.run(shutdown).await }
+    });
+    tokio::time::sleep(StdDuration::from_secs(120)).await;
+    assert_eq!(remaining().len(), 6, "a follower prunes nothing");
+    leadership.0.store(true, Ordering::SeqCst);
+    while remaining().len() > 1 {
+        tokio::time::sleep(StdDuration::from_secs(1)).await;
+    }
+    assert_eq!(remaining(), [6], "only what was fired within the retention is left");
+    let [_, retention] = mailbox.health();
+    assert!(retention.report().healthy);
+    shutdown.cancel();
+    running.await.unwrap();
+}
