@@ -509,13 +509,7 @@ mod tests {
         fn issue(&self, agent: &str) -> IssuedToken {
             let issued = IssuedToken::issue(OffsetDateTime::now_utc()).unwrap();
             self.store
-                .insert_credential(&CredentialRecord {
-                    credential_id: issued.credential_id.clone(),
-                    agent_id: AgentId::new(agent).unwrap(),
-                    token_hash: issued.hash,
-                    created_at: OffsetDateTime::now_utc(),
-                    revoked_at: None,
-                })
+                .insert_credential(&issued.record(AgentId::new(agent).unwrap(), OffsetDateTime::now_utc()))
                 .unwrap();
             issued
         }

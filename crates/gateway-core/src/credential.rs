@@ -179,6 +179,17 @@ pub struct IssuedToken {
 }
 
 impl IssuedToken {
+    /// The row that stores this token for `agent_id`: its id and hash, never the token.
+    pub fn record(&self, agent_id: AgentId, created_at: OffsetDateTime) -> CredentialRecord {
+        CredentialRecord {
+            credential_id: self.credential_id.clone(),
+            agent_id,
+            token_hash: self.hash,
+            created_at,
+            revoked_at: None,
+        }
+    }
+
     /// A new token, its id stamped with `at`. Fails only when the operating system has no randomness source.
     pub fn issue(at: OffsetDateTime) -> Result<Self, ring::error::Unspecified> {
         let random = ring::rand::SystemRandom::new();

@@ -190,9 +190,7 @@ fn needs_token(what: &str) -> ApiError {
 mod tests {
     use std::time::Duration;
 
-    use gateway_core::{
-        AgentCredentialStore, CredentialRecord, FixedWindowLimiter, InMemoryAgentCredentialStore, IssuedToken,
-    };
+    use gateway_core::{AgentCredentialStore, FixedWindowLimiter, InMemoryAgentCredentialStore, IssuedToken};
     use http::{HeaderValue, StatusCode};
     use time::OffsetDateTime;
 
@@ -216,13 +214,7 @@ mod tests {
         fn token(&self, agent: &str) -> String {
             let issued = IssuedToken::issue(OffsetDateTime::now_utc()).unwrap();
             self.store
-                .insert_credential(&CredentialRecord {
-                    credential_id: issued.credential_id.clone(),
-                    agent_id: AgentId::new(agent).unwrap(),
-                    token_hash: issued.hash,
-                    created_at: OffsetDateTime::now_utc(),
-                    revoked_at: None,
-                })
+                .insert_credential(&issued.record(AgentId::new(agent).unwrap(), OffsetDateTime::now_utc()))
                 .unwrap();
             issued.expose().to_owned()
         }

@@ -32,13 +32,7 @@ pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiEr
         tracing::error!("the operating system has no randomness source: no agent token issued");
         ApiError::internal()
     })?;
-    let record = CredentialRecord {
-        credential_id: issued.credential_id.clone(),
-        agent_id: agent_id.clone(),
-        token_hash: issued.hash,
-        created_at,
-        revoked_at: None,
-    };
+    let record = issued.record(agent_id.clone(), created_at);
     let store = state.store.clone();
     run_blocking(move || store.insert_credential(&record)).await.map_err(gateway_core::StoreError::from)??;
     tracing::info!(%agent_id, credential_id = %issued.credential_id, "agent credential issued");
