@@ -27,6 +27,7 @@ use crate::config::{AdminToken, Config};
 use crate::credentials::{CredentialCache, CredentialUpkeep};
 use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
+use crate::http::events::{REMINDER_FRAME_OVERHEAD, StreamLimits};
 use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
 
 /// At shutdown, webhook attempts in flight get their timeout plus this to finish and record their outcome.
@@ -184,7 +185,10 @@ impl App {
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
             operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
             streams_per_address: Arc::default(),
-            stream_limits: config.stream_limits,
+            stream_limits: StreamLimits {
+                replay_entry_bytes: config.reminder_payload_max_bytes.saturating_add(REMINDER_FRAME_OVERHEAD),
+                ..config.stream_limits
+            },
         };
         Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })
     }

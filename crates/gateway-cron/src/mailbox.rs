@@ -185,9 +185,10 @@ impl Mailbox {
         })
     }
 
-    /// The next entries of `replay`, in firing order; empty once it is done.
-    pub async fn next_page(&self, replay: &mut Replay) -> Result<Vec<MailboxEntry>, CronError> {
-        let limit = self.inner.config.page;
+    /// The next entries of `replay`, in firing order, at most `limit` (and at most the configured page); empty once
+    /// it is done.
+    pub async fn next_page(&self, replay: &mut Replay, limit: usize) -> Result<Vec<MailboxEntry>, CronError> {
+        let limit = limit.clamp(1, self.inner.config.page.max(1));
         loop {
             let (unreceived_only, through) = match replay.phase {
                 Phase::Unreceived { through } => (true, through),

@@ -63,7 +63,7 @@ fn fixture() -> Fixture {
 async fn drain(mailbox: &Mailbox, mut replay: Replay) -> Vec<i64> {
     let mut jobs = Vec::new();
     loop {
-        let page = mailbox.next_page(&mut replay).await.unwrap();
+        let page = mailbox.next_page(&mut replay, usize::MAX).await.unwrap();
         if page.is_empty() {
             assert!(replay.is_done());
             return jobs;

@@ -74,7 +74,14 @@ pub struct StreamLimits {
     pub buffer_bytes: usize,
     pub send_buffer: usize,
     pub per_address: usize,
+    /// The largest frame one replayed reminder can make (the payload limit and the event's other fields): a replay
+    /// reads from the mailbox only as many entries as the stream's budget has room for at this size, so a stream
+    /// whose client does not read holds no more replayed reminders than live ones.
+    pub replay_entry_bytes: usize,
 }
+
+/// What a reminder's frame adds to its payload: the `id:` and `event:` lines and the event's other fields.
+pub const REMINDER_FRAME_OVERHEAD: usize = 1_024;
 
 impl Default for StreamLimits {
     fn default() -> Self {
@@ -85,6 +92,7 @@ impl Default for StreamLimits {
             buffer_bytes: STREAM_BUFFER_BYTES,
             send_buffer: STREAM_SEND_BUFFER,
             per_address: MAX_STREAMS_PER_ADDRESS,
+            replay_entry_bytes: gateway_cron::DEFAULT_REMINDER_PAYLOAD_MAX_BYTES + REMINDER_FRAME_OVERHEAD,
         }
     }
 }
@@ -375,11 +383,19 @@ async fn send_replay(
     limits: &StreamLimits,
     shutdown: &CancellationToken,
 ) -> Result<Result<(), Ended>, gateway_cron::CronError> {
+    let entry_bytes = limits.replay_entry_bytes.max(1);
     loop {
+        // Read only what there is room for: entries read but not yet queued are this stream's own copies (unlike
+        // live frames, which every stream shares), so a stream whose client does not read must not hold a page.
+        if let Err(ended) = room_for(outbox, entry_bytes.min(limits.buffer_bytes), limits, shutdown).await {
+            return Ok(Err(ended));
+        }
+        let room = limits.buffer_bytes.saturating_sub(outbox.queued_bytes());
+        let limit = (room / entry_bytes).max(1);
         let page = tokio::select! {
             () = shutdown.cancelled() => return Ok(Err(Ended::Shutdown)),
             () = outbox.body_dropped.cancelled() => return Ok(Err(Ended::ClientGone)),
-            page = mailbox.mailbox.next_page(&mut replay) => page?,
+            page = mailbox.mailbox.next_page(&mut replay, limit) => page?,
         };
         if page.is_empty() {
             return Ok(Ok(()));
@@ -581,6 +597,7 @@ mod tests {
         buffer_bytes: 100,
         send_buffer: 4096,
         per_address: 2,
+        replay_entry_bytes: 64,
     };
 
     fn event(n: i64) -> Event {
