@@ -53,6 +53,9 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let mut gateway = Command::new(&binary)
         .args(["--listen", "127.0.0.1:0", "--admin-token", TOKEN, "--log-format", "text"])
+        // Reminder payloads as large as the benchmark's events (the default limit is 64 KiB; the most is 1 MiB).
+        .arg("--reminder-payload-max-bytes")
+        .arg((event_kib * 1024).clamp(65_536, 1_048_576).to_string())
         .arg("--database-url")
         .arg(format!("sqlite://{}", dir.path().join("gateway.db").display()))
         .args(std::env::var("STREAMS_BENCH_GATEWAY_ARGS").unwrap_or_default().split_whitespace())
