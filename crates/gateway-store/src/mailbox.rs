@@ -373,23 +373,8 @@ fn entries_query<'a>(agent_id: &'a str, after: i64, through: i64, limit: i64) ->
 /// [`entries_query`] of the entries nobody received: the same range, `received_at` checked in the index.
 #[diesel::dsl::auto_type]
 fn unreceived_entries_query<'a>(agent_id: &'a str, after: i64, through: i64, limit: i64) -> _ {
-    agent_mailbox::table
-        .filter(agent_mailbox::agent_id.eq(agent_id))
-        .filter(agent_mailbox::seq.gt(after))
-        .filter(agent_mailbox::seq.le(through))
-        .filter(agent_mailbox::received_at.is_null())
-        .order(agent_mailbox::seq.asc())
-        .limit(limit)
-        .select((
-            agent_mailbox::seq,
-            agent_mailbox::fire_id,
-            agent_mailbox::agent_id,
-            agent_mailbox::job_id,
-            agent_mailbox::payload,
-            agent_mailbox::scheduled_for,
-            agent_mailbox::fired_at,
-            agent_mailbox::received_at,
-        ))
+    let entries: entries_query<'a> = entries_query(agent_id, after, through, limit);
+    entries.filter(agent_mailbox::received_at.is_null())
 }
 
 /// The first `limit` entries in firing order: the start of the primary key.
