@@ -86,7 +86,7 @@ pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestEr
 pub use leadership::{EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership};
 pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
 pub use mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore};
-pub use periodic::{LeaderLoop, MaybeFenced};
+pub use periodic::{LeaderLoop, MaybeFenced, PruningPass};
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};
 pub use store::{StoreError, StoreHealth};

@@ -11,6 +11,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::capped_backoff;
+use crate::blocking::run_blocking;
 use crate::health::ComponentHealth;
 use crate::leadership::{FencingToken, Leadership};
 use crate::store::StoreError;
@@ -23,6 +24,42 @@ pub trait MaybeFenced {
 impl MaybeFenced for StoreError {
     fn is_fenced(&self) -> bool {
         StoreError::is_fenced(self)
+    }
+}
+
+/// One pass of a retention loop: `prune(cutoff, batch)` on the blocking pool, batch after batch with `pause`
+/// between them (so that other writers never queue behind one long delete), where `cutoff` is `now - retention`
+/// (the epoch when that underflows). The pass ends at shutdown or when a batch deleted nothing; with
+/// `short_batch_ends` also when it deleted fewer than `batch` (right for a store that deletes the oldest rows
+/// first; a store that looks at a window of rows may delete fewer while older ones remain). Returns how many
+/// rows went.
+#[derive(Debug, Clone, Copy)]
+pub struct PruningPass {
+    pub now: time::OffsetDateTime,
+    pub retention: Duration,
+    pub batch: usize,
+    pub pause: Duration,
+    pub short_batch_ends: bool,
+}
+
+impl PruningPass {
+    pub async fn run<P>(self, shutdown: &CancellationToken, prune: P) -> Result<usize, StoreError>
+    where
+        P: Fn(time::OffsetDateTime, usize) -> Result<usize, StoreError> + Clone + Send + 'static,
+    {
+        let retention = time::Duration::try_from(self.retention).unwrap_or(time::Duration::MAX);
+        let cutoff = self.now.checked_sub(retention).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let mut pruned = 0;
+        loop {
+            let (prune, batch) = (prune.clone(), self.batch);
+            let deleted = run_blocking(move || prune(cutoff, batch)).await.map_err(StoreError::from)??;
+            pruned += deleted;
+            let last = deleted == 0 || (self.short_batch_ends && deleted < batch);
+            if last || shutdown.is_cancelled() {
+                return Ok(pruned);
+            }
+            tokio::time::sleep(self.pause).await;
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use gateway_core::{
     AgentId, BackgroundLoop, Clock, ComponentHealth, FiredReminder, LeaderLoop, Leadership, MailboxEntry, MailboxQuery,
-    MailboxStore, StoreError, run_blocking,
+    MailboxStore, PruningPass, StoreError, run_blocking,
 };
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -355,19 +355,16 @@ impl Mailbox {
     /// went.
     pub async fn prune_once(&self, shutdown: &CancellationToken) -> Result<usize, CronError> {
         let config = &self.inner.config;
-        let retention = time::Duration::try_from(config.retention).unwrap_or(time::Duration::MAX);
-        let cutoff = self.inner.ports.clock.now().checked_sub(retention).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-        let mut pruned = 0;
-        loop {
-            let (store, limit) = (Arc::clone(&self.inner.ports.store), config.prune_batch);
-            let deleted =
-                run_blocking(move || store.prune_mailbox(cutoff, limit)).await.map_err(StoreError::from)??;
-            pruned += deleted;
-            if deleted == 0 || shutdown.is_cancelled() {
-                return Ok(pruned);
-            }
-            tokio::time::sleep(config.prune_pause).await;
-        }
+        let pass = PruningPass {
+            now: self.inner.ports.clock.now(),
+            retention: config.retention,
+            batch: config.prune_batch,
+            pause: config.prune_pause,
+            // A batch looks at the first entries in firing order, which may hold fewer old ones than it could take.
+            short_batch_ends: false,
+        };
+        let store = Arc::clone(&self.inner.ports.store);
+        Ok(pass.run(shutdown, move |cutoff, limit| store.prune_mailbox(cutoff, limit)).await?)
     }
 
     async fn prune(&self, shutdown: &CancellationToken) {

@@ -22,8 +22,8 @@ use gateway_core::intake::ReminderRefusal;
 use gateway_core::interceptor::tool_reminder_idempotency_key;
 use gateway_core::tool_call::params_hash;
 use gateway_core::{
-    AgentId, BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, ReminderRequest, StoreError, ToolCallId,
-    ToolCallRecord, ToolCallStore, rfc3339, run_blocking,
+    AgentId, BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, PruningPass, ReminderRequest, StoreError,
+    ToolCallId, ToolCallRecord, ToolCallStore, rfc3339, run_blocking,
 };
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -325,18 +325,15 @@ impl ReminderTools {
     /// One pass: batches until none is full. Returns how many records went.
     pub async fn prune_once(&self, shutdown: &CancellationToken) -> Result<usize, StoreError> {
         let config = self.inner.config;
-        let retention = time::Duration::try_from(config.retention).unwrap_or(time::Duration::MAX);
-        let cutoff = self.inner.ports.clock.now().checked_sub(retention).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-        let mut pruned = 0;
-        loop {
-            let (calls, limit) = (Arc::clone(&self.inner.ports.calls), config.prune_batch);
-            let deleted = run_blocking(move || calls.prune_tool_calls(cutoff, limit)).await??;
-            pruned += deleted;
-            if deleted < limit || shutdown.is_cancelled() {
-                return Ok(pruned);
-            }
-            tokio::time::sleep(config.prune_pause).await;
-        }
+        let pass = PruningPass {
+            now: self.inner.ports.clock.now(),
+            retention: config.retention,
+            batch: config.prune_batch,
+            pause: config.prune_pause,
+            short_batch_ends: true,
+        };
+        let calls = Arc::clone(&self.inner.ports.calls);
+        pass.run(shutdown, move |cutoff, limit| calls.prune_tool_calls(cutoff, limit)).await
     }
 
     /// A pass every interval (the first at once), only while leader; failures back off (capped) and never stop

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::{BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, WebhookStore, run_blocking};
+use gateway_core::{BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, PruningPass, WebhookStore};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -67,18 +67,15 @@ impl DeliveryRetention {
 
     /// One pass: batches until none is full. Returns how many deliveries went.
     pub async fn prune_once(&self, shutdown: &CancellationToken) -> Result<usize, WebhookError> {
-        let retention = time::Duration::try_from(self.config.retention).unwrap_or(time::Duration::MAX);
-        let cutoff = self.ports.clock.now().checked_sub(retention).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-        let mut pruned = 0;
-        loop {
-            let (store, limit) = (Arc::clone(&self.ports.store), self.config.batch_size);
-            let deleted = run_blocking(move || store.prune_finished_deliveries(cutoff, limit)).await??;
-            pruned += deleted;
-            if deleted < limit || shutdown.is_cancelled() {
-                return Ok(pruned);
-            }
-            tokio::time::sleep(self.config.pause).await;
-        }
+        let pass = PruningPass {
+            now: self.ports.clock.now(),
+            retention: self.config.retention,
+            batch: self.config.batch_size,
+            pause: self.config.pause,
+            short_batch_ends: true,
+        };
+        let store = Arc::clone(&self.ports.store);
+        Ok(pass.run(shutdown, move |cutoff, limit| store.prune_finished_deliveries(cutoff, limit)).await?)
     }
 
     /// A pass every interval (the first at once), only while leader; failures back off (capped) and never stop
