@@ -17,6 +17,7 @@ pub mod events;
 mod health;
 mod heartbeat;
 mod messages;
+mod openapi;
 mod reminders;
 mod replay;
 mod tools;

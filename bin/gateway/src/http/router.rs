@@ -14,12 +14,16 @@ use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, credentials, cron, events, health, heartbeat, messages, reminders, tools, webhooks};
+use crate::http::{
+    agents, credentials, cron, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
+};
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
-/// names nothing: one not-found shape per kind of thing, whatever the id looks like.
+/// names nothing: one not-found shape per kind of thing, whatever the id looks like. (The tests list every variant
+/// to hold the router and the OpenAPI document to the same routes.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 enum Route {
     Heartbeat,
     Messages,
@@ -44,6 +48,8 @@ enum Route {
     AgentCredentials,
     /// `/gateway/agents/{agent_id}/credentials/{credential_id}`.
     AgentCredential,
+    /// `/openapi.json`: the document of this API (http/openapi.rs).
+    OpenApi,
 }
 
 const TOOLS_PREFIX: &str = "/gateway/tools/";
@@ -64,6 +70,7 @@ fn resolve(path: &str) -> Option<Route> {
         "/gateway/deliveries" => Route::Deliveries,
         "/gateway/cron/jobs" => Route::CronJobs,
         "/gateway/cluster" => Route::Cluster,
+        "/openapi.json" => Route::OpenApi,
         _ => {
             if let Some(webhook) = path.strip_prefix("/gateway/webhooks/") {
                 segment(webhook).map(|()| Route::WebhookInbound(id(webhook)))?
@@ -114,6 +121,7 @@ impl Route {
             Self::CronJob(_) => &[Method::GET, Method::DELETE],
             Self::AgentCredentials => &[Method::GET, Method::POST],
             Self::AgentCredential => &[Method::DELETE],
+            Self::OpenApi => &[Method::GET],
         }
     }
 
@@ -256,6 +264,7 @@ async fn dispatch_rest(
         Route::AgentCredentials if is_post => credentials::issue(state, request).await,
         Route::AgentCredentials => credentials::list(state, &request).await,
         Route::AgentCredential => credentials::revoke(state, &request).await,
+        Route::OpenApi => Ok(openapi::get()),
     }
 }
 
@@ -283,11 +292,48 @@ mod tests {
         assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     }
 
+    /// Holds the router and the OpenAPI document to the same routes: every path of the document resolves to a
+    /// route that serves exactly the document's methods there, and every route (the compiler's list of
+    /// `Route`'s variants) is reached by some path of the document.
+    #[test]
+    fn the_openapi_document_names_every_route_and_method_and_nothing_else() {
+        use strum::IntoEnumIterator;
+
+        const METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+        let document = openapi::document();
+        let mut documented_routes = Vec::new();
+        for (path, item) in document["paths"].as_object().unwrap() {
+            // Any value in a `{parameter}` reaches the route: ids that are not ids resolve too.
+            let sample: String = path
+                .split('/')
+                .map(|segment| if segment.starts_with('{') && segment.ends_with('}') { "1" } else { segment })
+                .collect::<Vec<_>>()
+                .join("/");
+            let route =
+                resolve(&sample).unwrap_or_else(|| panic!("{path} is in the OpenAPI document; no route serves it"));
+            let mut documented: Vec<String> =
+                item.as_object().unwrap().keys().filter(|key| METHODS.contains(&key.as_str())).cloned().collect();
+            let mut served: Vec<String> = route.methods().iter().map(|method| method.as_str().to_lowercase()).collect();
+            documented.sort();
+            served.sort();
+            assert_eq!(documented, served, "methods of {path}: the OpenAPI document's, then the router's");
+            documented_routes.push(std::mem::discriminant(&route));
+        }
+        for route in Route::iter() {
+            assert!(
+                documented_routes.contains(&std::mem::discriminant(&route)),
+                "{route:?} is served but no path of the OpenAPI document (http/openapi.rs) reaches it"
+            );
+        }
+    }
+
     #[test]
     fn resolves_exact_paths_only() {
         assert_eq!(resolve("/gateway/heartbeat"), Some(Route::Heartbeat));
         assert_eq!(resolve("/readyz"), Some(Route::Readyz));
         assert_eq!(resolve("/gateway/cluster"), Some(Route::Cluster));
+        assert_eq!(resolve("/openapi.json"), Some(Route::OpenApi));
+        assert!(!Route::OpenApi.operator_only());
         assert!(Route::Cluster.operator_only());
         assert_eq!(resolve("/gateway/webhooks/7"), Some(Route::WebhookInbound(Some(7))));
         assert_eq!(resolve("/gateway/webhooks/seven"), Some(Route::WebhookInbound(None)));
