@@ -127,7 +127,7 @@ impl Operation {
     }
 
     fn path_id(self, name: &str, description: &str) -> Self {
-        self.parameter("path", name, true, description, json!({"type": "integer", "format": "int64"}))
+        self.parameter("path", name, true, description, int64())
     }
 
     fn query(self, name: &str, description: &str, schema: Value) -> Self {
@@ -167,6 +167,25 @@ impl Operation {
             json!({"required": required, "content": {"application/json": {"schema": schema}}}),
         );
         self.reads_body()
+    }
+
+    /// An example of the JSON body (sent as it is by fuzzers' example phase).
+    fn example(mut self, example: Value) -> Self {
+        if let Some(body) = self.fields.get_mut("requestBody") {
+            body["content"]["application/json"]["example"] = example;
+        }
+        self
+    }
+
+    /// A link from the answer of `status` to another operation, its parameters taken from the answer.
+    fn link(mut self, status: u16, operation_id: &str, parameters: Value) -> Self {
+        if let Some(answer) = self.answers.get_mut(&status) {
+            if answer.get("links").is_none() {
+                answer["links"] = json!({});
+            }
+            answer["links"][operation_id] = json!({"operationId": operation_id, "parameters": parameters});
+        }
+        self
     }
 
     fn answer(self, status: u16, description: &str, schema: Value) -> Self {
@@ -252,6 +271,19 @@ fn error_response(reasons: &[&'static str]) -> Value {
     response
 }
 
+/// What ids and names may not hold: control characters (Unicode's Cc: U+0000-U+001F, U+007F-U+009F).
+const NO_CONTROL_CHARACTERS: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
+
+/// An id or a name: 1 to `max` bytes (the schema can only count characters) without control characters.
+fn name(max: u64) -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": max, "pattern": NO_CONTROL_CHARACTERS})
+}
+
+/// An integer the gateway reads as an `i64` (ids, cursors).
+fn int64() -> Value {
+    json!({"type": "integer", "format": "int64", "minimum": i64::MIN, "maximum": i64::MAX})
+}
+
 fn schema(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
@@ -268,7 +300,7 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
             "agent_id",
             true,
             "The agent's id, percent-encoded as one path segment (`ns%3Aagent%2F7`).",
-            json!({"type": "string", "minLength": 1, "maxLength": 256}),
+            schema("AgentId"),
         )
     };
     vec![
@@ -299,7 +331,7 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                 Operation::new("listAgents", "operator", "Live agents", Auth::Operator)
                     .describe("Live agents in `agent_id` order; pass `next_after` as `after` for the next page.")
                     .limit(100, 1000)
-                    .query("after", "An agent id: the page starts after it.", json!({"type": "string", "minLength": 1, "maxLength": 256}))
+                    .query("after", "An agent id: the page starts after it.", schema("AgentId"))
                     .answer(200, "A page of live agents.", schema("AgentPage"))
                     .error(503, "store_unavailable"),
             )],
@@ -317,6 +349,11 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                             "Issued.",
                             schema("IssuedCredential"),
                             json!({"Cache-Control": {"schema": {"type": "string", "const": "no-store"}}}),
+                        )
+                        .link(
+                            201,
+                            "revokeCredential",
+                            json!({"agent_id": "$response.body#/agent_id", "credential_id": "$response.body#/credential_id"}),
                         )
                         .error(422, "invalid_field")
                         .error(503, "store_unavailable"),
@@ -353,7 +390,15 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                     "post",
                     Operation::new("createWebhookConfig", "webhooks", "Create a webhook config", Auth::Operator)
                         .json_body(schema("WebhookConfigCreate"), true)
+                        .example(json!({
+                            "source_identifier": "github", "event_type": "push", "agent_intent": "review_code",
+                            "target_session": "session-1", "target_url": "https://hooks.example.com/in",
+                            "secret": "a-shared-secret",
+                        }))
                         .answer(201, "Created (never the secret).", schema("WebhookConfig"))
+                        .link(201, "getWebhookConfig", json!({"id": "$response.body#/id"}))
+                        .link(201, "deleteWebhookConfig", json!({"id": "$response.body#/id"}))
+                        .link(201, "inboundWebhook", json!({"webhook_id": "$response.body#/id"}))
                         .error(409, "duplicate_webhook_config")
                         .errors(422, &["missing_required_fields", "invalid_field"])
                         .error(503, "store_unavailable"),
@@ -399,7 +444,10 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                         .describe("The payload is stored, signed and sent byte for byte as posted; the first attempt goes out at once.")
                         .idempotency_key()
                         .json_body(schema("DeliveryCreate"), true)
+                        .example(json!({"webhook_id": 1, "session_id": "session-1", "payload": {"order": 17}}))
                         .answer(201, "Enqueued.", schema("Delivery"))
+                        .link(201, "getDelivery", json!({"id": "$response.body#/id"}))
+                        .link(201, "retryDelivery", json!({"id": "$response.body#/id"}))
                         .answer_with_headers(200, "Answered from an earlier request with this `Idempotency-Key`.", schema("Delivery"), replayed_header())
                         .error(404, "unknown_webhook")
                         .errors(422, &["missing_required_fields", "invalid_field"])
@@ -414,7 +462,7 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                         .query("from", "Created at or after this instant (RFC 3339).", json!({"type": "string", "format": "date-time"}))
                         .query("to", "Created before this instant (RFC 3339).", json!({"type": "string", "format": "date-time"}))
                         .limit(100, 500)
-                        .query("after_id", "A delivery id: the page starts after it.", json!({"type": "integer", "format": "int64"}))
+                        .query("after_id", "A delivery id: the page starts after it.", int64())
                         .answer(200, "A page of deliveries.", schema("DeliveryPage"))
                         .error(503, "store_unavailable"),
                 ),
@@ -452,7 +500,10 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                     Operation::new("createCronJob", "cron", "Create a recurring job", Auth::Operator)
                         .idempotency_key()
                         .json_body(schema("CronJobCreate"), true)
+                        .example(json!({"agent_id": "researcher-alpha-9", "schedule": "*/5 * * * *", "payload": {"task": "sweep"}}))
                         .answer(201, "Created, with a preview of its next instants.", schema("CronJob"))
+                        .link(201, "getCronJob", json!({"id": "$response.body#/id"}))
+                        .link(201, "deleteCronJob", json!({"id": "$response.body#/id"}))
                         .answer_with_headers(200, "Answered from an earlier request with this `Idempotency-Key`.", schema("CronJob"), replayed_header())
                         .errors(422, &["invalid_schedule", "missing_required_fields", "invalid_field"])
                         .error(503, "store_unavailable"),
@@ -462,7 +513,7 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                     Operation::new("listCronJobs", "cron", "Cron jobs and pending reminders", Auth::Operator)
                         .describe("Ascending id; one-time reminders appear with `is_one_time: true`.")
                         .limit(100, 1000)
-                        .query("after_id", "A job id: the page starts after it.", json!({"type": "integer", "format": "int64"}))
+                        .query("after_id", "A job id: the page starts after it.", int64())
                         .answer(200, "A page of jobs.", schema("CronJobPage"))
                         .error(503, "store_unavailable"),
                 ),
@@ -530,6 +581,10 @@ fn heartbeat() -> Operation {
     Operation::new("heartbeat", "agents", "Record a heartbeat", Auth::Agent)
         .describe("Never rate-limited. A 422 touches neither the live map nor the database.")
         .json_body(schema("Heartbeat"), true)
+        .example(json!({
+            "type": "heartbeat", "agent_id": "researcher-alpha-9", "cluster_id": "mesh-04",
+            "timestamp": "2026-02-22T12:00:00Z",
+        }))
         .answer(200, "Recorded.", schema("StatusOk"))
         .errors(422, &["invalid_heartbeat_type", "missing_required_fields", "invalid_field"])
         .error(503, "heartbeat_manager_unavailable")
@@ -543,6 +598,14 @@ fn messages() -> Operation {
              published on `gateway:violations`.",
         )
         .json_body(schema("DecisionLog"), true)
+        .example(json!({
+            "meta": {"trace_id": "trace-1", "timestamp": "2026-02-22T12:00:00Z"},
+            "identity": {"agent_id": "researcher-alpha-9", "agent_type": "researcher", "capability_version": "1.4.0"},
+            "cognition": {"intent": "check the quota", "reasoning_chain": ["quota resets hourly"], "confidence_score": 0.8},
+            "action": {"status": "success", "tool_call": "schedule_reminder", "tool_input": {"delay_ms": 60000, "payload": {"task": "check_quota"}}},
+            "state_delta": {"tokens_consumed": 512},
+            "control": {"hitl_required": false, "is_terminal": false},
+        }))
         .answer(202, "Accepted.", schema("MessageAccepted"))
         .answer(
             422,
@@ -560,7 +623,7 @@ enum Tool {
 }
 
 fn tool(tool: Tool) -> Operation {
-    let (id, summary, params, result) = match tool {
+    let (id, summary, params, example, result) = match tool {
         Tool::ScheduleReminder => (
             "scheduleReminder",
             "Schedule a one-time reminder",
@@ -573,11 +636,12 @@ fn tool(tool: Tool) -> Operation {
                     "payload": {"type": "object", "description": "At most `--reminder-payload-max-bytes` (65,536) as JSON."},
                 },
             }),
+            json!({"delay_ms": 60_000, "payload": {"task": "check_quota"}}),
             json!({
                 "type": "object",
                 "required": ["job_id", "fire_at"],
                 "additionalProperties": false,
-                "properties": {"job_id": {"type": "integer", "format": "int64"}, "fire_at": {"type": "string", "format": "date-time"}},
+                "properties": {"job_id": int64(), "fire_at": {"type": "string", "format": "date-time"}},
             }),
         ),
         Tool::CancelReminder => (
@@ -587,8 +651,9 @@ fn tool(tool: Tool) -> Operation {
                 "type": "object",
                 "required": ["job_id"],
                 "additionalProperties": false,
-                "properties": {"job_id": {"type": "integer", "format": "int64"}},
+                "properties": {"job_id": int64()},
             }),
+            json!({"job_id": 1}),
             json!({
                 "type": "object",
                 "required": ["cancelled"],
@@ -599,7 +664,8 @@ fn tool(tool: Tool) -> Operation {
         Tool::ListReminders => (
             "listReminders",
             "The agent's pending reminders",
-            json!({"type": "object", "additionalProperties": false, "maxProperties": 0}),
+            json!({"type": ["object", "null"], "additionalProperties": false, "maxProperties": 0}),
+            json!({}),
             json!({
                 "type": "object",
                 "required": ["reminders", "truncated"],
@@ -610,7 +676,7 @@ fn tool(tool: Tool) -> Operation {
                         "required": ["job_id", "fire_at", "payload"],
                         "additionalProperties": false,
                         "properties": {
-                            "job_id": {"type": "integer", "format": "int64"},
+                            "job_id": int64(),
                             "fire_at": {"type": "string", "format": "date-time"},
                             "payload": {"type": "object"},
                         },
@@ -620,13 +686,17 @@ fn tool(tool: Tool) -> Operation {
             }),
         ),
     };
+    let required: &[&str] = match tool {
+        Tool::ScheduleReminder | Tool::CancelReminder => &["agent_id", "tool_call_id", "params"],
+        Tool::ListReminders => &["agent_id", "tool_call_id"],
+    };
     let body = json!({
         "type": "object",
-        "required": ["agent_id", "tool_call_id"],
+        "required": required,
         "additionalProperties": false,
         "properties": {
             "agent_id": schema("AgentId"),
-            "tool_call_id": {"type": "string", "minLength": 1, "maxLength": 256},
+            "tool_call_id": name(256),
             "params": params,
         },
     });
@@ -642,6 +712,7 @@ fn tool(tool: Tool) -> Operation {
              with `Idempotent-Replayed: true`. Counted against the agent's rate limit.",
         )
         .json_body(body, true)
+        .example(json!({"agent_id": "researcher-alpha-9", "tool_call_id": format!("call-{id}"), "params": example}))
         .answer_with_headers(200, "Answered.", answer, replayed_header())
         .error(409, "tool_call_conflict")
         .errors(422, &["missing_required_fields", "invalid_field"])
@@ -664,7 +735,7 @@ fn events() -> Operation {
             "topic",
             true,
             "`gateway:messages`, `gateway:violations`, `gateway:webhooks`, `gateway:agents` or `agent:<agent_id>:scheduled`.",
-            json!({"type": "string", "pattern": "^(gateway:(messages|violations|webhooks|agents)|agent:.+:scheduled)$"}),
+            json!({"type": "string", "pattern": "^(gateway:(messages|violations|webhooks|agents)|agent:[^\\u0000-\\u001F\\u007F-\\u009F]{1,256}:scheduled)$"}),
         )
         .parameter(
             "header",
@@ -783,7 +854,7 @@ fn components() -> Value {
 fn schemas() -> Map<String, Value> {
     let timestamp = json!({"type": "string", "format": "date-time"});
     let nullable_timestamp = json!({"type": ["string", "null"], "format": "date-time"});
-    let id = json!({"type": "integer", "format": "int64"});
+    let id = int64();
     let text = |max: u64| json!({"type": "string", "minLength": 1, "maxLength": max});
     [
         ("Error", json!({
@@ -800,7 +871,7 @@ fn schemas() -> Map<String, Value> {
                 "type": "object", "required": ["status"], "additionalProperties": false,
                 "properties": {"status": {"const": "ok"}},
             })),
-        ("AgentId", json!({"type": "string", "minLength": 1, "maxLength": 256, "description": "At most 256 bytes, no control characters."})),
+        ("AgentId", json!({"type": "string", "minLength": 1, "maxLength": 256, "pattern": NO_CONTROL_CHARACTERS, "description": "At most 256 bytes, no control characters."})),
         ("Role", json!({"enum": ["leader", "follower", "single"]})),
         ("Ready", json!({
                 "type": "object", "required": ["status", "role"], "additionalProperties": false,
@@ -856,44 +927,44 @@ fn schemas() -> Map<String, Value> {
                 "properties": {
                     "type": {"const": "heartbeat"},
                     "agent_id": schema("AgentId"),
-                    "cluster_id": text(256),
-                    "timestamp": {"type": "string", "maxLength": 256, "description": "RFC 3339 UTC; the receipt time when missing or not one."},
+                    "cluster_id": name(256),
+                    "timestamp": {"maxLength": 256, "description": "RFC 3339 UTC; the receipt time when missing, not a string or not RFC 3339 UTC (a string over 256 bytes is refused)."},
                 },
             })),
         ("DecisionLog", json!({
                 "type": "object",
-                "description": "Six optional sections; required fields apply within a present section. Other fields are ignored.",
+                "description": "Six optional sections; required fields apply within a present section. A `null` section or optional field counts as absent; other fields are ignored.",
                 "properties": {
-                    "meta": {"type": "object", "required": ["trace_id", "timestamp"], "properties": {
+                    "meta": {"type": ["object", "null"], "required": ["trace_id", "timestamp"], "properties": {
                         "trace_id": {"type": "string", "minLength": 1},
                         "timestamp": {"type": "string", "format": "date-time", "description": "ISO-8601 UTC."},
                         "parent_step_id": {"type": "string"},
                         "cluster_id": {"type": "string"},
                     }},
-                    "identity": {"type": "object", "required": ["agent_id", "agent_type", "capability_version"], "properties": {
+                    "identity": {"type": ["object", "null"], "required": ["agent_id", "agent_type", "capability_version"], "properties": {
                         "agent_id": schema("AgentId"),
                         "agent_type": text(256),
                         "capability_version": text(256),
                     }},
-                    "cognition": {"type": "object", "required": ["intent"], "properties": {
+                    "cognition": {"type": ["object", "null"], "required": ["intent"], "properties": {
                         "intent": {"type": "string", "minLength": 1},
                         "reasoning_chain": {"type": "array", "items": {"type": "string"}},
                         "confidence_score": {"type": "number"},
                         "strategy_used": {"type": "string"},
                         "entropy_score": {"type": "number"},
                     }},
-                    "action": {"type": "object", "required": ["status"], "properties": {
+                    "action": {"type": ["object", "null"], "required": ["status"], "properties": {
                         "status": {"enum": ["success", "failure", "pending", "skipped"]},
                         "tool_call": {"type": "string"},
                         "tool_input": {"type": ["object", "string"], "description": "An object, or a string holding JSON. For `schedule_reminder`: `delay_ms` and `payload`."},
                         "tool_output_summary": {"type": "string"},
                     }},
-                    "state_delta": {"type": "object", "properties": {
+                    "state_delta": {"type": ["object", "null"], "properties": {
                         "added_to_memory": {"type": "array", "items": {"type": "string"}},
                         "tokens_consumed": {"type": "integer", "minimum": 0},
                         "cumulative_session_cost": {"type": "number"},
                     }},
-                    "control": {"type": "object", "properties": {
+                    "control": {"type": ["object", "null"], "properties": {
                         "hitl_required": {"type": "boolean", "default": false},
                         "interrupt_signal": {},
                         "is_terminal": {"type": "boolean", "default": false},
@@ -986,10 +1057,10 @@ fn schemas() -> Map<String, Value> {
                 "required": ["source_identifier", "event_type", "agent_intent", "target_session", "target_url", "secret"],
                 "additionalProperties": false,
                 "properties": {
-                    "source_identifier": text(256),
-                    "event_type": text(256),
-                    "agent_intent": text(256),
-                    "target_session": text(256),
+                    "source_identifier": name(256),
+                    "event_type": name(256),
+                    "agent_intent": name(256),
+                    "target_session": name(256),
                     "target_url": {"type": "string", "format": "uri", "maxLength": 2048, "description": "An absolute http(s) URL without credentials."},
                     "secret": text(1024),
                 },
@@ -1021,7 +1092,7 @@ fn schemas() -> Map<String, Value> {
                 "type": "object", "required": ["webhook_id", "session_id", "payload"], "additionalProperties": false,
                 "properties": {
                     "webhook_id": id,
-                    "session_id": {"type": "string", "minLength": 1},
+                    "session_id": name(256),
                     "payload": {"description": "Any JSON; sent byte for byte as posted."},
                 },
             })),
@@ -1055,7 +1126,7 @@ fn schemas() -> Map<String, Value> {
                 "properties": {
                     "agent_id": schema("AgentId"),
                     "schedule": {"type": "string", "minLength": 1, "description": "A cron expression (docs/scheduler.md)."},
-                    "payload": {"type": "object"},
+                    "payload": {"type": ["object", "null"], "description": "Absent or `null`: `{}`."},
                 },
             })),
         ("CronJob", json!({
@@ -1089,7 +1160,7 @@ fn schemas() -> Map<String, Value> {
 fn delivery(extra: &[(&str, Value)]) -> Value {
     let timestamp = json!({"type": "string", "format": "date-time"});
     let nullable_timestamp = json!({"type": ["string", "null"], "format": "date-time"});
-    let id = json!({"type": "integer", "format": "int64"});
+    let id = int64();
     let mut properties = json!({
         "id": id,
         "webhook_id": id,

@@ -18,6 +18,7 @@ mod idempotency;
 mod lifecycle;
 mod mailbox;
 mod messages;
+mod openapi;
 mod operator;
 mod postgres;
 mod rate;

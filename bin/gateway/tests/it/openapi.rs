@@ -1,0 +1,108 @@
+//! `GET /openapi.json` on the real binary, and schemathesis fuzzing every operation of that document against it:
+//! no 5xx, and no answer whose status, content type or body the document does not describe.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{Gateway, TOKEN};
+
+/// Test cases per operation and phase: enough to reach every documented refusal, few enough that the run takes
+/// well under a minute on a busy two-core machine (docs/api.md has the command for a longer run).
+const MAX_EXAMPLES: &str = "25";
+/// The same cases on every run, so that a failure in CI can be replayed; a local run picks its own seed.
+const SEED: &str = "20261201";
+/// A run that takes longer than this is killed and fails: something hangs.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+#[test]
+fn the_document_is_served_to_anyone_as_json() {
+    let gateway = Gateway::start(&[]);
+    let mut response = ureq::get(gateway.url("/openapi.json")).call().unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let document: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(document["openapi"], "3.1.0");
+    assert_eq!(document["paths"]["/openapi.json"]["get"]["security"], serde_json::json!([]));
+    let (status, refused) = gateway.get("/gateway/agents");
+    assert_eq!((status, refused["reason"].as_str()), (401, Some("unauthorized")), "the operator API is not opened");
+}
+
+/// The schemathesis CLI: `GATEWAY_TEST_SCHEMATHESIS` (set by .ci/run to its venv's), else `schemathesis` on `PATH`.
+/// Without it the test says so in one line and returns, or fails when `CI=true`.
+fn schemathesis_or_skip(test: &str) -> Option<PathBuf> {
+    let found = match std::env::var_os("GATEWAY_TEST_SCHEMATHESIS") {
+        Some(path) => Some(PathBuf::from(path)).filter(|path| path.is_file()),
+        None => std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths).map(|dir| dir.join("schemathesis")).find(|candidate| candidate.is_file())
+        }),
+    };
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: schemathesis not found (.ci/run installs it); CI=true, so this fails instead of skipping"
+        );
+        eprintln!("skipping {test}: schemathesis not found (see docs/api.md, \"Fuzzing\")");
+    }
+    found
+}
+
+/// A file beside this one: `schemathesis_hooks.py` (keeps generated webhook targets on loopback) and
+/// `schemathesis.toml` (bounds how long an event stream is read).
+fn beside(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it").join(name)
+}
+
+/// Agent auth off (the default on loopback) lets generated agent requests reach their handlers' checks rather than
+/// stop at 401; the operator token goes with every request, so operator routes are fuzzed past it too. No agent
+/// rate limit (support.rs turns it off), so `rate_limited` does not hide what comes after it.
+#[test]
+fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
+    let test = "schemathesis_finds_no_server_error_and_no_answer_outside_the_document";
+    let Some(schemathesis) = schemathesis_or_skip(test) else { return };
+    let gateway = Gateway::start(&[]);
+    let workdir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut run = Command::new(&schemathesis)
+        .arg("--config-file")
+        .arg(beside("schemathesis.toml"))
+        .arg("run")
+        .arg(gateway.url("/openapi.json"))
+        .args([
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+        ])
+        .args(["--max-examples", MAX_EXAMPLES, "--seed", SEED])
+        .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
+        .args(["--request-timeout", "20", "--generation-database", "none", "--no-color"])
+        .env("SCHEMATHESIS_HOOKS", beside("schemathesis_hooks.py"))
+        // Its own files (reports, caches) go to a directory of the test's, not the source tree.
+        .current_dir(workdir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = loop {
+        if run.try_wait().unwrap().is_some() {
+            break run.wait_with_output().unwrap();
+        }
+        if started.elapsed() > RUN_LIMIT {
+            let _ = run.kill();
+            let output = run.wait_with_output().unwrap();
+            panic!("schemathesis ran for over {RUN_LIMIT:?}:\n{}", String::from_utf8_lossy(&output.stdout));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let summary = stdout.lines().rev().find(|line| line.contains(" in ") && line.contains('s')).unwrap_or_default();
+    eprintln!("schemathesis: {} after {:.0?}", summary.trim_matches(['=', ' ']), started.elapsed());
+    assert!(output.status.success(), "schemathesis found problems:\n{stdout}\n{stderr}");
+    let selected = stdout.lines().find_map(|line| line.trim().strip_prefix("Operations:")).unwrap_or_default();
+    let (fuzzed, total) =
+        selected.split_once(" selected / ").unwrap_or_else(|| panic!("no operation count:\n{stdout}"));
+    assert_eq!(fuzzed.trim(), total.trim_end_matches(" total").trim(), "every operation is fuzzed:\n{stdout}");
+    let logs = gateway.logs();
+    assert!(!logs.contains("panicked"), "a handler or a loop panicked under fuzzing:\n{logs}");
+}
