@@ -750,7 +750,8 @@ fn events() -> Operation {
             200,
             json!({
                 "description": "The stream: `id:`, `event:` and `data:` (the event's JSON) lines per event.",
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                // Without OpenAPI 3.2's `itemSchema`, the schema of an event stream describes one event.
+                "content": {"text/event-stream": {"schema": schema("ServerSentEvent")}},
             }),
         )
         .error(503, "too_many_streams")
@@ -969,6 +970,23 @@ fn schemas() -> Map<String, Value> {
                         "interrupt_signal": {},
                         "is_terminal": {"type": "boolean", "default": false},
                     }},
+                },
+            })),
+        ("ServerSentEvent", json!({
+                "type": "object",
+                "description": "One event of a stream (comments such as `: connected` and keep-alives are not events).",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": {"enum": [
+                        "decision_log", "schema_violation", "reminder", "agent_evicted", "webhook_delivery_status",
+                        "webhook_dlq", "webhook_signature_failure", "lagged",
+                    ]},
+                    "id": {"type": "string", "description": "The event's id (a reminder's `fire_id`); `lagged` has none."},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "description": "The event as JSON: `event_type`, `id`, `timestamp` and its fields; for `lagged`, `{\"missed\":N}`.",
+                    },
                 },
             })),
         ("MessageAccepted", json!({
