@@ -132,6 +132,7 @@ macro_rules! webhook_store_conformance {
     ($fixture:expr) => {
         $crate::__conformance_tests!(webhook_store, webhook, $fixture;
             configs_round_trip_keep_their_secret_and_are_unique_per_source_and_event_type,
+            an_update_changes_what_it_names_and_a_new_secret_keeps_the_previous_one,
             deleting_a_config_deletes_its_deliveries_their_attempts_and_their_keys,
             a_config_with_more_history_than_a_delete_batch_is_deleted_whole,
             a_delivery_is_inserted_pending_and_one_for_a_missing_config_is_a_conflict,

@@ -10,7 +10,7 @@ use time::{Duration, OffsetDateTime};
 use crate::{
     AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
     FencingEpoch, FencingToken, IdempotencyKey, NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError,
-    WebhookConfig, WebhookSecret, WebhookStore,
+    WebhookConfig, WebhookConfigChange, WebhookSecret, WebhookStore,
 };
 
 /// How many deliveries [`a_config_with_more_history_than_a_delete_batch_is_deleted_whole`] gives a config: an
@@ -182,6 +182,47 @@ pub fn configs_round_trip_keep_their_secret_and_are_unique_per_source_and_event_
     let other_source = store.create_config(&new_config("stripe", "push", at)).expect("create");
     assert_eq!(store.list_configs().expect("list"), [created.clone(), other_event, other_source.clone()]);
     assert_eq!(store.config(other_source.id + 1_000).expect("read"), None);
+}
+
+/// An update changes only the fields it names and keeps the id and the deliveries; a new secret keeps the one it
+/// replaces as `previous_secret` with `secret_rotated_at`, a second rotation keeps only the latest previous secret,
+/// and the same secret again changes nothing; a missing id reads as `None` and creates nothing.
+pub fn an_update_changes_what_it_names_and_a_new_secret_keeps_the_previous_one(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let created = config(store, "github", at);
+    let other = config(store, "stripe", at);
+    let delivery = insert(store, &new_delivery(created.id, "s", at));
+    assert_eq!((created.previous_secret.clone(), created.secret_rotated_at), (None, None));
+    let intent = WebhookConfigChange { agent_intent: Some("triage".into()), ..WebhookConfigChange::default() };
+    let updated = store.update_config(created.id, &intent, at + Duration::seconds(1)).expect("update");
+    let expected = WebhookConfig { agent_intent: "triage".into(), ..created.clone() };
+    assert_eq!(updated.as_ref(), Some(&expected));
+    assert_eq!(store.config(created.id).expect("read").as_ref(), Some(&expected));
+    let rotated_at = at + Duration::milliseconds(2_250);
+    let rotate = |secret: &str| WebhookConfigChange {
+        secret: Some(WebhookSecret::new(secret)),
+        target_url: Some("https://example.com/new".into()),
+        target_session: Some("s-2".into()),
+        ..WebhookConfigChange::default()
+    };
+    let rotated = store.update_config(created.id, &rotate("second"), rotated_at).expect("update").expect("found");
+    assert_eq!(rotated.secret.expose(), "second");
+    assert_eq!(rotated.previous_secret.as_ref().map(WebhookSecret::expose), Some("It's a Secret to Everybody"));
+    assert_eq!(rotated.secret_rotated_at, Some(rotated_at));
+    assert_eq!((rotated.target_url.as_str(), rotated.target_session.as_str()), ("https://example.com/new", "s-2"));
+    assert_eq!(store.config(created.id).expect("read").as_ref(), Some(&rotated));
+    let same = store.update_config(created.id, &rotate("second"), rotated_at + Duration::hours(1)).expect("update");
+    assert_eq!(same.as_ref(), Some(&rotated), "the same secret again is no rotation");
+    let again_at = rotated_at + Duration::hours(2);
+    let again = store.update_config(created.id, &rotate("third"), again_at).expect("update").expect("found");
+    assert_eq!(again.previous_secret.as_ref().map(WebhookSecret::expose), Some("second"));
+    assert_eq!((again.secret.expose(), again.secret_rotated_at), ("third", Some(again_at)));
+    assert_eq!(store.config(other.id).expect("read"), Some(other.clone()), "other configs are untouched");
+    assert_eq!(store.delivery(delivery.id).expect("read"), Some(delivery), "deliveries are untouched");
+    assert_eq!(store.update_config(other.id + 1_000, &rotate("x"), at).expect("update"), None);
+    assert_eq!(store.list_configs().expect("list").len(), 2);
 }
 
 /// Deleting a config deletes its deliveries, their attempts and their idempotency keys, and nothing of other
