@@ -718,8 +718,12 @@ fn record(
         dsl::error_detail.eq(update.error_detail.as_deref()),
         dsl::claimed_until.eq(None::<PrimitiveDateTime>),
     ));
-    let applied = on_backend!(connection, c => apply.execute(c))?;
-    Ok(applied == 1)
+    let applied = on_backend!(connection, c => apply.execute(c))? == 1;
+    if applied && let Some(signature) = &update.signature {
+        let resign = diesel::update(dsl::webhook_deliveries.find(attempt.delivery_id)).set(dsl::signature.eq(signature));
+        on_backend!(connection, c => resign.execute(c))?;
+    }
+    Ok(applied)
 }
 
 fn is_constraint(kind: &DatabaseErrorKind) -> bool {

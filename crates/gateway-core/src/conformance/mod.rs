@@ -139,6 +139,7 @@ macro_rules! webhook_store_conformance {
             an_idempotency_key_is_unique_and_finds_its_delivery,
             a_group_insert_fails_only_the_deliveries_a_constraint_refuses,
             a_delivery_inserted_claimed_waits_for_its_lease_and_its_attempt_applies,
+            an_applied_attempt_may_replace_the_signature,
             due_rows_are_oldest_first_across_pending_and_failed_ties_by_id_never_delivered_or_dead,
             a_claim_hides_the_row_until_its_lease_ends_and_only_the_claimant_records,
             claim_each_takes_each_row_by_its_own_due_time_and_record_attempts_answers_each,

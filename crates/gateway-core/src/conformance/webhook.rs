@@ -91,6 +91,7 @@ fn attempt_and_update(
         last_attempted_at: at,
         next_retry_at: (status == DeliveryStatus::Failed).then_some(at + FIRST_DUE),
         error_detail: (!delivered).then(|| "http_503".to_owned()),
+        signature: None,
     };
     (attempt, update)
 }
@@ -379,6 +380,32 @@ pub fn a_delivery_inserted_claimed_waits_for_its_lease_and_its_attempt_applies(
     let stored = store.delivery(attempted.id).expect("read").expect("the row");
     assert_eq!((stored.status, stored.attempt_count, stored.next_retry_at), (DeliveryStatus::Delivered, 1, None));
     assert_eq!(due_ids(store, lease, 10), [abandoned.id], "an attempt that never reported is due at the lease's end");
+}
+
+/// An applied attempt with a signature replaces the stored one (what was sent after a secret rotation), alone and
+/// in a group; without one, or when the claim was lost, the stored signature stays.
+pub fn an_applied_attempt_may_replace_the_signature(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let config = config(store, "github", at);
+    let lease = at + LEASE;
+    let claimed = NewDelivery { claimed: true, next_retry_at: lease, ..new_delivery(config.id, "s", at) };
+    let [single, grouped, kept] = [0; 3].map(|_| insert(store, &claimed));
+    let (attempt, mut update) = attempt_and_update(single.id, 1, at, DeliveryStatus::Failed);
+    update.signature = Some("sha256=11".into());
+    assert!(store.record_attempt(&attempt, lease, &update).expect("record"));
+    let (attempt, mut update) = attempt_and_update(grouped.id, 1, at, DeliveryStatus::Delivered);
+    update.signature = Some("sha256=22".into());
+    let (kept_attempt, kept_update) = attempt_and_update(kept.id, 1, at, DeliveryStatus::Delivered);
+    let records = [
+        AttemptRecord { attempt, lease, update },
+        AttemptRecord { attempt: kept_attempt, lease, update: kept_update },
+    ];
+    assert_eq!(store.record_attempts(&records).expect("record"), [true, true]);
+    let signature = |id| store.delivery(id).expect("read").expect("the row").signature;
+    assert_eq!([signature(single.id), signature(grouped.id), signature(kept.id)], ["sha256=11", "sha256=22", "sha256=00"]);
+    let (late, mut update) = attempt_and_update(single.id, 1, at, DeliveryStatus::Delivered);
+    update.signature = Some("sha256=33".into());
+    assert!(!store.record_attempt(&late, lease, &update).expect("record"), "the claim is gone");
+    assert_eq!(signature(single.id), "sha256=11");
 }
 
 /// The poll's read: rows `pending` or `failed` with `next_retry_at <= now`, oldest `next_retry_at` first whatever

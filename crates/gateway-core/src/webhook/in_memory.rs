@@ -284,6 +284,9 @@ impl WebhookStore for InMemoryWebhookStore {
             delivery.last_attempted_at = Some(update.last_attempted_at);
             delivery.next_retry_at = update.next_retry_at;
             delivery.error_detail.clone_from(&update.error_detail);
+            if let Some(signature) = &update.signature {
+                delivery.signature.clone_from(signature);
+            }
         }
         tables.attempts.push(attempt.clone());
         Ok(still_ours)

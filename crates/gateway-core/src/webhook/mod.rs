@@ -257,6 +257,9 @@ pub struct DeliveryUpdate {
     pub last_attempted_at: OffsetDateTime,
     pub next_retry_at: Option<OffsetDateTime>,
     pub error_detail: Option<String>,
+    /// The `X-Observatory-Signature` the attempt was sent with, when it differs from the stored one (the config's
+    /// secret was rotated since): the row then shows what was sent. `None` keeps the stored signature.
+    pub signature: Option<String>,
 }
 
 /// The forensic inspector's query: every filter optional, keyset pagination by id (ascending).
