@@ -67,6 +67,8 @@ mod tests {
             target_url: "https://example.com/hook".into(),
             secret: WebhookSecret::new("s"),
             created_at: datetime!(2026-02-22 11:00:00 UTC),
+            previous_secret: None,
+            secret_rotated_at: None,
         }
     }
 

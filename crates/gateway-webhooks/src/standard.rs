@@ -231,7 +231,8 @@ mod tests {
 
     #[test]
     fn whsec_secrets_are_decoded_and_others_are_their_utf8_bytes() {
-        let decoded = key_bytes(&WebhookSecret::new(SPEC_SECRET));
+        let spec_secret = WebhookSecret::new(SPEC_SECRET);
+        let decoded = key_bytes(&spec_secret);
         assert_eq!(decoded.len(), 24);
         assert_eq!(&*decoded, &BASE64.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()[..]);
         // Unpadded base64 decodes too, as in the official libraries.
