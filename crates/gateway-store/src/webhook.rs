@@ -720,7 +720,8 @@ fn record(
     ));
     let applied = on_backend!(connection, c => apply.execute(c))? == 1;
     if applied && let Some(signature) = &update.signature {
-        let resign = diesel::update(dsl::webhook_deliveries.find(attempt.delivery_id)).set(dsl::signature.eq(signature));
+        let resign =
+            diesel::update(dsl::webhook_deliveries.find(attempt.delivery_id)).set(dsl::signature.eq(signature));
         on_backend!(connection, c => resign.execute(c))?;
     }
     Ok(applied)

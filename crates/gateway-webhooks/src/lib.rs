@@ -7,8 +7,8 @@ pub mod retention;
 pub mod retry;
 pub mod router;
 pub mod signature;
-pub mod standard;
 pub mod ssrf;
+pub mod standard;
 pub mod transport;
 
 pub use error::WebhookError;

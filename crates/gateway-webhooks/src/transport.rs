@@ -26,8 +26,8 @@ use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use crate::signature::{DELIVERY_HEADER, SIGNATURE_HEADER};
-use crate::standard;
 use crate::ssrf::{BlockedRange, classify};
+use crate::standard;
 
 /// How much of a response body is read (and thrown away) so the connection can be reused.
 const DRAINED_RESPONSE_BYTES: u64 = 64 * 1024;

@@ -25,4 +25,5 @@ mod retention;
 mod robustness;
 mod tools;
 mod validation;
+mod webhook_signing;
 mod webhooks;

@@ -395,13 +395,14 @@ pub fn an_applied_attempt_may_replace_the_signature(store: &dyn WebhookStore, at
     let (attempt, mut update) = attempt_and_update(grouped.id, 1, at, DeliveryStatus::Delivered);
     update.signature = Some("sha256=22".into());
     let (kept_attempt, kept_update) = attempt_and_update(kept.id, 1, at, DeliveryStatus::Delivered);
-    let records = [
-        AttemptRecord { attempt, lease, update },
-        AttemptRecord { attempt: kept_attempt, lease, update: kept_update },
-    ];
+    let records =
+        [AttemptRecord { attempt, lease, update }, AttemptRecord { attempt: kept_attempt, lease, update: kept_update }];
     assert_eq!(store.record_attempts(&records).expect("record"), [true, true]);
     let signature = |id| store.delivery(id).expect("read").expect("the row").signature;
-    assert_eq!([signature(single.id), signature(grouped.id), signature(kept.id)], ["sha256=11", "sha256=22", "sha256=00"]);
+    assert_eq!(
+        [signature(single.id), signature(grouped.id), signature(kept.id)],
+        ["sha256=11", "sha256=22", "sha256=00"]
+    );
     let (late, mut update) = attempt_and_update(single.id, 1, at, DeliveryStatus::Delivered);
     update.signature = Some("sha256=33".into());
     assert!(!store.record_attempt(&late, lease, &update).expect("record"), "the claim is gone");

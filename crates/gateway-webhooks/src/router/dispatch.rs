@@ -18,11 +18,11 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::groups::with_secrets;
 use super::{
     MAX_POLL_BACKOFF, MAX_WAITING_IMMEDIATE, RECORD_FIRST_BACKOFF, RECORD_TRIES, WebhookRouter, candidate_window,
     duration_to_time, round_robin, target_host,
 };
-use super::groups::with_secrets;
 use crate::error::WebhookError;
 use crate::retry::after_attempt;
 use crate::signature::sign;
@@ -290,7 +290,8 @@ impl WebhookRouter {
         // The clock has moved while waiting for the rate; rows due by the read are still due now.
         let now = self.now();
         let lease = self.lease_end(now);
-        let claim = move |store: &dyn WebhookStore| with_secrets(store, store.claim_fenced(&picked, now, lease, token)?);
+        let claim =
+            move |store: &dyn WebhookStore| with_secrets(store, store.claim_fenced(&picked, now, lease, token)?);
         let claimed = match self.store(claim).await {
             Ok(claimed) => claimed,
             Err(error) => {

@@ -526,10 +526,8 @@ async fn inbound_webhooks_may_be_signed_the_standard_webhooks_way_within_five_mi
         Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Mismatch })
     );
     // Either scheme is enough: a wrong X-Observatory-Signature beside a valid Standard Webhooks one is accepted.
-    let both = InboundSignature {
-        observatory: Some(b"sha256=00".to_vec()),
-        ..standard_headers(SECRET, "msg_6", now, body)
-    };
+    let both =
+        InboundSignature { observatory: Some(b"sha256=00".to_vec()), ..standard_headers(SECRET, "msg_6", now, body) };
     assert!(h.router.receive_inbound(config.id, &both, body).await.is_ok());
     assert_eq!(h.signature_failure_events(config.id), 1, "refusals publish the failure event (throttled)");
     assert_eq!(h.store.deliveries().len(), 3);
@@ -624,7 +622,10 @@ async fn an_update_changes_only_what_it_names_and_refuses_what_create_refuses() 
         h.router.update_config(config.id, WebhookConfigChange::default()).await,
         Err(WebhookError::InvalidConfig { field: "body", .. })
     ));
-    assert_eq!(h.router.update_config(config.id + 1, rotate("x")).await, Err(WebhookError::UnknownWebhook(config.id + 1)));
+    assert_eq!(
+        h.router.update_config(config.id + 1, rotate("x")).await,
+        Err(WebhookError::UnknownWebhook(config.id + 1))
+    );
     assert_eq!(h.router.config(config.id).await.unwrap(), expected, "refused changes wrote nothing");
 }
 
