@@ -90,9 +90,9 @@ struct Inner {
     receipts_health: ComponentHealth,
     /// The pruning loop, which works on the leader.
     retention_health: ComponentHealth,
-    receipts: mpsc::Sender<FiredReminder>,
+    receipts: mpsc::Sender<Arc<FiredReminder>>,
     /// Taken by the running receipt writer (and back when a supervisor restarts it).
-    pending: Mutex<mpsc::Receiver<FiredReminder>>,
+    pending: Mutex<mpsc::Receiver<Arc<FiredReminder>>>,
     /// Receipts queued since the start, and receipts written (or given up on) since the start.
     queued: AtomicU64,
     settled: tokio::sync::watch::Sender<u64>,
@@ -239,7 +239,7 @@ impl Mailbox {
     /// A stream handed `reminder` to its client: it is written as received in the next batch. Never waits; when
     /// the queue is full (the store is down, or far behind) the receipt is dropped with a warning, which means at
     /// most a second delivery of that fire later.
-    pub fn received(&self, reminder: FiredReminder) {
+    pub fn received(&self, reminder: Arc<FiredReminder>) {
         let inner = &self.inner;
         match inner.receipts.try_send(reminder) {
             Ok(()) => {
@@ -339,11 +339,12 @@ impl Mailbox {
         self.settle(count);
     }
 
-    async fn mark(&self, batch: &[FiredReminder]) -> Result<(), StoreError> {
+    async fn mark(&self, batch: &[Arc<FiredReminder>]) -> Result<(), StoreError> {
         let store = Arc::clone(&self.inner.ports.store);
         let at = self.inner.ports.clock.now();
+        // The streams' shared copies, not new ones: a receipt queue of large reminders costs their pointers.
         let batch = batch.to_vec();
-        run_blocking(move || store.mark_received(&batch, at)).await?
+        run_blocking(move || store.mark_received(&batch.iter().map(Arc::as_ref).collect::<Vec<_>>(), at)).await?
     }
 
     fn settle(&self, count: usize) {

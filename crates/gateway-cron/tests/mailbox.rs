@@ -83,7 +83,7 @@ async fn a_replay_sends_the_unreceived_fires_then_after_a_last_event_id_everythi
     let Fixture { store, mailbox, .. } = fixture();
     let fires: Vec<FiredReminder> = (1..=7).map(|n| fire(if n == 4 { "agent-8" } else { "agent-7" }, n)).collect();
     record(&store, &fires);
-    store.mark_received(&[fires[1].clone(), fires[2].clone(), fires[5].clone()], START).unwrap();
+    store.mark_received(&[&fires[1], &fires[2], &fires[5]], START).unwrap();
     let agent_7 = || agent("agent-7");
 
     assert_eq!(drain(&mailbox, mailbox.replay(agent_7(), None).await.unwrap()).await, [1, 5, 7], "unreceived");
@@ -106,7 +106,7 @@ async fn the_reader_pages_after_a_fire_id_and_marks_nothing() {
     let Fixture { store, mailbox, .. } = fixture();
     let fires: Vec<FiredReminder> = (1..=5).map(|n| fire("agent-7", n)).collect();
     record(&store, &fires);
-    store.mark_received(&fires[..1], START).unwrap();
+    store.mark_received(&[&fires[0]], START).unwrap();
     let jobs = |after: Option<&str>, limit| {
         let (mailbox, after) = (mailbox.clone(), after.map(str::to_owned));
         async move {
@@ -134,7 +134,7 @@ async fn receipts_are_written_in_batches_including_fires_not_recorded_yet() {
     record(&store, &fires[..2]);
     clock.advance(Duration::seconds(5));
     for reminder in &fires {
-        mailbox.received(reminder.clone());
+        mailbox.received(Arc::new(reminder.clone()));
     }
     mailbox.receipts_settled().await;
     let entries = store
@@ -167,7 +167,7 @@ async fn receipts_that_cannot_be_written_are_retried_and_the_store_outage_is_rep
     receipts.running().await;
     record(&store, &[fire("agent-7", 1)]);
     store.failure.set_failing(true);
-    mailbox.received(fire("agent-7", 1));
+    mailbox.received(Arc::new(fire("agent-7", 1)));
     while receipts.report().healthy {
         tokio::time::sleep(StdDuration::from_millis(10)).await;
     }
@@ -187,7 +187,7 @@ async fn receipts_past_a_full_queue_are_dropped_and_the_ones_queued_are_written_
     let fires: Vec<FiredReminder> = (1..=3).map(|n| fire("agent-7", n)).collect();
     record(&store, &fires);
     for reminder in &fires {
-        mailbox.received(reminder.clone());
+        mailbox.received(Arc::new(reminder.clone()));
     }
     // Stopped before it started: it writes what is queued on its way out.
     let shutdown = CancellationToken::new();
