@@ -244,3 +244,57 @@ async fn the_leader_prunes_fires_older_than_the_retention_in_batches() {
     shutdown.cancel();
     running.await.unwrap();
 }
+
+/// A mailbox store that counts the reads in flight, each of which takes a little while.
+#[derive(Debug, Default)]
+struct SlowReads {
+    inner: InMemoryCronJobStore,
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl MailboxStore for SlowReads {
+    fn mailbox_position(&self, agent_id: &AgentId, fire_id: &str) -> Result<Option<i64>, gateway_core::StoreError> {
+        self.inner.mailbox_position(agent_id, fire_id)
+    }
+
+    fn mailbox_entries(&self, query: &MailboxQuery) -> Result<Vec<MailboxEntry>, gateway_core::StoreError> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        // A real pause on the blocking thread, so that reads that were let through overlap.
+        std::thread::sleep(StdDuration::from_millis(20));
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.inner.mailbox_entries(query)
+    }
+
+    fn mark_received(&self, reminders: &[&FiredReminder], at: OffsetDateTime) -> Result<(), gateway_core::StoreError> {
+        self.inner.mark_received(reminders, at)
+    }
+
+    fn prune_mailbox(&self, fired_before: OffsetDateTime, limit: usize) -> Result<usize, gateway_core::StoreError> {
+        self.inner.prune_mailbox(fired_before, limit)
+    }
+}
+
+#[tokio::test]
+async fn no_more_reads_are_in_flight_than_configured() {
+    let store = Arc::new(SlowReads::default());
+    record(&store.inner, &(1..=3).map(|n| fire("agent-7", n)).collect::<Vec<_>>());
+    let ports = MailboxPorts {
+        store: store.clone(),
+        clock: Arc::new(ManualClock::new(START)),
+        leadership: Arc::new(SingleProcessLeadership),
+    };
+    let mailbox = Mailbox::new(ports, MailboxConfig { concurrent_reads: 2, ..MailboxConfig::default() });
+    let readers: Vec<_> = (0..12)
+        .map(|_| {
+            let mailbox = mailbox.clone();
+            tokio::spawn(async move { mailbox.reminders_after(agent("agent-7"), None, 10).await.unwrap().len() })
+        })
+        .collect();
+    for reader in readers {
+        assert_eq!(reader.await.unwrap(), 3, "every reader gets its turn");
+    }
+    let most = store.most.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&most), "{most} reads at once");
+}

@@ -24,8 +24,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway_core::sync::lock;
 use gateway_core::Topic;
+use gateway_core::sync::lock;
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
 use http_body::{Body, Frame};
@@ -202,14 +202,12 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
         }
     };
     let mailbox = match &topic {
-        Topic::AgentScheduled(agent_id) => {
-            Some(AgentMailbox::new(
-                state.mailbox.clone(),
-                Arc::clone(&state.shared_fires),
-                agent_id.clone(),
-                replay::last_event_id(request.headers()),
-            ))
-        }
+        Topic::AgentScheduled(agent_id) => Some(AgentMailbox::new(
+            state.mailbox.clone(),
+            Arc::clone(&state.shared_fires),
+            agent_id.clone(),
+            replay::last_event_id(request.headers()),
+        )),
         _ => None,
     };
     connection.limit_send_buffer(limits.send_buffer);
@@ -405,11 +403,13 @@ async fn send_replay(
         if page.is_empty() {
             return Ok(Ok(()));
         }
-        for entry in page {
-            if mailbox.was_sent(&entry.reminder.fire_id) {
-                continue;
-            }
-            let fire = mailbox.fires.replayed(entry.reminder);
+        // Shared at once: the copies that other streams hold already replace this read's.
+        let fires: Vec<Arc<SharedFire>> = page
+            .into_iter()
+            .filter(|entry| !mailbox.was_sent(&entry.reminder.fire_id))
+            .map(|entry| mailbox.fires.replayed(entry.reminder))
+            .collect();
+        for fire in fires {
             if let Err(ended) = room_for(outbox, fire.frame.len(), limits, shutdown).await {
                 return Ok(Err(ended));
             }

@@ -83,7 +83,11 @@ impl SharedFires {
         }
     }
 
-    fn get_or_make<E>(&self, fire_id: &str, make: impl FnOnce() -> Result<SharedFire, E>) -> Result<Arc<SharedFire>, E> {
+    fn get_or_make<E>(
+        &self,
+        fire_id: &str,
+        make: impl FnOnce() -> Result<SharedFire, E>,
+    ) -> Result<Arc<SharedFire>, E> {
         if let Some(fire) = lock(&self.table).by_id.get(fire_id).and_then(Weak::upgrade) {
             return Ok(fire);
         }
