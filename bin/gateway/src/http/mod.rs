@@ -19,7 +19,7 @@ mod heartbeat;
 mod messages;
 mod openapi;
 mod reminders;
-mod replay;
+pub mod replay;
 mod tools;
 mod webhooks;
 
