@@ -433,6 +433,22 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                         .error(404, "unknown_webhook")
                         .error(503, "store_unavailable"),
                 ),
+                (
+                    "patch",
+                    Operation::new("updateWebhookConfig", "webhooks", "Change a webhook config", Auth::Operator)
+                        .describe(
+                            "Any of the fields, at least one, each checked as on create; the id and the deliveries \
+                             stay. A new secret signs outbound at once; inbound accepts the previous one too for \
+                             24 h after `secret_rotated_at`.",
+                        )
+                        .path_id("id", "The config's id.")
+                        .json_body(schema("WebhookConfigChange"), true)
+                        .example(json!({"target_url": "https://hooks.example.com/v2/in", "secret": "a-new-secret"}))
+                        .answer(200, "The config as `GET` shows it (never the secret).", schema("WebhookConfig"))
+                        .error(404, "unknown_webhook")
+                        .error(422, "invalid_field")
+                        .error(503, "store_unavailable"),
+                ),
             ],
         ),
         (
@@ -771,6 +787,21 @@ fn inbound_webhook() -> Operation {
             "`sha256=<hex HMAC-SHA256 of the raw body with the config's secret>`.",
             json!({"type": "string"}),
         )
+        .parameter("header", "webhook-id", false, "Standard Webhooks: the message id.", json!({"type": "string"}))
+        .parameter(
+            "header",
+            "webhook-timestamp",
+            false,
+            "Standard Webhooks: Unix seconds; a signature older than 5 minutes is refused.",
+            json!({"type": "string"}),
+        )
+        .parameter(
+            "header",
+            "webhook-signature",
+            false,
+            "Standard Webhooks: `v1,<base64 HMAC-SHA256>` entries, space-separated (either scheme is accepted).",
+            json!({"type": "string"}),
+        )
         .with_any_body()
         .reads_body()
         .answer(202, "Verified; a delivery is stored and tried at once.", schema("InboundAccepted"))
@@ -1085,7 +1116,7 @@ fn schemas() -> Map<String, Value> {
             })),
         ("WebhookConfig", json!({
                 "type": "object",
-                "required": ["id", "source_identifier", "event_type", "agent_intent", "target_session", "target_url", "created_at"],
+                "required": ["id", "source_identifier", "event_type", "agent_intent", "target_session", "target_url", "created_at", "secret_rotated_at"],
                 "additionalProperties": false,
                 "properties": {
                     "id": id,
@@ -1095,6 +1126,19 @@ fn schemas() -> Map<String, Value> {
                     "target_session": {"type": "string"},
                     "target_url": {"type": "string"},
                     "created_at": timestamp,
+                    "secret_rotated_at": {
+                        "type": ["string", "null"], "format": "date-time",
+                        "description": "When the secret was last changed; the previous one is accepted inbound until 24 h after.",
+                    },
+                },
+            })),
+        ("WebhookConfigChange", json!({
+                "type": "object", "minProperties": 1, "additionalProperties": false,
+                "properties": {
+                    "target_url": {"type": "string", "format": "uri", "maxLength": 2048, "description": "An absolute http(s) URL without credentials."},
+                    "agent_intent": name(256),
+                    "target_session": name(256),
+                    "secret": text(1024),
                 },
             })),
         ("WebhookConfigList", json!({
@@ -1115,9 +1159,10 @@ fn schemas() -> Map<String, Value> {
                 },
             })),
         ("DeliverySummary", json!(delivery(&[]))),
-        ("Delivery", json!(delivery(&[("payload", json!({"description": "The stored payload as JSON (a string should it not parse)."}))]))),
+        ("Delivery", json!(delivery(&[("payload", payload()), ("payload_raw", payload_raw())]))),
         ("DeliveryDetail", json!(delivery(&[
-                ("payload", json!({"description": "The stored payload as JSON (a string should it not parse)."})),
+                ("payload", payload()),
+                ("payload_raw", payload_raw()),
                 ("attempts", json!({"type": "array", "items": {
                     "type": "object",
                     "required": ["attempt_number", "started_at", "duration_ms", "status_code", "error_class", "error_detail"],
@@ -1172,6 +1217,16 @@ fn schemas() -> Map<String, Value> {
     .into_iter()
     .map(|(name, schema)| (name.to_owned(), schema))
     .collect()
+}
+
+/// A delivery's payload as a JSON value.
+fn payload() -> Value {
+    json!({"description": "The stored payload as JSON, re-serialized (a string should it not parse)."})
+}
+
+/// A delivery's payload as stored: what every attempt sends and signs.
+fn payload_raw() -> Value {
+    json!({"type": "string", "description": "The stored payload text, byte for byte what is sent and signed."})
 }
 
 /// A delivery as the API shows it, with `extra` fields (the payload, the attempts) where an endpoint adds them.
