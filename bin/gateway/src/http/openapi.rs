@@ -6,8 +6,8 @@
 //! ([`REASONS`]). A hand-written file would repeat that shape some hundred times. The document is built once,
 //! at the first request, and served as the same bytes after.
 //!
-//! Adding a route: a `.path(...)` call in [`document`] with its operations. The router's tests check that the
-//! document and the router name the same paths and methods, so a route missing here fails them.
+//! Adding a route: an entry in [`paths`], the path and its operations. The router's tests check that the document
+//! and the router name the same paths and methods, so a route missing here fails them.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
