@@ -12,6 +12,8 @@ use crate::support::{Gateway, TOKEN};
 const MAX_EXAMPLES: &str = "25";
 /// The same cases on every run, so that a failure in CI can be replayed; a local run picks its own seed.
 const SEED: &str = "20261201";
+/// The same with agent auth on, where most generated requests stop at 401 or 403 and fewer cases show as much.
+const MAX_EXAMPLES_AGENT_AUTH: &str = "10";
 /// A run that takes longer than this is killed and fails: something hangs.
 const RUN_LIMIT: Duration = Duration::from_secs(600);
 
@@ -42,7 +44,7 @@ fn schemathesis_or_skip(test: &str) -> Option<PathBuf> {
             std::env::var("CI").as_deref() != Ok("true"),
             "{test}: schemathesis not found (.ci/run installs it); CI=true, so this fails instead of skipping"
         );
-        eprintln!("skipping {test}: schemathesis not found (see docs/api.md, \"Fuzzing\")");
+        eprintln!("skipping {test}: schemathesis not found (see docs/api.md, \"OpenAPI document and fuzzing\")");
     }
     found
 }
@@ -61,18 +63,43 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
     let test = "schemathesis_finds_no_server_error_and_no_answer_outside_the_document";
     let Some(schemathesis) = schemathesis_or_skip(test) else { return };
     let gateway = Gateway::start(&[]);
+    fuzz(&schemathesis, &gateway, &beside("schemathesis.toml"), MAX_EXAMPLES);
+}
+
+/// The same with agent auth on: the agent operations get an agent's token, the others the operator's. The agent is
+/// `0`, the id the fuzzer's smallest generated string names, so that generated bodies pass as the token's agent
+/// often enough to reach past 403; the rest exercises 401 and 403 under the document.
+#[test]
+fn with_agent_auth_on_schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
+    let test = "with_agent_auth_on_schemathesis_finds_no_server_error_and_no_answer_outside_the_document";
+    let Some(schemathesis) = schemathesis_or_skip(test) else { return };
+    let gateway = Gateway::start(&["--agent-auth", "required"]);
+    let (status, issued) = gateway.operator_post("/gateway/agents/0/credentials", &serde_json::json!({}));
+    assert_eq!(status, 201, "{issued}");
+    let token = issued["token"].as_str().unwrap();
+    let config = gateway.dir.path().join("schemathesis.toml");
+    let shared = std::fs::read_to_string(beside("schemathesis.toml")).unwrap();
+    let agent =
+        format!("[[operations]]\ninclude-tag = \"agents\"\nheaders = {{ Authorization = \"Bearer {token}\" }}\n");
+    std::fs::write(&config, format!("{shared}\n{agent}")).unwrap();
+    fuzz(&schemathesis, &gateway, &config, MAX_EXAMPLES_AGENT_AUTH);
+}
+
+/// Runs schemathesis on every operation of `gateway`'s document with `config`, and fails on any finding, on an
+/// operation left out, or on a panic in the gateway's log.
+fn fuzz(schemathesis: &Path, gateway: &Gateway, config: &Path, max_examples: &str) {
     let workdir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut run = Command::new(&schemathesis)
+    let mut run = Command::new(schemathesis)
         .arg("--config-file")
-        .arg(beside("schemathesis.toml"))
+        .arg(config)
         .arg("run")
         .arg(gateway.url("/openapi.json"))
         .args([
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
         ])
-        .args(["--max-examples", MAX_EXAMPLES, "--seed", SEED])
+        .args(["--max-examples", max_examples, "--seed", SEED])
         .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
         .args(["--request-timeout", "20", "--generation-database", "none", "--no-color"])
         .env("SCHEMATHESIS_HOOKS", beside("schemathesis_hooks.py"))
