@@ -35,8 +35,10 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
     let agent_id = AgentId::new(decoded.into_owned()).map_err(|_| unknown_agent())?;
     check_mailbox_reader(state, request.headers(), &agent_id).await?;
     let query = Query::parse(request.uri(), &["after", "limit"])?;
+    // A `fire_id` never holds a control character; PostgreSQL cannot even compare text holding NUL (a 500 before).
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", |text| {
-        (!text.is_empty() && text.len() <= MAX_CURSOR_BYTES).then(|| text.to_owned())
+        let cursor = !text.is_empty() && text.len() <= MAX_CURSOR_BYTES && !text.chars().any(char::is_control);
+        cursor.then(|| text.to_owned())
     })?;
     if query.get("after").is_some() && page.after.is_none() {
         return Err(invalid_query("after must be a fire_id"));

@@ -95,3 +95,15 @@ fn heartbeats_reminders_and_webhooks_work_on_postgres_and_readiness_follows_the_
     assert_eq!(gateway.post_json("/gateway/heartbeat", &heartbeat).0, 200);
     assert!(!gateway.logs().contains(database.url()), "the database URL reached the log");
 }
+
+/// Input PostgreSQL cannot store or compare (text holding NUL) is refused with a 4xx like any other bad input, not
+/// answered 500: found by schemathesis against a gateway on PostgreSQL (docs/api.md, "OpenAPI document and
+/// fuzzing").
+#[test]
+fn text_holding_nul_is_refused_on_postgres_not_a_server_error() {
+    let Some(server) = gateway_testkit::postgres::server("it::postgres") else { return };
+    let database = server.create_database("it_postgres_nul");
+    let gateway = Gateway::start_on(database.url(), &[]);
+    let (status, refused) = gateway.get("/gateway/agents/agent-pg/reminders?after=1%00x");
+    assert_eq!((status, refused["reason"].as_str()), (400, Some("invalid_query")), "{refused}");
+}
