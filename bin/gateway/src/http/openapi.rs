@@ -316,7 +316,7 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                 "get",
                 agent_id(Operation::new("listAgentReminders", "agents", "An agent's retained reminders", Auth::AgentOrOperator))
                     .describe("The agent's retained fires (received or not) in firing order; reading marks nothing received.")
-                    .query("after", "A `fire_id`: only fires after it.", json!({"type": "string", "minLength": 1, "maxLength": 128}))
+                    .query("after", "A `fire_id`: only fires after it.", json!({"type": "string", "minLength": 1, "maxLength": 128, "pattern": NO_CONTROL_CHARACTERS}))
                     .limit(100, 1000)
                     .answer(200, "The fires.", schema("MailboxPage"))
                     .error(404, "unknown_agent")
@@ -473,7 +473,7 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                     "get",
                     Operation::new("listDeliveries", "webhooks", "The forensic inspector", Auth::Operator)
                         .describe("Deliveries in ascending id, every filter optional and ANDed; entries carry `payload_bytes`, not the payload.")
-                        .query("session_id", "Only this session's deliveries.", json!({"type": "string"}))
+                        .query("session_id", "Only this session's deliveries.", json!({"type": "string", "pattern": NO_CONTROL_CHARACTERS}))
                         .query("status", "Only deliveries in this state.", schema("DeliveryStatus"))
                         .query("from", "Created at or after this instant (RFC 3339).", json!({"type": "string", "format": "date-time"}))
                         .query("to", "Created before this instant (RFC 3339).", json!({"type": "string", "format": "date-time"}))

@@ -107,8 +107,18 @@ pub async fn list_deliveries(state: &AppState, request: &Request) -> Result<Resp
                 .map_err(|_| invalid_query("status must be one of pending, delivered, failed, dead"))
         })
         .transpose()?;
+    // No stored session id holds a control character; PostgreSQL cannot even compare text holding NUL (a 500
+    // before).
+    let session_id = query
+        .get("session_id")
+        .map(|text| {
+            (!text.chars().any(char::is_control))
+                .then(|| text.to_owned())
+                .ok_or_else(|| invalid_query("session_id must not contain control characters"))
+        })
+        .transpose()?;
     let filter = DeliveryFilter {
-        session_id: query.get("session_id").map(str::to_owned),
+        session_id,
         status,
         created_from: query.instant("from")?,
         created_before: query.instant("to")?,

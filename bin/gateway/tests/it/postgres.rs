@@ -106,4 +106,6 @@ fn text_holding_nul_is_refused_on_postgres_not_a_server_error() {
     let gateway = Gateway::start_on(database.url(), &[]);
     let (status, refused) = gateway.get("/gateway/agents/agent-pg/reminders?after=1%00x");
     assert_eq!((status, refused["reason"].as_str()), (400, Some("invalid_query")), "{refused}");
+    let (status, refused) = gateway.operator_get("/gateway/deliveries?session_id=s%00x");
+    assert_eq!((status, refused["reason"].as_str()), (400, Some("invalid_query")), "{refused}");
 }
