@@ -85,6 +85,10 @@ fn check_secret(secret: &WebhookSecret) -> Result<(), String> {
     if secret.len() > MAX_SECRET_BYTES {
         return Err(format!("must be at most {MAX_SECRET_BYTES} bytes"));
     }
+    // PostgreSQL cannot store text holding NUL: refused here on every backend alike, not a 500 there.
+    if secret.contains('\0') {
+        return Err("must not contain NUL (U+0000)".into());
+    }
     secret_problem(secret).map_or(Ok(()), |problem| Err(problem.into()))
 }
 
@@ -175,6 +179,9 @@ mod tests {
         assert!(matches!(result, Err(WebhookError::InvalidConfig { field: "secret", .. })));
         let result = WebhookConfigDraft { secret: WebhookSecret::new("k".repeat(MAX_SECRET_BYTES + 1)), ..draft() };
         assert!(matches!(result.validate(), Err(WebhookError::InvalidConfig { field: "secret", .. })));
+        let result = WebhookConfigDraft { secret: WebhookSecret::new("a\0b"), ..draft() }.validate();
+        assert!(matches!(result, Err(WebhookError::InvalidConfig { field: "secret", .. })));
+        assert_eq!(WebhookConfigDraft { secret: WebhookSecret::new("a\tb"), ..draft() }.validate(), Ok(()));
     }
 
     #[test]
@@ -203,6 +210,7 @@ mod tests {
             ("target_session", |c| c.target_session = Some("a\nb".into())),
             ("secret", |c| c.secret = Some(WebhookSecret::new(""))),
             ("secret", |c| c.secret = Some(WebhookSecret::new("whsec_%%"))),
+            ("secret", |c| c.secret = Some(WebhookSecret::new("a\0b"))),
         ] {
             assert!(
                 matches!(change(edit), Err(WebhookError::InvalidConfig { field, .. }) if field == expected),

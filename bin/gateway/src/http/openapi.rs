@@ -279,6 +279,11 @@ fn name(max: u64) -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": max, "pattern": NO_CONTROL_CHARACTERS})
 }
 
+/// A webhook secret: 1 to 1024 bytes without NUL; `whsec_` must be followed by base64 (docs/webhooks.md).
+fn secret() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^[^\\u0000]*$"})
+}
+
 /// An integer the gateway reads as an `i64` (ids, cursors).
 fn int64() -> Value {
     json!({"type": "integer", "format": "int64", "minimum": i64::MIN, "maximum": i64::MAX})
@@ -1111,7 +1116,7 @@ fn schemas() -> Map<String, Value> {
                     "agent_intent": name(256),
                     "target_session": name(256),
                     "target_url": {"type": "string", "format": "uri", "maxLength": 2048, "description": "An absolute http(s) URL without credentials."},
-                    "secret": text(1024),
+                    "secret": secret(),
                 },
             })),
         ("WebhookConfig", json!({
@@ -1138,7 +1143,7 @@ fn schemas() -> Map<String, Value> {
                     "target_url": {"type": "string", "format": "uri", "maxLength": 2048, "description": "An absolute http(s) URL without credentials."},
                     "agent_intent": name(256),
                     "target_session": name(256),
-                    "secret": text(1024),
+                    "secret": secret(),
                 },
             })),
         ("WebhookConfigList", json!({

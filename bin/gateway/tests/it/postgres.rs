@@ -108,4 +108,16 @@ fn text_holding_nul_is_refused_on_postgres_not_a_server_error() {
     assert_eq!((status, refused["reason"].as_str()), (400, Some("invalid_query")), "{refused}");
     let (status, refused) = gateway.operator_get("/gateway/deliveries?session_id=s%00x");
     assert_eq!((status, refused["reason"].as_str()), (400, Some("invalid_query")), "{refused}");
+
+    let config = json!({"source_identifier": "src", "event_type": "push", "agent_intent": "review",
+                        "target_session": "session", "target_url": "https://hooks.example.com/in", "secret": "a\0b"});
+    let (status, refused) = gateway.operator_post("/gateway/webhook-configs", &config);
+    assert_eq!((status, refused["reason"].as_str()), (422, Some("invalid_field")), "{refused}");
+    let config = json!({"secret": "ab", "source_identifier": "src", "event_type": "push", "agent_intent": "review",
+                        "target_session": "session", "target_url": "https://hooks.example.com/in"});
+    let (status, created) = gateway.operator_post("/gateway/webhook-configs", &config);
+    assert_eq!(status, 201, "{created}");
+    let (status, refused) =
+        gateway.operator_patch(&format!("/gateway/webhook-configs/{}", created["id"]), &json!({"secret": "n\0"}));
+    assert_eq!((status, refused["reason"].as_str()), (422, Some("invalid_field")), "{refused}");
 }

@@ -179,6 +179,16 @@ impl Gateway {
         )
     }
 
+    pub fn operator_patch(&self, path: &str, body: &Value) -> (u16, Value) {
+        read(
+            self.agent
+                .patch(self.url(path))
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .content_type("application/json")
+                .send(body.to_string()),
+        )
+    }
+
     pub fn get(&self, path: &str) -> (u16, Value) {
         read(self.agent.get(self.url(path)).call())
     }
