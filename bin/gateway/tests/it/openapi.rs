@@ -14,6 +14,8 @@ const MAX_EXAMPLES: &str = "25";
 const SEED: &str = "20261201";
 /// The same with agent auth on, where most generated requests stop at 401 or 403 and fewer cases show as much.
 const MAX_EXAMPLES_AGENT_AUTH: &str = "10";
+/// The same on PostgreSQL.
+const MAX_EXAMPLES_POSTGRES: &str = "10";
 /// A run that takes longer than this is killed and fails: something hangs.
 const RUN_LIMIT: Duration = Duration::from_secs(600);
 
@@ -83,6 +85,18 @@ fn with_agent_auth_on_schemathesis_finds_no_server_error_and_no_answer_outside_t
         format!("[[operations]]\ninclude-tag = \"agents\"\nheaders = {{ Authorization = \"Bearer {token}\" }}\n");
     std::fs::write(&config, format!("{shared}\n{agent}")).unwrap();
     fuzz(&schemathesis, &gateway, &config, MAX_EXAMPLES_AGENT_AUTH);
+}
+
+/// The same on PostgreSQL, which refuses some input SQLite stores (text holding NUL): what passes the handlers'
+/// checks must not fail in the store.
+#[test]
+fn on_postgres_schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
+    let test = "on_postgres_schemathesis_finds_no_server_error_and_no_answer_outside_the_document";
+    let Some(schemathesis) = schemathesis_or_skip(test) else { return };
+    let Some(server) = gateway_testkit::postgres::server("it::openapi") else { return };
+    let database = server.create_database("it_openapi");
+    let gateway = Gateway::start_on(database.url(), &[]);
+    fuzz(&schemathesis, &gateway, &beside("schemathesis.toml"), MAX_EXAMPLES_POSTGRES);
 }
 
 /// Runs schemathesis on every operation of `gateway`'s document with `config`, and fails on any finding, on an
