@@ -26,8 +26,6 @@ pub enum StartError {
     Store(#[from] OpenError),
     #[error("--listen: cannot bind: {0}")]
     Bind(std::io::Error),
-    #[error("the operating system has no randomness source")]
-    Entropy,
     #[error("cannot start a background thread: {0}")]
     Thread(std::io::Error),
     #[error("--redis-url: {0}")]
