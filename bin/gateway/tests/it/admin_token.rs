@@ -54,7 +54,7 @@ impl Tokenless {
                 let _ = lines_tx.send(line);
             }
         });
-        let mut next =
+        let next =
             || lines.recv_timeout(PATIENCE).unwrap_or_else(|_| panic!("no banner; stderr:\n{}", logs.lock().unwrap()));
         let base = next().strip_prefix("gateway listening on ").expect("the banner comes first").to_owned();
         // Everything is printed at once, before the gateway serves: with the token given nothing follows.
