@@ -525,6 +525,8 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                         .answer(201, "Created, with a preview of its next instants.", schema("CronJob"))
                         .link(201, "getCronJob", json!({"id": "$response.body#/id"}))
                         .link(201, "deleteCronJob", json!({"id": "$response.body#/id"}))
+                        .link(201, "pauseCronJob", json!({"id": "$response.body#/id"}))
+                        .link(201, "resumeCronJob", json!({"id": "$response.body#/id"}))
                         .answer_with_headers(200, "Answered from an earlier request with this `Idempotency-Key`.", schema("CronJob"), replayed_header())
                         .errors(422, &["invalid_schedule", "missing_required_fields", "invalid_field"])
                         .error(503, "store_unavailable"),
@@ -561,6 +563,36 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                         .error(503, "store_unavailable"),
                 ),
             ],
+        ),
+        (
+            "/gateway/cron/jobs/{id}/pause",
+            vec![(
+                "post",
+                Operation::new("pauseCronJob", "cron", "Pause a cron job", Auth::Operator)
+                    .describe(
+                        "A paused job keeps its row and does not fire; pausing a paused job changes nothing. One-time \
+                         reminders can be paused too. The body is ignored.",
+                    )
+                    .path_id("id", "The job's id.")
+                    .answer(200, "The job, paused.", schema("CronJob"))
+                    .error(404, "unknown_cron_job")
+                    .error(503, "store_unavailable"),
+            )],
+        ),
+        (
+            "/gateway/cron/jobs/{id}/resume",
+            vec![(
+                "post",
+                Operation::new("resumeCronJob", "cron", "Resume a cron job", Auth::Operator)
+                    .describe(
+                        "The job fires again; one whose next instant passed while it was paused fires once at once. \
+                         Resuming a running job changes nothing. The body is ignored.",
+                    )
+                    .path_id("id", "The job's id.")
+                    .answer(200, "The job, running.", schema("CronJob"))
+                    .error(404, "unknown_cron_job")
+                    .error(503, "store_unavailable"),
+            )],
         ),
         (
             "/gateway/cluster",
@@ -1199,7 +1231,7 @@ fn schemas() -> Map<String, Value> {
             })),
         ("CronJob", json!({
                 "type": "object",
-                "required": ["id", "agent_id", "schedule", "next_fire_at", "payload", "is_one_time"],
+                "required": ["id", "agent_id", "schedule", "next_fire_at", "payload", "is_one_time", "paused"],
                 "additionalProperties": false,
                 "properties": {
                     "id": id,
@@ -1208,6 +1240,7 @@ fn schemas() -> Map<String, Value> {
                     "next_fire_at": timestamp,
                     "payload": {"type": "object"},
                     "is_one_time": {"type": "boolean"},
+                    "paused": {"type": "boolean", "description": "A paused job does not fire until resumed."},
                     "preview": {"type": "array", "items": timestamp, "description": "The next instants; recurring jobs only."},
                 },
             })),
