@@ -11,6 +11,7 @@ pub mod response;
 mod router;
 
 mod agents;
+mod console;
 mod credentials;
 mod cron;
 pub mod events;

@@ -14,7 +14,9 @@ use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
-use crate::http::{agents, credentials, cron, events, health, heartbeat, messages, reminders, tools, webhooks};
+use crate::http::{
+    agents, console, credentials, cron, events, health, heartbeat, messages, reminders, tools, webhooks,
+};
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
@@ -44,6 +46,10 @@ enum Route {
     AgentCredentials,
     /// `/gateway/agents/{agent_id}/credentials/{credential_id}`.
     AgentCredential,
+    /// `/`: the operator console's page.
+    Console,
+    /// `/console/{asset}`; the handler serves only the files it embeds.
+    ConsoleAsset,
 }
 
 const TOOLS_PREFIX: &str = "/gateway/tools/";
@@ -64,6 +70,7 @@ fn resolve(path: &str) -> Option<Route> {
         "/gateway/deliveries" => Route::Deliveries,
         "/gateway/cron/jobs" => Route::CronJobs,
         "/gateway/cluster" => Route::Cluster,
+        "/" => Route::Console,
         _ => {
             if let Some(webhook) = path.strip_prefix("/gateway/webhooks/") {
                 segment(webhook).map(|()| Route::WebhookInbound(id(webhook)))?
@@ -75,6 +82,8 @@ fn resolve(path: &str) -> Option<Route> {
                 segment(tool).map(|()| Route::Tool)?
             } else if let Some(agent) = path.strip_prefix("/gateway/agents/") {
                 agent_route(agent)?
+            } else if let Some(asset) = path.strip_prefix("/console/") {
+                segment(asset).map(|()| Route::ConsoleAsset)?
             } else {
                 let delivery = path.strip_prefix("/gateway/deliveries/")?;
                 match delivery.split_once('/') {
@@ -114,6 +123,7 @@ impl Route {
             Self::CronJob(_) => &[Method::GET, Method::DELETE],
             Self::AgentCredentials => &[Method::GET, Method::POST],
             Self::AgentCredential => &[Method::DELETE],
+            Self::Console | Self::ConsoleAsset => &[Method::GET],
         }
     }
 
@@ -256,6 +266,8 @@ async fn dispatch_rest(
         Route::AgentCredentials if is_post => credentials::issue(state, request).await,
         Route::AgentCredentials => credentials::list(state, &request).await,
         Route::AgentCredential => credentials::revoke(state, &request).await,
+        Route::Console => Ok(console::page(&request)),
+        Route::ConsoleAsset => console::asset(&request),
     }
 }
 
@@ -311,8 +323,11 @@ mod tests {
         assert_eq!(resolve("/gateway/webhooks/"), Some(Route::WebhookInbound(None)));
         assert_eq!(resolve("/gateway/deliveries//retry"), Some(Route::DeliveryRetry(None)));
         assert_eq!(resolve("/gateway/deliveries/-3/retry"), Some(Route::DeliveryRetry(Some(-3))));
+        assert_eq!(resolve("/"), Some(Route::Console));
+        assert_eq!(resolve("/console/app.js"), Some(Route::ConsoleAsset));
+        assert_eq!(resolve("/console/nothing-here"), Some(Route::ConsoleAsset), "the handler decides what is an asset");
+        assert!(!Route::Console.operator_only() && !Route::ConsoleAsset.operator_only());
         for unknown in [
-            "/",
             "",
             "/gateway",
             "/gateway/heartbeat/",
@@ -335,6 +350,9 @@ mod tests {
             "/gateway/agents/a/other",
             "/gateway/tools",
             "/gateway/tools/schedule_reminder/x",
+            "/console",
+            "/console/a/app.js",
+            "/console/../index.html",
         ] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }

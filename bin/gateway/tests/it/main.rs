@@ -10,6 +10,7 @@ mod agent_auth;
 mod agent_client;
 mod cluster;
 mod config;
+mod console;
 mod crash;
 mod cron;
 mod events;
