@@ -129,9 +129,10 @@ function showSignIn(message, tone = 'error') {
       await api('GET', '/gateway/cluster', { withToken: value });
       setToken(value);
       replace(status);
-      if (!location.hash || location.hash === '#/' || location.hash === '#') location.hash = '#/overview';
-      route();
       showInstance();
+      // A new address routes through `hashchange`; the same one is routed here.
+      if (parseRoute().view === 'overview' && location.hash !== '#/overview') location.hash = '#/overview';
+      else route();
     } catch (error) {
       submit.disabled = false;
       const text = error instanceof ApiError && error.status === 401

@@ -30,7 +30,11 @@ export function render(main, route, context) {
     h('option', { value: AGENT_TOPIC }, 'agent:<id>:scheduled'));
   topic.value = initialAgent ? AGENT_TOPIC : (TOPICS.includes(initial) ? initial : TOPICS[0]);
   const agent = h('input', { type: 'text', value: initialAgent, autocomplete: 'off', spellcheck: 'false', placeholder: 'agent id', 'data-testid': 'tail-agent' });
-  const agentField = field('Agent id', agent, { id: 'tail-agent' });
+  const agentField = field('Agent id', agent, {
+    id: 'tail-agent',
+    help: 'Replays the agent\u2019s reminders no stream has received, and marks what it shows received.',
+    grow: true,
+  });
   const start = h('button', { type: 'submit', class: 'button', 'data-testid': 'tail-start' }, 'Start');
   const stop = h('button', { type: 'button', class: 'button ghost', 'data-testid': 'tail-stop' }, 'Stop');
   const clear = h('button', { type: 'button', class: 'button ghost' }, 'Clear');
@@ -67,6 +71,7 @@ export function render(main, route, context) {
     stream?.abort();
     stream = null;
     stop.disabled = true;
+    start.textContent = 'Start';
     setState('', 'Stopped');
   };
   context.signal.addEventListener('abort', () => stream?.abort());
@@ -82,12 +87,15 @@ export function render(main, route, context) {
       // Shown as the text it is.
     }
     const pretty = typeof data === 'string' ? data : JSON.stringify(data, null, 2);
-    const summary = typeof data === 'string' ? data : compactJson(data);
+    const summary = typeof data === 'string' ? data : compactJson(withoutEnvelope(data));
+    const published = typeof data === 'object' && data !== null && typeof data.timestamp === 'string'
+      ? new Date(data.timestamp) : new Date();
     list.prepend(h(
       'li',
       { 'data-testid': 'tail-event', dataset: { eventType: event.type } },
       h('div', { class: 'meta' },
-        h('span', { class: 'muted mono' }, new Date().toLocaleTimeString()),
+        h('time', { class: 'muted mono', datetime: published.toISOString(), title: published.toISOString() },
+          published.toLocaleTimeString()),
         badge(event.type, TONES[event.type] ?? ''),
         event.id ? h('span', { class: 'mono muted' }, `id ${event.id}`) : null),
       h('details', {}, h('summary', {}, summary), h('pre', { class: 'code' }, pretty)),
@@ -146,6 +154,7 @@ export function render(main, route, context) {
     const controller = new AbortController();
     stream = controller;
     stop.disabled = false;
+    start.textContent = 'Restart';
     connect(name, controller, null);
   });
   stop.addEventListener('click', stopStream);
@@ -157,6 +166,13 @@ export function render(main, route, context) {
   });
   stop.disabled = true;
   if (route.params.get('topic')) start.click();
+}
+
+/** An event's own fields, without what every event carries (shown beside it already). */
+function withoutEnvelope(data) {
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) return data;
+  const { id: _id, timestamp: _timestamp, event_type: _type, ...rest } = data;
+  return rest;
 }
 
 function explain(error) {
