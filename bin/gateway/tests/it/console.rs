@@ -100,6 +100,13 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     );
     assert_eq!(status, 201, "{delivery}");
     let delivery_id = delivery["id"].as_i64().unwrap();
+    // A second one, which someone else will have retried by the time the console's button is pressed.
+    let (status, other) = gateway.operator_post(
+        "/gateway/deliveries",
+        &json!({"webhook_id": config["id"], "session_id": "sess-43", "payload": {"n": 2}}),
+    );
+    assert_eq!(status, 201, "{other}");
+    let other_id = other["id"].as_i64().unwrap();
 
     let shots = gateway.dir.path().join("screenshots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -156,28 +163,48 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     let (_, jobs) = gateway.operator_get("/gateway/cron/jobs");
     assert_eq!(jobs["jobs"], json!([]));
 
-    // Dead letters: the delivery shows once dead; "Retry now" with the receiver fixed delivers it.
-    eventually("the delivery to go dead", || {
-        gateway.operator_get(&format!("/gateway/deliveries/{delivery_id}")).1["status"] == "dead"
-    });
+    // Dead letters: the deliveries show once dead; "Retry now" with the receiver fixed delivers one; the other,
+    // retried meanwhile through the API, gets the 409 explained.
+    let dead = |id: i64| gateway.operator_get(&format!("/gateway/deliveries/{id}")).1["status"] == "dead";
+    eventually("both deliveries to go dead", || dead(delivery_id) && dead(other_id));
     b.goto(&gateway.url("/#/dead")).await;
     let row = format!("[data-testid=dead-row][data-delivery-id='{delivery_id}']");
     let shown = b.wait_text(&row, |text| text.contains("http_500")).await;
     assert!(shown.contains("<b>sess-42</b>"), "the session id shows as the text it is: {shown:?}");
     b.screenshot(&shots, "dead-letters").await;
     receiver.set(Behaviour::Status(200));
+    let (status, _) = gateway.operator_post(&format!("/gateway/deliveries/{other_id}/retry"), &json!({}));
+    assert_eq!(status, 200);
+    eventually("the other delivery to be delivered", || {
+        gateway.operator_get(&format!("/gateway/deliveries/{other_id}")).1["status"] == "delivered"
+    });
+    let other_row = format!("[data-testid=dead-row][data-delivery-id='{other_id}']");
+    b.click(&format!("{other_row} [data-testid=retry]")).await;
+    b.wait_text(&format!("{other_row} [data-testid=retry-result]"), |text| {
+        text.contains("Not retried (409)") && text.contains("retried it already")
+    })
+    .await;
     b.click(&format!("{row} [data-testid=retry]")).await;
     b.wait_text(&format!("{row} [data-testid=retry-result]"), |text| text.contains("Delivered on attempt 1")).await;
     b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "delivered").await;
     assert_eq!(gateway.operator_get(&format!("/gateway/deliveries/{delivery_id}")).1["status"], "delivered");
 
-    // The inspector: the list, then the delivery with its seven attempts and its payload, as text.
-    b.goto(&gateway.url("/#/deliveries?status=delivered")).await;
-    b.wait_text(&format!("[data-testid=delivery-row][data-delivery-id='{delivery_id}']"), |text| {
-        text.contains("delivered")
-    })
-    .await;
+    // The inspector: filtered by session and status through its form (the filters land in the address), a session
+    // with no deliveries, then the delivery with its seven attempts and its payload, as text.
+    // (From a list without it, so that the row can only come from the filtered list.)
+    b.goto(&gateway.url("/#/deliveries?status=dead")).await;
+    b.wait_text("[data-testid=empty]", |text| text.contains("No deliveries match")).await;
+    b.type_into("[data-testid=filter-session]", "<b>sess-42</b>").await;
+    b.select("[data-testid=filter-status]", "delivered").await;
+    b.click("[data-testid=filter-apply]").await;
+    let listed = format!("[data-testid=delivery-row][data-delivery-id='{delivery_id}']");
+    b.wait_text(&listed, |text| text.contains("delivered")).await;
+    let address = b.script("return location.hash").await;
+    assert_eq!(address, json!("#/deliveries?session_id=%3Cb%3Esess-42%3C%2Fb%3E&status=delivered"));
     b.screenshot(&shots, "deliveries").await;
+    b.type_into("[data-testid=filter-session]", "no-such-session").await;
+    b.click("[data-testid=filter-apply]").await;
+    b.wait_text("[data-testid=empty]", |text| text.contains("No deliveries match")).await;
     b.goto(&gateway.url(&format!("/#/deliveries/{delivery_id}"))).await;
     b.wait_until("seven attempts", "return document.querySelectorAll('[data-testid=attempt-row]').length === 7").await;
     let shown_payload = b.wait_text("[data-testid=payload]", |text| !text.is_empty()).await;
@@ -209,7 +236,8 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
 
     // The overview, now with something in every part.
     b.goto(&gateway.url("/#/overview")).await;
-    b.wait_text("[data-testid=deliveries-delivered]", |text| text.contains('1')).await;
+    b.wait_text("[data-testid=deliveries-delivered] td.num", |text| text == "2").await;
+    b.wait_text("[data-testid=card-dead-value]", |text| text == "0").await;
     b.wait_text("[data-testid=card-agents-value]", |text| text == "1").await;
     b.screenshot(&shots, "overview").await;
 
@@ -228,10 +256,12 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     assert_eq!(b.script("return sessionStorage.length").await, json!(0), "the refused token is forgotten");
 
     let errors = b.console_errors().await;
-    // The refusals this test provoked (the wrong token, the tampered one) are logged by the browser as failed
-    // loads, which also shows that the log is read; nothing else may be there.
+    // The refusals this test provoked (the wrong token, the tampered one, the retry of a delivered delivery) are
+    // logged by the browser as failed loads, which also shows that the log is read; nothing else may be there.
     assert!(errors.iter().any(|message| message.contains("status of 401")), "{errors:#?}");
-    let unexpected: Vec<_> = errors.iter().filter(|message| !message.contains("status of 401")).collect();
+    assert!(errors.iter().any(|message| message.contains("status of 409")), "{errors:#?}");
+    let provoked = |message: &&String| message.contains("status of 401") || message.contains("status of 409");
+    let unexpected: Vec<_> = errors.iter().filter(|message| !provoked(message)).collect();
     assert!(unexpected.is_empty(), "the browser console has errors: {unexpected:#?}");
     browser.stop().await;
     if let Some(target) = std::env::var_os(SCREENSHOTS_ENV) {
