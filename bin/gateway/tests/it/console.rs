@@ -205,6 +205,18 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     b.type_into("[data-testid=filter-session]", "no-such-session").await;
     b.click("[data-testid=filter-apply]").await;
     b.wait_text("[data-testid=empty]", |text| text.contains("No deliveries match")).await;
+    // A time range: the browser's local time, sent as an RFC 3339 instant.
+    b.type_into("[data-testid=filter-session]", "").await;
+    b.select("[data-testid=filter-status]", "").await;
+    b.script("document.querySelector('[data-testid=filter-from]').value = '2000-01-01T00:00:00'; return null").await;
+    b.click("[data-testid=filter-apply]").await;
+    b.wait_text(&listed, |text| text.contains("delivered")).await;
+    let sent = b.script("return new URLSearchParams(location.hash.split('?')[1]).get('from')").await;
+    let expected = b.script("return new Date('2000-01-01T00:00:00').toISOString()").await;
+    assert_eq!(sent, expected);
+    b.script("document.querySelector('[data-testid=filter-to]').value = '2000-01-02T00:00:00'; return null").await;
+    b.click("[data-testid=filter-apply]").await;
+    b.wait_text("[data-testid=empty]", |text| text.contains("No deliveries match")).await;
     b.goto(&gateway.url(&format!("/#/deliveries/{delivery_id}"))).await;
     b.wait_until("seven attempts", "return document.querySelectorAll('[data-testid=attempt-row]').length === 7").await;
     let shown_payload = b.wait_text("[data-testid=payload]", |text| !text.is_empty()).await;
