@@ -132,7 +132,10 @@ export function renderDetail(main, route, context) {
   const load = async (notice) => {
     try {
       const delivery = await api('GET', `/gateway/deliveries/${encodeURIComponent(id)}`, { signal: context.signal });
-      replace(body, detail(delivery, context, load, notice));
+      // The config names the route; a deleted one (or a failure to read it) leaves just the id.
+      const config = await api('GET', `/gateway/webhook-configs/${delivery.webhook_id}`, { signal: context.signal })
+        .catch(() => null);
+      replace(body, detail(delivery, config, context, load, notice));
     } catch (error) {
       if (context.signal.aborted) return;
       if (error instanceof ApiError && error.status === 404) {
@@ -146,7 +149,7 @@ export function renderDetail(main, route, context) {
 }
 
 /** `notice`: what the last "Retry now" came to, kept across the reload that shows its attempt. */
-function detail(delivery, context, reload, notice) {
+function detail(delivery, config, context, reload, notice) {
   const now = Date.now();
   const retryResult = notice ?? h('div', { class: 'inline-result', 'aria-live': 'polite', 'data-testid': 'retry-result' });
   const retryable = delivery.status === 'dead' || delivery.status === 'failed';
@@ -170,7 +173,10 @@ function detail(delivery, context, reload, notice) {
         h('div', {}, retry)),
       retryResult,
       h('dl', { class: 'props' },
-        h('dt', {}, 'Webhook config'), h('dd', { class: 'mono' }, String(delivery.webhook_id)),
+        h('dt', {}, 'Webhook config'),
+        h('dd', {}, h('span', { class: 'mono' }, `#${delivery.webhook_id}`), config
+          ? h('span', { class: 'muted' }, ` ${config.source_identifier} · ${config.event_type} → ${config.agent_intent} (${config.target_session})`)
+          : null),
         h('dt', {}, 'Session'), h('dd', { class: 'mono' }, delivery.session_id),
         h('dt', {}, 'Target'), h('dd', { class: 'mono' }, delivery.target_url),
         h('dt', {}, 'Created'), h('dd', {}, when(delivery.created_at, { now, precise: true })),

@@ -71,8 +71,8 @@ export class SseParser {
 }
 
 /**
- * Reads the event stream at `url` until it ends (resolves) or fails (rejects: an ApiError for a refusal, a
- * TypeError for a network failure, an AbortError once `signal` aborts).
+ * Reads the event stream at `url` until it ends (resolves with the last event id) or fails (rejects: an ApiError
+ * for a refusal, a TypeError for a network failure, an AbortError once `signal` aborts).
  */
 export async function readEventStream(url, { token, signal, lastEventId, onOpen, onEvent, onComment }) {
   const headers = { Accept: 'text/event-stream' };

@@ -56,6 +56,8 @@ export function render(main, route, context) {
 
   let stream = null;
   let received = 0;
+  /** The id of the last event shown: sent as Last-Event-ID when the stream reconnects. */
+  let lastEventId = null;
   const setState = (state, text) => {
     dot.className = `dot ${state}`;
     statusText.textContent = text;
@@ -78,6 +80,7 @@ export function render(main, route, context) {
 
   const add = (event) => {
     received += 1;
+    if (event.id) lastEventId = event.id;
     counter.textContent = `${received} event${received === 1 ? '' : 's'} received ·`;
     placeholder.hidden = true;
     let data = event.data;
@@ -103,10 +106,10 @@ export function render(main, route, context) {
     while (list.childElementCount > KEEP) list.lastElementChild.remove();
   };
 
-  const connect = async (name, controller, lastEventId) => {
+  const connect = async (name, controller) => {
     setState('wait', `Connecting to ${name}…`);
     try {
-      lastEventId = await readEventStream(`/gateway/events?topic=${encodeURIComponent(name)}`, {
+      await readEventStream(`/gateway/events?topic=${encodeURIComponent(name)}`, {
         token: token(),
         signal: controller.signal,
         lastEventId,
@@ -135,7 +138,7 @@ export function render(main, route, context) {
       setState('wait', `Connection lost (${describe(error).title}); reconnecting in ${RECONNECT_MS / 1000} s`);
     }
     setTimeout(() => {
-      if (!controller.signal.aborted) connect(name, controller, lastEventId);
+      if (!controller.signal.aborted) connect(name, controller);
     }, RECONNECT_MS);
   };
 
@@ -155,7 +158,8 @@ export function render(main, route, context) {
     stream = controller;
     stop.disabled = false;
     start.textContent = 'Restart';
-    connect(name, controller, null);
+    lastEventId = null;
+    connect(name, controller);
   });
   stop.addEventListener('click', stopStream);
   clear.addEventListener('click', () => {
