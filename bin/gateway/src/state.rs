@@ -16,6 +16,7 @@ use crate::cluster::Cluster;
 use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
 use crate::http::events::{StreamLimits, StreamsPerAddress};
+use crate::http::replay::SharedFires;
 
 /// Concurrent `agent:<id>:scheduled` streams; past this, new ones get 503 so streams cannot exhaust memory or
 /// file handles. Each client address may hold `events::MAX_STREAMS_PER_ADDRESS` of them.
@@ -59,6 +60,8 @@ pub struct AppState {
     pub operator_event_streams: Arc<Semaphore>,
     /// Open `agent:<id>:scheduled` streams per client address.
     pub streams_per_address: Arc<StreamsPerAddress>,
+    /// The fires agent streams hold, one copy each for all of them.
+    pub shared_fires: Arc<SharedFires>,
     pub stream_limits: StreamLimits,
 }
 

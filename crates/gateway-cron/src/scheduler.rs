@@ -132,6 +132,7 @@ pub(crate) struct Inner {
     /// microseconds, which is most of the difference between a few thousand and tens of thousands of fires a
     /// second when the loop and `schedule_once` callers write at once.
     pub(crate) writes: Arc<Mutex<()>>,
+    pub(crate) pending_gates: crate::reminders::PendingGates,
 }
 
 impl CronScheduler {
@@ -161,6 +162,7 @@ impl CronScheduler {
                 published: AtomicU64::new(0),
                 inserts,
                 writes,
+                pending_gates: crate::reminders::PendingGates::default(),
             }),
         }
     }

@@ -19,7 +19,7 @@ mod health;
 mod heartbeat;
 mod messages;
 mod reminders;
-mod replay;
+pub mod replay;
 mod tools;
 mod webhooks;
 
