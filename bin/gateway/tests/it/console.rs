@@ -281,6 +281,53 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     }
 }
 
+/// The live tail's SSE parser (console/sse.js), in the browser that runs it: every line ending the format allows
+/// (LF, CRLF, CR), comments, multi-line data, a field without a space, an event without data, and the same events
+/// however the text is cut into chunks (a CRLF split between two chunks is one line end, not two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_tails_event_parser_reads_every_line_ending_however_the_stream_is_cut() {
+    let Some(tools) =
+        BrowserTools::find("the_live_tails_event_parser_reads_every_line_ending_however_the_stream_is_cut")
+    else {
+        return;
+    };
+    let gateway = Gateway::start(&[]);
+    let browser = Browser::start(&tools, 800, 600).await;
+    browser.goto(&gateway.url("/")).await;
+    let text = ": connected\n\nid: 1\nevent: a\ndata: {\"x\":1}\n\r\nevent: b\r\ndata: l1\rdata: l2\r\r\
+                event: empty\n\ndata:no-space\n\n: keep-alive   \n\n";
+    let parse = r"
+        const [text] = arguments;
+        return import('/console/sse.js').then(({ SseParser }) => {
+          const run = (chunks) => {
+            const events = [];
+            const comments = [];
+            const parser = new SseParser({ onEvent: (e) => events.push(e), onComment: (c) => comments.push(c) });
+            for (const chunk of chunks) parser.push(chunk);
+            return { events, comments };
+          };
+          const cuts = [[text], Array.from(text)];
+          for (let at = 1; at < text.length; at += 1) cuts.push([text.slice(0, at), text.slice(at)]);
+          return cuts.map(run);
+        });";
+    let runs = browser.client.execute(parse, vec![json!(text)]).await.unwrap();
+    let expected = json!({
+        "events": [
+            {"type": "a", "data": "{\"x\":1}", "id": "1"},
+            {"type": "b", "data": "l1\nl2", "id": "1"},
+            {"type": "message", "data": "no-space", "id": "1"},
+        ],
+        "comments": ["connected", "keep-alive"],
+    });
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), text.len() + 1);
+    for (cut, run) in runs.iter().enumerate() {
+        assert_eq!(run, &expected, "cut {cut}");
+    }
+    assert!(browser.console_errors().await.is_empty());
+    browser.stop().await;
+}
+
 /// chromedriver and chromium, or `None` (after one line, or a panic in CI) when either is missing.
 struct BrowserTools {
     chromedriver: PathBuf,
