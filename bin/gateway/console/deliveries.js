@@ -191,16 +191,22 @@ function detail(delivery, config, context, reload, notice) {
         ? empty('No attempts yet', 'The first attempt goes out as soon as the outbound rate allows.')
         : table(
           [['#', 'num'], ['Started'], ['Duration (ms)', 'num'], ['HTTP status', 'num'], ['Outcome'], ['Error']],
-          attempts.map((attempt) => h(
-            'tr',
-            { 'data-testid': 'attempt-row' },
-            h('td', { class: 'num' }, String(attempt.attempt_number)),
-            h('td', {}, when(attempt.started_at, { now, precise: true })),
-            h('td', { class: 'num' }, number(attempt.duration_ms)),
-            h('td', { class: 'num mono' }, attempt.status_code == null ? '—' : String(attempt.status_code)),
-            h('td', {}, attempt.error_class ? badge(attempt.error_class, 'bad') : badge('ok', 'ok')),
-            h('td', { class: 'mono' }, attempt.error_detail ?? ''),
-          )),
+          attempts.flatMap((attempt, index) => [
+            // "Retry now" starts the count over: the attempts after it are numbered from 1 again.
+            index > 0 && attempt.attempt_number <= attempts[index - 1].attempt_number
+              ? h('tr', { class: 'separator' }, h('td', { colspan: 6 }, 'Retried: the attempts below start over'))
+              : null,
+            h(
+              'tr',
+              { 'data-testid': 'attempt-row' },
+              h('td', { class: 'num' }, String(attempt.attempt_number)),
+              h('td', {}, when(attempt.started_at, { now, precise: true })),
+              h('td', { class: 'num' }, number(attempt.duration_ms)),
+              h('td', { class: 'num mono' }, attempt.status_code == null ? '—' : String(attempt.status_code)),
+              h('td', {}, attempt.error_class ? badge(attempt.error_class, 'bad') : badge('ok', 'ok')),
+              h('td', { class: 'mono' }, attempt.error_detail ?? ''),
+            ),
+          ]),
           { 'data-testid': 'attempts-table' },
         )),
     h('section', { class: 'panel', 'aria-labelledby': 'payload-title' },

@@ -92,11 +92,13 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     );
     assert_eq!(status, 201, "{config}");
     // Attacker-controlled text: it must show as text, never become markup.
-    let hostile = "<img src=x onerror=\"document.title='pwned'\">";
-    let payload = json!({"pr": 1234, "title": hostile});
-    let (status, delivery) = gateway.operator_post(
+    // Posted as text with its own spacing and a `1.50`: the inspector must show these bytes, which re-serialized
+    // JSON would not be.
+    let payload_text = r#"{"title": "<img src=x onerror=\"document.title='pwned'\">",  "pr": 1234, "amount": 1.50}"#;
+    let (status, delivery) = operator_post_text(
+        &gateway,
         "/gateway/deliveries",
-        &json!({"webhook_id": config["id"], "session_id": "<b>sess-42</b>", "payload": payload}),
+        &format!(r#"{{"webhook_id": {}, "session_id": "<b>sess-42</b>", "payload": {payload_text}}}"#, config["id"]),
     );
     assert_eq!(status, 201, "{delivery}");
     let delivery_id = delivery["id"].as_i64().unwrap();
@@ -219,12 +221,17 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     b.wait_text("[data-testid=empty]", |text| text.contains("No deliveries match")).await;
     b.goto(&gateway.url(&format!("/#/deliveries/{delivery_id}"))).await;
     b.wait_until("seven attempts", "return document.querySelectorAll('[data-testid=attempt-row]').length === 7").await;
-    let shown_payload = b.wait_text("[data-testid=payload]", |text| !text.is_empty()).await;
-    assert_eq!(serde_json::from_str::<Value>(&shown_payload).unwrap(), payload);
-    assert!(shown_payload.contains("<img src=x onerror="), "{shown_payload}");
+    // Six before "Retry now", one after: the numbering starts over, and the table says so between them.
+    b.wait_text("tr.separator", |text| text.contains("start over")).await;
+    b.wait_text("[data-testid=payload]", |text| !text.is_empty()).await;
+    let shown_payload = b.script("return document.querySelector('[data-testid=payload]').textContent").await;
+    assert_eq!(shown_payload, json!(payload_text), "the payload is shown byte for byte as it was sent");
+    b.wait_text("#payload-title", |text| text == "Payload, exactly as sent").await;
     assert_eq!(b.script("return document.querySelectorAll('main img').length").await, json!(0));
     assert_ne!(b.script("return document.title").await, json!("pwned"));
     b.screenshot(&shots, "delivery").await;
+    b.script("document.querySelector('[data-testid=payload]').scrollIntoView({block: 'center'}); return null").await;
+    b.screenshot(&shots, "delivery-payload").await;
 
     // Live tail: a DecisionLog posted after the stream is live appears.
     b.goto(&gateway.url("/#/tail")).await;
@@ -326,6 +333,19 @@ async fn the_live_tails_event_parser_reads_every_line_ending_however_the_stream_
     }
     assert!(browser.console_errors().await.is_empty());
     browser.stop().await;
+}
+
+/// An operator POST of `text` as is, so that the test controls the exact bytes.
+fn operator_post_text(gateway: &Gateway, path: &str, text: &str) -> (u16, Value) {
+    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let mut response = agent
+        .post(gateway.url(path))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .content_type("application/json")
+        .send(text)
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap_or(Value::Null))
 }
 
 /// chromedriver and chromium, or `None` (after one line, or a panic in CI) when either is missing.
