@@ -37,6 +37,8 @@ enum Route {
     DeliveryRetry(Option<i64>),
     CronJobs,
     CronJob(Option<i64>),
+    CronJobPause(Option<i64>),
+    CronJobResume(Option<i64>),
     Cluster,
     /// `/gateway/agents/{agent_id}/reminders`; the handler reads the agent id from the path.
     AgentReminders,
@@ -77,7 +79,12 @@ fn resolve(path: &str) -> Option<Route> {
             } else if let Some(config) = path.strip_prefix("/gateway/webhook-configs/") {
                 segment(config).map(|()| Route::WebhookConfig(id(config)))?
             } else if let Some(job) = path.strip_prefix("/gateway/cron/jobs/") {
-                segment(job).map(|()| Route::CronJob(id(job)))?
+                match job.split_once('/') {
+                    None => Route::CronJob(id(job)),
+                    Some((job, "pause")) => Route::CronJobPause(id(job)),
+                    Some((job, "resume")) => Route::CronJobResume(id(job)),
+                    Some(_) => return None,
+                }
             } else if let Some(tool) = path.strip_prefix(TOOLS_PREFIX) {
                 segment(tool).map(|()| Route::Tool)?
             } else if let Some(agent) = path.strip_prefix("/gateway/agents/") {
@@ -116,6 +123,7 @@ impl Route {
                 &[Method::GET]
             }
             Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
+            Self::CronJobPause(_) | Self::CronJobResume(_) => &[Method::POST],
             Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
             Self::WebhookConfig(_) => &[Method::GET, Method::DELETE, Method::PATCH],
             Self::Delivery(_) => &[Method::GET],
@@ -141,6 +149,8 @@ impl Route {
                 | Self::DeliveryRetry(_)
                 | Self::CronJobs
                 | Self::CronJob(_)
+                | Self::CronJobPause(_)
+                | Self::CronJobResume(_)
                 | Self::Cluster
                 | Self::AgentCredentials
                 | Self::AgentCredential
@@ -266,6 +276,8 @@ async fn dispatch_rest(
             let id = id.ok_or_else(unknown_job)?;
             if is_delete { cron::delete(state, id).await } else { cron::show(state, id).await }
         }
+        Route::CronJobPause(id) => cron::pause(state, id.ok_or_else(unknown_job)?).await,
+        Route::CronJobResume(id) => cron::resume(state, id.ok_or_else(unknown_job)?).await,
         Route::AgentCredentials if is_post => credentials::issue(state, request).await,
         Route::AgentCredentials => credentials::list(state, &request).await,
         Route::AgentCredential => credentials::revoke(state, &request).await,
@@ -313,6 +325,9 @@ mod tests {
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
         assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(Some(42))));
         assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
+        assert_eq!(resolve("/gateway/cron/jobs/42/pause"), Some(Route::CronJobPause(Some(42))));
+        assert_eq!(resolve("/gateway/cron/jobs/x/resume"), Some(Route::CronJobResume(None)));
+        assert!(Route::CronJobPause(None).operator_only() && Route::CronJobResume(None).operator_only());
         assert_eq!(resolve("/gateway/agents/agent-7/reminders"), Some(Route::AgentReminders));
         assert!(!Route::AgentReminders.operator_only(), "its handler checks who may read the mailbox");
         assert_eq!(resolve("/gateway/agents/a%2Fb/credentials"), Some(Route::AgentCredentials));
@@ -343,6 +358,8 @@ mod tests {
             "/gateway/deliveries/1/x",
             "/gateway/deliveries/1/2/retry",
             "/gateway/cron/jobs/1/x",
+            "/gateway/cron/jobs/1/pause/",
+            "/gateway/cron/jobs/1/2/resume",
             "/gateway/cron",
             "/gateway/agents/a/reminders/",
             "/gateway/agents/a/b/reminders",
