@@ -140,7 +140,8 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     b.goto(&gateway.url("/#/overview")).await;
     b.wait_text("[data-testid=card-agents-value]", |text| text == "1").await;
 
-    // Cron: a created job shows the next instants the gateway computed, then is deleted after a confirmation.
+    // Cron: a created job shows the next instants the gateway computed, is paused and resumed, then deleted after
+    // a confirmation.
     b.goto(&gateway.url("/#/cron")).await;
     b.wait_text("[data-testid=empty]", |text| text.contains("No cron jobs")).await;
     b.type_into("[data-testid=cron-agent]", "researcher-alpha-9").await;
@@ -158,7 +159,16 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     }
     let row = format!("[data-testid=job-row][data-job-id='{}']", job["id"]);
     b.wait_text(&row, |text| text.contains("*/5 * * * *")).await;
+    b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "active").await;
     b.screenshot(&shots, "cron").await;
+    // Pause, then resume: the row follows the job the gateway answers with.
+    let job_path = format!("/gateway/cron/jobs/{}", job["id"]);
+    b.click(&format!("{row} [data-testid=pause]")).await;
+    b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "paused").await;
+    assert_eq!(gateway.operator_get(&job_path).1["paused"], true);
+    b.click(&format!("{row} [data-testid=resume]")).await;
+    b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "active").await;
+    assert_eq!(gateway.operator_get(&job_path).1["paused"], false);
     b.click(&format!("{row} [data-testid=delete]")).await;
     b.click(&format!("{row} [data-testid=confirm-delete]")).await;
     b.wait_text("[data-testid=jobs-notice]", |text| text.contains("Deleted job")).await;
