@@ -32,7 +32,7 @@ export function render(main, route, context) {
   const agent = h('input', { type: 'text', value: initialAgent, autocomplete: 'off', spellcheck: 'false', placeholder: 'agent id', 'data-testid': 'tail-agent' });
   const agentField = field('Agent id', agent, {
     id: 'tail-agent',
-    help: 'Replays the agent\u2019s reminders no stream has received, and marks what it shows received.',
+    help: 'Replays the agent\u2019s reminders no stream has received; the console only watches, so the agent still gets them.',
     grow: true,
   });
   const start = h('button', { type: 'submit', class: 'button', 'data-testid': 'tail-start' }, 'Start');

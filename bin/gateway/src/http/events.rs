@@ -172,6 +172,7 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     let limits = state.stream_limits;
     // Stopped at shutdown, or, for a stream opened with an agent's credential, when that credential is revoked.
     let mut stop = state.shutdown.clone();
+    let mut observer = false;
     let slots = match &topic {
         Topic::AgentScheduled(agent_id) => {
             // Who is asking comes first: a refused client takes no slot.
@@ -191,6 +192,9 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
                 }
                 Caller::Open | Caller::Operator => None,
             };
+            // The operator's token makes an observer (the console's live tail): it sees the agent's reminders,
+            // replayed ones too, and marks none received, so the agent still gets each of them replayed.
+            observer = matches!(caller, Caller::Operator) || state.operator.check(request.headers()).is_ok();
             Slots { _total: total, _address: Some(address), _revocation: revocation }
         }
         _ => {
@@ -214,7 +218,8 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     // Subscribed before the response goes out (and before the mailbox is read): once a client sees the headers, it
     // sees every later event.
     let subscription = state.bus.subscribe(&topic);
-    let outbox = Outbox::new(mailbox.as_ref().map(|mailbox| mailbox.mailbox.clone()));
+    let receipts = mailbox.as_ref().filter(|_| !observer).map(|mailbox| mailbox.mailbox.clone());
+    let outbox = Outbox::new(receipts);
     let body = StreamBody { outbox: Arc::clone(&outbox) };
     let bridge = mailbox.as_ref().and_then(|_| state.bridge_status.clone()).map(BridgeWatch::new);
     let pump = Pump { subscription, outbox, limits, keep_alive: limits.keep_alive_frame(), mailbox, bridge };
