@@ -157,6 +157,8 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError>;
     /// `true` when a row was deleted.
     fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError>;
+    /// How many jobs there are (each pending its next fire, claimed or not), for metrics.
+    fn count_cron_jobs(&self) -> Result<u64, StoreError>;
     /// How many one-time rows `agent_id` has (its pending reminders, claimed or not).
     fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError>;
     /// `agent_id`'s one-time rows ordered by `(next_fire_at, id)`, at most `limit`.
@@ -320,6 +322,11 @@ impl CronJobStore for InMemoryCronJobStore {
     fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
         self.failure.check()?;
         Ok(lock(&self.state).rows.remove(&id).is_some())
+    }
+
+    fn count_cron_jobs(&self) -> Result<u64, StoreError> {
+        self.failure.check()?;
+        Ok(u64::try_from(lock(&self.state).rows.len()).unwrap_or(u64::MAX))
     }
 
     fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
@@ -531,6 +538,9 @@ mod tests {
         }
         fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
             self.0.delete_cron_job(id)
+        }
+        fn count_cron_jobs(&self) -> Result<u64, StoreError> {
+            self.0.count_cron_jobs()
         }
         fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
             self.0.count_one_time_jobs(agent_id)

@@ -322,6 +322,14 @@ impl CronJobStore for DieselStore {
         Ok(deleted > 0)
     }
 
+    fn count_cron_jobs(&self) -> Result<u64, StoreError> {
+        let count: i64 = self.with_connection(
+            "count cron jobs",
+            |connection| on_backend!(connection, c => cron_jobs::table.count().get_result(c)),
+        )?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
         let count: i64 = self.with_connection("count an agent's one-time jobs", |connection| {
             let query = one_time_jobs_of_query(agent_id.as_str()).count();

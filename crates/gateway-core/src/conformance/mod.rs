@@ -89,6 +89,7 @@ macro_rules! cron_store_conformance {
             fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch,
             an_agents_one_time_jobs_are_counted_and_listed_soonest_first,
             a_one_time_job_is_deleted_only_for_its_agent_and_not_while_claimed,
+            every_row_counts_as_a_job_until_it_is_deleted,
         );
     };
 }
@@ -145,6 +146,7 @@ macro_rules! webhook_store_conformance {
             the_inspector_filters_and_pages_by_id,
             pruning_takes_only_old_finished_deliveries_a_batch_at_a_time,
             the_polls_claims_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch,
+            deliveries_count_by_status_and_the_due_ones_as_the_poll_sees_them,
         );
     };
 }
