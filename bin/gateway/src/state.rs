@@ -16,6 +16,7 @@ use crate::cluster::Cluster;
 use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
 use crate::http::events::{StreamLimits, StreamsPerAddress};
+use crate::metrics::Metrics;
 
 /// Concurrent `agent:<id>:scheduled` streams; past this, new ones get 503 so streams cannot exhaust memory or
 /// file handles. Each client address may hold `events::MAX_STREAMS_PER_ADDRESS` of them.
@@ -60,6 +61,8 @@ pub struct AppState {
     /// Open `agent:<id>:scheduled` streams per client address.
     pub streams_per_address: Arc<StreamsPerAddress>,
     pub stream_limits: StreamLimits,
+    /// What `GET /metrics` reads besides the components' own counts.
+    pub metrics: Metrics,
 }
 
 impl AppState {
