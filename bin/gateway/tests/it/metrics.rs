@@ -141,7 +141,9 @@ fn parse(body: &str) -> Exposition {
 
 /// Each histogram series' buckets count cumulatively, in ascending `le` order, up to `+Inf`, which is its count.
 fn check_histograms(exposition: &Exposition) {
-    let mut series: BTreeMap<(String, Vec<(String, String)>), Vec<(f64, f64)>> = BTreeMap::new();
+    // (family, labels without `le`) -> (bound, cumulative count) in exposition order.
+    type Buckets = Vec<(f64, f64)>;
+    let mut series: BTreeMap<(String, Vec<(String, String)>), Buckets> = BTreeMap::new();
     for sample in &exposition.samples {
         let Some(family) = sample.name.strip_suffix("_bucket") else { continue };
         let le = sample.labels.get("le").unwrap_or_else(|| panic!("a bucket without le: {sample:?}"));
