@@ -186,6 +186,7 @@ impl App {
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
             operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
             streams_per_address: Arc::default(),
+            shared_fires: Arc::default(),
             stream_limits: StreamLimits {
                 replay_entry_bytes: config.reminder_payload_max_bytes.saturating_add(REMINDER_FRAME_OVERHEAD),
                 ..config.stream_limits

@@ -16,6 +16,7 @@ use crate::cluster::Cluster;
 use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
 use crate::http::events::{StreamLimits, StreamsPerAddress};
+use crate::http::replay::SharedFires;
 use crate::metrics::Metrics;
 
 /// Concurrent `agent:<id>:scheduled` streams; past this, new ones get 503 so streams cannot exhaust memory or
@@ -60,6 +61,8 @@ pub struct AppState {
     pub operator_event_streams: Arc<Semaphore>,
     /// Open `agent:<id>:scheduled` streams per client address.
     pub streams_per_address: Arc<StreamsPerAddress>,
+    /// The fires agent streams hold, one copy each for all of them.
+    pub shared_fires: Arc<SharedFires>,
     pub stream_limits: StreamLimits,
     /// What `GET /metrics` reads besides the components' own counts.
     pub metrics: Metrics,

@@ -464,7 +464,7 @@ impl MailboxStore for InMemoryCronJobStore {
         Ok(lock(&self.state).mailbox.select(query))
     }
 
-    fn mark_received(&self, reminders: &[FiredReminder], at: OffsetDateTime) -> Result<(), StoreError> {
+    fn mark_received(&self, reminders: &[&FiredReminder], at: OffsetDateTime) -> Result<(), StoreError> {
         self.failure.check()?;
         lock(&self.state).mailbox.mark_received(reminders, at);
         Ok(())

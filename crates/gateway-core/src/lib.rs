@@ -96,5 +96,6 @@ pub use tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore};
 pub use webhook::{
     AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate,
     DueDelivery, FailureClass, FakeTransport, InMemoryWebhookStore, NewDelivery, NewWebhookConfig, OutboundRequest,
-    RetryNowOutcome, UnknownDeliveryStatus, WebhookConfig, WebhookSecret, WebhookStore, WebhookTransport,
+    RetryNowOutcome, UnknownDeliveryStatus, WebhookConfig, WebhookConfigChange, WebhookSecret, WebhookStore,
+    WebhookTransport,
 };

@@ -8,6 +8,7 @@
 //! (`seq`), and each write records its fires in firing order (by `fired_at`, ties by `fire_id`), so `seq` is the
 //! firing order; an entry is *received* once some stream has handed it to a client.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
@@ -113,16 +114,18 @@ pub trait MailboxStore: Send + Sync + std::fmt::Debug {
     /// Marks each fire received at `at`, all in one transaction (in firing order, like a completion's records): an entry received already keeps its first
     /// `received_at`, and a fire not recorded yet (a stream can get the live event before the completion that
     /// records it is written) is recorded now, received, and the completion's record of it then does nothing.
-    fn mark_received(&self, reminders: &[FiredReminder], at: OffsetDateTime) -> Result<(), StoreError>;
+    fn mark_received(&self, reminders: &[&FiredReminder], at: OffsetDateTime) -> Result<(), StoreError>;
     /// Of the first `limit` entries in firing order, deletes those fired before `fired_before`; returns how many. A
     /// pruning pass calls it until it deletes nothing: firing order is (nearly) the order of `fired_at`, so the
     /// oldest entries are at the start, and no index on `fired_at` is needed for a cutoff.
     fn prune_mailbox(&self, fired_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError>;
 }
 
-/// `reminders` in the order a write records them: by `fired_at`, ties by `fire_id`.
-pub(crate) fn in_firing_order(reminders: &[FiredReminder]) -> Vec<&FiredReminder> {
-    let mut ordered: Vec<&FiredReminder> = reminders.iter().collect();
+/// `reminders` in the order every write takes them: by `fired_at`, ties by `fire_id`. It is the firing order the
+/// entries are numbered in, and in a database with row locks it is also what keeps writers from deadlocking: a
+/// completion and a mark (or two marks) that touch the same fires take their locks in the same order.
+pub fn in_firing_order<R: Borrow<FiredReminder>>(reminders: &[R]) -> Vec<&FiredReminder> {
+    let mut ordered: Vec<&FiredReminder> = reminders.iter().map(Borrow::borrow).collect();
     ordered.sort_by(|a, b| (a.fired_at, &a.fire_id).cmp(&(b.fired_at, &b.fire_id)));
     ordered
 }
@@ -169,7 +172,7 @@ impl MailboxRows {
             .collect()
     }
 
-    pub(crate) fn mark_received(&mut self, reminders: &[FiredReminder], at: OffsetDateTime) {
+    pub(crate) fn mark_received(&mut self, reminders: &[&FiredReminder], at: OffsetDateTime) {
         for reminder in in_firing_order(reminders) {
             let seq = self.record(reminder, Some(at));
             if let Some(entry) = self.entries.get_mut(&seq) {

@@ -30,6 +30,10 @@ pub const MAILBOX_PRUNE_BATCH: usize = 1_000;
 pub const MAILBOX_PRUNE_PAUSE: Duration = Duration::from_millis(50);
 /// Entries read per query of a replay.
 pub const MAILBOX_PAGE: usize = 1_000;
+/// Mailbox reads in flight at once in one process; the others wait their turn. A read holds its entries' payloads
+/// (up to a page of them, parsed) until its stream has queued them: a thousand streams catching up at the same
+/// moment would otherwise hold a thousand pages, and ask the store for as many connections.
+pub const MAILBOX_CONCURRENT_READS: usize = 8;
 /// Receipts waiting to be written; past it a receipt is dropped (with a warning), which costs at most a second
 /// delivery of that fire, never a lost one.
 pub const RECEIPT_QUEUE: usize = 65_536;
@@ -59,6 +63,7 @@ pub struct MailboxConfig {
     pub page: usize,
     pub receipt_queue: usize,
     pub receipt_batch: usize,
+    pub concurrent_reads: usize,
 }
 
 impl Default for MailboxConfig {
@@ -71,6 +76,7 @@ impl Default for MailboxConfig {
             page: MAILBOX_PAGE,
             receipt_queue: RECEIPT_QUEUE,
             receipt_batch: RECEIPT_BATCH,
+            concurrent_reads: MAILBOX_CONCURRENT_READS,
         }
     }
 }
@@ -90,14 +96,16 @@ struct Inner {
     receipts_health: ComponentHealth,
     /// The pruning loop, which works on the leader.
     retention_health: ComponentHealth,
-    receipts: mpsc::Sender<FiredReminder>,
+    receipts: mpsc::Sender<Arc<FiredReminder>>,
     /// Taken by the running receipt writer (and back when a supervisor restarts it).
-    pending: Mutex<mpsc::Receiver<FiredReminder>>,
+    pending: Mutex<mpsc::Receiver<Arc<FiredReminder>>>,
     /// Receipts queued since the start, and receipts written (or given up on) since the start.
     queued: AtomicU64,
     settled: tokio::sync::watch::Sender<u64>,
     dropped: AtomicU64,
     last_drop_warning: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// Turns to read ([`MAILBOX_CONCURRENT_READS`]).
+    reads: tokio::sync::Semaphore,
 }
 
 /// Where a replay of one agent's mailbox stands: the entries nobody received, up to `through` (all when `None`),
@@ -146,6 +154,7 @@ impl Mailbox {
         config.prune_batch = config.prune_batch.max(1);
         config.page = config.page.max(1);
         config.receipt_batch = config.receipt_batch.max(1);
+        config.concurrent_reads = config.concurrent_reads.max(1);
         config.prune_interval = config.prune_interval.max(Duration::from_millis(1));
         let (receipts, pending) = mpsc::channel(config.receipt_queue.max(1));
         Self {
@@ -160,6 +169,7 @@ impl Mailbox {
                 settled: tokio::sync::watch::Sender::new(0),
                 dropped: AtomicU64::new(0),
                 last_drop_warning: std::sync::Mutex::new(None),
+                reads: tokio::sync::Semaphore::new(config.concurrent_reads),
             }),
         }
     }
@@ -239,7 +249,7 @@ impl Mailbox {
     /// A stream handed `reminder` to its client: it is written as received in the next batch. Never waits; when
     /// the queue is full (the store is down, or far behind) the receipt is dropped with a warning, which means at
     /// most a second delivery of that fire later.
-    pub fn received(&self, reminder: FiredReminder) {
+    pub fn received(&self, reminder: Arc<FiredReminder>) {
         let inner = &self.inner;
         match inner.receipts.try_send(reminder) {
             Ok(()) => {
@@ -280,6 +290,8 @@ impl Mailbox {
     }
 
     async fn read(&self, query: MailboxQuery) -> Result<Vec<MailboxEntry>, CronError> {
+        // Never closed, so the turn always comes; it is held until the entries are the caller's.
+        let _turn = self.inner.reads.acquire().await.ok();
         let store = Arc::clone(&self.inner.ports.store);
         Ok(run_blocking(move || store.mailbox_entries(&query)).await.map_err(StoreError::from)??)
     }
@@ -339,11 +351,12 @@ impl Mailbox {
         self.settle(count);
     }
 
-    async fn mark(&self, batch: &[FiredReminder]) -> Result<(), StoreError> {
+    async fn mark(&self, batch: &[Arc<FiredReminder>]) -> Result<(), StoreError> {
         let store = Arc::clone(&self.inner.ports.store);
         let at = self.inner.ports.clock.now();
+        // The streams' shared copies, not new ones: a receipt queue of large reminders costs their pointers.
         let batch = batch.to_vec();
-        run_blocking(move || store.mark_received(&batch, at)).await?
+        run_blocking(move || store.mark_received(&batch.iter().map(Arc::as_ref).collect::<Vec<_>>(), at)).await?
     }
 
     fn settle(&self, count: usize) {

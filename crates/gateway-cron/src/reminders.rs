@@ -6,8 +6,10 @@
 //! The limits are the scheduler's, so every way in keeps them: the longest delay ([`crate::MAX_DELAY_MS`]), the
 //! payload's size as JSON (`reminder_payload_max_bytes`) and the agent's pending one-time jobs
 //! (`max_pending_reminders_per_agent`). The pending count is read before the insert, outside its transaction
-//! (the insert goes through the group commit that concurrent reminders share): an agent whose reminders arrive
-//! at the same moment at the limit may end up that many minus one over it. docs/scheduler.md.
+//! (the insert goes through the group commit that concurrent reminders share), so one agent's reminders take turns
+//! on this instance ([`PendingGates`]) from the count to the commit: the cap is exact on one instance; with several,
+//! an agent whose reminders reach different instances at the same moment at the limit may end up over it by up to
+//! one per instance. docs/scheduler.md.
 
 use gateway_core::intake::{BoxFuture, ReminderDesk, ReminderRefusal, ScheduledReminder};
 use gateway_core::sync::lock;
@@ -27,6 +29,34 @@ pub const MAX_REMINDER_PAYLOAD_BYTES: usize = 1024 * 1024;
 pub const DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000;
 /// Highest accepted `--max-pending-reminders-per-agent`.
 pub const MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000_000;
+/// Stripes of [`PendingGates`]: agents that share one wait for each other, which matters only when both schedule
+/// at the same moment.
+const PENDING_GATE_STRIPES: usize = 64;
+
+/// Turns for scheduling an agent's reminder, from counting its pending ones to committing the new one: without
+/// them, concurrent reminders of an agent at its cap all count the same number and all go in.
+#[derive(Debug)]
+pub(crate) struct PendingGates {
+    stripes: Vec<tokio::sync::Mutex<()>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Default for PendingGates {
+    fn default() -> Self {
+        Self {
+            stripes: (0..PENDING_GATE_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+}
+
+impl PendingGates {
+    fn gate(&self, agent_id: &AgentId) -> &tokio::sync::Mutex<()> {
+        use std::hash::BuildHasher;
+        let stripe = usize::try_from(self.hasher.hash_one(agent_id.as_str())).unwrap_or(0) % self.stripes.len();
+        &self.stripes[stripe]
+    }
+}
 
 impl CronScheduler {
     /// Schedules an agent's one-time reminder under the agent limits, and under the request's idempotency key
@@ -45,6 +75,7 @@ impl CronScheduler {
             return Err(ReminderRefusal::PayloadTooLarge { limit });
         }
         let cap = self.inner.config.max_pending_reminders_per_agent;
+        let _turn = self.inner.pending_gates.gate(&agent_id).lock().await;
         let pending = {
             let agent_id = agent_id.clone();
             self.blocking(move |scheduler| Ok(scheduler.inner.store.count_one_time_jobs(&agent_id)?)).await

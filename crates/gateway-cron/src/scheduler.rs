@@ -135,6 +135,7 @@ pub(crate) struct Inner {
     /// microseconds, which is most of the difference between a few thousand and tens of thousands of fires a
     /// second when the loop and `schedule_once` callers write at once.
     pub(crate) writes: Arc<Mutex<()>>,
+    pub(crate) pending_gates: crate::reminders::PendingGates,
 }
 
 impl CronScheduler {
@@ -165,6 +166,7 @@ impl CronScheduler {
                 stats: CronStats::default(),
                 inserts,
                 writes,
+                pending_gates: crate::reminders::PendingGates::default(),
             }),
         }
     }

@@ -83,7 +83,7 @@ async fn a_replay_sends_the_unreceived_fires_then_after_a_last_event_id_everythi
     let Fixture { store, mailbox, .. } = fixture();
     let fires: Vec<FiredReminder> = (1..=7).map(|n| fire(if n == 4 { "agent-8" } else { "agent-7" }, n)).collect();
     record(&store, &fires);
-    store.mark_received(&[fires[1].clone(), fires[2].clone(), fires[5].clone()], START).unwrap();
+    store.mark_received(&[&fires[1], &fires[2], &fires[5]], START).unwrap();
     let agent_7 = || agent("agent-7");
 
     assert_eq!(drain(&mailbox, mailbox.replay(agent_7(), None).await.unwrap()).await, [1, 5, 7], "unreceived");
@@ -106,7 +106,7 @@ async fn the_reader_pages_after_a_fire_id_and_marks_nothing() {
     let Fixture { store, mailbox, .. } = fixture();
     let fires: Vec<FiredReminder> = (1..=5).map(|n| fire("agent-7", n)).collect();
     record(&store, &fires);
-    store.mark_received(&fires[..1], START).unwrap();
+    store.mark_received(&[&fires[0]], START).unwrap();
     let jobs = |after: Option<&str>, limit| {
         let (mailbox, after) = (mailbox.clone(), after.map(str::to_owned));
         async move {
@@ -134,7 +134,7 @@ async fn receipts_are_written_in_batches_including_fires_not_recorded_yet() {
     record(&store, &fires[..2]);
     clock.advance(Duration::seconds(5));
     for reminder in &fires {
-        mailbox.received(reminder.clone());
+        mailbox.received(Arc::new(reminder.clone()));
     }
     mailbox.receipts_settled().await;
     let entries = store
@@ -167,7 +167,7 @@ async fn receipts_that_cannot_be_written_are_retried_and_the_store_outage_is_rep
     receipts.running().await;
     record(&store, &[fire("agent-7", 1)]);
     store.failure.set_failing(true);
-    mailbox.received(fire("agent-7", 1));
+    mailbox.received(Arc::new(fire("agent-7", 1)));
     while receipts.report().healthy {
         tokio::time::sleep(StdDuration::from_millis(10)).await;
     }
@@ -187,7 +187,7 @@ async fn receipts_past_a_full_queue_are_dropped_and_the_ones_queued_are_written_
     let fires: Vec<FiredReminder> = (1..=3).map(|n| fire("agent-7", n)).collect();
     record(&store, &fires);
     for reminder in &fires {
-        mailbox.received(reminder.clone());
+        mailbox.received(Arc::new(reminder.clone()));
     }
     // Stopped before it started: it writes what is queued on its way out.
     let shutdown = CancellationToken::new();
@@ -243,4 +243,58 @@ async fn the_leader_prunes_fires_older_than_the_retention_in_batches() {
     assert!(retention.report().healthy);
     shutdown.cancel();
     running.await.unwrap();
+}
+
+/// A mailbox store that counts the reads in flight, each of which takes a little while.
+#[derive(Debug, Default)]
+struct SlowReads {
+    inner: InMemoryCronJobStore,
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl MailboxStore for SlowReads {
+    fn mailbox_position(&self, agent_id: &AgentId, fire_id: &str) -> Result<Option<i64>, gateway_core::StoreError> {
+        self.inner.mailbox_position(agent_id, fire_id)
+    }
+
+    fn mailbox_entries(&self, query: &MailboxQuery) -> Result<Vec<MailboxEntry>, gateway_core::StoreError> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        // A real pause on the blocking thread, so that reads that were let through overlap.
+        std::thread::sleep(StdDuration::from_millis(20));
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.inner.mailbox_entries(query)
+    }
+
+    fn mark_received(&self, reminders: &[&FiredReminder], at: OffsetDateTime) -> Result<(), gateway_core::StoreError> {
+        self.inner.mark_received(reminders, at)
+    }
+
+    fn prune_mailbox(&self, fired_before: OffsetDateTime, limit: usize) -> Result<usize, gateway_core::StoreError> {
+        self.inner.prune_mailbox(fired_before, limit)
+    }
+}
+
+#[tokio::test]
+async fn no_more_reads_are_in_flight_than_configured() {
+    let store = Arc::new(SlowReads::default());
+    record(&store.inner, &(1..=3).map(|n| fire("agent-7", n)).collect::<Vec<_>>());
+    let ports = MailboxPorts {
+        store: store.clone(),
+        clock: Arc::new(ManualClock::new(START)),
+        leadership: Arc::new(SingleProcessLeadership),
+    };
+    let mailbox = Mailbox::new(ports, MailboxConfig { concurrent_reads: 2, ..MailboxConfig::default() });
+    let readers: Vec<_> = (0..12)
+        .map(|_| {
+            let mailbox = mailbox.clone();
+            tokio::spawn(async move { mailbox.reminders_after(agent("agent-7"), None, 10).await.unwrap().len() })
+        })
+        .collect();
+    for reader in readers {
+        assert_eq!(reader.await.unwrap(), 3, "every reader gets its turn");
+    }
+    let most = store.most.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&most), "{most} reads at once");
 }

@@ -405,3 +405,31 @@ async fn answered_calls_are_pruned_after_the_retention_oldest_first_and_then_are
     shutdown.cancel();
     running.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_agents_reminders_at_the_same_moment_at_its_cap_stop_exactly_at_the_cap() {
+    let harness = harness(CronConfig { max_pending_reminders_per_agent: 5, ..CronConfig::default() });
+    let attempts: Vec<_> = (0..40)
+        .map(|n| {
+            let scheduler = harness.scheduler.clone();
+            tokio::spawn(async move {
+                let request = gateway_core::ReminderRequest {
+                    agent_id: AgentId::new("agent-7").unwrap(),
+                    delay_ms: 60_000,
+                    payload: Map::from_iter([("n".to_owned(), json!(n))]),
+                    idempotency_key: None,
+                };
+                scheduler.schedule_reminder(request).await
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for attempt in attempts {
+        match attempt.await.unwrap() {
+            Ok(_) => {}
+            Err(ReminderRefusal::TooManyPending { limit: 5 }) => refused += 1,
+            Err(other) => panic!("unexpected refusal {other:?}"),
+        }
+    }
+    assert_eq!((harness.jobs.len(), refused), (5, 35), "five scheduled, the rest refused");
+}

@@ -13,6 +13,7 @@ use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::sql_types::{Array, BigInt, Text, Timestamp};
 use diesel::sqlite::{Sqlite, SqliteConnection};
 use diesel::upsert::excluded;
+use gateway_core::mailbox::in_firing_order;
 use gateway_core::{AgentId, FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, StoreError};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -175,15 +176,6 @@ impl QueryFragment<Pg> for MarkEntries<'_> {
     }
 }
 
-/// `reminders` in the order every write takes them: by `fired_at`, ties by `fire_id`. It is the firing order the
-/// entries are numbered in, and on PostgreSQL it is also what keeps writers from deadlocking: a completion and a
-/// mark (or two marks) that touch the same fires take their locks in the same order.
-fn in_firing_order(reminders: &[FiredReminder]) -> Vec<&FiredReminder> {
-    let mut ordered: Vec<&FiredReminder> = reminders.iter().collect();
-    ordered.sort_by(|a, b| (a.fired_at, &a.fire_id).cmp(&(b.fired_at, &b.fire_id)));
-    ordered
-}
-
 /// Records `fired` unless already recorded, inside the caller's transaction (the cron completion's).
 pub(crate) fn record_fires(connection: &mut AnyConnection<'_>, fired: &[FiredReminder]) -> QueryResult<()> {
     if fired.is_empty() {
@@ -290,7 +282,7 @@ impl MailboxStore for DieselStore {
         rows.into_iter().map(MailboxEntry::try_from).collect()
     }
 
-    fn mark_received(&self, reminders: &[FiredReminder], at: OffsetDateTime) -> Result<(), StoreError> {
+    fn mark_received(&self, reminders: &[&FiredReminder], at: OffsetDateTime) -> Result<(), StoreError> {
         // Once per fire: PostgreSQL refuses an upsert that would update one row twice in one statement.
         let mut seen = HashSet::new();
         let rows: Vec<NewEntryRow<'_>> = in_firing_order(reminders)
@@ -448,7 +440,7 @@ mod tests {
                         mine.reverse();
                         store.complete_fires("scheduler", FencingToken(1), &[], &mine).unwrap();
                     }
-                    store.mark_received(&mine, START + Duration::seconds(1)).unwrap();
+                    store.mark_received(&mine.iter().collect::<Vec<_>>(), START + Duration::seconds(1)).unwrap();
                 });
             }
         });

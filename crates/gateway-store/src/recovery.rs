@@ -178,6 +178,7 @@ mod tests {
             last_attempted_at: at,
             next_retry_at: Some(retry_at),
             error_detail: Some("http_503".into()),
+            signature: None,
         };
         store.record_attempt(&attempt, lease, &update).unwrap()
     }

@@ -33,6 +33,8 @@ diesel::table! {
         target_url -> Text,
         secret -> Text,
         created_at -> Timestamp,
+        previous_secret -> Nullable<Text>,
+        secret_rotated_at -> Nullable<Timestamp>,
     }
 }
 

@@ -15,7 +15,7 @@ use diesel::sqlite::Sqlite;
 use gateway_core::{
     AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
     FencingToken, IdempotencyKey, NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError, WebhookConfig,
-    WebhookSecret, WebhookStore,
+    WebhookConfigChange, WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -89,6 +89,8 @@ struct ConfigRow {
     target_url: String,
     secret: String,
     created_at: PrimitiveDateTime,
+    previous_secret: Option<String>,
+    secret_rotated_at: Option<PrimitiveDateTime>,
 }
 
 impl From<ConfigRow> for WebhookConfig {
@@ -102,6 +104,8 @@ impl From<ConfigRow> for WebhookConfig {
             target_url: row.target_url,
             secret: WebhookSecret::new(row.secret),
             created_at: from_db(row.created_at),
+            previous_secret: row.previous_secret.map(WebhookSecret::new),
+            secret_rotated_at: row.secret_rotated_at.map(from_db),
         }
     }
 }
@@ -301,6 +305,38 @@ impl WebhookStore for DieselStore {
             })
         })?;
         Ok(rows.into_iter().map(WebhookConfig::from).collect())
+    }
+
+    fn update_config(
+        &self,
+        id: i64,
+        change: &WebhookConfigChange,
+        at: OffsetDateTime,
+    ) -> Result<Option<WebhookConfig>, StoreError> {
+        use webhook_configs::dsl;
+        let updated = self.immediate("update webhook config", |connection| {
+            let current = dsl::webhook_configs.find(id);
+            let current = match connection {
+                AnyConnection::Sqlite(c) => current.select(ConfigRow::as_select()).first(&mut **c).optional()?,
+                // Locked: a concurrent rotation waits, then rotates from what this one wrote.
+                AnyConnection::Postgres(c) => {
+                    current.select(ConfigRow::as_select()).for_update().first(&mut **c).optional()?
+                }
+            };
+            let Some(current) = current else { return Ok(None) };
+            let changed = WebhookConfig::from(current).changed(change, at);
+            let write = diesel::update(dsl::webhook_configs.find(id)).set((
+                dsl::target_url.eq(&changed.target_url),
+                dsl::agent_intent.eq(&changed.agent_intent),
+                dsl::target_session.eq(&changed.target_session),
+                dsl::secret.eq(changed.secret.expose()),
+                dsl::previous_secret.eq(changed.previous_secret.as_ref().map(WebhookSecret::expose)),
+                dsl::secret_rotated_at.eq(changed.secret_rotated_at.map(to_db)),
+            ));
+            let written = on_backend!(connection, c => write.returning(ConfigRow::as_returning()).get_result(c))?;
+            Ok(Some(written))
+        })?;
+        Ok(updated.map(WebhookConfig::from))
     }
 
     fn delete_config(&self, id: i64) -> Result<bool, StoreError> {
@@ -708,8 +744,13 @@ fn record(
         dsl::error_detail.eq(update.error_detail.as_deref()),
         dsl::claimed_until.eq(None::<PrimitiveDateTime>),
     ));
-    let applied = on_backend!(connection, c => apply.execute(c))?;
-    Ok(applied == 1)
+    let applied = on_backend!(connection, c => apply.execute(c))? == 1;
+    if applied && let Some(signature) = &update.signature {
+        let resign =
+            diesel::update(dsl::webhook_deliveries.find(attempt.delivery_id)).set(dsl::signature.eq(signature));
+        on_backend!(connection, c => resign.execute(c))?;
+    }
+    Ok(applied)
 }
 
 fn is_constraint(kind: &DatabaseErrorKind) -> bool {

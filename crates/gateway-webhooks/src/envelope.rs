@@ -16,26 +16,20 @@ struct InboundEnvelope<'a> {
     target_session: &'a str,
     #[serde(with = "time::serde::rfc3339")]
     received_at: OffsetDateTime,
-    body: InboundBody<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum InboundBody<'a> {
-    /// The sender's JSON, byte for byte: embedded raw rather than parsed and re-serialized, so numbers and key
-    /// order are exactly what was signed.
-    Json(&'a RawValue),
-    /// A body that is not JSON, carried as a string (invalid UTF-8 replaced by U+FFFD).
-    Text(Cow<'a, str>),
+    /// A body that is not JSON, carried as a string (invalid UTF-8 replaced by U+FFFD). A JSON body is appended
+    /// after serializing, as its exact text ([`inbound_envelope`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body: Option<Cow<'a, str>>,
 }
 
 /// `{"webhook_id","source_identifier","event_type","agent_intent","target_session","received_at","body"}`,
 /// where `body` is the inbound JSON value itself, or a string when the inbound body is not JSON.
+///
+/// A JSON body is embedded as the exact text received, whitespace around it included (JSON allows it there), not
+/// parsed and re-serialized: numbers, key order and spacing stay what the sender signed, so the inbound signature can
+/// be recomputed from the stored envelope.
 pub fn inbound_envelope(config: &WebhookConfig, received_at: OffsetDateTime, body: &[u8]) -> String {
-    let body = match serde_json::from_slice::<&RawValue>(body) {
-        Ok(raw) => InboundBody::Json(raw),
-        Err(_) => InboundBody::Text(String::from_utf8_lossy(body)),
-    };
+    let json = serde_json::from_slice::<&RawValue>(body).ok().and_then(|_| std::str::from_utf8(body).ok());
     let envelope = InboundEnvelope {
         webhook_id: config.id,
         source_identifier: &config.source_identifier,
@@ -43,10 +37,18 @@ pub fn inbound_envelope(config: &WebhookConfig, received_at: OffsetDateTime, bod
         agent_intent: &config.agent_intent,
         target_session: &config.target_session,
         received_at,
-        body,
+        body: json.is_none().then(|| String::from_utf8_lossy(body)),
     };
-    // Serializing strings, integers, a timestamp and a validated raw value cannot fail.
-    serde_json::to_string(&envelope).unwrap_or_else(|_| String::from("{}"))
+    // Serializing strings, integers and a timestamp cannot fail.
+    let mut text = serde_json::to_string(&envelope).unwrap_or_else(|_| String::from("{}"));
+    if let Some(json) = json {
+        text.pop();
+        text.reserve(json.len() + 9);
+        text.push_str(r#","body":"#);
+        text.push_str(json);
+        text.push('}');
+    }
+    text
 }
 
 #[cfg(test)]
@@ -67,15 +69,17 @@ mod tests {
             target_url: "https://example.com/hook".into(),
             secret: WebhookSecret::new("s"),
             created_at: datetime!(2026-02-22 11:00:00 UTC),
+            previous_secret: None,
+            secret_rotated_at: None,
         }
     }
 
     #[test]
     fn a_json_body_is_embedded_byte_for_byte() {
         let received = datetime!(2026-02-22 12:00:00 UTC);
-        let body = br#" {"n": 1.50, "z": 1, "a": [true]} "#;
+        let body = b" {\"n\": 1.50, \"z\": 1, \"a\": [true]}\n";
         let envelope = inbound_envelope(&config(), received, body);
-        assert!(envelope.contains(r#""body":{"n": 1.50, "z": 1, "a": [true]}"#), "{envelope}");
+        assert!(envelope.ends_with(",\"body\": {\"n\": 1.50, \"z\": 1, \"a\": [true]}\n}"), "{envelope}");
         let parsed: Value = serde_json::from_str(&envelope).unwrap();
         assert_eq!(
             parsed,

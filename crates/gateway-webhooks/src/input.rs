@@ -1,8 +1,9 @@
 //! Checks of what operators and senders hand the router: webhook configs to create and deliveries to enqueue.
 
-use gateway_core::WebhookSecret;
+use gateway_core::{WebhookConfigChange, WebhookSecret};
 
 use crate::error::WebhookError;
+use crate::standard::secret_problem;
 
 /// Longest accepted `source_identifier`, `event_type`, `agent_intent`, `target_session` and `session_id`.
 pub const MAX_TEXT_FIELD_BYTES: usize = 256;
@@ -72,15 +73,39 @@ impl WebhookConfigDraft {
             check_text(field, value).map_err(|problem| invalid(field, problem))?;
         }
         check_target_url(&self.target_url).map_err(|problem| invalid("target_url", problem))?;
-        let secret = self.secret.expose();
-        if secret.is_empty() {
-            return Err(invalid("secret", "must not be empty".into()));
-        }
-        if secret.len() > MAX_SECRET_BYTES {
-            return Err(invalid("secret", format!("must be at most {MAX_SECRET_BYTES} bytes")));
-        }
-        Ok(())
+        check_secret(&self.secret).map_err(|problem| invalid("secret", problem))
     }
+}
+
+fn check_secret(secret: &WebhookSecret) -> Result<(), String> {
+    let secret = secret.expose();
+    if secret.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if secret.len() > MAX_SECRET_BYTES {
+        return Err(format!("must be at most {MAX_SECRET_BYTES} bytes"));
+    }
+    secret_problem(secret).map_or(Ok(()), |problem| Err(problem.into()))
+}
+
+/// Checks a `PATCH` of a config: at least one field, each as a create checks it.
+pub fn check_config_change(change: &WebhookConfigChange) -> Result<(), WebhookError> {
+    let invalid = |field, problem| WebhookError::InvalidConfig { field, problem };
+    if *change == WebhookConfigChange::default() {
+        return Err(invalid("body", "name at least one of target_url, agent_intent, target_session, secret".into()));
+    }
+    for (field, value) in [("agent_intent", &change.agent_intent), ("target_session", &change.target_session)] {
+        if let Some(value) = value {
+            check_text(field, value).map_err(|problem| invalid(field, problem))?;
+        }
+    }
+    if let Some(url) = &change.target_url {
+        check_target_url(url).map_err(|problem| invalid("target_url", problem))?;
+    }
+    if let Some(secret) = &change.secret {
+        check_secret(secret).map_err(|problem| invalid("secret", problem))?;
+    }
+    Ok(())
 }
 
 /// Checks an enqueued delivery's `session_id` and that its payload is JSON.
@@ -150,6 +175,40 @@ mod tests {
         assert!(matches!(result, Err(WebhookError::InvalidConfig { field: "secret", .. })));
         let result = WebhookConfigDraft { secret: WebhookSecret::new("k".repeat(MAX_SECRET_BYTES + 1)), ..draft() };
         assert!(matches!(result.validate(), Err(WebhookError::InvalidConfig { field: "secret", .. })));
+    }
+
+    #[test]
+    fn a_whsec_secret_must_be_base64() {
+        let draft = |secret: &str| WebhookConfigDraft { secret: WebhookSecret::new(secret), ..draft() };
+        assert_eq!(draft("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").validate(), Ok(()));
+        for secret in ["whsec_", "whsec_not base64!"] {
+            assert!(matches!(draft(secret).validate(), Err(WebhookError::InvalidConfig { field: "secret", .. })));
+        }
+    }
+
+    #[test]
+    fn a_change_names_something_and_each_field_is_checked_as_on_create() {
+        let change = |edit: fn(&mut WebhookConfigChange)| {
+            let mut change = WebhookConfigChange::default();
+            edit(&mut change);
+            check_config_change(&change)
+        };
+        assert!(matches!(change(|_| {}), Err(WebhookError::InvalidConfig { field: "body", .. })));
+        assert_eq!(change(|c| c.agent_intent = Some("triage".into())), Ok(()));
+        assert_eq!(change(|c| c.secret = Some(WebhookSecret::new("new"))), Ok(()));
+        assert_eq!(change(|c| c.target_url = Some("https://example.com/x".into())), Ok(()));
+        for (expected, edit) in [
+            ("target_url", (|c| c.target_url = Some("ftp://example.com".into())) as fn(&mut WebhookConfigChange)),
+            ("agent_intent", |c| c.agent_intent = Some(String::new())),
+            ("target_session", |c| c.target_session = Some("a\nb".into())),
+            ("secret", |c| c.secret = Some(WebhookSecret::new(""))),
+            ("secret", |c| c.secret = Some(WebhookSecret::new("whsec_%%"))),
+        ] {
+            assert!(
+                matches!(change(edit), Err(WebhookError::InvalidConfig { field, .. }) if field == expected),
+                "{expected}"
+            );
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod retry;
 pub mod router;
 pub mod signature;
 pub mod ssrf;
+pub mod standard;
 pub mod transport;
 
 pub use error::WebhookError;
@@ -18,5 +19,5 @@ pub use router::{
     ATTEMPT_TIMEOUT, DeliveryDetail, ENQUEUE_SAFETY_NET, Enqueued, MAX_PER_CYCLE, MAX_PER_SECOND, POLL_INTERVAL,
     RouterConfig, RouterPorts, SIGNATURE_FAILURE_REPORT_INTERVAL, WebhookRouter,
 };
-pub use signature::{DELIVERY_HEADER, SIGNATURE_HEADER, SignatureError};
+pub use signature::{DELIVERY_HEADER, InboundSignature, SECRET_ROTATION_GRACE, SIGNATURE_HEADER, SignatureError};
 pub use transport::{TransportSettings, UreqTransport};

@@ -1,8 +1,11 @@
 //! `X-Observatory-Signature: sha256=<lowercase hex HMAC-SHA256 of the exact body bytes>`, the scheme GitHub
 //! uses for `X-Hub-Signature-256`, so receivers can reuse GitHub verifiers.
 
-use gateway_core::WebhookSecret;
+use gateway_core::{WebhookConfig, WebhookSecret};
 use ring::hmac;
+use time::OffsetDateTime;
+
+use crate::standard::{self, StandardHeaders};
 
 /// The header carrying the signature (lowercase, as the `http` crate spells header names).
 pub const SIGNATURE_HEADER: &str = "x-observatory-signature";
@@ -23,6 +26,9 @@ pub enum SignatureError {
     Malformed,
     #[error("signature does not match the body")]
     Mismatch,
+    /// A Standard Webhooks signature whose timestamp is too far from now (a replay, or a wrong clock).
+    #[error("signature timestamp is outside the tolerance")]
+    Stale,
 }
 
 /// `sha256=<lowercase hex>` of `body` under `secret`.
@@ -44,6 +50,80 @@ pub fn verify(secret: &WebhookSecret, body: &[u8], header: Option<&[u8]>) -> Res
     }
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.expose().as_bytes());
     hmac::verify(&key, body, &digest).map_err(|_| SignatureError::Mismatch)
+}
+
+/// How long after a rotation inbound signatures made with the previous secret are still accepted, so senders can
+/// switch to the new secret at their own pace.
+pub const SECRET_ROTATION_GRACE: time::Duration = time::Duration::hours(24);
+
+/// The secrets an inbound signature may be made with at `now`: the current one, and the previous one until
+/// [`SECRET_ROTATION_GRACE`] after the rotation.
+pub fn accepted_secrets(config: &WebhookConfig, now: OffsetDateTime) -> Vec<&WebhookSecret> {
+    let mut secrets = vec![&config.secret];
+    if let (Some(previous), Some(rotated_at)) = (&config.previous_secret, config.secret_rotated_at)
+        && now < rotated_at + SECRET_ROTATION_GRACE
+    {
+        secrets.push(previous);
+    }
+    secrets
+}
+
+/// The signature headers of an inbound webhook, as received: either scheme may sign it.
+#[derive(Debug, Clone, Default)]
+pub struct InboundSignature {
+    /// `X-Observatory-Signature`.
+    pub observatory: Option<Vec<u8>>,
+    /// `webhook-id`, `webhook-timestamp`, `webhook-signature` (Standard Webhooks).
+    pub webhook_id: Option<Vec<u8>>,
+    pub webhook_timestamp: Option<Vec<u8>>,
+    pub webhook_signature: Option<Vec<u8>>,
+}
+
+impl InboundSignature {
+    pub fn from_headers(headers: &http::HeaderMap) -> Self {
+        let value = |name: &str| headers.get(name).map(|value| value.as_bytes().to_vec());
+        Self {
+            observatory: value(SIGNATURE_HEADER),
+            webhook_id: value(standard::ID_HEADER),
+            webhook_timestamp: value(standard::TIMESTAMP_HEADER),
+            webhook_signature: value(standard::SIGNATURE_HEADER),
+        }
+    }
+
+    /// Accepts the body when a present scheme verifies with one of `secrets`: `X-Observatory-Signature`, or a
+    /// Standard Webhooks signature whose timestamp is within the tolerance of `now`. When neither verifies, the
+    /// reason is the most telling of the schemes' (a stale timestamp, then a mismatch, then a malformed header).
+    pub fn verify(&self, secrets: &[&WebhookSecret], body: &[u8], now: OffsetDateTime) -> Result<(), SignatureError> {
+        let mut reasons = Vec::with_capacity(2);
+        if let Some(header) = self.observatory.as_deref() {
+            let mut reason = SignatureError::Missing;
+            for secret in secrets {
+                match verify(secret, body, Some(header)) {
+                    Ok(()) => return Ok(()),
+                    Err(refused) => reason = refused,
+                }
+            }
+            reasons.push(reason);
+        }
+        if self.webhook_signature.is_some() {
+            let headers = StandardHeaders {
+                id: self.webhook_id.as_deref(),
+                timestamp: self.webhook_timestamp.as_deref(),
+                signature: self.webhook_signature.as_deref(),
+            };
+            match standard::verify(secrets, headers, body, now) {
+                Ok(()) => return Ok(()),
+                Err(reason) => reasons.push(reason),
+            }
+        }
+        let rank = |reason: &SignatureError| match reason {
+            SignatureError::Stale => 3,
+            SignatureError::Mismatch => 2,
+            SignatureError::Malformed => 1,
+            SignatureError::Missing => 0,
+        };
+        Err(reasons.into_iter().max_by_key(rank).unwrap_or(SignatureError::Missing))
+    }
 }
 
 #[cfg(test)]

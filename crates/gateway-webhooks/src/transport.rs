@@ -27,6 +27,7 @@ use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use crate::signature::{DELIVERY_HEADER, SIGNATURE_HEADER};
 use crate::ssrf::{BlockedRange, classify};
+use crate::standard;
 
 /// How much of a response body is read (and thrown away) so the connection can be reused.
 const DRAINED_RESPONSE_BYTES: u64 = 64 * 1024;
@@ -276,6 +277,9 @@ impl UreqTransport {
             .header("content-type", "application/json")
             .header(SIGNATURE_HEADER, &request.signature)
             .header(DELIVERY_HEADER, request.delivery_id.to_string())
+            .header(standard::ID_HEADER, request.delivery_id.to_string())
+            .header(standard::TIMESTAMP_HEADER, request.timestamp.to_string())
+            .header(standard::SIGNATURE_HEADER, &request.standard_signature)
             .send(request.body.as_bytes())
     }
 }
@@ -480,8 +484,10 @@ mod tests {
 
     fn request_to(url: String) -> OutboundRequest {
         let body = r#"{"hello":"world"}"#.to_owned();
-        let signature = sign(&gateway_core::WebhookSecret::new("s3cret"), body.as_bytes());
-        OutboundRequest { delivery_id: 42, url, body, signature }
+        let secret = gateway_core::WebhookSecret::new("s3cret");
+        let signature = sign(&secret, body.as_bytes());
+        let standard_signature = standard::sign(&secret, "42", 1_700_000_000, body.as_bytes());
+        OutboundRequest { delivery_id: 42, url, body, signature, timestamp: 1_700_000_000, standard_signature }
     }
 
     #[test]
@@ -495,6 +501,9 @@ mod tests {
         assert_eq!(seen.header("content-type"), Some("application/json"));
         assert_eq!(seen.header("x-observatory-signature"), Some(request.signature.as_str()));
         assert_eq!(seen.header("x-observatory-delivery"), Some("42"));
+        assert_eq!(seen.header("webhook-id"), Some("42"));
+        assert_eq!(seen.header("webhook-timestamp"), Some("1700000000"));
+        assert_eq!(seen.header("webhook-signature"), Some(request.standard_signature.as_str()));
     }
 
     #[test]

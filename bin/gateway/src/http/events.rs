@@ -24,9 +24,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
+use gateway_core::Topic;
 use gateway_core::stats::Counter;
 use gateway_core::sync::lock;
-use gateway_core::{FiredReminder, Topic};
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
 use http_body::{Body, Frame};
@@ -38,7 +38,7 @@ use crate::credentials::StreamGuard;
 use crate::http::agent_auth::{Access, Caller};
 use crate::http::connection::Connection;
 use crate::http::error::ApiError;
-use crate::http::replay::{self, AgentMailbox, BridgeWatch};
+use crate::http::replay::{self, AgentMailbox, BridgeWatch, SharedFire};
 use crate::http::request::{Query, Request};
 use crate::http::response::{Response, event_stream};
 use crate::state::AppState;
@@ -203,9 +203,12 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
         }
     };
     let mailbox = match &topic {
-        Topic::AgentScheduled(agent_id) => {
-            Some(AgentMailbox::new(state.mailbox.clone(), agent_id.clone(), replay::last_event_id(request.headers())))
-        }
+        Topic::AgentScheduled(agent_id) => Some(AgentMailbox::new(
+            state.mailbox.clone(),
+            Arc::clone(&state.shared_fires),
+            agent_id.clone(),
+            replay::last_event_id(request.headers()),
+        )),
         _ => None,
     };
     connection.limit_send_buffer(limits.send_buffer);
@@ -327,12 +330,12 @@ impl Pump {
                                 outbox.push(lagged_frame(missed));
                                 missed = 0;
                             }
-                            let reminder = self.mailbox.as_mut().and_then(|mailbox| {
+                            let fire = self.mailbox.as_mut().and_then(|mailbox| {
                                 mailbox.sent(event.id());
-                                FiredReminder::from_event_json(event.json())
+                                mailbox.fires.live(&event)
                             });
-                            match reminder {
-                                Some(reminder) => outbox.push_reminder(frame.clone(), reminder),
+                            match fire {
+                                Some(fire) => outbox.push_reminder(fire),
                                 None => outbox.push(frame.clone()),
                             }
                         } else {
@@ -406,16 +409,18 @@ async fn send_replay(
         if page.is_empty() {
             return Ok(Ok(()));
         }
-        for entry in page {
-            if mailbox.was_sent(&entry.reminder.fire_id) {
-                continue;
-            }
-            let frame = replay::frame(&entry.reminder);
-            if let Err(ended) = room_for(outbox, frame.len(), limits, shutdown).await {
+        // Shared at once: the copies that other streams hold already replace this read's.
+        let fires: Vec<Arc<SharedFire>> = page
+            .into_iter()
+            .filter(|entry| !mailbox.was_sent(&entry.reminder.fire_id))
+            .map(|entry| mailbox.fires.replayed(entry.reminder))
+            .collect();
+        for fire in fires {
+            if let Err(ended) = room_for(outbox, fire.frame.len(), limits, shutdown).await {
                 return Ok(Err(ended));
             }
-            mailbox.sent(&entry.reminder.fire_id);
-            outbox.push_reminder(frame, entry.reminder);
+            mailbox.sent(&fire.reminder.fire_id);
+            outbox.push_reminder(fire);
         }
     }
 }
@@ -470,8 +475,8 @@ struct Queue {
     /// Frames queued and frames hyper has taken whole, since the stream began.
     pushed: u64,
     taken: u64,
-    /// The reminder of each reminder frame still queued, with the frame's number.
-    reminders: VecDeque<(u64, FiredReminder)>,
+    /// The fire of each reminder frame still queued, with the frame's number.
+    reminders: VecDeque<(u64, Arc<SharedFire>)>,
 }
 
 impl Outbox {
@@ -500,10 +505,11 @@ impl Outbox {
     }
 
     /// Queues a reminder's frame: once hyper has taken all of it, the reminder is reported received.
-    fn push_reminder(&self, frame: Bytes, reminder: FiredReminder) {
+    fn push_reminder(&self, fire: Arc<SharedFire>) {
+        let frame = fire.frame.clone();
         let mut queue = lock(&self.queue);
         let number = queue.pushed;
-        queue.reminders.push_back((number, reminder));
+        queue.reminders.push_back((number, fire));
         drop(queue);
         self.push(frame);
     }
@@ -546,7 +552,7 @@ impl Outbox {
             queue.taken += 1;
             let taken = queue.taken;
             if queue.reminders.front().is_some_and(|(number, _)| *number < taken) {
-                received = queue.reminders.pop_front().map(|(_, reminder)| reminder);
+                received = queue.reminders.pop_front().map(|(_, fire)| Arc::clone(&fire.reminder));
             }
         }
         queue.bytes -= piece.len();
@@ -595,6 +601,8 @@ mod tests {
 
     use super::*;
     use crate::http::head_timeout::HeadWatch;
+    use crate::http::replay::SharedFires;
+    use gateway_core::FiredReminder;
 
     const LIMITS: StreamLimits = StreamLimits {
         keep_alive: Duration::from_secs(15),
@@ -765,6 +773,7 @@ mod tests {
     struct AgentFixture {
         store: Arc<gateway_core::InMemoryCronJobStore>,
         mailbox: Mailbox,
+        fires: Arc<SharedFires>,
         bus: Bus,
         _writer: tokio::task::JoinHandle<()>,
     }
@@ -784,7 +793,7 @@ mod tests {
                 let mailbox = mailbox.clone();
                 async move { mailbox.run(CancellationToken::new()).await }
             });
-            Self { store, mailbox, bus: Bus::default(), _writer: writer }
+            Self { store, mailbox, fires: Arc::default(), bus: Bus::default(), _writer: writer }
         }
 
         fn topic() -> Topic {
@@ -825,7 +834,8 @@ mod tests {
             bridge: Option<BridgeWatch>,
         ) -> (StreamBody, tokio::task::JoinHandle<()>) {
             let agent = gateway_core::AgentId::new(AGENT).unwrap();
-            let mailbox = AgentMailbox::new(self.mailbox.clone(), agent, last_event_id.map(str::to_owned));
+            let fires = Arc::clone(&self.fires);
+            let mailbox = AgentMailbox::new(self.mailbox.clone(), fires, agent, last_event_id.map(str::to_owned));
             let (body, pumping, _) = stream_of(&self.bus, &Self::topic(), limits, Some(mailbox), bridge);
             (body, pumping)
         }
@@ -865,7 +875,7 @@ mod tests {
     async fn an_agent_stream_replays_what_nobody_received_then_live_ones_each_once() {
         let agent = AgentFixture::new();
         let (first, second, received) = (agent.fire(1, true), agent.fire(2, true), agent.fire(3, true));
-        agent.mailbox.received(received.clone());
+        agent.mailbox.received(Arc::new(received.clone()));
         assert_eq!(agent.unreceived().await, [1, 2]);
         let (mut body, _pumping) = agent.stream(StreamLimits::default(), None);
         assert_eq!(&next_piece(&mut body).await[..], b": connected\n\n");
@@ -920,9 +930,9 @@ mod tests {
     async fn last_event_id_replays_what_came_after_it() {
         let agent = AgentFixture::new();
         let fires: Vec<FiredReminder> = (1..=4).map(|n| agent.fire(n, true)).collect();
-        agent.mailbox.received(fires[0].clone());
-        agent.mailbox.received(fires[2].clone());
-        agent.mailbox.received(fires[3].clone());
+        for n in [0, 2, 3] {
+            agent.mailbox.received(Arc::new(fires[n].clone()));
+        }
         agent.unreceived().await;
         let (mut body, _pumping) = agent.stream(StreamLimits::default(), Some(&fires[2].fire_id));
         next_piece(&mut body).await;
@@ -963,7 +973,7 @@ mod tests {
         // it sent, even what another stream of the agent received.
         let burst: Vec<FiredReminder> = (2..=1_100).map(|n| agent.fire(n, true)).collect();
         for reminder in &burst {
-            agent.mailbox.received(reminder.clone());
+            agent.mailbox.received(Arc::new(reminder.clone()));
         }
         assert!(agent.unreceived().await.is_empty());
         for reminder in &burst {

@@ -20,7 +20,7 @@ mod health;
 mod heartbeat;
 mod messages;
 mod reminders;
-mod replay;
+pub mod replay;
 mod tools;
 mod webhooks;
 

@@ -1,11 +1,13 @@
 //! The mailbox side of an agent's reminder stream (docs/api.md, "Replay of an agent's reminders"): where its replay
 //! starts, which fires it has sent, when it catches up, and the frames of replayed fires.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use gateway_core::sync::lock;
 use gateway_core::{AgentId, FiredReminder};
 use gateway_cron::{CronError, Mailbox, Replay};
 use gateway_pubsub::PublishedEvent;
@@ -33,6 +35,83 @@ pub fn frame(reminder: &FiredReminder) -> Bytes {
     PublishedEvent::of(&reminder.event()).frame().clone()
 }
 
+/// One fire as agent streams hold it until their client has taken it: its frame, and its reminder for the receipt.
+#[derive(Debug)]
+pub struct SharedFire {
+    pub frame: Bytes,
+    pub reminder: Arc<FiredReminder>,
+}
+
+/// The fires that agent streams hold right now, one copy each for every stream of the process: an agent with many
+/// streams (or a client that reconnects again and again) would otherwise hold a replayed reminder once per stream,
+/// read and formatted by each (docs/benchmarks.md, "Stream memory"). Entries are weak: a fire no stream holds any
+/// more is gone, and its entry is swept when the table has doubled since the last sweep.
+#[derive(Debug, Default)]
+pub struct SharedFires {
+    table: Mutex<FireTable>,
+}
+
+#[derive(Debug, Default)]
+struct FireTable {
+    by_id: HashMap<Arc<str>, Weak<SharedFire>>,
+    sweep_at: usize,
+}
+
+/// The table is swept of gone fires no earlier than at this size.
+const SWEEP_AT_LEAST: usize = 64;
+
+impl SharedFires {
+    /// A live reminder event: its frame is the bus's own, its reminder is parsed once for all streams. `None` for an
+    /// event that is not a reminder.
+    pub fn live(&self, event: &PublishedEvent) -> Option<Arc<SharedFire>> {
+        let made = self.get_or_make(event.id(), || {
+            let reminder = FiredReminder::from_event_json(event.json()).ok_or(())?;
+            Ok::<_, ()>(SharedFire { frame: event.frame().clone(), reminder: Arc::new(reminder) })
+        });
+        made.ok()
+    }
+
+    /// A fire read from the mailbox: the copy a stream holds already when there is one, else this one, formatted.
+    pub fn replayed(&self, reminder: FiredReminder) -> Arc<SharedFire> {
+        let fire_id = reminder.fire_id.clone();
+        let made = self.get_or_make(&fire_id, || {
+            Ok::<_, Infallible>(SharedFire { frame: frame(&reminder), reminder: Arc::new(reminder) })
+        });
+        match made {
+            Ok(fire) => fire,
+            Err(never) => match never {},
+        }
+    }
+
+    fn get_or_make<E>(
+        &self,
+        fire_id: &str,
+        make: impl FnOnce() -> Result<SharedFire, E>,
+    ) -> Result<Arc<SharedFire>, E> {
+        if let Some(fire) = lock(&self.table).by_id.get(fire_id).and_then(Weak::upgrade) {
+            return Ok(fire);
+        }
+        // Made outside the lock: formatting a large reminder must not hold up every other stream.
+        let made = Arc::new(make()?);
+        let mut table = lock(&self.table);
+        if let Some(fire) = table.by_id.get(fire_id).and_then(Weak::upgrade) {
+            return Ok(fire);
+        }
+        if table.by_id.len() >= table.sweep_at {
+            table.by_id.retain(|_, fire| fire.strong_count() > 0);
+            table.sweep_at = (table.by_id.len() * 2).max(SWEEP_AT_LEAST);
+        }
+        table.by_id.insert(Arc::from(fire_id), Arc::downgrade(&made));
+        Ok(made)
+    }
+
+    /// Fires in the table, gone ones included until the next sweep.
+    #[cfg(test)]
+    fn entries(&self) -> usize {
+        lock(&self.table).by_id.len()
+    }
+}
+
 /// After a mailbox read failed, a stream tries again this much later.
 pub const CATCH_UP_RETRY: Duration = Duration::from_secs(5);
 
@@ -40,6 +119,8 @@ pub const CATCH_UP_RETRY: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct AgentMailbox {
     pub mailbox: Mailbox,
+    /// Where the stream gets the one copy of each fire that every stream of the process holds.
+    pub fires: Arc<SharedFires>,
     pub agent_id: AgentId,
     pub last_event_id: Option<String>,
     sent: SentFires,
@@ -53,9 +134,10 @@ pub struct AgentMailbox {
 }
 
 impl AgentMailbox {
-    pub fn new(mailbox: Mailbox, agent_id: AgentId, last_event_id: Option<String>) -> Self {
+    pub fn new(mailbox: Mailbox, fires: Arc<SharedFires>, agent_id: AgentId, last_event_id: Option<String>) -> Self {
         Self {
             mailbox,
+            fires,
             agent_id,
             last_event_id,
             sent: SentFires::default(),
@@ -195,6 +277,60 @@ mod tests {
         assert!(!sent.contains("9:x"), "the oldest are forgotten");
         assert!(sent.contains("10:x") && sent.contains(&format!("{}:x", SENT_REMEMBERED + 9)));
         assert_eq!((sent.order.len(), sent.ids.len()), (SENT_REMEMBERED, SENT_REMEMBERED));
+    }
+
+    fn reminder(n: i64) -> FiredReminder {
+        let at = time::macros::datetime!(2026-02-22 12:00:00 UTC) + time::Duration::seconds(n);
+        let mut payload = serde_json::Map::new();
+        payload.insert("note".into(), serde_json::Value::String("x".repeat(1_000)));
+        FiredReminder {
+            fire_id: gateway_cron::fire_id(n, at),
+            job_id: n,
+            agent_id: AgentId::new("agent-7").unwrap(),
+            payload,
+            scheduled_for: at,
+            fired_at: at,
+        }
+    }
+
+    #[test]
+    fn streams_that_hold_a_fire_at_once_hold_one_copy_of_it() {
+        let fires = SharedFires::default();
+        let first = fires.replayed(reminder(1));
+        let again = fires.replayed(reminder(1));
+        assert!(Arc::ptr_eq(&first, &again), "a second read of a held fire is the first copy");
+        assert_eq!(first.frame, frame(&reminder(1)), "the frame its live event had");
+
+        let live = PublishedEvent::of(&reminder(2).event());
+        let from_bus = fires.live(&live).unwrap();
+        assert_eq!(from_bus.frame.as_ptr(), live.frame().as_ptr(), "a live fire keeps the bus's frame");
+        assert_eq!(*from_bus.reminder, reminder(2));
+        assert!(Arc::ptr_eq(&from_bus, &fires.replayed(reminder(2))), "and a replay of it while held shares it");
+
+        let other = gateway_core::Event::with_id(
+            "e-1".to_owned(),
+            gateway_core::EventPayload::WebhookSignatureFailure { webhook_id: 1 },
+            time::macros::datetime!(2026-02-22 12:00:00 UTC),
+        );
+        assert!(fires.live(&PublishedEvent::of(&other)).is_none(), "not a reminder");
+
+        drop((first, again));
+        let fresh = fires.replayed(reminder(1));
+        assert_eq!(*fresh.reminder, reminder(1), "a fire nobody holds is read afresh");
+        assert_eq!(fires.entries(), 2, "one entry per fire");
+    }
+
+    #[test]
+    fn fires_no_stream_holds_are_swept_from_the_table() {
+        let fires = SharedFires::default();
+        let held: Vec<Arc<SharedFire>> = (0..10).map(|n| fires.replayed(reminder(n))).collect();
+        for n in 10..1_000 {
+            drop(fires.replayed(reminder(n)));
+        }
+        assert!(fires.entries() < 2 * SWEEP_AT_LEAST + held.len(), "{} entries for 10 held fires", fires.entries());
+        for fire in &held {
+            assert!(Arc::ptr_eq(fire, &fires.replayed((*fire.reminder).clone())), "held fires stay shared");
+        }
     }
 
     #[test]

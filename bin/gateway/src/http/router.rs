@@ -170,7 +170,7 @@ impl Route {
             Self::Metrics => &[Method::GET],
             Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
             Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
-            Self::WebhookConfig(_) => &[Method::GET, Method::DELETE],
+            Self::WebhookConfig(_) => &[Method::GET, Method::DELETE, Method::PATCH],
             Self::Delivery(_) => &[Method::GET],
             Self::CronJobs => &[Method::GET, Method::POST],
             Self::CronJob(_) => &[Method::GET, Method::DELETE],
@@ -304,6 +304,9 @@ async fn dispatch_rest(
         Route::WebhookInbound(id) => webhooks::inbound(state, id.ok_or_else(unknown_webhook)?, request).await,
         Route::WebhookConfigs if is_post => webhooks::create_config(state, request).await,
         Route::WebhookConfigs => webhooks::list_configs(state, &request).await,
+        Route::WebhookConfig(id) if request.method() == Method::PATCH => {
+            webhooks::update_config(state, id.ok_or_else(unknown_webhook)?, request).await
+        }
         Route::WebhookConfig(id) => {
             let id = id.ok_or_else(unknown_webhook)?;
             if is_delete { webhooks::delete_config(state, id).await } else { webhooks::show_config(state, id).await }

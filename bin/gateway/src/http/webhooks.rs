@@ -1,10 +1,13 @@
 //! The webhook endpoints: inbound `POST /gateway/webhooks/{webhook_id}`; the operator's
-//! `/gateway/webhook-configs` (create, list, show, delete) and `/gateway/deliveries` (enqueue, the forensic
+//! `/gateway/webhook-configs` (create, list, show, change, delete) and `/gateway/deliveries` (enqueue, the forensic
 //! inspector, one delivery with its attempts, "Retry now"). The rules live in gateway-webhooks; this module
 //! only reads requests and shapes responses.
 
-use gateway_core::{Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, WebhookConfig, WebhookSecret, rfc3339};
-use gateway_webhooks::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, SIGNATURE_HEADER, WebhookConfigDraft};
+use gateway_core::{
+    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, WebhookConfig, WebhookConfigChange, WebhookSecret,
+    rfc3339,
+};
+use gateway_webhooks::{DEFAULT_PAGE_SIZE, InboundSignature, MAX_PAGE_SIZE, WebhookConfigDraft};
 use http::StatusCode;
 use serde_json::{Value, json};
 
@@ -17,15 +20,16 @@ use crate::state::AppState;
 
 const CONFIG_FIELDS: [&str; 6] =
     ["source_identifier", "event_type", "agent_intent", "target_session", "target_url", "secret"];
+const CONFIG_CHANGE_FIELDS: [&str; 4] = ["target_url", "agent_intent", "target_session", "secret"];
 const DELIVERY_FIELDS: [&str; 3] = ["webhook_id", "session_id", "payload"];
 const INSPECTOR_PARAMETERS: [&str; 6] = ["session_id", "status", "from", "to", "limit", "after_id"];
 
-/// `POST /gateway/webhooks/{webhook_id}`: the raw body and the signature header go to the router untouched;
-/// 202 with the new delivery's id.
+/// `POST /gateway/webhooks/{webhook_id}`: the raw body and the signature headers (`X-Observatory-Signature`, or
+/// Standard Webhooks' three) go to the router untouched; 202 with the new delivery's id.
 pub async fn inbound(state: &AppState, webhook_id: i64, request: Request) -> Result<Response, ApiError> {
-    let signature = request.headers().get(SIGNATURE_HEADER).map(|value| value.as_bytes().to_vec());
+    let signature = InboundSignature::from_headers(request.headers());
     let body = read_body(request).await?;
-    let delivery = state.webhooks.receive_inbound(webhook_id, signature.as_deref(), &body).await?;
+    let delivery = state.webhooks.receive_inbound(webhook_id, &signature, &body).await?;
     Ok(json_response(StatusCode::ACCEPTED, &json!({"status": "accepted", "delivery_id": delivery.id})))
 }
 
@@ -53,6 +57,21 @@ pub async fn list_configs(state: &AppState, request: &Request) -> Result<Respons
 
 pub async fn show_config(state: &AppState, id: i64) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &config_json(&state.webhooks.config(id).await?)))
+}
+
+/// `PATCH /gateway/webhook-configs/{id}`: any of `target_url`, `agent_intent`, `target_session`, `secret` (at
+/// least one, each checked as on create) → 200 with the config as `GET` shows it; the id and the deliveries stay.
+pub async fn update_config(state: &AppState, id: i64, request: Request) -> Result<Response, ApiError> {
+    let mut body = JsonObject::read(request).await?;
+    let change = WebhookConfigChange {
+        target_url: body.take_string("target_url")?,
+        agent_intent: body.take_string("agent_intent")?,
+        target_session: body.take_string("target_session")?,
+        secret: body.take_string("secret")?.map(WebhookSecret::new),
+    };
+    body.finish(&CONFIG_CHANGE_FIELDS)?;
+    let updated = state.webhooks.update_config(id, change).await?;
+    Ok(json_response(StatusCode::OK, &config_json(&updated)))
 }
 
 pub async fn delete_config(state: &AppState, id: i64) -> Result<Response, ApiError> {
@@ -125,6 +144,7 @@ fn config_json(config: &WebhookConfig) -> Value {
         "target_session": config.target_session,
         "target_url": config.target_url,
         "created_at": rfc3339::format(config.created_at),
+        "secret_rotated_at": config.secret_rotated_at.map(rfc3339::format),
     })
 }
 
@@ -144,9 +164,12 @@ fn delivery_json(delivery: &Delivery, with_payload: bool) -> Value {
         "payload_bytes": delivery.payload.len(),
     });
     if with_payload {
-        // Stored payloads are JSON text; should one not parse, it is shown as the string it is.
+        // Stored payloads are JSON text; should one not parse, it is shown as the string it is. As a JSON value it
+        // is re-serialized in this response (keys sorted, `1.50` shown as `1.5`): `payload_raw` is the stored text
+        // itself, the exact bytes every attempt sends and signs.
         value["payload"] =
             serde_json::from_str(&delivery.payload).unwrap_or_else(|_| Value::String(delivery.payload.clone()));
+        value["payload_raw"] = Value::String(delivery.payload.clone());
     }
     value
 }

@@ -26,4 +26,5 @@ mod retention;
 mod robustness;
 mod tools;
 mod validation;
+mod webhook_signing;
 mod webhooks;

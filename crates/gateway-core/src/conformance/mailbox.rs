@@ -165,7 +165,7 @@ where
     assert_eq!(seqs_of(page(false, seqs[0], Some(seqs[3]), 10)), seqs[1..4], "through is inclusive");
     assert!(page(false, seqs[3], Some(seqs[3]), 10).is_empty());
 
-    store.mark_received(&[mine[1].clone(), mine[3].clone()], at).expect("mark");
+    store.mark_received(&[mine[1], mine[3]], at).expect("mark");
     assert_eq!(seqs_of(page(true, 0, None, 10)), [seqs[0], seqs[2], seqs[4]]);
     assert_eq!(seqs_of(page(true, seqs[0], None, 1)), [seqs[2]]);
     assert_eq!(seqs_of(page(true, 0, Some(seqs[3]), 10)), [seqs[0], seqs[2]]);
@@ -187,12 +187,12 @@ where
     let recorded = fire_of("agent-7", 1, at);
     record(store, std::slice::from_ref(&recorded));
     let first_mark = at + Duration::microseconds(1_500);
-    store.mark_received(std::slice::from_ref(&recorded), first_mark).expect("mark");
-    store.mark_received(std::slice::from_ref(&recorded), at + Duration::seconds(1)).expect("mark again");
+    store.mark_received(&[&recorded], first_mark).expect("mark");
+    store.mark_received(&[&recorded], at + Duration::seconds(1)).expect("mark again");
     assert_eq!(everything(store, "agent-7")[0].received_at, Some(first_mark));
 
     let live = fire_of("agent-7", 2, at);
-    store.mark_received(&[live.clone(), live.clone()], first_mark).expect("mark before the completion");
+    store.mark_received(&[&live, &live], first_mark).expect("mark before the completion");
     let entries = everything(store, "agent-7");
     assert_eq!(entries.len(), 2, "recorded once");
     assert_eq!((&entries[1].reminder, entries[1].received_at), (&live, Some(first_mark)));
@@ -221,7 +221,7 @@ where
     for fire in [&first, &received, &ahead, &late, &new] {
         record(store, std::slice::from_ref(fire));
     }
-    store.mark_received(std::slice::from_ref(&received), at).expect("mark");
+    store.mark_received(&[&received], at).expect("mark");
     let cutoff = at - Duration::hours(1);
     assert_eq!(store.prune_mailbox(cutoff, 1).expect("prune"), 1);
     let left =

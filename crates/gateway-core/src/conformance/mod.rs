@@ -133,12 +133,14 @@ macro_rules! webhook_store_conformance {
     ($fixture:expr) => {
         $crate::__conformance_tests!(webhook_store, webhook, $fixture;
             configs_round_trip_keep_their_secret_and_are_unique_per_source_and_event_type,
+            an_update_changes_what_it_names_and_a_new_secret_keeps_the_previous_one,
             deleting_a_config_deletes_its_deliveries_their_attempts_and_their_keys,
             a_config_with_more_history_than_a_delete_batch_is_deleted_whole,
             a_delivery_is_inserted_pending_and_one_for_a_missing_config_is_a_conflict,
             an_idempotency_key_is_unique_and_finds_its_delivery,
             a_group_insert_fails_only_the_deliveries_a_constraint_refuses,
             a_delivery_inserted_claimed_waits_for_its_lease_and_its_attempt_applies,
+            an_applied_attempt_may_replace_the_signature,
             due_rows_are_oldest_first_across_pending_and_failed_ties_by_id_never_delivered_or_dead,
             a_claim_hides_the_row_until_its_lease_ends_and_only_the_claimant_records,
             claim_each_takes_each_row_by_its_own_due_time_and_record_attempts_answers_each,

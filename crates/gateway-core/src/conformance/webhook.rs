@@ -10,7 +10,7 @@ use time::{Duration, OffsetDateTime};
 use crate::{
     AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
     FencingEpoch, FencingToken, IdempotencyKey, NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError,
-    WebhookConfig, WebhookSecret, WebhookStore,
+    WebhookConfig, WebhookConfigChange, WebhookSecret, WebhookStore,
 };
 
 /// How many deliveries [`a_config_with_more_history_than_a_delete_batch_is_deleted_whole`] gives a config: an
@@ -91,6 +91,7 @@ fn attempt_and_update(
         last_attempted_at: at,
         next_retry_at: (status == DeliveryStatus::Failed).then_some(at + FIRST_DUE),
         error_detail: (!delivered).then(|| "http_503".to_owned()),
+        signature: None,
     };
     (attempt, update)
 }
@@ -182,6 +183,47 @@ pub fn configs_round_trip_keep_their_secret_and_are_unique_per_source_and_event_
     let other_source = store.create_config(&new_config("stripe", "push", at)).expect("create");
     assert_eq!(store.list_configs().expect("list"), [created.clone(), other_event, other_source.clone()]);
     assert_eq!(store.config(other_source.id + 1_000).expect("read"), None);
+}
+
+/// An update changes only the fields it names and keeps the id and the deliveries; a new secret keeps the one it
+/// replaces as `previous_secret` with `secret_rotated_at`, a second rotation keeps only the latest previous secret,
+/// and the same secret again changes nothing; a missing id reads as `None` and creates nothing.
+pub fn an_update_changes_what_it_names_and_a_new_secret_keeps_the_previous_one(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let created = config(store, "github", at);
+    let other = config(store, "stripe", at);
+    let delivery = insert(store, &new_delivery(created.id, "s", at));
+    assert_eq!((created.previous_secret.clone(), created.secret_rotated_at), (None, None));
+    let intent = WebhookConfigChange { agent_intent: Some("triage".into()), ..WebhookConfigChange::default() };
+    let updated = store.update_config(created.id, &intent, at + Duration::seconds(1)).expect("update");
+    let expected = WebhookConfig { agent_intent: "triage".into(), ..created.clone() };
+    assert_eq!(updated.as_ref(), Some(&expected));
+    assert_eq!(store.config(created.id).expect("read").as_ref(), Some(&expected));
+    let rotated_at = at + Duration::milliseconds(2_250);
+    let rotate = |secret: &str| WebhookConfigChange {
+        secret: Some(WebhookSecret::new(secret)),
+        target_url: Some("https://example.com/new".into()),
+        target_session: Some("s-2".into()),
+        ..WebhookConfigChange::default()
+    };
+    let rotated = store.update_config(created.id, &rotate("second"), rotated_at).expect("update").expect("found");
+    assert_eq!(rotated.secret.expose(), "second");
+    assert_eq!(rotated.previous_secret.as_ref().map(WebhookSecret::expose), Some("It's a Secret to Everybody"));
+    assert_eq!(rotated.secret_rotated_at, Some(rotated_at));
+    assert_eq!((rotated.target_url.as_str(), rotated.target_session.as_str()), ("https://example.com/new", "s-2"));
+    assert_eq!(store.config(created.id).expect("read").as_ref(), Some(&rotated));
+    let same = store.update_config(created.id, &rotate("second"), rotated_at + Duration::hours(1)).expect("update");
+    assert_eq!(same.as_ref(), Some(&rotated), "the same secret again is no rotation");
+    let again_at = rotated_at + Duration::hours(2);
+    let again = store.update_config(created.id, &rotate("third"), again_at).expect("update").expect("found");
+    assert_eq!(again.previous_secret.as_ref().map(WebhookSecret::expose), Some("second"));
+    assert_eq!((again.secret.expose(), again.secret_rotated_at), ("third", Some(again_at)));
+    assert_eq!(store.config(other.id).expect("read"), Some(other.clone()), "other configs are untouched");
+    assert_eq!(store.delivery(delivery.id).expect("read"), Some(delivery), "deliveries are untouched");
+    assert_eq!(store.update_config(other.id + 1_000, &rotate("x"), at).expect("update"), None);
+    assert_eq!(store.list_configs().expect("list").len(), 2);
 }
 
 /// Deleting a config deletes its deliveries, their attempts and their idempotency keys, and nothing of other
@@ -338,6 +380,33 @@ pub fn a_delivery_inserted_claimed_waits_for_its_lease_and_its_attempt_applies(
     let stored = store.delivery(attempted.id).expect("read").expect("the row");
     assert_eq!((stored.status, stored.attempt_count, stored.next_retry_at), (DeliveryStatus::Delivered, 1, None));
     assert_eq!(due_ids(store, lease, 10), [abandoned.id], "an attempt that never reported is due at the lease's end");
+}
+
+/// An applied attempt with a signature replaces the stored one (what was sent after a secret rotation), alone and
+/// in a group; without one, or when the claim was lost, the stored signature stays.
+pub fn an_applied_attempt_may_replace_the_signature(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let config = config(store, "github", at);
+    let lease = at + LEASE;
+    let claimed = NewDelivery { claimed: true, next_retry_at: lease, ..new_delivery(config.id, "s", at) };
+    let [single, grouped, kept] = [0; 3].map(|_| insert(store, &claimed));
+    let (attempt, mut update) = attempt_and_update(single.id, 1, at, DeliveryStatus::Failed);
+    update.signature = Some("sha256=11".into());
+    assert!(store.record_attempt(&attempt, lease, &update).expect("record"));
+    let (attempt, mut update) = attempt_and_update(grouped.id, 1, at, DeliveryStatus::Delivered);
+    update.signature = Some("sha256=22".into());
+    let (kept_attempt, kept_update) = attempt_and_update(kept.id, 1, at, DeliveryStatus::Delivered);
+    let records =
+        [AttemptRecord { attempt, lease, update }, AttemptRecord { attempt: kept_attempt, lease, update: kept_update }];
+    assert_eq!(store.record_attempts(&records).expect("record"), [true, true]);
+    let signature = |id| store.delivery(id).expect("read").expect("the row").signature;
+    assert_eq!(
+        [signature(single.id), signature(grouped.id), signature(kept.id)],
+        ["sha256=11", "sha256=22", "sha256=00"]
+    );
+    let (late, mut update) = attempt_and_update(single.id, 1, at, DeliveryStatus::Delivered);
+    update.signature = Some("sha256=33".into());
+    assert!(!store.record_attempt(&late, lease, &update).expect("record"), "the claim is gone");
+    assert_eq!(signature(single.id), "sha256=11");
 }
 
 /// The poll's read: rows `pending` or `failed` with `next_retry_at <= now`, oldest `next_retry_at` first whatever

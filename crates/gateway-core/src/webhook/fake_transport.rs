@@ -110,7 +110,14 @@ mod tests {
     fn fake_transport_scripts_outcomes_and_counts_concurrency() {
         let transport = Arc::new(FakeTransport::new());
         transport.push_outcome(AttemptOutcome::Failed { class: FailureClass::Timeout, detail: None });
-        let request = OutboundRequest { delivery_id: 1, url: "u".into(), body: "{}".into(), signature: "s".into() };
+        let request = OutboundRequest {
+            delivery_id: 1,
+            url: "u".into(),
+            body: "{}".into(),
+            signature: "s".into(),
+            timestamp: 0,
+            standard_signature: "v1,AA==".into(),
+        };
         assert_eq!(transport.post(&request), AttemptOutcome::Failed { class: FailureClass::Timeout, detail: None });
         assert_eq!(transport.post(&request), AttemptOutcome::Delivered { status_code: 200 });
 

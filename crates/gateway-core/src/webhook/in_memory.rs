@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 
 use super::{
     Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, NewDelivery,
-    NewWebhookConfig, RetryNowOutcome, WebhookConfig, WebhookStore,
+    NewWebhookConfig, RetryNowOutcome, WebhookConfig, WebhookConfigChange, WebhookStore,
 };
 use crate::ids::IdempotencyKey;
 use crate::leadership::{EpochGate, FencingEpoch, FencingToken};
@@ -88,6 +88,8 @@ impl WebhookStore for InMemoryWebhookStore {
             target_url: config.target_url.clone(),
             secret: config.secret.clone(),
             created_at: config.created_at,
+            previous_secret: None,
+            secret_rotated_at: None,
         };
         tables.configs.insert(created.id, created.clone());
         Ok(created)
@@ -101,6 +103,19 @@ impl WebhookStore for InMemoryWebhookStore {
     fn list_configs(&self) -> Result<Vec<WebhookConfig>, StoreError> {
         self.failure.check()?;
         Ok(lock(&self.tables).configs.values().cloned().collect())
+    }
+
+    fn update_config(
+        &self,
+        id: i64,
+        change: &WebhookConfigChange,
+        at: OffsetDateTime,
+    ) -> Result<Option<WebhookConfig>, StoreError> {
+        self.failure.check()?;
+        let mut tables = lock(&self.tables);
+        let Some(config) = tables.configs.get_mut(&id) else { return Ok(None) };
+        *config = config.clone().changed(change, at);
+        Ok(Some(config.clone()))
     }
 
     fn delete_config(&self, id: i64) -> Result<bool, StoreError> {
@@ -283,6 +298,9 @@ impl WebhookStore for InMemoryWebhookStore {
             delivery.last_attempted_at = Some(update.last_attempted_at);
             delivery.next_retry_at = update.next_retry_at;
             delivery.error_detail.clone_from(&update.error_detail);
+            if let Some(signature) = &update.signature {
+                delivery.signature.clone_from(signature);
+            }
         }
         tables.attempts.push(attempt.clone());
         Ok(still_ours)

@@ -64,6 +64,42 @@ pub struct WebhookConfig {
     pub target_url: String,
     pub secret: WebhookSecret,
     pub created_at: OffsetDateTime,
+    /// The secret before the latest rotation: inbound signatures made with it are still accepted for a grace
+    /// period after `secret_rotated_at` (docs/webhooks.md). Only the latest previous secret is kept.
+    pub previous_secret: Option<WebhookSecret>,
+    /// When the secret was last rotated (`None`: never).
+    pub secret_rotated_at: Option<OffsetDateTime>,
+}
+
+/// What an operator's `PATCH` changes in a config; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebhookConfigChange {
+    pub target_url: Option<String>,
+    pub agent_intent: Option<String>,
+    pub target_session: Option<String>,
+    pub secret: Option<WebhookSecret>,
+}
+
+impl WebhookConfig {
+    /// The config after `change`, made at `at`: the rule every [`WebhookStore::update_config`] applies.
+    pub fn changed(mut self, change: &WebhookConfigChange, at: OffsetDateTime) -> Self {
+        if let Some(target_url) = &change.target_url {
+            self.target_url.clone_from(target_url);
+        }
+        if let Some(agent_intent) = &change.agent_intent {
+            self.agent_intent.clone_from(agent_intent);
+        }
+        if let Some(target_session) = &change.target_session {
+            self.target_session.clone_from(target_session);
+        }
+        if let Some(secret) = &change.secret
+            && *secret != self.secret
+        {
+            self.previous_secret = Some(std::mem::replace(&mut self.secret, secret.clone()));
+            self.secret_rotated_at = Some(at);
+        }
+        self
+    }
 }
 
 /// A config to create; the store assigns the id.
@@ -221,6 +257,9 @@ pub struct DeliveryUpdate {
     pub last_attempted_at: OffsetDateTime,
     pub next_retry_at: Option<OffsetDateTime>,
     pub error_detail: Option<String>,
+    /// The `X-Observatory-Signature` the attempt was sent with, when it differs from the stored one (the config's
+    /// secret was rotated since): the row then shows what was sent. `None` keeps the stored signature.
+    pub signature: Option<String>,
 }
 
 /// The forensic inspector's query: every filter optional, keyset pagination by id (ascending).
@@ -273,6 +312,16 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
     /// other writer waits behind one long delete; a crash midway then leaves the config with part of its history,
     /// and deleting it again finishes the job.
     fn delete_config(&self, id: i64) -> Result<bool, StoreError>;
+    /// Applies `change` to the config, reading it and writing it in one transaction (a database adapter locks the
+    /// row, or writes under SQLite's IMMEDIATE lock): a new secret that differs from the current one moves the
+    /// current one to `previous_secret` (replacing any earlier previous secret) and sets `secret_rotated_at = at`;
+    /// the same secret again changes nothing. Returns the config as stored, `None` when there is none with this id.
+    fn update_config(
+        &self,
+        id: i64,
+        change: &WebhookConfigChange,
+        at: OffsetDateTime,
+    ) -> Result<Option<WebhookConfig>, StoreError>;
 
     /// [`StoreError::Conflict`] when the config is gone or the idempotency key is taken.
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError>;
@@ -366,8 +415,13 @@ pub struct OutboundRequest {
     pub delivery_id: i64,
     pub url: String,
     pub body: String,
-    /// `sha256=<hex>`.
+    /// `sha256=<hex>`, the `X-Observatory-Signature` header.
     pub signature: String,
+    /// Unix seconds of the attempt's start: the `webhook-timestamp` header (Standard Webhooks), which
+    /// `standard_signature` covers.
+    pub timestamp: i64,
+    /// `v1,<base64>`, the `webhook-signature` header (Standard Webhooks) over `"{delivery_id}.{timestamp}.{body}"`.
+    pub standard_signature: String,
 }
 
 impl fmt::Debug for OutboundRequest {
@@ -483,6 +537,8 @@ mod tests {
             url: "https://example.com/hook".into(),
             body: r#"{"card":"4111111111111111"}"#.into(),
             signature: "sha256=00".into(),
+            timestamp: 0,
+            standard_signature: "v1,AA==".into(),
         };
         let printed = format!("{request:?}");
         assert!(!printed.contains("4111"), "{printed}");

@@ -279,6 +279,7 @@ struct RecordAttempts<'a> {
     last_attempted_at: Vec<PrimitiveDateTime>,
     next_retry_at: Vec<Option<PrimitiveDateTime>>,
     error_detail: Vec<Option<&'a str>>,
+    signature: Vec<Option<&'a str>>,
 }
 
 postgres_statement!(RecordAttempts -> BigInt);
@@ -299,6 +300,7 @@ impl<'a> RecordAttempts<'a> {
             last_attempted_at: records.iter().map(|record| to_db(record.update.last_attempted_at)).collect(),
             next_retry_at: records.iter().map(|record| record.update.next_retry_at.map(to_db)).collect(),
             error_detail: records.iter().map(|record| record.update.error_detail.as_deref()).collect(),
+            signature: records.iter().map(|record| record.update.signature.as_deref()).collect(),
         }
     }
 }
@@ -322,9 +324,10 @@ impl QueryFragment<Pg> for RecordAttempts<'_> {
              ORDER BY position) \
              UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
              last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
-             error_detail = outcome.error_detail, claimed_until = NULL \
-             FROM unnest($, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
-             attempt_count, last_attempted_at, next_retry_at, error_detail) \
+             error_detail = outcome.error_detail, claimed_until = NULL, \
+             signature = COALESCE(outcome.signature, webhook_deliveries.signature) \
+             FROM unnest($, $, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
+             attempt_count, last_attempted_at, next_retry_at, error_detail, signature) \
              WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.id IN (SELECT id FROM locked) \
              AND webhook_deliveries.next_retry_at = outcome.lease \
              AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
@@ -342,7 +345,8 @@ impl QueryFragment<Pg> for RecordAttempts<'_> {
                 12 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
                 13 => out.push_bind_param::<Array<Timestamp>, _>(&self.last_attempted_at),
                 14 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.next_retry_at),
-                _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_detail),
+                15 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_detail),
+                _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.signature),
             },
         )
     }
@@ -449,6 +453,7 @@ mod tests {
                     last_attempted_at: START,
                     next_retry_at: Some(START),
                     error_detail: None,
+                    signature: None,
                 },
             })
             .collect();

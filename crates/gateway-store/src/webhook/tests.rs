@@ -64,6 +64,7 @@ fn failed_attempt(delivery_id: i64, number: i32, at: OffsetDateTime) -> (Deliver
         last_attempted_at: at,
         next_retry_at: Some(at + Duration::seconds(30)),
         error_detail: Some("http_503".into()),
+        signature: None,
     };
     (attempt, update)
 }

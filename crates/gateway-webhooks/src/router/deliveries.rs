@@ -9,7 +9,7 @@ use super::{DeliveryDetail, WebhookRouter, target_host};
 use crate::envelope::inbound_envelope;
 use crate::error::WebhookError;
 use crate::input::check_delivery;
-use crate::signature::verify;
+use crate::signature::{InboundSignature, accepted_secrets};
 
 impl WebhookRouter {
     /// Enqueues an outbound delivery of `payload` (JSON text, sent byte for byte) to the config's target.
@@ -63,16 +63,18 @@ impl WebhookRouter {
         self.store(move |store| store.delivery_by_idempotency_key(&key)).await
     }
 
-    /// Handles `POST /gateway/webhooks/{webhook_id}`: verifies `signature_header` against the raw `body`, wraps
-    /// the body in the inbound envelope (docs/webhooks.md) and enqueues it for the config's target and session.
+    /// Handles `POST /gateway/webhooks/{webhook_id}`: verifies the signature headers against the raw `body` (either
+    /// scheme; the previous secret too during its grace after a rotation), wraps the body in the inbound envelope
+    /// (docs/webhooks.md) and enqueues it for the config's target and session.
     pub async fn receive_inbound(
         &self,
         webhook_id: i64,
-        signature_header: Option<&[u8]>,
+        signature: &InboundSignature,
         body: &[u8],
     ) -> Result<Delivery, WebhookError> {
         let config = self.config(webhook_id).await?;
-        if let Err(reason) = verify(&config.secret, body, signature_header) {
+        let now = self.now();
+        if let Err(reason) = signature.verify(&accepted_secrets(&config, now), body, now) {
             if let Some(suppressed) = self.inner.signature_failures.failure(webhook_id, self.now()) {
                 warn!(webhook_id, %reason, suppressed, "inbound webhook refused (signature)");
                 self.publish(EventPayload::WebhookSignatureFailure { webhook_id });
@@ -94,8 +96,8 @@ impl WebhookRouter {
         let ready = self.start_now();
         draft.claimed = ready.is_some();
         let inserted = self.inner.inserts.submit(draft).await.map_err(WebhookError::from).and_then(|outcome| outcome);
-        let row = match inserted {
-            Ok(row) => row,
+        let (row, secret) = match inserted {
+            Ok(inserted) => inserted,
             Err(error) => {
                 if let Some((_, ticket)) = ready {
                     self.cancel_start(ticket);
@@ -106,7 +108,7 @@ impl WebhookRouter {
         info!(delivery_id = row.id, webhook_id = row.webhook_id, target_host = %target_host(&row.target_url), "webhook delivery enqueued");
         self.publish_status(&row);
         match (ready, row.next_retry_at) {
-            (Some((slot, _started)), _) => self.spawn_attempt(row.clone(), slot),
+            (Some((slot, _started)), _) => self.spawn_attempt(row.clone(), secret, slot),
             (None, Some(due_by)) => self.spawn_immediate_attempt(row.id, due_by),
             (None, None) => {}
         }

@@ -11,19 +11,22 @@ use std::time::Duration;
 
 use gateway_core::{
     AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, EventPayload,
-    FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, run_blocking,
+    FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret, WebhookStore, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::groups::with_secrets;
 use super::{
     MAX_POLL_BACKOFF, MAX_WAITING_IMMEDIATE, RECORD_FIRST_BACKOFF, RECORD_TRIES, WebhookRouter, candidate_window,
     duration_to_time, round_robin, target_host,
 };
 use crate::error::WebhookError;
 use crate::retry::after_attempt;
+use crate::signature::sign;
+use crate::standard;
 
 impl WebhookRouter {
     /// Tries a delivery as soon as a slot and the rate allow, if it is still due by `due_by` then.
@@ -53,7 +56,7 @@ impl WebhookRouter {
             inner.waiting_immediate.fetch_sub(1, Ordering::SeqCst);
             let Some((slot, ticket)) = ready else { return };
             match inner.claims.submit((id, due_by)).await {
-                Ok(Some(row)) => router.attempt(row, slot).await,
+                Ok(Some((row, secret))) => router.attempt(row, secret, slot).await,
                 // Attempted by someone else meanwhile (the poll, another instance), or gone.
                 Ok(None) => router.cancel_start(ticket),
                 Err(error) => {
@@ -104,9 +107,9 @@ impl WebhookRouter {
     }
 
     /// Makes the attempt of a row this router has claimed, in the background.
-    pub(super) fn spawn_attempt(&self, row: Delivery, slot: OwnedSemaphorePermit) {
+    pub(super) fn spawn_attempt(&self, row: Delivery, secret: WebhookSecret, slot: OwnedSemaphorePermit) {
         let router = self.clone();
-        self.inner.attempts.spawn(async move { router.attempt(row, slot).await });
+        self.inner.attempts.spawn(async move { router.attempt(row, secret, slot).await });
     }
 
     /// The next start the rate allows, first come first served among everything that waits for one. With `wait`
@@ -123,18 +126,28 @@ impl WebhookRouter {
         }
     }
 
-    /// Makes one attempt of a claimed row, then records it; `slot` is released only after that.
-    async fn attempt(&self, mut row: Delivery, slot: OwnedSemaphorePermit) {
+    /// Makes one attempt of a claimed row, signed with `secret` (its config's, read when the row was claimed),
+    /// then records it; `slot` is released only after that.
+    async fn attempt(&self, mut row: Delivery, secret: WebhookSecret, slot: OwnedSemaphorePermit) {
         let Some(lease) = row.next_retry_at else { return };
         let target_host = target_host(&row.target_url);
+        let started_at = self.now();
+        // Signed at send time: the secret may have been rotated since the row was stored, and the Standard
+        // Webhooks signature covers the send time. Its timestamp is the attempt's `started_at` (in seconds), which
+        // the attempt history shows, so an operator can recompute both signatures from the inspector.
+        let timestamp = started_at.unix_timestamp();
+        let signature = sign(&secret, row.payload.as_bytes());
+        let standard_signature = standard::sign(&secret, &row.id.to_string(), timestamp, row.payload.as_bytes());
+        let resigned = (signature != row.signature).then(|| signature.clone());
         // The payload is only needed by the request; the row itself only feeds the status event afterwards.
         let request = OutboundRequest {
             delivery_id: row.id,
             url: row.target_url.clone(),
             body: std::mem::take(&mut row.payload),
-            signature: row.signature.clone(),
+            signature,
+            timestamp,
+            standard_signature,
         };
-        let started_at = self.now();
         let timer = tokio::time::Instant::now();
         let transport = Arc::clone(&self.inner.ports.transport);
         let outcome = run_blocking(move || transport.post(&request)).await.unwrap_or_else(|error| {
@@ -162,9 +175,11 @@ impl WebhookRouter {
             last_attempted_at: started_at,
             next_retry_at: transition.next_retry_at,
             error_detail: transition.error_detail.clone(),
+            signature: resigned,
         };
         let recorded = self.record(&attempt, lease, &update).await;
         let delivery = Delivery {
+            signature: update.signature.clone().unwrap_or(row.signature.clone()),
             status: update.status,
             attempt_count: update.attempt_count,
             last_attempted_at: Some(started_at),
@@ -282,7 +297,9 @@ impl WebhookRouter {
         // The clock has moved while waiting for the rate; rows due by the read are still due now.
         let now = self.now();
         let lease = self.lease_end(now);
-        let claimed = match self.store(move |store| store.claim_fenced(&picked, now, lease, token)).await {
+        let claim =
+            move |store: &dyn WebhookStore| with_secrets(store, store.claim_fenced(&picked, now, lease, token)?);
+        let claimed = match self.store(claim).await {
             Ok(claimed) => claimed,
             Err(error) => {
                 tickets.into_iter().for_each(|ticket| self.cancel_start(ticket));
@@ -293,8 +310,8 @@ impl WebhookRouter {
         for ticket in tickets.split_off(started) {
             self.cancel_start(ticket);
         }
-        for (row, slot) in claimed.into_iter().zip(slots) {
-            self.spawn_attempt(row, slot);
+        for ((row, secret), slot) in claimed.into_iter().zip(slots) {
+            self.spawn_attempt(row, secret, slot);
         }
         Ok(started)
     }

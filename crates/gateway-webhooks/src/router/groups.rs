@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use gateway_core::group_commit::GroupCommit;
-use gateway_core::{AttemptRecord, Clock, Delivery, NewDelivery, StoreError, WebhookConfig, WebhookStore};
+use gateway_core::{
+    AttemptRecord, Clock, Delivery, NewDelivery, StoreError, WebhookConfig, WebhookSecret, WebhookStore,
+};
 use time::OffsetDateTime;
 
 use super::{ENQUEUE_SAFETY_NET, LEASE_MARGIN, duration_to_time, millisecond_now};
@@ -36,8 +38,12 @@ impl DeliveryDraft {
     }
 }
 
-pub(super) type Inserts = GroupCommit<DeliveryDraft, Result<Delivery, WebhookError>>;
-pub(super) type Claims = GroupCommit<(i64, OffsetDateTime), Option<Delivery>>;
+/// A claimed delivery with the secret its attempt signs with: its config's secret as read when the row was claimed
+/// (or inserted claimed), so a rotated secret signs every attempt claimed after the rotation.
+pub(super) type Claimed = (Delivery, WebhookSecret);
+
+pub(super) type Inserts = GroupCommit<DeliveryDraft, Result<Claimed, WebhookError>>;
+pub(super) type Claims = GroupCommit<(i64, OffsetDateTime), Option<Claimed>>;
 pub(super) type Records = GroupCommit<AttemptRecord, bool>;
 
 /// A new delivery is due `ENQUEUE_SAFETY_NET` after its creation (FR-10.8), whether or not it is inserted claimed:
@@ -50,8 +56,9 @@ pub(super) fn inserts(
     GroupCommit::new(MAX_GROUP, move |drafts: Vec<DeliveryDraft>| {
         let shortest_lease = millisecond_now(clock.as_ref()) + duration_to_time(attempt_timeout) + LEASE_MARGIN;
         let mut configs: HashMap<i64, Option<WebhookConfig>> = HashMap::new();
-        let mut outcomes: Vec<Option<Result<Delivery, WebhookError>>> = Vec::with_capacity(drafts.len());
+        let mut outcomes: Vec<Option<Result<Claimed, WebhookError>>> = Vec::with_capacity(drafts.len());
         let mut rows = Vec::with_capacity(drafts.len());
+        let mut secrets = Vec::with_capacity(drafts.len());
         for draft in drafts {
             let config = match draft.config {
                 Some(config) => Some(config),
@@ -68,6 +75,7 @@ pub(super) fn inserts(
                 outcomes.push(Some(Err(WebhookError::UnknownWebhook(draft.webhook_id))));
                 continue;
             };
+            secrets.push(config.secret.clone());
             rows.push(NewDelivery {
                 webhook_id: config.id,
                 signature: sign(&config.secret, draft.payload.as_bytes()),
@@ -84,14 +92,17 @@ pub(super) fn inserts(
             });
             outcomes.push(None);
         }
-        let mut inserted = store.insert_deliveries(&rows)?.into_iter().zip(rows.iter().map(|row| row.webhook_id));
+        let mut inserted =
+            store.insert_deliveries(&rows)?.into_iter().zip(rows.iter().map(|row| row.webhook_id).zip(secrets));
         Ok(outcomes
             .into_iter()
             .map(|known| {
                 known.unwrap_or_else(|| match inserted.next() {
-                    Some((Ok(delivery), _)) => Ok(delivery),
+                    Some((Ok(delivery), (_, secret))) => Ok((delivery, secret)),
                     // The config was deleted since it was read, or the idempotency key is held: the caller tells.
-                    Some((Err(StoreError::Conflict(_)), webhook_id)) => Err(WebhookError::UnknownWebhook(webhook_id)),
+                    Some((Err(StoreError::Conflict(_)), (webhook_id, _))) => {
+                        Err(WebhookError::UnknownWebhook(webhook_id))
+                    }
                     Some((Err(error), _)) => Err(error.into()),
                     None => Err(StoreError::Internal("a grouped insert returned too few outcomes".to_owned()).into()),
                 })
@@ -108,10 +119,32 @@ pub(super) fn claims(
 ) -> Claims {
     GroupCommit::new(MAX_GROUP, move |claims: Vec<(i64, OffsetDateTime)>| {
         let lease = millisecond_now(clock.as_ref()) + duration_to_time(attempt_timeout) + LEASE_MARGIN;
-        let mut claimed: HashMap<i64, Delivery> =
-            store.claim_each(&claims, lease)?.into_iter().map(|delivery| (delivery.id, delivery)).collect();
+        let claimed = with_secrets(store.as_ref(), store.claim_each(&claims, lease)?)?;
+        let mut claimed: HashMap<i64, Claimed> = claimed.into_iter().map(|row| (row.0.id, row)).collect();
         Ok(claims.iter().map(|(id, _)| claimed.remove(id)).collect())
     })
+}
+
+/// Claimed rows with their configs' current secrets, read once per config. A row whose config is gone (deleted
+/// since, and the row with it) is left out: its attempt would record nothing. Should the read fail, the rows stay
+/// claimed and come due again when their lease ends.
+pub(super) fn with_secrets(store: &dyn WebhookStore, rows: Vec<Delivery>) -> Result<Vec<Claimed>, StoreError> {
+    let mut secrets: HashMap<i64, Option<WebhookSecret>> = HashMap::new();
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in rows {
+        let secret = match secrets.get(&row.webhook_id) {
+            Some(known) => known.clone(),
+            None => {
+                let found = store.config(row.webhook_id)?.map(|config| config.secret);
+                secrets.insert(row.webhook_id, found.clone());
+                found
+            }
+        };
+        if let Some(secret) = secret {
+            claimed.push((row, secret));
+        }
+    }
+    Ok(claimed)
 }
 
 pub(super) fn records(store: Arc<dyn WebhookStore>) -> Records {

@@ -4,14 +4,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use gateway_core::{
     AttemptOutcome, DeliveryStatus, FailureClass, FakeTransport, FencingToken, InMemoryWebhookStore, ManualClock,
-    NewDelivery, RecordingPublisher, SlidingWindowRate, WebhookConfig, WebhookSecret,
+    NewDelivery, RecordingPublisher, SlidingWindowRate, WebhookConfig, WebhookConfigChange, WebhookSecret,
 };
 use serde_json::Value;
 use time::Duration as TimeDuration;
 
 use super::*;
 use crate::input::WebhookConfigDraft;
-use crate::signature::{SignatureError, sign};
+use crate::signature::{InboundSignature, SECRET_ROTATION_GRACE, SignatureError, sign};
+use crate::standard;
+
+/// Inbound signature headers with only `X-Observatory-Signature`.
+fn observatory(header: &[u8]) -> InboundSignature {
+    InboundSignature { observatory: Some(header.to_vec()), ..InboundSignature::default() }
+}
 
 const SECRET: &str = "It's a Secret to Everybody";
 
@@ -452,7 +458,7 @@ async fn inbound_webhooks_are_verified_on_raw_bytes_and_routed_as_an_envelope() 
     let body = br#"{"action":"opened","number": 1.50}"#;
     let header = sign(&WebhookSecret::new(SECRET), body);
 
-    let row = h.router.receive_inbound(config.id, Some(header.as_bytes()), body).await.unwrap();
+    let row = h.router.receive_inbound(config.id, &observatory(header.as_bytes()), body).await.unwrap();
     assert_eq!(row.session_id, "github-session");
     assert_eq!(row.target_url, config.target_url);
     assert_eq!(row.next_retry_at, Some(row.created_at + seconds(30)));
@@ -468,19 +474,159 @@ async fn inbound_webhooks_are_verified_on_raw_bytes_and_routed_as_an_envelope() 
 
     let tampered = br#"{"action":"opened","number": 1.51}"#;
     assert_eq!(
-        h.router.receive_inbound(config.id, Some(header.as_bytes()), tampered).await,
+        h.router.receive_inbound(config.id, &observatory(header.as_bytes()), tampered).await,
         Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Mismatch })
     );
     assert_eq!(
-        h.router.receive_inbound(config.id, None, body).await,
+        h.router.receive_inbound(config.id, &InboundSignature::default(), body).await,
         Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Missing })
     );
     assert_eq!(h.signature_failure_events(config.id), 1, "the second failure within the interval is counted only");
     assert_eq!(
-        h.router.receive_inbound(404, Some(header.as_bytes()), body).await,
+        h.router.receive_inbound(404, &observatory(header.as_bytes()), body).await,
         Err(WebhookError::UnknownWebhook(404))
     );
     assert_eq!(h.store.deliveries().len(), 1, "a refused webhook created a delivery");
+}
+
+/// Standard Webhooks headers signed with `secret` at `timestamp` (unix seconds).
+fn standard_headers(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> InboundSignature {
+    InboundSignature {
+        webhook_id: Some(id.as_bytes().to_vec()),
+        webhook_timestamp: Some(timestamp.to_string().into_bytes()),
+        webhook_signature: Some(standard::sign(&WebhookSecret::new(secret), id, timestamp, body).into_bytes()),
+        ..InboundSignature::default()
+    }
+}
+
+fn rotate(secret: &str) -> WebhookConfigChange {
+    WebhookConfigChange { secret: Some(WebhookSecret::new(secret)), ..WebhookConfigChange::default() }
+}
+
+#[tokio::test(start_paused = true)]
+async fn inbound_webhooks_may_be_signed_the_standard_webhooks_way_within_five_minutes() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let body = br#"{"n": 1.50}"#;
+    let now = h.clock.now().unix_timestamp();
+    let accepted = h.router.receive_inbound(config.id, &standard_headers(SECRET, "msg_1", now, body), body).await;
+    assert!(accepted.is_ok(), "{accepted:?}");
+    let recent = standard_headers(SECRET, "msg_2", now - 300, body);
+    assert!(h.router.receive_inbound(config.id, &recent, body).await.is_ok());
+    for (id, timestamp) in [("msg_3", now - 301), ("msg_4", now + 301)] {
+        let stale = standard_headers(SECRET, id, timestamp, body);
+        assert_eq!(
+            h.router.receive_inbound(config.id, &stale, body).await,
+            Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Stale })
+        );
+    }
+    let wrong = standard_headers("another secret", "msg_5", now, body);
+    assert_eq!(
+        h.router.receive_inbound(config.id, &wrong, body).await,
+        Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Mismatch })
+    );
+    // Either scheme is enough: a wrong X-Observatory-Signature beside a valid Standard Webhooks one is accepted.
+    let both =
+        InboundSignature { observatory: Some(b"sha256=00".to_vec()), ..standard_headers(SECRET, "msg_6", now, body) };
+    assert!(h.router.receive_inbound(config.id, &both, body).await.is_ok());
+    assert_eq!(h.signature_failure_events(config.id), 1, "refusals publish the failure event (throttled)");
+    assert_eq!(h.store.deliveries().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rotated_secret_signs_outbound_at_once_and_the_old_one_is_accepted_inbound_for_the_grace() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    h.transport.set_fallback(AttemptOutcome::Failed { class: FailureClass::Http(503), detail: None });
+    let pending = h.router.enqueue(config.id, "s-1".into(), r#"{"n": 1.50}"#.into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(h.transport.requests()[0].signature, sign(&WebhookSecret::new(SECRET), pending.payload.as_bytes()));
+
+    h.clock.advance(seconds(1));
+    let rotated_at = h.clock.now();
+    let updated = h.router.update_config(config.id, rotate("the new secret")).await.unwrap();
+    assert_eq!((updated.id, updated.secret_rotated_at), (config.id, Some(rotated_at)));
+    assert_eq!(updated.previous_secret, Some(WebhookSecret::new(SECRET)));
+
+    // The older delivery's retry goes out signed with the new secret, both ways, and the row shows what was sent.
+    h.clock.advance(seconds(30));
+    h.transport.set_fallback(AttemptOutcome::Delivered { status_code: 204 });
+    assert_eq!(h.poll().await, 1);
+    let retry = h.transport.requests().pop().unwrap();
+    let new_secret = WebhookSecret::new("the new secret");
+    assert_eq!(retry.signature, sign(&new_secret, pending.payload.as_bytes()));
+    let started = h.clock.now().unix_timestamp();
+    assert_eq!(retry.timestamp, started);
+    let message_id = pending.id.to_string();
+    assert_eq!(retry.standard_signature, standard::sign(&new_secret, &message_id, started, pending.payload.as_bytes()));
+    assert_eq!(h.row(pending.id).signature, retry.signature);
+    assert_eq!(h.row(pending.id).status, DeliveryStatus::Delivered);
+
+    let body = b"{}";
+    let old = observatory(sign(&WebhookSecret::new(SECRET), body).as_bytes());
+    let new = observatory(sign(&new_secret, body).as_bytes());
+    assert!(h.router.receive_inbound(config.id, &old, body).await.is_ok(), "the old secret within the grace");
+    assert!(h.router.receive_inbound(config.id, &new, body).await.is_ok());
+    h.clock.set(rotated_at + SECRET_ROTATION_GRACE - TimeDuration::milliseconds(1));
+    assert!(h.router.receive_inbound(config.id, &old, body).await.is_ok(), "the last instant of the grace");
+    let now = h.clock.now().unix_timestamp();
+    let old_standard = standard_headers(SECRET, "msg_1", now, body);
+    assert!(h.router.receive_inbound(config.id, &old_standard, body).await.is_ok(), "either scheme");
+    h.clock.set(rotated_at + SECRET_ROTATION_GRACE);
+    assert_eq!(
+        h.router.receive_inbound(config.id, &old, body).await,
+        Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Mismatch })
+    );
+    assert!(h.router.receive_inbound(config.id, &new, body).await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_rotation_within_the_grace_keeps_only_the_latest_previous_secret() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    h.router.update_config(config.id, rotate("second")).await.unwrap();
+    h.clock.advance(seconds(60));
+    let again = h.router.update_config(config.id, rotate("third")).await.unwrap();
+    assert_eq!(again.secret_rotated_at, Some(h.clock.now()));
+    let body = b"{}";
+    let signed = |secret: &str| observatory(sign(&WebhookSecret::new(secret), body).as_bytes());
+    assert!(h.router.receive_inbound(config.id, &signed("third"), body).await.is_ok());
+    assert!(h.router.receive_inbound(config.id, &signed("second"), body).await.is_ok());
+    assert!(h.router.receive_inbound(config.id, &signed(SECRET), body).await.is_err(), "the first secret is gone");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_update_changes_only_what_it_names_and_refuses_what_create_refuses() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let change = WebhookConfigChange {
+        target_url: Some("https://elsewhere.example/hook".into()),
+        target_session: Some("s-2".into()),
+        ..WebhookConfigChange::default()
+    };
+    let updated = h.router.update_config(config.id, change).await.unwrap();
+    let expected = WebhookConfig {
+        target_url: "https://elsewhere.example/hook".into(),
+        target_session: "s-2".into(),
+        ..config.clone()
+    };
+    assert_eq!(updated, expected);
+    let row = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    assert_eq!(row.target_url, "https://elsewhere.example/hook", "new deliveries go to the new target");
+    let invalid = WebhookConfigChange { target_url: Some("ftp://x".into()), ..WebhookConfigChange::default() };
+    assert!(matches!(
+        h.router.update_config(config.id, invalid).await,
+        Err(WebhookError::InvalidConfig { field: "target_url", .. })
+    ));
+    assert!(matches!(
+        h.router.update_config(config.id, WebhookConfigChange::default()).await,
+        Err(WebhookError::InvalidConfig { field: "body", .. })
+    ));
+    assert_eq!(
+        h.router.update_config(config.id + 1, rotate("x")).await,
+        Err(WebhookError::UnknownWebhook(config.id + 1))
+    );
+    assert_eq!(h.router.config(config.id).await.unwrap(), expected, "refused changes wrote nothing");
 }
 
 #[tokio::test(start_paused = true)]
@@ -670,14 +816,14 @@ async fn a_flood_of_bad_signatures_is_reported_once_per_interval_per_webhook() {
     let flooded = h.config().await;
     let other = h.config_for("gitlab", "https://receiver.example/other").await;
     for _ in 0..100 {
-        assert!(h.router.receive_inbound(flooded.id, Some(b"sha256=00"), b"{}").await.is_err());
+        assert!(h.router.receive_inbound(flooded.id, &observatory(b"sha256=00"), b"{}").await.is_err());
     }
-    assert!(h.router.receive_inbound(other.id, None, b"{}").await.is_err());
+    assert!(h.router.receive_inbound(other.id, &InboundSignature::default(), b"{}").await.is_err());
     assert_eq!(h.signature_failure_events(flooded.id), 1);
     assert_eq!(h.signature_failure_events(other.id), 1, "each webhook is throttled on its own");
 
     h.clock.advance(SIGNATURE_FAILURE_REPORT_INTERVAL);
-    assert!(h.router.receive_inbound(flooded.id, None, b"{}").await.is_err());
+    assert!(h.router.receive_inbound(flooded.id, &InboundSignature::default(), b"{}").await.is_err());
     assert_eq!(h.signature_failure_events(flooded.id), 2, "the next interval reports again");
     assert!(h.store.deliveries().is_empty());
 }
