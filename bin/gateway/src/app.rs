@@ -22,8 +22,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::StartError;
+use crate::admin_token::{OperatorToken, StoredTokenRefresh};
 use crate::cluster::{Cluster, JobAnnouncements};
-use crate::config::{AdminToken, Config};
+use crate::config::Config;
 use crate::credentials::{CredentialCache, CredentialUpkeep};
 use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
@@ -53,7 +54,7 @@ impl App {
     pub fn start(
         config: &Config,
         store: DieselStore,
-        admin_token: &AdminToken,
+        operator_token: OperatorToken,
         shutdown: CancellationToken,
     ) -> Result<Self, StartError> {
         if config.webhook_allow_private_targets {
@@ -77,6 +78,15 @@ impl App {
             bridge: coordination.redis.as_ref().map(|redis| redis.bridge.status()),
         };
         loops.spawn(supervise_loop(upkeep, stop_loops.clone()));
+        let operator = match operator_token {
+            OperatorToken::Given(token) => OperatorAuth::new(token.expose()),
+            OperatorToken::Stored(hash) => {
+                let operator = OperatorAuth::from_hash(hash);
+                let refresh = StoredTokenRefresh { store: Arc::new(store.clone()), operator: operator.clone() };
+                loops.spawn(supervise_loop(refresh, stop_loops.clone()));
+                operator
+            }
+        };
         if let Some(redis) = coordination.redis {
             loops.spawn(supervise_loop(redis.leadership, stop_loops.clone()));
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
@@ -161,13 +171,8 @@ impl App {
 
         threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
         let state = AppState {
-            operator: OperatorAuth::new(admin_token.expose()).map_err(|_| StartError::Entropy)?,
-            agent_auth: AgentAuth::new(
-                config.agent_auth_required(),
-                credentials,
-                OperatorAuth::new(admin_token.expose()).map_err(|_| StartError::Entropy)?,
-                limiter,
-            ),
+            agent_auth: AgentAuth::new(config.agent_auth_required(), credentials, operator.clone(), limiter),
+            operator,
             store,
             bus,
             publisher,

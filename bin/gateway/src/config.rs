@@ -54,10 +54,11 @@ pub struct Config {
     /// sqlite://PATH (created and migrated at start) or postgres://USER:PASSWORD@HOST:PORT/DATABASE (migrated at
     /// start; without TLS, see docs/operations.md).
     #[arg(long, env = "GATEWAY_DATABASE_URL", default_value = "sqlite://gateway.db", value_name = "URL",
-          value_parser = SecretValue(parse_database_url), hide_env_values = true)]
+          value_parser = SecretValue(parse_database_url), hide_env_values = true, global = true)]
     pub database_url: DatabaseUrl,
 
-    /// Bearer token of the operator API and UI; generated at start and printed once when absent.
+    /// Bearer token of the operator API and UI. When absent, the token stored in the database is used: generated,
+    /// stored (hashed) and printed once at the first start, replaced by `gateway admin-token rotate`.
     #[arg(long, env = "GATEWAY_ADMIN_TOKEN", value_name = "TOKEN", value_parser = SecretValue(parse_admin_token),
           hide_env_values = true)]
     pub admin_token: Option<AdminToken>,
@@ -165,6 +166,25 @@ pub struct Config {
     /// cannot wait for the real ones.
     #[arg(skip)]
     pub stream_limits: crate::http::events::StreamLimits,
+
+    /// Without a command, the gateway serves.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// What the binary does instead of serving.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum Command {
+    /// The operator token stored in the database (used by gateways started without --admin-token).
+    #[command(subcommand)]
+    AdminToken(AdminTokenCommand),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum AdminTokenCommand {
+    /// Generates a new admin token, stores its hash in place of the old one and prints it once. Running gateways
+    /// that use the stored token refuse the old one within a second; works while they run.
+    Rotate,
 }
 
 /// `--agent-auth`.
@@ -727,6 +747,22 @@ mod tests {
         let random = parse(&[]).unwrap().instance_id();
         assert!(random.as_str().starts_with("gw-") && random.as_str().len() == 15, "{random}");
         assert_ne!(random, parse(&[]).unwrap().instance_id());
+    }
+
+    #[test]
+    fn the_server_is_the_default_and_admin_token_rotate_takes_the_database_url_after_it() {
+        assert_eq!(parse(&["--listen=127.0.0.1:0"]).unwrap().command, None);
+        let rotate = Some(Command::AdminToken(AdminTokenCommand::Rotate));
+        for args in [
+            &["admin-token", "rotate", "--database-url", "sqlite:///tmp/x.db"][..],
+            &["--database-url", "sqlite:///tmp/x.db", "admin-token", "rotate"][..],
+        ] {
+            let config = parse(args).unwrap();
+            assert_eq!(config.command, rotate, "{args:?}");
+            assert_eq!(config.database_url, DatabaseUrl::Sqlite("/tmp/x.db".into()), "{args:?}");
+        }
+        assert!(parse(&["admin-token"]).is_err(), "rotate is the one admin-token command");
+        assert!(parse(&["admin-token", "show"]).is_err(), "a stored token cannot be shown");
     }
 
     #[test]

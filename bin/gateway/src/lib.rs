@@ -1,6 +1,7 @@
 //! The `gateway` binary as a library: configuration, wiring and the HTTP server, so integration tests and
 //! embedders can start the real server on a listener they bound themselves.
 
+pub mod admin_token;
 pub mod app;
 pub mod cluster;
 pub mod config;
@@ -15,6 +16,7 @@ use gateway_store::{DieselStore, OpenError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin_token::{AdminTokenError, OperatorToken};
 use crate::app::App;
 use crate::config::{AdminToken, Config};
 
@@ -25,14 +27,14 @@ pub enum StartError {
     Store(#[from] OpenError),
     #[error("--listen: cannot bind: {0}")]
     Bind(std::io::Error),
-    #[error("the operating system has no randomness source")]
-    Entropy,
     #[error("cannot start a background thread: {0}")]
     Thread(std::io::Error),
     #[error("--redis-url: {0}")]
     Redis(String),
     #[error("start-up task failed: {0}")]
     Task(String),
+    #[error("{0}")]
+    AdminToken(#[from] AdminTokenError),
 }
 
 impl StartError {
@@ -54,11 +56,32 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// Starts with `admin_token` as the operator token (`--admin-token`), as is.
     pub async fn start(
         config: &Config,
         admin_token: &AdminToken,
         shutdown: CancellationToken,
     ) -> Result<Self, StartError> {
+        let store = Self::open_store(config).await?;
+        Self::start_on(config, store, OperatorToken::Given(admin_token.clone()), shutdown).await
+    }
+
+    /// Starts with the operator token stored in the database, generating and storing one if there is none yet
+    /// (`admin_token`). Returns the token too when this start generated it: it is shown once, by the caller.
+    pub async fn start_with_stored_token(
+        config: &Config,
+        shutdown: CancellationToken,
+    ) -> Result<(Self, Option<AdminToken>), StartError> {
+        let store = Self::open_store(config).await?;
+        let reader = store.clone();
+        let resolved = run_blocking(move || admin_token::resolve_stored(&reader, time::OffsetDateTime::now_utc()))
+            .await
+            .map_err(|error| StartError::Task(error.to_string()))??;
+        let gateway = Self::start_on(config, store, resolved.token, shutdown).await?;
+        Ok((gateway, resolved.generated))
+    }
+
+    async fn open_store(config: &Config) -> Result<DieselStore, StartError> {
         let url = config.database_url.clone();
         let store = run_blocking(move || DieselStore::open(&url))
             .await
@@ -71,7 +94,16 @@ impl Gateway {
                  start a second one (docs/operations.md)"
             );
         }
-        let app = App::start(config, store, admin_token, shutdown.clone())?;
+        Ok(store)
+    }
+
+    async fn start_on(
+        config: &Config,
+        store: DieselStore,
+        operator_token: OperatorToken,
+        shutdown: CancellationToken,
+    ) -> Result<Self, StartError> {
+        let app = App::start(config, store, operator_token, shutdown.clone())?;
         let state = app.state();
         let components = state.components();
         let started = async {
@@ -99,8 +131,5 @@ pub const LOOP_START_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 
 /// A fresh operator token: 256 random bits as hex.
 pub fn generate_admin_token() -> Result<AdminToken, StartError> {
-    use ring::rand::SecureRandom;
-    let mut bytes = [0u8; 32];
-    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| StartError::Entropy)?;
-    Ok(AdminToken::new(gateway_core::hex::encode(&bytes)))
+    Ok(admin_token::generate()?)
 }

@@ -1,10 +1,13 @@
-//! `gateway`: parse configuration, set up logging, open the store, bind, serve until SIGTERM or Ctrl-C.
+//! `gateway`: parse configuration, set up logging, open the store, bind, serve until SIGTERM or Ctrl-C; or, with
+//! `admin-token rotate`, replace the stored operator token and exit.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use gateway::config::Config;
-use gateway::{Gateway, StartError, generate_admin_token, telemetry};
+use gateway::config::{AdminTokenCommand, Command, Config};
+use gateway::{Gateway, StartError, admin_token, telemetry};
+use gateway_core::run_blocking;
+use gateway_store::DieselStore;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -20,19 +23,22 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(&StartError::Task(error.to_string())),
     };
-    match runtime.block_on(run(config)) {
+    let outcome = match config.command {
+        Some(Command::AdminToken(AdminTokenCommand::Rotate)) => runtime.block_on(rotate(&config)),
+        None => runtime.block_on(run(config)),
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => fail(&error),
     }
 }
 
 async fn run(config: Config) -> Result<(), StartError> {
-    let (admin_token, generated) = match config.admin_token.clone() {
-        Some(token) => (token, false),
-        None => (generate_admin_token()?, true),
-    };
     let shutdown = CancellationToken::new();
-    let gateway = Gateway::start(&config, &admin_token, shutdown.clone()).await?;
+    let (gateway, generated) = match &config.admin_token {
+        Some(token) => (Gateway::start(&config, token, shutdown.clone()).await?, None),
+        None => Gateway::start_with_stored_token(&config, shutdown.clone()).await?,
+    };
     let listener = TcpListener::bind(config.listen).await.map_err(StartError::Bind)?;
     let address = listener.local_addr().map_err(StartError::Bind)?;
     cancel_on_signal(shutdown);
@@ -40,14 +46,54 @@ async fn run(config: Config) -> Result<(), StartError> {
     // The banner goes to stdout, apart from the logs: scripts and tests read the address from it.
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "gateway listening on http://{address}");
-    if generated {
-        let _ = writeln!(stdout, "admin token (generated, shown once): {}", admin_token.expose());
+    match (&config.admin_token, generated) {
+        (Some(_), _) => {}
+        (None, Some(token)) => {
+            let _ = writeln!(stdout, "admin token (generated, shown once): {}", token.expose());
+        }
+        (None, None) => {
+            let _ = writeln!(
+                stdout,
+                "admin token: the one stored in the database is in use (`gateway admin-token rotate` replaces it)"
+            );
+        }
     }
     let _ = stdout.flush();
     drop(stdout);
     tracing::info!(%address, "gateway started");
 
     gateway.serve(listener).await;
+    Ok(())
+}
+
+/// `gateway admin-token rotate`: a new token in place of the stored one, printed once on stdout. It may run while
+/// gateways serve the database (on SQLite too: it opens the file beside the one that holds it).
+async fn rotate(config: &Config) -> Result<(), StartError> {
+    let url = config.database_url.clone();
+    let token = run_blocking(move || {
+        let store = DieselStore::open_for_command(&url)?;
+        Ok::<_, StartError>(admin_token::rotate(&store, time::OffsetDateTime::now_utc())?)
+    })
+    .await
+    .map_err(|error| StartError::Task(error.to_string()))??;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "admin token (rotated, shown once): {}", token.expose());
+    let _ = stdout.flush();
+    drop(stdout);
+    let refresh = admin_token::REFRESH_INTERVAL.as_secs();
+    #[allow(clippy::print_stderr, reason = "what the operator must know about the new token, whatever the log filter")]
+    {
+        eprintln!(
+            "gateways on this database that use the stored token refuse the previous one within {refresh} s; \
+             gateways started with --admin-token or GATEWAY_ADMIN_TOKEN keep using that value"
+        );
+        if config.admin_token.is_some() {
+            eprintln!(
+                "note: --admin-token / GATEWAY_ADMIN_TOKEN is set here: a gateway started with this environment \
+                 uses that value, not the rotated token"
+            );
+        }
+    }
     Ok(())
 }
 

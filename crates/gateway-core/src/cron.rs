@@ -47,6 +47,9 @@ pub struct CronJob {
     pub next_fire_at: OffsetDateTime,
     pub payload: Map<String, Value>,
     pub is_one_time: bool,
+    /// A paused job keeps its row and its `next_fire_at` but is neither due nor claimable; resumed, it fires once
+    /// for the instants it missed (its `next_fire_at` has passed), then follows its schedule.
+    pub paused: bool,
 }
 
 /// One job of an [`CronJobStore::insert_cron_jobs`] call: the row that holds it and whether the call wrote it.
@@ -120,7 +123,7 @@ impl FireCompletion {
 
 /// Durable storage of cron jobs.
 ///
-/// Claim rule, which every implementation must keep: a row is claimed only if it exists, is due
+/// Claim rule, which every implementation must keep: a row is claimed only if it exists, is not paused, is due
 /// (`next_fire_at <= lease.due_by`), and is not claimed, or its claim expired (`claimed_until <= lease.now`), or
 /// its claim was made under an older leadership token; the claimed instant is the row's `next_fire_at`, which
 /// the claim does not change. The check and the write are one atomic step, so one instant of one job has at
@@ -157,6 +160,10 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<CronJob>, StoreError>;
     /// `true` when a row was deleted.
     fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError>;
+    /// Pauses (`true`) or resumes (`false`) job `id` and returns its row as it is then; `None` when there is no
+    /// such job. Nothing else of the row changes: a resumed job whose `next_fire_at` passed while it was paused is
+    /// due at once, and a claim taken before the pause runs its course (its fire may still be published).
+    fn set_cron_job_paused(&self, id: i64, paused: bool) -> Result<Option<CronJob>, StoreError>;
     /// How many jobs there are (each pending its next fire, claimed or not), for metrics.
     fn count_cron_jobs(&self) -> Result<u64, StoreError>;
     /// How many one-time rows `agent_id` has (its pending reminders, claimed or not).
@@ -166,7 +173,8 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     /// Deletes row `id` if it is a one-time row of `agent_id` that is not claimed under a lease still running at
     /// `now` (`claimed_until > now`): a fire on its way is not taken back. `true` when a row was deleted.
     fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: OffsetDateTime) -> Result<bool, StoreError>;
-    /// Rows with `next_fire_at < before`, ordered by `(next_fire_at, id)`, at most `limit` (claimed or not).
+    /// Unpaused rows with `next_fire_at < before`, ordered by `(next_fire_at, id)`, at most `limit` (claimed or
+    /// not).
     fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError>;
     /// Claims what can be claimed of the rows `job_ids` (all in one transaction) and returns those rows; a
     /// row that cannot be claimed (gone, not due, claimed by someone else) is simply absent from the result.
@@ -275,6 +283,7 @@ impl CronRows {
             next_fire_at: job.next_fire_at,
             payload: job.payload.clone(),
             is_one_time: job.is_one_time,
+            paused: false,
         };
         self.rows.insert(stored.id, StoredJob { job: stored.clone(), claim: None });
         Ok(stored)
@@ -329,6 +338,14 @@ impl CronJobStore for InMemoryCronJobStore {
         Ok(u64::try_from(lock(&self.state).rows.len()).unwrap_or(u64::MAX))
     }
 
+    fn set_cron_job_paused(&self, id: i64, paused: bool) -> Result<Option<CronJob>, StoreError> {
+        self.failure.check()?;
+        let mut state = lock(&self.state);
+        let Some(stored) = state.rows.get_mut(&id) else { return Ok(None) };
+        stored.job.paused = paused;
+        Ok(Some(stored.job.clone()))
+    }
+
     fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
         self.failure.check()?;
         let state = lock(&self.state);
@@ -366,7 +383,7 @@ impl CronJobStore for InMemoryCronJobStore {
         let mut due: Vec<PendingFire> = state
             .rows
             .values()
-            .filter(|stored| stored.job.next_fire_at < before)
+            .filter(|stored| stored.job.next_fire_at < before && !stored.job.paused)
             .map(|stored| PendingFire {
                 job_id: stored.job.id,
                 scheduled_for: stored.job.next_fire_at,
@@ -390,7 +407,7 @@ impl CronJobStore for InMemoryCronJobStore {
         let mut claimed = Vec::with_capacity(job_ids.len());
         for job_id in job_ids {
             let Some(stored) = state.rows.get_mut(job_id) else { continue };
-            if stored.job.next_fire_at > lease.due_by {
+            if stored.job.next_fire_at > lease.due_by || stored.job.paused {
                 continue;
             }
             let free = match &stored.claim {
@@ -541,6 +558,9 @@ mod tests {
         }
         fn count_cron_jobs(&self) -> Result<u64, StoreError> {
             self.0.count_cron_jobs()
+        }
+        fn set_cron_job_paused(&self, id: i64, paused: bool) -> Result<Option<CronJob>, StoreError> {
+            self.0.set_cron_job_paused(id, paused)
         }
         fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
             self.0.count_one_time_jobs(agent_id)

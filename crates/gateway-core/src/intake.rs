@@ -320,6 +320,7 @@ mod tests {
                             next_fire_at: datetime!(2026-02-22 12:00:05 UTC),
                             payload: request.payload,
                             is_one_time: true,
+                            paused: false,
                         },
                         already_scheduled: false,
                     }),

@@ -17,6 +17,7 @@
 //! | [`rate`] | [`DispatchRate`] | [`SlidingWindowRate`] |
 //! | [`rate_limit`] | [`RateLimiter`] | [`FixedWindowLimiter`] |
 //! | [`credential`] | [`AgentCredentialStore`] | [`InMemoryAgentCredentialStore`] |
+//! | [`admin_token`] | [`AdminTokenStore`] | [`InMemoryAdminTokenStore`] |
 //! | [`clock`] | [`Clock`] | [`ManualClock`] (and [`SystemClock`]) |
 //! | [`leadership`] | [`Leadership`], [`FencingEpoch`] | [`SingleProcessLeadership`], [`EpochGate`] |
 //!
@@ -30,6 +31,7 @@
 //! Component crates (heartbeat, cron, webhooks, pubsub) and the storage crate depend on this crate and on
 //! nothing else of the workspace.
 
+pub mod admin_token;
 pub mod backoff;
 pub mod blocking;
 pub mod capability;
@@ -62,6 +64,7 @@ pub mod sync;
 pub mod tool_call;
 pub mod webhook;
 
+pub use admin_token::{AdminTokenRecord, AdminTokenStore, InMemoryAdminTokenStore};
 pub use backoff::capped_backoff;
 pub use blocking::run_blocking;
 pub use capability::{CapabilityEntry, CapabilityMap, CapabilityNotes, InMemoryCapabilityMap};

@@ -176,6 +176,35 @@ impl CronScheduler {
         }
     }
 
+    /// Pauses a job: its row stays, and it does not fire until resumed. Idempotent. The store refuses to claim a
+    /// paused row, which is what stops it on every instance, leader or not, at once (as for a deleted row, an entry
+    /// the leader's window still holds fails its claim and is dropped); this instance also drops its own entry. A
+    /// fire already claimed (at most `claim_ahead` before its instant) may still be published.
+    pub async fn pause(&self, job_id: i64) -> Result<CronJob, CronError> {
+        let job = self.set_paused(job_id, true).await?;
+        lock(&self.inner.window).remove(job_id);
+        info!(job_id, "cron job paused");
+        Ok(job)
+    }
+
+    /// Resumes a job. Idempotent. A job whose `next_fire_at` passed while it was paused fires once at once (a
+    /// recurring one for all the instants it missed, then on its schedule; a one-time one as it would have). It is
+    /// armed here and, when another instance leads, announced to it, as a new job is.
+    pub async fn resume(&self, job_id: i64) -> Result<CronJob, CronError> {
+        let job = self.set_paused(job_id, false).await?;
+        info!(job_id, "cron job resumed");
+        self.arm(&job);
+        Ok(job)
+    }
+
+    async fn set_paused(&self, job_id: i64, paused: bool) -> Result<CronJob, CronError> {
+        self.blocking(move |scheduler| {
+            let _writing = lock(&scheduler.inner.writes);
+            scheduler.inner.store.set_cron_job_paused(job_id, paused)?.ok_or(CronError::NotFound(job_id))
+        })
+        .await
+    }
+
     pub async fn job(&self, job_id: i64) -> Result<CronJob, CronError> {
         self.blocking(move |scheduler| scheduler.inner.store.cron_job(job_id)?.ok_or(CronError::NotFound(job_id))).await
     }

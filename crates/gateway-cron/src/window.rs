@@ -110,6 +110,11 @@ impl Window {
         self.entries.first_key_value().is_some_and(|(first, _)| *first == key)
     }
 
+    /// Drops every entry of `job_id` (a paused job). A scan of the window: an operator's action, not a fire's.
+    pub(crate) fn remove(&mut self, job_id: i64) {
+        self.entries.retain(|(_, id), _| *id != job_id);
+    }
+
     /// Removes and returns up to `max` jobs claimable at `now` (their ids), earliest first.
     pub(crate) fn pop_due(&mut self, now: OffsetDateTime, max: usize) -> Vec<i64> {
         let mut due = Vec::new();
@@ -245,6 +250,23 @@ mod tests {
         let reloaded = [pending(3, 3), pending(4, 4), pending(5, 5)];
         window.refill(reload_at, reload_at + Duration::seconds(30), &reloaded, 4, Duration::seconds(60), &held);
         assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![4, 5]);
+    }
+
+    #[test]
+    fn removing_a_job_drops_each_of_its_entries_only() {
+        let mut window = Window::new(10, Duration::ZERO);
+        window.refill(
+            NOW,
+            NOW + Duration::seconds(30),
+            &[pending(1, 1), pending(2, 2)],
+            10,
+            Duration::seconds(5),
+            &HashSet::new(),
+        );
+        window.push(PendingFire { claimed_until: Some(NOW + Duration::seconds(3)), ..pending(1, 1) });
+        assert_eq!(window.len(), 3);
+        window.remove(1);
+        assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![2]);
     }
 
     #[test]

@@ -891,3 +891,110 @@ async fn a_recurring_job_records_each_instant_it_fires() {
     assert_eq!(recorded, expected, "one entry per instant, in firing order");
     shutdown.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_recurring_job_fires_nothing_and_once_on_resume_for_the_instants_it_missed() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let seen = cycles(&progress);
+    let job = scheduler.add_recurring(agent("agent-1"), "*/10 * * * * *", Map::new()).await.unwrap();
+    assert!(!job.paused);
+    cycle_after(&mut progress, seen).await;
+
+    let paused = scheduler.pause(job.id).await.unwrap();
+    assert_eq!(paused, gateway_core::CronJob { paused: true, ..job.clone() });
+    assert_eq!(scheduler.pause(job.id).await.unwrap(), paused, "pausing a paused job changes nothing");
+    // Three instants go by: 12:00:10, :20 and :30.
+    harness.clock.advance(Duration::seconds(35));
+    let seen = cycles(&progress);
+    tokio::time::sleep(secs(35)).await;
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired(), "a paused job does not fire");
+    assert_eq!(harness.store.cron_job(job.id).unwrap(), Some(paused), "its row stays as it was");
+
+    let resumed = scheduler.resume(job.id).await.unwrap();
+    assert_eq!(resumed, job, "resumed at the first instant it missed");
+    let fired = harness.next_fire().await;
+    assert_eq!(harness.elapsed(&fired), secs(35), "at once, not at the next reload");
+    let (_, scheduled_for, fire, _) = reminder_fields(&fired.event);
+    assert_eq!(scheduled_for, START + Duration::seconds(10), "the fire names the first missed instant");
+    assert_eq!(fire, fire_id(job.id, START + Duration::seconds(10)));
+    settled(&mut progress, 1).await;
+    assert!(harness.nothing_fired(), "once for all the missed instants");
+    let stored = harness.store.cron_job(job.id).unwrap().unwrap();
+    assert_eq!(stored.next_fire_at, START + Duration::seconds(40), "then the schedule, from now");
+    assert_eq!(scheduler.resume(job.id).await.unwrap(), stored, "resuming a running job changes nothing");
+
+    harness.clock.advance(Duration::seconds(5));
+    let fired = harness.next_fire().await;
+    assert_eq!(reminder_fields(&fired.event).1, START + Duration::seconds(40));
+    settled(&mut progress, 2).await;
+    assert!(harness.nothing_fired(), "a second resume armed no second fire");
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_time_job_paused_past_its_instant_fires_once_on_resume() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let seen = cycles(&progress);
+    let job = scheduler.schedule_once(agent("agent-2"), 5_000, Map::new()).await.unwrap();
+    cycle_after(&mut progress, seen).await;
+    assert!(scheduler.pause(job.id).await.unwrap().paused);
+
+    harness.clock.advance(Duration::seconds(10));
+    let seen = cycles(&progress);
+    tokio::time::sleep(secs(10)).await;
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired(), "its instant passed while it was paused");
+    assert_eq!(harness.store.len(), 1, "the row stays");
+
+    scheduler.resume(job.id).await.unwrap();
+    let fired = harness.next_fire().await;
+    assert_eq!(harness.elapsed(&fired), secs(10), "at once, not at the next reload");
+    assert_eq!(reminder_fields(&fired.event).1, START + Duration::seconds(5));
+    settled(&mut progress, 1).await;
+    assert!(harness.store.is_empty(), "fired, then deleted as any one-time job");
+    assert!(harness.nothing_fired());
+    assert_eq!(scheduler.pause(job.id).await, Err(CronError::NotFound(job.id)));
+    assert_eq!(scheduler.resume(job.id).await, Err(CronError::NotFound(job.id)));
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_on_a_follower_stops_the_leaders_fire_and_a_resume_there_is_announced() {
+    let mut harness = Harness::new();
+    let shutdown = CancellationToken::new();
+    let (leader, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let follower = harness.scheduler_with(Arc::new(SwitchableLeadership::default()), quiet());
+    let seen = cycles(&progress);
+    let job = leader.add_recurring(agent("agent-3"), "*/10 * * * * *", Map::new()).await.unwrap();
+    cycle_after(&mut progress, seen).await;
+
+    // The leader's window still holds the job: only the store's refusal to claim a paused row stops it.
+    follower.pause(job.id).await.unwrap();
+    harness.clock.advance(Duration::seconds(10));
+    let seen = cycles(&progress);
+    tokio::time::sleep(secs(10)).await;
+    cycle_after(&mut progress, seen).await;
+    assert!(harness.nothing_fired(), "paused on a follower: the leader does not fire it");
+
+    follower.resume(job.id).await.unwrap();
+    let announced = harness.next_fire().await;
+    assert_eq!(announced.topic, Topic::ScheduledJobs, "the leader is told, as of a new job");
+    match announced.event.payload {
+        EventPayload::JobScheduled { job_id, next_fire_at } => {
+            assert_eq!((job_id, next_fire_at), (job.id, START + Duration::seconds(10)));
+            leader.arm_announced(job_id, next_fire_at);
+        }
+        other => panic!("expected a job announcement, got {other:?}"),
+    }
+    // The leader reloads only hourly here: the announcement alone arms the missed instant.
+    let fired = harness.next_fire().await;
+    assert_eq!(harness.elapsed(&fired), secs(10), "at once, not at the next reload");
+    assert_eq!(reminder_fields(&fired.event).1, START + Duration::seconds(10));
+    settled(&mut progress, 1).await;
+    shutdown.cancel();
+}

@@ -128,6 +128,20 @@ impl DieselStore {
         Self::open_counting_migrations(url).map(|(store, _)| store)
     }
 
+    /// Opens the database for a one-off command (`gateway admin-token rotate`) that may run while a gateway serves
+    /// it. As [`Self::open`], except that a SQLite file another gateway holds is opened beside it rather than
+    /// refused: without the lock, without migrating (the holder did) and without releasing claims (the holder's
+    /// own), on one connection that waits for SQLite's write lock like any other writer.
+    pub fn open_for_command(url: &DatabaseUrl) -> Result<Self, OpenError> {
+        match url {
+            DatabaseUrl::Sqlite(path) => match open_sqlite(path) {
+                Err(OpenError::InUse { .. }) => open_sqlite_beside_holder(path),
+                opened => opened.map(|(store, _)| store),
+            },
+            DatabaseUrl::Postgres(url) => open_postgres(url).map(|(store, _)| store),
+        }
+    }
+
     /// [`Self::open`], also saying how many migrations this call ran.
     pub(crate) fn open_counting_migrations(url: &DatabaseUrl) -> Result<(Self, usize), OpenError> {
         match url {
@@ -264,6 +278,19 @@ fn open_sqlite(database: &std::path::Path) -> Result<(DieselStore, usize), OpenE
     Ok((DieselStore { pools: Pools::Sqlite(pool), _lock: Some(Arc::new(lock)) }, migrated))
 }
 
+/// See [`DieselStore::open_for_command`].
+fn open_sqlite_beside_holder(database: &std::path::Path) -> Result<DieselStore, OpenError> {
+    let path = database.to_str().ok_or_else(|| OpenError::InvalidUrl("the path is not valid UTF-8".into()))?;
+    let pool = Pool::builder()
+        .max_size(1)
+        .connection_timeout(POOL_CHECKOUT_TIMEOUT)
+        .test_on_check_out(false)
+        .connection_customizer(Box::new(SqlitePragmas))
+        .build(ConnectionManager::new(path))
+        .map_err(|error| OpenError::Connect(error.to_string()))?;
+    Ok(DieselStore { pools: Pools::Sqlite(pool), _lock: None })
+}
+
 /// No file lock and no claim release here: a PostgreSQL database is shared, and claims found at start may be live
 /// instances' (see `recovery`).
 fn open_postgres(url: &PostgresUrl) -> Result<(DieselStore, usize), OpenError> {
@@ -344,6 +371,24 @@ mod tests {
         // Opening again (once the first store has let go of the file) runs no migration twice.
         drop(store);
         DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
+    }
+
+    /// A command opens a file a gateway holds beside it, and what it writes the gateway reads; on a file nobody
+    /// holds it opens as a gateway would (creating and migrating it), and lets go when it is done.
+    #[test]
+    fn a_command_opens_a_held_file_beside_its_holder() {
+        use gateway_core::{AdminTokenRecord, AdminTokenStore, TokenHash};
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::Sqlite(dir.path().join("g.db"));
+        let fresh = DieselStore::open_for_command(&url).unwrap();
+        assert_eq!(fresh.admin_token().unwrap(), None, "created and migrated");
+        drop(fresh);
+        let holder = DieselStore::open(&url).unwrap();
+        assert!(matches!(DieselStore::open(&url), Err(OpenError::InUse { .. })));
+        let command = DieselStore::open_for_command(&url).unwrap();
+        let record = AdminTokenRecord { token_hash: TokenHash::of("t"), set_at: OffsetDateTime::UNIX_EPOCH };
+        command.replace_admin_token(&record).unwrap();
+        assert_eq!(holder.admin_token().unwrap(), Some(record));
     }
 
     #[test]

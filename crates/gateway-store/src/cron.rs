@@ -34,6 +34,7 @@ struct CronJobRow {
     next_fire_at: PrimitiveDateTime,
     payload: String,
     is_one_time: bool,
+    paused: bool,
 }
 
 /// Every column is bound as a value (a missing schedule or key as NULL rather than DEFAULT), which keeps the
@@ -106,7 +107,7 @@ struct InsertCronJobs<'a> {
     idempotency_key: Vec<Option<&'a str>>,
 }
 
-postgres_statement!(InsertCronJobs -> ((BigInt, Text, Nullable<Text>, Timestamp, Text, Bool), Nullable<Text>));
+postgres_statement!(InsertCronJobs -> ((BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool), Nullable<Text>));
 
 impl<'a> InsertCronJobs<'a> {
     fn of(rows: &[&'a NewCronJobRow<'a>]) -> Self {
@@ -131,7 +132,7 @@ impl QueryFragment<Pg> for InsertCronJobs<'_> {
              AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, position) \
              ORDER BY position \
              ON CONFLICT (idempotency_key) DO NOTHING \
-             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key",
+             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, idempotency_key",
             |index, out| match index {
                 0 => out.push_bind_param::<Array<Text>, _>(&self.agent_id),
                 1 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.schedule),
@@ -239,6 +240,7 @@ impl TryFrom<CronJobRow> for CronJob {
             next_fire_at: from_db(row.next_fire_at),
             payload,
             is_one_time: row.is_one_time,
+            paused: row.paused,
         })
     }
 }
@@ -328,6 +330,16 @@ impl CronJobStore for DieselStore {
             |connection| on_backend!(connection, c => cron_jobs::table.count().get_result(c)),
         )?;
         Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    fn set_cron_job_paused(&self, id: i64, paused: bool) -> Result<Option<CronJob>, StoreError> {
+        // One statement, so no transaction: the row as this write left it, or nothing for an unknown id. Not
+        // fenced: like a delete it is an operator's write, which any instance may make.
+        let update = diesel::update(cron_jobs::table.find(id)).set(cron_jobs::paused.eq(paused));
+        let row = self.with_connection(if paused { "pause cron job" } else { "resume cron job" }, |connection| {
+            on_backend!(connection, c => update.returning(CronJobRow::as_returning()).get_result(c).optional())
+        })?;
+        row.map(CronJob::try_from).transpose()
     }
 
     fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
@@ -430,11 +442,12 @@ impl CronJobStore for DieselStore {
     }
 }
 
-/// The rows due before `before`, soonest first: a range scan of the `next_fire_at` index in index order. A
-/// function of its own so that the plan test explains this very statement.
+/// The unpaused rows due before `before`, soonest first: a range scan of the `cron_jobs_due` index (`paused`, then
+/// `next_fire_at`) in index order. A function of its own so that the plan test explains this very statement.
 #[diesel::dsl::auto_type]
 fn pending_fires_query(before: PrimitiveDateTime, limit: i64) -> _ {
     cron_jobs::table
+        .filter(cron_jobs::paused.eq(false))
         .filter(cron_jobs::next_fire_at.lt(before))
         .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
         .limit(limit)
@@ -457,7 +470,11 @@ fn claim(connection: &mut AnyConnection<'_>, job_ids: &[i64], lease: &ClaimLease
         cron_jobs::claimed_until.is_null().or(cron_jobs::claimed_until.le(now)).or(cron_jobs::claim_token.lt(token));
     let due_by = to_db(lease.due_by);
     let claim = diesel::update(
-        cron_jobs::table.filter(cron_jobs::id.eq_any(job_ids)).filter(cron_jobs::next_fire_at.le(due_by)).filter(free),
+        cron_jobs::table
+            .filter(cron_jobs::id.eq_any(job_ids))
+            .filter(cron_jobs::next_fire_at.le(due_by))
+            .filter(cron_jobs::paused.eq(false))
+            .filter(free),
     )
     .set((
         cron_jobs::claimed_by.eq(lease.owner.as_str()),
@@ -694,7 +711,7 @@ mod tests {
         assert_eq!(store.complete_fires("a", FencingToken(1), &completions, &[]).unwrap(), 0, "completed already");
     }
 
-    /// The statement `pending_fires` runs walks the `next_fire_at` index in order: neither a table scan nor a
+    /// The statement `pending_fires` runs walks the `cron_jobs_due` index in order: neither a table scan nor a
     /// sort, however many rows wait further ahead.
     #[test]
     fn the_due_fires_query_is_an_index_range_scan_without_a_sort() {
@@ -702,7 +719,10 @@ mod tests {
         let query = pending_fires_query(to_db(START), 10);
         let plan = fixture.store.with_sqlite("explain", |connection| crate::explain::query_plan(connection, query));
         let plan = plan.unwrap().unwrap();
-        assert!(plan.iter().any(|line| line.contains("USING INDEX cron_jobs_next_fire_at")), "{plan:?}");
+        assert!(
+            plan.iter().any(|line| line.contains("USING INDEX cron_jobs_due (paused=? AND next_fire_at<?)")),
+            "{plan:?}"
+        );
         assert!(!plan.iter().any(|line| line.contains("TEMP B-TREE")), "the query sorts: {plan:?}");
         assert!(!plan.iter().any(|line| line.starts_with("SCAN")), "the query scans the table: {plan:?}");
     }
@@ -757,7 +777,7 @@ mod tests {
     }
 
     /// PostgreSQL's plan of the same statement on a table of pending rows the planner has statistics for: the
-    /// `next_fire_at` index walked in order under the limit, neither a sort nor a sequential scan.
+    /// `cron_jobs_due` index walked in order under the limit, neither a sort nor a sequential scan.
     #[test]
     fn the_due_fires_query_walks_the_index_on_postgres() {
         let Some(fixture) = crate::testing::postgres("cron::tests::the_due_fires_query_walks_the_index_on_postgres")
@@ -773,7 +793,7 @@ mod tests {
             })
             .unwrap();
         let plan = plan.join("\n");
-        assert!(plan.contains("Index Scan using cron_jobs_next_fire_at"), "{plan}");
+        assert!(plan.contains("Index Scan using cron_jobs_due"), "{plan}");
         assert!(!plan.contains("Sort"), "the query sorts: {plan}");
         assert!(!plan.contains("Seq Scan"), "the query scans the table: {plan}");
     }

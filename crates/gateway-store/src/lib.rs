@@ -14,6 +14,7 @@ mod batch;
 #[cfg(test)]
 #[macro_use]
 mod testing;
+mod admin_token;
 mod background;
 mod credential;
 mod cron;

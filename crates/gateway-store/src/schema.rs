@@ -20,6 +20,7 @@ diesel::table! {
         claimed_until -> Nullable<Timestamp>,
         claim_token -> Nullable<BigInt>,
         idempotency_key -> Nullable<Text>,
+        paused -> Bool,
     }
 }
 
@@ -129,5 +130,13 @@ diesel::table! {
         token_hash -> Text,
         created_at -> Timestamp,
         revoked_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    gateway_admin_token (id) {
+        id -> BigInt,
+        token_hash -> Text,
+        set_at -> Timestamp,
     }
 }

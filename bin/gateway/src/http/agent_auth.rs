@@ -207,7 +207,7 @@ mod tests {
         let store = Arc::new(InMemoryAgentCredentialStore::default());
         let credentials = CredentialCache::new(store.clone());
         let limiter = limit.map(|limit| Arc::new(FixedWindowLimiter::per_minute(limit)) as Arc<dyn RateLimiter>);
-        Fixture { store, auth: AgentAuth::new(required, credentials, OperatorAuth::new(OPERATOR).unwrap(), limiter) }
+        Fixture { store, auth: AgentAuth::new(required, credentials, OperatorAuth::new(OPERATOR), limiter) }
     }
 
     impl Fixture {

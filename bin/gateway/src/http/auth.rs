@@ -1,25 +1,30 @@
 //! The operator bearer token, checked in constant time.
 
+use std::sync::{Arc, Mutex};
+
+use gateway_core::TokenHash;
+use gateway_core::sync::lock;
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
-use ring::hmac;
 
 use crate::http::error::ApiError;
 
-/// Checks `Authorization: Bearer <token>`. The token is never compared byte by byte: both sides go through
-/// HMAC under a per-process random key and `ring::hmac::verify` compares the tags in constant time, so response
-/// timing says nothing about how much of a guess was right.
-#[derive(Debug)]
+/// Checks `Authorization: Bearer <token>` against the operator token's SHA-256, as agent tokens are checked: the
+/// presented token is hashed and the hashes compared in constant time ([`TokenHash::matches`]), so response timing
+/// says nothing about how much of a guess was right. Only the hash is held, and it can change while the gateway
+/// runs (a rotation of the stored token, see `admin_token`). Clones share it.
+#[derive(Debug, Clone)]
 pub struct OperatorAuth {
-    key: hmac::Key,
-    expected: hmac::Tag,
+    expected: Arc<Mutex<TokenHash>>,
 }
 
 impl OperatorAuth {
-    pub fn new(token: &str) -> Result<Self, ring::error::Unspecified> {
-        let key = hmac::Key::generate(hmac::HMAC_SHA256, &ring::rand::SystemRandom::new())?;
-        let expected = hmac::sign(&key, token.as_bytes());
-        Ok(Self { key, expected })
+    pub fn new(token: &str) -> Self {
+        Self::from_hash(TokenHash::of(token))
+    }
+
+    pub fn from_hash(hash: TokenHash) -> Self {
+        Self { expected: Arc::new(Mutex::new(hash)) }
     }
 
     pub fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -29,7 +34,17 @@ impl OperatorAuth {
 
     /// Whether `token` is the operator token.
     pub fn accepts(&self, token: &str) -> bool {
-        hmac::verify(&self.key, token.as_bytes(), self.expected.as_ref()).is_ok()
+        let presented = TokenHash::of(token);
+        let expected = *lock(&self.expected);
+        expected.matches(&presented)
+    }
+
+    /// Makes `hash` the operator token's from now on; `true` when it differs from the one held.
+    pub fn replace(&self, hash: TokenHash) -> bool {
+        let mut expected = lock(&self.expected);
+        let changed = *expected != hash;
+        *expected = hash;
+        changed
     }
 }
 
@@ -61,7 +76,7 @@ mod tests {
 
     #[test]
     fn accepts_only_the_exact_bearer_token() {
-        let auth = OperatorAuth::new("0123456789abcdef").unwrap();
+        let auth = OperatorAuth::new("0123456789abcdef");
         assert!(auth.check(&headers(Some("Bearer 0123456789abcdef"))).is_ok());
         assert!(auth.check(&headers(Some("bearer 0123456789abcdef"))).is_ok());
         assert!(auth.check(&headers(Some("BEARER   0123456789abcdef  "))).is_ok());
@@ -78,5 +93,15 @@ mod tests {
         ] {
             assert_eq!(auth.check(&headers(bad)), Err(ApiError::unauthorized()), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_replaced_token_is_refused_by_every_clone_and_the_new_one_accepted() {
+        let auth = OperatorAuth::new("0123456789abcdef");
+        let clone = auth.clone();
+        assert!(!auth.replace(TokenHash::of("0123456789abcdef")), "the same token: no change");
+        assert!(clone.replace(TokenHash::of("fedcba9876543210")));
+        assert!(!auth.accepts("0123456789abcdef"));
+        assert!(auth.check(&headers(Some("Bearer fedcba9876543210"))).is_ok());
     }
 }

@@ -1,5 +1,6 @@
 //! The operator's cron endpoints: `POST /gateway/cron/jobs`, `GET /gateway/cron/jobs`,
-//! `GET /gateway/cron/jobs/{id}`, `DELETE /gateway/cron/jobs/{id}`.
+//! `GET /gateway/cron/jobs/{id}`, `DELETE /gateway/cron/jobs/{id}`, `POST /gateway/cron/jobs/{id}/pause` and
+//! `…/resume`.
 
 use gateway_core::{AgentId, CronJob, rfc3339};
 use gateway_cron::preview;
@@ -50,6 +51,17 @@ pub async fn delete(state: &AppState, job_id: i64) -> Result<Response, ApiError>
     Ok(json_response(StatusCode::OK, &json!({"status": "deleted", "id": job_id})))
 }
 
+/// `POST /gateway/cron/jobs/{id}/pause` (any body, ignored) → 200 with the job, now paused; idempotent.
+pub async fn pause(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
+    Ok(json_response(StatusCode::OK, &job_json(&state.cron.pause(job_id).await?)))
+}
+
+/// `POST /gateway/cron/jobs/{id}/resume` (any body, ignored) → 200 with the job, running again; idempotent. A job
+/// whose `next_fire_at` has passed fires once at once.
+pub async fn resume(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
+    Ok(json_response(StatusCode::OK, &job_json(&state.cron.resume(job_id).await?)))
+}
+
 /// A job as the API shows it; recurring jobs carry `preview`, their next instants (the first is
 /// `next_fire_at`).
 fn job_json(job: &CronJob) -> Value {
@@ -60,6 +72,7 @@ fn job_json(job: &CronJob) -> Value {
         "next_fire_at": rfc3339::format(job.next_fire_at),
         "payload": job.payload,
         "is_one_time": job.is_one_time,
+        "paused": job.paused,
     });
     if !job.is_one_time {
         value["preview"] = preview(job).into_iter().map(rfc3339::format).collect();

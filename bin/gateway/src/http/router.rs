@@ -38,6 +38,8 @@ enum Route {
     DeliveryRetry(Option<i64>),
     CronJobs,
     CronJob(Option<i64>),
+    CronJobPause(Option<i64>),
+    CronJobResume(Option<i64>),
     Cluster,
     /// `/gateway/agents/{agent_id}/reminders`; the handler reads the agent id from the path.
     AgentReminders,
@@ -74,6 +76,8 @@ pub const ROUTE_NAMES: &[&str] = &[
     "agent_credentials",
     "agent_credential",
     "metrics",
+    "cron_job_pause",
+    "cron_job_resume",
     metrics::UNMATCHED_ROUTE,
 ];
 
@@ -105,7 +109,12 @@ fn resolve(path: &str) -> Option<Route> {
             } else if let Some(config) = path.strip_prefix("/gateway/webhook-configs/") {
                 segment(config).map(|()| Route::WebhookConfig(id(config)))?
             } else if let Some(job) = path.strip_prefix("/gateway/cron/jobs/") {
-                segment(job).map(|()| Route::CronJob(id(job)))?
+                match job.split_once('/') {
+                    None => Route::CronJob(id(job)),
+                    Some((job, "pause")) => Route::CronJobPause(id(job)),
+                    Some((job, "resume")) => Route::CronJobResume(id(job)),
+                    Some(_) => return None,
+                }
             } else if let Some(tool) = path.strip_prefix(TOOLS_PREFIX) {
                 segment(tool).map(|()| Route::Tool)?
             } else if let Some(agent) = path.strip_prefix("/gateway/agents/") {
@@ -158,6 +167,8 @@ impl Route {
             Self::AgentCredentials => 17,
             Self::AgentCredential => 18,
             Self::Metrics => 19,
+            Self::CronJobPause(_) => 20,
+            Self::CronJobResume(_) => 21,
         }
     }
 
@@ -169,6 +180,7 @@ impl Route {
             }
             Self::Metrics => &[Method::GET],
             Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
+            Self::CronJobPause(_) | Self::CronJobResume(_) => &[Method::POST],
             Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
             Self::WebhookConfig(_) => &[Method::GET, Method::DELETE, Method::PATCH],
             Self::Delivery(_) => &[Method::GET],
@@ -193,6 +205,8 @@ impl Route {
                 | Self::DeliveryRetry(_)
                 | Self::CronJobs
                 | Self::CronJob(_)
+                | Self::CronJobPause(_)
+                | Self::CronJobResume(_)
                 | Self::Cluster
                 | Self::AgentCredentials
                 | Self::AgentCredential
@@ -325,6 +339,8 @@ async fn dispatch_rest(
             let id = id.ok_or_else(unknown_job)?;
             if is_delete { cron::delete(state, id).await } else { cron::show(state, id).await }
         }
+        Route::CronJobPause(id) => cron::pause(state, id.ok_or_else(unknown_job)?).await,
+        Route::CronJobResume(id) => cron::resume(state, id.ok_or_else(unknown_job)?).await,
         Route::AgentCredentials if is_post => credentials::issue(state, request).await,
         Route::AgentCredentials => credentials::list(state, &request).await,
         Route::AgentCredential => credentials::revoke(state, &request).await,
@@ -379,6 +395,8 @@ mod tests {
             Route::AgentCredentials,
             Route::AgentCredential,
             Route::Metrics,
+            Route::CronJobPause(None),
+            Route::CronJobResume(Some(3)),
         ];
         let mut indexes: Vec<usize> = routes.iter().map(|route| route.index()).collect();
         indexes.sort_unstable();
@@ -408,6 +426,9 @@ mod tests {
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
         assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(Some(42))));
         assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
+        assert_eq!(resolve("/gateway/cron/jobs/42/pause"), Some(Route::CronJobPause(Some(42))));
+        assert_eq!(resolve("/gateway/cron/jobs/x/resume"), Some(Route::CronJobResume(None)));
+        assert!(Route::CronJobPause(None).operator_only() && Route::CronJobResume(None).operator_only());
         assert_eq!(resolve("/gateway/agents/agent-7/reminders"), Some(Route::AgentReminders));
         assert!(!Route::AgentReminders.operator_only(), "its handler checks who may read the mailbox");
         assert_eq!(resolve("/gateway/agents/a%2Fb/credentials"), Some(Route::AgentCredentials));
@@ -437,6 +458,8 @@ mod tests {
             "/gateway/deliveries/1/x",
             "/gateway/deliveries/1/2/retry",
             "/gateway/cron/jobs/1/x",
+            "/gateway/cron/jobs/1/pause/",
+            "/gateway/cron/jobs/1/2/resume",
             "/gateway/cron",
             "/gateway/agents/a/reminders/",
             "/gateway/agents/a/b/reminders",

@@ -6,6 +6,7 @@
 mod receiver;
 mod support;
 
+mod admin_token;
 mod agent_auth;
 mod agent_client;
 mod cluster;

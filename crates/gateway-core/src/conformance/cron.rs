@@ -392,3 +392,48 @@ pub fn a_one_time_job_is_deleted_only_for_its_agent_and_not_while_claimed(
     assert!(store.cron_job(recurring.id).expect("read").is_some());
     assert!(!store.delete_one_time_job(987_654, &agent, at).expect("delete"), "no such job");
 }
+
+/// A paused job keeps its row, reads back `paused`, is neither listed as due nor claimable; resumed it is both
+/// again at the instant it had (a recurring job that missed instants while paused is due at once). Pausing or
+/// resuming twice changes nothing more, and an unknown id is `None`. A new job is not paused. Expects an empty
+/// store.
+pub fn a_paused_job_keeps_its_row_but_is_neither_due_nor_claimable_until_resumed(
+    store: &dyn CronJobStore,
+    at: OffsetDateTime,
+) {
+    let job = store.insert_cron_job(&recurring(at)).expect("insert");
+    let other = one_time_job(store, at + Duration::milliseconds(1));
+    assert!(!job.paused && !other.paused, "a new job runs");
+    let paused = store.set_cron_job_paused(job.id, true).expect("pause").expect("the row");
+    assert_eq!(paused, CronJob { paused: true, ..job.clone() }, "only the flag changes");
+    assert_eq!(store.set_cron_job_paused(job.id, true).expect("pause again"), Some(paused.clone()));
+    assert_eq!(store.cron_job(job.id).expect("read"), Some(paused.clone()));
+    assert_eq!(store.list_cron_jobs(None, 10).expect("list"), [paused, other.clone()]);
+    let later = at + Duration::minutes(10);
+    let due = store.pending_fires(later, 10).expect("pending");
+    assert_eq!(due.iter().map(|fire| fire.job_id).collect::<Vec<_>>(), [other.id], "the paused row is not due");
+    assert!(store.claim_fires(&[job.id], &lease("a", 1, later)).expect("claim").is_empty(), "nor claimable");
+
+    let resumed = store.set_cron_job_paused(job.id, false).expect("resume").expect("the row");
+    assert_eq!(resumed, job, "resumed at the instant it had");
+    assert_eq!(store.set_cron_job_paused(job.id, false).expect("resume again"), Some(job.clone()));
+    let due = store.pending_fires(later, 10).expect("pending");
+    assert_eq!(due.iter().map(|fire| fire.job_id).collect::<Vec<_>>(), [job.id, other.id]);
+    let claimed = store.claim_fires(&[job.id], &lease("a", 1, later)).expect("claim");
+    assert_eq!(claimed.iter().map(|job| job.next_fire_at).collect::<Vec<_>>(), [at], "the first missed instant");
+    assert_eq!(store.set_cron_job_paused(other.id + 1_000, true).expect("pause"), None);
+}
+
+/// Pausing a job whose instant is claimed leaves the claim alone: its completion still applies (the fire was on
+/// its way), and the advanced row stays paused. Expects an empty store.
+pub fn a_claim_taken_before_a_pause_completes_and_the_row_stays_paused(store: &dyn CronJobStore, at: OffsetDateTime) {
+    let job = store.insert_cron_job(&recurring(at)).expect("insert");
+    assert_eq!(store.claim_fires(&[job.id], &lease("a", 1, at)).expect("claim").len(), 1);
+    store.set_cron_job_paused(job.id, true).expect("pause").expect("the row");
+    let next = at + Duration::minutes(1);
+    let advance = FireCompletion::Advance { fire: FireKey { job_id: job.id, scheduled_for: at }, next_fire_at: next };
+    assert_eq!(store.complete_fires("a", FencingToken(1), &[advance], &[]).expect("complete"), 1);
+    let row = store.cron_job(job.id).expect("read").expect("the row");
+    assert_eq!((row.next_fire_at, row.paused), (next, true));
+    assert!(store.pending_fires(next + Duration::hours(1), 10).expect("pending").is_empty());
+}

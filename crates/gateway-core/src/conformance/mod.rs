@@ -1,7 +1,8 @@
 //! The rules every implementation of a store port must keep, written once and run against each implementation:
 //! the in-memory fakes in this crate's tests, the database adapters in theirs (through the `conformance` feature).
 //!
-//! One suite per port: [`heartbeat`], [`cron`], [`mailbox`], [`webhook`], [`liveness`], [`tool_call`], [`credential`];
+//! One suite per port: [`heartbeat`], [`cron`], [`mailbox`], [`webhook`], [`liveness`], [`tool_call`], [`credential`],
+//! [`admin_token`];
 //! [`fencing`] holds the rule that spans ports (a token raised through one fences the others). Each rule is a
 //! `pub fn` that takes a fresh, empty store and an instant to start from (rows are due, leases run and agents fall
 //! silent relative to it), drives the store only through its port, and panics when the store breaks the rule; its
@@ -21,6 +22,7 @@
 //! to the store (a `Box`, or a fixture that also holds the store's temporary directory). `None` skips the test, for
 //! a backend that is not available where the tests run.
 
+pub mod admin_token;
 pub mod credential;
 pub mod cron;
 pub mod fencing;
@@ -89,6 +91,8 @@ macro_rules! cron_store_conformance {
             fencing_refuses_older_tokens_whole_and_newer_ones_raise_the_epoch,
             an_agents_one_time_jobs_are_counted_and_listed_soonest_first,
             a_one_time_job_is_deleted_only_for_its_agent_and_not_while_claimed,
+            a_paused_job_keeps_its_row_but_is_neither_due_nor_claimable_until_resumed,
+            a_claim_taken_before_a_pause_completes_and_the_row_stays_paused,
             every_row_counts_as_a_job_until_it_is_deleted,
         );
     };
@@ -181,6 +185,20 @@ macro_rules! agent_credential_store_conformance {
             a_batch_check_finds_the_unrevoked_credentials_among_the_ids,
             revocation_is_once_by_the_owning_agent_and_keeps_the_row,
             an_agents_credentials_list_by_id_in_pages,
+        );
+    };
+}
+
+/// Every rule of [`conformance::admin_token`](crate::conformance::admin_token) as a `#[test]`, in a module
+/// `admin_token_store`. `$fixture`: an `Option<F>` where `F` dereferences to a fresh [`crate::AdminTokenStore`]
+/// (see the [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! admin_token_store_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(admin_token_store, admin_token, $fixture;
+            the_first_insert_stores_the_token_and_later_ones_change_nothing,
+            of_racing_inserts_exactly_one_stores_its_token,
+            a_replacement_takes_the_stored_tokens_place,
         );
     };
 }
