@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_core::Topic;
+use gateway_core::stats::Counter;
 use gateway_core::sync::lock;
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
@@ -222,7 +223,8 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     let outbox = Outbox::new(receipts);
     let body = StreamBody { outbox: Arc::clone(&outbox) };
     let bridge = mailbox.as_ref().and_then(|_| state.bridge_status.clone()).map(BridgeWatch::new);
-    let pump = Pump { subscription, outbox, limits, keep_alive: limits.keep_alive_frame(), mailbox, bridge };
+    let lagged = Arc::clone(&state.metrics.lagged_events);
+    let pump = Pump { subscription, outbox, limits, keep_alive: limits.keep_alive_frame(), mailbox, bridge, lagged };
     tokio::spawn(pump.run(stop, connection, slots));
     Ok(event_stream(body))
 }
@@ -237,6 +239,8 @@ struct Pump {
     mailbox: Option<AgentMailbox>,
     /// An agent's stream on an instance whose events cross the Redis bridge: a reconnect means a catch-up.
     bridge: Option<BridgeWatch>,
+    /// Every event this stream could not deliver, counted for metrics.
+    lagged: Arc<Counter>,
 }
 
 /// Why a stream ended.
@@ -341,6 +345,7 @@ impl Pump {
                             }
                         } else {
                             missed += 1;
+                            self.lagged.increment();
                             if let Some(mailbox) = &mut self.mailbox {
                                 mailbox.missed_events();
                             }
@@ -348,6 +353,7 @@ impl Pump {
                     }
                     Received::Lagged(count) => {
                         missed += count;
+                        self.lagged.add(count);
                         if let Some(mailbox) = &mut self.mailbox {
                             mailbox.missed_events();
                         }
@@ -643,6 +649,7 @@ mod tests {
             keep_alive: limits.keep_alive_frame(),
             mailbox,
             bridge,
+            lagged: Arc::default(),
         };
         let watch = HeadWatch::for_peer((Ipv4Addr::LOCALHOST, 1).into());
         let connection_task = tokio::spawn(std::future::pending::<()>());

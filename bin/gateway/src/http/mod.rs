@@ -10,6 +10,8 @@ pub mod request;
 pub mod response;
 mod router;
 
+pub use router::ROUTE_NAMES;
+
 mod agents;
 mod console;
 mod credentials;

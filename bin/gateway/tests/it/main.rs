@@ -20,6 +20,7 @@ mod idempotency;
 mod lifecycle;
 mod mailbox;
 mod messages;
+mod metrics;
 mod operator;
 mod postgres;
 mod rate;
