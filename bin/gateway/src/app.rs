@@ -29,6 +29,7 @@ use crate::credentials::{CredentialCache, CredentialUpkeep};
 use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
 use crate::http::events::{REMINDER_FRAME_OVERHEAD, StreamLimits};
+use crate::metrics::Metrics;
 use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
 
 /// At shutdown, webhook attempts in flight get their timeout plus this to finish and record their outcome.
@@ -195,6 +196,7 @@ impl App {
                 replay_entry_bytes: config.reminder_payload_max_bytes.saturating_add(REMINDER_FRAME_OVERHEAD),
                 ..config.stream_limits
             },
+            metrics: Metrics::new(crate::http::ROUTE_NAMES),
         };
         Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })
     }

@@ -74,6 +74,14 @@ impl Cluster {
         }
     }
 
+    /// The fencing token this instance leads under (a local read): 1 for a single process, none while a follower.
+    pub fn epoch(&self) -> Option<u64> {
+        match self {
+            Self::Single { .. } => Some(1),
+            Self::Redis(leadership) => leadership.term().map(|term| term.token.0),
+        }
+    }
+
     /// The whole view; with Redis, the leader is asked of Redis (bounded by the lease's command timeout).
     pub async fn view(&self) -> ClusterView {
         match self {

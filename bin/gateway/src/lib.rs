@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod config;
 pub mod credentials;
 pub mod http;
+pub mod metrics;
 pub mod state;
 pub mod telemetry;
 

@@ -17,6 +17,7 @@ use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
 use crate::http::events::{StreamLimits, StreamsPerAddress};
 use crate::http::replay::SharedFires;
+use crate::metrics::Metrics;
 
 /// Concurrent `agent:<id>:scheduled` streams; past this, new ones get 503 so streams cannot exhaust memory or
 /// file handles. Each client address may hold `events::MAX_STREAMS_PER_ADDRESS` of them.
@@ -63,6 +64,8 @@ pub struct AppState {
     /// The fires agent streams hold, one copy each for all of them.
     pub shared_fires: Arc<SharedFires>,
     pub stream_limits: StreamLimits,
+    /// What `GET /metrics` reads besides the components' own counts.
+    pub metrics: Metrics,
 }
 
 impl AppState {

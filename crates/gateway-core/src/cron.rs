@@ -164,6 +164,8 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     /// such job. Nothing else of the row changes: a resumed job whose `next_fire_at` passed while it was paused is
     /// due at once, and a claim taken before the pause runs its course (its fire may still be published).
     fn set_cron_job_paused(&self, id: i64, paused: bool) -> Result<Option<CronJob>, StoreError>;
+    /// How many jobs there are (each pending its next fire, claimed or not), for metrics.
+    fn count_cron_jobs(&self) -> Result<u64, StoreError>;
     /// How many one-time rows `agent_id` has (its pending reminders, claimed or not).
     fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError>;
     /// `agent_id`'s one-time rows ordered by `(next_fire_at, id)`, at most `limit`.
@@ -329,6 +331,11 @@ impl CronJobStore for InMemoryCronJobStore {
     fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
         self.failure.check()?;
         Ok(lock(&self.state).rows.remove(&id).is_some())
+    }
+
+    fn count_cron_jobs(&self) -> Result<u64, StoreError> {
+        self.failure.check()?;
+        Ok(u64::try_from(lock(&self.state).rows.len()).unwrap_or(u64::MAX))
     }
 
     fn set_cron_job_paused(&self, id: i64, paused: bool) -> Result<Option<CronJob>, StoreError> {
@@ -548,6 +555,9 @@ mod tests {
         }
         fn delete_cron_job(&self, id: i64) -> Result<bool, StoreError> {
             self.0.delete_cron_job(id)
+        }
+        fn count_cron_jobs(&self) -> Result<u64, StoreError> {
+            self.0.count_cron_jobs()
         }
         fn set_cron_job_paused(&self, id: i64, paused: bool) -> Result<Option<CronJob>, StoreError> {
             self.0.set_cron_job_paused(id, paused)

@@ -57,6 +57,7 @@ pub mod periodic;
 pub mod rate;
 pub mod rate_limit;
 pub mod rfc3339;
+pub mod stats;
 pub mod store;
 pub mod supervisor;
 pub mod sync;

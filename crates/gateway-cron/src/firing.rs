@@ -363,6 +363,8 @@ impl CronScheduler {
                 continue;
             }
             debug!(job_id = fire.job_id, fire_id, %topic, "reminder fired");
+            inner.stats.fired.increment();
+            inner.stats.lateness.observe(until(fire.scheduled_for, now));
             state.deferred.push(completion);
             state.fired.push(reminder);
         }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gateway_core::group_commit::GroupCommit;
+use gateway_core::stats::CronStats;
 use gateway_core::sync::lock;
 use gateway_core::{
     BackgroundLoop, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership, NewCronJob,
@@ -125,6 +126,8 @@ pub(crate) struct Inner {
     pub(crate) health: ComponentHealth,
     pub(crate) progress: watch::Sender<LoopProgress>,
     pub(crate) published: AtomicU64,
+    /// Fires and their lateness, for metrics.
+    pub(crate) stats: CronStats,
     /// Shares commits between concurrent `schedule_once` calls.
     pub(crate) inserts: Arc<GroupCommit<NewCronJob, CronJobInsert>>,
     /// Serializes this scheduler's writes. SQLite has one writer at a time, and a connection that finds the
@@ -160,6 +163,7 @@ impl CronScheduler {
                 health: ComponentHealth::new("cron_scheduler"),
                 progress: watch::Sender::new(LoopProgress::default()),
                 published: AtomicU64::new(0),
+                stats: CronStats::default(),
                 inserts,
                 writes,
                 pending_gates: crate::reminders::PendingGates::default(),
@@ -170,6 +174,11 @@ impl CronScheduler {
     /// The loop's readiness: running while [`Self::run`] runs, unhealthy while it cannot reach the store.
     pub fn health(&self) -> ComponentHealth {
         self.inner.health.clone()
+    }
+
+    /// Reminders this instance published, and how late.
+    pub fn stats(&self) -> &CronStats {
+        &self.inner.stats
     }
 
     pub fn progress(&self) -> watch::Receiver<LoopProgress> {

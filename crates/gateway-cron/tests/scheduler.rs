@@ -448,7 +448,7 @@ async fn overdue_rows_fire_at_start_and_future_rows_wait() {
     let overdue = harness.store.insert_cron_job(&row(START - Duration::hours(3))).unwrap();
     let future = harness.store.insert_cron_job(&row(START + Duration::seconds(42))).unwrap();
     let shutdown = CancellationToken::new();
-    let (_scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
+    let (scheduler, mut progress) = harness.running_with(Arc::new(SingleProcessLeadership), quiet(), &shutdown).await;
     let first = harness.next_fire().await;
     assert_eq!((reminder_fields(&first.event).0, harness.elapsed(&first)), (overdue.id, secs(0)));
     settled(&mut progress, 1).await;
@@ -458,6 +458,14 @@ async fn overdue_rows_fire_at_start_and_future_rows_wait() {
     assert_eq!((reminder_fields(&second.event).0, harness.elapsed(&second)), (future.id, secs(42)));
     settled(&mut progress, 2).await;
     assert!(harness.store.is_empty());
+    // For metrics: two fires, the overdue one three hours late (past every bound), the other on its instant.
+    let stats = scheduler.stats();
+    assert_eq!(stats.fired.get(), 2);
+    let lateness = stats.lateness.snapshot();
+    assert_eq!(lateness.count, 2);
+    assert_eq!(lateness.buckets.first(), Some(&(0.001, 1)), "the fire on its instant is 0 s late");
+    assert_eq!(lateness.buckets.last(), Some(&(300.0, 1)), "the overdue fire is above the last bound");
+    assert!((lateness.sum_seconds - 3.0 * 3600.0).abs() < 1.0, "{}", lateness.sum_seconds);
     shutdown.cancel();
 }
 

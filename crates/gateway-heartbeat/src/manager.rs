@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::group_commit::GroupCommit;
+use gateway_core::stats::HeartbeatStats;
 use gateway_core::{
     AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, CapabilityNotes, Clock, ClusterId, ComponentHealth, Event,
     EventPayload, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, LeaderLoop, Leadership, LivenessMap,
@@ -84,6 +85,7 @@ struct Inner {
     health: ComponentHealth,
     /// Concurrent heartbeats share one store commit (see `gateway_core::group_commit`); it owns the store.
     upserts: Arc<GroupCommit<HeartbeatRecord, ()>>,
+    stats: HeartbeatStats,
 }
 
 impl HeartbeatManager {
@@ -109,6 +111,7 @@ impl HeartbeatManager {
             leadership,
             health: ComponentHealth::new("heartbeat"),
             upserts,
+            stats: HeartbeatStats::default(),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -155,6 +158,7 @@ impl HeartbeatManager {
             last_seen_at: ping.timestamp.unwrap_or(receipt),
         };
         self.inner.upserts.submit(record).await?;
+        self.inner.stats.accepted.increment();
         Ok(())
     }
 
@@ -195,6 +199,7 @@ impl HeartbeatManager {
                 last_seen: entry.last_seen,
             })
             .collect();
+        self.inner.stats.evicted.add(u64::try_from(evicted.len()).unwrap_or(u64::MAX));
         // Outside any lock of the map: heartbeats keep flowing while evictions are announced.
         for agent in &evicted {
             self.inner.capabilities.remove_agent(&agent.agent_id);
@@ -267,6 +272,11 @@ impl HeartbeatManager {
 
     pub fn health(&self) -> ComponentHealth {
         self.inner.health.clone()
+    }
+
+    /// Heartbeats accepted and agents evicted by this instance since it started.
+    pub fn stats(&self) -> &HeartbeatStats {
+        &self.inner.stats
     }
 }
 

@@ -112,6 +112,7 @@ async fn silent_for_91_seconds_is_evicted_at_the_next_check() {
     assert_eq!(fixture.manager.tracked_count(), 0);
     assert_eq!(evictions(&fixture.publisher), vec![agent("agent-99")]);
     assert!(fixture.capabilities.get(&agent("agent-99")).is_none(), "capability map entry removed");
+    assert_eq!(fixture.manager.stats().evicted.get(), 1, "counted for metrics");
 }
 
 #[tokio::test(start_paused = true)]
@@ -186,6 +187,7 @@ async fn accept_persists_the_agents_timestamp_and_a_refused_agent_touches_nothin
 
     assert!(matches!(fixture.manager.accept(ping("b", None)).await, Err(HeartbeatError::CapacityExceeded { .. })));
     assert_eq!(fixture.store.len(), 1);
+    assert_eq!(fixture.manager.stats().accepted.get(), 2, "the refused heartbeat is not counted as accepted");
 }
 
 #[tokio::test(start_paused = true)]
@@ -194,6 +196,7 @@ async fn a_store_failure_is_reported_not_swallowed() {
     fixture.store.failure.set_failing(true);
     let ping = HeartbeatPing { agent_id: agent("a"), cluster_id: cluster(), timestamp: None };
     assert!(matches!(fixture.manager.accept(ping).await, Err(HeartbeatError::Store(_))));
+    assert_eq!(fixture.manager.stats().accepted.get(), 0, "a heartbeat whose row failed is not accepted");
 }
 
 #[tokio::test(start_paused = true)]

@@ -324,6 +324,14 @@ impl CronJobStore for DieselStore {
         Ok(deleted > 0)
     }
 
+    fn count_cron_jobs(&self) -> Result<u64, StoreError> {
+        let count: i64 = self.with_connection(
+            "count cron jobs",
+            |connection| on_backend!(connection, c => cron_jobs::table.count().get_result(c)),
+        )?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     fn set_cron_job_paused(&self, id: i64, paused: bool) -> Result<Option<CronJob>, StoreError> {
         // One statement, so no transaction: the row as this write left it, or nothing for an unknown id. Not
         // fenced: like a delete it is an operator's write, which any instance may make.

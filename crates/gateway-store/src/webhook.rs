@@ -460,6 +460,32 @@ impl WebhookStore for DieselStore {
         Ok(rows.into_iter().map(DeliveryAttempt::from).collect())
     }
 
+    fn count_deliveries(&self, status: DeliveryStatus) -> Result<u64, StoreError> {
+        let count: i64 = self.with_connection("count webhook deliveries", |connection| {
+            let query = webhook_deliveries::table.filter(webhook_deliveries::status.eq(status.as_str())).count();
+            on_backend!(connection, c => query.get_result(c))
+        })?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    fn count_due_deliveries(&self, now: OffsetDateTime) -> Result<u64, StoreError> {
+        let now = to_db(now);
+        // One index range per status, as `due_deliveries` reads them: `(status, next_retry_at)` answers each.
+        self.with_connection("count due webhook deliveries", |connection| {
+            let mut due = 0_i64;
+            for status in AWAITING_ATTEMPT {
+                let query = webhook_deliveries::table
+                    .filter(webhook_deliveries::status.eq(status.as_str()))
+                    .filter(webhook_deliveries::next_retry_at.le(now))
+                    .count();
+                let count: i64 = on_backend!(connection, c => query.get_result(c))?;
+                due = due.saturating_add(count);
+            }
+            Ok(due)
+        })
+        .map(|due| u64::try_from(due).unwrap_or(0))
+    }
+
     fn due_deliveries(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<DueDelivery>, StoreError> {
         let now = to_db(now);
         let sql_limit = i64::try_from(limit).unwrap_or(i64::MAX);

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_core::Topic;
+use gateway_core::stats::Counter;
 use gateway_core::sync::lock;
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
@@ -172,6 +173,7 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     let limits = state.stream_limits;
     // Stopped at shutdown, or, for a stream opened with an agent's credential, when that credential is revoked.
     let mut stop = state.shutdown.clone();
+    let mut observer = false;
     let slots = match &topic {
         Topic::AgentScheduled(agent_id) => {
             // Who is asking comes first: a refused client takes no slot.
@@ -191,6 +193,9 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
                 }
                 Caller::Open | Caller::Operator => None,
             };
+            // The operator's token makes an observer (the console's live tail): it sees the agent's reminders,
+            // replayed ones too, and marks none received, so the agent still gets each of them replayed.
+            observer = matches!(caller, Caller::Operator) || state.operator.check(request.headers()).is_ok();
             Slots { _total: total, _address: Some(address), _revocation: revocation }
         }
         _ => {
@@ -214,10 +219,12 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     // Subscribed before the response goes out (and before the mailbox is read): once a client sees the headers, it
     // sees every later event.
     let subscription = state.bus.subscribe(&topic);
-    let outbox = Outbox::new(mailbox.as_ref().map(|mailbox| mailbox.mailbox.clone()));
+    let receipts = mailbox.as_ref().filter(|_| !observer).map(|mailbox| mailbox.mailbox.clone());
+    let outbox = Outbox::new(receipts);
     let body = StreamBody { outbox: Arc::clone(&outbox) };
     let bridge = mailbox.as_ref().and_then(|_| state.bridge_status.clone()).map(BridgeWatch::new);
-    let pump = Pump { subscription, outbox, limits, keep_alive: limits.keep_alive_frame(), mailbox, bridge };
+    let lagged = Arc::clone(&state.metrics.lagged_events);
+    let pump = Pump { subscription, outbox, limits, keep_alive: limits.keep_alive_frame(), mailbox, bridge, lagged };
     tokio::spawn(pump.run(stop, connection, slots));
     Ok(event_stream(body))
 }
@@ -232,6 +239,8 @@ struct Pump {
     mailbox: Option<AgentMailbox>,
     /// An agent's stream on an instance whose events cross the Redis bridge: a reconnect means a catch-up.
     bridge: Option<BridgeWatch>,
+    /// Every event this stream could not deliver, counted for metrics.
+    lagged: Arc<Counter>,
 }
 
 /// Why a stream ended.
@@ -336,6 +345,7 @@ impl Pump {
                             }
                         } else {
                             missed += 1;
+                            self.lagged.increment();
                             if let Some(mailbox) = &mut self.mailbox {
                                 mailbox.missed_events();
                             }
@@ -343,6 +353,7 @@ impl Pump {
                     }
                     Received::Lagged(count) => {
                         missed += count;
+                        self.lagged.add(count);
                         if let Some(mailbox) = &mut self.mailbox {
                             mailbox.missed_events();
                         }
@@ -638,6 +649,7 @@ mod tests {
             keep_alive: limits.keep_alive_frame(),
             mailbox,
             bridge,
+            lagged: Arc::default(),
         };
         let watch = HeadWatch::for_peer((Ipv4Addr::LOCALHOST, 1).into());
         let connection_task = tokio::spawn(std::future::pending::<()>());

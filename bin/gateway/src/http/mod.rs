@@ -10,7 +10,10 @@ pub mod request;
 pub mod response;
 mod router;
 
+pub use router::ROUTE_NAMES;
+
 mod agents;
+mod console;
 mod credentials;
 mod cron;
 pub mod events;

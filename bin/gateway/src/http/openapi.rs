@@ -620,6 +620,37 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
             )],
         ),
         (
+            "/metrics",
+            vec![(
+                "get",
+                Operation::new("metrics", "operator", "The Prometheus scrape", Auth::Operator)
+                    .describe("Requests, heartbeats, fires, deliveries, streams and the leader role (docs/operations.md).")
+                    .raw_answer(
+                        200,
+                        json!({
+                            "description": "The OpenMetrics text exposition.",
+                            "content": {"application/openmetrics-text": {"schema": {"type": "string"}}},
+                        }),
+                    ),
+            )],
+        ),
+        ("/", vec![("get", console_file("console", "The operator console's page", &["text/html"]))]),
+        (
+            "/console/{asset}",
+            vec![(
+                "get",
+                console_file("consoleAsset", "A file of the console", &["text/javascript", "text/css", "image/svg+xml"])
+                    .parameter(
+                        "path",
+                        "asset",
+                        true,
+                        "A file the console embeds (`app.js`, `app.css`, …); any other name is 404 `not_found`.",
+                        json!({"type": "string"}),
+                    )
+                    .error(404, "not_found"),
+            )],
+        ),
+        (
             "/openapi.json",
             vec![(
                 "get",
@@ -628,6 +659,19 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
             )],
         ),
     ]
+}
+
+/// A file of the console: no token (the page asks for it and sends it with every call it makes), and 304 when
+/// `If-None-Match` names the file's entity tag.
+fn console_file(operation_id: &str, summary: &str, media_types: &[&str]) -> Operation {
+    let content: Map<String, Value> = media_types
+        .iter()
+        .map(|media_type| ((*media_type).to_owned(), json!({"schema": {"type": "string"}})))
+        .collect();
+    Operation::new(operation_id, "probes", summary, Auth::Open)
+        .parameter("header", "If-None-Match", false, "Entity tags the client holds.", json!({"type": "string"}))
+        .raw_answer(200, json!({"description": "The file.", "content": content}))
+        .raw_answer(304, json!({"description": "The client's copy is current (its entity tag matches)."}))
 }
 
 fn heartbeat() -> Operation {
@@ -889,7 +933,7 @@ pub fn document() -> Value {
             {"name": "operator", "description": "Agents and credentials, for the operator."},
             {"name": "webhooks", "description": "Inbound and outbound webhooks (docs/webhooks.md)."},
             {"name": "cron", "description": "Recurring jobs and reminders (docs/scheduler.md)."},
-            {"name": "probes", "description": "Liveness, readiness and this document; no token."},
+            {"name": "probes", "description": "Liveness, readiness, this document and the console's files; no token."},
         ],
         "paths": paths,
         "components": components(),
@@ -1370,9 +1414,9 @@ mod tests {
                 }
             }
         }
-        // Refusals no operation lists: a path that names no route or no tool (the document lists each tool as a
-        // path of its own), and a write conflict the store reports (the document's description says so).
-        let not_per_operation = ["not_found", "unknown_tool", "conflict"];
+        // Refusals no operation lists: a tool that does not exist (the document lists each tool as a path of its
+        // own), and a write conflict the store reports (the document's description says so).
+        let not_per_operation = ["unknown_tool", "conflict"];
         for (reason, _) in REASONS {
             assert!(
                 used_reasons.iter().any(|used| used == reason) || not_per_operation.contains(reason),

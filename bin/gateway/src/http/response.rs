@@ -44,6 +44,13 @@ pub fn created_or_replayed(body: &serde_json::Value, replayed: bool) -> Response
     response
 }
 
+/// A 200 with a text body of `content_type` (a metrics scrape).
+pub fn text_response(content_type: &'static str, body: String) -> Response {
+    let mut response = http::Response::new(full(Bytes::from(body)));
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
 fn full(bytes: Bytes) -> ResponseBody {
     http_body_util::Full::new(bytes).map_err(|never| match never {}).boxed()
 }

@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures_util::FutureExt;
 use futures_util::future::{self, Either};
@@ -14,9 +15,11 @@ use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::Request;
 use crate::http::response::Response;
+use crate::http::response::text_response;
 use crate::http::{
-    agents, credentials, cron, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
+    agents, console, credentials, cron, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
 };
+use crate::metrics;
 use crate::state::AppState;
 
 /// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
@@ -50,9 +53,49 @@ enum Route {
     AgentCredentials,
     /// `/gateway/agents/{agent_id}/credentials/{credential_id}`.
     AgentCredential,
+    /// `/`: the operator console's page.
+    Console,
+    /// `/console/{asset}`; the handler serves only the files it embeds.
+    ConsoleAsset,
+    /// `/metrics`: the Prometheus scrape.
+    Metrics,
     /// `/openapi.json`: the document of this API (http/openapi.rs).
     OpenApi,
 }
+
+/// The `route` label of each route in `GET /metrics`, in [`Route::index`] order, then the label of paths that name
+/// no route: the router's own names, never the path, so the label's values are this list and no more.
+pub const ROUTE_NAMES: &[&str] = &[
+    "heartbeat",
+    "messages",
+    "events",
+    "agents",
+    "healthz",
+    "readyz",
+    "webhook_inbound",
+    "webhook_configs",
+    "webhook_config",
+    "deliveries",
+    "delivery",
+    "delivery_retry",
+    "cron_jobs",
+    "cron_job",
+    "cluster",
+    "agent_reminders",
+    "tool",
+    "agent_credentials",
+    "agent_credential",
+    "metrics",
+    "cron_job_pause",
+    "cron_job_resume",
+    "console",
+    "console_asset",
+    "openapi",
+    metrics::UNMATCHED_ROUTE,
+];
+
+/// The index of [`metrics::UNMATCHED_ROUTE`] in [`ROUTE_NAMES`].
+const UNMATCHED: usize = ROUTE_NAMES.len() - 1;
 
 const TOOLS_PREFIX: &str = "/gateway/tools/";
 
@@ -72,6 +115,8 @@ fn resolve(path: &str) -> Option<Route> {
         "/gateway/deliveries" => Route::Deliveries,
         "/gateway/cron/jobs" => Route::CronJobs,
         "/gateway/cluster" => Route::Cluster,
+        "/" => Route::Console,
+        "/metrics" => Route::Metrics,
         "/openapi.json" => Route::OpenApi,
         _ => {
             if let Some(webhook) = path.strip_prefix("/gateway/webhooks/") {
@@ -89,6 +134,8 @@ fn resolve(path: &str) -> Option<Route> {
                 segment(tool).map(|()| Route::Tool)?
             } else if let Some(agent) = path.strip_prefix("/gateway/agents/") {
                 agent_route(agent)?
+            } else if let Some(asset) = path.strip_prefix("/console/") {
+                segment(asset).map(|()| Route::ConsoleAsset)?
             } else {
                 let delivery = path.strip_prefix("/gateway/deliveries/")?;
                 match delivery.split_once('/') {
@@ -114,12 +161,44 @@ fn agent_route(rest: &str) -> Option<Route> {
 }
 
 impl Route {
+    /// This route's place in [`ROUTE_NAMES`].
+    fn index(self) -> usize {
+        match self {
+            Self::Heartbeat => 0,
+            Self::Messages => 1,
+            Self::Events => 2,
+            Self::Agents => 3,
+            Self::Healthz => 4,
+            Self::Readyz => 5,
+            Self::WebhookInbound(_) => 6,
+            Self::WebhookConfigs => 7,
+            Self::WebhookConfig(_) => 8,
+            Self::Deliveries => 9,
+            Self::Delivery(_) => 10,
+            Self::DeliveryRetry(_) => 11,
+            Self::CronJobs => 12,
+            Self::CronJob(_) => 13,
+            Self::Cluster => 14,
+            Self::AgentReminders => 15,
+            Self::Tool => 16,
+            Self::AgentCredentials => 17,
+            Self::AgentCredential => 18,
+            Self::Metrics => 19,
+            Self::CronJobPause(_) => 20,
+            Self::CronJobResume(_) => 21,
+            Self::Console => 22,
+            Self::ConsoleAsset => 23,
+            Self::OpenApi => 24,
+        }
+    }
+
     fn methods(self) -> &'static [Method] {
         match self {
             Self::Heartbeat | Self::Messages | Self::Tool => &[Method::POST],
             Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster | Self::AgentReminders => {
                 &[Method::GET]
             }
+            Self::Metrics => &[Method::GET],
             Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
             Self::CronJobPause(_) | Self::CronJobResume(_) => &[Method::POST],
             Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
@@ -129,6 +208,7 @@ impl Route {
             Self::CronJob(_) => &[Method::GET, Method::DELETE],
             Self::AgentCredentials => &[Method::GET, Method::POST],
             Self::AgentCredential => &[Method::DELETE],
+            Self::Console | Self::ConsoleAsset => &[Method::GET],
             Self::OpenApi => &[Method::GET],
         }
     }
@@ -152,6 +232,7 @@ impl Route {
                 | Self::Cluster
                 | Self::AgentCredentials
                 | Self::AgentCredential
+                | Self::Metrics
         )
     }
 }
@@ -167,16 +248,22 @@ pub fn handle(
     connection: &Connection,
     request: Request,
 ) -> impl Future<Output = Result<Response, Infallible>> + use<> {
+    let started = Instant::now();
     let method = request.method().clone();
     let Some(route) = resolve(request.uri().path()) else {
         tracing::debug!(%method, path = request.uri().path(), status = 404, "request");
-        return Either::Left(future::ready(Ok(ApiError::not_found().into_response())));
+        let response = ApiError::not_found().into_response();
+        state.metrics.http.observe(UNMATCHED, response.status().as_u16(), started.elapsed());
+        return Either::Left(future::ready(Ok(response)));
     };
     // Only event streams look at their connection: the other requests do not pay for a copy of it.
     let connection = (route == Route::Events).then(|| connection.clone());
+    let stats = Arc::clone(&state);
     Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request, connection)).map(
         move |response| {
-            tracing::debug!(%method, ?route, status = response.status().as_u16(), "request");
+            let status = response.status().as_u16();
+            stats.metrics.http.observe(route.index(), status, started.elapsed());
+            tracing::debug!(%method, ?route, status, "request");
             Ok(response)
         },
     ))
@@ -279,6 +366,9 @@ async fn dispatch_rest(
         Route::AgentCredentials if is_post => credentials::issue(state, request).await,
         Route::AgentCredentials => credentials::list(state, &request).await,
         Route::AgentCredential => credentials::revoke(state, &request).await,
+        Route::Console => Ok(console::page(&request)),
+        Route::ConsoleAsset => console::asset(&request),
+        Route::Metrics => Ok(text_response(metrics::CONTENT_TYPE, metrics::scrape(state).await)),
         Route::OpenApi => Ok(openapi::get()),
     }
 }
@@ -343,6 +433,48 @@ mod tests {
     }
 
     #[test]
+    fn each_route_has_its_own_metrics_label() {
+        let routes = [
+            Route::Heartbeat,
+            Route::Messages,
+            Route::Events,
+            Route::Agents,
+            Route::Healthz,
+            Route::Readyz,
+            Route::WebhookInbound(None),
+            Route::WebhookConfigs,
+            Route::WebhookConfig(Some(1)),
+            Route::Deliveries,
+            Route::Delivery(None),
+            Route::DeliveryRetry(Some(2)),
+            Route::CronJobs,
+            Route::CronJob(None),
+            Route::Cluster,
+            Route::AgentReminders,
+            Route::Tool,
+            Route::AgentCredentials,
+            Route::AgentCredential,
+            Route::Metrics,
+            Route::CronJobPause(None),
+            Route::CronJobResume(Some(3)),
+            Route::Console,
+            Route::ConsoleAsset,
+            Route::OpenApi,
+        ];
+        let mut indexes: Vec<usize> = routes.iter().map(|route| route.index()).collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        assert_eq!(indexes, (0..UNMATCHED).collect::<Vec<_>>(), "one label per route, and every label used");
+        assert_eq!(ROUTE_NAMES[Route::WebhookConfig(None).index()], "webhook_config");
+        assert_eq!(ROUTE_NAMES[Route::Metrics.index()], "metrics");
+        assert_eq!(ROUTE_NAMES[UNMATCHED], "unmatched");
+        let mut names = ROUTE_NAMES.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ROUTE_NAMES.len(), "labels are distinct");
+    }
+
+    #[test]
     fn resolves_exact_paths_only() {
         assert_eq!(resolve("/gateway/heartbeat"), Some(Route::Heartbeat));
         assert_eq!(resolve("/readyz"), Some(Route::Readyz));
@@ -371,12 +503,17 @@ mod tests {
         assert_eq!(resolve("/gateway/tools/schedule_reminder"), Some(Route::Tool));
         assert_eq!(resolve("/gateway/tools/anything"), Some(Route::Tool), "the handler decides what is a tool");
         assert!(!Route::Tool.operator_only());
+        assert_eq!(resolve("/metrics"), Some(Route::Metrics));
+        assert!(Route::Metrics.operator_only());
         // An empty segment is an id that names nothing, as any other non-integer.
         assert_eq!(resolve("/gateway/webhooks/"), Some(Route::WebhookInbound(None)));
         assert_eq!(resolve("/gateway/deliveries//retry"), Some(Route::DeliveryRetry(None)));
         assert_eq!(resolve("/gateway/deliveries/-3/retry"), Some(Route::DeliveryRetry(Some(-3))));
+        assert_eq!(resolve("/"), Some(Route::Console));
+        assert_eq!(resolve("/console/app.js"), Some(Route::ConsoleAsset));
+        assert_eq!(resolve("/console/nothing-here"), Some(Route::ConsoleAsset), "the handler decides what is an asset");
+        assert!(!Route::Console.operator_only() && !Route::ConsoleAsset.operator_only());
         for unknown in [
-            "/",
             "",
             "/gateway",
             "/gateway/heartbeat/",
@@ -401,6 +538,9 @@ mod tests {
             "/gateway/agents/a/other",
             "/gateway/tools",
             "/gateway/tools/schedule_reminder/x",
+            "/console",
+            "/console/a/app.js",
+            "/console/../index.html",
         ] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }

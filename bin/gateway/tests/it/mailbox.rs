@@ -286,5 +286,10 @@ fn the_operator_may_read_an_agents_stream_and_its_replay() {
     let url = gateway.url("/gateway/events?topic=agent%3Aagent-m5%3Ascheduled");
     let stream = EventStream::open(&url, Some(TOKEN));
     assert_eq!(stream.status, 200);
-    assert_eq!(fire_of(&stream.expect("reminder")).1, json!({"n": 1}));
+    let (fire_id, payload) = fire_of(&stream.expect("reminder"));
+    assert_eq!(payload, json!({"n": 1}));
+    drop(stream);
+    // The operator only looked: the agent's own stream still gets the reminder replayed.
+    let agent = EventStream::open(&url, None);
+    assert_eq!(fire_of(&agent.expect("reminder")), (fire_id, json!({"n": 1})));
 }

@@ -350,6 +350,21 @@ pub fn an_agents_one_time_jobs_are_counted_and_listed_soonest_first(store: &dyn 
     assert_eq!(store.count_one_time_jobs(&nobody).expect("count"), 0);
 }
 
+/// Every row counts as a job, one-time or recurring, claimed or not, until it is deleted. Expects an empty store.
+pub fn every_row_counts_as_a_job_until_it_is_deleted(store: &dyn CronJobStore, at: OffsetDateTime) {
+    assert_eq!(store.count_cron_jobs().expect("count"), 0);
+    let first = one_time_job(store, at);
+    one_time_job(store, at + Duration::seconds(10));
+    store
+        .insert_cron_job(&NewCronJob { schedule: Some("* * * * *".into()), is_one_time: false, ..one_time(at) })
+        .expect("insert");
+    assert_eq!(store.count_cron_jobs().expect("count"), 3);
+    assert_eq!(store.claim_fires(&[first.id], &lease("claimer", 1, at)).expect("claim").len(), 1);
+    assert_eq!(store.count_cron_jobs().expect("count"), 3, "a claimed row is still a job");
+    assert!(store.delete_cron_job(first.id).expect("delete"));
+    assert_eq!(store.count_cron_jobs().expect("count"), 2);
+}
+
 /// A one-time row is deleted by `delete_one_time_job` only for its own agent, only while it is not claimed under
 /// a live lease (a claim whose lease ended counts as not claimed), and once; a recurring row never. Expects an
 /// empty store.

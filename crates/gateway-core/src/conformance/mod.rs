@@ -93,6 +93,7 @@ macro_rules! cron_store_conformance {
             a_one_time_job_is_deleted_only_for_its_agent_and_not_while_claimed,
             a_paused_job_keeps_its_row_but_is_neither_due_nor_claimable_until_resumed,
             a_claim_taken_before_a_pause_completes_and_the_row_stays_paused,
+            every_row_counts_as_a_job_until_it_is_deleted,
         );
     };
 }
@@ -151,6 +152,7 @@ macro_rules! webhook_store_conformance {
             the_inspector_filters_and_pages_by_id,
             pruning_takes_only_old_finished_deliveries_a_batch_at_a_time,
             the_polls_claims_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch,
+            deliveries_count_by_status_and_the_due_ones_as_the_poll_sees_them,
         );
     };
 }

@@ -448,6 +448,40 @@ pub fn due_rows_are_oldest_first_across_pending_and_failed_ties_by_id_never_deli
     );
 }
 
+/// Deliveries count by status, and the due ones (pending or failed, `next_retry_at <= now`) count as
+/// [`WebhookStore::due_deliveries`] lists them, without its limit: a claimed row is not due until its lease ends.
+pub fn deliveries_count_by_status_and_the_due_ones_as_the_poll_sees_them(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let count = |status| store.count_deliveries(status).expect("count");
+    let due = |now| store.count_due_deliveries(now).expect("count due");
+    for status in DeliveryStatus::ALL {
+        assert_eq!(count(status), 0, "{status}");
+    }
+    assert_eq!(due(at + Duration::days(1)), 0);
+    let config = config(store, "github", at);
+    let seconds = |n: i64| at + Duration::seconds(n);
+    // Pending rows are first due 30 s after creation: r0 at 30, r1 at 31, r2 at 32, r3 at 33, r4 at 34.
+    let rows: Vec<Delivery> = (0..5).map(|n| insert(store, &new_delivery(config.id, "s", seconds(n)))).collect();
+    attempt_once(store, &rows[1], DeliveryStatus::Failed, Some(seconds(60)));
+    attempt_once(store, &rows[2], DeliveryStatus::Delivered, None);
+    attempt_once(store, &rows[3], DeliveryStatus::Dead, None);
+    assert_eq!(
+        DeliveryStatus::ALL.map(count),
+        [2, 1, 1, 1],
+        "pending, delivered, failed, dead (retry_now and deletes aside)"
+    );
+    assert_eq!(due(seconds(30) - Duration::milliseconds(1)), 0);
+    assert_eq!(due(seconds(30)), 1, "due at `now` is due");
+    assert_eq!(due(seconds(59)), 2, "r0 and r4");
+    assert_eq!(due(seconds(60)), 3, "and r1, failed, due again");
+    assert_eq!(due(seconds(60)), u64::try_from(due_ids(store, seconds(60), 1_000).len()).expect("a count"));
+    let lease = seconds(60) + LEASE;
+    assert_eq!(store.claim(&[rows[0].id], seconds(60), lease).expect("claim").len(), 1);
+    assert_eq!(due(seconds(60)), 2, "a claimed row is not due while its lease runs");
+    assert_eq!(due(lease), 3, "and due again when it ends");
+    assert!(matches!(store.retry_now(rows[3].id, seconds(61)).expect("retry now"), RetryNowOutcome::Reset(_)));
+    assert_eq!((count(DeliveryStatus::Dead), count(DeliveryStatus::Pending)), (0, 3));
+}
+
 /// A claim takes the due rows among `ids` (a missing or not-yet-due id is skipped) by moving their `next_retry_at`
 /// to the lease's end, which hides them from the poll and from other claims until then, and returns them whole. An
 /// attempt's outcome applies only while the row carries its claim: the lease instant and the attempt count

@@ -218,6 +218,20 @@ impl WebhookStore for InMemoryWebhookStore {
         Ok(tables.attempts.iter().filter(|attempt| attempt.delivery_id == delivery_id).cloned().collect())
     }
 
+    fn count_deliveries(&self, status: DeliveryStatus) -> Result<u64, StoreError> {
+        self.failure.check()?;
+        let tables = lock(&self.tables);
+        let count = tables.deliveries.values().filter(|delivery| delivery.status == status).count();
+        Ok(u64::try_from(count).unwrap_or(u64::MAX))
+    }
+
+    fn count_due_deliveries(&self, now: OffsetDateTime) -> Result<u64, StoreError> {
+        self.failure.check()?;
+        let tables = lock(&self.tables);
+        let count = tables.deliveries.values().filter(|delivery| is_due(delivery, now)).count();
+        Ok(u64::try_from(count).unwrap_or(u64::MAX))
+    }
+
     fn due_deliveries(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<DueDelivery>, StoreError> {
         self.failure.check()?;
         let tables = lock(&self.tables);

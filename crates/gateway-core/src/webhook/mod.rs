@@ -337,6 +337,12 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
     fn list_deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<Delivery>, StoreError>;
     /// A delivery's attempts, oldest first.
     fn attempts(&self, delivery_id: i64) -> Result<Vec<DeliveryAttempt>, StoreError>;
+    /// How many deliveries have `status`, for metrics. A database adapter counts on an index on `status`.
+    fn count_deliveries(&self, status: DeliveryStatus) -> Result<u64, StoreError>;
+    /// How many deliveries [`Self::due_deliveries`] would return at `now` without a limit (pending or failed,
+    /// `next_retry_at <= now`; a claimed row's `next_retry_at` is its lease's end, so attempts in flight are not
+    /// due): the backlog of attempts waiting for a slot, for metrics.
+    fn count_due_deliveries(&self, now: OffsetDateTime) -> Result<u64, StoreError>;
 
     /// Rows with status pending or failed and `next_retry_at <= now`, oldest `next_retry_at` first (ties by
     /// id), at most `limit`. Read only: the caller claims what it picks.

@@ -154,6 +154,7 @@ impl WebhookRouter {
             AttemptOutcome::failed(FailureClass::Connect, format!("the attempt did not complete: {error}"))
         });
         let duration_ms = i64::try_from(timer.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.inner.stats.attempts.increment();
         let transition = after_attempt(&outcome, row.attempt_count, self.now(), &self.inner.config.retry_schedule);
         let (error_class, error_detail) = match &outcome {
             AttemptOutcome::Delivered { .. } => (None, None),
@@ -188,6 +189,12 @@ impl WebhookRouter {
         };
         match recorded {
             Some(true) => {
+                let stats = &self.inner.stats;
+                match delivery.status {
+                    DeliveryStatus::Delivered => stats.delivered.increment(),
+                    DeliveryStatus::Dead => stats.dead.increment(),
+                    DeliveryStatus::Failed | DeliveryStatus::Pending => stats.failed_retrying.increment(),
+                }
                 info!(
                     delivery_id = delivery.id,
                     webhook_id = delivery.webhook_id,

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use gateway_core::stats::DeliveryStats;
 use gateway_core::{
     BackgroundLoop, Clock, ComponentHealth, Delivery, DeliveryAttempt, DispatchRate, DueDelivery, Event, EventPayload,
     EventPublisher, Leadership, StoreError, Topic, WebhookStore, WebhookTransport, run_blocking,
@@ -127,6 +128,8 @@ struct Inner {
     records: Arc<groups::Records>,
     signature_failures: SignatureFailureReports,
     health: ComponentHealth,
+    /// Attempts and their outcomes, for metrics.
+    stats: DeliveryStats,
     attempts: TaskTracker,
     /// Cancelled when [`WebhookRouter::run`] stops: immediate attempts still waiting for a slot or the rate give
     /// up (their rows stay due for the next process).
@@ -214,6 +217,7 @@ impl WebhookRouter {
                 records,
                 signature_failures: SignatureFailureReports::default(),
                 health: ComponentHealth::new("webhook_dispatcher"),
+                stats: DeliveryStats::default(),
                 attempts: TaskTracker::new(),
                 stopping: CancellationToken::new(),
             }),
@@ -223,6 +227,11 @@ impl WebhookRouter {
     /// The dispatcher's readiness: running while [`Self::run`] runs, degraded while it cannot reach the store.
     pub fn health(&self) -> ComponentHealth {
         self.inner.health.clone()
+    }
+
+    /// The attempts this instance made, and where they left their deliveries.
+    pub fn stats(&self) -> &DeliveryStats {
+        &self.inner.stats
     }
 
     pub fn router_config(&self) -> &RouterConfig {

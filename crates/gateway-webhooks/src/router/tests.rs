@@ -188,6 +188,8 @@ async fn an_enqueued_delivery_is_attempted_at_once_signed_and_delivered() {
     assert_eq!((detail.attempts[0].attempt_number, detail.attempts[0].status_code), (1, Some(200)));
     assert_eq!(detail.attempts[0].error_class, None);
     assert_eq!(h.statuses(), [("pending".into(), 0), ("delivered".into(), 1)]);
+    let stats = h.router.stats();
+    assert_eq!([stats.attempts.get(), stats.delivered.get(), stats.failed_retrying.get()], [1, 1, 0]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -236,6 +238,12 @@ async fn a_failing_target_is_retried_on_the_exact_schedule_then_dead() {
     assert!(history.iter().all(|attempt| attempt.error_class.as_deref() == Some("http_500")));
     let statuses: Vec<_> = h.statuses().into_iter().map(|(status, _)| status).collect();
     assert_eq!(statuses, ["pending", "failed", "failed", "failed", "failed", "failed", "dead"]);
+    let stats = h.router.stats();
+    assert_eq!(
+        [stats.attempts.get(), stats.failed_retrying.get(), stats.dead.get(), stats.delivered.get()],
+        [6, 5, 1, 0],
+        "counted for metrics: six attempts, five that left a retry scheduled, one that left the delivery dead"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,227 @@
+// Cron jobs: the recurring jobs and pending one-time reminders; create (with the next instants the gateway
+// computes), pause, resume, delete.
+
+import { h, replace, table, empty, field } from './dom.js';
+import { api, errorAlert, query, describe, ApiError } from './api.js';
+import { absolute, badge, compactJson, number, relative, when } from './format.js';
+
+const PAGE = 100;
+
+export function render(main, _route, context) {
+  let jobs = [];
+  let next = null;
+  const notice = h('div', { 'aria-live': 'polite', 'data-testid': 'jobs-notice' });
+  const body = h('div', {});
+  const count = h('span', { class: 'muted' }, 'Loading…');
+  const more = h('button', { type: 'button', class: 'button ghost small' }, 'Load more');
+  const refresh = h('button', { type: 'button', class: 'button ghost small' }, 'Refresh');
+
+  main.append(
+    h('div', { class: 'view-head' }, h('h1', {}, 'Cron jobs'), h('div', { class: 'actions' }, refresh)),
+    createPanel(context, (job) => {
+      jobs = jobs.filter((known) => known.id !== job.id).concat([job]).sort((a, b) => a.id - b.id);
+      draw();
+    }),
+    notice,
+    h('section', { class: 'panel flush', 'aria-labelledby': 'jobs-title' },
+      h('h2', { id: 'jobs-title' }, 'Jobs'), body, h('div', { class: 'pager' }, count, more)),
+  );
+
+  const replaceJob = (job) => {
+    jobs = jobs.map((known) => (known.id === job.id ? job : known));
+    draw();
+  };
+  const removeJob = (id) => {
+    jobs = jobs.filter((known) => known.id !== id);
+    draw();
+  };
+
+  const draw = () => {
+    more.hidden = next === null;
+    const recurring = jobs.filter((job) => !job.is_one_time).length;
+    count.textContent = `${number(recurring)} recurring, ${number(jobs.length - recurring)} one-time` +
+      (next !== null ? ' (more to load)' : '');
+    if (jobs.length === 0) {
+      replace(body, empty('No cron jobs', 'Create one above; agents\u2019 reminders appear here too while pending.'));
+      return;
+    }
+    const now = Date.now();
+    replace(body, table(
+      [['ID', 'num'], ['Agent'], ['Schedule'], ['Next fire'], ['State'], ['Payload'], ['', 'actions']],
+      jobs.map((job) => jobRow(job, now, { context, notice, replaceJob, removeJob })),
+      { 'data-testid': 'jobs-table' },
+    ));
+  };
+
+  const load = async () => {
+    try {
+      const page = await api('GET', `/gateway/cron/jobs${query({ limit: Math.max(PAGE, jobs.length) })}`, { signal: context.signal });
+      jobs = page.jobs;
+      next = page.next_after_id;
+      draw();
+    } catch (error) {
+      if (!context.signal.aborted) replace(body, errorAlert(error, 'Could not load the jobs'));
+    }
+  };
+  more.addEventListener('click', async () => {
+    more.disabled = true;
+    try {
+      const page = await api('GET', `/gateway/cron/jobs${query({ limit: PAGE, after_id: next })}`, { signal: context.signal });
+      jobs = jobs.concat(page.jobs);
+      next = page.next_after_id;
+      draw();
+    } catch (error) {
+      if (!context.signal.aborted) replace(notice, errorAlert(error, 'Could not load more jobs'));
+    } finally {
+      more.disabled = false;
+    }
+  });
+  refresh.addEventListener('click', load);
+  load();
+}
+
+function jobRow(job, now, { context, notice, replaceJob, removeJob }) {
+  const result = h('div', { class: 'inline-result', 'aria-live': 'polite' });
+  const actions = h('div', { class: 'row-actions' });
+  const cell = h('td', { class: 'actions' }, actions, result);
+
+  const showActions = () => {
+    const paused = job.paused === true;
+    const toggle = h(
+      'button',
+      { type: 'button', class: 'button ghost small', 'data-testid': paused ? 'resume' : 'pause' },
+      paused ? 'Resume' : 'Pause',
+    );
+    toggle.addEventListener('click', async () => {
+      toggle.disabled = true;
+      replace(result);
+      try {
+        const updated = await api('POST', `/gateway/cron/jobs/${job.id}/${paused ? 'resume' : 'pause'}`, { signal: context.signal });
+        replaceJob(updated);
+      } catch (error) {
+        toggle.disabled = false;
+        showResult(result, error, {
+          not_found: 'This gateway has no pause/resume (404 not_found): it is older than the console.',
+          unknown_cron_job: 'This job no longer exists (fired, or deleted elsewhere). Refresh the list.',
+        });
+      }
+    });
+    const remove = h('button', { type: 'button', class: 'button danger small', 'data-testid': 'delete' }, 'Delete');
+    remove.addEventListener('click', () => confirmDelete());
+    replace(actions, toggle, remove);
+  };
+
+  const confirmDelete = () => {
+    const yes = h('button', { type: 'button', class: 'button danger solid small', 'data-testid': 'confirm-delete' }, `Delete #${job.id}`);
+    const no = h('button', { type: 'button', class: 'button ghost small' }, 'Cancel');
+    no.addEventListener('click', showActions);
+    yes.addEventListener('click', async () => {
+      yes.disabled = true;
+      no.disabled = true;
+      try {
+        await api('DELETE', `/gateway/cron/jobs/${job.id}`, { signal: context.signal });
+        replace(notice, h('div', { class: 'alert success', role: 'status' }, `Deleted job #${job.id} (${job.agent_id}).`));
+        removeJob(job.id);
+      } catch (error) {
+        showActions();
+        showResult(result, error, { unknown_cron_job: 'This job no longer exists (fired, or deleted elsewhere).' });
+      }
+    });
+    replace(actions, h('span', { class: 'muted' }, 'Sure?'), yes, no);
+    no.focus();
+  };
+  showActions();
+
+  const state = job.paused === true ? badge('paused') : badge('active');
+  const payload = compactJson(job.payload);
+  return h(
+    'tr',
+    { 'data-testid': 'job-row', dataset: { jobId: job.id } },
+    h('td', { class: 'num mono' }, String(job.id)),
+    h('td', { class: 'mono' }, job.agent_id),
+    h('td', { class: 'mono' }, job.is_one_time ? h('span', { class: 'badge' }, 'one-time') : job.schedule),
+    h('td', {}, when(job.next_fire_at, { now })),
+    h('td', {}, state),
+    h('td', {}, h('span', { class: 'mono truncate', title: payload }, payload)),
+    cell,
+  );
+}
+
+/** An error under a row's buttons, in words for the reasons in `explained`. */
+function showResult(element, error, explained = {}) {
+  element.className = 'inline-result error';
+  const reason = error instanceof ApiError ? error.reason : null;
+  const { title, detail } = describe(error);
+  replace(element, explained[reason] ?? title, detail && !explained[reason] ? ` — ${detail}` : '');
+}
+
+function createPanel(context, onCreated) {
+  const agent = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false', 'data-testid': 'cron-agent' });
+  const schedule = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false', placeholder: '*/5 * * * *', class: 'mono', 'data-testid': 'cron-schedule' });
+  const payload = h('textarea', { rows: 3, spellcheck: 'false', 'data-testid': 'cron-payload' });
+  payload.value = '{}';
+  const submit = h('button', { type: 'submit', class: 'button', 'data-testid': 'cron-submit' }, 'Create job');
+  const result = h('div', { 'aria-live': 'polite', 'data-testid': 'cron-result' });
+  const form = h(
+    'form',
+    { class: 'form-grid', novalidate: true, 'data-testid': 'cron-form' },
+    field('Agent id', agent, { id: 'cron-agent', help: 'Whose agent:<id>:scheduled topic it fires on' }),
+    field('Schedule', schedule, { id: 'cron-schedule', help: 'Cron in UTC: 5 fields, or 6–7 with seconds (docs/scheduler.md)' }),
+    field('Payload (JSON object)', payload, { id: 'cron-payload' }),
+    h('div', { class: 'buttons' }, submit),
+  );
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    payload.removeAttribute('aria-invalid');
+    let parsed;
+    try {
+      parsed = payload.value.trim() ? JSON.parse(payload.value) : {};
+    } catch (error) {
+      payload.setAttribute('aria-invalid', 'true');
+      replace(result, h('div', { class: 'alert error', role: 'alert' }, 'The payload is not JSON', h('span', { class: 'detail' }, error.message)));
+      return;
+    }
+    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+      payload.setAttribute('aria-invalid', 'true');
+      replace(result, h('div', { class: 'alert error', role: 'alert' }, 'The payload must be a JSON object ({…}).'));
+      return;
+    }
+    submit.disabled = true;
+    try {
+      const job = await api('POST', '/gateway/cron/jobs', {
+        body: { agent_id: agent.value.trim(), schedule: schedule.value.trim(), payload: parsed },
+        signal: context.signal,
+      });
+      replace(result, created(job));
+      onCreated(job);
+    } catch (error) {
+      if (!context.signal.aborted) replace(result, errorAlert(error, 'Not created'));
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return h('section', { class: 'panel', 'aria-labelledby': 'create-title' }, h('h2', { id: 'create-title' }, 'New recurring job'), form, result);
+}
+
+function created(job) {
+  const now = Date.now();
+  return h(
+    'div',
+    { class: 'alert success', role: 'status' },
+    `Created job #${job.id} for `,
+    h('code', {}, job.agent_id),
+    ` on `,
+    h('code', {}, job.schedule),
+    '. Its next instants:',
+    h(
+      'ol',
+      { class: 'preview', 'data-testid': 'cron-preview' },
+      (job.preview ?? [job.next_fire_at]).map((instant) => h(
+        'li',
+        {},
+        h('span', { class: 'mono' }, instant),
+        h('span', { class: 'muted' }, `${absolute(instant, { precise: true })} · ${relative(instant, now)}`),
+      )),
+    ),
+  );
+}

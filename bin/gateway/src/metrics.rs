@@ -1,0 +1,386 @@
+//! `GET /metrics`: the gateway's series in the Prometheus text format (docs/operations.md, "Metrics").
+//!
+//! Nothing here is a metric object that the hot paths update through a registry: the components count in plain
+//! atomics of their own (`gateway_core::stats`), the router counts requests in a fixed table of histograms indexed
+//! by route and status, and a scrape reads all of it through one [`Collector`] that prometheus-client encodes.
+//! Gauges that need the database (pending jobs, dead letters, due backlog) are counted at scrape time, at most
+//! once per [`STORE_GAUGES_MAX_AGE`], however many scrapes come.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gateway_core::stats::{Counter, DurationHistogram, HistogramSnapshot};
+use gateway_core::{CronJobStore, DeliveryStatus, StoreError, WebhookStore, run_blocking};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::cluster::Role;
+use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
+
+/// The prefix of every series.
+pub const PREFIX: &str = "gateway";
+/// The `Content-Type` of a scrape: what prometheus-client's text encoder writes (OpenMetrics text, which
+/// Prometheus asks for first).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The database gauges are counted again only when a scrape finds them older than this.
+pub const STORE_GAUGES_MAX_AGE: Duration = Duration::from_secs(1);
+/// A count that takes longer than this is left out of the scrape (the other series are still served).
+pub const STORE_GAUGES_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The `route` label of requests whose path names no route (their 404s).
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// The statuses the gateway answers with, each with its own series; any other counts under [`OTHER_STATUS`]. A
+/// fixed list keeps the table (and the label's cardinality) bounded and a request's cell one index away.
+const STATUSES: [u16; 21] =
+    [200, 201, 202, 204, 304, 400, 401, 403, 404, 405, 408, 409, 410, 413, 415, 422, 429, 500, 502, 503, 504];
+const OTHER_STATUS: &str = "other";
+
+/// Latency bounds of the HTTP histogram: most answers take well under a millisecond; a heartbeat waits for its
+/// group commit; the long tail is a slow database.
+const LATENCY_BOUNDS: &[Duration] = &[
+    Duration::from_micros(100),
+    Duration::from_micros(250),
+    Duration::from_micros(500),
+    Duration::from_millis(1),
+    Duration::from_micros(2_500),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(5),
+];
+
+/// Requests by route and status, each cell a latency histogram (its count is the request counter). `routes` are
+/// the router's route names, the last of them [`UNMATCHED_ROUTE`].
+#[derive(Debug)]
+pub struct HttpStats {
+    routes: &'static [&'static str],
+    cells: Box<[DurationHistogram]>,
+}
+
+impl HttpStats {
+    pub fn new(routes: &'static [&'static str]) -> Self {
+        let cells = (0..routes.len() * (STATUSES.len() + 1)).map(|_| DurationHistogram::new(LATENCY_BOUNDS)).collect();
+        Self { routes, cells }
+    }
+
+    /// Counts one answered request of route `route` (an index into the route names).
+    pub fn observe(&self, route: usize, status: u16, latency: Duration) {
+        let status = STATUSES.iter().position(|known| *known == status).unwrap_or(STATUSES.len());
+        if let Some(cell) = self.cells.get(route * (STATUSES.len() + 1) + status) {
+            cell.observe(latency);
+        }
+    }
+
+    /// Every cell that has counted a request: route name, status label, the cell.
+    fn used(&self) -> impl Iterator<Item = (&'static str, String, &DurationHistogram)> {
+        self.cells.chunks(STATUSES.len() + 1).zip(self.routes).flat_map(|(row, route)| {
+            row.iter().enumerate().filter(|(_, cell)| cell.count() > 0).map(move |(status, cell)| {
+                let label = STATUSES.get(status).map_or_else(|| OTHER_STATUS.to_owned(), u16::to_string);
+                (*route, label, cell)
+            })
+        })
+    }
+}
+
+/// What the binary itself counts, beside what the components count.
+#[derive(Debug)]
+pub struct Metrics {
+    pub http: HttpStats,
+    /// Events that event streams could not deliver (their client read too slowly, or the bus overflowed).
+    pub lagged_events: Arc<Counter>,
+    /// The database gauges and when they were counted; the lock also makes concurrent scrapes share one count.
+    store_gauges: tokio::sync::Mutex<Option<(Instant, StoreGauges)>>,
+}
+
+impl Metrics {
+    pub fn new(routes: &'static [&'static str]) -> Self {
+        Self {
+            http: HttpStats::new(routes),
+            lagged_events: Arc::new(Counter::new()),
+            store_gauges: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+/// The gauges a scrape asks the database for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StoreGauges {
+    pending_jobs: u64,
+    dead_letters: u64,
+    due_backlog: u64,
+}
+
+/// The body of `GET /metrics`.
+pub async fn scrape(state: &Arc<AppState>) -> String {
+    let store = store_gauges(state).await;
+    let mut registry = Registry::with_prefix(PREFIX);
+    registry.register_collector(Box::new(Scrape { state: Arc::clone(state), store }));
+    let mut body = String::with_capacity(16 * 1024);
+    // Writing to a String cannot fail, and every value the collector encodes is a number or a fixed label.
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut body, &registry) {
+        tracing::error!(%error, "metrics not encoded");
+    }
+    body
+}
+
+/// The database gauges, counted again if the last count is older than [`STORE_GAUGES_MAX_AGE`]; `None` when the
+/// store does not answer in time (the scrape then leaves those series out, and the next scrape asks again).
+async fn store_gauges(state: &Arc<AppState>) -> Option<StoreGauges> {
+    let mut cached = state.metrics.store_gauges.lock().await;
+    if let Some((at, gauges)) = *cached
+        && at.elapsed() < STORE_GAUGES_MAX_AGE
+    {
+        return Some(gauges);
+    }
+    let store = state.store.clone();
+    let now = state.clock.now();
+    let count = run_blocking(move || {
+        Ok::<_, StoreError>(StoreGauges {
+            pending_jobs: store.count_cron_jobs()?,
+            dead_letters: store.count_deliveries(DeliveryStatus::Dead)?,
+            due_backlog: store.count_due_deliveries(now)?,
+        })
+    });
+    match tokio::time::timeout(STORE_GAUGES_TIMEOUT, count).await {
+        Ok(Ok(Ok(gauges))) => {
+            *cached = Some((Instant::now(), gauges));
+            Some(gauges)
+        }
+        Ok(Ok(Err(error))) => {
+            tracing::warn!(%error, "metrics: the store's gauges are not counted");
+            None
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "metrics: the store's gauges are not counted");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("metrics: the store did not count its gauges in time");
+            None
+        }
+    }
+}
+
+/// One scrape's view: the live counters of the state, and the database gauges read for it.
+#[derive(Debug)]
+struct Scrape {
+    state: Arc<AppState>,
+    store: Option<StoreGauges>,
+}
+
+type Encoded = Result<(), std::fmt::Error>;
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Encoded {
+        let state = &self.state;
+        let seconds = Some(&Unit::Seconds);
+
+        let mut requests = encoder.encode_descriptor(
+            "http_requests",
+            "HTTP requests answered, by route (the router's name for it; `unmatched` for paths that name none) and \
+             status",
+            None,
+            MetricType::Counter,
+        )?;
+        for (route, status, cell) in state.metrics.http.used() {
+            ConstCounter::new(cell.count())
+                .encode(requests.encode_family(&[("route", route), ("status", status.as_str())])?)?;
+        }
+        let mut latency = encoder.encode_descriptor(
+            "http_request_duration",
+            "Time from a request's head to its response's head, by route and status",
+            seconds,
+            MetricType::Histogram,
+        )?;
+        for (route, status, cell) in state.metrics.http.used() {
+            histogram(latency.encode_family(&[("route", route), ("status", status.as_str())])?, &cell.snapshot())?;
+        }
+
+        let heartbeat = state.heartbeat.stats();
+        counter(
+            &mut encoder,
+            "heartbeats_accepted",
+            "Heartbeats accepted (their row committed)",
+            heartbeat.accepted.get(),
+        )?;
+        gauge(
+            &mut encoder,
+            "agents_live",
+            "Agents in the liveness map (heartbeating within the eviction threshold)",
+            as_i64(state.heartbeat.tracked_count()),
+        )?;
+        counter(&mut encoder, "agents_evicted", "Agents evicted by this instance's checks", heartbeat.evicted.get())?;
+
+        let cron = state.cron.stats();
+        counter(
+            &mut encoder,
+            "cron_fires",
+            "Reminders and cron jobs fired (published) by this instance",
+            cron.fired.get(),
+        )?;
+        let lateness = encoder.encode_descriptor(
+            "cron_fire_lateness",
+            "How late each fire was published: its publication time minus the instant it was scheduled for",
+            seconds,
+            MetricType::Histogram,
+        )?;
+        histogram(lateness, &cron.lateness.snapshot())?;
+
+        let deliveries = state.webhooks.stats();
+        let mut outcomes = encoder.encode_descriptor(
+            "webhook_deliveries",
+            "Webhook attempts recorded by this instance, by the state they left their delivery in (delivered, \
+             failed_retrying: another attempt is scheduled, dead: none is)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, count) in [
+            ("delivered", &deliveries.delivered),
+            ("failed_retrying", &deliveries.failed_retrying),
+            ("dead", &deliveries.dead),
+        ] {
+            ConstCounter::new(count.get()).encode(outcomes.encode_family(&[("outcome", outcome)])?)?;
+        }
+        counter(
+            &mut encoder,
+            "webhook_attempts",
+            "Outbound webhook attempts made by this instance",
+            deliveries.attempts.get(),
+        )?;
+
+        if let Some(store) = self.store {
+            gauge(
+                &mut encoder,
+                "cron_jobs_pending",
+                "Cron jobs and reminders stored, each waiting for its next fire (the whole cluster's)",
+                as_i64(store.pending_jobs),
+            )?;
+            gauge(
+                &mut encoder,
+                "webhook_dead_letters",
+                "Webhook deliveries in the dead state, waiting for an operator's retry (the whole cluster's)",
+                as_i64(store.dead_letters),
+            )?;
+            gauge(
+                &mut encoder,
+                "webhook_due_backlog",
+                "Webhook deliveries whose next attempt is due now or earlier and has not started (the whole \
+                 cluster's)",
+                as_i64(store.due_backlog),
+            )?;
+        }
+
+        let mut streams = encoder.encode_descriptor(
+            "sse_streams_open",
+            "Open event streams, by scope (agent: agent:<id>:scheduled; operator: gateway:*)",
+            None,
+            MetricType::Gauge,
+        )?;
+        let open = |total: usize, free: usize| as_i64(total.saturating_sub(free));
+        for (scope, count) in [
+            ("agent", open(MAX_EVENT_STREAMS, state.event_streams.available_permits())),
+            ("operator", open(MAX_OPERATOR_EVENT_STREAMS, state.operator_event_streams.available_permits())),
+        ] {
+            ConstGauge::new(count).encode(streams.encode_family(&[("scope", scope)])?)?;
+        }
+        counter(
+            &mut encoder,
+            "sse_lagged_events",
+            "Events that event streams could not deliver to their client (it read too slowly, or the bus overflowed)",
+            state.metrics.lagged_events.get(),
+        )?;
+
+        let role = state.cluster.role();
+        gauge(
+            &mut encoder,
+            "leader",
+            "1 while this instance leads (runs the timed work: cron, evictions, the webhook poll), else 0",
+            i64::from(matches!(role, Role::Leader | Role::Single)),
+        )?;
+        gauge(
+            &mut encoder,
+            "leader_epoch",
+            "The fencing token (term) this instance leads under; 0 while it does not lead",
+            state.cluster.epoch().map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX)),
+        )?;
+        Ok(())
+    }
+}
+
+fn counter(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) -> Encoded {
+    let metric = ConstCounter::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+fn gauge(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: i64) -> Encoded {
+    let metric = ConstGauge::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+fn histogram(mut encoder: MetricEncoder<'_>, snapshot: &HistogramSnapshot) -> Encoded {
+    // prometheus-client takes each bucket's own count and writes their running sums; the last bucket, whose bound
+    // `f64::MAX` it writes as `+Inf`, holds what is above every bound.
+    let mut below = 0;
+    let mut buckets: Vec<(f64, u64)> = snapshot
+        .buckets
+        .iter()
+        .map(|&(bound, cumulative)| {
+            let own = cumulative.saturating_sub(below);
+            below = cumulative;
+            (bound, own)
+        })
+        .collect();
+    buckets.push((f64::MAX, snapshot.count.saturating_sub(below)));
+    encoder.encode_histogram::<NoLabelSet>(snapshot.sum_seconds, snapshot.count, &buckets, None)
+}
+
+fn as_i64(count: impl TryInto<i64>) -> i64 {
+    count.try_into().unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_count_in_their_route_and_status_cell_and_unknown_statuses_share_one() {
+        let stats = HttpStats::new(&["heartbeat", "healthz", UNMATCHED_ROUTE]);
+        stats.observe(0, 200, Duration::from_micros(300));
+        stats.observe(0, 200, Duration::from_millis(3));
+        stats.observe(0, 422, Duration::from_micros(50));
+        stats.observe(2, 404, Duration::from_micros(10));
+        stats.observe(1, 418, Duration::from_micros(10));
+        stats.observe(1, 299, Duration::from_micros(10));
+        stats.observe(9, 200, Duration::from_micros(10));
+        let used: Vec<(&str, String, u64)> =
+            stats.used().map(|(route, status, cell)| (route, status, cell.count())).collect();
+        assert_eq!(
+            used,
+            [
+                ("heartbeat", "200".to_owned(), 2),
+                ("heartbeat", "422".to_owned(), 1),
+                ("healthz", OTHER_STATUS.to_owned(), 2),
+                (UNMATCHED_ROUTE, "404".to_owned(), 1),
+            ],
+            "a route index past the table counts nowhere"
+        );
+    }
+
+    #[test]
+    fn every_status_the_error_type_knows_has_its_own_series() {
+        assert!(STATUSES.windows(2).all(|pair| pair[0] < pair[1]));
+        for status in [200, 201, 202, 204, 400, 401, 403, 404, 405, 408, 409, 413, 422, 429, 500, 503] {
+            assert!(STATUSES.contains(&status), "{status}");
+        }
+    }
+}

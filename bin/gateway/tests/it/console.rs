@@ -1,0 +1,591 @@
+//! The operator console (`GET /`) in a real browser: headless Chromium driven through chromedriver, against the
+//! real binary. Without chromium or chromedriver the browser test prints one line and passes; with `CI=true` it
+//! fails instead. Binaries: `GATEWAY_TEST_CHROMEDRIVER` and `GATEWAY_TEST_CHROMIUM`, else `PATH`.
+//!
+//! Every view is photographed into the test's temporary directory and each picture is checked to show something;
+//! with `GATEWAY_TEST_CONSOLE_SCREENSHOTS=<dir>` they are also copied there (the pictures in docs/images come from
+//! such a run).
+
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::receiver::{Behaviour, Receiver};
+use crate::support::{Gateway, PATIENCE, TOKEN, eventually};
+
+const CHROMEDRIVER_ENV: &str = "GATEWAY_TEST_CHROMEDRIVER";
+const CHROMIUM_ENV: &str = "GATEWAY_TEST_CHROMIUM";
+const SCREENSHOTS_ENV: &str = "GATEWAY_TEST_CONSOLE_SCREENSHOTS";
+
+/// A page that rendered shows text, borders, badges: far more colours than this. A blank or failed page has one
+/// or two.
+const MIN_DISTINCT_COLOURS: usize = 24;
+
+#[test]
+fn the_page_and_its_assets_are_served_without_a_token_under_a_strict_policy() {
+    let gateway = Gateway::start(&[]);
+    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let get = |path: &str| agent.get(gateway.url(path)).call().unwrap();
+
+    let page = get("/");
+    assert_eq!(page.status(), 200);
+    let header = |response: &http::Response<ureq::Body>, name: &str| {
+        response.headers().get(name).map(|value| value.to_str().unwrap().to_owned()).unwrap_or_default()
+    };
+    assert_eq!(header(&page, "content-type"), "text/html; charset=utf-8");
+    let policy = header(&page, "content-security-policy");
+    for directive in ["default-src 'self'", "script-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"] {
+        assert!(policy.contains(directive), "{directive} missing from {policy}");
+    }
+    assert!(!policy.contains("unsafe-inline") && !policy.contains("unsafe-eval"), "{policy}");
+    assert_eq!(header(&page, "x-content-type-options"), "nosniff");
+    assert_eq!(header(&page, "cache-control"), "no-cache");
+    let etag = header(&page, "etag");
+    assert!(etag.starts_with('"') && etag.len() > 2, "{etag}");
+    let unchanged = agent.get(gateway.url("/")).header("if-none-match", &etag).call().unwrap();
+    assert_eq!(unchanged.status(), 304);
+
+    for (asset, content_type) in [
+        ("app.js", "text/javascript; charset=utf-8"),
+        ("sse.js", "text/javascript; charset=utf-8"),
+        ("app.css", "text/css; charset=utf-8"),
+        ("favicon.svg", "image/svg+xml"),
+    ] {
+        let response = get(&format!("/console/{asset}"));
+        assert_eq!(response.status(), 200, "{asset}");
+        assert_eq!(header(&response, "content-type"), content_type, "{asset}");
+        assert_eq!(header(&response, "cache-control"), "no-cache", "{asset}");
+    }
+    for unknown in ["/console/index.html", "/console/nothing.js", "/console/", "/console/app.js/x", "/console"] {
+        assert_eq!(get(unknown).status(), 404, "{unknown}");
+    }
+    let posted = agent.post(gateway.url("/")).send("").unwrap();
+    assert_eq!(posted.status(), 405);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
+    let Some(tools) = BrowserTools::find("the_console_in_a_browser_signs_in_and_shows_every_view") else {
+        return;
+    };
+    // A delivery that goes dead within seconds: a receiver that answers 500, a one-second retry schedule.
+    let receiver = Receiver::start(Behaviour::Status(500));
+    let gateway = Gateway::start(&[
+        "--webhook-allow-private-targets",
+        "--webhook-retry-schedule-s",
+        "1,1,1,1,1",
+        "--webhook-poll-interval-ms",
+        "200",
+    ]);
+    let (status, config) = gateway.operator_post(
+        "/gateway/webhook-configs",
+        &json!({"source_identifier": "github", "event_type": "pull_request.opened", "agent_intent": "code_review",
+                "target_session": "reviewer-cluster", "target_url": receiver.url("/hook"), "secret": "s3cret"}),
+    );
+    assert_eq!(status, 201, "{config}");
+    // Attacker-controlled text: it must show as text, never become markup.
+    // Posted as text with its own spacing and a `1.50`: the inspector must show these bytes, which re-serialized
+    // JSON would not be.
+    let payload_text = r#"{"title": "<img src=x onerror=\"document.title='pwned'\">",  "pr": 1234, "amount": 1.50}"#;
+    let (status, delivery) = operator_post_text(
+        &gateway,
+        "/gateway/deliveries",
+        &format!(r#"{{"webhook_id": {}, "session_id": "<b>sess-42</b>", "payload": {payload_text}}}"#, config["id"]),
+    );
+    assert_eq!(status, 201, "{delivery}");
+    let delivery_id = delivery["id"].as_i64().unwrap();
+    // A second one, which someone else will have retried by the time the console's button is pressed.
+    let (status, other) = gateway.operator_post(
+        "/gateway/deliveries",
+        &json!({"webhook_id": config["id"], "session_id": "sess-43", "payload": {"n": 2}}),
+    );
+    assert_eq!(status, 201, "{other}");
+    let other_id = other["id"].as_i64().unwrap();
+
+    let shots = gateway.dir.path().join("screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let browser = Browser::start(&tools, 1280, 800).await;
+    let b = &browser;
+
+    // Sign-in: a wrong token is refused in the form, the right one opens the overview.
+    b.goto(&gateway.url("/")).await;
+    b.type_into("[data-testid=token-input]", "not-the-token").await;
+    b.click("[data-testid=signin-submit]").await;
+    b.wait_text("[data-testid=signin-message]", |text| text.contains("refused this token")).await;
+    b.screenshot(&shots, "signin").await;
+    b.type_into("[data-testid=token-input]", TOKEN).await;
+    b.click("[data-testid=signin-submit]").await;
+    b.wait_text("[data-testid=card-role-value]", |text| text == "single").await;
+    assert_eq!(b.script("return sessionStorage.length").await, json!(1), "the token is kept in the tab");
+
+    // Agents: one appears after its heartbeat.
+    let (status, _) = gateway.post_json(
+        "/gateway/heartbeat",
+        &json!({"type": "heartbeat", "agent_id": "researcher-alpha-9", "cluster_id": "mesh-04"}),
+    );
+    assert_eq!(status, 200);
+    b.goto(&gateway.url("/#/agents")).await;
+    b.wait_text("[data-testid=agent-row][data-agent-id=researcher-alpha-9]", |text| text.contains("mesh-04")).await;
+    b.screenshot(&shots, "agents").await;
+
+    // Overview: the agent is counted.
+    b.goto(&gateway.url("/#/overview")).await;
+    b.wait_text("[data-testid=card-agents-value]", |text| text == "1").await;
+
+    // Cron: a created job shows the next instants the gateway computed, is paused and resumed, then deleted after
+    // a confirmation.
+    b.goto(&gateway.url("/#/cron")).await;
+    b.wait_text("[data-testid=empty]", |text| text.contains("No cron jobs")).await;
+    b.type_into("[data-testid=cron-agent]", "researcher-alpha-9").await;
+    b.type_into("[data-testid=cron-schedule]", "*/5 * * * *").await;
+    b.type_into("[data-testid=cron-payload]", r#"{"task": "check_quota"}"#).await;
+    b.click("[data-testid=cron-submit]").await;
+    let preview = b.wait_text("[data-testid=cron-preview]", |text| !text.is_empty()).await;
+    let (_, jobs) = gateway.operator_get("/gateway/cron/jobs");
+    let job = &jobs["jobs"][0];
+    assert_eq!(job["payload"], json!({"task": "check_quota"}));
+    let instants = job["preview"].as_array().unwrap();
+    assert_eq!(instants.len(), 5);
+    for instant in instants {
+        assert!(preview.contains(instant.as_str().unwrap()), "{instant} not in the preview {preview:?}");
+    }
+    let row = format!("[data-testid=job-row][data-job-id='{}']", job["id"]);
+    b.wait_text(&row, |text| text.contains("*/5 * * * *")).await;
+    b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "active").await;
+    b.screenshot(&shots, "cron").await;
+    // Pause, then resume: the row follows the job the gateway answers with.
+    let job_path = format!("/gateway/cron/jobs/{}", job["id"]);
+    b.click(&format!("{row} [data-testid=pause]")).await;
+    b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "paused").await;
+    assert_eq!(gateway.operator_get(&job_path).1["paused"], true);
+    b.click(&format!("{row} [data-testid=resume]")).await;
+    b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "active").await;
+    assert_eq!(gateway.operator_get(&job_path).1["paused"], false);
+    b.click(&format!("{row} [data-testid=delete]")).await;
+    b.click(&format!("{row} [data-testid=confirm-delete]")).await;
+    b.wait_text("[data-testid=jobs-notice]", |text| text.contains("Deleted job")).await;
+    let (_, jobs) = gateway.operator_get("/gateway/cron/jobs");
+    assert_eq!(jobs["jobs"], json!([]));
+
+    // Dead letters: the deliveries show once dead; "Retry now" with the receiver fixed delivers one; the other,
+    // retried meanwhile through the API, gets the 409 explained.
+    let dead = |id: i64| gateway.operator_get(&format!("/gateway/deliveries/{id}")).1["status"] == "dead";
+    eventually("both deliveries to go dead", || dead(delivery_id) && dead(other_id));
+    b.goto(&gateway.url("/#/dead")).await;
+    let row = format!("[data-testid=dead-row][data-delivery-id='{delivery_id}']");
+    let shown = b.wait_text(&row, |text| text.contains("http_500")).await;
+    assert!(shown.contains("<b>sess-42</b>"), "the session id shows as the text it is: {shown:?}");
+    b.screenshot(&shots, "dead-letters").await;
+    receiver.set(Behaviour::Status(200));
+    let (status, _) = gateway.operator_post(&format!("/gateway/deliveries/{other_id}/retry"), &json!({}));
+    assert_eq!(status, 200);
+    eventually("the other delivery to be delivered", || {
+        gateway.operator_get(&format!("/gateway/deliveries/{other_id}")).1["status"] == "delivered"
+    });
+    let other_row = format!("[data-testid=dead-row][data-delivery-id='{other_id}']");
+    b.click(&format!("{other_row} [data-testid=retry]")).await;
+    b.wait_text(&format!("{other_row} [data-testid=retry-result]"), |text| {
+        text.contains("Not retried (409)") && text.contains("retried it already")
+    })
+    .await;
+    b.click(&format!("{row} [data-testid=retry]")).await;
+    b.wait_text(&format!("{row} [data-testid=retry-result]"), |text| text.contains("Delivered on attempt 1")).await;
+    b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "delivered").await;
+    assert_eq!(gateway.operator_get(&format!("/gateway/deliveries/{delivery_id}")).1["status"], "delivered");
+
+    // The inspector: filtered by session and status through its form (the filters land in the address), a session
+    // with no deliveries, then the delivery with its seven attempts and its payload, as text.
+    // (From a list without it, so that the row can only come from the filtered list.)
+    b.goto(&gateway.url("/#/deliveries?status=dead")).await;
+    b.wait_text("[data-testid=empty]", |text| text.contains("No deliveries match")).await;
+    b.type_into("[data-testid=filter-session]", "<b>sess-42</b>").await;
+    b.select("[data-testid=filter-status]", "delivered").await;
+    b.click("[data-testid=filter-apply]").await;
+    let listed = format!("[data-testid=delivery-row][data-delivery-id='{delivery_id}']");
+    b.wait_text(&listed, |text| text.contains("delivered")).await;
+    let address = b.script("return location.hash").await;
+    assert_eq!(address, json!("#/deliveries?session_id=%3Cb%3Esess-42%3C%2Fb%3E&status=delivered"));
+    b.screenshot(&shots, "deliveries").await;
+    b.type_into("[data-testid=filter-session]", "no-such-session").await;
+    b.click("[data-testid=filter-apply]").await;
+    b.wait_text("[data-testid=empty]", |text| text.contains("No deliveries match")).await;
+    // A time range: the browser's local time, sent as an RFC 3339 instant.
+    b.type_into("[data-testid=filter-session]", "").await;
+    b.select("[data-testid=filter-status]", "").await;
+    b.script("document.querySelector('[data-testid=filter-from]').value = '2000-01-01T00:00:00'; return null").await;
+    b.click("[data-testid=filter-apply]").await;
+    b.wait_text(&listed, |text| text.contains("delivered")).await;
+    let sent = b.script("return new URLSearchParams(location.hash.split('?')[1]).get('from')").await;
+    let expected = b.script("return new Date('2000-01-01T00:00:00').toISOString()").await;
+    assert_eq!(sent, expected);
+    b.script("document.querySelector('[data-testid=filter-to]').value = '2000-01-02T00:00:00'; return null").await;
+    b.click("[data-testid=filter-apply]").await;
+    b.wait_text("[data-testid=empty]", |text| text.contains("No deliveries match")).await;
+    b.goto(&gateway.url(&format!("/#/deliveries/{delivery_id}"))).await;
+    b.wait_until("seven attempts", "return document.querySelectorAll('[data-testid=attempt-row]').length === 7").await;
+    // Six before "Retry now", one after: the numbering starts over, and the table says so between them.
+    b.wait_text("tr.separator", |text| text.contains("start over")).await;
+    b.wait_text("[data-testid=payload]", |text| !text.is_empty()).await;
+    let shown_payload = b.script("return document.querySelector('[data-testid=payload]').textContent").await;
+    assert_eq!(shown_payload, json!(payload_text), "the payload is shown byte for byte as it was sent");
+    b.wait_text("#payload-title", |text| text == "Payload, exactly as sent").await;
+    assert_eq!(b.script("return document.querySelectorAll('main img').length").await, json!(0));
+    assert_ne!(b.script("return document.title").await, json!("pwned"));
+    b.screenshot(&shots, "delivery").await;
+    b.script("document.querySelector('[data-testid=payload]').scrollIntoView({block: 'center'}); return null").await;
+    b.screenshot(&shots, "delivery-payload").await;
+
+    // Live tail: a DecisionLog posted after the stream is live appears.
+    b.goto(&gateway.url("/#/tail")).await;
+    b.select("[data-testid=tail-topic]", "gateway:messages").await;
+    b.click("[data-testid=tail-start]").await;
+    b.wait_until(
+        "the tail to be live",
+        "return document.querySelector('[data-testid=tail-status]').dataset.state === 'live'",
+    )
+    .await;
+    let (status, _) = gateway.post_json(
+        "/gateway/messages",
+        &json!({"meta": {"trace_id": "console-trace-1", "timestamp": "2026-11-26T12:00:00Z"},
+                "identity": {"agent_id": "researcher-alpha-9", "agent_type": "researcher", "capability_version": "2.3.0"},
+                "cognition": {"intent": "summarize the quarter"}, "action": {"status": "success"}}),
+    );
+    assert_eq!(status, 202);
+    b.wait_text("[data-testid=tail-event][data-event-type=decision_log]", |text| text.contains("console-trace-1"))
+        .await;
+    b.screenshot(&shots, "live-tail").await;
+
+    // The overview, now with something in every part.
+    b.goto(&gateway.url("/#/overview")).await;
+    b.wait_text("[data-testid=deliveries-delivered] td.num", |text| text == "2").await;
+    b.wait_text("[data-testid=card-dead-value]", |text| text == "0").await;
+    b.wait_text("[data-testid=card-agents-value]", |text| text == "1").await;
+    b.screenshot(&shots, "overview").await;
+
+    // A narrow screen: the page does not scroll sideways (wide tables scroll inside their own box).
+    b.client.set_window_size(420, 800).await.unwrap();
+    b.goto(&gateway.url("/#/deliveries")).await;
+    b.wait_text("[data-testid=delivery-row]", |text| !text.is_empty()).await;
+    b.wait_until("no sideways scrolling", "return document.documentElement.scrollWidth <= window.innerWidth").await;
+    b.screenshot(&shots, "narrow").await;
+    b.client.set_window_size(1280, 800).await.unwrap();
+
+    // A token the gateway stops accepting (here: a tampered one) returns to sign-in with the reason.
+    b.script(r"sessionStorage.setItem('agent-gateway.admin-token', 'rotated-away'); return null").await;
+    b.goto(&gateway.url("/#/agents")).await;
+    b.wait_text("[data-testid=signin-message]", |text| text.contains("Signed out")).await;
+    assert_eq!(b.script("return sessionStorage.length").await, json!(0), "the refused token is forgotten");
+
+    let errors = b.console_errors().await;
+    // The refusals this test provoked (the wrong token, the tampered one, the retry of a delivered delivery) are
+    // logged by the browser as failed loads, which also shows that the log is read; nothing else may be there.
+    assert!(errors.iter().any(|message| message.contains("status of 401")), "{errors:#?}");
+    assert!(errors.iter().any(|message| message.contains("status of 409")), "{errors:#?}");
+    let provoked = |message: &&String| message.contains("status of 401") || message.contains("status of 409");
+    let unexpected: Vec<_> = errors.iter().filter(|message| !provoked(message)).collect();
+    assert!(unexpected.is_empty(), "the browser console has errors: {unexpected:#?}");
+    browser.stop().await;
+    if let Some(target) = std::env::var_os(SCREENSHOTS_ENV) {
+        copy_screenshots(&shots, Path::new(&target));
+    }
+}
+
+/// The live tail's SSE parser (console/sse.js), in the browser that runs it: every line ending the format allows
+/// (LF, CRLF, CR), comments, multi-line data, a field without a space, an event without data, and the same events
+/// however the text is cut into chunks (a CRLF split between two chunks is one line end, not two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_tails_event_parser_reads_every_line_ending_however_the_stream_is_cut() {
+    let Some(tools) =
+        BrowserTools::find("the_live_tails_event_parser_reads_every_line_ending_however_the_stream_is_cut")
+    else {
+        return;
+    };
+    let gateway = Gateway::start(&[]);
+    let browser = Browser::start(&tools, 800, 600).await;
+    browser.goto(&gateway.url("/")).await;
+    let text = ": connected\n\nid: 1\nevent: a\ndata: {\"x\":1}\n\r\nevent: b\r\ndata: l1\rdata: l2\r\r\
+                event: empty\n\ndata:no-space\n\n: keep-alive   \n\n";
+    let parse = r"
+        const [text] = arguments;
+        return import('/console/sse.js').then(({ SseParser }) => {
+          const run = (chunks) => {
+            const events = [];
+            const comments = [];
+            const parser = new SseParser({ onEvent: (e) => events.push(e), onComment: (c) => comments.push(c) });
+            for (const chunk of chunks) parser.push(chunk);
+            return { events, comments };
+          };
+          const cuts = [[text], Array.from(text)];
+          for (let at = 1; at < text.length; at += 1) cuts.push([text.slice(0, at), text.slice(at)]);
+          return cuts.map(run);
+        });";
+    let runs = browser.client.execute(parse, vec![json!(text)]).await.unwrap();
+    let expected = json!({
+        "events": [
+            {"type": "a", "data": "{\"x\":1}", "id": "1"},
+            {"type": "b", "data": "l1\nl2", "id": "1"},
+            {"type": "message", "data": "no-space", "id": "1"},
+        ],
+        "comments": ["connected", "keep-alive"],
+    });
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), text.len() + 1);
+    for (cut, run) in runs.iter().enumerate() {
+        assert_eq!(run, &expected, "cut {cut}");
+    }
+    assert!(browser.console_errors().await.is_empty());
+    browser.stop().await;
+}
+
+/// An operator POST of `text` as is, so that the test controls the exact bytes.
+fn operator_post_text(gateway: &Gateway, path: &str, text: &str) -> (u16, Value) {
+    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let mut response = agent
+        .post(gateway.url(path))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .content_type("application/json")
+        .send(text)
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap_or(Value::Null))
+}
+
+/// chromedriver and chromium, or `None` (after one line, or a panic in CI) when either is missing.
+struct BrowserTools {
+    chromedriver: PathBuf,
+    chromium: PathBuf,
+}
+
+impl BrowserTools {
+    fn find(test: &str) -> Option<Self> {
+        let chromedriver = find_binary(CHROMEDRIVER_ENV, &["chromedriver"]);
+        let chromium = find_binary(CHROMIUM_ENV, &["chromium", "chromium-browser", "google-chrome"]);
+        match (chromedriver, chromium) {
+            (Some(chromedriver), Some(chromium)) => Some(Self { chromedriver, chromium }),
+            _ => {
+                let line = format!(
+                    "skipping {test}: chromium and chromedriver not found (apt-get install chromium chromium-driver, \
+                     or set {CHROMIUM_ENV} and {CHROMEDRIVER_ENV})"
+                );
+                assert!(std::env::var("CI").as_deref() != Ok("true"), "{line}; CI=true, so this fails instead");
+                eprintln!("{line}");
+                None
+            }
+        }
+    }
+}
+
+fn find_binary(env: &str, names: &[&str]) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(env) {
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A chromedriver of our own on a free loopback port, with one browser session. Dropping it (a failed test)
+/// ends the session, which ends the browser, and then the driver.
+struct Browser {
+    client: Client,
+    driver: Child,
+    driver_url: String,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start(tools: &BrowserTools, width: u32, height: u32) -> Self {
+        let mut driver = Command::new(&tools.chromedriver)
+            .args(["--port=0", "--allowed-ips=127.0.0.1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // chromedriver picks the port and says which: "ChromeDriver was started successfully on port 37893."
+        let (port_tx, port) = mpsc::channel();
+        let stdout = driver.stdout.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(port) = line.strip_suffix('.').and_then(|line| line.rsplit_once("on port ")) {
+                    let _ = port_tx.send(port.1.parse::<u16>().unwrap_or(0));
+                }
+            }
+        });
+        let port = port.recv_timeout(PATIENCE).expect("chromedriver did not say its port");
+        let driver_url = format!("http://127.0.0.1:{port}/");
+        let profile = tempfile::tempdir().unwrap();
+        // Headless, as root in CI (no sandbox), without /dev/shm limits, and without the background requests to
+        // the outside (updates, sync, metrics) that a closed network refuses.
+        let capabilities = json!({
+            "browserName": "chrome",
+            "goog:loggingPrefs": {"browser": "ALL"},
+            "goog:chromeOptions": {
+                "binary": tools.chromium,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--disable-extensions", "--disable-default-apps", "--lang=en-US",
+                    format!("--window-size={width},{height}"),
+                    format!("--user-data-dir={}", profile.path().display()),
+                ],
+            },
+        });
+        let Value::Object(capabilities) = capabilities else { unreachable!() };
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector).capabilities(capabilities).connect(&driver_url).await.unwrap();
+        let session = client.session_id().await.unwrap().unwrap();
+        client.set_window_size(width, height).await.unwrap();
+        Self { client, driver, driver_url, session, _profile: profile }
+    }
+
+    async fn stop(self) {
+        // Drop does the rest; a session ended twice is refused harmlessly.
+        self.client.clone().close().await.unwrap();
+    }
+
+    async fn goto(&self, url: &str) {
+        self.client.goto(url).await.unwrap();
+    }
+
+    async fn script(&self, script: &str) -> Value {
+        self.client.execute(script, vec![]).await.unwrap()
+    }
+
+    /// Waits until `script` returns `true`.
+    async fn wait_until(&self, what: &str, script: &str) {
+        patiently(what, || async { (self.script(script).await == json!(true)).then_some(()) }).await;
+    }
+
+    /// Waits for an element matching `css` whose text satisfies `accept`, and returns the text. Read in one
+    /// script, so that a view redrawing itself between two WebDriver calls cannot leave a stale element behind.
+    async fn wait_text(&self, css: &str, accept: impl Fn(&str) -> bool) -> String {
+        let read = "const e = document.querySelector(arguments[0]); return e ? e.textContent.trim() : null;";
+        patiently(&format!("{css} to show the expected text"), || async {
+            match self.client.execute(read, vec![json!(css)]).await.unwrap() {
+                Value::String(text) if accept(&text) => Some(text),
+                _ => None,
+            }
+        })
+        .await
+    }
+
+    async fn click(&self, css: &str) {
+        let element = self.client.wait().at_most(PATIENCE).for_element(Locator::Css(css)).await.unwrap();
+        element.click().await.unwrap();
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let element = self.client.wait().at_most(PATIENCE).for_element(Locator::Css(css)).await.unwrap();
+        element.clear().await.unwrap();
+        element.send_keys(text).await.unwrap();
+    }
+
+    async fn select(&self, css: &str, value: &str) {
+        let element = self.client.wait().at_most(PATIENCE).for_element(Locator::Css(css)).await.unwrap();
+        element.select_by_value(value).await.unwrap();
+    }
+
+    /// A PNG of the viewport, saved as `<name>.png` in `dir`, checked to show more than a blank page.
+    async fn screenshot(&self, dir: &Path, name: &str) {
+        let png = self.client.screenshot().await.unwrap();
+        let colours = distinct_colours(&png);
+        assert!(colours >= MIN_DISTINCT_COLOURS, "the {name} screenshot looks blank: {colours} colours");
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    /// The error messages of the browser's console log since the session began (script errors, failed loads,
+    /// Content-Security-Policy refusals, `console.error`).
+    async fn console_errors(&self) -> Vec<String> {
+        let entries = self.client.issue_cmd(BrowserLog).await.unwrap();
+        entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|entry| entry["level"] == "SEVERE")
+            .map(|entry| entry["message"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Ending the session ends the browser; killing only the driver would leave the browser running.
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .new_agent();
+        let _ = agent.delete(format!("{}session/{}", self.driver_url, self.session)).call();
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// chromedriver's `POST /session/{id}/se/log` for the `browser` log (what the `goog:loggingPrefs` capability
+/// asked it to keep).
+#[derive(Debug)]
+struct BrowserLog;
+
+impl WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(&self, base_url: &url::Url, session_id: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/se/log", session_id.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(r#"{"type":"browser"}"#.to_owned()))
+    }
+}
+
+/// Polls `probe` until it gives a value; panics after [`PATIENCE`].
+async fn patiently<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How many distinct colours a PNG holds (counting stops at a few hundred: enough to tell a page from a blank).
+fn distinct_colours(png_bytes: &[u8]) -> usize {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    let channels = frame.color_type.samples();
+    let mut seen = std::collections::HashSet::new();
+    for pixel in pixels[..frame.buffer_size()].chunks_exact(channels) {
+        seen.insert(pixel.to_vec());
+        if seen.len() >= 512 {
+            break;
+        }
+    }
+    seen.len()
+}
+
+fn copy_screenshots(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, to.join(format!("console-{}", path.file_name().unwrap().to_string_lossy()))).unwrap();
+    }
+}
