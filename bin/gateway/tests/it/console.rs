@@ -95,8 +95,7 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     // Posted as text with its own spacing and a `1.50`: the inspector must show these bytes, which re-serialized
     // JSON would not be.
     let payload_text = r#"{"title": "<img src=x onerror=\"document.title='pwned'\">",  "pr": 1234, "amount": 1.50}"#;
-    let (status, delivery) = operator_post_text(
-        &gateway,
+    let (status, delivery) = gateway.operator_post_text(
         "/gateway/deliveries",
         &format!(r#"{{"webhook_id": {}, "session_id": "<b>sess-42</b>", "payload": {payload_text}}}"#, config["id"]),
     );
@@ -343,19 +342,6 @@ async fn the_live_tails_event_parser_reads_every_line_ending_however_the_stream_
     }
     assert!(browser.console_errors().await.is_empty());
     browser.stop().await;
-}
-
-/// An operator POST of `text` as is, so that the test controls the exact bytes.
-fn operator_post_text(gateway: &Gateway, path: &str, text: &str) -> (u16, Value) {
-    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
-    let mut response = agent
-        .post(gateway.url(path))
-        .header("authorization", format!("Bearer {TOKEN}"))
-        .content_type("application/json")
-        .send(text)
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap_or(Value::Null))
 }
 
 /// chromedriver and chromium, or `None` (after one line, or a panic in CI) when either is missing.

@@ -170,12 +170,17 @@ impl Gateway {
     }
 
     pub fn operator_post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.operator_post_text(path, &body.to_string())
+    }
+
+    /// An operator POST of `text` as is, so that a test controls the exact bytes.
+    pub fn operator_post_text(&self, path: &str, text: &str) -> (u16, Value) {
         read(
             self.agent
                 .post(self.url(path))
                 .header("authorization", format!("Bearer {TOKEN}"))
                 .content_type("application/json")
-                .send(body.to_string()),
+                .send(text),
         )
     }
 

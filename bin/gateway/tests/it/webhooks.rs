@@ -7,7 +7,7 @@ use ring::hmac;
 use serde_json::{Value, json};
 
 use crate::receiver::{Behaviour, Receiver};
-use crate::support::{Gateway, PATIENCE, TOKEN, count_rows, eventually};
+use crate::support::{Gateway, PATIENCE, count_rows, eventually};
 
 const SECRET: &str = "It's a Secret to Everybody";
 
@@ -40,20 +40,6 @@ fn enqueue(gateway: &Gateway, webhook_id: i64, session_id: &str, payload: &Value
     );
     assert_eq!(status, 201, "{body}");
     body
-}
-
-/// An operator POST of `text` as is, so a test controls the exact bytes.
-fn operator_post_raw(gateway: &Gateway, path: &str, text: &str) -> (u16, Value) {
-    let agent =
-        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(PATIENCE)).build().new_agent();
-    let mut response = agent
-        .post(gateway.url(path))
-        .header("authorization", format!("Bearer {TOKEN}"))
-        .content_type("application/json")
-        .send(text)
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap_or(Value::Null))
 }
 
 fn delivery(gateway: &Gateway, id: i64) -> Value {
@@ -89,8 +75,7 @@ fn an_enqueued_delivery_arrives_signed_once_and_is_marked_delivered() {
     let webhook_id = create_config(&gateway, "github", &receiver.url("/hooks/in"));
     // The payload goes out byte for byte as posted, spacing and number formatting included.
     let payload = r#"{"task": "done", "cost": 1.50}"#;
-    let (status, created) = operator_post_raw(
-        &gateway,
+    let (status, created) = gateway.operator_post_text(
         "/gateway/deliveries",
         &format!(r#"{{"webhook_id": {webhook_id}, "session_id": "session-1", "payload": {payload}}}"#),
     );
