@@ -324,6 +324,7 @@ impl WebhookStore for DieselStore {
                 }
             };
             let Some(current) = current else { return Ok(None) };
+            let old_target = current.target_url.clone();
             let changed = WebhookConfig::from(current).changed(change, at);
             let write = diesel::update(dsl::webhook_configs.find(id)).set((
                 dsl::target_url.eq(&changed.target_url),
@@ -334,6 +335,20 @@ impl WebhookStore for DieselStore {
                 dsl::secret_rotated_at.eq(changed.secret_rotated_at.map(to_db)),
             ));
             let written = on_backend!(connection, c => write.returning(ConfigRow::as_returning()).get_result(c))?;
+            // Deliveries not delivered yet (dead ones too: "Retry now" after fixing the URL is the point) go where
+            // the config now points; delivered ones keep the target they reached.
+            if written.target_url != old_target {
+                use webhook_deliveries::dsl as deliveries;
+                let unfinished =
+                    [DeliveryStatus::Pending, DeliveryStatus::Failed, DeliveryStatus::Dead].map(DeliveryStatus::as_str);
+                let follow = diesel::update(
+                    deliveries::webhook_deliveries
+                        .filter(deliveries::status.eq_any(unfinished))
+                        .filter(deliveries::webhook_id.eq(id)),
+                )
+                .set(deliveries::target_url.eq(&written.target_url));
+                on_backend!(connection, c => follow.execute(c))?;
+            }
             Ok(Some(written))
         })?;
         Ok(updated.map(WebhookConfig::from))

@@ -121,6 +121,24 @@ fn last_request_of(receiver: &Receiver, delivery_id: i64) -> Received {
 }
 
 #[test]
+fn a_new_target_url_takes_the_undelivered_deliveries_along_and_retry_now_reaches_it() {
+    let failing = Receiver::start(Behaviour::Status(500));
+    let fixed = Receiver::start(Behaviour::Status(204));
+    let gateway = Gateway::start(&allow_private());
+    let id = create_config(&gateway, "github", &failing.url("/old"), SECRET)["id"].as_i64().unwrap();
+    let dead = enqueue_raw(&gateway, id, r#"{"n": 1}"#);
+    eventually("the delivery to the failing receiver is dead", || delivery(&gateway, dead)["status"] == "dead");
+
+    patch_ok(&gateway, id, &json!({"target_url": fixed.url("/new")}));
+    assert_eq!(delivery(&gateway, dead)["target_url"].as_str(), Some(fixed.url("/new").as_str()));
+    let (status, reset) = gateway.operator_post(&format!("/gateway/deliveries/{dead}/retry"), &json!({}));
+    assert_eq!(status, 200, "{reset}");
+    eventually("the retried delivery is delivered", || delivery(&gateway, dead)["status"] == "delivered");
+    assert_eq!(fixed.received().iter().filter(|request| request.delivery_id() == dead).count(), 1);
+    assert!(failing.received().iter().all(|request| request.path == "/old"));
+}
+
+#[test]
 fn patch_changes_each_field_keeps_the_id_and_the_history_and_never_shows_the_secret() {
     let receiver = Receiver::start(Behaviour::Status(204));
     let gateway = Gateway::start(&allow_private());

@@ -195,6 +195,10 @@ pub fn an_update_changes_what_it_names_and_a_new_secret_keeps_the_previous_one(
     let created = config(store, "github", at);
     let other = config(store, "stripe", at);
     let delivery = insert(store, &new_delivery(created.id, "s", at));
+    let reached =
+        attempt_once(store, &insert(store, &new_delivery(created.id, "s", at)), DeliveryStatus::Delivered, None);
+    let dead = attempt_once(store, &insert(store, &new_delivery(created.id, "s", at)), DeliveryStatus::Dead, None);
+    let others = insert(store, &new_delivery(other.id, "s", at));
     assert_eq!((created.previous_secret.clone(), created.secret_rotated_at), (None, None));
     let intent = WebhookConfigChange { agent_intent: Some("triage".into()), ..WebhookConfigChange::default() };
     let updated = store.update_config(created.id, &intent, at + Duration::seconds(1)).expect("update");
@@ -221,7 +225,12 @@ pub fn an_update_changes_what_it_names_and_a_new_secret_keeps_the_previous_one(
     assert_eq!(again.previous_secret.as_ref().map(WebhookSecret::expose), Some("second"));
     assert_eq!((again.secret.expose(), again.secret_rotated_at), ("third", Some(again_at)));
     assert_eq!(store.config(other.id).expect("read"), Some(other.clone()), "other configs are untouched");
-    assert_eq!(store.delivery(delivery.id).expect("read"), Some(delivery), "deliveries are untouched");
+    let moved = Delivery { target_url: "https://example.com/new".into(), ..delivery };
+    assert_eq!(store.delivery(moved.id).expect("read"), Some(moved), "an unfinished delivery follows the new target");
+    let dead = Delivery { target_url: "https://example.com/new".into(), ..dead };
+    assert_eq!(store.delivery(dead.id).expect("read"), Some(dead), "a dead one too, for its Retry now");
+    assert_eq!(store.delivery(reached.id).expect("read"), Some(reached), "a delivered one keeps the target it reached");
+    assert_eq!(store.delivery(others.id).expect("read"), Some(others), "other configs' deliveries are untouched");
     assert_eq!(store.update_config(other.id + 1_000, &rotate("x"), at).expect("update"), None);
     assert_eq!(store.list_configs().expect("list").len(), 2);
 }

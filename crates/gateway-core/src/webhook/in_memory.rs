@@ -115,7 +115,13 @@ impl WebhookStore for InMemoryWebhookStore {
         let mut tables = lock(&self.tables);
         let Some(config) = tables.configs.get_mut(&id) else { return Ok(None) };
         *config = config.clone().changed(change, at);
-        Ok(Some(config.clone()))
+        let changed = config.clone();
+        for delivery in tables.deliveries.values_mut() {
+            if delivery.webhook_id == id && delivery.status != DeliveryStatus::Delivered {
+                delivery.target_url.clone_from(&changed.target_url);
+            }
+        }
+        Ok(Some(changed))
     }
 
     fn delete_config(&self, id: i64) -> Result<bool, StoreError> {
