@@ -48,6 +48,29 @@ impl Leadership for SingleProcessLeadership {
     }
 }
 
+/// Leadership that can be given and taken away, with a fixed token: the fake for tests of leader-only work.
+/// Starts as a follower.
+#[derive(Debug, Default)]
+pub struct SwitchableLeadership {
+    leading: std::sync::atomic::AtomicBool,
+}
+
+impl SwitchableLeadership {
+    pub fn leading() -> Self {
+        Self { leading: std::sync::atomic::AtomicBool::new(true) }
+    }
+
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Leadership for SwitchableLeadership {
+    fn current(&self) -> Option<FencingToken> {
+        self.leading.load(std::sync::atomic::Ordering::SeqCst).then_some(FencingToken(1))
+    }
+}
+
 /// Fencing in memory: the newest token seen, and the check of a write's token against it.
 #[derive(Debug, Default)]
 pub struct EpochGate {

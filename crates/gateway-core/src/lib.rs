@@ -19,7 +19,7 @@
 //! | [`credential`] | [`AgentCredentialStore`] | [`InMemoryAgentCredentialStore`] |
 //! | [`admin_token`] | [`AdminTokenStore`] | [`InMemoryAdminTokenStore`] |
 //! | [`clock`] | [`Clock`] | [`ManualClock`] (and [`SystemClock`]) |
-//! | [`leadership`] | [`Leadership`], [`FencingEpoch`] | [`SingleProcessLeadership`], [`EpochGate`] |
+//! | [`leadership`] | [`Leadership`], [`FencingEpoch`] | [`SingleProcessLeadership`], [`SwitchableLeadership`], [`EpochGate`] |
 //!
 //! [`intake`] holds the DecisionLog intake, [`DecisionLogIntake`], which reaches the scheduler through its
 //! [`ReminderDesk`] trait.
@@ -87,7 +87,9 @@ pub use intake::{
     ScheduledReminder, Settling,
 };
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
-pub use leadership::{EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership};
+pub use leadership::{
+    EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership, SwitchableLeadership,
+};
 pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
 pub use mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore};
 pub use periodic::{LeaderLoop, MaybeFenced, PruningPass};

@@ -63,6 +63,9 @@ impl PruningPass {
     }
 }
 
+/// The longest wait the retention loops back off to after consecutive failed pruning passes.
+pub const MAX_PRUNE_BACKOFF: Duration = Duration::from_secs(3_600);
+
 /// One leader-only periodic loop.
 #[derive(Debug)]
 pub struct LeaderLoop<'a> {
@@ -128,23 +131,14 @@ impl LeaderLoop<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::*;
-
-    #[derive(Debug, Default)]
-    struct Switch(AtomicBool);
-
-    impl Leadership for Switch {
-        fn current(&self) -> Option<FencingToken> {
-            self.0.load(Ordering::SeqCst).then_some(FencingToken(1))
-        }
-    }
 
     #[tokio::test(start_paused = true)]
     async fn passes_run_at_once_then_every_interval_only_while_leader_and_failures_back_off() {
         let health = ComponentHealth::new("test");
-        let leadership = Switch::default();
+        let leadership = crate::SwitchableLeadership::default();
         let passes = AtomicU32::new(0);
         let shutdown = CancellationToken::new();
         let runner = LeaderLoop {
@@ -160,7 +154,7 @@ mod tests {
             // Not leader for the first two ticks: no pass.
             tokio::time::sleep(Duration::from_secs(15)).await;
             assert_eq!(passes.load(Ordering::SeqCst), 0);
-            leadership.0.store(true, Ordering::SeqCst);
+            leadership.set_leading(true);
             // Ticks at 20 s (fails: degraded, 1 s backoff), 30 s (fails, 2 s), 40 s (works).
             tokio::time::sleep(Duration::from_secs(6)).await;
             assert_eq!(passes.load(Ordering::SeqCst), 1);

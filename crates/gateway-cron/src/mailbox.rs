@@ -42,8 +42,6 @@ pub const RECEIPT_BATCH: usize = 1_024;
 /// First pause after a failed receipt write, doubled per failure up to [`RECEIPT_RETRY_MAX`].
 pub const RECEIPT_RETRY_INITIAL: Duration = Duration::from_millis(100);
 pub const RECEIPT_RETRY_MAX: Duration = Duration::from_secs(10);
-/// Longest wait after consecutive failed pruning passes.
-const MAX_PRUNE_BACKOFF: Duration = Duration::from_secs(3_600);
 /// At most one warning about dropped receipts this often (the count of the rest comes with the next).
 const DROP_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -386,7 +384,7 @@ impl Mailbox {
             pass: "pruning the reminder mailbox",
             interval: config.prune_interval,
             first_backoff: config.prune_pause,
-            max_backoff: MAX_PRUNE_BACKOFF,
+            max_backoff: gateway_core::periodic::MAX_PRUNE_BACKOFF,
             health: &self.inner.retention_health,
             leadership: self.inner.ports.leadership.as_ref(),
         };

@@ -47,8 +47,6 @@ pub const TOOL_CALL_PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
 pub const TOOL_CALL_PRUNE_BATCH: usize = 500;
 /// Pause between two batches of one pass, so other writers never wait long.
 pub const TOOL_CALL_PRUNE_PAUSE: Duration = Duration::from_millis(50);
-/// Longest wait after consecutive failed passes.
-const MAX_PRUNE_BACKOFF: Duration = Duration::from_secs(3_600);
 
 /// A tool's name, as the path names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -343,7 +341,7 @@ impl ReminderTools {
             pass: "pruning tool calls",
             interval: self.inner.config.prune_interval,
             first_backoff: self.inner.config.prune_pause,
-            max_backoff: MAX_PRUNE_BACKOFF,
+            max_backoff: gateway_core::periodic::MAX_PRUNE_BACKOFF,
             health: &self.inner.health,
             leadership: self.inner.ports.leadership.as_ref(),
         };

@@ -4,12 +4,12 @@
 #![allow(clippy::unwrap_used)] // Test helpers may panic: that is how a test fails.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration as StdDuration;
 
 use gateway_core::{
     AgentId, CronJobStore, FencingToken, FiredReminder, InMemoryCronJobStore, Leadership, MailboxEntry, MailboxQuery,
-    MailboxStore, ManualClock, SingleProcessLeadership,
+    MailboxStore, ManualClock, SingleProcessLeadership, SwitchableLeadership,
 };
 use gateway_cron::{Mailbox, MailboxConfig, MailboxPorts, Replay};
 use serde_json::Map;
@@ -197,19 +197,9 @@ async fn receipts_past_a_full_queue_are_dropped_and_the_ones_queued_are_written_
     assert_eq!(left, [3], "the dropped receipt's fire stays unreceived: delivered again, never lost");
 }
 
-/// Leadership a test can take away and give back.
-#[derive(Debug, Default)]
-struct Switch(AtomicBool);
-
-impl Leadership for Switch {
-    fn current(&self) -> Option<FencingToken> {
-        self.0.load(Ordering::SeqCst).then_some(FencingToken(1))
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn the_leader_prunes_fires_older_than_the_retention_in_batches() {
-    let leadership = Arc::new(Switch::default());
+    let leadership = Arc::new(SwitchableLeadership::default());
     let config = MailboxConfig {
         retention: StdDuration::from_secs(3_600),
         prune_batch: 2,
@@ -234,7 +224,7 @@ async fn the_leader_prunes_fires_older_than_the_retention_in_batches() {
     });
     tokio::time::sleep(StdDuration::from_secs(120)).await;
     assert_eq!(remaining().len(), 6, "a follower prunes nothing");
-    leadership.0.store(true, Ordering::SeqCst);
+    leadership.set_leading(true);
     while remaining().len() > 1 {
         tokio::time::sleep(StdDuration::from_secs(1)).await;
     }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use gateway_core::{
     AgentId, Clock, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, FiredReminder, IdempotencyKey,
     InMemoryCronJobStore, Leadership, MailboxEntry, MailboxQuery, MailboxStore, ManualClock, NewCronJob, PublishError,
-    SingleProcessLeadership, Topic,
+    SingleProcessLeadership, SwitchableLeadership, Topic,
 };
 use gateway_cron::{
     CLAIM_LEASE, CronConfig, CronError, CronPorts, CronScheduler, DEFAULT_CLAIM_AHEAD, LoopProgress, MAX_DELAY_MS,
@@ -51,16 +51,6 @@ impl EventPublisher for ChannelPublisher {
         }
         let fired = Fired { topic: topic.clone(), event: event.clone(), at: Instant::now() };
         self.sender.send(fired).map_err(|_| PublishError("receiver gone".into()))
-    }
-}
-
-/// Leadership a test can take away and give back.
-#[derive(Debug, Default)]
-struct SwitchableLeadership(AtomicBool);
-
-impl Leadership for SwitchableLeadership {
-    fn current(&self) -> Option<FencingToken> {
-        self.0.load(Ordering::SeqCst).then_some(FencingToken(1))
     }
 }
 
@@ -571,7 +561,7 @@ async fn nothing_fires_without_leadership() {
     assert!(harness.nothing_fired());
     assert_eq!(harness.store.len(), 1);
 
-    leadership.0.store(true, Ordering::SeqCst);
+    leadership.set_leading(true);
     let fired = harness.next_fire().await;
     assert_eq!(reminder_fields(&fired.event).1, START + Duration::seconds(1));
     shutdown.cancel();

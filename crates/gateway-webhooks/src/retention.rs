@@ -22,8 +22,6 @@ pub const PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
 pub const PRUNE_BATCH: usize = 500;
 /// Pause between two batches of one pass.
 pub const PRUNE_PAUSE: Duration = Duration::from_millis(50);
-/// Longest wait after consecutive failed passes.
-const MAX_PRUNE_BACKOFF: Duration = Duration::from_secs(3_600);
 
 #[derive(Debug, Clone)]
 pub struct RetentionPorts {
@@ -85,7 +83,7 @@ impl DeliveryRetention {
             pass: "pruning webhook deliveries",
             interval: self.config.interval,
             first_backoff: self.config.pause,
-            max_backoff: MAX_PRUNE_BACKOFF,
+            max_backoff: gateway_core::periodic::MAX_PRUNE_BACKOFF,
             health: &self.health,
             leadership: self.ports.leadership.as_ref(),
         };

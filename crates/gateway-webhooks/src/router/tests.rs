@@ -1,10 +1,9 @@
 //! The router against gateway-core's fakes: ManualClock for the schedule, tokio's paused time for the loop.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use gateway_core::{
     AttemptOutcome, DeliveryStatus, FailureClass, FakeTransport, FencingToken, InMemoryWebhookStore, ManualClock,
-    NewDelivery, RecordingPublisher, SlidingWindowRate, WebhookConfig, WebhookConfigChange, WebhookSecret,
+    NewDelivery, RecordingPublisher, SlidingWindowRate, SwitchableLeadership, WebhookConfig, WebhookConfigChange,
+    WebhookSecret,
 };
 use serde_json::Value;
 use time::Duration as TimeDuration;
@@ -21,17 +20,6 @@ fn observatory(header: &[u8]) -> InboundSignature {
 
 const SECRET: &str = "It's a Secret to Everybody";
 
-#[derive(Debug, Default)]
-struct SwitchableLeadership {
-    follower: AtomicBool,
-}
-
-impl Leadership for SwitchableLeadership {
-    fn current(&self) -> Option<FencingToken> {
-        (!self.follower.load(Ordering::SeqCst)).then_some(FencingToken(1))
-    }
-}
-
 struct Harness {
     router: WebhookRouter,
     store: Arc<InMemoryWebhookStore>,
@@ -47,7 +35,7 @@ impl Harness {
         let store = Arc::new(InMemoryWebhookStore::default());
         let transport = Arc::new(FakeTransport::new());
         let publisher = Arc::new(RecordingPublisher::default());
-        let leadership = Arc::new(SwitchableLeadership::default());
+        let leadership = Arc::new(SwitchableLeadership::leading());
         let clock = ManualClock::at_fixed_start();
         let shutdown = CancellationToken::new();
         let ports = RouterPorts {
@@ -698,13 +686,13 @@ async fn only_the_leader_polls() {
     let h = Harness::with_defaults();
     let config = h.config().await;
     h.due_row(&config, &config.target_url, h.clock.now());
-    h.leadership.follower.store(true, Ordering::SeqCst);
+    h.leadership.set_leading(false);
     let poll = h.spawn_poll();
     for _ in 0..3 {
         tokio::time::sleep(POLL_INTERVAL).await;
     }
     assert_eq!(h.transport.request_count(), 0, "a follower polled");
-    h.leadership.follower.store(false, Ordering::SeqCst);
+    h.leadership.set_leading(true);
     h.until(3, || h.transport.request_count() == 1).await;
     h.shutdown.cancel();
     poll.await.unwrap();
