@@ -128,8 +128,3 @@ impl Gateway {
 
 /// How long start-up waits for the background loops to run before giving up.
 pub const LOOP_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// A fresh operator token: 256 random bits as hex.
-pub fn generate_admin_token() -> Result<AdminToken, StartError> {
-    Ok(admin_token::generate()?)
-}
