@@ -144,21 +144,21 @@ async fn store_gauges(state: &Arc<AppState>) -> Option<StoreGauges> {
     }
     let store = state.store.clone();
     let now = state.clock.now();
-    let count = run_blocking(move || {
-        Ok::<_, StoreError>(StoreGauges {
-            pending_jobs: store.count_cron_jobs()?,
-            dead_letters: store.count_deliveries(DeliveryStatus::Dead)?,
-            due_backlog: store.count_due_deliveries(now)?,
+    let count = async move {
+        run_blocking(move || {
+            Ok::<_, StoreError>(StoreGauges {
+                pending_jobs: store.count_cron_jobs()?,
+                dead_letters: store.count_deliveries(DeliveryStatus::Dead)?,
+                due_backlog: store.count_due_deliveries(now)?,
+            })
         })
-    });
+        .await
+        .map_err(StoreError::from)?
+    };
     match tokio::time::timeout(STORE_GAUGES_TIMEOUT, count).await {
-        Ok(Ok(Ok(gauges))) => {
+        Ok(Ok(gauges)) => {
             *cached = Some((Instant::now(), gauges));
             Some(gauges)
-        }
-        Ok(Ok(Err(error))) => {
-            tracing::warn!(%error, "metrics: the store's gauges are not counted");
-            None
         }
         Ok(Err(error)) => {
             tracing::warn!(%error, "metrics: the store's gauges are not counted");
