@@ -71,7 +71,7 @@ impl App {
         let coordination = Coordination::new(config, &store, &bus, &clock)?;
         let mut threads = Vec::new();
         let bridge_status = coordination.redis.as_ref().map(|redis| redis.bridge.status());
-        let credentials = CredentialCache::new(Arc::new(store.clone()));
+        let credentials = CredentialCache::new(Arc::new(store.clone()), Arc::clone(&clock));
         let upkeep = CredentialUpkeep {
             cache: credentials.clone(),
             bus: bus.clone(),

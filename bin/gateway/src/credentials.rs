@@ -1,74 +1,120 @@
 //! The cache of verified agent credentials (docs/architecture.md, "Agent credentials"): with agent auth on, every
 //! heartbeat, message and tool call presents a token, and checking one must not cost a database read.
 //!
-//! - A hit is a map lookup by the token's credential id and one hash comparison: the SHA-256 of the presented token
-//!   against the stored one, in constant time (`TokenHash::matches`, never `==`).
+//! - A hit is a table lookup by the token's credential id and one hash comparison: the SHA-256 of the presented
+//!   token against the stored one, in constant time (`TokenHash::matches`, never `==`). Everything a hit reads is
+//!   in the entry's own two cache lines ([`Entry`]): with thousands of agents each entry is touched too rarely to
+//!   stay in a CPU cache, and every pointer followed would be one more wait for memory.
 //! - A miss reads the row (on the blocking pool, at most [`MAX_CONCURRENT_LOOKUPS`] at once, so a flood of made-up
 //!   credential ids cannot take the pool from everything else) and caches the answer: the credential, or the fact
 //!   that the id authenticates nothing (unknown or revoked), the latter in a bounded set ([`MAX_REFUSED`]).
-//! - An entry is trusted for [`REVALIDATE_AFTER`] after the read that produced it *began*; after that a request
-//!   reads the row again. A background pass re-reads, in batches, the entries in use before they get there, so a
-//!   busy agent never waits for it.
+//! - Every [`POLL_INTERVAL`] the cache asks the store which credentials were revoked lately (one indexed query,
+//!   whatever the number of agents), drops those and closes their event streams; an entry is trusted for
+//!   [`REVALIDATE_AFTER`] after the later of the read that produced it and the last poll that succeeded. So a
+//!   revocation on another instance ends the credential's use here within a poll, even when its event is lost
+//!   (Redis pub/sub keeps nothing), and while the store cannot be polled entries age out and are read again: a
+//!   revoked credential authenticates nothing anywhere later than [`REVALIDATE_AFTER`] after its revocation
+//!   committed.
 //! - A revocation drops the entry at once on the instance that made it, and every instance drops it when the
 //!   `credential_revoked` event on `internal:credential-revocations` reaches it (the event bridge, with Redis);
-//!   event streams opened with the credential are closed. Should the event be lost (Redis pub/sub keeps nothing),
-//!   the entry's age still ends its use: a revoked credential authenticates nothing anywhere later than
-//!   [`REVALIDATE_AFTER`] after its revocation committed.
+//!   event streams opened with the credential are closed.
 //! - Every invalidation bumps a generation under the write lock; a read that began before it does not fill the
 //!   cache, so a lookup racing a revocation cannot put the revoked credential back.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use gateway_core::sync::lock;
 use gateway_core::{
-    AgentCredentialStore, AgentId, BackgroundLoop, CredentialId, CredentialKey, CredentialRecord, PresentedToken,
+    AgentCredentialStore, AgentId, BackgroundLoop, Clock, CompactAgentId, CredentialId, CredentialKey, PresentedToken,
     StoreError, TokenHash, run_blocking,
 };
+use hashbrown::HashTable;
+use time::OffsetDateTime;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// How long a verified credential is trusted without reading its row again: the longest a revoked credential can
-/// still authenticate somewhere when the revocation event does not arrive.
+/// How long a verified credential is trusted after the later of the read that produced it and the last
+/// revocation poll that succeeded: the longest a revoked credential can still authenticate somewhere when neither
+/// its event nor a poll gets through.
 pub const REVALIDATE_AFTER: Duration = Duration::from_secs(5);
-/// How often the background pass runs.
-pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
-/// Entries in use are re-read in the background once this old, ahead of [`REVALIDATE_AFTER`].
-pub const REFRESH_AGE: Duration = Duration::from_secs(3);
-/// An entry unused this long is dropped rather than re-read.
+/// How often the store is asked for the credentials revoked lately.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How far before the previous poll each poll looks: a revocation whose transaction took this long to commit, or
+/// whose instant came from an instance whose clock is behind this one's by up to this much, is still found. The
+/// instances' clocks must agree to within it (as Standard Webhooks timestamps, checked to 5 minutes, already ask).
+pub const REVOCATION_LOOKBACK: Duration = Duration::from_secs(300);
+/// An entry unused this long is dropped.
 pub const IDLE_AFTER: Duration = Duration::from_secs(60);
+/// How often idle entries and old refusals are looked for.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// Verified credentials held at most (an arbitrary one makes room for a new one).
 pub const MAX_VERIFIED: usize = 100_000;
 /// Credential ids known to authenticate nothing, held at most (oldest forgotten first), and for how long.
 pub const MAX_REFUSED: usize = 10_000;
 pub const REFUSED_TTL: Duration = Duration::from_secs(60);
-/// How finely an entry's last use is kept, in ms.
-const USE_GRANULARITY_MS: u64 = 1_000;
 /// Rows read at once on behalf of requests that missed the cache.
 pub const MAX_CONCURRENT_LOOKUPS: usize = 16;
 
-/// A verified credential, as requests see it.
-#[derive(Debug)]
+/// A verified credential, as a request holds it: a copy of its cache entry's credential and agent, so that using
+/// it touches nothing shared.
+#[derive(Debug, Clone)]
 pub struct Verified {
-    pub credential_id: CredentialId,
-    pub agent_id: AgentId,
-    /// The stored token hash.
-    hash: TokenHash,
-    /// When the read that produced or last confirmed this entry began, in ms since the cache's start.
-    checked_ms: AtomicU64,
-    /// When a request last used it, in ms since the cache's start.
-    used_ms: AtomicU64,
+    key: CredentialKey,
+    agent: CompactAgentId,
+}
+
+impl Verified {
+    pub fn credential_id(&self) -> CredentialId {
+        CredentialId::from_key(&self.key)
+    }
+
+    /// Whether `agent_id` is the credential's agent.
+    pub fn is_agent(&self, agent_id: &AgentId) -> bool {
+        self.agent.is(agent_id)
+    }
+
+    /// The credential's agent.
+    pub fn agent_id(&self) -> AgentId {
+        self.agent.to_agent_id()
+    }
 }
 
 /// What [`CredentialCache::verify`] found.
 #[derive(Debug, Clone)]
 pub enum Verdict {
-    Verified(Arc<Verified>),
+    Verified(Verified),
     /// Unknown credential id, revoked credential, or a wrong secret.
     Refused,
+}
+
+/// One verified credential in the cache: what a hit reads, in one allocation-free block of two cache lines (its
+/// key, the times, the stored hash and the first bytes of the agent id in the first line, the rest of an id of up
+/// to 62 bytes in the second), held in the table itself. Both lines are fetched at once, unlike a pointer chain
+/// (bucket, then an `Arc`, then the id's text), whose every link is one more wait for memory.
+#[repr(C, align(128))]
+struct Entry {
+    key: CredentialKey,
+    /// When a request last used it, in seconds since the cache's start (moved at most once a second).
+    used_s: AtomicU32,
+    /// When the read that produced it began, in ms since the cache's start.
+    read_ms: u64,
+    hash: TokenHash,
+    agent: CompactAgentId,
+}
+
+/// Where a key goes in the table. Only credentials read from the store are inserted, and their ids end in 6
+/// random bytes chosen by the gateway, so no client chooses where an entry goes: one multiplication spreads those
+/// bytes over the hash (the table's index takes its low bits, its tags the high ones), with no keyed hash to
+/// compute on every request.
+fn slot_hash(key: &CredentialKey) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes[..6].copy_from_slice(&key[6..]);
+    bytes[6..].copy_from_slice(&key[4..6]);
+    u64::from_le_bytes(bytes).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Cheap to clone; clones share everything.
@@ -80,9 +126,18 @@ pub struct CredentialCache {
 #[derive(Debug)]
 struct Inner {
     store: Arc<dyn AgentCredentialStore>,
-    /// What `checked_ms` and `used_ms` count from.
+    /// The wall clock revocations are stamped by, which polls look back from.
+    clock: Arc<dyn Clock>,
+    /// What `read_ms`, `used_s` and `confirmed_ms` count from.
     started: Instant,
     cached: RwLock<Cached>,
+    /// When the last poll that succeeded began, in ms since `started`: every entry is trusted from then on as
+    /// well as from its own read.
+    confirmed_ms: AtomicU64,
+    /// The wall-clock instant the last poll that succeeded began at: the next one looks back from there.
+    polled_at: Mutex<Option<OffsetDateTime>>,
+    /// When idle entries were last looked for.
+    swept: Mutex<Instant>,
     lookups: Semaphore,
     /// Event streams opened with each credential, closed when it is revoked.
     streams: Mutex<HashMap<CredentialId, Vec<(u64, CancellationToken)>>>,
@@ -90,14 +145,24 @@ struct Inner {
     max_verified: usize,
 }
 
-/// Keyed by the credential id's bytes: found without following a pointer to the id's text.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Cached {
-    verified: HashMap<CredentialKey, Arc<Verified>>,
+    verified: HashTable<Entry>,
+    /// Keyed by ids clients choose, so with the standard library's keyed hash.
     refused: HashMap<CredentialKey, Instant>,
     /// `refused` in the order it was filled, to forget the oldest first.
     refused_order: VecDeque<(CredentialKey, Instant)>,
     generation: u64,
+}
+
+impl std::fmt::Debug for Cached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached")
+            .field("verified", &self.verified.len())
+            .field("refused", &self.refused.len())
+            .field("generation", &self.generation)
+            .finish()
+    }
 }
 
 enum Lookup {
@@ -106,15 +171,20 @@ enum Lookup {
 }
 
 impl CredentialCache {
-    pub fn new(store: Arc<dyn AgentCredentialStore>) -> Self {
-        Self::with_capacity(store, MAX_VERIFIED)
+    pub fn new(store: Arc<dyn AgentCredentialStore>, clock: Arc<dyn Clock>) -> Self {
+        Self::with_capacity(store, clock, MAX_VERIFIED)
     }
 
-    fn with_capacity(store: Arc<dyn AgentCredentialStore>, max_verified: usize) -> Self {
+    fn with_capacity(store: Arc<dyn AgentCredentialStore>, clock: Arc<dyn Clock>, max_verified: usize) -> Self {
+        let started = Instant::now();
         let inner = Inner {
             store,
-            started: Instant::now(),
+            clock,
+            started,
             cached: RwLock::new(Cached::default()),
+            confirmed_ms: AtomicU64::new(0),
+            polled_at: Mutex::new(None),
+            swept: Mutex::new(started),
             lookups: Semaphore::new(MAX_CONCURRENT_LOOKUPS),
             streams: Mutex::new(HashMap::new()),
             next_stream: AtomicU64::new(0),
@@ -126,9 +196,9 @@ impl CredentialCache {
     /// Who `token` authenticates. A store error (the row could not be read) is no verdict: the caller answers 503,
     /// never a guess.
     pub async fn verify(&self, token: PresentedToken<'_>) -> Result<Verdict, StoreError> {
+        let key = token.credential_key();
         let hash = token.hash();
         let now = self.inner.millis(Instant::now());
-        let key = token.credential_key();
         if let Lookup::Found(verdict) = self.inner.lookup(&key, &hash, now) {
             return Ok(verdict);
         }
@@ -147,21 +217,23 @@ impl CredentialCache {
         }
         let generation = inner.read().generation;
         let store = Arc::clone(&inner.store);
-        let read_id = id.clone();
-        let row = run_blocking(move || store.credential(&read_id)).await??;
+        let row = run_blocking(move || store.credential(&id)).await??;
         let mut cached = inner.write();
         let fill = cached.generation == generation;
         match row.filter(|row| !row.is_revoked()) {
             Some(row) => {
-                let verified = Arc::new(inner.entry(row, inner.millis(began)));
-                let accepted = inner.matches(&verified, &hash);
+                let verified = Verified { key, agent: CompactAgentId::from(&row.agent_id) };
+                let accepted = row.token_hash.matches(&hash);
                 if fill {
-                    cached.insert_verified(Arc::clone(&verified), inner.max_verified);
+                    let read_ms = inner.millis(began);
+                    let used_s = AtomicU32::new(seconds(read_ms));
+                    let entry = Entry { key, used_s, read_ms, hash: row.token_hash, agent: verified.agent.clone() };
+                    cached.insert_verified(entry, inner.max_verified);
                 }
                 Ok(if accepted { Verdict::Verified(verified) } else { Verdict::Refused })
             }
             None => {
-                cached.verified.remove(&key);
+                cached.remove_verified(&key);
                 if fill {
                     cached.insert_refused(key, Instant::now());
                 }
@@ -177,14 +249,10 @@ impl CredentialCache {
             let mut cached = self.inner.write();
             cached.generation += 1;
             let key = credential_id.key();
-            cached.verified.remove(&key);
+            cached.remove_verified(&key);
             cached.insert_refused(key, Instant::now());
         }
-        if let Some(streams) = lock(&self.inner.streams).remove(credential_id) {
-            for (_, stream) in streams {
-                stream.cancel();
-            }
-        }
+        self.close_streams(credential_id);
     }
 
     /// Forgets every verified credential (when revocation events may have been missed): each is read again at its
@@ -200,75 +268,75 @@ impl CredentialCache {
     pub fn stream_stop(&self, verified: &Verified, shutdown: &CancellationToken) -> (CancellationToken, StreamGuard) {
         let stop = shutdown.child_token();
         let serial = self.inner.next_stream.fetch_add(1, Ordering::Relaxed);
-        let id = verified.credential_id.clone();
+        let id = verified.credential_id();
         lock(&self.inner.streams).entry(id.clone()).or_default().push((serial, stop.clone()));
         (stop, StreamGuard { cache: self.clone(), credential_id: id, serial })
     }
 
-    /// Re-reads the entries in use that are [`REFRESH_AGE`] old, in batches, and drops those that have been idle
-    /// for [`IDLE_AFTER`] or are gone or revoked in the store.
-    pub async fn refresh(&self) -> Result<(), StoreError> {
+    fn close_streams(&self, credential_id: &CredentialId) {
+        if let Some(streams) = lock(&self.inner.streams).remove(credential_id) {
+            for (_, stream) in streams {
+                stream.cancel();
+            }
+        }
+    }
+
+    /// Asks the store which credentials were revoked since [`REVOCATION_LOOKBACK`] before the previous poll that
+    /// succeeded, drops them and closes their streams; then every entry counts as confirmed by this poll. Every
+    /// [`SWEEP_INTERVAL`] also drops the entries unused for [`IDLE_AFTER`] and refusals older than
+    /// [`REFUSED_TTL`]. An error changes nothing: entries then age out, and requests read their rows themselves.
+    pub async fn poll(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
         let began = Instant::now();
-        let now = inner.millis(began);
-        let (idle_after, refresh_age, fresh_use) = (millis(IDLE_AFTER), millis(REFRESH_AGE), millis(REVALIDATE_AFTER));
-        // Looked through under the read lock: requests go on meanwhile. Only dropping entries needs the write lock.
-        let (due, idle, generation) = {
-            let cached = inner.read();
-            let mut due: Vec<CredentialId> = Vec::new();
-            let mut idle = false;
-            for entry in cached.verified.values() {
-                let unused = now.saturating_sub(entry.used_ms.load(Ordering::Relaxed));
-                if unused >= idle_after {
-                    idle = true;
-                } else if unused < fresh_use
-                    && now.saturating_sub(entry.checked_ms.load(Ordering::Relaxed)) >= refresh_age
-                {
-                    due.push(entry.credential_id.clone());
-                }
-            }
-            (due, idle || cached.refused_expired(began, REFUSED_TTL), cached.generation)
-        };
-        if idle {
-            let mut cached = inner.write();
-            cached.verified.retain(|_, entry| now.saturating_sub(entry.used_ms.load(Ordering::Relaxed)) < idle_after);
-            cached.prune_refused(began, REFUSED_TTL);
-        }
-        if due.is_empty() {
-            return Ok(());
-        }
+        let wall = inner.clock.now();
+        let since = lock(&inner.polled_at).unwrap_or(wall) - REVOCATION_LOOKBACK;
         let store = Arc::clone(&inner.store);
-        let read = due.clone();
-        let unrevoked = run_blocking(move || store.unrevoked_credentials(&read)).await??;
-        let unrevoked: HashSet<&CredentialId> = unrevoked.iter().collect();
-        let mut gone = Vec::new();
+        let revoked = run_blocking(move || store.revoked_since(since)).await??;
         {
-            // The read lock is enough to move `checked_ms` (an atomic), and it keeps revocations out while the
-            // generation it checks holds.
-            let cached = inner.read();
-            if cached.generation != generation {
-                // A revocation came in meanwhile, and these rows may predate it: the next pass reads them again.
-                return Ok(());
-            }
-            for id in &due {
-                let key = id.key();
-                let Some(entry) = cached.verified.get(&key) else { continue };
-                // A stored credential changes only by being revoked: unrevoked, the entry's hash is still the row's.
-                if unrevoked.contains(id) {
-                    entry.checked_ms.store(now, Ordering::Relaxed);
-                } else {
-                    gone.push(key);
+            let mut cached = inner.write();
+            if !revoked.is_empty() {
+                // A read that began before this poll may have found one of these rows unrevoked: it must not fill.
+                cached.generation += 1;
+                for id in &revoked {
+                    cached.remove_verified(&id.key());
                 }
             }
+            inner.confirmed_ms.fetch_max(inner.millis(began), Ordering::Relaxed);
         }
-        if !gone.is_empty() {
-            let mut cached = inner.write();
-            cached.generation += 1;
-            for key in &gone {
-                cached.verified.remove(key);
+        *lock(&inner.polled_at) = Some(wall);
+        for id in &revoked {
+            self.close_streams(id);
+        }
+        let sweep = {
+            let mut swept = lock(&inner.swept);
+            let due = began.saturating_duration_since(*swept) >= SWEEP_INTERVAL;
+            if due {
+                *swept = began;
             }
+            due
+        };
+        if sweep {
+            self.sweep(began);
         }
         Ok(())
+    }
+
+    /// Drops the entries unused for [`IDLE_AFTER`] and the refusals older than [`REFUSED_TTL`]. Looked for under
+    /// the read lock (requests go on meanwhile); only dropping takes the write lock.
+    fn sweep(&self, now: Instant) {
+        let inner = &self.inner;
+        let now_s = seconds(inner.millis(now));
+        let idle_after = u32::try_from(IDLE_AFTER.as_secs()).unwrap_or(u32::MAX);
+        let idle = |entry: &Entry| now_s.saturating_sub(entry.used_s.load(Ordering::Relaxed)) >= idle_after;
+        let due = {
+            let cached = inner.read();
+            cached.verified.iter().any(idle) || cached.refused_expired(now, REFUSED_TTL)
+        };
+        if due {
+            let mut cached = inner.write();
+            cached.verified.retain(|entry| !idle(entry));
+            cached.prune_refused(now, REFUSED_TTL);
+        }
     }
 
     /// Verified credentials held right now.
@@ -302,53 +370,49 @@ impl Inner {
 
     fn lookup(&self, key: &CredentialKey, hash: &TokenHash, now_ms: u64) -> Lookup {
         let cached = self.read();
-        if let Some(entry) = cached.verified.get(key) {
-            if now_ms.saturating_sub(entry.checked_ms.load(Ordering::Relaxed)) >= millis(REVALIDATE_AFTER) {
+        if let Some(entry) = cached.verified.find(slot_hash(key), |entry| entry.key == *key) {
+            let trusted_from = entry.read_ms.max(self.confirmed_ms.load(Ordering::Relaxed));
+            if now_ms.saturating_sub(trusted_from) >= millis(REVALIDATE_AFTER) {
                 return Lookup::Miss;
             }
-            if !self.matches(entry, hash) {
+            if !entry.hash.matches(hash) {
                 return Lookup::Found(Verdict::Refused);
             }
-            // Written only when it moved by a second (all `used_ms` is asked is "within the last seconds"): a write
-            // per request would dirty the entry's cache line on every heartbeat.
-            if now_ms.saturating_sub(entry.used_ms.load(Ordering::Relaxed)) >= USE_GRANULARITY_MS {
-                entry.used_ms.store(now_ms, Ordering::Relaxed);
+            // Written only when it moved (all `used_s` is asked is "within the last minute"): a write per request
+            // would dirty the entry's cache line on every heartbeat.
+            let now_s = seconds(now_ms);
+            if entry.used_s.load(Ordering::Relaxed) != now_s {
+                entry.used_s.store(now_s, Ordering::Relaxed);
             }
-            return Lookup::Found(Verdict::Verified(Arc::clone(entry)));
+            return Lookup::Found(Verdict::Verified(Verified { key: *key, agent: entry.agent.clone() }));
         }
         match cached.refused.get(key) {
             Some(at) if at.elapsed() < REFUSED_TTL => Lookup::Found(Verdict::Refused),
             _ => Lookup::Miss,
         }
     }
-
-    fn entry(&self, row: CredentialRecord, checked_ms: u64) -> Verified {
-        Verified {
-            hash: row.token_hash,
-            credential_id: row.credential_id,
-            agent_id: row.agent_id,
-            checked_ms: AtomicU64::new(checked_ms),
-            used_ms: AtomicU64::new(checked_ms),
-        }
-    }
-
-    /// Whether `hash` is the entry's stored hash, in constant time.
-    fn matches(&self, entry: &Verified, hash: &TokenHash) -> bool {
-        entry.hash.matches(hash)
-    }
 }
 
 impl Cached {
-    fn insert_verified(&mut self, entry: Arc<Verified>, max: usize) {
-        let key = entry.credential_id.key();
-        if self.verified.len() >= max
-            && !self.verified.contains_key(&key)
-            && let Some(evicted) = self.verified.keys().next().copied()
-        {
-            self.verified.remove(&evicted);
-        }
+    fn insert_verified(&mut self, entry: Entry, max: usize) {
+        let (key, hash) = (entry.key, slot_hash(&entry.key));
         self.refused.remove(&key);
-        self.verified.insert(key, entry);
+        if let Ok(mut held) = self.verified.find_entry(hash, |held| held.key == key) {
+            *held.get_mut() = entry;
+            return;
+        }
+        if self.verified.len() >= max
+            && let Some(evicted) = self.verified.iter().next().map(|held| held.key)
+        {
+            self.remove_verified(&evicted);
+        }
+        self.verified.insert_unique(hash, entry, |held| slot_hash(&held.key));
+    }
+
+    fn remove_verified(&mut self, key: &CredentialKey) {
+        if let Ok(held) = self.verified.find_entry(slot_hash(key), |held| held.key == *key) {
+            held.remove();
+        }
     }
 
     fn insert_refused(&mut self, key: CredentialKey, at: Instant) {
@@ -383,6 +447,11 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Whole seconds of `ms` (136 years fit).
+fn seconds(ms: u64) -> u32 {
+    u32::try_from(ms / 1_000).unwrap_or(u32::MAX)
+}
+
 /// Held by an event stream opened with an agent's credential: dropping it (the stream ended) forgets the stream.
 #[derive(Debug)]
 pub struct StreamGuard {
@@ -403,8 +472,8 @@ impl Drop for StreamGuard {
     }
 }
 
-/// The cache's background work, a supervised loop of every instance: the refresh pass every
-/// [`REFRESH_INTERVAL`], and the revocation events of every instance (this one's included). With the event bridge,
+/// The cache's background work, a supervised loop of every instance: the revocation poll every
+/// [`POLL_INTERVAL`], and the revocation events of every instance (this one's included). With the event bridge,
 /// a reconnect after a gap, or a subscriber that fell behind, forgets every verified credential: revocations may
 /// have been missed.
 #[derive(Debug, Clone)]
@@ -425,8 +494,8 @@ impl BackgroundLoop for CredentialUpkeep {
         let mut revocations = self.bus.subscribe(&gateway_core::Topic::CredentialRevocations);
         let mut bridge = self.bridge.clone();
         let mut reconnects = bridge.as_mut().map_or(0, |status| status.borrow_and_update().reconnects);
-        let mut refresh = tokio::time::interval(REFRESH_INTERVAL);
-        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut poll = tokio::time::interval(POLL_INTERVAL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
         loop {
             tokio::select! {
@@ -454,12 +523,12 @@ impl BackgroundLoop for CredentialUpkeep {
                         self.cache.invalidate_all();
                     }
                 }
-                _ = refresh.tick() => match self.cache.refresh().await {
+                _ = poll.tick() => match self.cache.poll().await {
                     Ok(()) => failing = false,
                     Err(error) => {
                         // Entries then age out and requests read their rows themselves: fail closed, not open.
                         if !failing {
-                            tracing::warn!(%error, "cannot re-read cached agent credentials");
+                            tracing::warn!(%error, "cannot poll the store for credential revocations");
                         }
                         failing = true;
                     }
@@ -485,13 +554,15 @@ fn revoked_credential(json: &str) -> Option<CredentialId> {
 
 #[cfg(test)]
 mod tests {
-    use gateway_core::{Event, EventPayload, InMemoryAgentCredentialStore, IssuedToken};
+    use gateway_core::{Event, EventPayload, InMemoryAgentCredentialStore, IssuedToken, ManualClock};
     use time::OffsetDateTime;
 
     use super::*;
 
     struct Fixture {
         store: Arc<InMemoryAgentCredentialStore>,
+        /// The wall clock revocations are stamped by; tokio's paused clock drives the cache's ages.
+        clock: ManualClock,
         cache: CredentialCache,
     }
 
@@ -501,8 +572,9 @@ mod tests {
 
     fn fixture_holding(max_verified: usize) -> Fixture {
         let store = Arc::new(InMemoryAgentCredentialStore::default());
-        let cache = CredentialCache::with_capacity(store.clone(), max_verified);
-        Fixture { store, cache }
+        let clock = ManualClock::at_fixed_start();
+        let cache = CredentialCache::with_capacity(store.clone(), Arc::new(clock.clone()), max_verified);
+        Fixture { store, clock, cache }
     }
 
     impl Fixture {
@@ -516,7 +588,7 @@ mod tests {
 
         async fn verify(&self, token: &str) -> Option<String> {
             match self.cache.verify(PresentedToken::parse(token).unwrap()).await.unwrap() {
-                Verdict::Verified(verified) => Some(verified.agent_id.to_string()),
+                Verdict::Verified(verified) => Some(verified.agent_id().to_string()),
                 Verdict::Refused => None,
             }
         }
@@ -527,8 +599,26 @@ mod tests {
         }
 
         fn revoke(&self, issued: &IssuedToken, agent: &str) {
+            self.revoke_at(issued, agent, self.clock.now());
+        }
+
+        /// Revoked by an instance whose clock said `at`.
+        fn revoke_at(&self, issued: &IssuedToken, agent: &str, at: OffsetDateTime) {
             let agent = AgentId::new(agent).unwrap();
-            self.store.revoke_credential(&agent, &issued.credential_id, OffsetDateTime::now_utc()).unwrap();
+            self.store.revoke_credential(&agent, &issued.credential_id, at).unwrap();
+        }
+
+        /// Moves both clocks.
+        async fn advance(&self, by: Duration) {
+            self.clock.advance(time::Duration::try_from(by).unwrap());
+            tokio::time::advance(by).await;
+        }
+
+        fn held(&self) -> Vec<String> {
+            let mut held: Vec<String> =
+                self.cache.inner.read().verified.iter().map(|entry| entry.agent.as_str().to_owned()).collect();
+            held.sort();
+            held
         }
     }
 
@@ -612,33 +702,88 @@ mod tests {
         let row = fixture.store.credential(&issued.credential_id).unwrap().unwrap();
         let mut cached = fixture.cache.inner.write();
         if cached.generation == generation {
-            let entry = Arc::new(fixture.cache.inner.entry(row, 0));
+            let agent = CompactAgentId::from(&row.agent_id);
+            let key = row.credential_id.key();
+            let entry = Entry { key, used_s: AtomicU32::new(0), read_ms: 0, hash: row.token_hash, agent };
             cached.insert_verified(entry, MAX_VERIFIED);
         }
         drop(cached);
         assert!(fixture.cache.is_empty());
     }
 
+    /// Revoked on another instance whose event never arrives: the next poll drops the credential and closes the
+    /// streams opened with it, here long before its entry would have aged out.
     #[tokio::test(start_paused = true)]
-    async fn the_refresh_keeps_busy_entries_fresh_drops_revoked_and_idle_ones() {
+    async fn a_poll_drops_credentials_revoked_elsewhere_and_closes_their_streams() {
         let fixture = fixture();
-        let busy = fixture.issue("busy");
-        let revoked = fixture.issue("revoked");
-        let idle = fixture.issue("idle");
-        for issued in [&busy, &revoked, &idle] {
+        let (revoked, kept) = (fixture.issue("agent-a"), fixture.issue("agent-b"));
+        let Verdict::Verified(verified) =
+            fixture.cache.verify(PresentedToken::parse(revoked.expose()).unwrap()).await.unwrap()
+        else {
+            panic!("verified")
+        };
+        assert!(fixture.verify(kept.expose()).await.is_some());
+        let shutdown = CancellationToken::new();
+        let (stop, _guard) = fixture.cache.stream_stop(&verified, &shutdown);
+        fixture.cache.poll().await.unwrap();
+        assert_eq!(fixture.held(), ["agent-a", "agent-b"], "nothing revoked yet");
+
+        fixture.advance(Duration::from_millis(100)).await;
+        fixture.revoke(&revoked, "agent-a");
+        assert_eq!(fixture.verify(revoked.expose()).await.as_deref(), Some("agent-a"), "until the next poll");
+        fixture.advance(POLL_INTERVAL).await;
+        fixture.cache.poll().await.unwrap();
+        assert!(stop.is_cancelled(), "its stream is closed");
+        assert_eq!(fixture.held(), ["agent-b"]);
+        assert_eq!(fixture.verify(revoked.expose()).await, None);
+        assert_eq!(fixture.verify(kept.expose()).await.as_deref(), Some("agent-b"));
+    }
+
+    /// Each poll looks back [`REVOCATION_LOOKBACK`] before the previous one: a revocation stamped by a clock that
+    /// is behind this one's (or committed late) within that is found; one stamped before it is not.
+    #[tokio::test(start_paused = true)]
+    async fn a_poll_looks_back_from_the_previous_poll() {
+        let fixture = fixture();
+        let (late, too_late) = (fixture.issue("late"), fixture.issue("too-late"));
+        for issued in [&late, &too_late] {
             assert!(fixture.verify(issued.expose()).await.is_some());
         }
-        fixture.revoke(&revoked, "revoked");
-        for _ in 0..70 {
-            tokio::time::advance(REFRESH_INTERVAL).await;
-            assert_eq!(fixture.verify(busy.expose()).await.as_deref(), Some("busy"));
-            fixture.cache.refresh().await.unwrap();
+        fixture.cache.poll().await.unwrap();
+        let previous = fixture.clock.now();
+        fixture.advance(POLL_INTERVAL).await;
+        let lookback = time::Duration::try_from(REVOCATION_LOOKBACK).unwrap();
+        fixture.revoke_at(&late, "late", previous - lookback);
+        fixture.revoke_at(&too_late, "too-late", previous - lookback - time::Duration::milliseconds(1));
+        fixture.cache.poll().await.unwrap();
+        assert_eq!(fixture.held(), ["too-late"]);
+    }
+
+    /// Polls keep every entry trusted without reading it again; while the store cannot be polled, entries age out
+    /// [`REVALIDATE_AFTER`] after the last poll that succeeded, and are then read again (here: a 503). Entries
+    /// unused for [`IDLE_AFTER`] are dropped.
+    #[tokio::test(start_paused = true)]
+    async fn polls_keep_entries_trusted_and_idle_ones_are_dropped() {
+        let fixture = fixture();
+        let (busy, idle) = (fixture.issue("busy"), fixture.issue("idle"));
+        for issued in [&busy, &idle] {
+            assert!(fixture.verify(issued.expose()).await.is_some());
         }
-        // The busy one was re-read in the background all along: it still verifies with the store down.
+        for _ in 0..70 {
+            fixture.advance(POLL_INTERVAL).await;
+            assert_eq!(fixture.verify(busy.expose()).await.as_deref(), Some("busy"));
+            fixture.cache.poll().await.unwrap();
+        }
+        assert_eq!(fixture.held(), ["busy"], "the idle one is gone after a minute unused");
+        let read_ms: Vec<u64> = fixture.cache.inner.read().verified.iter().map(|entry| entry.read_ms).collect();
+        assert_eq!(read_ms, [0], "never read again after the first request");
+
         fixture.store_down();
-        assert_eq!(fixture.verify(busy.expose()).await.as_deref(), Some("busy"));
-        let held: Vec<String> = fixture.cache.inner.read().verified.values().map(|e| e.agent_id.to_string()).collect();
-        assert_eq!(held, ["busy"], "the revoked one is gone, and the idle one after a minute unused");
+        assert!(fixture.cache.poll().await.is_err());
+        fixture.advance(REVALIDATE_AFTER - Duration::from_millis(1)).await;
+        assert_eq!(fixture.verify(busy.expose()).await.as_deref(), Some("busy"), "confirmed by the last poll");
+        fixture.advance(Duration::from_millis(1)).await;
+        let due = fixture.cache.verify(PresentedToken::parse(busy.expose()).unwrap()).await;
+        assert!(matches!(due, Err(StoreError::Unavailable(_))), "aged out, it is read again: {due:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -655,6 +800,13 @@ mod tests {
         }
         let cached = fixture.cache.inner.read();
         assert_eq!((cached.refused.len(), cached.refused_order.len()), (MAX_REFUSED, MAX_REFUSED));
+    }
+
+    #[test]
+    fn an_entry_is_two_cache_lines_of_its_own() {
+        assert_eq!((size_of::<Entry>(), align_of::<Entry>()), (128, 128));
+        // The first line holds what every hit compares before the agent id.
+        assert!(std::mem::offset_of!(Entry, agent) <= 64 - 8);
     }
 
     #[test]

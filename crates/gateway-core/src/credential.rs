@@ -89,6 +89,11 @@ impl CredentialId {
     }
 
     /// The id's bytes.
+    /// The id whose bytes `key` is.
+    pub fn from_key(key: &CredentialKey) -> Self {
+        Self(crate::hex::encode(key))
+    }
+
     pub fn key(&self) -> CredentialKey {
         let mut key = [0u8; ID_BYTES];
         // Always decodes: the text was checked when the id was made.
@@ -282,10 +287,11 @@ pub trait AgentCredentialStore: Send + Sync + fmt::Debug {
 
     fn credential(&self, id: &CredentialId) -> Result<Option<CredentialRecord>, StoreError>;
 
-    /// Which of `ids` are stored and not revoked, each once, in no particular order: what a cache of verified
-    /// credentials asks to keep them (a stored credential changes only by being revoked). Any number of ids
-    /// (adapters split them into statements of their own size).
-    fn unrevoked_credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialId>, StoreError>;
+    /// The credentials revoked at or after `since`, each once, in no particular order: what a cache of verified
+    /// credentials polls to drop the ones revoked elsewhere (a stored credential changes only by being revoked, so
+    /// this is all it needs to know). Answered from an index on `revoked_at`: the work is the revocations', not
+    /// the credentials'.
+    fn revoked_since(&self, since: OffsetDateTime) -> Result<Vec<CredentialId>, StoreError>;
 
     /// `agent_id`'s credentials, revoked ones included, by credential id (so oldest first), after `after`, at
     /// most `limit`.
@@ -330,14 +336,13 @@ impl AgentCredentialStore for InMemoryAgentCredentialStore {
         Ok(lock(&self.rows).get(id).cloned())
     }
 
-    fn unrevoked_credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialId>, StoreError> {
+    fn revoked_since(&self, since: OffsetDateTime) -> Result<Vec<CredentialId>, StoreError> {
         self.failure.check()?;
-        let rows = lock(&self.rows);
-        let mut found: Vec<CredentialId> =
-            ids.iter().filter(|id| rows.get(*id).is_some_and(|row| !row.is_revoked())).cloned().collect();
-        found.sort_unstable();
-        found.dedup();
-        Ok(found)
+        Ok(lock(&self.rows)
+            .values()
+            .filter(|row| row.revoked_at.is_some_and(|at| at >= since))
+            .map(|row| row.credential_id.clone())
+            .collect())
     }
 
     fn agent_credentials(
@@ -451,7 +456,7 @@ mod tests {
         let id = CredentialId::parse(&"0".repeat(24)).unwrap();
         let agent = AgentId::new("a").unwrap();
         assert!(store.credential(&id).is_err());
-        assert!(store.unrevoked_credentials(std::slice::from_ref(&id)).is_err());
+        assert!(store.revoked_since(OffsetDateTime::now_utc()).is_err());
         assert!(store.agent_credentials(&agent, None, 10).is_err());
         assert!(store.revoke_credential(&agent, &id, OffsetDateTime::now_utc()).is_err());
     }

@@ -109,6 +109,64 @@ validated_id!(
     ToolCallId
 );
 
+/// Bytes of an agent id that a [`CompactAgentId`] holds in place.
+pub const INLINE_AGENT_ID_BYTES: usize = 62;
+
+/// An [`AgentId`] held in place when it is at most [`INLINE_AGENT_ID_BYTES`] long (most are), else as the id
+/// itself: a copy that a cache entry keeps inside its own cache lines, so that comparing it follows no pointer.
+/// Made only from an [`AgentId`], so it is always a valid one.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CompactAgentId(Compact);
+
+#[derive(Clone, PartialEq, Eq)]
+enum Compact {
+    Inline { len: u8, bytes: [u8; INLINE_AGENT_ID_BYTES] },
+    Heap(AgentId),
+}
+
+impl CompactAgentId {
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // Always valid UTF-8: the bytes are a whole `str`'s, copied from an `AgentId`.
+            Compact::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
+            Compact::Heap(id) => id.as_str(),
+        }
+    }
+
+    /// The id as an [`AgentId`] of its own (a copy when held in place).
+    pub fn to_agent_id(&self) -> AgentId {
+        match &self.0 {
+            Compact::Inline { .. } => AgentId(self.as_str().to_owned()),
+            Compact::Heap(id) => id.clone(),
+        }
+    }
+
+    /// Whether `id` is this id.
+    pub fn is(&self, id: &AgentId) -> bool {
+        self.as_str() == id.as_str()
+    }
+}
+
+impl From<&AgentId> for CompactAgentId {
+    fn from(id: &AgentId) -> Self {
+        let text = id.as_str().as_bytes();
+        match u8::try_from(text.len()) {
+            Ok(len) if text.len() <= INLINE_AGENT_ID_BYTES => {
+                let mut bytes = [0u8; INLINE_AGENT_ID_BYTES];
+                bytes[..text.len()].copy_from_slice(text);
+                Self(Compact::Inline { len, bytes })
+            }
+            _ => Self(Compact::Heap(id.clone())),
+        }
+    }
+}
+
+impl fmt::Debug for CompactAgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
 /// Longest accepted `Idempotency-Key`.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 
@@ -141,6 +199,24 @@ impl IdempotencyKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compact_agent_id_is_the_id_it_was_made_from_held_in_place_when_short() {
+        assert_eq!(size_of::<CompactAgentId>(), 64, "one cache line");
+        for text in ["a", "agent-0042", "é-agent", &"x".repeat(INLINE_AGENT_ID_BYTES), &"y".repeat(MAX_ID_BYTES)] {
+            let id = AgentId::new(text).unwrap();
+            let compact = CompactAgentId::from(&id);
+            assert_eq!(compact.as_str(), text);
+            assert_eq!(compact.to_agent_id(), id);
+            assert!(compact.is(&id));
+            assert_eq!(matches!(compact.0, Compact::Inline { .. }), text.len() <= INLINE_AGENT_ID_BYTES, "{text}");
+        }
+        let short = CompactAgentId::from(&AgentId::new("agent-1").unwrap());
+        for other in ["agent-10", "agent-", "Agent-1", "agent-2"] {
+            assert!(!short.is(&AgentId::new(other).unwrap()), "{other}");
+        }
+        assert_eq!(format!("{short:?}"), "\"agent-1\"");
+    }
 
     #[test]
     fn idempotency_keys_are_short_visible_ascii() {

@@ -81,7 +81,7 @@ pub use decision_log::{DecisionLog, SchemaViolation};
 pub use event::{Event, EventPayload, EventPublisher, PublishError, RecordingPublisher, Topic};
 pub use health::{ComponentHealth, HealthReport, RunningGuard};
 pub use heartbeat::{HeartbeatRecord, HeartbeatStore, InMemoryHeartbeatStore};
-pub use ids::{AgentId, ClusterId, IdError, IdempotencyKey, ToolCallId};
+pub use ids::{AgentId, ClusterId, CompactAgentId, INLINE_AGENT_ID_BYTES, IdError, IdempotencyKey, ToolCallId};
 pub use intake::{
     AcceptedReceipt, DecisionLogIntake, InspectedLog, IntakePorts, ReminderDesk, ReminderNotScheduled, ReminderRefusal,
     ScheduledReminder, Settling,

@@ -13,8 +13,17 @@ use crate::connection::DieselStore;
 use crate::schema::agent_credentials;
 use crate::timestamp::{from_db, to_db};
 
-/// Ids per batch check: one parameter each, far below either backend's limit.
-const MAX_IDS_PER_READ: usize = 500;
+/// The credentials revoked at or after `since`, through the partial index `agent_credentials_revoked_at` (which
+/// holds revoked rows only, so the poll reads nothing of the unrevoked majority).
+fn revoked_since_query(
+    since: OffsetDateTime,
+) -> diesel::dsl::Select<
+    diesel::dsl::Filter<agent_credentials::table, diesel::dsl::GtEq<agent_credentials::revoked_at, PrimitiveDateTime>>,
+    agent_credentials::credential_id,
+> {
+    use agent_credentials::dsl;
+    dsl::agent_credentials.filter(dsl::revoked_at.ge(to_db(since))).select(dsl::credential_id)
+}
 
 #[derive(Queryable)]
 #[diesel(table_name = agent_credentials)]
@@ -64,30 +73,18 @@ impl AgentCredentialStore for DieselStore {
         row.map(CredentialRow::into_record).transpose()
     }
 
-    fn unrevoked_credentials(&self, ids: &[CredentialId]) -> Result<Vec<CredentialId>, StoreError> {
-        use agent_credentials::dsl;
-        // Each id once: an id repeated across two statements would come back twice.
-        let mut ids: Vec<&str> = ids.iter().map(CredentialId::as_str).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let mut found = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(MAX_IDS_PER_READ) {
-            let query = dsl::agent_credentials
-                .filter(dsl::credential_id.eq_any(chunk))
-                .filter(dsl::revoked_at.is_null())
-                .select(dsl::credential_id);
-            let rows = self.with_connection(
-                "check credentials",
-                |connection| on_backend!(connection, c => query.load::<String>(c)),
-            )?;
-            for id in rows {
-                found.push(
-                    CredentialId::parse(&id)
-                        .ok_or_else(|| StoreError::Internal("stored credential credential_id invalid".into()))?,
-                );
-            }
-        }
-        Ok(found)
+    fn revoked_since(&self, since: OffsetDateTime) -> Result<Vec<CredentialId>, StoreError> {
+        let query = revoked_since_query(since);
+        let ids = self.with_connection(
+            "poll credential revocations",
+            |connection| on_backend!(connection, c => query.load::<String>(c)),
+        )?;
+        ids.into_iter()
+            .map(|id| {
+                CredentialId::parse(&id)
+                    .ok_or_else(|| StoreError::Internal("stored credential credential_id invalid".into()))
+            })
+            .collect()
     }
 
     fn agent_credentials(
@@ -161,4 +158,42 @@ mod tests {
     }
 
     on_every_backend!(a_corrupt_hash_is_an_internal_error);
+
+    /// The revocation poll reads the partial index of revoked rows: never the table, whatever its size.
+    #[test]
+    fn the_revocation_poll_reads_its_index_on_sqlite() {
+        let fixture = crate::testing::sqlite();
+        let plan = fixture
+            .store
+            .with_sqlite("explain", |connection| {
+                crate::explain::query_plan(connection, revoked_since_query(datetime!(2026-02-22 12:00:00 UTC)))
+            })
+            .unwrap()
+            .unwrap();
+        assert!(plan.iter().any(|line| line.contains("INDEX agent_credentials_revoked_at")), "{plan:?}");
+        assert!(!plan.iter().any(|line| line.starts_with("SCAN")), "the poll scans the table: {plan:?}");
+    }
+
+    /// The same on PostgreSQL, with 100,000 credentials of which 1,000 are revoked, and statistics for them.
+    #[test]
+    fn the_revocation_poll_reads_its_index_on_postgres() {
+        let Some(fixture) =
+            crate::testing::postgres("credential::tests::the_revocation_poll_reads_its_index_on_postgres")
+        else {
+            return;
+        };
+        let plan = fixture
+            .store
+            .with_connection("explain", |connection| {
+                let crate::connection::AnyConnection::Postgres(c) = connection else {
+                    unreachable!("a PostgreSQL store")
+                };
+                crate::explain::fill_agent_credentials(c, 100_000)?;
+                crate::explain::postgres_plan(c, revoked_since_query(datetime!(2026-02-22 11:59:00 UTC)))
+            })
+            .unwrap()
+            .join("\n");
+        assert!(plan.contains("agent_credentials_revoked_at"), "{plan}");
+        assert!(!plan.contains("Seq Scan"), "the poll scans the table: {plan}");
+    }
 }

@@ -99,3 +99,15 @@ pub(crate) fn fill_agent_mailbox(connection: &mut PgConnection, rows: u32) -> Qu
          FROM generate_series(1, {rows}) AS n; ANALYZE agent_mailbox;"
     ))
 }
+
+/// `rows` credentials of 1,000 agents, one issued a second before 2026-02-22 12:00, one in a hundred revoked at its
+/// issue time; and fresh statistics.
+pub(crate) fn fill_agent_credentials(connection: &mut PgConnection, rows: u32) -> QueryResult<()> {
+    connection.batch_execute(&format!(
+        "INSERT INTO agent_credentials (credential_id, agent_id, token_hash, created_at, revoked_at) \
+         SELECT lpad(to_hex(n), 24, '0'), 'agent-' || (n % 1000), repeat('0', 64), \
+         TIMESTAMP '2026-02-22 12:00:00' - ({rows} - n) * INTERVAL '1 second', \
+         CASE WHEN n % 100 = 0 THEN TIMESTAMP '2026-02-22 12:00:00' - ({rows} - n) * INTERVAL '1 second' END \
+         FROM generate_series(1, {rows}) AS n; ANALYZE agent_credentials;"
+    ))
+}

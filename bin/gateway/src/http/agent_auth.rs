@@ -43,16 +43,16 @@ pub enum Caller {
     /// Agent auth is off: nobody is asked who they are.
     Open,
     /// An agent, by one of its credentials.
-    Agent(Arc<Verified>),
+    Agent(Verified),
     /// The operator's token, where it is accepted ([`Access::Read`]).
     Operator,
 }
 
 impl Caller {
     /// The agent the caller authenticated as, if it did as one.
-    pub fn agent_id(&self) -> Option<&AgentId> {
+    pub fn agent_id(&self) -> Option<AgentId> {
         match self {
-            Self::Agent(verified) => Some(&verified.agent_id),
+            Self::Agent(verified) => Some(verified.agent_id()),
             Self::Open | Self::Operator => None,
         }
     }
@@ -128,31 +128,38 @@ impl AgentAuth {
     pub async fn admit(&self, caller: &Caller, named: Named<'_>, access: Access) -> Result<(), ApiError> {
         let (counted, refusal) = match caller {
             Caller::Open => match named {
-                Named::Agent(agent_id) => (Some(agent_id), None),
-                Named::Nobody | Named::Unreadable => (None, None),
+                Named::Agent(agent_id) => (Counted::Named(agent_id), None),
+                Named::Nobody | Named::Unreadable => (Counted::Nobody, None),
             },
             Caller::Operator if access == Access::Read => return Ok(()),
             Caller::Operator => {
                 return Err(ApiError::identity_mismatch("the operator token does not act for agents: use the agent's"));
             }
             Caller::Agent(verified) => {
-                let refusal = match named {
-                    Named::Agent(agent_id) if *agent_id != verified.agent_id => {
-                        Some(ApiError::identity_mismatch("the agent named differs from the token's agent"))
-                    }
-                    Named::Nobody if access != Access::Read => Some(ApiError::identity_mismatch(
-                        "identity.agent_id is required with agent auth on, and must be the token's agent",
-                    )),
-                    Named::Agent(_) | Named::Nobody | Named::Unreadable => None,
+                let (counted, refusal) = match named {
+                    Named::Agent(agent_id) if verified.is_agent(agent_id) => (Counted::Named(agent_id), None),
+                    Named::Agent(_) => (
+                        Counted::Credential(verified),
+                        Some(ApiError::identity_mismatch("the agent named differs from the token's agent")),
+                    ),
+                    Named::Nobody if access != Access::Read => (
+                        Counted::Credential(verified),
+                        Some(ApiError::identity_mismatch(
+                            "identity.agent_id is required with agent auth on, and must be the token's agent",
+                        )),
+                    ),
+                    Named::Nobody | Named::Unreadable => (Counted::Credential(verified), None),
                 };
-                (Some(&verified.agent_id), refusal)
+                (counted, refusal)
             }
         };
         // A refused request counts too (it is the authenticated agent's request all the same); the refusal is
         // what it is told.
         let limited = match counted {
-            Some(agent_id) if access == Access::Act => self.count(agent_id).await,
-            _ => Ok(()),
+            _ if access != Access::Act => Ok(()),
+            Counted::Named(agent_id) => self.count(agent_id).await,
+            Counted::Credential(verified) => self.count(&verified.agent_id()).await,
+            Counted::Nobody => Ok(()),
         };
         refusal.map_or(limited, Err)
     }
@@ -182,6 +189,14 @@ impl AgentAuth {
     }
 }
 
+/// Whose request [`AgentAuth::admit`] counts: the agent the body names (with auth on, only once it is the
+/// credential's), else the credential's agent, else nobody.
+enum Counted<'a> {
+    Named(&'a AgentId),
+    Credential(&'a Verified),
+    Nobody,
+}
+
 fn needs_token(what: &str) -> ApiError {
     ApiError::unauthorized().with_detail(format!("agent auth is on: send Authorization: Bearer <{what}>"))
 }
@@ -205,7 +220,7 @@ mod tests {
 
     fn fixture(required: bool, limit: Option<u32>) -> Fixture {
         let store = Arc::new(InMemoryAgentCredentialStore::default());
-        let credentials = CredentialCache::new(store.clone());
+        let credentials = CredentialCache::new(store.clone(), Arc::new(gateway_core::SystemClock));
         let limiter = limit.map(|limit| Arc::new(FixedWindowLimiter::per_minute(limit)) as Arc<dyn RateLimiter>);
         Fixture { store, auth: AgentAuth::new(required, credentials, OperatorAuth::new(OPERATOR), limiter) }
     }
@@ -241,7 +256,7 @@ mod tests {
         let token = fixture.token("agent-a");
         let a = agent("agent-a");
         let caller = auth.authenticate(&bearer(&token)).await.unwrap();
-        assert_eq!(caller.agent_id(), Some(&a));
+        assert_eq!(caller.agent_id(), Some(a.clone()));
         for access in [Access::Heartbeat, Access::Act, Access::Read] {
             assert_eq!(status(auth.admit(&caller, Named::Agent(&a), access).await), StatusCode::OK);
             let other = auth.admit(&caller, Named::Agent(&agent("agent-b")), access).await.unwrap_err();

@@ -1,6 +1,6 @@
-//! Rules every [`AgentCredentialStore`] must keep: a credential reads back exactly as issued, by id, in batches and
-//! in its agent's list; ids are unique; revocation is once, by the owning agent only, and keeps the row. Instants
-//! carry milliseconds, which every backend keeps exactly.
+//! Rules every [`AgentCredentialStore`] must keep: a credential reads back exactly as issued, by id and in its
+//! agent's list; revoked ones are found by when they were revoked; ids are unique; revocation is once, by the
+//! owning agent only, and keeps the row. Instants carry milliseconds, which every backend keeps exactly.
 
 use time::{Duration, OffsetDateTime};
 
@@ -51,35 +51,44 @@ pub fn a_credential_id_is_unique(store: &dyn AgentCredentialStore, at: OffsetDat
     assert_eq!(store.agent_credentials(&agent("agent-b"), None, 10).expect("list"), vec![]);
 }
 
-/// The batch check answers which of the ids are stored and not revoked, each once, leaving out ids stored nowhere
-/// and revoked credentials; it takes more ids than an adapter puts in one statement (1,200 here, of which 600 are
-/// stored and 100 of those revoked) and an empty batch. Expects an empty store.
-pub fn a_batch_check_finds_the_unrevoked_credentials_among_the_ids(
+/// The revocation poll answers the credentials revoked at or after its instant, each once (`revoked_at` equal to
+/// it included), and none that are unrevoked or were revoked before it; 600 credentials, 100 of them revoked at
+/// instants a millisecond apart. Expects an empty store.
+pub fn the_revocation_poll_finds_the_credentials_revoked_since_its_instant(
     store: &dyn AgentCredentialStore,
     at: OffsetDateTime,
 ) {
+    assert_eq!(store.revoked_since(at).expect("poll an empty store"), vec![]);
     let stored: Vec<CredentialRecord> = (0..600)
         .map(|n| credential(2 * n, &format!("agent-{}", n % 7), at + Duration::milliseconds(n.into())))
         .collect();
     for row in &stored {
         store.insert_credential(row).expect("insert");
     }
-    for row in stored.iter().step_by(6) {
-        store.revoke_credential(&row.agent_id, &row.credential_id, at).expect("revoke");
-    }
-    let mut ids: Vec<CredentialId> = (0..1_200).map(id).collect();
-    ids.push(id(2));
-    let mut found = store.unrevoked_credentials(&ids).expect("batch check");
+    let revoked: Vec<(OffsetDateTime, CredentialId)> = stored
+        .iter()
+        .step_by(6)
+        .enumerate()
+        .map(|(n, row)| {
+            let revoked_at = at + Duration::milliseconds(i64::try_from(n).expect("small"));
+            store.revoke_credential(&row.agent_id, &row.credential_id, revoked_at).expect("revoke");
+            (revoked_at, row.credential_id.clone())
+        })
+        .collect();
+    assert_eq!(store.revoked_since(at - Duration::days(1)).expect("poll").len(), 100);
+    let since = at + Duration::milliseconds(40);
+    let mut found = store.revoked_since(since).expect("poll");
     found.sort();
-    let expected: Vec<CredentialId> =
-        stored.iter().enumerate().filter(|(n, _)| n % 6 != 0).map(|(_, row)| row.credential_id.clone()).collect();
-    assert_eq!(found, expected);
-    assert_eq!(store.unrevoked_credentials(&[]).expect("an empty batch"), vec![]);
+    let mut expected: Vec<CredentialId> =
+        revoked.iter().filter(|(revoked_at, _)| *revoked_at >= since).map(|(_, id)| id.clone()).collect();
+    expected.sort();
+    assert_eq!((found.len(), &found), (60, &expected));
+    assert_eq!(store.revoked_since(at + Duration::milliseconds(100)).expect("poll"), vec![]);
 }
 
 /// Revoking sets `revoked_at` once: a second revocation keeps the first instant. A credential is revoked only
 /// through its own agent: through another it is `None` and stays as it was, as is an unknown id. The row stays,
-/// listed with its `revoked_at`, and the batch check no longer finds it. Expects an empty store.
+/// listed with its `revoked_at`, and the revocation poll finds it from its first instant on. Expects an empty store.
 pub fn revocation_is_once_by_the_owning_agent_and_keeps_the_row(store: &dyn AgentCredentialStore, at: OffsetDateTime) {
     let kept = credential(1, "agent-a", at);
     let revoked = credential(2, "agent-a", at);
@@ -105,8 +114,8 @@ pub fn revocation_is_once_by_the_owning_agent_and_keeps_the_row(store: &dyn Agen
         store.agent_credentials(&agent("agent-a"), None, 10).expect("list"),
         vec![kept.clone(), expected.clone()]
     );
-    let both = [kept.credential_id.clone(), revoked.credential_id.clone()];
-    assert_eq!(store.unrevoked_credentials(&both).expect("batch check"), vec![kept.credential_id.clone()]);
+    assert_eq!(store.revoked_since(first).expect("poll"), vec![revoked.credential_id.clone()]);
+    assert_eq!(store.revoked_since(first + Duration::milliseconds(1)).expect("poll"), vec![]);
     assert_eq!(store.credential(&revoked.credential_id).expect("read"), Some(expected));
 }
 

@@ -182,7 +182,7 @@ macro_rules! agent_credential_store_conformance {
         $crate::__conformance_tests!(agent_credential_store, credential, $fixture;
             a_credential_reads_back_as_issued_and_unknown_ids_read_as_none,
             a_credential_id_is_unique,
-            a_batch_check_finds_the_unrevoked_credentials_among_the_ids,
+            the_revocation_poll_finds_the_credentials_revoked_since_its_instant,
             revocation_is_once_by_the_owning_agent_and_keeps_the_row,
             an_agents_credentials_list_by_id_in_pages,
         );

@@ -1,0 +1,1 @@
+DROP INDEX agent_credentials_revoked_at;
