@@ -79,6 +79,9 @@ fn main() {
     let guarded = start_gateway(&pinning, &gateway_binary, &dir, "auth", "required");
     let issuing = std::time::Instant::now();
     let tokens = issue_tokens(&guarded, settings.agents);
+    // The same on the open gateway (which ignores them), so that both hold the same data and went through the
+    // same work before the measurements: only the flag differs.
+    let open_tokens = issue_tokens(&open, settings.agents);
     println!("issued {} agent credentials in {:.1} s", tokens.len(), issuing.elapsed().as_secs_f64());
 
     // For comparison: the same HTTP and JSON work without the database (a DecisionLog is validated and
@@ -101,7 +104,7 @@ fn main() {
         // costs by itself, apart from checking the token.
         let headed = Target {
             name: "POST /gateway/heartbeat, auth off, tokens sent",
-            measured: drive(&settings, &open, "/gateway/heartbeat", Some(std::sync::Arc::clone(&tokens))),
+            measured: drive(&settings, &open, "/gateway/heartbeat", Some(std::sync::Arc::clone(&open_tokens))),
         };
         headed.report(Some(&ceiling));
         pairs.push((heartbeat, authenticated, headed));

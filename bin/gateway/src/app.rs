@@ -194,6 +194,7 @@ impl App {
             shared_fires: Arc::default(),
             stream_limits: StreamLimits {
                 replay_entry_bytes: config.reminder_payload_max_bytes.saturating_add(REMINDER_FRAME_OVERHEAD),
+                per_address: config.agent_streams_per_address,
                 ..config.stream_limits
             },
             metrics: Metrics::new(crate::http::ROUTE_NAMES),

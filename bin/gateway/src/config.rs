@@ -131,6 +131,13 @@ pub struct Config {
           value_parser = at_most_usize(gateway_cron::MAX_PENDING_REMINDERS_PER_AGENT))]
     pub max_pending_reminders_per_agent: usize,
 
+    /// Most open agent event streams (`agent:<id>:scheduled`) from one client address. Agents behind one reverse
+    /// proxy or NAT all come from its address: raise this there (the total stays 1,024).
+    #[arg(long, env = "GATEWAY_AGENT_STREAMS_PER_ADDRESS", value_name = "N",
+          default_value_t = crate::http::events::MAX_STREAMS_PER_ADDRESS,
+          value_parser = at_least_one_at_most(crate::state::MAX_EVENT_STREAMS))]
+    pub agent_streams_per_address: usize,
+
     /// Log format.
     #[arg(long, env = "GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -406,6 +413,13 @@ fn up_to_u32(max: u64) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + 
 fn at_most_usize(max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
     let bounded = at_most(u64::try_from(max).unwrap_or(u64::MAX));
     move |value| bounded(value).and_then(|number| usize::try_from(number).map_err(|_| "is too large".to_owned()))
+}
+
+fn at_least_one_at_most(max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+    let bounded = at_most_usize(max);
+    move |value| {
+        bounded(value).and_then(|number| if number == 0 { Err("must be at least 1".to_owned()) } else { Ok(number) })
+    }
 }
 
 /// A value parser whose errors never repeat the value: clap's own message would ("invalid value 'hunter2…' for
@@ -694,6 +708,11 @@ mod tests {
         assert_eq!((cron.reminder_payload_max_bytes, cron.max_pending_reminders_per_agent), (1_048_576, 3));
         assert_eq!(cron.lookahead, gateway_cron::DEFAULT_LOOKAHEAD, "the rest are the crate's defaults");
         assert_eq!(config.tools().retention, Duration::from_secs(2 * 86_400));
+        assert_eq!(parse(&[]).unwrap().agent_streams_per_address, 32);
+        assert_eq!(parse(&["--agent-streams-per-address=1024"]).unwrap().agent_streams_per_address, 1_024);
+        for refused in ["--agent-streams-per-address=0", "--agent-streams-per-address=1025"] {
+            assert!(parse(&[refused]).is_err(), "{refused}");
+        }
     }
 
     #[test]

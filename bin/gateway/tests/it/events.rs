@@ -144,8 +144,9 @@ fn a_stream_delivers_every_event_in_order() {
     }
 }
 
-/// The stall watchdog with test-sized limits, on an in-process gateway (the limits are not flags): a client that
-/// connects and never reads is disconnected on a topic with no events at all, and its place is given back.
+/// The stall watchdog with test-sized limits, on an in-process gateway (those limits are not flags): a client that
+/// connects and never reads is disconnected on a topic with no events at all, and its place is given back (one
+/// stream per address here, by `--agent-streams-per-address`).
 #[test]
 fn a_client_that_never_reads_is_disconnected_and_its_place_given_back() {
     use clap::Parser;
@@ -163,12 +164,13 @@ fn a_client_that_never_reads_is_disconnected_and_its_place_given_back() {
         &database,
         "--admin-token",
         crate::support::TOKEN,
+        "--agent-streams-per-address",
+        "1",
     ])
     .unwrap();
     config.stream_limits = StreamLimits {
         keep_alive: Duration::from_millis(20),
         stall_timeout: Duration::from_millis(500),
-        per_address: 1,
         ..StreamLimits::default()
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
