@@ -136,19 +136,19 @@ impl AgentAuth {
                 return Err(ApiError::identity_mismatch("the operator token does not act for agents: use the agent's"));
             }
             Caller::Agent(verified) => {
-                let (counted, refusal) = match named {
-                    Named::Agent(agent_id) if verified.is_agent(agent_id) => (Counted::Named(agent_id), None),
-                    Named::Agent(_) => (
-                        Counted::Credential(verified),
-                        Some(ApiError::identity_mismatch("the agent named differs from the token's agent")),
-                    ),
-                    Named::Nobody if access != Access::Read => (
-                        Counted::Credential(verified),
-                        Some(ApiError::identity_mismatch(
-                            "identity.agent_id is required with agent auth on, and must be the token's agent",
-                        )),
-                    ),
-                    Named::Nobody | Named::Unreadable => (Counted::Credential(verified), None),
+                let refusal = match named {
+                    Named::Agent(agent_id) if !verified.is_agent(agent_id) => {
+                        Some(ApiError::identity_mismatch("the agent named differs from the token's agent"))
+                    }
+                    Named::Nobody if access != Access::Read => Some(ApiError::identity_mismatch(
+                        "identity.agent_id is required with agent auth on, and must be the token's agent",
+                    )),
+                    Named::Agent(_) | Named::Nobody | Named::Unreadable => None,
+                };
+                let counted = match named {
+                    // Named and not refused: the credential's own agent, already at hand as an `AgentId`.
+                    Named::Agent(agent_id) if refusal.is_none() => Counted::Named(agent_id),
+                    Named::Agent(_) | Named::Nobody | Named::Unreadable => Counted::Credential(verified),
                 };
                 (counted, refusal)
             }
