@@ -938,3 +938,87 @@ fn a_job_paused_and_resumed_through_followers_stops_on_the_leader_and_fires_once
     let by_job = cluster.fires_by_job();
     assert!(by_job[&job].iter().all(|fire| fire.instance == leader), "fired by the leader only");
 }
+
+/// A heartbeat for `agent_id` to instance `index` with `token`: the status.
+fn heartbeat_as(cluster: &Cluster, index: usize, agent_id: &str, token: &str) -> u16 {
+    let agent =
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(PATIENCE)).build().new_agent();
+    let response = agent
+        .post(&cluster.gateway(index).url("/gateway/heartbeat"))
+        .header("authorization", &format!("Bearer {token}"))
+        .content_type("application/json")
+        .send(heartbeat(agent_id).to_string())
+        .unwrap();
+    response.status().as_u16()
+}
+
+/// Issues a credential for `agent_id` through instance `index`: its id and token.
+fn issue_credential(cluster: &Cluster, index: usize, agent_id: &str) -> (String, String) {
+    let (status, body) =
+        cluster.gateway(index).operator_post(&format!("/gateway/agents/{agent_id}/credentials"), &json!({}));
+    assert_eq!(status, 201, "{body}");
+    (body["credential_id"].as_str().unwrap().to_owned(), body["token"].as_str().unwrap().to_owned())
+}
+
+/// A credential revoked through one instance is refused by the others that had it cached: at once through the
+/// revocation event, and, with Redis down so that no event can travel, through their poll of the shared database
+/// (docs/architecture.md, "Agent credentials"). A poll confirms every entry it does not find revoked, so one that
+/// missed the revocation would keep the cached credential accepted for good: the refusal is the poll's doing (with
+/// the store's poll query answering nothing, this test fails). The poll also closes the event stream the agent had
+/// open on another instance.
+#[test]
+fn a_credential_revoked_on_one_instance_is_refused_by_the_others_by_event_and_by_poll_with_redis_down() {
+    let _turn = one_at_a_time();
+    let Some(mut cluster) = start(
+        "a_credential_revoked_on_one_instance_is_refused_by_the_others_by_event_and_by_poll_with_redis_down",
+        &["--agent-auth", "required"],
+    ) else {
+        return;
+    };
+    let revoke = |cluster: &Cluster, agent_id: &str, credential_id: &str| {
+        let (status, body) =
+            cluster.gateway(0).operator_delete(&format!("/gateway/agents/{agent_id}/credentials/{credential_id}"));
+        assert_eq!((status, body["status"].as_str()), (200, Some("revoked")), "{body}");
+    };
+
+    // By the event: milliseconds, far within the poll's second.
+    let (first_id, first) = issue_credential(&cluster, 0, "agent-revoked-by-event");
+    for index in [1, 2] {
+        assert_eq!(heartbeat_as(&cluster, index, "agent-revoked-by-event", &first), 200, "cached on {index}");
+    }
+    revoke(&cluster, "agent-revoked-by-event", &first_id);
+    let revoked = Instant::now();
+    assert_eq!(heartbeat_as(&cluster, 0, "agent-revoked-by-event", &first), 401, "refused where it was revoked");
+    for index in [1, 2] {
+        wait_until(&format!("instance {index} to refuse the revoked token"), Duration::from_secs(5), || {
+            heartbeat_as(&cluster, index, "agent-revoked-by-event", &first) == 401
+        });
+    }
+    let by_event = revoked.elapsed();
+
+    // By the poll, with Redis down.
+    let (second_id, second) = issue_credential(&cluster, 0, "agent-revoked-by-poll");
+    for index in [1, 2] {
+        assert_eq!(heartbeat_as(&cluster, index, "agent-revoked-by-poll", &second), 200, "cached on {index}");
+    }
+    let stream = EventStream::open(
+        &cluster.gateway(2).url("/gateway/events?topic=agent:agent-revoked-by-poll:scheduled"),
+        Some(&second),
+    );
+    cluster.redis.stop();
+    // Entries keep being confirmed by the polls meanwhile: still accepted a few seconds on.
+    thread::sleep(Duration::from_secs(2));
+    assert_eq!(heartbeat_as(&cluster, 1, "agent-revoked-by-poll", &second), 200, "cached and confirmed");
+    revoke(&cluster, "agent-revoked-by-poll", &second_id);
+    let revoked = Instant::now();
+    for index in [1, 2] {
+        wait_until(
+            &format!("instance {index} to refuse the revoked token without Redis"),
+            Duration::from_secs(5),
+            || heartbeat_as(&cluster, index, "agent-revoked-by-poll", &second) == 401,
+        );
+    }
+    let by_poll = revoked.elapsed();
+    assert!(stream.ended_within(Duration::from_secs(5)), "the stream opened with it is closed by the poll");
+    eprintln!("revocation reached the other instances in {by_event:?} by event, {by_poll:?} by poll");
+}
