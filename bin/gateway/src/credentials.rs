@@ -93,8 +93,9 @@ pub enum Verdict {
 
 /// One verified credential in the cache: what a hit reads, in one allocation-free block of two cache lines (its
 /// key, the times, the stored hash and the first bytes of the agent id in the first line, the rest of an id of up
-/// to 62 bytes in the second), held in the table itself. Both lines are fetched at once, unlike a pointer chain
-/// (bucket, then an `Arc`, then the id's text), whose every link is one more wait for memory.
+/// to 62 bytes in the second), held in the table itself. Both lines' addresses are known once the entry is found, so
+/// their loads can overlap, unlike a pointer chain (bucket, then an `Arc`, then the id's text), whose every link is
+/// one more wait for memory.
 #[repr(C, align(128))]
 struct Entry {
     key: CredentialKey,
