@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
+use gateway_core::stats::Counter;
 use gateway_core::sync::lock;
 use gateway_core::{
     AgentCredentialStore, AgentId, BackgroundLoop, Clock, CompactAgentId, CredentialId, CredentialKey, PresentedToken,
@@ -140,6 +141,8 @@ struct Inner {
     /// When idle entries were last looked for.
     swept: Mutex<Instant>,
     lookups: Semaphore,
+    /// Rows read on behalf of requests the cache could not answer (`/metrics`).
+    reads: Counter,
     /// Event streams opened with each credential, closed when it is revoked.
     streams: Mutex<HashMap<CredentialId, Vec<(u64, CancellationToken)>>>,
     next_stream: AtomicU64,
@@ -187,6 +190,7 @@ impl CredentialCache {
             polled_at: Mutex::new(None),
             swept: Mutex::new(started),
             lookups: Semaphore::new(MAX_CONCURRENT_LOOKUPS),
+            reads: Counter::new(),
             streams: Mutex::new(HashMap::new()),
             next_stream: AtomicU64::new(0),
             max_verified,
@@ -218,6 +222,7 @@ impl CredentialCache {
         }
         let generation = inner.read().generation;
         let store = Arc::clone(&inner.store);
+        inner.reads.increment();
         let row = run_blocking(move || store.credential(&id)).await??;
         let mut cached = inner.write();
         let fill = cached.generation == generation;
@@ -338,6 +343,11 @@ impl CredentialCache {
             cached.verified.retain(|entry| !idle(entry));
             cached.prune_refused(now, REFUSED_TTL);
         }
+    }
+
+    /// Credential rows read so far because a request found no answer in the cache.
+    pub fn store_reads(&self) -> u64 {
+        self.inner.reads.get()
     }
 
     /// Verified credentials held right now.
@@ -634,6 +644,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1)).await;
         let due = fixture.cache.verify(PresentedToken::parse(issued.expose()).unwrap()).await;
         assert!(matches!(due, Err(StoreError::Unavailable(_))), "due again, it is read again: {due:?}");
+        assert_eq!(fixture.cache.store_reads(), 2, "the first request's read and this one");
     }
 
     #[tokio::test(start_paused = true)]

@@ -300,6 +300,21 @@ impl Collector for Scrape {
             state.metrics.lagged_events.get(),
         )?;
 
+        let credentials = state.agent_auth.credentials();
+        counter(
+            &mut encoder,
+            "agent_credential_reads",
+            "Agent credentials read from the database because the cache had no answer (a request's first use of a \
+             credential, an entry aged out, or a made-up credential id)",
+            credentials.store_reads(),
+        )?;
+        gauge(
+            &mut encoder,
+            "agent_credentials_cached",
+            "Verified agent credentials this instance holds in memory",
+            as_i64(credentials.len()),
+        )?;
+
         let role = state.cluster.role();
         gauge(
             &mut encoder,

@@ -24,6 +24,8 @@ const FAMILIES: &[(&str, &str)] = &[
     ("gateway_webhook_due_backlog", "gauge"),
     ("gateway_sse_streams_open", "gauge"),
     ("gateway_sse_lagged_events", "counter"),
+    ("gateway_agent_credential_reads", "counter"),
+    ("gateway_agent_credentials_cached", "gauge"),
     ("gateway_leader", "gauge"),
     ("gateway_leader_epoch", "gauge"),
 ];
@@ -253,6 +255,8 @@ fn the_counters_move_with_a_heartbeat_a_reminder_and_a_webhook_delivery() {
     assert_eq!(value("gateway_sse_streams_open", &[("scope", "agent")]), Some(1.0), "the reminder stream");
     assert_eq!(value("gateway_sse_streams_open", &[("scope", "operator")]), Some(0.0));
     assert_eq!(value("gateway_sse_lagged_events_total", &[]), Some(0.0));
+    assert_eq!(value("gateway_agent_credential_reads_total", &[]), Some(0.0), "agent auth is off here");
+    assert_eq!(value("gateway_agent_credentials_cached", &[]), Some(0.0));
     assert_eq!(value("gateway_leader", &[]), Some(1.0), "a single process leads");
     assert_eq!(value("gateway_leader_epoch", &[]), Some(1.0));
 }
@@ -293,4 +297,31 @@ fn pending_jobs_and_the_due_backlog_are_counted_in_the_database() {
             && exposition.value("gateway_webhook_dead_letters", &[]) == Some(0.0)
     });
     assert!(families.contains("gateway_webhook_due_backlog"));
+}
+
+/// With agent auth on, a credential is read from the database once and then answered from memory: three
+/// heartbeats, one read; a made-up credential id is one read too, and remembered as refused.
+#[test]
+fn credential_reads_count_what_the_cache_could_not_answer() {
+    let gateway = Gateway::start(&["--agent-auth", "required"]);
+    let (status, issued) = gateway.operator_post("/gateway/agents/agent-c/credentials", &json!({}));
+    assert_eq!(status, 201, "{issued}");
+    let token = issued["token"].as_str().unwrap();
+    let made_up = format!("agt_{}_{}", "0".repeat(24), "0".repeat(64));
+    let heartbeat = json!({"type": "heartbeat", "agent_id": "agent-c", "cluster_id": "cluster-c"}).to_string();
+    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let send = |token: &str| {
+        let request =
+            agent.post(&gateway.url("/gateway/heartbeat")).header("authorization", &format!("Bearer {token}"));
+        request.content_type("application/json").send(&heartbeat).unwrap().status().as_u16()
+    };
+    for _ in 0..3 {
+        assert_eq!(send(token), 200);
+        assert_eq!(send(&made_up), 401);
+    }
+    let (status, _, body) = scrape(&gateway, Some(TOKEN));
+    assert_eq!(status, 200);
+    let exposition = parse(&body);
+    assert_eq!(exposition.value("gateway_agent_credential_reads_total", &[]), Some(2.0), "{body}");
+    assert_eq!(exposition.value("gateway_agent_credentials_cached", &[]), Some(1.0), "{body}");
 }
