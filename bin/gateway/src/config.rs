@@ -135,7 +135,7 @@ pub struct Config {
     /// proxy or NAT all come from its address: raise this there (the total stays 1,024).
     #[arg(long, env = "GATEWAY_AGENT_STREAMS_PER_ADDRESS", value_name = "N",
           default_value_t = crate::http::events::MAX_STREAMS_PER_ADDRESS,
-          value_parser = at_least_one_at_most(crate::state::MAX_EVENT_STREAMS))]
+          value_parser = at_most_usize(crate::state::MAX_EVENT_STREAMS))]
     pub agent_streams_per_address: usize,
 
     /// Log format.
@@ -413,13 +413,6 @@ fn up_to_u32(max: u64) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + 
 fn at_most_usize(max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
     let bounded = at_most(u64::try_from(max).unwrap_or(u64::MAX));
     move |value| bounded(value).and_then(|number| usize::try_from(number).map_err(|_| "is too large".to_owned()))
-}
-
-fn at_least_one_at_most(max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
-    let bounded = at_most_usize(max);
-    move |value| {
-        bounded(value).and_then(|number| if number == 0 { Err("must be at least 1".to_owned()) } else { Ok(number) })
-    }
 }
 
 /// A value parser whose errors never repeat the value: clap's own message would ("invalid value 'hunter2…' for
