@@ -208,12 +208,11 @@ impl CredentialCache {
             return Ok(verdict);
         }
         // Boxed: the hit above is every request's path, and its future need not be as large as this one.
-        Box::pin(self.load(token.credential_id(), key, hash)).await
+        Box::pin(self.load(key, hash)).await
     }
 
-    async fn load(&self, credential_id: &str, key: CredentialKey, hash: TokenHash) -> Result<Verdict, StoreError> {
+    async fn load(&self, key: CredentialKey, hash: TokenHash) -> Result<Verdict, StoreError> {
         let inner = &self.inner;
-        let Some(id) = CredentialId::parse(credential_id) else { return Ok(Verdict::Refused) };
         let _permit = inner.lookups.acquire().await.map_err(|_| StoreError::Unavailable("shutting down".into()))?;
         let began = Instant::now();
         // Another request may have filled the entry while this one waited for a permit.
@@ -223,6 +222,7 @@ impl CredentialCache {
         let generation = inner.read().generation;
         let store = Arc::clone(&inner.store);
         inner.reads.increment();
+        let id = CredentialId::from_key(&key);
         let row = run_blocking(move || store.credential(&id)).await??;
         let mut cached = inner.write();
         let fill = cached.generation == generation;
@@ -604,6 +604,14 @@ mod tests {
             }
         }
 
+        /// The verdict on `token`, which must be verified.
+        async fn verified(&self, token: &str) -> Verified {
+            match self.cache.verify(PresentedToken::parse(token).unwrap()).await.unwrap() {
+                Verdict::Verified(verified) => verified,
+                Verdict::Refused => panic!("refused"),
+            }
+        }
+
         /// Reads of the store fail from now on: what still verifies was answered from the cache.
         fn store_down(&self) {
             self.store.failure.set_failing(true);
@@ -684,11 +692,7 @@ mod tests {
     async fn invalidating_refuses_at_once_and_closes_the_credentials_streams() {
         let fixture = fixture();
         let issued = fixture.issue("agent-a");
-        let Verdict::Verified(verified) =
-            fixture.cache.verify(PresentedToken::parse(issued.expose()).unwrap()).await.unwrap()
-        else {
-            panic!("verified")
-        };
+        let verified = fixture.verified(issued.expose()).await;
         let shutdown = CancellationToken::new();
         let (stop, guard) = fixture.cache.stream_stop(&verified, &shutdown);
         let (other_stop, other_guard) = fixture.cache.stream_stop(&verified, &shutdown);
@@ -729,11 +733,7 @@ mod tests {
     async fn a_poll_drops_credentials_revoked_elsewhere_and_closes_their_streams() {
         let fixture = fixture();
         let (revoked, kept) = (fixture.issue("agent-a"), fixture.issue("agent-b"));
-        let Verdict::Verified(verified) =
-            fixture.cache.verify(PresentedToken::parse(revoked.expose()).unwrap()).await.unwrap()
-        else {
-            panic!("verified")
-        };
+        let verified = fixture.verified(revoked.expose()).await;
         assert!(fixture.verify(kept.expose()).await.is_some());
         let shutdown = CancellationToken::new();
         let (stop, _guard) = fixture.cache.stream_stop(&verified, &shutdown);
