@@ -49,7 +49,7 @@ impl Field {
 
 /// A value as written: a number, or (where the field has names) its name in some case.
 fn value_text(field: FieldModel, value: u32, style: u8) -> String {
-    let name = field.names.get(usize::try_from(value - field.min).unwrap()).filter(|_| style % 3 != 0);
+    let name = field.names.get(usize::try_from(value - field.min).unwrap()).filter(|_| !style.is_multiple_of(3));
     match (name, style % 3) {
         (Some(name), 1) => (*name).to_owned(),
         (Some(name), _) => name.to_uppercase(),
