@@ -21,6 +21,8 @@ mod health;
 mod heartbeat;
 mod messages;
 mod openapi;
+#[cfg(test)]
+mod properties;
 mod reminders;
 pub mod replay;
 mod tools;

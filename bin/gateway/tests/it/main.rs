@@ -27,6 +27,7 @@ mod postgres;
 mod rate;
 mod retention;
 mod robustness;
+mod sse_parser;
 mod tools;
 mod validation;
 mod webhook_signing;
