@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // A test fails by panicking.
 
 use gateway_heartbeat::HeartbeatPing;
-use gateway_testkit::json_text::{Style, style, write};
+use gateway_testkit::json_text::{assert_each_read_alike, single_changes, style, write};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -85,33 +85,7 @@ fn ping() -> impl Strategy<Value = Value> {
 fn every_single_change_of_a_ping_is_read_alike() {
     let full =
         json!({"type": "heartbeat", "agent_id": "a-1", "cluster_id": "c-1", "timestamp": "2026-02-22T12:00:00Z"});
-    let styles = [
-        Style { escapes: vec![false], spaces: vec![""], exotic_numbers: false, repeat_first_key: false },
-        Style { escapes: vec![true], spaces: vec![" ", "\n"], exotic_numbers: true, repeat_first_key: false },
-        Style { escapes: vec![true, false], spaces: vec!["\t"], exotic_numbers: false, repeat_first_key: true },
-    ];
-    let mut bodies = Vec::new();
-    for field in full.as_object().unwrap().keys() {
-        let mut ping = full.clone();
-        ping.as_object_mut().unwrap().remove(field);
-        bodies.push(ping);
-        for value in hostile() {
-            let mut ping = full.clone();
-            ping[field] = value;
-            bodies.push(ping);
-        }
-    }
-    let disagreements: Vec<String> = bodies
-        .iter()
-        .flat_map(|ping| styles.iter().map(move |style| write(ping, style)))
-        .filter_map(|body| readings_agree(&body).err())
-        .collect();
-    assert!(
-        disagreements.is_empty(),
-        "{} bodies read differently, the first: {}",
-        disagreements.len(),
-        disagreements[0]
-    );
+    assert_each_read_alike(&single_changes(&full, &hostile()), readings_agree);
     assert!(
         HeartbeatPing::from_valid_body(full.to_string().as_bytes()).is_some(),
         "the direct reading takes a valid ping"

@@ -143,3 +143,59 @@ pub fn write(value: &Value, style: &Style) -> String {
     writer.value(value);
     writer.out
 }
+
+/// Three fixed ways of writing: compact; every character escaped, spaced out, integers in other forms; every other
+/// character escaped with a repeated key.
+pub fn fixed_styles() -> [Style; 3] {
+    [
+        Style { escapes: vec![false], spaces: vec![""], exotic_numbers: false, repeat_first_key: false },
+        Style { escapes: vec![true], spaces: vec![" ", "\n"], exotic_numbers: true, repeat_first_key: false },
+        Style { escapes: vec![true, false], spaces: vec!["\t", ""], exotic_numbers: false, repeat_first_key: true },
+    ]
+}
+
+/// Every object that differs from `full` (an object) in one place: one of its members, or one member of a member
+/// that is an object, removed or given each of `hostile`.
+pub fn single_changes(full: &Value, hostile: &[Value]) -> Vec<Value> {
+    let mut changed = Vec::new();
+    let Some(members) = full.as_object() else { return changed };
+    let mut change = |path: &[&str], value: Option<&Value>| {
+        let mut body = full.clone();
+        let (last, parents) = path.split_last().unwrap_or((&"", &[]));
+        let parent = parents.iter().fold(&mut body, |at, key| &mut at[*key]);
+        if let Some(object) = parent.as_object_mut() {
+            match value {
+                Some(value) => object.insert((*last).to_owned(), value.clone()),
+                None => object.remove(*last),
+            };
+        }
+        changed.push(body);
+    };
+    for (name, member) in members {
+        for value in std::iter::once(None).chain(hostile.iter().map(Some)) {
+            change(&[name], value);
+        }
+        for field in member.as_object().into_iter().flat_map(|fields| fields.keys()) {
+            for value in std::iter::once(None).chain(hostile.iter().map(Some)) {
+                change(&[name, field], value);
+            }
+        }
+    }
+    changed
+}
+
+/// Panics naming the first body that `agree` refuses, among `bodies` written in each of [`fixed_styles`].
+pub fn assert_each_read_alike(bodies: &[Value], agree: impl Fn(&str) -> Result<(), String>) {
+    let styles = fixed_styles();
+    let disagreements: Vec<String> = bodies
+        .iter()
+        .flat_map(|body| styles.iter().map(move |style| write(body, style)))
+        .filter_map(|text| agree(&text).err())
+        .collect();
+    assert!(
+        disagreements.is_empty(),
+        "{} bodies read differently, the first: {}",
+        disagreements.len(),
+        disagreements.first().map_or("", String::as_str)
+    );
+}
