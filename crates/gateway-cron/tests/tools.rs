@@ -260,6 +260,27 @@ async fn an_agent_cancels_only_its_own_pending_reminders_and_lists_them_soonest_
     assert_eq!(harness.jobs.len(), 2, "the claimed job and the other agent's are still there");
 }
 
+/// A read-only tool's answer is never recorded (issue 16: forty 1 MiB lists stored 41.6 MB): its retry lists again,
+/// and sees what changed meanwhile. An id a writing call recorded is still that call's.
+#[tokio::test(start_paused = true)]
+async fn a_list_is_not_recorded_and_its_retry_lists_again() {
+    let harness = harness(CronConfig::default());
+    let first = harness.listed("agent-7", "l-1").await;
+    assert_eq!(first, json!({"reminders": [], "truncated": false}));
+    assert_eq!(harness.calls.store.len(), 0, "nothing recorded");
+    let scheduled = harness.call("agent-7", "s-1", schedule(60_000, json!({"n": 1}))).await.unwrap();
+    assert_eq!(harness.calls.store.len(), 1, "the writing call is recorded");
+    let retry = harness.tools.call(agent("agent-7"), call_id("l-1"), ReminderTool::ListReminders).await.unwrap();
+    assert!(!retry.replayed);
+    assert_eq!(retry.result["reminders"][0]["job_id"], scheduled["job_id"], "the retry ran again");
+    assert_eq!(harness.calls.store.len(), 1);
+    assert_eq!(
+        harness.call("agent-7", "s-1", ReminderTool::ListReminders).await,
+        Err(CronError::ToolCallConflict),
+        "an id recorded by another tool stays that call's"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_list_is_bounded_in_count_and_in_payload_bytes() {
     let harness = harness(CronConfig { max_pending_reminders_per_agent: 10_000, ..CronConfig::default() });
@@ -381,11 +402,12 @@ async fn answered_calls_are_pruned_after_the_retention_oldest_first_and_then_are
         },
         ToolConfig { retention: std::time::Duration::from_secs(86_400), prune_batch: 2, ..ToolConfig::default() },
     );
+    let cancel = ReminderTool::CancelReminder { job_id: 999 };
     for id in ["a", "b", "c"] {
-        tools.call(agent("agent-7"), call_id(id), ReminderTool::ListReminders).await.unwrap();
+        tools.call(agent("agent-7"), call_id(id), cancel.clone()).await.unwrap();
     }
     clock.advance(Duration::hours(12));
-    tools.call(agent("agent-7"), call_id("d"), ReminderTool::ListReminders).await.unwrap();
+    tools.call(agent("agent-7"), call_id("d"), cancel).await.unwrap();
     clock.advance(Duration::hours(13));
     let shutdown = CancellationToken::new();
     assert_eq!(tools.prune_once(&shutdown).await.unwrap(), 3, "two batches");
