@@ -169,6 +169,14 @@ pub struct Config {
           value_parser = up_to_u32(MAX_AGENT_RATE_LIMIT_PER_MINUTE))]
     pub agent_rate_limit_per_minute: u32,
 
+    // Per-agent bounds (DESIGN §14: storage, streams).
+    /// Most open agent event streams (`agent:<id>:scheduled`) of one agent on this instance, whatever addresses
+    /// they come from; further ones get 429 `too_many_streams`.
+    #[arg(long, env = "GATEWAY_AGENT_STREAMS_PER_AGENT", value_name = "N",
+          default_value_t = crate::http::events::MAX_STREAMS_PER_AGENT,
+          value_parser = at_most_usize(crate::state::MAX_EVENT_STREAMS))]
+    pub agent_streams_per_agent: usize,
+
     /// Event stream limits: not a flag (the constants in `http::events`), settable by embedders and by tests that
     /// cannot wait for the real ones.
     #[arg(skip)]
@@ -704,6 +712,16 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().agent_streams_per_address, 32);
         assert_eq!(parse(&["--agent-streams-per-address=1024"]).unwrap().agent_streams_per_address, 1_024);
         for refused in ["--agent-streams-per-address=0", "--agent-streams-per-address=1025"] {
+            assert!(parse(&[refused]).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn the_per_agent_bounds_default_to_their_constants_and_are_bounded() {
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults.agent_streams_per_agent, crate::http::events::MAX_STREAMS_PER_AGENT);
+        assert_eq!(parse(&["--agent-streams-per-agent=1"]).unwrap().agent_streams_per_agent, 1);
+        for refused in ["--agent-streams-per-agent=0", "--agent-streams-per-agent=1025"] {
             assert!(parse(&[refused]).is_err(), "{refused}");
         }
     }

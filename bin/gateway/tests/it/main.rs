@@ -8,6 +8,7 @@ mod support;
 
 mod admin_token;
 mod agent_auth;
+mod agent_limits;
 mod agent_client;
 mod cluster;
 mod config;
