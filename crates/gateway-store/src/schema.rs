@@ -130,6 +130,7 @@ diesel::table! {
         token_hash -> Text,
         created_at -> Timestamp,
         revoked_at -> Nullable<Timestamp>,
+        expires_at -> Nullable<Timestamp>,
     }
 }
 

@@ -200,7 +200,8 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     let slots = match &topic {
         Topic::AgentScheduled(agent_id) => {
             // Who is asking comes first: a refused client takes no slot.
-            let caller = state.agent_auth.authorize(request.headers(), agent_id, Access::Read).await?;
+            let caller =
+                state.agent_auth.authorize(request.headers(), connection.peer().ip(), agent_id, Access::Read).await?;
             // The agent's own cap first: it is what the agent (not the gateway) can fix, hence a 429.
             let agent = state.streams_per_agent.acquire(agent_id, limits.per_agent).ok_or_else(|| {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams")
@@ -644,6 +645,7 @@ mod tests {
         buffer_bytes: 100,
         send_buffer: 4096,
         per_address: 2,
+        per_agent: 2,
         replay_entry_bytes: 64,
     };
 
@@ -687,6 +689,7 @@ mod tests {
         let slots = Slots {
             _total: Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().unwrap(),
             _address: None,
+            _agent: None,
             _revocation: None,
         };
         let pumping = tokio::spawn(pump.run(CancellationToken::new(), connection, slots));

@@ -185,6 +185,7 @@ macro_rules! agent_credential_store_conformance {
             the_revocation_poll_finds_the_credentials_revoked_since_its_instant,
             revocation_is_once_by_the_owning_agent_and_keeps_the_row,
             an_agents_credentials_list_by_id_in_pages,
+            an_expiry_reads_back_by_id_and_in_the_list_and_survives_revocation,
         );
     };
 }
