@@ -9,9 +9,10 @@ ALTER TABLE tool_calls ADD COLUMN result_bytes INTEGER GENERATED ALWAYS AS (leng
 CREATE INDEX tool_calls_agent_bytes ON tool_calls (agent_id, result_bytes);
 
 ALTER TABLE cron_jobs ADD COLUMN payload_bytes INTEGER GENERATED ALWAYS AS (length(CAST(payload AS BLOB))) VIRTUAL;
--- The same index as before (an agent's pending reminders, soonest first) with the bytes at its end.
+-- The same index as before (an agent's pending reminders, soonest first, ties by id: the rowid, which SQLite put
+-- last by itself and which must now be named to stay before the bytes) with the bytes at its end.
 DROP INDEX cron_jobs_agent_id_one_time;
-CREATE INDEX cron_jobs_agent_id_one_time ON cron_jobs (agent_id, is_one_time, next_fire_at, payload_bytes);
+CREATE INDEX cron_jobs_agent_id_one_time ON cron_jobs (agent_id, is_one_time, next_fire_at, id, payload_bytes);
 
 ALTER TABLE agent_mailbox ADD COLUMN payload_bytes INTEGER GENERATED ALWAYS AS (length(CAST(payload AS BLOB))) VIRTUAL;
 DROP INDEX agent_mailbox_agent_seq;
