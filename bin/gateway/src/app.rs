@@ -108,6 +108,7 @@ impl App {
         let cron = CronScheduler::new(
             CronPorts {
                 store: Arc::new(store.clone()),
+                storage: Arc::new(store.clone()),
                 publisher: Arc::clone(&publisher),
                 clock: Arc::clone(&clock),
                 leadership: Arc::clone(&leadership),

@@ -153,7 +153,11 @@ impl MailboxRows {
 
     /// The sum of `charge` over `agent_id`'s entries' payloads.
     pub(crate) fn charged_bytes(&self, agent_id: &AgentId, charge: impl Fn(&Map<String, Value>) -> u64) -> u64 {
-        self.entries.values().filter(|entry| entry.reminder.agent_id == *agent_id).map(|e| charge(&e.reminder.payload)).sum()
+        self.entries
+            .values()
+            .filter(|entry| entry.reminder.agent_id == *agent_id)
+            .map(|e| charge(&e.reminder.payload))
+            .sum()
     }
 
     pub(crate) fn position(&self, agent_id: &AgentId, fire_id: &str) -> Option<i64> {

@@ -287,16 +287,19 @@ impl ReminderTools {
                     payload,
                     idempotency_key: tool_reminder_idempotency_key(agent_id, tool_call_id),
                 };
-                let scheduled = scheduler.schedule_reminder(request).await.map_err(|refusal| match refusal {
-                    ReminderRefusal::PayloadTooLarge { limit } => {
-                        CronError::InvalidToolParams(format!("params.payload: must be at most {limit} bytes as JSON"))
-                    }
-                    ReminderRefusal::TooManyPending { limit } => CronError::TooManyReminders { limit },
-                    ReminderRefusal::InvalidDelay(_) => CronError::InvalidToolParams(format!(
-                        "params.delay_ms: must be an integer from 1 to {MAX_DELAY_MS} (ten years)"
-                    )),
-                    ReminderRefusal::Store(error) => CronError::Store(error),
-                })?;
+                let reserve = crate::reminders::ANSWER_RESERVE_BYTES;
+                let scheduled =
+                    scheduler.schedule_reminder_reserving(request, reserve).await.map_err(|refusal| match refusal {
+                        ReminderRefusal::PayloadTooLarge { limit } => CronError::InvalidToolParams(format!(
+                            "params.payload: must be at most {limit} bytes as JSON"
+                        )),
+                        ReminderRefusal::TooManyPending { limit } => CronError::TooManyReminders { limit },
+                        ReminderRefusal::QuotaExceeded { limit } => CronError::QuotaExceeded { limit },
+                        ReminderRefusal::InvalidDelay(_) => CronError::InvalidToolParams(format!(
+                            "params.delay_ms: must be an integer from 1 to {MAX_DELAY_MS} (ten years)"
+                        )),
+                        ReminderRefusal::Store(error) => CronError::Store(error),
+                    })?;
                 let job = scheduled.job;
                 if scheduled.already_scheduled {
                     info!(%agent_id, job_id = job.id, "reminder already scheduled by this tool call");
@@ -306,6 +309,8 @@ impl ReminderTools {
                 Ok(json!({"job_id": job.id, "fire_at": rfc3339::format(job.next_fire_at)}))
             }
             ReminderTool::CancelReminder { job_id } => {
+                // Its answer is recorded: it counts against the quota like any stored answer.
+                scheduler.check_quota(agent_id.clone(), crate::reminders::ANSWER_RESERVE_BYTES).await?;
                 let cancelled = scheduler.cancel_reminder(agent_id.clone(), job_id).await?;
                 Ok(json!({"cancelled": cancelled}))
             }

@@ -168,6 +168,9 @@ impl From<CronError> for ApiError {
             CronError::ToolCallConflict => {
                 Self::new(StatusCode::CONFLICT, "tool_call_conflict").with_detail(error.to_string())
             }
+            CronError::QuotaExceeded { .. } => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded").with_detail(error.to_string())
+            }
             CronError::TooManyReminders { .. } => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_reminders").with_detail(error.to_string())
             }
