@@ -33,7 +33,11 @@ pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiEr
         tracing::error!("the operating system has no randomness source: no agent token issued");
         ApiError::internal()
     })?;
-    let expires_at = expires_in_s.map(|seconds| created_at + time::Duration::seconds(seconds));
+    // To the millisecond, which every backend keeps exactly: the instant answered here is the one listed later.
+    let expires_at = expires_in_s.map(|seconds| {
+        let at = created_at + time::Duration::seconds(seconds);
+        at.replace_nanosecond(at.nanosecond() / 1_000_000 * 1_000_000).unwrap_or(at)
+    });
     let record = CredentialRecord { expires_at, ..issued.record(agent_id.clone(), created_at) };
     let store = state.store.clone();
     run_blocking(move || store.insert_credential(&record)).await.map_err(gateway_core::StoreError::from)??;
