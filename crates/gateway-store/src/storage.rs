@@ -60,7 +60,7 @@ mod tests {
     fn the_usage_sum_reads_the_agent_indexes_on_sqlite() {
         #[derive(QueryableByName)]
         struct Line {
-            #[diesel(sql_type = diesel::sql_types::Text)]
+            #[diesel(sql_type = Text)]
             detail: String,
         }
         let fixture = crate::testing::sqlite();
