@@ -103,6 +103,7 @@ fn open_fresh(backend: &Backend, scenario: &str) -> (BenchDatabase, DieselStore)
 fn start(store: &DieselStore, recorder: &Arc<LatenessRecorder>, shutdown: &CancellationToken) -> CronScheduler {
     let ports = CronPorts {
         store: Arc::new(store.clone()),
+        storage: Arc::new(store.clone()),
         publisher: Arc::clone(recorder) as Arc<dyn EventPublisher>,
         clock: Arc::new(SystemClock),
         leadership: Arc::new(SingleProcessLeadership),

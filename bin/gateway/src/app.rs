@@ -108,6 +108,7 @@ impl App {
         let cron = CronScheduler::new(
             CronPorts {
                 store: Arc::new(store.clone()),
+                storage: Arc::new(store.clone()),
                 publisher: Arc::clone(&publisher),
                 clock: Arc::clone(&clock),
                 leadership: Arc::clone(&leadership),
@@ -191,10 +192,12 @@ impl App {
             event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
             operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
             streams_per_address: Arc::default(),
+            streams_per_agent: Arc::default(),
             shared_fires: Arc::default(),
             stream_limits: StreamLimits {
                 replay_entry_bytes: config.reminder_payload_max_bytes.saturating_add(REMINDER_FRAME_OVERHEAD),
                 per_address: config.agent_streams_per_address,
+                per_agent: config.agent_streams_per_agent,
                 ..config.stream_limits
             },
             metrics: Metrics::new(crate::http::ROUTE_NAMES),

@@ -169,6 +169,22 @@ pub struct Config {
           value_parser = up_to_u32(MAX_AGENT_RATE_LIMIT_PER_MINUTE))]
     pub agent_rate_limit_per_minute: u32,
 
+    // Per-agent bounds (DESIGN §14: storage, streams).
+    /// Most open agent event streams (`agent:<id>:scheduled`) of one agent on this instance, whatever addresses
+    /// they come from; further ones get 429 `too_many_streams`.
+    #[arg(long, env = "GATEWAY_AGENT_STREAMS_PER_AGENT", value_name = "N",
+          default_value_t = crate::http::events::MAX_STREAMS_PER_AGENT,
+          value_parser = at_most_usize(crate::state::MAX_EVENT_STREAMS))]
+    pub agent_streams_per_agent: usize,
+
+    /// Most bytes one agent's stored rows may take: its recorded tool answers, its pending reminders and its
+    /// mailbox (fired reminders kept --mailbox-retention-h), each row its JSON plus 128 bytes. A reminder or a
+    /// tool answer past it is refused (429 `quota_exceeded`; a DecisionLog is accepted without its reminder).
+    #[arg(long, env = "GATEWAY_AGENT_STORAGE_QUOTA_BYTES", value_name = "BYTES",
+          default_value_t = gateway_cron::DEFAULT_AGENT_STORAGE_QUOTA_BYTES,
+          value_parser = at_most(gateway_cron::MAX_AGENT_STORAGE_QUOTA_BYTES))]
+    pub agent_storage_quota_bytes: u64,
+
     /// Event stream limits: not a flag (the constants in `http::events`), settable by embedders and by tests that
     /// cannot wait for the real ones.
     #[arg(skip)]
@@ -349,6 +365,7 @@ impl Config {
         gateway_cron::CronConfig {
             reminder_payload_max_bytes: self.reminder_payload_max_bytes,
             max_pending_reminders_per_agent: self.max_pending_reminders_per_agent,
+            agent_storage_quota_bytes: self.agent_storage_quota_bytes,
             ..gateway_cron::CronConfig::default()
         }
     }
@@ -704,6 +721,23 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().agent_streams_per_address, 32);
         assert_eq!(parse(&["--agent-streams-per-address=1024"]).unwrap().agent_streams_per_address, 1_024);
         for refused in ["--agent-streams-per-address=0", "--agent-streams-per-address=1025"] {
+            assert!(parse(&[refused]).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn the_per_agent_bounds_default_to_their_constants_and_are_bounded() {
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults.agent_streams_per_agent, crate::http::events::MAX_STREAMS_PER_AGENT);
+        assert_eq!(parse(&["--agent-streams-per-agent=1"]).unwrap().agent_streams_per_agent, 1);
+        for refused in ["--agent-streams-per-agent=0", "--agent-streams-per-agent=1025"] {
+            assert!(parse(&[refused]).is_err(), "{refused}");
+        }
+        assert_eq!(defaults.agent_storage_quota_bytes, 16 * 1024 * 1024);
+        assert_eq!(defaults.cron().agent_storage_quota_bytes, 16 * 1024 * 1024);
+        let small = parse(&["--agent-storage-quota-bytes=4096"]).unwrap();
+        assert_eq!(small.cron().agent_storage_quota_bytes, 4_096);
+        for refused in ["--agent-storage-quota-bytes=0", "--agent-storage-quota-bytes=1099511627777"] {
             assert!(parse(&[refused]).is_err(), "{refused}");
         }
     }

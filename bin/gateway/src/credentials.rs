@@ -20,6 +20,9 @@
 //!   event streams opened with the credential are closed.
 //! - Every invalidation bumps a generation under the write lock; a read that began before it does not fill the
 //!   cache, so a lookup racing a revocation cannot put the revoked credential back.
+//! - A credential issued with an expiry ([`Entry::expires_ms`]) is answered [`Verdict::Expired`] from its expiry on,
+//!   from the cache like any hit (an expired token in use costs no read), and the event streams opened with it are
+//!   closed at that instant by a timer of their own ([`CredentialCache::stream_stop`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -66,6 +69,8 @@ pub const MAX_CONCURRENT_LOOKUPS: usize = 16;
 pub struct Verified {
     key: CredentialKey,
     agent: CompactAgentId,
+    /// When the credential expires, in ms since the cache's start; `u64::MAX`: never.
+    expires_ms: u64,
 }
 
 impl Verified {
@@ -90,6 +95,8 @@ pub enum Verdict {
     Verified(Verified),
     /// Unknown credential id, revoked credential, or a wrong secret.
     Refused,
+    /// The right secret of a credential that has expired (not revoked): the agent needs a new token.
+    Expired,
 }
 
 /// One verified credential in the cache: what a hit reads, in one allocation-free block of two cache lines (its
@@ -106,6 +113,9 @@ struct Entry {
     read_ms: u64,
     hash: TokenHash,
     agent: CompactAgentId,
+    /// When the credential expires, in ms since the cache's start (`u64::MAX`: never). In the second line, which
+    /// had these 8 bytes free: only a hit whose hash matched reads it.
+    expires_ms: u64,
 }
 
 /// Where a key goes in the table. Only credentials read from the store are inserted, and their ids end in 6
@@ -224,19 +234,26 @@ impl CredentialCache {
         inner.reads.increment();
         let id = CredentialId::from_key(&key);
         let row = run_blocking(move || store.credential(&id)).await??;
+        let wall = inner.clock.now();
         let mut cached = inner.write();
         let fill = cached.generation == generation;
         match row.filter(|row| !row.is_revoked()) {
             Some(row) => {
-                let verified = Verified { key, agent: CompactAgentId::from(&row.agent_id) };
-                let accepted = row.token_hash.matches(&hash);
+                let read_ms = inner.millis(began);
+                let expires_ms = expiry_ms(read_ms, row.expires_at, wall);
+                let verified = Verified { key, agent: CompactAgentId::from(&row.agent_id), expires_ms };
+                let verdict = match row.token_hash.matches(&hash) {
+                    false => Verdict::Refused,
+                    true if read_ms >= expires_ms => Verdict::Expired,
+                    true => Verdict::Verified(verified.clone()),
+                };
                 if fill {
-                    let read_ms = inner.millis(began);
                     let used_s = AtomicU32::new(seconds(read_ms));
-                    let entry = Entry { key, used_s, read_ms, hash: row.token_hash, agent: verified.agent.clone() };
+                    let agent = verified.agent;
+                    let entry = Entry { key, used_s, read_ms, hash: row.token_hash, agent, expires_ms };
                     cached.insert_verified(entry, inner.max_verified);
                 }
-                Ok(if accepted { Verdict::Verified(verified) } else { Verdict::Refused })
+                Ok(verdict)
             }
             None => {
                 cached.remove_verified(&key);
@@ -276,7 +293,25 @@ impl CredentialCache {
         let serial = self.inner.next_stream.fetch_add(1, Ordering::Relaxed);
         let id = verified.credential_id();
         lock(&self.inner.streams).entry(id.clone()).or_default().push((serial, stop.clone()));
-        (stop, StreamGuard { cache: self.clone(), credential_id: id, serial })
+        let expiry = self.expiry_timer(verified, &stop);
+        (stop, StreamGuard { cache: self.clone(), credential_id: id, serial, expiry })
+    }
+
+    /// For a credential that expires: a task that stops the stream at the expiry instant, aborted when the stream
+    /// ends first (its guard is dropped), so no timer outlives its stream.
+    fn expiry_timer(&self, verified: &Verified, stop: &CancellationToken) -> Option<tokio::task::AbortHandle> {
+        if verified.expires_ms == u64::MAX {
+            return None;
+        }
+        let at = self.inner.started + Duration::from_millis(verified.expires_ms);
+        let stop = stop.clone();
+        let timer = tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => stop.cancel(),
+                () = stop.cancelled() => {}
+            }
+        });
+        Some(timer.abort_handle())
     }
 
     fn close_streams(&self, credential_id: &CredentialId) {
@@ -389,13 +424,17 @@ impl Inner {
             if !entry.hash.matches(hash) {
                 return Lookup::Found(Verdict::Refused);
             }
+            if now_ms >= entry.expires_ms {
+                return Lookup::Found(Verdict::Expired);
+            }
             // Written only when it moved (all `used_s` is asked is "within the last minute"): a write per request
             // would dirty the entry's cache line on every heartbeat.
             let now_s = seconds(now_ms);
             if entry.used_s.load(Ordering::Relaxed) != now_s {
                 entry.used_s.store(now_s, Ordering::Relaxed);
             }
-            return Lookup::Found(Verdict::Verified(Verified { key: *key, agent: entry.agent.clone() }));
+            let expires_ms = entry.expires_ms;
+            return Lookup::Found(Verdict::Verified(Verified { key: *key, agent: entry.agent.clone(), expires_ms }));
         }
         match cached.refused.get(key) {
             Some(at) if at.elapsed() < REFUSED_TTL => Lookup::Found(Verdict::Refused),
@@ -458,6 +497,18 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// `expires_at` as ms since the cache's start, for an entry read at `read_ms` when the wall clock said `wall`:
+/// `u64::MAX` for a credential that never expires, `read_ms` (already due) for one expired by then.
+fn expiry_ms(read_ms: u64, expires_at: Option<OffsetDateTime>, wall: OffsetDateTime) -> u64 {
+    let Some(expires_at) = expires_at else { return u64::MAX };
+    let left = expires_at - wall;
+    if left <= time::Duration::ZERO {
+        return read_ms;
+    }
+    let left_ms = u64::try_from(left.whole_milliseconds()).unwrap_or(u64::MAX);
+    read_ms.saturating_add(left_ms).min(u64::MAX - 1)
+}
+
 /// Whole seconds of `ms` (136 years fit).
 fn seconds(ms: u64) -> u32 {
     u32::try_from(ms / 1_000).unwrap_or(u32::MAX)
@@ -469,10 +520,15 @@ pub struct StreamGuard {
     cache: CredentialCache,
     credential_id: CredentialId,
     serial: u64,
+    /// The timer that stops the stream when the credential expires, if it does.
+    expiry: Option<tokio::task::AbortHandle>,
 }
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
+        if let Some(timer) = &self.expiry {
+            timer.abort();
+        }
         let mut streams = lock(&self.cache.inner.streams);
         if let Some(open) = streams.get_mut(&self.credential_id) {
             open.retain(|(serial, _)| *serial != self.serial);
@@ -590,17 +646,24 @@ mod tests {
 
     impl Fixture {
         fn issue(&self, agent: &str) -> IssuedToken {
+            self.issue_expiring(agent, None)
+        }
+
+        fn issue_expiring(&self, agent: &str, expires_at: Option<OffsetDateTime>) -> IssuedToken {
             let issued = IssuedToken::issue(OffsetDateTime::now_utc()).unwrap();
-            self.store
-                .insert_credential(&issued.record(AgentId::new(agent).unwrap(), OffsetDateTime::now_utc()))
-                .unwrap();
+            let record = issued.record(AgentId::new(agent).unwrap(), OffsetDateTime::now_utc());
+            self.store.insert_credential(&gateway_core::CredentialRecord { expires_at, ..record }).unwrap();
             issued
+        }
+
+        async fn verdict(&self, token: &str) -> Verdict {
+            self.cache.verify(PresentedToken::parse(token).unwrap()).await.unwrap()
         }
 
         async fn verify(&self, token: &str) -> Option<String> {
             match self.cache.verify(PresentedToken::parse(token).unwrap()).await.unwrap() {
                 Verdict::Verified(verified) => Some(verified.agent_id().to_string()),
-                Verdict::Refused => None,
+                Verdict::Refused | Verdict::Expired => None,
             }
         }
 
@@ -608,7 +671,7 @@ mod tests {
         async fn verified(&self, token: &str) -> Verified {
             match self.cache.verify(PresentedToken::parse(token).unwrap()).await.unwrap() {
                 Verdict::Verified(verified) => verified,
-                Verdict::Refused => panic!("refused"),
+                verdict => panic!("not verified: {verdict:?}"),
             }
         }
 
@@ -720,7 +783,8 @@ mod tests {
         if cached.generation == generation {
             let agent = CompactAgentId::from(&row.agent_id);
             let key = row.credential_id.key();
-            let entry = Entry { key, used_s: AtomicU32::new(0), read_ms: 0, hash: row.token_hash, agent };
+            let entry =
+                Entry { key, used_s: AtomicU32::new(0), read_ms: 0, hash: row.token_hash, agent, expires_ms: u64::MAX };
             cached.insert_verified(entry, MAX_VERIFIED);
         }
         drop(cached);
@@ -796,6 +860,39 @@ mod tests {
         fixture.advance(Duration::from_millis(1)).await;
         let due = fixture.cache.verify(PresentedToken::parse(busy.expose()).unwrap()).await;
         assert!(matches!(due, Err(StoreError::Unavailable(_))), "aged out, it is read again: {due:?}");
+    }
+
+    /// A credential issued with an expiry verifies until then and is `Expired` from its instant on, from the cache
+    /// (no read per request); the streams opened with it are stopped at that instant, and a stream that ended before
+    /// takes its timer with it.
+    #[tokio::test(start_paused = true)]
+    async fn an_expiring_credential_expires_at_its_instant_and_so_do_its_streams() {
+        let fixture = fixture();
+        let expires_at = fixture.clock.now() + time::Duration::seconds(3);
+        let issued = fixture.issue_expiring("agent-a", Some(expires_at));
+        let verified = fixture.verified(issued.expose()).await;
+        let shutdown = CancellationToken::new();
+        let (stop, _guard) = fixture.cache.stream_stop(&verified, &shutdown);
+        let (ended_early, early_guard) = fixture.cache.stream_stop(&verified, &shutdown);
+        drop(early_guard);
+        fixture.advance(Duration::from_millis(2_999)).await;
+        assert_eq!(fixture.verify(issued.expose()).await.as_deref(), Some("agent-a"));
+        assert!(!stop.is_cancelled());
+        fixture.advance(Duration::from_millis(1)).await;
+        tokio::task::yield_now().await;
+        assert!(stop.is_cancelled(), "the stream is stopped at the expiry");
+        assert!(!ended_early.is_cancelled(), "an ended stream's timer went with it");
+        let reads = fixture.cache.store_reads();
+        for _ in 0..3 {
+            assert!(matches!(fixture.verdict(issued.expose()).await, Verdict::Expired));
+        }
+        assert_eq!(fixture.cache.store_reads(), reads, "answered from the cache");
+        // Read again once its entry is due: still expired, told as such (not as unknown).
+        fixture.advance(REVALIDATE_AFTER).await;
+        assert!(matches!(fixture.verdict(issued.expose()).await, Verdict::Expired));
+        assert_eq!(fixture.cache.store_reads(), reads + 1);
+        let lasting = fixture.issue("agent-b");
+        assert!(matches!(fixture.verdict(lasting.expose()).await, Verdict::Verified(_)));
     }
 
     #[tokio::test(start_paused = true)]

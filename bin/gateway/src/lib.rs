@@ -8,6 +8,7 @@ pub mod config;
 pub mod credentials;
 pub mod http;
 pub mod metrics;
+pub mod refusals;
 pub mod state;
 pub mod telemetry;
 

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::Cluster;
 use crate::http::agent_auth::AgentAuth;
 use crate::http::auth::OperatorAuth;
-use crate::http::events::{StreamLimits, StreamsPerAddress};
+use crate::http::events::{StreamLimits, StreamsPerAddress, StreamsPerAgent};
 use crate::http::replay::SharedFires;
 use crate::metrics::Metrics;
 
@@ -61,6 +61,8 @@ pub struct AppState {
     pub operator_event_streams: Arc<Semaphore>,
     /// Open `agent:<id>:scheduled` streams per client address.
     pub streams_per_address: Arc<StreamsPerAddress>,
+    /// Open `agent:<id>:scheduled` streams per agent.
+    pub streams_per_agent: Arc<StreamsPerAgent>,
     /// The fires agent streams hold, one copy each for all of them.
     pub shared_fires: Arc<SharedFires>,
     pub stream_limits: StreamLimits,

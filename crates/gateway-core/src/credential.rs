@@ -37,6 +37,10 @@ const SECRET_BYTES: usize = 32;
 /// Characters of a whole token: prefix, id, `_`, secret.
 pub const TOKEN_CHARS: usize = TOKEN_PREFIX.len() + CREDENTIAL_ID_CHARS + 1 + 2 * SECRET_BYTES;
 
+/// Longest lifetime a token may be issued with (`expires_in_s`): ten years. Longer is as good as never expiring, and
+/// the bound keeps the arithmetic on instants far from overflowing.
+pub const MAX_TOKEN_LIFETIME_S: u64 = 10 * 365 * 86_400;
+
 /// A credential id as its 12 bytes: what a map of credentials is keyed by, compared in place rather than through
 /// a pointer to text.
 pub type CredentialKey = [u8; ID_BYTES];
@@ -192,6 +196,7 @@ impl IssuedToken {
             token_hash: self.hash,
             created_at,
             revoked_at: None,
+            expires_at: None,
         }
     }
 
@@ -271,17 +276,25 @@ pub struct CredentialRecord {
     pub created_at: OffsetDateTime,
     /// When it was revoked; a revoked credential stays listed but authenticates nothing.
     pub revoked_at: Option<OffsetDateTime>,
+    /// When it stops authenticating by itself (`expires_in_s` at issue); `None`: never. An expired credential stays
+    /// listed, and its token is refused as expired (not as unknown) so the agent knows to ask for a new one.
+    pub expires_at: Option<OffsetDateTime>,
 }
 
 impl CredentialRecord {
     pub fn is_revoked(&self) -> bool {
         self.revoked_at.is_some()
     }
+
+    /// Whether it has expired at `now` (its expiry instant included).
+    pub fn is_expired(&self, now: OffsetDateTime) -> bool {
+        self.expires_at.is_some_and(|expires_at| expires_at <= now)
+    }
 }
 
 /// Agent credentials, by id.
 pub trait AgentCredentialStore: Send + Sync + fmt::Debug {
-    /// Stores a new, unrevoked credential. An id already stored is [`StoreError::Conflict`], and nothing is
+    /// Stores a new, unrevoked credential, with its expiry if it has one. An id already stored is [`StoreError::Conflict`], and nothing is
     /// written.
     fn insert_credential(&self, credential: &CredentialRecord) -> Result<(), StoreError>;
 

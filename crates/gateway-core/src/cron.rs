@@ -256,6 +256,22 @@ impl InMemoryCronJobStore {
         self.len() == 0
     }
 
+    /// What `agent_id`'s pending one-time jobs and mailbox entries are charged ([`crate::AgentStorage`]).
+    pub(crate) fn charged_bytes(&self, agent_id: &AgentId) -> Result<u64, StoreError> {
+        self.failure.check()?;
+        let state = lock(&self.state);
+        let payload = |payload: &Map<String, Value>| {
+            crate::storage::row_charge(serde_json::to_string(payload).map_or(0, |json| json.len()))
+        };
+        let pending: u64 = state
+            .rows
+            .values()
+            .filter(|stored| stored.job.is_one_time && &stored.job.agent_id == agent_id)
+            .map(|stored| payload(&stored.job.payload))
+            .sum();
+        Ok(pending.saturating_add(state.mailbox.charged_bytes(agent_id, payload)))
+    }
+
     /// The claim currently recorded on a row: `(owner, claimed_until)`.
     pub fn claim_of(&self, id: i64) -> Option<(String, OffsetDateTime)> {
         lock(&self.state).rows.get(&id)?.claim.as_ref().map(|claim| (claim.owner.clone(), claim.until))

@@ -61,6 +61,10 @@ pub enum ReminderRefusal {
     /// The agent has `limit` pending one-time jobs already (`--max-pending-reminders-per-agent`).
     #[error("the agent has {limit} pending reminders, the most allowed")]
     TooManyPending { limit: usize },
+    /// Storing the reminder would take the agent's stored bytes past `limit` (`--agent-storage-quota-bytes`, see
+    /// [`crate::storage`]).
+    #[error("the agent's stored bytes would pass its quota of {limit}")]
+    QuotaExceeded { limit: u64 },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -231,6 +235,9 @@ impl DecisionLogIntake {
             // Same text as the interceptor's own refusals, naming the value the agent sent.
             Err(refused @ ReminderRefusal::InvalidDelay(_)) => tracing::warn!("{refused}"),
             Err(refused @ (ReminderRefusal::PayloadTooLarge { limit } | ReminderRefusal::TooManyPending { limit })) => {
+                tracing::warn!(%agent_id, limit, reason = %refused, "reminder not scheduled");
+            }
+            Err(refused @ ReminderRefusal::QuotaExceeded { limit }) => {
                 tracing::warn!(%agent_id, limit, reason = %refused, "reminder not scheduled");
             }
             Err(ReminderRefusal::Store(error)) => tracing::warn!(%agent_id, %error, "reminder not scheduled"),
@@ -404,6 +411,7 @@ mod tests {
         let refusals = [
             ReminderRefusal::PayloadTooLarge { limit: 10 },
             ReminderRefusal::TooManyPending { limit: 3 },
+            ReminderRefusal::QuotaExceeded { limit: 1_024 },
             ReminderRefusal::InvalidDelay(u64::MAX),
             ReminderRefusal::Store(StoreError::Unavailable("down".into())),
         ];

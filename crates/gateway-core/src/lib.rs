@@ -10,6 +10,7 @@
 //! | [`cron`] | [`CronJobStore`] | [`InMemoryCronJobStore`] |
 //! | [`mailbox`] | [`MailboxStore`] | [`InMemoryCronJobStore`] (a fire is recorded by the write that completes it) |
 //! | [`tool_call`] | [`ToolCallStore`] | [`InMemoryToolCallStore`] |
+//! | [`storage`] | [`AgentStorage`] | [`InMemoryAgentStorage`] (over the two above) |
 //! | [`webhook`] | [`WebhookStore`], [`WebhookTransport`] | [`InMemoryWebhookStore`], [`FakeTransport`] |
 //! | [`liveness`] | [`LivenessMap`] | [`InMemoryLiveness`] |
 //! | [`capability`] | [`CapabilityMap`], [`CapabilityNotes`] | [`InMemoryCapabilityMap`] |
@@ -58,6 +59,7 @@ pub mod rate;
 pub mod rate_limit;
 pub mod rfc3339;
 pub mod stats;
+pub mod storage;
 pub mod store;
 pub mod supervisor;
 pub mod sync;
@@ -95,6 +97,7 @@ pub use mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore};
 pub use periodic::{LeaderLoop, MaybeFenced, PruningPass};
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};
+pub use storage::{AgentStorage, InMemoryAgentStorage, STORED_ROW_CHARGE_BYTES};
 pub use store::{StoreError, StoreHealth};
 pub use supervisor::{BackgroundLoop, supervise, supervise_loop};
 pub use tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore};

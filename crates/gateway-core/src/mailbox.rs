@@ -151,6 +151,15 @@ impl MailboxRows {
         seq
     }
 
+    /// The sum of `charge` over `agent_id`'s entries' payloads.
+    pub(crate) fn charged_bytes(&self, agent_id: &AgentId, charge: impl Fn(&Map<String, Value>) -> u64) -> u64 {
+        self.entries
+            .values()
+            .filter(|entry| entry.reminder.agent_id == *agent_id)
+            .map(|e| charge(&e.reminder.payload))
+            .sum()
+    }
+
     pub(crate) fn position(&self, agent_id: &AgentId, fire_id: &str) -> Option<i64> {
         let seq = *self.by_fire_id.get(fire_id)?;
         self.entries.get(&seq).filter(|entry| entry.reminder.agent_id == *agent_id).map(|entry| entry.seq)

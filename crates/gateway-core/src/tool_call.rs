@@ -101,6 +101,16 @@ impl InMemoryToolCallStore {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// What `agent_id`'s recorded answers are charged ([`crate::AgentStorage`]).
+    pub(crate) fn charged_bytes(&self, agent_id: &AgentId) -> Result<u64, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.rows)
+            .values()
+            .filter(|row| &row.agent_id == agent_id)
+            .map(|row| crate::storage::row_charge(row.result.to_string().len()))
+            .sum())
+    }
 }
 
 impl ToolCallStore for InMemoryToolCallStore {

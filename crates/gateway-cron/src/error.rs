@@ -33,6 +33,12 @@ pub enum CronError {
     /// The agent has `limit` pending reminders already.
     #[error("at most {limit} pending reminders per agent")]
     TooManyReminders { limit: usize },
+    /// The call would take the agent's stored bytes (tool answers, pending reminders, mailbox) past `limit`.
+    #[error(
+        "this agent's stored bytes (tool answers, pending reminders, mailbox) would pass its quota of {limit}: \
+         fired reminders leave the mailbox after its retention, and answers after theirs"
+    )]
+    QuotaExceeded { limit: u64 },
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -10,6 +10,11 @@
 //! on this instance ([`PendingGates`]) from the count to the commit: the cap is exact on one instance; with several,
 //! an agent whose reminders reach different instances at the same moment at the limit may end up over it by up to
 //! one per instance. docs/scheduler.md.
+//!
+//! The agent's storage quota (`agent_storage_quota_bytes`, [`gateway_core::storage`]) is decided in the same turn:
+//! the reminder is charged when it is accepted (its payload, as the pending row and later as the mailbox entry it
+//! becomes), so a reminder once accepted is never refused when it fires, however full the mailbox is by then. The
+//! same holds for it across instances as for the cap: over by at most one reminder per instance.
 
 use gateway_core::intake::{BoxFuture, ReminderDesk, ReminderRefusal, ScheduledReminder};
 use gateway_core::sync::lock;
@@ -29,6 +34,14 @@ pub const MAX_REMINDER_PAYLOAD_BYTES: usize = 1024 * 1024;
 pub const DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000;
 /// Highest accepted `--max-pending-reminders-per-agent`.
 pub const MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000_000;
+/// Default most bytes an agent's stored rows may take (`--agent-storage-quota-bytes`): 16 MiB.
+pub const DEFAULT_AGENT_STORAGE_QUOTA_BYTES: u64 = 16 * 1024 * 1024;
+/// Highest accepted `--agent-storage-quota-bytes`: 1 TiB, a bound only so that no sum overflows.
+pub const MAX_AGENT_STORAGE_QUOTA_BYTES: u64 = 1 << 40;
+/// What a tool reserves of the quota for its recorded answer before it runs: more than any answer of
+/// `schedule_reminder` or `cancel_reminder` takes (`{"fire_at":"…","job_id":…}` is at most about 70 bytes), plus the
+/// row charge.
+pub const ANSWER_RESERVE_BYTES: u64 = 96 + gateway_core::STORED_ROW_CHARGE_BYTES;
 /// Stripes of [`PendingGates`]: agents that share one wait for each other, which matters only when both schedule
 /// at the same moment.
 const PENDING_GATE_STRIPES: usize = 64;
@@ -63,25 +76,44 @@ impl CronScheduler {
     /// when it has one (a retry then gets the pending job back, `already_scheduled`, and nothing is written).
     /// Returns once the row is committed and armed. Refused, with nothing written: a delay of 0 or over ten years,
     /// a payload over `reminder_payload_max_bytes` as JSON, an agent with `max_pending_reminders_per_agent`
-    /// pending one-time jobs already (unless the key finds its pending job: a retry is not a new reminder).
+    /// pending one-time jobs already, or whose stored bytes the reminder would take past `agent_storage_quota_bytes`
+    /// (unless the key finds its pending job: a retry is not a new reminder).
     pub async fn schedule_reminder(&self, request: ReminderRequest) -> Result<ScheduledReminder, ReminderRefusal> {
+        self.schedule_reminder_reserving(request, 0).await
+    }
+
+    /// [`Self::schedule_reminder`] for a caller that will store `reserve` more bytes for the agent once it is
+    /// scheduled (a tool's recorded answer): the quota is checked with them counted.
+    pub async fn schedule_reminder_reserving(
+        &self,
+        request: ReminderRequest,
+        reserve: u64,
+    ) -> Result<ScheduledReminder, ReminderRefusal> {
         let ReminderRequest { agent_id, delay_ms, payload, idempotency_key } = request;
         let delay = i64::try_from(delay_ms)
             .ok()
             .filter(|delay| (1..=MAX_DELAY_MS).contains(delay))
             .ok_or(ReminderRefusal::InvalidDelay(delay_ms))?;
         let limit = self.inner.config.reminder_payload_max_bytes;
-        if json_len(&payload) > limit {
+        let payload_bytes = json_len(&payload);
+        if payload_bytes > limit {
             return Err(ReminderRefusal::PayloadTooLarge { limit });
         }
         let cap = self.inner.config.max_pending_reminders_per_agent;
+        let quota = self.inner.config.agent_storage_quota_bytes;
         let _turn = self.inner.pending_gates.gate(&agent_id).lock().await;
-        let pending = {
+        let (pending, stored) = {
             let agent_id = agent_id.clone();
-            self.blocking(move |scheduler| Ok(scheduler.inner.store.count_one_time_jobs(&agent_id)?)).await
+            self.blocking(move |scheduler| {
+                let pending = scheduler.inner.store.count_one_time_jobs(&agent_id)?;
+                Ok((pending, scheduler.inner.storage.agent_storage_bytes(&agent_id)?))
+            })
+            .await
         }
         .map_err(refusal)?;
-        if pending >= cap {
+        let needed = gateway_core::storage::row_charge(payload_bytes).saturating_add(reserve);
+        let over_quota = stored.saturating_add(needed) > quota;
+        if pending >= cap || over_quota {
             let held = match idempotency_key {
                 Some(key) => self
                     .blocking(move |scheduler| Ok(scheduler.inner.store.cron_job_by_idempotency_key(&key)?))
@@ -93,7 +125,8 @@ impl CronScheduler {
                 Some(job) if job.is_one_time && job.agent_id == agent_id => {
                     Ok(ScheduledReminder { job, already_scheduled: true })
                 }
-                _ => Err(ReminderRefusal::TooManyPending { limit: cap }),
+                _ if pending >= cap => Err(ReminderRefusal::TooManyPending { limit: cap }),
+                _ => Err(ReminderRefusal::QuotaExceeded { limit: quota }),
             };
         }
         let (job, already_scheduled) =
@@ -117,6 +150,18 @@ impl CronScheduler {
             info!(agent_id = %log_agent, job_id, "reminder cancelled");
         }
         Ok(cancelled)
+    }
+
+    /// [`CronError::QuotaExceeded`] when storing `bytes` more for `agent_id` would take it past its quota: what a
+    /// tool that records an answer without scheduling anything (`cancel_reminder`) checks first.
+    pub async fn check_quota(&self, agent_id: AgentId, bytes: u64) -> Result<(), CronError> {
+        let quota = self.inner.config.agent_storage_quota_bytes;
+        let stored =
+            self.blocking(move |scheduler| Ok(scheduler.inner.storage.agent_storage_bytes(&agent_id)?)).await?;
+        if stored.saturating_add(bytes) > quota {
+            return Err(CronError::QuotaExceeded { limit: quota });
+        }
+        Ok(())
     }
 
     /// `agent_id`'s pending one-time jobs, soonest first, at most `limit`.

@@ -8,7 +8,8 @@ use gateway_core::group_commit::GroupCommit;
 use gateway_core::stats::CronStats;
 use gateway_core::sync::lock;
 use gateway_core::{
-    BackgroundLoop, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership, NewCronJob,
+    AgentStorage, BackgroundLoop, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership,
+    NewCronJob,
 };
 use time::Duration;
 use tokio::sync::{Notify, watch};
@@ -57,6 +58,9 @@ pub struct CronConfig {
     pub reminder_payload_max_bytes: usize,
     /// Most pending one-time jobs an agent may have; further reminders it asks for are refused.
     pub max_pending_reminders_per_agent: usize,
+    /// Most bytes an agent's stored rows may take ([`gateway_core::storage`]); a reminder or a tool answer that would
+    /// take it past this is refused.
+    pub agent_storage_quota_bytes: u64,
 }
 
 impl Default for CronConfig {
@@ -73,6 +77,7 @@ impl Default for CronConfig {
             leadership_poll: LEADERSHIP_POLL,
             reminder_payload_max_bytes: crate::DEFAULT_REMINDER_PAYLOAD_MAX_BYTES,
             max_pending_reminders_per_agent: crate::DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT,
+            agent_storage_quota_bytes: crate::DEFAULT_AGENT_STORAGE_QUOTA_BYTES,
         }
     }
 }
@@ -93,10 +98,12 @@ pub struct LoopProgress {
     pub writing: bool,
 }
 /// What the scheduler works through: the durable job table, the bus its reminders go out on, the time, and
-/// whether this process may fire (leadership).
+/// whether this process may fire (leadership); and what an agent's rows take in the store (its quota).
 #[derive(Debug, Clone)]
 pub struct CronPorts {
     pub store: Arc<dyn CronJobStore>,
+    /// The same store's view of an agent's stored bytes (tool answers, pending reminders, mailbox).
+    pub storage: Arc<dyn AgentStorage>,
     pub publisher: Arc<dyn EventPublisher>,
     pub clock: Arc<dyn Clock>,
     pub leadership: Arc<dyn Leadership>,
@@ -115,6 +122,7 @@ pub struct CronScheduler {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) store: Arc<dyn CronJobStore>,
+    pub(crate) storage: Arc<dyn AgentStorage>,
     pub(crate) publisher: Arc<dyn EventPublisher>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) leadership: Arc<dyn Leadership>,
@@ -140,7 +148,7 @@ pub(crate) struct Inner {
 
 impl CronScheduler {
     pub fn new(ports: CronPorts, config: CronConfig) -> Self {
-        let CronPorts { store, publisher, clock, leadership } = ports;
+        let CronPorts { store, storage, publisher, clock, leadership } = ports;
         let window = Mutex::new(Window::new(config.window_capacity, duration(config.claim_ahead)));
         let writes = Arc::new(Mutex::new(()));
         let inserts = Arc::new(GroupCommit::new(MAX_INSERT_GROUP, {
@@ -153,6 +161,7 @@ impl CronScheduler {
         Self {
             inner: Arc::new(Inner {
                 store,
+                storage,
                 publisher,
                 clock,
                 leadership,

@@ -2,10 +2,12 @@
 //! `cancel_reminder`, `list_reminders`, each answered at once with its result, and idempotent per
 //! `(agent_id, tool_call_id)`.
 //!
-//! A call's answer is recorded in the tool-call store; a retry with the same id and the same tool and parameters
-//! gets the recorded answer and does nothing again, and one with another tool or other parameters is refused
-//! ([`CronError::ToolCallConflict`]). Only answers are recorded: a refused call (bad parameters, too many
-//! reminders, the store down) may be retried as it is.
+//! The answer of a tool that writes (`schedule_reminder`, `cancel_reminder`) is recorded in the tool-call store; a
+//! retry with the same id and the same tool and parameters gets the recorded answer and does nothing again, and one
+//! with another tool or other parameters is refused ([`CronError::ToolCallConflict`]). Only answers are recorded: a
+//! refused call (bad parameters, too many reminders, the store down) may be retried as it is. A read-only tool
+//! (`list_reminders`) is never recorded: running it again changes nothing, and its answers (up to
+//! [`MAX_LISTED_PAYLOAD_BYTES`] each) were what let one agent fill the disk (issue 16): a retry simply lists again.
 //!
 //! Scheduling and recording are two writes. A crash between them cannot schedule twice: the reminder's
 //! idempotency key is derived from `(agent_id, tool_call_id)`
@@ -36,8 +38,7 @@ use crate::scheduler::CronScheduler;
 
 /// Most reminders one `list_reminders` answer holds (the agent's soonest).
 pub const MAX_LISTED_REMINDERS: usize = 100;
-/// Most payload bytes (as JSON) one `list_reminders` answer holds: the answer is recorded, and this keeps each
-/// record within a request body's size.
+/// Most payload bytes (as JSON) one `list_reminders` answer holds: what one answer costs to build and send.
 pub const MAX_LISTED_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// How long answered tool calls are kept by default (the binary passes `--retention-days`).
 pub const DEFAULT_TOOL_CALL_RETENTION: Duration = Duration::from_secs(30 * 86_400);
@@ -71,6 +72,11 @@ impl ToolName {
             Self::CancelReminder => "cancel_reminder",
             Self::ListReminders => "list_reminders",
         }
+    }
+
+    /// Whether the tool only reads: its answers are not recorded (a retry runs it again).
+    pub fn is_read_only(self) -> bool {
+        matches!(self, Self::ListReminders)
     }
 
     /// The parameters the tool takes.
@@ -225,7 +231,7 @@ impl ReminderTools {
 
     /// Answers `agent_id`'s call `tool_call_id` of `tool`: the recorded answer when this id was answered before
     /// with the same tool and parameters ([`CronError::ToolCallConflict`] when with others), else the tool's
-    /// result, recorded before it is returned.
+    /// result, recorded before it is returned when the tool writes (a read-only tool's is not recorded).
     pub async fn call(
         &self,
         agent_id: AgentId,
@@ -242,7 +248,11 @@ impl ReminderTools {
         if let Some(recorded) = recorded {
             return replay(recorded, tool_name, &hash);
         }
+        let read_only = tool.name().is_read_only();
         let result = self.run_tool(&agent_id, &tool_call_id, tool).await?;
+        if read_only {
+            return Ok(ToolAnswer { result, replayed: false });
+        }
         let record = ToolCallRecord {
             agent_id,
             tool_call_id,
@@ -277,16 +287,19 @@ impl ReminderTools {
                     payload,
                     idempotency_key: tool_reminder_idempotency_key(agent_id, tool_call_id),
                 };
-                let scheduled = scheduler.schedule_reminder(request).await.map_err(|refusal| match refusal {
-                    ReminderRefusal::PayloadTooLarge { limit } => {
-                        CronError::InvalidToolParams(format!("params.payload: must be at most {limit} bytes as JSON"))
-                    }
-                    ReminderRefusal::TooManyPending { limit } => CronError::TooManyReminders { limit },
-                    ReminderRefusal::InvalidDelay(_) => CronError::InvalidToolParams(format!(
-                        "params.delay_ms: must be an integer from 1 to {MAX_DELAY_MS} (ten years)"
-                    )),
-                    ReminderRefusal::Store(error) => CronError::Store(error),
-                })?;
+                let reserve = crate::reminders::ANSWER_RESERVE_BYTES;
+                let scheduled =
+                    scheduler.schedule_reminder_reserving(request, reserve).await.map_err(|refusal| match refusal {
+                        ReminderRefusal::PayloadTooLarge { limit } => CronError::InvalidToolParams(format!(
+                            "params.payload: must be at most {limit} bytes as JSON"
+                        )),
+                        ReminderRefusal::TooManyPending { limit } => CronError::TooManyReminders { limit },
+                        ReminderRefusal::QuotaExceeded { limit } => CronError::QuotaExceeded { limit },
+                        ReminderRefusal::InvalidDelay(_) => CronError::InvalidToolParams(format!(
+                            "params.delay_ms: must be an integer from 1 to {MAX_DELAY_MS} (ten years)"
+                        )),
+                        ReminderRefusal::Store(error) => CronError::Store(error),
+                    })?;
                 let job = scheduled.job;
                 if scheduled.already_scheduled {
                     info!(%agent_id, job_id = job.id, "reminder already scheduled by this tool call");
@@ -296,6 +309,8 @@ impl ReminderTools {
                 Ok(json!({"job_id": job.id, "fire_at": rfc3339::format(job.next_fire_at)}))
             }
             ReminderTool::CancelReminder { job_id } => {
+                // Its answer is recorded: it counts against the quota like any stored answer.
+                scheduler.check_quota(agent_id.clone(), crate::reminders::ANSWER_RESERVE_BYTES).await?;
                 let cancelled = scheduler.cancel_reminder(agent_id.clone(), job_id).await?;
                 Ok(json!({"cancelled": cancelled}))
             }

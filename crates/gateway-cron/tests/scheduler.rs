@@ -102,6 +102,10 @@ impl Harness {
         };
         let ports = CronPorts {
             store: Arc::clone(&self.store) as Arc<dyn CronJobStore>,
+            storage: Arc::new(gateway_core::InMemoryAgentStorage {
+                jobs: Arc::clone(&self.store),
+                calls: Arc::default(),
+            }),
             publisher: Arc::clone(&self.publisher) as Arc<dyn EventPublisher>,
             clock,
             leadership,

@@ -55,7 +55,7 @@ impl EventPublisher for Published {
 /// scheduling a reminder and before recording the answer looks like this to the agent.
 #[derive(Debug, Default)]
 struct Calls {
-    store: InMemoryToolCallStore,
+    store: Arc<InMemoryToolCallStore>,
     fail_records: AtomicBool,
 }
 
@@ -99,9 +99,11 @@ fn harness(config: CronConfig) -> Harness {
     let (sender, events) = mpsc::unbounded_channel();
     let publisher = Arc::new(Published { sender, jobs: Arc::clone(&jobs) });
     let clock = TokioClock { started: Instant::now() };
+    let storage = gateway_core::InMemoryAgentStorage { jobs: jobs.clone(), calls: calls.store.clone() };
     let scheduler = CronScheduler::new(
         CronPorts {
             store: jobs.clone(),
+            storage: Arc::new(storage),
             publisher: publisher.clone(),
             clock: Arc::new(clock),
             leadership: Arc::new(SingleProcessLeadership),
@@ -260,6 +262,27 @@ async fn an_agent_cancels_only_its_own_pending_reminders_and_lists_them_soonest_
     assert_eq!(harness.jobs.len(), 2, "the claimed job and the other agent's are still there");
 }
 
+/// A read-only tool's answer is never recorded (issue 16: forty 1 MiB lists stored 41.6 MB): its retry lists again,
+/// and sees what changed meanwhile. An id a writing call recorded is still that call's.
+#[tokio::test(start_paused = true)]
+async fn a_list_is_not_recorded_and_its_retry_lists_again() {
+    let harness = harness(CronConfig::default());
+    let first = harness.listed("agent-7", "l-1").await;
+    assert_eq!(first, json!({"reminders": [], "truncated": false}));
+    assert_eq!(harness.calls.store.len(), 0, "nothing recorded");
+    let scheduled = harness.call("agent-7", "s-1", schedule(60_000, json!({"n": 1}))).await.unwrap();
+    assert_eq!(harness.calls.store.len(), 1, "the writing call is recorded");
+    let retry = harness.tools.call(agent("agent-7"), call_id("l-1"), ReminderTool::ListReminders).await.unwrap();
+    assert!(!retry.replayed);
+    assert_eq!(retry.result["reminders"][0]["job_id"], scheduled["job_id"], "the retry ran again");
+    assert_eq!(harness.calls.store.len(), 1);
+    assert_eq!(
+        harness.call("agent-7", "s-1", ReminderTool::ListReminders).await,
+        Err(CronError::ToolCallConflict),
+        "an id recorded by another tool stays that call's"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_list_is_bounded_in_count_and_in_payload_bytes() {
     let harness = harness(CronConfig { max_pending_reminders_per_agent: 10_000, ..CronConfig::default() });
@@ -366,6 +389,7 @@ async fn answered_calls_are_pruned_after_the_retention_oldest_first_and_then_are
     let scheduler = CronScheduler::new(
         CronPorts {
             store: jobs.clone(),
+            storage: Arc::new(gateway_core::InMemoryAgentStorage { jobs: jobs.clone(), calls: calls.clone() }),
             publisher: Arc::new(Published { sender, jobs: jobs.clone() }),
             clock: Arc::new(clock.clone()),
             leadership: Arc::new(SingleProcessLeadership),
@@ -381,11 +405,12 @@ async fn answered_calls_are_pruned_after_the_retention_oldest_first_and_then_are
         },
         ToolConfig { retention: std::time::Duration::from_secs(86_400), prune_batch: 2, ..ToolConfig::default() },
     );
+    let cancel = ReminderTool::CancelReminder { job_id: 999 };
     for id in ["a", "b", "c"] {
-        tools.call(agent("agent-7"), call_id(id), ReminderTool::ListReminders).await.unwrap();
+        tools.call(agent("agent-7"), call_id(id), cancel.clone()).await.unwrap();
     }
     clock.advance(Duration::hours(12));
-    tools.call(agent("agent-7"), call_id("d"), ReminderTool::ListReminders).await.unwrap();
+    tools.call(agent("agent-7"), call_id("d"), cancel).await.unwrap();
     clock.advance(Duration::hours(13));
     let shutdown = CancellationToken::new();
     assert_eq!(tools.prune_once(&shutdown).await.unwrap(), 3, "two batches");
@@ -432,4 +457,103 @@ async fn an_agents_reminders_at_the_same_moment_at_its_cap_stop_exactly_at_the_c
         }
     }
     assert_eq!((harness.jobs.len(), refused), (5, 35), "five scheduled, the rest refused");
+}
+
+impl Harness {
+    fn stored(&self, agent_id: &str) -> u64 {
+        use gateway_core::AgentStorage;
+        let storage = gateway_core::InMemoryAgentStorage { jobs: self.jobs.clone(), calls: self.calls.store.clone() };
+        storage.agent_storage_bytes(&agent(agent_id)).unwrap()
+    }
+
+    fn run_loop(&self) -> CancellationToken {
+        let shutdown = CancellationToken::new();
+        tokio::spawn({
+            let (scheduler, shutdown) = (self.scheduler.clone(), shutdown.clone());
+            async move { scheduler.run(shutdown).await }
+        });
+        shutdown
+    }
+}
+
+/// The storage quota (issue 16): reminders are accepted until the agent's stored bytes would pass the quota, then
+/// refused (`QuotaExceeded`, nothing written), a DecisionLog's reminder is not scheduled though the log is accepted,
+/// a cancel (whose answer would be stored) is refused too, a retry of an answered call still gets its answer, and
+/// another agent is not held back. The reminders accepted before all fire into the mailbox, whose entries keep the
+/// usage where it was: nothing accepted is dropped for being over the quota.
+#[tokio::test(start_paused = true)]
+async fn the_storage_quota_refuses_new_reminders_and_never_drops_accepted_ones() {
+    const QUOTA: u64 = 2_000;
+    let mut harness = harness(CronConfig { agent_storage_quota_bytes: QUOTA, ..CronConfig::default() });
+    let mut accepted = 0;
+    let refused = loop {
+        match harness.call("agent-7", &format!("s-{accepted}"), schedule(60_000, json!({"n": accepted}))).await {
+            Ok(_) => accepted += 1,
+            Err(refusal) => break refusal,
+        }
+        assert!(accepted < 50, "never refused");
+    };
+    assert_eq!(refused, CronError::QuotaExceeded { limit: QUOTA });
+    assert!(accepted >= 3, "{accepted} accepted");
+    let at_quota = harness.stored("agent-7");
+    assert!(at_quota <= QUOTA, "{at_quota} stored");
+    assert_eq!(harness.jobs.len(), accepted, "the refused call wrote nothing");
+
+    assert!(harness.call("agent-7", "s-0", schedule(60_000, json!({"n": 0}))).await.is_ok(), "a recorded answer");
+    let cancel = ReminderTool::CancelReminder { job_id: 1 };
+    assert_eq!(harness.call("agent-7", "c-1", cancel).await, Err(CronError::QuotaExceeded { limit: QUOTA }));
+    // A log stores no answer, so a reminder of its own needs more than the tool's last one left over.
+    let log = reminder_log("agent-7", "t-quota", json!({"blob": "x".repeat(400)}));
+    let receipt = harness.intake.receive(log.as_bytes()).await.unwrap();
+    assert_eq!(
+        receipt.reminder,
+        Some(Err(ReminderNotScheduled::Refused(ReminderRefusal::QuotaExceeded { limit: QUOTA })))
+    );
+    assert_eq!(harness.jobs.len(), accepted, "nothing scheduled for the log");
+    assert_eq!(harness.stored("agent-7"), at_quota);
+    harness.call("agent-8", "s-0", schedule(60_000, json!({"n": 0}))).await.unwrap();
+
+    let shutdown = harness.run_loop();
+    tokio::time::sleep(std::time::Duration::from_secs(61)).await;
+    let mut fired = 0;
+    while let Ok((topic, _, _)) = harness.events.try_recv() {
+        if topic == Topic::AgentScheduled(agent("agent-7")) {
+            fired += 1;
+        }
+    }
+    assert_eq!(fired, accepted, "every accepted reminder fired");
+    assert_eq!(harness.jobs.count_one_time_jobs(&agent("agent-7")).unwrap(), 0);
+    assert_eq!(harness.stored("agent-7"), at_quota, "each moved from pending to the mailbox, charged the same");
+    shutdown.cancel();
+}
+
+/// Reminders that fire at once (`delay_ms: 1`) never stay pending, so the pending cap never sees them: their
+/// mailbox entries count against the quota like any other, and the agent is refused once they fill it.
+#[tokio::test(start_paused = true)]
+async fn reminders_that_fire_at_once_fill_the_quota_through_the_mailbox() {
+    const QUOTA: u64 = 4_000;
+    let harness = harness(CronConfig {
+        agent_storage_quota_bytes: QUOTA,
+        max_pending_reminders_per_agent: 1,
+        ..Default::default()
+    });
+    let shutdown = harness.run_loop();
+    let mut accepted = 0;
+    let refused = loop {
+        let id = format!("s-{accepted}");
+        match harness.call("agent-7", &id, schedule(1, json!({"blob": "x".repeat(100)}))).await {
+            Ok(_) => accepted += 1,
+            Err(refusal) => break refusal,
+        }
+        // Let it fire before the next one: the pending cap of one is never what refuses.
+        while harness.jobs.count_one_time_jobs(&agent("agent-7")).unwrap() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(accepted < 100, "never refused");
+    };
+    assert_eq!(refused, CronError::QuotaExceeded { limit: QUOTA });
+    assert!(accepted >= 5, "{accepted}");
+    assert!(harness.jobs.is_empty(), "they all fired");
+    assert!(harness.stored("agent-7") <= QUOTA);
+    shutdown.cancel();
 }

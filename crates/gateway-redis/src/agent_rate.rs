@@ -7,9 +7,14 @@
 //! decides a request. Keys expire with their windows: Redis holds a counter only for agents active in the last
 //! minute.
 //!
-//! Redis unreachable means no limit (the contract fails open: a guard against runaway agents must not stop every
-//! agent when Redis does): one warning per outage, a counter of the requests let through unchecked, and one probe
-//! per [`LIMIT_PROBE_INTERVAL`] until Redis answers; the other requests do not wait for a timeout meanwhile.
+//! Redis unreachable never means no limit (DESIGN §14, issue 16: failing open gave a runaway agent no ceiling at
+//! all): each instance then counts the agent's requests itself, with gateway-core's `FixedWindowLimiter` and the
+//! same limit and window, so an agent gets at most the limit per instance it reaches (in a cluster of N, at most N
+//! times the limit) until Redis answers again. Nor must a guard against runaway agents stop every agent when Redis
+//! does, so the fallback never refuses more than the limit would. One warning per outage, a counter of the
+//! requests decided in-process ([`RedisRateLimiter::fallback_checks`]), and one probe per [`LIMIT_PROBE_INTERVAL`]
+//! until Redis answers; the other requests do not wait for a timeout meanwhile. The in-process windows start with
+//! the outage: what the agent sent before it was counted in Redis, which this instance cannot read then.
 //!
 //! The port is synchronous and each check is a round trip, so the adapter runs the async command on the runtime it
 //! was given and blocks the calling thread until it is done: call [`RateLimiter::check`] off the runtime's workers
@@ -21,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use gateway_core::sync::lock;
-use gateway_core::{AgentId, RateDecision, RateLimiter};
+use gateway_core::{AgentId, FixedWindowLimiter, RateDecision, RateLimiter};
 use redis::Script;
 use tokio::runtime::Handle;
 use tracing::{info, warn};
@@ -31,9 +36,9 @@ use crate::link::AsyncLink;
 
 /// Prefix of the per-agent counters.
 pub const AGENT_RATE_KEY_PREFIX: &str = "gateway:agent-rate:";
-/// A check waits at most this long for Redis before the request is let through.
+/// A check waits at most this long for Redis before the request is decided in-process.
 pub const LIMIT_COMMAND_TIMEOUT: Duration = Duration::from_millis(100);
-/// While Redis is unreachable, one check per interval tries it again; the others pass at once.
+/// While Redis is unreachable, one check per interval tries it again; the others are decided in-process at once.
 pub const LIMIT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Count one request; open the window on the first. KEYS[1] the agent's counter; ARGV[1] the window in ms.
@@ -81,7 +86,9 @@ pub struct RedisRateLimiter {
     window_ms: u64,
     config: LimiterConfig,
     outage: Mutex<Outage>,
-    unchecked: AtomicU64,
+    /// What decides while Redis does not answer: this process's own count, with the same limit and window.
+    fallback: FixedWindowLimiter,
+    fallback_checks: AtomicU64,
     outages: AtomicU64,
 }
 
@@ -92,7 +99,7 @@ struct Outage {
 }
 
 impl RedisRateLimiter {
-    /// Connects lazily (requests pass unchecked until Redis answers). `runtime` runs the commands: the binary's
+    /// Connects lazily (requests are counted in-process until Redis answers). `runtime` runs the commands: the binary's
     /// own runtime, whose workers must never be the threads that call `check`.
     pub fn new(redis: redis::Client, runtime: Handle, config: LimiterConfig) -> Result<Self, Error> {
         if config.window < Duration::from_millis(1)
@@ -101,6 +108,8 @@ impl RedisRateLimiter {
         {
             return Err(Error::Config("the limit's window, timeout and probe interval must be positive".into()));
         }
+        let fallback =
+            FixedWindowLimiter::new(config.limit, config.window, gateway_core::rate_limit::MAX_LIMITED_AGENTS);
         Ok(Self {
             link: AsyncLink::new(redis),
             runtime,
@@ -109,7 +118,8 @@ impl RedisRateLimiter {
             window_ms: u64::try_from(config.window.as_millis()).unwrap_or(u64::MAX),
             config,
             outage: Mutex::new(Outage::default()),
-            unchecked: AtomicU64::new(0),
+            fallback,
+            fallback_checks: AtomicU64::new(0),
             outages: AtomicU64::new(0),
         })
     }
@@ -118,9 +128,9 @@ impl RedisRateLimiter {
         self.limit
     }
 
-    /// Requests let through without a count because Redis did not answer (a counter for metrics).
-    pub fn unchecked(&self) -> u64 {
-        self.unchecked.load(Ordering::Relaxed)
+    /// Requests decided by the in-process limiter because Redis did not answer (a counter for metrics).
+    pub fn fallback_checks(&self) -> u64 {
+        self.fallback_checks.load(Ordering::Relaxed)
     }
 
     /// Times Redis became unreachable (a counter for metrics).
@@ -143,7 +153,7 @@ impl RedisRateLimiter {
         if outage.since.is_none() {
             outage.since = Some(now);
             self.outages.fetch_add(1, Ordering::Relaxed);
-            warn!(%error, "redis unreachable: agent rate limits are not enforced until it answers");
+            warn!(%error, "redis unreachable: agent rate limits are counted by each instance until it answers");
         }
     }
 
@@ -151,14 +161,14 @@ impl RedisRateLimiter {
         let mut outage = lock(&self.outage);
         if let Some(since) = outage.since.take() {
             let outage_ms = u64::try_from(now.saturating_duration_since(since).as_millis()).unwrap_or(u64::MAX);
-            info!(outage_ms, "redis answers again: agent rate limits are enforced again");
+            info!(outage_ms, "redis answers again: agent rate limits are shared again");
         }
         outage.next_probe = None;
     }
 
-    fn let_through(&self) -> RateDecision {
-        self.unchecked.fetch_add(1, Ordering::Relaxed);
-        RateDecision::Allowed
+    fn decide_locally(&self, agent_id: &AgentId, now: Instant) -> RateDecision {
+        self.fallback_checks.fetch_add(1, Ordering::Relaxed);
+        self.fallback.check(agent_id, now)
     }
 }
 
@@ -168,7 +178,8 @@ impl RateLimiter for RedisRateLimiter {
             let mut outage = lock(&self.outage);
             if let Some(next_probe) = outage.next_probe {
                 if now < next_probe {
-                    return self.let_through();
+                    drop(outage);
+                    return self.decide_locally(agent_id, now);
                 }
                 // This check probes; the others pass until it has an answer.
                 outage.next_probe = Some(now + self.config.probe_interval);
@@ -186,7 +197,7 @@ impl RateLimiter for RedisRateLimiter {
             }
             Err(error) => {
                 self.went_down(now, &error);
-                self.let_through()
+                self.decide_locally(agent_id, now)
             }
         }
     }
@@ -210,20 +221,25 @@ mod tests {
         assert_eq!(make(LimiterConfig::per_minute(0)).unwrap().limit(), 1);
     }
 
-    /// Nothing listens on port 1: every check passes, one warning for the outage, and only one probe per interval
-    /// waits for the connection to fail.
+    /// Nothing listens on port 1: each check is decided in-process (the limit still holds, per agent), one warning
+    /// for the outage, and only one probe per interval waits for the connection to fail.
     #[test]
-    fn without_redis_every_request_passes() {
+    fn without_redis_the_limit_is_counted_in_process() {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
-        let limiter = RedisRateLimiter::new(client, runtime.handle().clone(), LimiterConfig::per_minute(1)).unwrap();
-        let agent = AgentId::new("a").unwrap();
+        let limiter = RedisRateLimiter::new(client, runtime.handle().clone(), LimiterConfig::per_minute(3)).unwrap();
+        let (a, b) = (AgentId::new("a").unwrap(), AgentId::new("b").unwrap());
         let now = Instant::now();
-        for _ in 0..5 {
-            assert_eq!(limiter.check(&agent, now), RateDecision::Allowed);
+        for _ in 0..3 {
+            assert_eq!(limiter.check(&a, now), RateDecision::Allowed);
         }
-        assert_eq!((limiter.unchecked(), limiter.outages()), (5, 1));
-        assert_eq!(limiter.check(&agent, now + LIMIT_PROBE_INTERVAL), RateDecision::Allowed, "the probe fails too");
+        assert!(matches!(limiter.check(&a, now), RateDecision::Limited { .. }), "never no limit");
+        assert_eq!(limiter.check(&b, now), RateDecision::Allowed, "another agent has its own count");
+        assert_eq!((limiter.fallback_checks(), limiter.outages()), (5, 1));
+        let probe = limiter.check(&a, now + LIMIT_PROBE_INTERVAL);
+        assert!(matches!(probe, RateDecision::Limited { .. }), "the probe fails and is decided in-process too");
         assert_eq!(limiter.outages(), 1, "still the same outage");
+        let next_window = now + gateway_core::rate_limit::WINDOW + LIMIT_PROBE_INTERVAL;
+        assert_eq!(limiter.check(&a, next_window), RateDecision::Allowed, "a new window opens in-process too");
     }
 }

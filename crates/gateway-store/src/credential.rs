@@ -33,6 +33,7 @@ struct CredentialRow {
     token_hash: String,
     created_at: PrimitiveDateTime,
     revoked_at: Option<PrimitiveDateTime>,
+    expires_at: Option<PrimitiveDateTime>,
 }
 
 impl CredentialRow {
@@ -44,6 +45,7 @@ impl CredentialRow {
             token_hash: TokenHash::from_hex(&self.token_hash).ok_or_else(|| corrupt("token_hash"))?,
             created_at: from_db(self.created_at),
             revoked_at: self.revoked_at.map(from_db),
+            expires_at: self.expires_at.map(from_db),
         })
     }
 }
@@ -61,6 +63,7 @@ impl AgentCredentialStore for DieselStore {
             dsl::token_hash.eq(credential.token_hash.to_hex()),
             dsl::created_at.eq(to_db(credential.created_at)),
             dsl::revoked_at.eq(None::<PrimitiveDateTime>),
+            dsl::expires_at.eq(credential.expires_at.map(to_db)),
         ));
         self.with_connection("insert credential", |connection| on_backend!(connection, c => insert.execute(c)))
             .map(drop)
@@ -145,6 +148,7 @@ mod tests {
             token_hash: TokenHash::of("t"),
             created_at: datetime!(2026-02-22 12:00:00 UTC),
             revoked_at: None,
+            expires_at: None,
         };
         store.insert_credential(&record).unwrap();
         store

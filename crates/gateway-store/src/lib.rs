@@ -30,6 +30,7 @@ mod lock;
 mod mailbox;
 mod recovery;
 pub mod schema;
+mod storage;
 pub mod timestamp;
 mod tool_call;
 mod wal;

@@ -21,6 +21,8 @@ diesel::table! {
         claim_token -> Nullable<BigInt>,
         idempotency_key -> Nullable<Text>,
         paused -> Bool,
+        /// Generated: the bytes of `payload` (migration `agent_storage_bytes`); never written.
+        payload_bytes -> BigInt,
     }
 }
 
@@ -109,6 +111,8 @@ diesel::table! {
         scheduled_for -> Timestamp,
         fired_at -> Timestamp,
         received_at -> Nullable<Timestamp>,
+        /// Generated: the bytes of `payload` (migration `agent_storage_bytes`); never written.
+        payload_bytes -> BigInt,
     }
 }
 
@@ -120,6 +124,8 @@ diesel::table! {
         params_hash -> Text,
         result -> Text,
         created_at -> Timestamp,
+        /// Generated: the bytes of `result` (migration `agent_storage_bytes`); never written.
+        result_bytes -> BigInt,
     }
 }
 
@@ -130,6 +136,7 @@ diesel::table! {
         token_hash -> Text,
         created_at -> Timestamp,
         revoked_at -> Nullable<Timestamp>,
+        expires_at -> Nullable<Timestamp>,
     }
 }
 

@@ -28,6 +28,7 @@ macro_rules! backend {
             gateway_core::agent_credential_store_conformance!($fixture);
             gateway_core::admin_token_store_conformance!($fixture);
             gateway_core::tool_call_store_conformance!($fixture);
+            gateway_core::agent_storage_conformance!($fixture, storage_parts);
             gateway_core::liveness_map_conformance!($fixture.map(|store| Shared::new(store, liveness::CAPACITY)));
 
             /// The shared map writes the heartbeat rows too (in the transaction of their receipts).
@@ -60,6 +61,11 @@ macro_rules! backend {
             }
         }
     };
+}
+
+/// The one store as every port the storage suite drives.
+fn storage_parts(store: &DieselStore) -> gateway_core::conformance::storage::StorageParts<'_> {
+    gateway_core::conformance::storage::StorageParts { usage: store, jobs: store, mailbox: store, calls: store }
 }
 
 /// A shared liveness map over a fixture's store, which lives as long as the map.

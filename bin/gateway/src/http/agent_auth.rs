@@ -5,8 +5,10 @@
 //! whatever the endpoint: 401 before anything about the body, then the body's own 400/422 or 403/429.
 //!
 //! ```ignore
-//! // 1. Before the body is read: who is calling (401 for a missing, unknown or revoked token while auth is on).
-//! let caller = state.agent_auth.authenticate(request.headers()).await?;
+//! // 1. Before the body is read: who is calling (401 for a missing, unknown or revoked token while auth is on,
+//! //    401 `token_expired` for an expired one, 429 `too_many_refusals` for an address that presented too many
+//! //    refused tokens this second).
+//! let caller = state.agent_auth.authenticate(request.headers(), client).await?;
 //! let body = read_body(request).await?;
 //! // 2. Once the body is read: the agent it names must be the caller's (403 `identity_mismatch`), and for
 //! //    messages and tool calls the agent's request is counted (429 `rate_limited` with `Retry-After`).
@@ -14,8 +16,9 @@
 //! ```
 //!
 //! An endpoint that knows the agent before any body (its event stream, `GET /gateway/agents/{id}/reminders`) does
-//! both in one call: `state.agent_auth.authorize(request.headers(), &agent_id, Access::Read).await?`.
+//! both in one call: `state.agent_auth.authorize(request.headers(), client, &agent_id, Access::Read).await?`.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use gateway_core::{AgentId, PresentedToken, RateDecision, RateLimiter, run_blocking};
@@ -24,6 +27,7 @@ use http::HeaderMap;
 use crate::credentials::{CredentialCache, Verdict, Verified};
 use crate::http::auth::{OperatorAuth, bearer_token};
 use crate::http::error::ApiError;
+use crate::refusals::RefusalThrottle;
 
 /// Agent authentication and rate limits, as the handlers apply them.
 #[derive(Debug)]
@@ -35,6 +39,8 @@ pub struct AgentAuth {
     operator: OperatorAuth,
     /// `None` with `--agent-rate-limit-per-minute 0`.
     limiter: Option<Arc<dyn RateLimiter>>,
+    /// Refused tokens per client address: past the limit, the address is refused before any lookup.
+    refusals: RefusalThrottle,
 }
 
 /// Who a request comes from.
@@ -88,7 +94,7 @@ impl AgentAuth {
         operator: OperatorAuth,
         limiter: Option<Arc<dyn RateLimiter>>,
     ) -> Self {
-        Self { required, credentials, operator, limiter }
+        Self { required, credentials, operator, limiter, refusals: RefusalThrottle::default() }
     }
 
     pub fn is_required(&self) -> bool {
@@ -100,24 +106,39 @@ impl AgentAuth {
         &self.credentials
     }
 
-    /// Who is calling. While auth is on: 401 `unauthorized` without a token, or with one that is malformed,
-    /// unknown, revoked or wrong; the operator's token is recognized here and refused later where it does not
-    /// serve. 503 when the token's credential must be read and the store cannot be. While auth is off:
+    /// Who is calling, from `client` (its address). While auth is on: 401 `unauthorized` without a token, or with
+    /// one that is malformed, unknown, revoked or wrong, 401 `token_expired` with an expired one; the operator's
+    /// token is recognized here and refused later where it does not serve. Every refused token counts against
+    /// `client`, and past [`crate::refusals::MAX_REFUSALS_PER_SECOND`] in a second any token it presents (but the
+    /// operator's) gets 429 `too_many_refusals` for the rest of that second, before the cache or the store is
+    /// asked. 503 when the token's credential must be read and the store cannot be. While auth is off:
     /// [`Caller::Open`], whatever the headers hold.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    pub async fn authenticate(&self, headers: &HeaderMap, client: IpAddr) -> Result<Caller, ApiError> {
         if !self.required {
             return Ok(Caller::Open);
         }
         let token = bearer_token(headers).ok_or_else(|| needs_token("an agent token"))?;
-        let Some(presented) = PresentedToken::parse(token) else {
-            if self.operator.accepts(token) {
-                return Ok(Caller::Operator);
-            }
-            return Err(ApiError::unauthorized());
+        let presented = PresentedToken::parse(token);
+        if presented.is_none() && self.operator.accepts(token) {
+            return Ok(Caller::Operator);
+        }
+        if self.refusals.is_throttled(client) {
+            return Err(ApiError::too_many_refusals());
+        }
+        let verdict = match presented {
+            Some(presented) => self.credentials.verify(presented).await?,
+            None => Verdict::Refused,
         };
-        match self.credentials.verify(presented).await? {
+        match verdict {
             Verdict::Verified(verified) => Ok(Caller::Agent(verified)),
-            Verdict::Refused => Err(ApiError::unauthorized()),
+            Verdict::Refused => {
+                self.refusals.refused(client);
+                Err(ApiError::unauthorized())
+            }
+            Verdict::Expired => {
+                self.refusals.refused(client);
+                Err(ApiError::token_expired())
+            }
         }
     }
 
@@ -165,8 +186,14 @@ impl AgentAuth {
     }
 
     /// [`Self::authenticate`] and [`Self::admit`] at once, for an endpoint whose path or query names the agent.
-    pub async fn authorize(&self, headers: &HeaderMap, agent_id: &AgentId, access: Access) -> Result<Caller, ApiError> {
-        let caller = self.authenticate(headers).await?;
+    pub async fn authorize(
+        &self,
+        headers: &HeaderMap,
+        client: IpAddr,
+        agent_id: &AgentId,
+        access: Access,
+    ) -> Result<Caller, ApiError> {
+        let caller = self.authenticate(headers, client).await?;
         self.admit(&caller, Named::Agent(agent_id), access).await?;
         Ok(caller)
     }
@@ -212,6 +239,7 @@ mod tests {
     use super::*;
 
     const OPERATOR: &str = "operator-token-0123456789";
+    const CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
     struct Fixture {
         store: Arc<InMemoryAgentCredentialStore>,
@@ -227,10 +255,13 @@ mod tests {
 
     impl Fixture {
         fn token(&self, agent: &str) -> String {
+            self.token_expiring(agent, None)
+        }
+
+        fn token_expiring(&self, agent: &str, expires_at: Option<OffsetDateTime>) -> String {
             let issued = IssuedToken::issue(OffsetDateTime::now_utc()).unwrap();
-            self.store
-                .insert_credential(&issued.record(AgentId::new(agent).unwrap(), OffsetDateTime::now_utc()))
-                .unwrap();
+            let record = issued.record(AgentId::new(agent).unwrap(), OffsetDateTime::now_utc());
+            self.store.insert_credential(&gateway_core::CredentialRecord { expires_at, ..record }).unwrap();
             issued.expose().to_owned()
         }
     }
@@ -255,7 +286,7 @@ mod tests {
         let auth = &fixture.auth;
         let token = fixture.token("agent-a");
         let a = agent("agent-a");
-        let caller = auth.authenticate(&bearer(&token)).await.unwrap();
+        let caller = auth.authenticate(&bearer(&token), CLIENT).await.unwrap();
         assert_eq!(caller.agent_id(), Some(a.clone()));
         for access in [Access::Heartbeat, Access::Act, Access::Read] {
             assert_eq!(status(auth.admit(&caller, Named::Agent(&a), access).await), StatusCode::OK);
@@ -267,7 +298,7 @@ mod tests {
 
         let unknown = IssuedToken::issue(OffsetDateTime::now_utc()).unwrap();
         for headers in [HeaderMap::new(), bearer("agt_short"), bearer(unknown.expose()), bearer("not-the-operator")] {
-            let refused = auth.authenticate(&headers).await.unwrap_err();
+            let refused = auth.authenticate(&headers, CLIENT).await.unwrap_err();
             assert_eq!((refused.status, refused.reason), (StatusCode::UNAUTHORIZED, "unauthorized"), "{headers:?}");
         }
     }
@@ -277,10 +308,10 @@ mod tests {
         let fixture = fixture(true, Some(1));
         let auth = &fixture.auth;
         let a = agent("agent-a");
-        assert!(matches!(auth.authorize(&bearer(OPERATOR), &a, Access::Read).await, Ok(Caller::Operator)));
-        assert!(matches!(auth.authorize(&bearer(OPERATOR), &a, Access::Read).await, Ok(Caller::Operator)));
+        assert!(matches!(auth.authorize(&bearer(OPERATOR), CLIENT, &a, Access::Read).await, Ok(Caller::Operator)));
+        assert!(matches!(auth.authorize(&bearer(OPERATOR), CLIENT, &a, Access::Read).await, Ok(Caller::Operator)));
         for access in [Access::Heartbeat, Access::Act] {
-            assert_eq!(status(auth.authorize(&bearer(OPERATOR), &a, access).await), StatusCode::FORBIDDEN);
+            assert_eq!(status(auth.authorize(&bearer(OPERATOR), CLIENT, &a, access).await), StatusCode::FORBIDDEN);
         }
     }
 
@@ -288,7 +319,7 @@ mod tests {
     async fn with_auth_off_nothing_is_asked_and_the_named_agent_is_counted() {
         let fixture = fixture(false, Some(2));
         let auth = &fixture.auth;
-        let caller = auth.authenticate(&HeaderMap::new()).await.unwrap();
+        let caller = auth.authenticate(&HeaderMap::new(), CLIENT).await.unwrap();
         assert!(matches!(caller, Caller::Open));
         let (a, b) = (agent("agent-a"), agent("agent-b"));
         for _ in 0..2 {
@@ -310,7 +341,7 @@ mod tests {
     async fn with_auth_on_the_tokens_agent_is_counted_invalid_requests_included() {
         let fixture = fixture(true, Some(2));
         let auth = &fixture.auth;
-        let caller = auth.authenticate(&bearer(&fixture.token("agent-a"))).await.unwrap();
+        let caller = auth.authenticate(&bearer(&fixture.token("agent-a")), CLIENT).await.unwrap();
         auth.admit(&caller, Named::Unreadable, Access::Act).await.unwrap();
         let mismatch = auth.admit(&caller, Named::Agent(&agent("agent-b")), Access::Act).await.unwrap_err();
         assert_eq!(mismatch.status, StatusCode::FORBIDDEN, "refused, and counted");
@@ -324,7 +355,51 @@ mod tests {
         let fixture = fixture(true, None);
         let token = fixture.token("agent-a");
         fixture.store.failure.set_failing(true);
-        let refused = fixture.auth.authenticate(&bearer(&token)).await.unwrap_err();
+        let refused = fixture.auth.authenticate(&bearer(&token), CLIENT).await.unwrap_err();
         assert_eq!((refused.status, refused.reason), (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"));
+    }
+
+    /// An expired credential's token is 401 `token_expired`, told apart from an unknown one, and answered from the
+    /// cache once read (no read per request); a token that expires later works until then.
+    #[tokio::test]
+    async fn an_expired_token_is_told_so_without_a_read_per_request() {
+        let fixture = fixture(true, None);
+        let expired = fixture.token_expiring("agent-a", Some(OffsetDateTime::now_utc() - time::Duration::seconds(1)));
+        let later = fixture.token_expiring("agent-a", Some(OffsetDateTime::now_utc() + time::Duration::hours(1)));
+        for _ in 0..3 {
+            let refused = fixture.auth.authenticate(&bearer(&expired), CLIENT).await.unwrap_err();
+            assert_eq!((refused.status, refused.reason), (StatusCode::UNAUTHORIZED, "token_expired"));
+        }
+        assert_eq!(fixture.auth.credentials().store_reads(), 1, "read once, then answered from the cache");
+        let caller = fixture.auth.authenticate(&bearer(&later), CLIENT).await.unwrap();
+        assert_eq!(caller.agent_id(), Some(agent("agent-a")));
+    }
+
+    /// Past 20 refused tokens in a second, an address gets 429 `too_many_refusals` for any agent token, the valid
+    /// one included, without a read; another address is not held back, and the operator's token still serves.
+    #[tokio::test(start_paused = true)]
+    async fn an_address_that_presents_too_many_refused_tokens_is_throttled_before_any_read() {
+        let fixture = fixture(true, None);
+        let auth = &fixture.auth;
+        let valid = fixture.token("agent-a");
+        auth.authenticate(&bearer(&valid), CLIENT).await.unwrap();
+        let reads = auth.credentials().store_reads();
+        for n in 0..crate::refusals::MAX_REFUSALS_PER_SECOND {
+            let made_up = IssuedToken::issue(OffsetDateTime::now_utc()).unwrap();
+            let refused = auth.authenticate(&bearer(made_up.expose()), CLIENT).await.unwrap_err();
+            assert_eq!(refused.reason, "unauthorized", "refusal {n}");
+        }
+        assert_eq!(auth.credentials().store_reads(), reads + 20);
+        for token in [IssuedToken::issue(OffsetDateTime::now_utc()).unwrap().expose().to_owned(), valid.clone()] {
+            let refused = auth.authenticate(&bearer(&token), CLIENT).await.unwrap_err();
+            assert_eq!((refused.status, refused.reason), (StatusCode::TOO_MANY_REQUESTS, "too_many_refusals"));
+            assert_eq!(refused.retry_after_s, Some(1));
+        }
+        assert_eq!(auth.credentials().store_reads(), reads + 20, "no read once throttled");
+        let elsewhere = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+        assert!(auth.authenticate(&bearer(&valid), elsewhere).await.is_ok(), "another address is not held back");
+        assert!(matches!(auth.authenticate(&bearer(OPERATOR), CLIENT).await, Ok(Caller::Operator)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(auth.authenticate(&bearer(&valid), CLIENT).await.is_ok(), "the next second works");
     }
 }

@@ -3,6 +3,7 @@
 //! `GET /gateway/agents/{agent_id}/credentials` lists them without tokens,
 //! `DELETE /gateway/agents/{agent_id}/credentials/{credential_id}` revokes one at once.
 
+use gateway_core::credential::MAX_TOKEN_LIFETIME_S;
 use gateway_core::{
     AgentCredentialStore, AgentId, CredentialId, CredentialRecord, Event, EventPayload, IssuedToken, Topic, rfc3339,
     run_blocking,
@@ -20,19 +21,24 @@ use crate::state::AppState;
 pub const DEFAULT_PAGE: usize = 100;
 pub const MAX_PAGE: usize = 1000;
 
-/// 201 `{"credential_id","token","agent_id","created_at"}`. The body is empty or `{}`: the agent is in the path.
+/// 201 `{"credential_id","token","agent_id","created_at","expires_at"}`. The body is empty, `{}`, or
+/// `{"expires_in_s": N}` (1 to [`MAX_TOKEN_LIFETIME_S`], ten years): the agent is in the path; `expires_at` is null for
+/// a token that never expires.
 pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let agent_id = path_agent_id(request.uri().path())?;
     let body = read_body(request).await?;
-    if !body.trim_ascii().is_empty() {
-        JsonObject::parse(&body)?.finish(&[])?;
-    }
+    let expires_in_s = if body.trim_ascii().is_empty() { None } else { expires_in_s(JsonObject::parse(&body)?)? };
     let created_at = state.clock.now();
     let issued = IssuedToken::issue(created_at).map_err(|_| {
         tracing::error!("the operating system has no randomness source: no agent token issued");
         ApiError::internal()
     })?;
-    let record = issued.record(agent_id.clone(), created_at);
+    // To the millisecond, which every backend keeps exactly: the instant answered here is the one listed later.
+    let expires_at = expires_in_s.map(|seconds| {
+        let at = created_at + time::Duration::seconds(seconds);
+        at.replace_nanosecond(at.nanosecond() / 1_000_000 * 1_000_000).unwrap_or(at)
+    });
+    let record = CredentialRecord { expires_at, ..issued.record(agent_id.clone(), created_at) };
     let store = state.store.clone();
     run_blocking(move || store.insert_credential(&record)).await.map_err(gateway_core::StoreError::from)??;
     tracing::info!(%agent_id, credential_id = %issued.credential_id, "agent credential issued");
@@ -41,6 +47,7 @@ pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiEr
         "token": issued.expose(),
         "agent_id": agent_id,
         "created_at": rfc3339::format(created_at),
+        "expires_at": expires_at.map(rfc3339::format),
     });
     let mut response = json_response(StatusCode::CREATED, &body);
     // The one response that carries the token: no cache along the way may keep it.
@@ -98,11 +105,37 @@ async fn revoke_in_store(
     Ok(revoked)
 }
 
+/// The issue body's `expires_in_s`, if any: a whole number of seconds from 1 to [`MAX_TOKEN_LIFETIME_S`], else 422
+/// `invalid_field` naming the field (never the value).
+fn expires_in_s(mut body: JsonObject) -> Result<Option<i64>, ApiError> {
+    let invalid = || {
+        ApiError::unprocessable(
+            "invalid_field",
+            format!("expires_in_s: must be an integer from 1 to {MAX_TOKEN_LIFETIME_S} (ten years)"),
+        )
+    };
+    let seconds = match body.take_raw("expires_in_s") {
+        None => None,
+        Some(raw) if raw.get() == "null" => None,
+        Some(raw) => Some(
+            raw.get()
+                .parse::<u64>()
+                .ok()
+                .filter(|seconds| (1..=MAX_TOKEN_LIFETIME_S).contains(seconds))
+                .and_then(|seconds| i64::try_from(seconds).ok())
+                .ok_or_else(invalid)?,
+        ),
+    };
+    body.finish(&["expires_in_s"])?;
+    Ok(seconds)
+}
+
 fn credential_json(row: &CredentialRecord) -> Value {
     json!({
         "credential_id": row.credential_id,
         "agent_id": row.agent_id,
         "created_at": rfc3339::format(row.created_at),
         "revoked_at": row.revoked_at.map(rfc3339::format),
+        "expires_at": row.expires_at.map(rfc3339::format),
     })
 }

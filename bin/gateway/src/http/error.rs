@@ -55,6 +55,22 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized")
     }
 
+    /// 401: the agent token's credential has expired (it was issued with `expires_in_s`): a new token is needed.
+    pub fn token_expired() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "token_expired")
+            .with_detail("this agent token has expired: ask the operator for a new one")
+    }
+
+    /// 429 with `Retry-After: 1`: this client address presented too many refused agent tokens this second.
+    pub fn too_many_refusals() -> Self {
+        Self {
+            retry_after_s: Some(1),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_refusals").with_detail(
+                "this client address presented too many refused agent tokens this second: retry after a second",
+            )
+        }
+    }
+
     /// 403: the caller authenticated as one agent and acts as another (or as none, where an agent must be named).
     pub fn identity_mismatch(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "identity_mismatch").with_detail(detail)
@@ -151,6 +167,9 @@ impl From<CronError> for ApiError {
             CronError::InvalidToolParams(_) => Self::new(unprocessable, "invalid_field").with_detail(error.to_string()),
             CronError::ToolCallConflict => {
                 Self::new(StatusCode::CONFLICT, "tool_call_conflict").with_detail(error.to_string())
+            }
+            CronError::QuotaExceeded { .. } => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded").with_detail(error.to_string())
             }
             CronError::TooManyReminders { .. } => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_reminders").with_detail(error.to_string())

@@ -62,6 +62,10 @@ pub const STREAM_BUFFER_BYTES: usize = 2 * 1024 * 1024;
 pub const STREAM_SEND_BUFFER: usize = 16 * 1024;
 /// Open `agent:<id>:scheduled` streams from one client address (an IP address; the port does not count).
 pub const MAX_STREAMS_PER_ADDRESS: usize = 32;
+/// Open `agent:<id>:scheduled` streams of one agent, whatever addresses they come from (issue 16: one agent's token
+/// from 33 loopback addresses took all 1,024 slots). An agent needs one; a few more cover reconnects that overlap
+/// with a stream the gateway has not seen close yet, and a handful of processes sharing one identity.
+pub const MAX_STREAMS_PER_AGENT: usize = 8;
 /// The largest piece of a frame handed to hyper at a time: hyper copies what it is handed into its own write
 /// buffer, and pieces this small keep that buffer small however large an event is.
 const WRITE_PIECE: usize = 16 * 1024;
@@ -75,6 +79,8 @@ pub struct StreamLimits {
     pub buffer_bytes: usize,
     pub send_buffer: usize,
     pub per_address: usize,
+    /// Open streams of one agent on this instance (`--agent-streams-per-agent`).
+    pub per_agent: usize,
     /// The largest frame one replayed reminder can make (the payload limit and the event's other fields): a replay
     /// reads from the mailbox only as many entries as the stream's budget has room for at this size, so a stream
     /// whose client does not read holds no more replayed reminders than live ones.
@@ -93,6 +99,7 @@ impl Default for StreamLimits {
             buffer_bytes: STREAM_BUFFER_BYTES,
             send_buffer: STREAM_SEND_BUFFER,
             per_address: MAX_STREAMS_PER_ADDRESS,
+            per_agent: MAX_STREAMS_PER_AGENT,
             replay_entry_bytes: gateway_cron::DEFAULT_REMINDER_PAYLOAD_MAX_BYTES + REMINDER_FRAME_OVERHEAD,
         }
     }
@@ -108,44 +115,59 @@ impl StreamLimits {
     }
 }
 
-/// Open agent streams per client address.
-#[derive(Debug, Default)]
-pub struct StreamsPerAddress {
-    open: Mutex<HashMap<IpAddr, usize>>,
+/// Open agent streams counted by what they share: a client address ([`StreamsPerAddress`]) or an agent
+/// ([`StreamsPerAgent`]). Only keys with an open stream are held, so the map is bounded by the streams themselves.
+#[derive(Debug)]
+pub struct OpenStreams<K> {
+    open: Mutex<HashMap<K, usize>>,
 }
 
-impl StreamsPerAddress {
-    /// A slot for `address`, or `None` when it holds `limit` already.
-    fn acquire(self: &Arc<Self>, address: IpAddr, limit: usize) -> Option<AddressSlot> {
+impl<K> Default for OpenStreams<K> {
+    fn default() -> Self {
+        Self { open: Mutex::new(HashMap::new()) }
+    }
+}
+
+/// Open agent streams per client address.
+pub type StreamsPerAddress = OpenStreams<IpAddr>;
+/// Open streams per agent.
+pub type StreamsPerAgent = OpenStreams<gateway_core::AgentId>;
+
+impl<K: std::hash::Hash + Eq + Clone> OpenStreams<K> {
+    /// A slot for `key`, or `None` when it holds `limit` already.
+    fn acquire(self: &Arc<Self>, key: &K, limit: usize) -> Option<StreamSlot<K>> {
         let mut open = lock(&self.open);
-        let count = open.entry(address).or_insert(0);
+        let count = open.entry(key.clone()).or_insert(0);
         if *count >= limit {
+            if *count == 0 {
+                open.remove(key);
+            }
             return None;
         }
         *count += 1;
-        Some(AddressSlot { streams: Arc::clone(self), address })
+        Some(StreamSlot { streams: Arc::clone(self), key: key.clone() })
     }
 
-    /// Streams open from `address` right now.
-    pub fn open_from(&self, address: IpAddr) -> usize {
-        lock(&self.open).get(&address).copied().unwrap_or(0)
+    /// Streams open for `key` right now.
+    pub fn open_for(&self, key: &K) -> usize {
+        lock(&self.open).get(key).copied().unwrap_or(0)
     }
 }
 
-/// One stream's place in its address's count, given back when dropped.
+/// One stream's place in its key's count, given back when dropped.
 #[derive(Debug)]
-struct AddressSlot {
-    streams: Arc<StreamsPerAddress>,
-    address: IpAddr,
+struct StreamSlot<K: std::hash::Hash + Eq + Clone> {
+    streams: Arc<OpenStreams<K>>,
+    key: K,
 }
 
-impl Drop for AddressSlot {
+impl<K: std::hash::Hash + Eq + Clone> Drop for StreamSlot<K> {
     fn drop(&mut self) {
         let mut open = lock(&self.streams.open);
-        if let Some(count) = open.get_mut(&self.address) {
+        if let Some(count) = open.get_mut(&self.key) {
             *count -= 1;
             if *count == 0 {
-                open.remove(&self.address);
+                open.remove(&self.key);
             }
         }
     }
@@ -155,7 +177,8 @@ impl Drop for AddressSlot {
 #[derive(Debug)]
 struct Slots {
     _total: OwnedSemaphorePermit,
-    _address: Option<AddressSlot>,
+    _address: Option<StreamSlot<IpAddr>>,
+    _agent: Option<StreamSlot<gateway_core::AgentId>>,
     /// A stream opened with an agent's credential, registered to be closed when the credential is revoked.
     _revocation: Option<StreamGuard>,
 }
@@ -177,10 +200,16 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     let slots = match &topic {
         Topic::AgentScheduled(agent_id) => {
             // Who is asking comes first: a refused client takes no slot.
-            let caller = state.agent_auth.authorize(request.headers(), agent_id, Access::Read).await?;
+            let caller =
+                state.agent_auth.authorize(request.headers(), connection.peer().ip(), agent_id, Access::Read).await?;
+            // The agent's own cap first: it is what the agent (not the gateway) can fix, hence a 429.
+            let agent = state.streams_per_agent.acquire(agent_id, limits.per_agent).ok_or_else(|| {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams")
+                    .with_detail("this agent has as many event streams open as it may: close one first")
+            })?;
             let address = state
                 .streams_per_address
-                .acquire(connection.peer().ip(), limits.per_address)
+                .acquire(&connection.peer().ip(), limits.per_address)
                 .ok_or_else(|| too_many("this client address has as many agent streams open as it may"))?;
             let total = Arc::clone(&state.event_streams)
                 .try_acquire_owned()
@@ -196,14 +225,14 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
             // The operator's token makes an observer (the console's live tail): it sees the agent's reminders,
             // replayed ones too, and marks none received, so the agent still gets each of them replayed.
             observer = matches!(caller, Caller::Operator) || state.operator.check(request.headers()).is_ok();
-            Slots { _total: total, _address: Some(address), _revocation: revocation }
+            Slots { _total: total, _address: Some(address), _agent: Some(agent), _revocation: revocation }
         }
         _ => {
             state.operator.check(request.headers())?;
             let total = Arc::clone(&state.operator_event_streams)
                 .try_acquire_owned()
                 .map_err(|_| too_many("the gateway serves as many gateway:* streams as it can"))?;
-            Slots { _total: total, _address: None, _revocation: None }
+            Slots { _total: total, _address: None, _agent: None, _revocation: None }
         }
     };
     let mailbox = match &topic {
@@ -616,6 +645,7 @@ mod tests {
         buffer_bytes: 100,
         send_buffer: 4096,
         per_address: 2,
+        per_agent: 2,
         replay_entry_bytes: 64,
     };
 
@@ -659,6 +689,7 @@ mod tests {
         let slots = Slots {
             _total: Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().unwrap(),
             _address: None,
+            _agent: None,
             _revocation: None,
         };
         let pumping = tokio::spawn(pump.run(CancellationToken::new(), connection, slots));
@@ -763,14 +794,16 @@ mod tests {
     fn a_client_address_holds_at_most_its_share_of_streams() {
         let streams = Arc::new(StreamsPerAddress::default());
         let (one, two) = (IpAddr::from(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::from(Ipv4Addr::new(10, 0, 0, 2)));
-        let first = streams.acquire(one, 2).unwrap();
-        let _second = streams.acquire(one, 2).unwrap();
-        assert!(streams.acquire(one, 2).is_none());
-        let _other = streams.acquire(two, 2).unwrap();
+        let first = streams.acquire(&one, 2).unwrap();
+        let _second = streams.acquire(&one, 2).unwrap();
+        assert!(streams.acquire(&one, 2).is_none());
+        let _other = streams.acquire(&two, 2).unwrap();
         drop(first);
-        assert_eq!(streams.open_from(one), 1);
-        assert!(streams.acquire(one, 2).is_some());
-        assert_eq!(streams.open_from(one), 1, "the slot just taken was dropped");
+        assert_eq!(streams.open_for(&one), 1);
+        assert!(streams.acquire(&one, 2).is_some());
+        assert_eq!(streams.open_for(&one), 1, "the slot just taken was dropped");
+        drop(_other);
+        assert_eq!(lock(&streams.open).len(), 1, "an address without streams is not held");
     }
 
     /// What an agent's stream needs: the in-memory store (cron jobs and mailbox), the mailbox component with its

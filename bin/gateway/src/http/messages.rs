@@ -2,6 +2,8 @@
 //! reminder handed to the scheduler before the log is published, the events) is gateway-core's
 //! `DecisionLogIntake`; this reads the body and answers.
 
+use std::net::IpAddr;
+
 use bytes::Bytes;
 use gateway_core::AgentId;
 use gateway_core::Rejection;
@@ -15,8 +17,8 @@ use crate::http::request::{Request, read_body};
 use crate::http::response::{Response, json_bytes, json_response};
 use crate::state::AppState;
 
-pub async fn post(state: &AppState, request: Request) -> Result<Response, ApiError> {
-    let caller = state.agent_auth.authenticate(request.headers()).await?;
+pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
+    let caller = state.agent_auth.authenticate(request.headers(), client).await?;
     let body = read_body(request).await?;
     let inspected = state.intake.inspect(&body);
     // Checked before the log is settled (nothing is done yet): the agent it names must be the caller's with agent

@@ -38,6 +38,12 @@ pub const REASONS: &[(&str, &str)] = &[
     ),
     ("invalid_topic", "`topic` is missing or names no topic"),
     ("unauthorized", "no valid bearer token for this endpoint"),
+    ("token_expired", "the agent token's credential has expired (`expires_in_s` at issue): ask for a new token"),
+    (
+        "too_many_refusals",
+        "this client address presented 20 refused agent tokens this second: every agent token it presents is refused \
+         for the rest of the second; `Retry-After` is 1",
+    ),
     ("identity_mismatch", "with agent auth on: the token's agent is not the agent the request names"),
     ("signature_mismatch", "the signature header is missing, malformed or wrong"),
     ("not_found", "no such route"),
@@ -60,9 +66,18 @@ pub const REASONS: &[(&str, &str)] = &[
     ("idempotency_key_reused", "this `Idempotency-Key` was used for a different request"),
     ("rate_limited", "the agent is over `--agent-rate-limit-per-minute`; `Retry-After` says when its window ends"),
     ("too_many_reminders", "the agent has `--max-pending-reminders-per-agent` pending reminders already"),
+    (
+        "quota_exceeded",
+        "the agent's stored bytes (recorded tool answers, pending reminders, mailbox) would pass \
+         `--agent-storage-quota-bytes`",
+    ),
     ("store_unavailable", "the database cannot be reached right now; retry"),
     ("heartbeat_manager_unavailable", "the heartbeat manager is not running, or tracks as many agents as it may"),
-    ("too_many_streams", "the gateway (or this client address) holds as many event streams as it may"),
+    (
+        "too_many_streams",
+        "429: this agent has `--agent-streams-per-agent` streams open on this instance; 503: the gateway (or this \
+         client address) holds as many event streams as it may",
+    ),
 ];
 
 /// Who may call an operation; each adds the refusals it brings.
@@ -108,9 +123,11 @@ impl Operation {
             Auth::Open | Auth::OptionalOperator => operation,
             Auth::Operator => operation.error(401, "unauthorized"),
             // Agent tokens are looked up in the store (503 when it cannot be read).
-            Auth::Agent | Auth::AgentOrOperator => {
-                operation.error(401, "unauthorized").error(403, "identity_mismatch").error(503, "store_unavailable")
-            }
+            Auth::Agent | Auth::AgentOrOperator => operation
+                .errors(401, &["unauthorized", "token_expired"])
+                .error(403, "identity_mismatch")
+                .error(429, "too_many_refusals")
+                .error(503, "store_unavailable"),
         }
     }
 
@@ -250,7 +267,8 @@ impl Operation {
     }
 }
 
-/// `{"status":"error","reason":…}` with `reason` one of `reasons`; a 429 `rate_limited` carries `Retry-After`.
+/// `{"status":"error","reason":…}` with `reason` one of `reasons`; a 429 `rate_limited` or `too_many_refusals`
+/// carries `Retry-After`.
 fn error_response(reasons: &[&'static str]) -> Value {
     let description = reasons
         .iter()
@@ -265,7 +283,7 @@ fn error_response(reasons: &[&'static str]) -> Value {
         {"properties": {"reason": {"enum": reasons}}},
     ]});
     let mut response = json!({"description": description, "content": {"application/json": {"schema": schema}}});
-    if reasons.contains(&"rate_limited") {
+    if reasons.contains(&"rate_limited") || reasons.contains(&"too_many_refusals") {
         response["headers"] = json!({"Retry-After": {"$ref": "#/components/headers/RetryAfter"}});
     }
     response
@@ -347,8 +365,19 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                 (
                     "post",
                     agent_id(Operation::new("issueCredential", "operator", "Issue an agent token", Auth::Operator))
-                        .describe("The token is shown this once (`Cache-Control: no-store`); the gateway keeps only its hash.")
-                        .json_body(json!({"type": "object", "maxProperties": 0, "additionalProperties": false}), false)
+                        .describe("The token is shown this once (`Cache-Control: no-store`); the gateway keeps only its hash. With `expires_in_s` it stops authenticating that many seconds after issue (401 `token_expired`).")
+                        .json_body(
+                            json!({
+                                "type": "object", "additionalProperties": false,
+                                "properties": {"expires_in_s": {
+                                    "type": ["integer", "null"], "minimum": 1,
+                                    "maximum": gateway_core::credential::MAX_TOKEN_LIFETIME_S,
+                                    "description": "Seconds from issue after which the token expires (at most ten years); absent or null: never.",
+                                }},
+                            }),
+                            false,
+                        )
+                        .example(json!({"expires_in_s": 86_400}))
                         .answer_with_headers(
                             201,
                             "Issued.",
@@ -815,8 +844,10 @@ fn tool(tool: Tool) -> Operation {
         .errors(422, &["missing_required_fields", "invalid_field"])
         .error(429, "rate_limited");
     match tool {
-        Tool::ScheduleReminder => operation.error(429, "too_many_reminders"),
-        Tool::CancelReminder | Tool::ListReminders => operation,
+        Tool::ScheduleReminder => operation.errors(429, &["too_many_reminders", "quota_exceeded"]),
+        // Its answer is recorded, so it counts against the quota; a list's is not.
+        Tool::CancelReminder => operation.error(429, "quota_exceeded"),
+        Tool::ListReminders => operation,
     }
 }
 
@@ -851,6 +882,7 @@ fn events() -> Operation {
                 "content": {"text/event-stream": {"schema": schema("ServerSentEvent")}},
             }),
         )
+        .error(429, "too_many_streams")
         .error(503, "too_many_streams")
 }
 
@@ -1144,31 +1176,34 @@ fn schemas() -> Map<String, Value> {
                 }}},
             })),
         ("IssuedCredential", json!({
-                "type": "object", "required": ["credential_id", "token", "agent_id", "created_at"], "additionalProperties": false,
+                "type": "object", "required": ["credential_id", "token", "agent_id", "created_at", "expires_at"], "additionalProperties": false,
                 "properties": {
                     "credential_id": {"type": "string", "pattern": "^[0-9a-f]{24}$"},
                     "token": {"type": "string", "pattern": "^agt_[0-9a-f]{24}_[0-9a-f]{64}$"},
                     "agent_id": {"type": "string"},
                     "created_at": timestamp,
+                    "expires_at": nullable_timestamp,
                 },
             })),
         ("Credential", json!({
-                "type": "object", "required": ["credential_id", "agent_id", "created_at", "revoked_at"], "additionalProperties": false,
+                "type": "object", "required": ["credential_id", "agent_id", "created_at", "revoked_at", "expires_at"], "additionalProperties": false,
                 "properties": {
                     "credential_id": {"type": "string", "pattern": "^[0-9a-f]{24}$"},
                     "agent_id": {"type": "string"},
                     "created_at": timestamp,
                     "revoked_at": nullable_timestamp,
+                    "expires_at": nullable_timestamp,
                 },
             })),
         ("RevokedCredential", json!({
-                "type": "object", "required": ["status", "credential_id", "agent_id", "created_at", "revoked_at"], "additionalProperties": false,
+                "type": "object", "required": ["status", "credential_id", "agent_id", "created_at", "revoked_at", "expires_at"], "additionalProperties": false,
                 "properties": {
                     "status": {"const": "revoked"},
                     "credential_id": {"type": "string", "pattern": "^[0-9a-f]{24}$"},
                     "agent_id": {"type": "string"},
                     "created_at": timestamp,
                     "revoked_at": timestamp,
+                    "expires_at": nullable_timestamp,
                 },
             })),
         ("CredentialPage", json!({

@@ -2,6 +2,8 @@
 //! that cannot hold an event stream (docs/api.md). The caller keeps its own cursor (the last `fire_id` it got);
 //! nothing is marked received.
 
+use std::net::IpAddr;
+
 use gateway_core::{AgentId, MailboxEntry, rfc3339};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
@@ -19,8 +21,13 @@ const MAX_CURSOR_BYTES: usize = 128;
 
 /// Who may read `agent_id`'s mailbox: whoever may hold its reminder stream (the agent's token or the operator's
 /// while agent auth is on; anyone while it is off).
-async fn check_mailbox_reader(state: &AppState, headers: &HeaderMap, agent_id: &AgentId) -> Result<(), ApiError> {
-    state.agent_auth.authorize(headers, agent_id, Access::Read).await.map(drop)
+async fn check_mailbox_reader(
+    state: &AppState,
+    headers: &HeaderMap,
+    client: IpAddr,
+    agent_id: &AgentId,
+) -> Result<(), ApiError> {
+    state.agent_auth.authorize(headers, client, agent_id, Access::Read).await.map(drop)
 }
 
 /// The agent id of `/gateway/agents/{agent_id}/reminders`, percent-decoded; `None` when the path is not that.
@@ -28,12 +35,12 @@ pub fn agent_of(path: &str) -> Option<&str> {
     path.strip_prefix("/gateway/agents/")?.strip_suffix("/reminders").filter(|agent| !agent.contains('/'))
 }
 
-pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+pub async fn list(state: &AppState, request: &Request, client: IpAddr) -> Result<Response, ApiError> {
     let unknown_agent = || ApiError::unknown("unknown_agent", "agent");
     let raw = agent_of(request.uri().path()).ok_or_else(unknown_agent)?;
     let decoded = percent_encoding::percent_decode_str(raw).decode_utf8().map_err(|_| unknown_agent())?;
     let agent_id = AgentId::new(decoded.into_owned()).map_err(|_| unknown_agent())?;
-    check_mailbox_reader(state, request.headers(), &agent_id).await?;
+    check_mailbox_reader(state, request.headers(), client, &agent_id).await?;
     let query = Query::parse(request.uri(), &["after", "limit"])?;
     // A `fire_id` never holds a control character; PostgreSQL cannot even compare text holding NUL (a 500 before).
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", |text| {

@@ -1,6 +1,7 @@
 //! Routing: path → route (404), method (405 with `Allow`), operator token (401), handler.
 
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
@@ -256,10 +257,12 @@ pub fn handle(
         state.metrics.http.observe(UNMATCHED, response.status().as_u16(), started.elapsed());
         return Either::Left(future::ready(Ok(response)));
     };
-    // Only event streams look at their connection: the other requests do not pay for a copy of it.
+    // Only event streams look at their connection: the other requests do not pay for a copy of it. The client's
+    // address is what refused agent tokens are counted against (`refusals.rs`).
+    let client = connection.peer().ip();
     let connection = (route == Route::Events).then(|| connection.clone());
     let stats = Arc::clone(&state);
-    Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request, connection)).map(
+    Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request, connection, client)).map(
         move |response| {
             let status = response.status().as_u16();
             stats.metrics.http.observe(route.index(), status, started.elapsed());
@@ -298,6 +301,7 @@ async fn dispatch(
     route: Route,
     request: Request,
     connection: Option<Connection>,
+    client: IpAddr,
 ) -> Result<Response, ApiError> {
     if !route.methods().contains(request.method()) {
         return Ok(method_not_allowed(route.methods()));
@@ -306,11 +310,11 @@ async fn dispatch(
         state.operator.check(request.headers())?;
     }
     match route {
-        Route::Heartbeat => heartbeat::post(&state, request).await,
-        Route::Messages => messages::post(&state, request).await,
+        Route::Heartbeat => heartbeat::post(&state, request, client).await,
+        Route::Messages => messages::post(&state, request, client).await,
         // A future is as large as the largest one it may await, and hyper moves a request's future several times:
         // the other routes are boxed so that their futures do not weigh on the two endpoints agents call most.
-        _ => Box::pin(dispatch_rest(&state, route, request, connection)).await,
+        _ => Box::pin(dispatch_rest(&state, route, request, connection, client)).await,
     }
 }
 
@@ -319,6 +323,7 @@ async fn dispatch_rest(
     route: Route,
     request: Request,
     connection: Option<Connection>,
+    client: IpAddr,
 ) -> Result<Response, ApiError> {
     let unknown_webhook = || ApiError::unknown("unknown_webhook", "webhook config");
     let unknown_delivery = || ApiError::unknown("unknown_delivery", "delivery");
@@ -326,14 +331,14 @@ async fn dispatch_rest(
     let is_post = request.method() == Method::POST;
     let is_delete = request.method() == Method::DELETE;
     match route {
-        Route::Heartbeat => heartbeat::post(state, request).await,
-        Route::Messages => messages::post(state, request).await,
+        Route::Heartbeat => heartbeat::post(state, request, client).await,
+        Route::Messages => messages::post(state, request, client).await,
         Route::Events => match connection {
             Some(connection) => events::get(state, &request, connection).await,
             None => Err(ApiError::internal()),
         },
         Route::Agents => agents::list(state, &request).await,
-        Route::AgentReminders => reminders::list(state, &request).await,
+        Route::AgentReminders => reminders::list(state, &request, client).await,
         Route::Healthz => Ok(health::live()),
         Route::Cluster => Ok(health::cluster(state).await),
         Route::Readyz => Ok(health::ready(state, &request).await),
@@ -353,7 +358,7 @@ async fn dispatch_rest(
         Route::DeliveryRetry(id) => webhooks::retry(state, id.ok_or_else(unknown_delivery)?).await,
         Route::Tool => {
             let name = request.uri().path().strip_prefix(TOOLS_PREFIX).unwrap_or_default().to_owned();
-            tools::call(state, &name, request).await
+            tools::call(state, &name, request, client).await
         }
         Route::CronJobs if is_post => cron::create(state, request).await,
         Route::CronJobs => cron::list(state, &request).await,

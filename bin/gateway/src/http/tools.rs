@@ -2,6 +2,8 @@
 //! tools, their limits, idempotency per `(agent_id, tool_call_id)`) are gateway-cron's `ReminderTools`; this
 //! reads the body and answers.
 
+use std::net::IpAddr;
+
 use gateway_core::{AgentId, ToolCallId};
 use gateway_cron::{ReminderTool, ToolName};
 use http::StatusCode;
@@ -21,8 +23,8 @@ const FIELDS: [&str; 3] = ["agent_id", "tool_call_id", "params"];
 /// read, and the agent is read first, so that checks about the caller (the agent is the token's, it is within its
 /// rate limit) come before anything about the call; a body whose agent cannot be read still counts against the
 /// token's agent.
-pub async fn call(state: &AppState, tool_name: &str, request: Request) -> Result<Response, ApiError> {
-    let caller = state.agent_auth.authenticate(request.headers()).await?;
+pub async fn call(state: &AppState, tool_name: &str, request: Request, client: IpAddr) -> Result<Response, ApiError> {
+    let caller = state.agent_auth.authenticate(request.headers(), client).await?;
     let read = read_agent(request).await;
     let named = read.as_ref().map_or(Named::Unreadable, |(_, agent_id)| Named::Agent(agent_id));
     state.agent_auth.admit(&caller, named, Access::Act).await?;

@@ -9,6 +9,7 @@ mod support;
 mod admin_token;
 mod agent_auth;
 mod agent_client;
+mod agent_limits;
 mod cluster;
 mod config;
 mod console;

@@ -22,6 +22,7 @@ fn credential(n: u32, agent_id: &str, created_at: OffsetDateTime) -> CredentialR
         token_hash: TokenHash::of(format!("token-{n}")),
         created_at,
         revoked_at: None,
+        expires_at: None,
     }
 }
 
@@ -137,4 +138,30 @@ pub fn an_agents_credentials_list_by_id_in_pages(store: &dyn AgentCredentialStor
     assert_eq!(store.agent_credentials(&a, Some(&mine[3].credential_id), 2).expect("list"), mine[4..]);
     assert_eq!(store.agent_credentials(&a, Some(&mine[4].credential_id), 2).expect("list"), vec![]);
     assert_eq!(store.agent_credentials(&a, Some(&id(0)), 10).expect("list"), mine, "a cursor need not be stored");
+}
+
+/// A credential's expiry reads back exactly (to the millisecond), by id and in its agent's list, beside one that
+/// never expires; revoking an expiring credential keeps its expiry. Expects an empty store.
+pub fn an_expiry_reads_back_by_id_and_in_the_list_and_survives_revocation(
+    store: &dyn AgentCredentialStore,
+    at: OffsetDateTime,
+) {
+    let expiring = CredentialRecord {
+        expires_at: Some(at + Duration::seconds(3_600) + Duration::milliseconds(125)),
+        ..credential(1, "agent-a", at)
+    };
+    let lasting = credential(2, "agent-a", at);
+    store.insert_credential(&expiring).expect("insert");
+    store.insert_credential(&lasting).expect("insert");
+    assert_eq!(store.credential(&expiring.credential_id).expect("read"), Some(expiring.clone()));
+    assert_eq!(store.credential(&lasting.credential_id).expect("read"), Some(lasting.clone()));
+    assert_eq!(
+        store.agent_credentials(&agent("agent-a"), None, 10).expect("list"),
+        vec![expiring.clone(), lasting.clone()]
+    );
+    let revoked_at = at + Duration::seconds(10);
+    let revoked = store.revoke_credential(&agent("agent-a"), &expiring.credential_id, revoked_at).expect("revoke");
+    assert_eq!(revoked, Some(CredentialRecord { revoked_at: Some(revoked_at), ..expiring.clone() }));
+    assert!(expiring.is_expired(at + Duration::seconds(3_601)) && !expiring.is_expired(at));
+    assert!(!lasting.is_expired(at + Duration::days(36_500)));
 }

@@ -2,7 +2,7 @@
 //! the in-memory fakes in this crate's tests, the database adapters in theirs (through the `conformance` feature).
 //!
 //! One suite per port: [`heartbeat`], [`cron`], [`mailbox`], [`webhook`], [`liveness`], [`tool_call`], [`credential`],
-//! [`admin_token`];
+//! [`admin_token`], [`storage`] (which writes through the ports it counts, so it takes all of them);
 //! [`fencing`] holds the rule that spans ports (a token raised through one fences the others). Each rule is a
 //! `pub fn` that takes a fresh, empty store and an instant to start from (rows are due, leases run and agents fall
 //! silent relative to it), drives the store only through its port, and panics when the store breaks the rule; its
@@ -29,6 +29,7 @@ pub mod fencing;
 pub mod heartbeat;
 pub mod liveness;
 pub mod mailbox;
+pub mod storage;
 pub mod tool_call;
 pub mod webhook;
 
@@ -185,6 +186,7 @@ macro_rules! agent_credential_store_conformance {
             the_revocation_poll_finds_the_credentials_revoked_since_its_instant,
             revocation_is_once_by_the_owning_agent_and_keeps_the_row,
             an_agents_credentials_list_by_id_in_pages,
+            an_expiry_reads_back_by_id_and_in_the_list_and_survives_revocation,
         );
     };
 }
@@ -200,5 +202,38 @@ macro_rules! admin_token_store_conformance {
             of_racing_inserts_exactly_one_stores_its_token,
             a_replacement_takes_the_stored_tokens_place,
         );
+    };
+}
+
+/// Every rule of [`conformance::storage`](crate::conformance::storage) as a `#[test]`, in a module `agent_storage`.
+/// `$fixture`: an `Option<F>` for a fresh store (see the [module documentation](crate::conformance)); `$parts`: a
+/// function (a path) from `&F::Target` to the [`StorageParts`](crate::conformance::storage::StorageParts) of that store.
+#[macro_export]
+macro_rules! agent_storage_conformance {
+    ($fixture:expr, $parts:expr) => {
+        mod agent_storage {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $crate::__storage_conformance_tests!($fixture, $parts;
+                an_agent_is_charged_for_its_answers_pending_reminders_and_mailbox,
+                a_fire_moves_the_charge_to_the_mailbox_and_pruning_takes_it_off,
+            );
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __storage_conformance_tests {
+    ($fixture:expr, $parts:expr; $($rule:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $rule() {
+                let Some(fixture) = $fixture else { return };
+                let parts = ($parts)(&*fixture);
+                $crate::conformance::storage::$rule(&parts, $crate::conformance::START);
+            }
+        )+
     };
 }

@@ -45,7 +45,7 @@ fn the_limit_holds_across_two_instances_sharing_one_redis() {
         }
     }
     assert_eq!(instances[1].check(&agent("agent-b"), Instant::now()), RateDecision::Allowed, "another agent");
-    assert_eq!(instances.iter().map(RedisRateLimiter::unchecked).sum::<u64>(), 0);
+    assert_eq!(instances.iter().map(RedisRateLimiter::fallback_checks).sum::<u64>(), 0);
 }
 
 #[test]
@@ -89,8 +89,9 @@ fn a_new_window_opens_when_the_last_one_ends() {
 }
 
 #[test]
-fn while_redis_is_down_requests_pass_and_the_limit_returns_with_it() {
-    let Some(mut redis) = RedisServer::start_or_skip("while_redis_is_down_requests_pass_and_the_limit_returns_with_it")
+fn while_redis_is_down_the_limit_is_counted_in_process_and_shared_again_with_it() {
+    let Some(mut redis) =
+        RedisServer::start_or_skip("while_redis_is_down_the_limit_is_counted_in_process_and_shared_again_with_it")
     else {
         return;
     };
@@ -102,19 +103,21 @@ fn while_redis_is_down_requests_pass_and_the_limit_returns_with_it() {
     assert!(matches!(limiter.check(&a, Instant::now()), RateDecision::Limited { .. }));
 
     redis.stop();
+    // The in-process count starts with the outage: one request of its window, then none (never "no limit").
+    assert_eq!(limiter.check(&a, Instant::now()), RateDecision::Allowed);
     for _ in 0..5 {
-        assert_eq!(limiter.check(&a, Instant::now()), RateDecision::Allowed, "fails open");
+        assert!(matches!(limiter.check(&a, Instant::now()), RateDecision::Limited { .. }), "counted in-process");
     }
-    assert!(limiter.unchecked() >= 5);
+    assert!(limiter.fallback_checks() >= 6);
     assert_eq!(limiter.outages(), 1);
 
     // A restarted Redis has forgotten the counter (nothing is persisted); the limit holds again from there.
     redis.start_again().unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let before = limiter.unchecked();
+        let before = limiter.fallback_checks();
         let decision = limiter.check(&a, Instant::now());
-        if limiter.unchecked() == before {
+        if limiter.fallback_checks() == before {
             assert_eq!(decision, RateDecision::Allowed, "the first counted request of a new window");
             break;
         }

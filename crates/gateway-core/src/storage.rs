@@ -1,0 +1,73 @@
+//! The agent storage port: how many bytes of the store one agent's rows take, as the storage quota counts them
+//! (`--agent-storage-quota-bytes`, DESIGN §14 "Storage per agent is bounded"; docs/architecture.md "Storage per
+//! agent").
+//!
+//! What an agent makes the gateway keep: its recorded tool answers (`tool_calls`, kept `--retention-days`), its
+//! pending reminders (one-time `cron_jobs` rows, each to become a mailbox entry of the same payload when it fires)
+//! and its mailbox (`agent_mailbox`, fired reminders kept `--mailbox-retention-h`). Each row is charged the bytes of
+//! its JSON (the answer, or the payload) plus [`STORED_ROW_CHARGE_BYTES`]. A reminder is charged while pending and,
+//! once fired, as its mailbox entry (the same bytes): counted before it is accepted, so the quota is decided at
+//! acceptance and a reminder already accepted is never refused when it fires. Recurring jobs are the operator's and
+//! are not charged while pending; their fires are, as mailbox entries.
+//!
+//! Read by the scheduler before it accepts a reminder and by the tools before they record an answer, so it is
+//! answered from the rows themselves every time (an indexed sum in a database adapter): correct by construction,
+//! nothing to keep in step with every write that adds or prunes rows.
+
+use std::sync::Arc;
+
+use crate::cron::InMemoryCronJobStore;
+use crate::ids::AgentId;
+use crate::store::StoreError;
+use crate::tool_call::InMemoryToolCallStore;
+
+/// What each stored row of an agent is charged beyond the bytes of its JSON: its key, instants and index entries
+/// take disk too (about 200 to 300 bytes a row), so rows with tiny payloads are not free. Below a row's real cost so
+/// that the default quota still holds a month of a reminder a minute; enough that a flood of empty payloads is
+/// bounded by the quota as well as by the rate limit.
+pub const STORED_ROW_CHARGE_BYTES: u64 = 128;
+
+/// The stored bytes of one agent's rows.
+pub trait AgentStorage: Send + Sync + std::fmt::Debug {
+    /// The bytes charged to `agent_id`: for each of its recorded tool answers, pending one-time jobs and mailbox
+    /// entries, the length of its JSON (answer or payload, in bytes) plus [`STORED_ROW_CHARGE_BYTES`].
+    fn agent_storage_bytes(&self, agent_id: &AgentId) -> Result<u64, StoreError>;
+}
+
+/// [`AgentStorage`] over the in-memory cron, mailbox and tool-call stores (a database adapter answers from one
+/// database): the same stores the scheduler and the tools are given.
+#[derive(Debug, Default, Clone)]
+pub struct InMemoryAgentStorage {
+    pub jobs: Arc<InMemoryCronJobStore>,
+    pub calls: Arc<InMemoryToolCallStore>,
+}
+
+impl AgentStorage for InMemoryAgentStorage {
+    fn agent_storage_bytes(&self, agent_id: &AgentId) -> Result<u64, StoreError> {
+        Ok(self.jobs.charged_bytes(agent_id)?.saturating_add(self.calls.charged_bytes(agent_id)?))
+    }
+}
+
+/// The charge of a row whose JSON is `json_bytes` long.
+pub fn row_charge(json_bytes: usize) -> u64 {
+    u64::try_from(json_bytes).unwrap_or(u64::MAX).saturating_add(STORED_ROW_CHARGE_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::storage::StorageParts;
+
+    fn parts(storage: &InMemoryAgentStorage) -> StorageParts<'_> {
+        StorageParts { usage: storage, jobs: &*storage.jobs, mailbox: &*storage.jobs, calls: &*storage.calls }
+    }
+
+    crate::agent_storage_conformance!(Some(Box::<InMemoryAgentStorage>::default()), parts);
+
+    #[test]
+    fn a_failing_store_is_an_error_not_zero() {
+        let storage = InMemoryAgentStorage::default();
+        storage.jobs.failure.set_failing(true);
+        assert!(storage.agent_storage_bytes(&AgentId::new("a").unwrap()).is_err());
+    }
+}

@@ -1,0 +1,1 @@
+ALTER TABLE agent_credentials DROP COLUMN expires_at;
