@@ -248,9 +248,9 @@ impl ReminderTools {
         if let Some(recorded) = recorded {
             return replay(recorded, tool_name, &hash);
         }
-        let read_only = tool.name().is_read_only();
+        let name = tool.name();
         let result = self.run_tool(&agent_id, &tool_call_id, tool).await?;
-        if read_only {
+        if name.is_read_only() || !self.records(name, &agent_id, &result).await? {
             return Ok(ToolAnswer { result, replayed: false });
         }
         let record = ToolCallRecord {
@@ -270,6 +270,23 @@ impl ReminderTools {
         }
         // A concurrent call with the same id recorded its answer first: that answer stands, if it was this call.
         replay(holder, tool_name, &hash)
+    }
+
+    /// Whether a writing tool's answer is recorded for its retries. Always, but for a cancel that cancelled nothing
+    /// while the agent is at its quota: such answers could otherwise be stored without end by an agent the quota
+    /// has stopped, and a retry of it answers the same (a job that is not the agent's, or no longer pending, does
+    /// not become so). A cancel that did cancel frees the job's row, which holds more than the answer takes, and
+    /// every such job was accepted under the quota.
+    async fn records(&self, tool: ToolName, agent_id: &AgentId, result: &Value) -> Result<bool, CronError> {
+        if tool != ToolName::CancelReminder || result["cancelled"] == Value::Bool(true) {
+            return Ok(true);
+        }
+        let reserve = crate::reminders::ANSWER_RESERVE_BYTES;
+        match self.inner.ports.scheduler.check_quota(agent_id.clone(), reserve).await {
+            Ok(()) => Ok(true),
+            Err(CronError::QuotaExceeded { .. }) => Ok(false),
+            Err(other) => Err(other),
+        }
     }
 
     async fn run_tool(
@@ -308,9 +325,8 @@ impl ReminderTools {
                 }
                 Ok(json!({"job_id": job.id, "fire_at": rfc3339::format(job.next_fire_at)}))
             }
+            // Never refused by the quota: cancelling is how an agent at its quota makes room (see `records`).
             ReminderTool::CancelReminder { job_id } => {
-                // Its answer is recorded: it counts against the quota like any stored answer.
-                scheduler.check_quota(agent_id.clone(), crate::reminders::ANSWER_RESERVE_BYTES).await?;
                 let cancelled = scheduler.cancel_reminder(agent_id.clone(), job_id).await?;
                 Ok(json!({"cancelled": cancelled}))
             }

@@ -478,9 +478,10 @@ impl Harness {
 
 /// The storage quota (issue 16): reminders are accepted until the agent's stored bytes would pass the quota, then
 /// refused (`QuotaExceeded`, nothing written), a DecisionLog's reminder is not scheduled though the log is accepted,
-/// a cancel (whose answer would be stored) is refused too, a retry of an answered call still gets its answer, and
-/// another agent is not held back. The reminders accepted before all fire into the mailbox, whose entries keep the
-/// usage where it was: nothing accepted is dropped for being over the quota.
+/// a retry of an answered call still gets its answer, and another agent is not held back. A cancel is never refused:
+/// it is how the agent makes room (one that cancels nothing is then not recorded, or such answers could fill the
+/// disk). The reminders accepted before all fire into the mailbox, whose entries keep the usage where it was:
+/// nothing accepted is dropped for being over the quota.
 #[tokio::test(start_paused = true)]
 async fn the_storage_quota_refuses_new_reminders_and_never_drops_accepted_ones() {
     const QUOTA: u64 = 2_000;
@@ -500,8 +501,16 @@ async fn the_storage_quota_refuses_new_reminders_and_never_drops_accepted_ones()
     assert_eq!(harness.jobs.len(), accepted, "the refused call wrote nothing");
 
     assert!(harness.call("agent-7", "s-0", schedule(60_000, json!({"n": 0}))).await.is_ok(), "a recorded answer");
-    let cancel = ReminderTool::CancelReminder { job_id: 1 };
-    assert_eq!(harness.call("agent-7", "c-1", cancel).await, Err(CronError::QuotaExceeded { limit: QUOTA }));
+    let nothing = ReminderTool::CancelReminder { job_id: 999_999 };
+    assert_eq!(harness.call("agent-7", "c-0", nothing).await, Ok(json!({"cancelled": false})));
+    assert_eq!(harness.stored("agent-7"), at_quota, "a cancel of nothing at the quota is not recorded");
+    let first = harness.call("agent-7", "s-0", schedule(60_000, json!({"n": 0}))).await.unwrap()["job_id"].as_i64();
+    let cancel = ReminderTool::CancelReminder { job_id: first.unwrap() };
+    assert_eq!(harness.call("agent-7", "c-1", cancel.clone()).await, Ok(json!({"cancelled": true})));
+    assert_eq!(harness.call("agent-7", "c-1", cancel).await, Ok(json!({"cancelled": true})), "recorded for its retry");
+    let accepted = accepted - 1;
+    let at_quota = harness.stored("agent-7");
+    assert_eq!(harness.jobs.len(), accepted);
     // A log stores no answer, so a reminder of its own needs more than the tool's last one left over.
     let log = reminder_log("agent-7", "t-quota", json!({"blob": "x".repeat(400)}));
     let receipt = harness.intake.receive(log.as_bytes()).await.unwrap();
