@@ -197,6 +197,7 @@ impl App {
                 per_address: config.agent_streams_per_address,
                 ..config.stream_limits
             },
+            edge: crate::http::edge::Edge::new(config.edge()),
             metrics: Metrics::new(crate::http::ROUTE_NAMES),
         };
         Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })
