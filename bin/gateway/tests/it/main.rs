@@ -14,6 +14,7 @@ mod config;
 mod console;
 mod crash;
 mod cron;
+mod edge;
 mod events;
 mod heartbeat;
 mod idempotency;
