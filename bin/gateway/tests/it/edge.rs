@@ -57,7 +57,10 @@ impl Answer {
     }
 
     fn reason(&self) -> String {
-        serde_json::from_str::<Value>(&self.body).ok().and_then(|body| body["reason"].as_str().map(str::to_owned)).unwrap_or_default()
+        serde_json::from_str::<Value>(&self.body)
+            .ok()
+            .and_then(|body| body["reason"].as_str().map(str::to_owned))
+            .unwrap_or_default()
     }
 }
 
@@ -185,7 +188,11 @@ fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
     let outcomes = runtime.block_on(async {
         let tasks: Vec<_> = (0..connections)
             .map(|n| {
-                let path = if n % 2 == 0 { format!("/gateway/webhooks/{known}") } else { "/gateway/webhooks/987654".to_owned() };
+                let path = if n % 2 == 0 {
+                    format!("/gateway/webhooks/{known}")
+                } else {
+                    "/gateway/webhooks/987654".to_owned()
+                };
                 let answered = Arc::clone(&answered);
                 tokio::spawn(async move {
                     let held = hold_body(target, path, Duration::from_secs(2)).await;
@@ -204,7 +211,11 @@ fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
     });
     let peak = rss(&gateway);
     let grown = peak.saturating_sub(idle);
-    eprintln!("edge: RSS {} MiB idle, {} MiB with the bodies of {connections} connections held", idle >> 20, peak >> 20);
+    eprintln!(
+        "edge: RSS {} MiB idle, {} MiB with the bodies of {connections} connections held",
+        idle >> 20,
+        peak >> 20
+    );
     assert!(grown < 100_000_000, "the gateway grew by {grown} bytes (idle {idle}, peak {peak})");
     let healthz = exchange(&gateway, "GET", "/healthz", &[("host", &address(&gateway))], b"");
     assert_eq!(healthz.status, 200, "/healthz while every body byte is taken: {healthz:?}");
@@ -233,7 +244,9 @@ fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
     assert_eq!(metric(&gateway, "gateway_request_body_bytes_in_flight") as usize, budgeted * BODY);
 
     drop(reading);
-    eventually("every reservation to be given back", || metric(&gateway, "gateway_request_body_bytes_in_flight") == 0.0);
+    eventually("every reservation to be given back", || {
+        metric(&gateway, "gateway_request_body_bytes_in_flight") == 0.0
+    });
     assert!(metric(&gateway, "gateway_request_bodies_refused_total") >= 1.0);
     assert_eq!(gateway.get("/readyz").0, 200);
     assert!(!gateway.logs().contains("panicked"), "{}", gateway.logs());
@@ -252,9 +265,12 @@ fn past_the_budget_a_body_gets_503_overloaded_and_a_dropped_one_gives_its_place_
     let host = address(&gateway);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut reading: Vec<tokio::net::TcpStream> = (0..4)
-        .map(|n| match runtime.block_on(hold_body(target, format!("/gateway/webhooks/{known}"), Duration::from_millis(500))) {
-            Held::Reading(stream) => stream,
-            Held::Answered(raw) => panic!("body {n} was not read: {:?}", Answer::parse(&raw)),
+        .map(|n| {
+            match runtime.block_on(hold_body(target, format!("/gateway/webhooks/{known}"), Duration::from_millis(500)))
+            {
+                Held::Reading(stream) => stream,
+                Held::Answered(raw) => panic!("body {n} was not read: {:?}", Answer::parse(&raw)),
+            }
         })
         .collect();
     assert_eq!(metric(&gateway, "gateway_request_body_bytes_in_flight") as usize, 4 * BODY);
@@ -266,7 +282,9 @@ fn past_the_budget_a_body_gets_503_overloaded_and_a_dropped_one_gives_its_place_
     assert_eq!(refused.header("retry-after"), Some("1"));
     assert_eq!(refused.header("x-content-type-options"), Some("nosniff"));
 
-    let heartbeat = json!({"type": "heartbeat", "agent_id": "edge-agent", "cluster_id": "c", "timestamp": "2026-02-22T12:00:00Z"}).to_string();
+    let heartbeat =
+        json!({"type": "heartbeat", "agent_id": "edge-agent", "cluster_id": "c", "timestamp": "2026-02-22T12:00:00Z"})
+            .to_string();
     let json_headers = [("host", host.as_str()), ("content-type", "application/json")];
     let small = exchange(&gateway, "POST", "/gateway/heartbeat", &json_headers, heartbeat.as_bytes());
     assert_eq!((small.status, small.reason().as_str()), (503, "overloaded"), "{small:?}");
@@ -294,7 +312,9 @@ fn past_the_budget_a_body_gets_503_overloaded_and_a_dropped_one_gives_its_place_
     let served = exchange(&gateway, "POST", "/gateway/heartbeat", &json_headers, heartbeat.as_bytes());
     assert_eq!(served.status, 200, "{served:?}");
     drop(reading);
-    eventually("every reservation to be given back", || metric(&gateway, "gateway_request_body_bytes_in_flight") == 0.0);
+    eventually("every reservation to be given back", || {
+        metric(&gateway, "gateway_request_body_bytes_in_flight") == 0.0
+    });
     assert_eq!(metric(&gateway, "gateway_request_bodies_refused_total"), 3.0);
 }
 
@@ -409,7 +429,8 @@ fn a_connection_without_a_request_head_is_closed_after_10_s_and_busy_ones_live_o
     let slow = {
         let host = host.clone();
         std::thread::spawn(move || {
-            let body = br#"{"type":"heartbeat","agent_id":"slow-agent","cluster_id":"c","timestamp":"2026-02-22T12:00:00Z"}"#;
+            let body =
+                br#"{"type":"heartbeat","agent_id":"slow-agent","cluster_id":"c","timestamp":"2026-02-22T12:00:00Z"}"#;
             let mut connection = TcpStream::connect(&host).unwrap();
             connection.set_read_timeout(Some(PATIENCE)).unwrap();
             let head = format!(
@@ -445,6 +466,9 @@ fn a_connection_without_a_request_head_is_closed_after_10_s_and_busy_ones_live_o
     assert!(!stream.ended_within(Duration::from_millis(200)), "an event stream is not a connection waiting for a head");
 }
 
+/// Request headers, as `exchange` takes them.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
 fn schedule_body(agent: &str, call: &str) -> String {
     json!({"agent_id": agent, "tool_call_id": call, "params": {"delay_ms": 1, "payload": {"n": call}}}).to_string()
 }
@@ -458,7 +482,7 @@ fn on_loopback_without_agent_auth_another_host_or_another_sites_page_is_refused(
     let own = address(&gateway);
     let tool = "/gateway/tools/schedule_reminder";
     let json = ("content-type", "application/json");
-    let attacks: [(&[(&str, &str)], u16, &str); 6] = [
+    let attacks: [(Headers<'_>, u16, &str); 6] = [
         (&[("host", "evil.example"), json], 421, "misdirected_request"),
         (&[("host", "evil.example:4000"), ("origin", "http://evil.example:4000"), json], 421, "misdirected_request"),
         (&[("host", &own), ("origin", "http://evil.example"), json], 403, "cross_origin"),
@@ -467,7 +491,8 @@ fn on_loopback_without_agent_auth_another_host_or_another_sites_page_is_refused(
         (&[("host", &own), ("content-type", "application/x-www-form-urlencoded")], 415, "unsupported_media_type"),
     ];
     for (n, (headers, status, reason)) in attacks.iter().enumerate() {
-        let answer = exchange(&gateway, "POST", tool, headers, schedule_body("victim", &format!("attack-{n}")).as_bytes());
+        let answer =
+            exchange(&gateway, "POST", tool, headers, schedule_body("victim", &format!("attack-{n}")).as_bytes());
         assert_eq!((answer.status, answer.reason().as_str()), (*status, *reason), "{headers:?}: {answer:?}");
         assert_eq!(answer.header("x-content-type-options"), Some("nosniff"), "{answer:?}");
     }
@@ -500,13 +525,15 @@ fn on_loopback_without_agent_auth_another_host_or_another_sites_page_is_refused(
 fn loopback_names_and_the_gateways_own_origin_are_served() {
     let gateway = Gateway::start(&[]);
     let port = address(&gateway).rsplit_once(':').unwrap().1.to_owned();
-    for (n, host) in [format!("localhost:{port}"), format!("127.0.0.1:{port}"), format!("[::1]:{port}"), "localhost".to_owned()]
-        .iter()
-        .enumerate()
+    for (n, host) in
+        [format!("localhost:{port}"), format!("127.0.0.1:{port}"), format!("[::1]:{port}"), "localhost".to_owned()]
+            .iter()
+            .enumerate()
     {
         let origin = format!("http://{host}");
         let body = schedule_body("agent-own", &format!("own-{n}"));
-        let headers = [("host", host.as_str()), ("origin", origin.as_str()), ("content-type", "application/json; charset=utf-8")];
+        let headers =
+            [("host", host.as_str()), ("origin", origin.as_str()), ("content-type", "application/json; charset=utf-8")];
         let answer = exchange(&gateway, "POST", "/gateway/tools/schedule_reminder", &headers, body.as_bytes());
         assert_eq!(answer.status, 200, "{host}: {answer:?}");
         let without_origin = exchange(&gateway, "GET", "/healthz", &[("host", host)], b"");
@@ -544,8 +571,11 @@ fn json_endpoints_refuse_bodies_that_are_not_json_and_inbound_webhooks_take_any(
             ("POST", "/gateway/agents/agent-x/credentials".to_owned()),
         ];
         for (method, path) in &endpoints {
-            for content_type in ["text/plain", "text/plain; charset=utf-8", "multipart/form-data; boundary=x", "application/xml"] {
-                let headers = [("host", own.as_str()), ("authorization", bearer.as_str()), ("content-type", content_type)];
+            for content_type in
+                ["text/plain", "text/plain; charset=utf-8", "multipart/form-data; boundary=x", "application/xml"]
+            {
+                let headers =
+                    [("host", own.as_str()), ("authorization", bearer.as_str()), ("content-type", content_type)];
                 let answer = exchange(&gateway, method, path, &headers, b"{}");
                 assert_eq!(
                     (answer.status, answer.reason().as_str()),
@@ -555,7 +585,11 @@ fn json_endpoints_refuse_bodies_that_are_not_json_and_inbound_webhooks_take_any(
             }
         }
         let (status, configs) = gateway.operator_get("/gateway/webhook-configs");
-        assert_eq!((status, configs["webhook_configs"].as_array().map(Vec::len)), (200, Some(1)), "nothing was created");
+        assert_eq!(
+            (status, configs["webhook_configs"].as_array().map(Vec::len)),
+            (200, Some(1)),
+            "nothing was created"
+        );
         let inbound = exchange(
             &gateway,
             "POST",
@@ -578,10 +612,8 @@ fn answers_are_nosniff_and_the_apis_are_never_stored() {
     let gateway = Gateway::start(&[]);
     let own = address(&gateway);
     let webhook = create_webhook(&gateway);
-    let (status, delivery) = gateway.operator_post(
-        "/gateway/deliveries",
-        &json!({"webhook_id": webhook, "session_id": "s", "payload": {"n": 1}}),
-    );
+    let (status, delivery) = gateway
+        .operator_post("/gateway/deliveries", &json!({"webhook_id": webhook, "session_id": "s", "payload": {"n": 1}}));
     assert_eq!(status, 201, "{delivery}");
     let delivery = delivery["id"].as_i64().unwrap();
     let (status, job) =
@@ -595,7 +627,12 @@ fn answers_are_nosniff_and_the_apis_are_never_stored() {
         ("POST", "/gateway/agents/agent-h/credentials".to_owned(), body("{}"), 201),
         ("GET", "/gateway/agents/agent-h/credentials".to_owned(), vec![], 200),
         ("POST", "/gateway/tools/schedule_reminder".to_owned(), body(&schedule_body("agent-h", "h-1")), 200),
-        ("POST", "/gateway/tools/list_reminders".to_owned(), body(r#"{"agent_id":"agent-h","tool_call_id":"h-2","params":{}}"#), 200),
+        (
+            "POST",
+            "/gateway/tools/list_reminders".to_owned(),
+            body(r#"{"agent_id":"agent-h","tool_call_id":"h-2","params":{}}"#),
+            200,
+        ),
         ("GET", "/gateway/agents/agent-h/reminders".to_owned(), vec![], 200),
         ("GET", "/gateway/deliveries".to_owned(), vec![], 200),
         ("GET", format!("/gateway/deliveries/{delivery}"), vec![], 200),
@@ -625,7 +662,8 @@ fn answers_are_nosniff_and_the_apis_are_never_stored() {
     // An agent stream's head.
     let mut connection = TcpStream::connect(&own).unwrap();
     connection.set_read_timeout(Some(PATIENCE)).unwrap();
-    write!(connection, "GET /gateway/events?topic=agent%3Aagent-h%3Ascheduled HTTP/1.1\r\nhost: {own}\r\n\r\n").unwrap();
+    write!(connection, "GET /gateway/events?topic=agent%3Aagent-h%3Ascheduled HTTP/1.1\r\nhost: {own}\r\n\r\n")
+        .unwrap();
     let mut head = Vec::new();
     let mut byte = [0; 1];
     while !head.ends_with(b"\r\n\r\n") && connection.read(&mut byte).unwrap() == 1 {
