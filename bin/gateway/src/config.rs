@@ -600,6 +600,41 @@ mod tests {
     }
 
     #[test]
+    fn the_edges_flags_default_to_the_contract_and_refuse_what_cannot_work() {
+        let edge = parse(&[]).unwrap().edge();
+        assert_eq!(edge.max_inflight_body_bytes, 64 * 1024 * 1024);
+        assert_eq!(edge.max_connections_per_address, 256);
+        let set = parse(&["--max-inflight-body-bytes", "1048576", "--max-connections-per-address", "10000"]).unwrap();
+        assert_eq!((set.edge().max_inflight_body_bytes, set.edge().max_connections_per_address), (1_048_576, 10_000));
+        let largest = parse(&["--max-inflight-body-bytes", "68719476736"]).unwrap();
+        assert_eq!(largest.edge().max_inflight_body_bytes, 64 << 30);
+        for refused in [
+            ["--max-inflight-body-bytes", "1048575"],
+            ["--max-inflight-body-bytes", "0"],
+            ["--max-inflight-body-bytes", "68719476737"],
+            ["--max-connections-per-address", "0"],
+            ["--max-connections-per-address", "10001"],
+        ] {
+            let error = parse(&refused).unwrap_err().to_string();
+            assert!(error.contains(refused[0]), "{refused:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_loopback_rules_apply_where_agents_need_no_token_because_only_this_machine_connects() {
+        let rules = |args: &[&str]| parse(args).unwrap().edge().loopback_rules;
+        for loopback in ["127.0.0.1:4000", "[::1]:4000", "[::ffff:127.0.0.1]:4000"] {
+            assert!(rules(&["--listen", loopback]), "{loopback}");
+            assert!(!rules(&["--listen", loopback, "--agent-auth", "required"]), "{loopback}: tokens decide");
+            assert!(!rules(&["--listen", loopback, "--agent-auth", "off"]), "{loopback}: the operator decided");
+        }
+        for exposed in ["0.0.0.0:4000", "[::]:4000", "10.1.2.3:4000"] {
+            assert!(!rules(&["--listen", exposed]), "{exposed}");
+            assert!(!rules(&["--listen", exposed, "--agent-auth", "off"]), "{exposed}");
+        }
+    }
+
+    #[test]
     fn auto_agent_auth_is_open_on_loopback_only() {
         let resolved = |args: &[&str]| {
             let config = parse(args).unwrap();

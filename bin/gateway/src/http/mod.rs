@@ -86,7 +86,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Cancel
         };
         accept_backoff = Duration::from_millis(5);
         let Some(address_slot) = state.edge.connections.admit(peer.ip()) else {
-            refuse(&stream);
+            refuse(stream);
             continue;
         };
         let state = Arc::clone(&state);
@@ -123,12 +123,16 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Cancel
 
 /// Answers a connection from an address at its cap with [`per_address::REFUSAL`] and closes it, without a task
 /// or a wait: one non-blocking write (a full socket buffer just skips it), and a non-blocking read of what the
-/// client already sent, so that the close is a plain FIN rather than a reset that could discard the answer.
-fn refuse(stream: &tokio::net::TcpStream) {
-    let _ = stream.try_write(per_address::REFUSAL);
+/// client already sent, so that the close is a plain FIN rather than a reset that could discard the answer. On the
+/// plain socket: tokio's `try_write` on a socket it has just registered would see no readiness yet and not write.
+fn refuse(stream: tokio::net::TcpStream) {
+    use std::io::{Read, Write};
+
+    let Ok(mut stream) = stream.into_std() else { return };
+    let _ = stream.write(per_address::REFUSAL);
     let mut discard = [0; 4096];
     for _ in 0..4 {
-        match stream.try_read(&mut discard) {
+        match stream.read(&mut discard) {
             Ok(read) if read > 0 => {}
             _ => break,
         }
