@@ -131,10 +131,49 @@ enum Held {
     Reading(tokio::net::TcpStream),
 }
 
-/// Opens a connection, sends an inbound webhook head declaring [`BODY`] bytes and all of them but the last, and
-/// waits `settle` after that for an answer. A body the budget refused is answered at once (503 `overloaded`);
-/// one it holds is read and never answered while the last byte is missing.
-async fn hold_body(target: SocketAddr, path: String, settle: Duration) -> Held {
+/// How many of the connections of [`hold_bodies`] were answered, and how many sent their body but for the last
+/// byte and are waiting.
+#[derive(Debug, Default)]
+struct Holding {
+    answered: AtomicUsize,
+    waiting: AtomicUsize,
+}
+
+/// Opens a connection per path, each sending an inbound webhook head that declares [`BODY`] bytes, then all of them
+/// but the last. A body the budget refuses is answered at once (503 `overloaded`) and closed; one it holds is read
+/// and never answered while its last byte is missing. Returns once `settled(answered, waiting)` holds (and half a
+/// second more, for anything still on its way), with every connection's outcome, in the order of `paths`.
+async fn hold_bodies(target: SocketAddr, paths: Vec<String>, settled: impl Fn(usize, usize) -> bool) -> Vec<Held> {
+    let holding = Arc::new(Holding::default());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let tasks: Vec<_> = paths
+        .into_iter()
+        .map(|path| tokio::spawn(hold_body(target, path, Arc::clone(&holding), stopped.clone())))
+        .collect();
+    let deadline = Instant::now() + PATIENCE * 3;
+    loop {
+        let (answered, waiting) = (holding.answered.load(Ordering::SeqCst), holding.waiting.load(Ordering::SeqCst));
+        if settled(answered, waiting) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not settled: {answered} answered, {waiting} waiting");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop.send(true);
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    outcomes
+}
+
+async fn hold_body(
+    target: SocketAddr,
+    path: String,
+    holding: Arc<Holding>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Held {
     static BYTES: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| vec![b' '; BODY]);
     let mut stream = tokio::net::TcpStream::connect(target).await.unwrap();
     let head = format!(
@@ -150,21 +189,28 @@ async fn hold_body(target: SocketAddr, path: String, settle: Duration) -> Held {
     };
     tokio::pin!(write);
     let mut written = false;
-    let mut settled = Box::pin(tokio::time::sleep(PATIENCE * 3));
+    let mut waiting = false;
     loop {
         tokio::select! {
             sent = &mut write, if !written => {
                 written = true;
                 // A refused body's write may fail (the gateway closed); its answer is read either way.
                 if sent.is_ok() {
-                    settled = Box::pin(tokio::time::sleep(settle));
+                    waiting = true;
+                    holding.waiting.fetch_add(1, Ordering::SeqCst);
                 }
             }
             read = reader.read(&mut buffer) => match read {
-                Ok(0) | Err(_) => return Held::Answered(answer),
+                Ok(0) | Err(_) => {
+                    if waiting {
+                        holding.waiting.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    holding.answered.fetch_add(1, Ordering::SeqCst);
+                    return Held::Answered(answer);
+                }
                 Ok(read) => answer.extend_from_slice(&buffer[..read]),
             },
-            () = &mut settled => break,
+            _ = stop.changed() => break,
         }
     }
     if answer.is_empty() { Held::Reading(stream) } else { Held::Answered(answer) }
@@ -184,31 +230,10 @@ fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let connections = 300;
     let budgeted = DEFAULT_BUDGET / BODY;
-    let answered = Arc::new(AtomicUsize::new(0));
-    let outcomes = runtime.block_on(async {
-        let tasks: Vec<_> = (0..connections)
-            .map(|n| {
-                let path = if n % 2 == 0 {
-                    format!("/gateway/webhooks/{known}")
-                } else {
-                    "/gateway/webhooks/987654".to_owned()
-                };
-                let answered = Arc::clone(&answered);
-                tokio::spawn(async move {
-                    let held = hold_body(target, path, Duration::from_secs(2)).await;
-                    if matches!(held, Held::Answered(_)) {
-                        answered.fetch_add(1, Ordering::SeqCst);
-                    }
-                    (n, held)
-                })
-            })
-            .collect();
-        let mut outcomes = Vec::new();
-        for task in tasks {
-            outcomes.push(task.await.unwrap());
-        }
-        outcomes
-    });
+    let paths = (0..connections)
+        .map(|n| if n % 2 == 0 { format!("/gateway/webhooks/{known}") } else { "/gateway/webhooks/987654".to_owned() })
+        .collect();
+    let outcomes = runtime.block_on(hold_bodies(target, paths, |answered, waiting| answered + waiting == connections));
     let peak = rss(&gateway);
     let grown = peak.saturating_sub(idle);
     eprintln!(
@@ -221,7 +246,7 @@ fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
     assert_eq!(healthz.status, 200, "/healthz while every body byte is taken: {healthz:?}");
 
     let mut reading = Vec::new();
-    for (n, held) in outcomes {
+    for (n, held) in outcomes.into_iter().enumerate() {
         match held {
             Held::Reading(stream) => reading.push(stream),
             Held::Answered(raw) => {
@@ -264,19 +289,22 @@ fn past_the_budget_a_body_gets_503_overloaded_and_a_dropped_one_gives_its_place_
     let target: SocketAddr = address(&gateway).parse().unwrap();
     let host = address(&gateway);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let mut reading: Vec<tokio::net::TcpStream> = (0..4)
-        .map(|n| {
-            match runtime.block_on(hold_body(target, format!("/gateway/webhooks/{known}"), Duration::from_millis(500)))
-            {
-                Held::Reading(stream) => stream,
-                Held::Answered(raw) => panic!("body {n} was not read: {:?}", Answer::parse(&raw)),
-            }
+    let paths = vec![format!("/gateway/webhooks/{known}"); 4];
+    let mut reading: Vec<tokio::net::TcpStream> = runtime
+        .block_on(hold_bodies(target, paths, |_, waiting| waiting == 4))
+        .into_iter()
+        .map(|held| match held {
+            Held::Reading(stream) => stream,
+            Held::Answered(raw) => panic!("a body within the budget was not read: {:?}", Answer::parse(&raw)),
         })
         .collect();
     assert_eq!(metric(&gateway, "gateway_request_body_bytes_in_flight") as usize, 4 * BODY);
 
-    let fifth = runtime.block_on(hold_body(target, format!("/gateway/webhooks/{known}"), Duration::from_secs(5)));
-    let Held::Answered(raw) = fifth else { panic!("a fifth body was read past the budget") };
+    let fifth =
+        runtime.block_on(hold_bodies(target, vec![format!("/gateway/webhooks/{known}")], |answered, waiting| {
+            answered + waiting == 1
+        }));
+    let Some(Held::Answered(raw)) = fifth.into_iter().next() else { panic!("a fifth body was read past the budget") };
     let refused = Answer::parse(&raw);
     assert_eq!((refused.status, refused.reason().as_str()), (503, "overloaded"), "{refused:?}");
     assert_eq!(refused.header("retry-after"), Some("1"));
