@@ -200,6 +200,7 @@ impl App {
                 per_agent: config.agent_streams_per_agent,
                 ..config.stream_limits
             },
+            edge: crate::http::edge::Edge::new(config.edge()),
             metrics: Metrics::new(crate::http::ROUTE_NAMES),
         };
         Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })

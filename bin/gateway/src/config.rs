@@ -37,6 +37,8 @@ pub const MAX_MAILBOX_RETENTION_H: u64 = 8_760;
 pub const MIN_LEASE_TTL_MS: u64 = 300;
 /// Longest `--leader-lease-ttl-ms`: ten minutes without timed work after a leader dies is already a lot.
 pub const MAX_LEASE_TTL_MS: u64 = 600_000;
+/// Largest `--max-inflight-body-bytes`: 64 GiB, more than any machine this runs on should give to bodies.
+pub const MAX_INFLIGHT_BODY_BYTES: u64 = 64 << 30;
 /// Highest `--agent-rate-limit-per-minute`: a thousand a second per agent is no limit any more.
 pub const MAX_AGENT_RATE_LIMIT_PER_MINUTE: u64 = 60_000;
 
@@ -137,6 +139,22 @@ pub struct Config {
           default_value_t = crate::http::events::MAX_STREAMS_PER_ADDRESS,
           value_parser = at_most_usize(crate::state::MAX_EVENT_STREAMS))]
     pub agent_streams_per_address: usize,
+
+    // The edge (DESIGN.md 14, "Bodies before trust"; http/edge.rs).
+    /// Request-body bytes being read at once, process-wide: a declared Content-Length counts whole before the
+    /// first byte, a chunked body as it arrives; a request that would pass it gets 503 `overloaded`. At least
+    /// 1 MiB (one largest body).
+    #[arg(long, env = "GATEWAY_MAX_INFLIGHT_BODY_BYTES", value_name = "BYTES",
+          default_value_t = crate::http::body_budget::DEFAULT_MAX_INFLIGHT_BODY_BYTES,
+          value_parser = between_usize(crate::http::request::MAX_BODY_BYTES, usize::try_from(MAX_INFLIGHT_BODY_BYTES).unwrap_or(usize::MAX)))]
+    pub max_inflight_body_bytes: usize,
+
+    /// Open connections from one client address (an IPv6 client: its /64); further ones get a 503 and are closed.
+    /// Behind a reverse proxy every client has the proxy's address: raise it there (the total stays 10,000).
+    #[arg(long, env = "GATEWAY_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N",
+          default_value_t = crate::http::per_address::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+          value_parser = at_most_usize(crate::http::MAX_CONNECTIONS))]
+    pub max_connections_per_address: usize,
 
     /// Log format.
     #[arg(long, env = "GATEWAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -311,6 +329,18 @@ impl Config {
         self.listen.ip().to_canonical().is_loopback()
     }
 
+    /// The edge's settings: the Host and Origin checks are on where agents need no token because only this
+    /// machine can connect (`--agent-auth auto` on loopback), since a browser on this machine can connect too.
+    /// `--agent-auth off` turns them off with the rest: it is the operator's word that something in front (a
+    /// proxy that authenticates, forwarding its public name as Host) decides who gets in.
+    pub fn edge(&self) -> crate::http::edge::EdgeConfig {
+        crate::http::edge::EdgeConfig {
+            loopback_rules: self.agent_auth == AgentAuthMode::Auto && self.listens_on_loopback(),
+            max_inflight_body_bytes: self.max_inflight_body_bytes,
+            max_connections_per_address: self.max_connections_per_address,
+        }
+    }
+
     /// `--agent-rate-limit-per-minute`, `None` when it is 0 (no limit).
     pub fn agent_rate_limit(&self) -> Option<u32> {
         (self.agent_rate_limit_per_minute > 0).then_some(self.agent_rate_limit_per_minute)
@@ -430,6 +460,15 @@ fn up_to_u32(max: u64) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + 
 fn at_most_usize(max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
     let bounded = at_most(u64::try_from(max).unwrap_or(u64::MAX));
     move |value| bounded(value).and_then(|number| usize::try_from(number).map_err(|_| "is too large".to_owned()))
+}
+
+/// An integer from `min` to `max`.
+fn between_usize(min: usize, max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+    let bounded = at_most_usize(max);
+    move |value| match bounded(value)? {
+        number if number < min => Err(format!("must be at least {min}")),
+        number => Ok(number),
+    }
 }
 
 /// A value parser whose errors never repeat the value: clap's own message would ("invalid value 'hunter2…' for
@@ -575,6 +614,41 @@ mod tests {
         assert_eq!(config.log_format, LogFormat::Text);
         assert_eq!(config.agent_auth, AgentAuthMode::Auto);
         assert_eq!(config.agent_rate_limit(), Some(60));
+    }
+
+    #[test]
+    fn the_edges_flags_default_to_the_contract_and_refuse_what_cannot_work() {
+        let edge = parse(&[]).unwrap().edge();
+        assert_eq!(edge.max_inflight_body_bytes, 64 * 1024 * 1024);
+        assert_eq!(edge.max_connections_per_address, 256);
+        let set = parse(&["--max-inflight-body-bytes", "1048576", "--max-connections-per-address", "10000"]).unwrap();
+        assert_eq!((set.edge().max_inflight_body_bytes, set.edge().max_connections_per_address), (1_048_576, 10_000));
+        let largest = parse(&["--max-inflight-body-bytes", "68719476736"]).unwrap();
+        assert_eq!(largest.edge().max_inflight_body_bytes, 64 << 30);
+        for refused in [
+            ["--max-inflight-body-bytes", "1048575"],
+            ["--max-inflight-body-bytes", "0"],
+            ["--max-inflight-body-bytes", "68719476737"],
+            ["--max-connections-per-address", "0"],
+            ["--max-connections-per-address", "10001"],
+        ] {
+            let error = parse(&refused).unwrap_err().to_string();
+            assert!(error.contains(refused[0]), "{refused:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_loopback_rules_apply_where_agents_need_no_token_because_only_this_machine_connects() {
+        let rules = |args: &[&str]| parse(args).unwrap().edge().loopback_rules;
+        for loopback in ["127.0.0.1:4000", "[::1]:4000", "[::ffff:127.0.0.1]:4000"] {
+            assert!(rules(&["--listen", loopback]), "{loopback}");
+            assert!(!rules(&["--listen", loopback, "--agent-auth", "required"]), "{loopback}: tokens decide");
+            assert!(!rules(&["--listen", loopback, "--agent-auth", "off"]), "{loopback}: the operator decided");
+        }
+        for exposed in ["0.0.0.0:4000", "[::]:4000", "10.1.2.3:4000"] {
+            assert!(!rules(&["--listen", exposed]), "{exposed}");
+            assert!(!rules(&["--listen", exposed, "--agent-auth", "off"]), "{exposed}");
+        }
     }
 
     #[test]

@@ -36,8 +36,8 @@ pub const UNMATCHED_ROUTE: &str = "unmatched";
 
 /// The statuses the gateway answers with, each with its own series; any other counts under [`OTHER_STATUS`]. A
 /// fixed list keeps the table (and the label's cardinality) bounded and a request's cell one index away.
-const STATUSES: [u16; 21] =
-    [200, 201, 202, 204, 304, 400, 401, 403, 404, 405, 408, 409, 410, 413, 415, 422, 429, 500, 502, 503, 504];
+const STATUSES: [u16; 22] =
+    [200, 201, 202, 204, 304, 400, 401, 403, 404, 405, 408, 409, 410, 413, 415, 421, 422, 429, 500, 502, 503, 504];
 const OTHER_STATUS: &str = "other";
 
 /// Latency bounds of the HTTP histogram: most answers take well under a millisecond; a heartbeat waits for its
@@ -205,6 +205,26 @@ impl Collector for Scrape {
         for (route, status, cell) in state.metrics.http.used() {
             histogram(latency.encode_family(&[("route", route), ("status", status.as_str())])?, &cell.snapshot())?;
         }
+
+        let edge = &state.edge;
+        gauge(
+            &mut encoder,
+            "request_body_bytes_in_flight",
+            "Request-body bytes reserved by the bodies being read (at most --max-inflight-body-bytes)",
+            as_i64(edge.bodies.in_flight()),
+        )?;
+        counter(
+            &mut encoder,
+            "request_bodies_refused",
+            "Requests refused with 503 overloaded: their body would have passed --max-inflight-body-bytes",
+            edge.bodies.refused(),
+        )?;
+        counter(
+            &mut encoder,
+            "connections_refused",
+            "Connections refused because their client address held --max-connections-per-address",
+            edge.connections.refused(),
+        )?;
 
         let heartbeat = state.heartbeat.stats();
         counter(
@@ -394,7 +414,7 @@ mod tests {
     #[test]
     fn every_status_the_error_type_knows_has_its_own_series() {
         assert!(STATUSES.windows(2).all(|pair| pair[0] < pair[1]));
-        for status in [200, 201, 202, 204, 400, 401, 403, 404, 405, 408, 409, 413, 422, 429, 500, 503] {
+        for status in [200, 201, 202, 204, 400, 401, 403, 404, 405, 408, 409, 413, 415, 421, 422, 429, 500, 503] {
             assert!(STATUSES.contains(&status), "{status}");
         }
     }

@@ -22,13 +22,16 @@ pub struct ApiError {
     pub status: StatusCode,
     pub reason: &'static str,
     pub detail: Option<String>,
-    /// Whole seconds for a `Retry-After` header (a 429).
+    /// Whole seconds for a `Retry-After` header (a 429, a 503 `overloaded`).
     pub retry_after_s: Option<u64>,
+    /// `Connection: close` with the answer: the request's body was left unread, so the connection cannot carry
+    /// another request.
+    pub close_connection: bool,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, reason: &'static str) -> Self {
-        Self { status, reason, detail: None, retry_after_s: None }
+        Self { status, reason, detail: None, retry_after_s: None, close_connection: false }
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
@@ -83,6 +86,36 @@ impl ApiError {
         Self { retry_after_s: Some(seconds.max(1)), ..Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited") }
     }
 
+    /// 503 with `Retry-After: 1`: the request bodies being read already hold `--max-inflight-body-bytes`, and
+    /// this one's would pass it. Nothing of it was read (or what was is dropped), so the connection closes.
+    pub fn overloaded() -> Self {
+        Self {
+            retry_after_s: Some(1),
+            close_connection: true,
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded")
+                .with_detail("the gateway is reading as many request bodies as it may; retry")
+        }
+    }
+
+    /// 421: on a loopback listener without agent auth, the request names another host than this machine (a page
+    /// that rebound its own name to 127.0.0.1, or a proxy forwarding the public name).
+    pub fn misdirected_request() -> Self {
+        Self::new(StatusCode::MISDIRECTED_REQUEST, "misdirected_request")
+            .with_detail("on a loopback listener without agent auth, Host must be localhost, 127.0.0.0/8 or [::1]")
+    }
+
+    /// 403: on a loopback listener without agent auth, a web page of another origin sent the request.
+    pub fn cross_origin() -> Self {
+        Self::new(StatusCode::FORBIDDEN, "cross_origin")
+            .with_detail("on a loopback listener without agent auth, Origin must be the gateway's own")
+    }
+
+    /// 415: a body whose `Content-Type` is present and not JSON, on an endpoint that reads JSON.
+    pub fn unsupported_media_type() -> Self {
+        Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            .with_detail("the body must be application/json (or absent Content-Type)")
+    }
+
     pub fn invalid_json() -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_json")
     }
@@ -103,6 +136,9 @@ impl ApiError {
         let mut response = json_response(self.status, &body);
         if let Some(seconds) = self.retry_after_s {
             response.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
+        }
+        if self.close_connection {
+            response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
         }
         response
     }

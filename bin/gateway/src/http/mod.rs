@@ -3,9 +3,12 @@
 
 pub mod agent_auth;
 pub mod auth;
+pub mod body_budget;
 pub mod connection;
+pub mod edge;
 pub mod error;
 mod head_timeout;
+pub mod per_address;
 pub mod request;
 pub mod response;
 mod router;
@@ -44,10 +47,12 @@ use crate::http::connection::{Connection, ConnectionIo};
 use crate::http::head_timeout::{BusyBody, HeadWatch};
 use crate::state::AppState;
 
-/// Open connections at once; further clients wait in the listen backlog.
+/// Open connections at once; further clients wait in the listen backlog. Each client address may hold
+/// `--max-connections-per-address` of them (http/per_address.rs).
 pub const MAX_CONNECTIONS: usize = 10_000;
-/// A client must send its request head within this time (slowloris guard).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client must send its request head within this time of connecting, and of its previous answer (slowloris
+/// guard): an idle socket costs a place among [`MAX_CONNECTIONS`], so it is not kept long.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// hyper's read and write buffer of a connection: the largest request head, and what hyper copies of a response
 /// before writing it. Small, because an event stream whose client has stopped reading keeps it full for as long as
 /// the stream is open (docs/architecture.md, "Stream memory"); hyper's default is about 400 KiB.
@@ -82,6 +87,10 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Cancel
             },
         };
         accept_backoff = Duration::from_millis(5);
+        let Some(address_slot) = state.edge.connections.admit(peer.ip()) else {
+            refuse(stream);
+            continue;
+        };
         let state = Arc::clone(&state);
         let heads = HeadWatch::for_peer(peer);
         let requests = heads.clone();
@@ -102,6 +111,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Cancel
             if let Err(error) = connection.await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
+            drop(address_slot);
             drop(permit);
         });
         tokio::spawn(heads.enforce(HEADER_READ_TIMEOUT, connection));
@@ -110,5 +120,23 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: Cancel
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("all connections drained"),
         () = tokio::time::sleep(SHUTDOWN_GRACE) => tracing::warn!("shutdown grace period over; closing remaining connections"),
+    }
+}
+
+/// Answers a connection from an address at its cap with [`per_address::REFUSAL`] and closes it, without a task
+/// or a wait: one non-blocking write (a full socket buffer just skips it), and a non-blocking read of what the
+/// client already sent, so that the close is a plain FIN rather than a reset that could discard the answer. On the
+/// plain socket: tokio's `try_write` on a socket it has just registered would see no readiness yet and not write.
+fn refuse(stream: tokio::net::TcpStream) {
+    use std::io::{Read, Write};
+
+    let Ok(mut stream) = stream.into_std() else { return };
+    let _ = stream.write(per_address::REFUSAL);
+    let mut discard = [0; 4096];
+    for _ in 0..4 {
+        match stream.read(&mut discard) {
+            Ok(read) if read > 0 => {}
+            _ => break,
+        }
     }
 }

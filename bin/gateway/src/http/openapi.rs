@@ -78,7 +78,26 @@ pub const REASONS: &[(&str, &str)] = &[
         "429: this agent has `--agent-streams-per-agent` streams open on this instance; 503: the gateway (or this \
          client address) holds as many event streams as it may",
     ),
+    (
+        "misdirected_request",
+        "on a loopback listener without agent auth (`--agent-auth auto`): `Host` is not `localhost`, 127.0.0.0/8 \
+         or `[::1]`",
+    ),
+    ("cross_origin", "on a loopback listener without agent auth: `Origin` is present and not the gateway's own"),
+    ("unsupported_media_type", "a body whose `Content-Type` is present and not JSON (`application/json`, `+json`)"),
+    (
+        "overloaded",
+        "the request bodies being read hold `--max-inflight-body-bytes`; this one was not read; `Retry-After`",
+    ),
+    (
+        "too_many_connections",
+        "the client address holds `--max-connections-per-address` connections; answered before the request is \
+         read, then the connection closes",
+    ),
 ];
+
+/// The inbound webhook's path: its body is the sender's, of any type (no 415).
+const INBOUND_WEBHOOK_PATH: &str = "/gateway/webhooks/{webhook_id}";
 
 /// Who may call an operation; each adds the refusals it brings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,12 +188,21 @@ impl Operation {
         .error(422, "idempotency_key_reused")
     }
 
-    /// A body is read: it may be malformed, slow or too large.
+    /// A body is read: it may be malformed, slow or too large, or the body budget may be full.
     fn reads_body(self) -> Self {
         self.error(400, "invalid_json")
             .error(400, "invalid_body")
             .error(408, "request_timeout")
             .error(413, "payload_too_large")
+            .error(503, "overloaded")
+    }
+
+    /// The edge's refusals (http/edge.rs), which any operation may meet: on a loopback listener without agent auth
+    /// a foreign `Host` (421) or `Origin` (403); on every method that may carry a body, except the inbound
+    /// webhook's, a body that is not JSON (415).
+    fn at_the_edge(self, method: &str, opaque_body: bool) -> Self {
+        let operation = self.error(421, "misdirected_request").error(403, "cross_origin");
+        if method == "get" || opaque_body { operation } else { operation.error(415, "unsupported_media_type") }
     }
 
     /// A JSON body of `schema`; read as an object field by field (a body that is JSON but not an object is 422).
@@ -267,8 +295,8 @@ impl Operation {
     }
 }
 
-/// `{"status":"error","reason":…}` with `reason` one of `reasons`; a 429 `rate_limited` or `too_many_refusals`
-/// carries `Retry-After`.
+/// `{"status":"error","reason":…}` with `reason` one of `reasons`; a 429 `rate_limited` or `too_many_refusals` and a
+/// 503 `overloaded` carry `Retry-After`.
 fn error_response(reasons: &[&'static str]) -> Value {
     let description = reasons
         .iter()
@@ -283,7 +311,7 @@ fn error_response(reasons: &[&'static str]) -> Value {
         {"properties": {"reason": {"enum": reasons}}},
     ]});
     let mut response = json!({"description": description, "content": {"application/json": {"schema": schema}}});
-    if reasons.contains(&"rate_limited") || reasons.contains(&"too_many_refusals") {
+    if reasons.contains(&"rate_limited") || reasons.contains(&"too_many_refusals") || reasons.contains(&"overloaded") {
         response["headers"] = json!({"Retry-After": {"$ref": "#/components/headers/RetryAfter"}});
     }
     response
@@ -346,7 +374,7 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                     .error(503, "store_unavailable"),
             )],
         ),
-        ("/gateway/webhooks/{webhook_id}", vec![("post", inbound_webhook())]),
+        (INBOUND_WEBHOOK_PATH, vec![("post", inbound_webhook())]),
         (
             "/gateway/agents",
             vec![(
@@ -941,8 +969,11 @@ pub fn document() -> Value {
     let paths: Map<String, Value> = paths()
         .into_iter()
         .map(|(path, operations)| {
-            let item: Map<String, Value> =
-                operations.into_iter().map(|(method, operation)| (method.to_owned(), operation.into_value())).collect();
+            let opaque_body = path == INBOUND_WEBHOOK_PATH;
+            let item: Map<String, Value> = operations
+                .into_iter()
+                .map(|(method, operation)| (method.to_owned(), operation.at_the_edge(method, opaque_body).into_value()))
+                .collect();
             (path.to_owned(), Value::Object(item))
         })
         .collect();
@@ -956,7 +987,11 @@ pub fn document() -> Value {
                 names fields and limits, never request values. Besides what each operation lists: an unknown path \
                 is 404 `not_found`; a known path with another method is 405 `method_not_allowed` with `Allow`; \
                 a tool the gateway does not have is 404 `unknown_tool`; a write that conflicts with a concurrent \
-                one may be 409 `conflict`; a bug is 500 `internal_error`. Content-Type is not checked (no 415): bodies are read as JSON.",
+                one may be 409 `conflict`; a bug is 500 `internal_error`. A body without `Content-Type` is read as JSON; one \
+                with another type than JSON is 415 (inbound webhooks excepted). A client address holding \
+                `--max-connections-per-address` connections gets 503 `too_many_connections` and the close before \
+                its request is read. Every answer carries `X-Content-Type-Options: nosniff`, and all but the \
+                console's files `Cache-Control: no-store`.",
             "license": {"name": "See the repository", "identifier": "MIT"},
         },
         "tags": [
@@ -988,7 +1023,7 @@ fn components() -> Value {
             },
         },
         "headers": {
-            "RetryAfter": {"description": "Seconds until the agent's window ends.", "schema": {"type": "integer", "minimum": 1}},
+            "RetryAfter": {"description": "Seconds to wait before retrying (429: until the agent's window ends).", "schema": {"type": "integer", "minimum": 1}},
             "IdempotentReplayed": {"description": "The answer of an earlier request.", "schema": {"type": "string", "const": "true"}},
         },
         "schemas": schemas(),
@@ -1416,6 +1451,25 @@ mod tests {
     }
 
     #[test]
+    fn every_operation_lists_the_edges_refusals_where_it_can_meet_them() {
+        let document = document();
+        let reasons = |operation: &Value, status: &str| -> String { operation["responses"][status].to_string() };
+        for (path, item) in document["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                assert!(reasons(operation, "421").contains("misdirected_request"), "{method} {path}");
+                assert!(reasons(operation, "403").contains("cross_origin"), "{method} {path}");
+                let json_body = method != "get" && path != INBOUND_WEBHOOK_PATH;
+                assert_eq!(reasons(operation, "415").contains("unsupported_media_type"), json_body, "{method} {path}");
+                if operation.get("requestBody").is_some() {
+                    let overloaded = &operation["responses"]["503"];
+                    assert!(overloaded.to_string().contains("overloaded"), "{method} {path}");
+                    assert!(overloaded["headers"].get("Retry-After").is_some(), "{method} {path}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_operation_states_who_may_call_it_and_every_refusal_has_a_meaning() {
         let document = document();
         let schemes = document["components"]["securitySchemes"].as_object().unwrap();
@@ -1449,8 +1503,10 @@ mod tests {
             }
         }
         // Refusals no operation lists: a tool that does not exist (the document lists each tool as a path of its
-        // own), and a write conflict the store reports (the document's description says so).
-        let not_per_operation = ["unknown_tool", "conflict"];
+        // own), a write conflict the store reports, and a connection over its address's cap (the document's
+        // description says so).
+        // A connection refused at its address's cap is answered before any request is read, by no operation.
+        let not_per_operation = ["unknown_tool", "conflict", "too_many_connections"];
         for (reason, _) in REASONS {
             assert!(
                 used_reasons.iter().any(|used| used == reason) || not_per_operation.contains(reason),

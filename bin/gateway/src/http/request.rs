@@ -7,12 +7,14 @@
 use std::collections::BTreeMap;
 use std::future::{Future, poll_fn};
 use std::pin::pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::StatusCode;
 use http::header::CONTENT_LENGTH;
+use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
@@ -20,6 +22,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
+use crate::http::body_budget::{BodyBudget, Reservation};
 use crate::http::error::ApiError;
 
 /// Largest accepted request body (the contract's 1 MiB).
@@ -29,9 +32,31 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Request header naming a create request's idempotency key.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 
-pub type Request = http::Request<Incoming>;
+pub type Request = http::Request<RequestBody>;
 
-/// The whole body, at most [`MAX_BODY_BYTES`]. A declared length over the limit is refused before reading.
+/// A request's body as hyper delivers it, with the budget its bytes are read against.
+#[derive(Debug)]
+pub struct RequestBody {
+    incoming: Incoming,
+    /// `None` for a body known to be empty (no `Content-Length` or 0, not chunked): there is nothing to count, and
+    /// a request without a body (most `GET`s) costs the budget nothing.
+    budget: Option<Arc<BodyBudget>>,
+}
+
+impl RequestBody {
+    pub fn new(incoming: Incoming, budget: &Arc<BodyBudget>) -> Self {
+        let budget = (!incoming.is_end_stream()).then(|| Arc::clone(budget));
+        Self { incoming, budget }
+    }
+
+    /// Whether the request has a body to read (one that may still turn out empty: `chunked` with no chunk).
+    pub fn is_present(&self) -> bool {
+        self.budget.is_some()
+    }
+}
+
+/// The whole body, at most [`MAX_BODY_BYTES`]. A declared length over the limit is refused before reading (413),
+/// and so is one the body budget cannot hold beside the bodies being read (503 `overloaded`).
 ///
 /// The head is looked at and dropped before the returned future, which so holds only the body: handlers' futures
 /// hold it while they await it, and hyper moves those several times per request.
@@ -42,12 +67,18 @@ pub fn read_body(request: Request) -> impl Future<Output = Result<Bytes, ApiErro
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     let too_large = declared.is_some_and(|length| length > MAX_BODY_BYTES as u64);
-    let body = request.into_body();
+    // At most MAX_BODY_BYTES once `too_large` is ruled out.
+    let declared = declared.and_then(|length| usize::try_from(length).ok());
+    let RequestBody { incoming, budget } = request.into_body();
     async move {
         if too_large {
             return Err(ApiError::payload_too_large(MAX_BODY_BYTES));
         }
-        let mut gather = pin!(gather(body));
+        let Some(budget) = budget else { return Ok(Bytes::new()) };
+        // A declared length is reserved whole before the first byte is read: a client that sends the head and
+        // holds the body back still holds what its body will take. A chunked body reserves as it grows.
+        let reservation = budget.reserve(declared.unwrap_or(0))?;
+        let mut gather = pin!(gather(incoming, reservation, declared));
         // A small body usually arrives with the head and is complete on the first poll: no deadline is computed
         // and no timer entry built and dropped for it (about 200 instructions per request). One that is still
         // arriving gets the whole timeout from here.
@@ -60,31 +91,59 @@ pub fn read_body(request: Request) -> impl Future<Output = Result<Bytes, ApiErro
     }
 }
 
-/// The body's data, refused once it passes [`MAX_BODY_BYTES`]. A body in one frame (the usual small one) is that
-/// frame's bytes as they are; `http_body_util`'s `Collect` would queue it in a list allocated per request.
-async fn gather(mut body: Incoming) -> Result<Bytes, ApiError> {
+/// The body's data, refused once it passes [`MAX_BODY_BYTES`] or once its buffer would pass what `reservation`
+/// can hold. A body in one frame (the usual small one) is that frame's bytes as they are: a slice of hyper's
+/// connection buffer (at most [`crate::http::CONNECTION_BUFFER_BYTES`], counted with the connection), so its
+/// reservation ends here. A body of several frames is copied into one buffer, sized once to a declared length
+/// (else doubled as it grows, up to the limit); the reservation covers that buffer's capacity and travels with
+/// the returned bytes, ending when the handler drops them.
+async fn gather(mut body: Incoming, mut reservation: Reservation, declared: Option<usize>) -> Result<Bytes, ApiError> {
     let mut first = Bytes::new();
-    let mut joined: Option<BytesMut> = None;
+    let mut joined: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body"))?;
         // Trailers carry nothing a handler reads.
         let Ok(data) = frame.into_data() else { continue };
-        let so_far = joined.as_ref().map_or(first.len(), BytesMut::len);
-        if so_far + data.len() > MAX_BODY_BYTES {
+        if data.is_empty() {
+            continue;
+        }
+        let so_far = if joined.is_empty() { first.len() } else { joined.len() };
+        let total = so_far + data.len();
+        if total > MAX_BODY_BYTES {
             return Err(ApiError::payload_too_large(MAX_BODY_BYTES));
         }
-        match &mut joined {
-            Some(joined) => joined.extend_from_slice(&data),
-            None if first.is_empty() => first = data,
-            None => {
-                let mut both = BytesMut::with_capacity(first.len() + data.len());
-                both.extend_from_slice(&first);
-                both.extend_from_slice(&data);
-                joined = Some(both);
+        if so_far == 0 {
+            reservation.cover(total)?;
+            first = data;
+            continue;
+        }
+        if total > joined.capacity() {
+            let doubled = joined.capacity().saturating_mul(2).min(MAX_BODY_BYTES);
+            let capacity = declared.unwrap_or(doubled).max(total);
+            reservation.cover(capacity)?;
+            joined.reserve_exact(capacity - joined.len());
+            if joined.is_empty() {
+                joined.extend_from_slice(&std::mem::take(&mut first));
             }
         }
+        joined.extend_from_slice(&data);
     }
-    Ok(joined.map_or(first, BytesMut::freeze))
+    if joined.is_empty() {
+        return Ok(first);
+    }
+    Ok(Bytes::from_owner(ReadBody { bytes: joined, _reservation: reservation }))
+}
+
+/// A body read from several frames, holding its place in the body budget for as long as it is kept.
+struct ReadBody {
+    bytes: Vec<u8>,
+    _reservation: Reservation,
+}
+
+impl AsRef<[u8]> for ReadBody {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 /// `body` as a JSON value; 400 `invalid_json` when it is not one.

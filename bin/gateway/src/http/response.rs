@@ -60,7 +60,8 @@ pub fn event_stream(body: impl Body<Data = Bytes, Error = Infallible> + Send + S
     let mut response = http::Response::new(body.boxed());
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Never kept by a cache: an agent's stream carries its reminders (the edge adds nosniff).
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     // Reverse proxies (nginx) otherwise buffer the stream and events arrive in bursts.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response

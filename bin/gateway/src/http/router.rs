@@ -1,4 +1,5 @@
-//! Routing: path → route (404), method (405 with `Allow`), operator token (401), handler.
+//! Routing: the edge's checks on who sent a request (421, 403: http/edge.rs), path → route (404), method (405 with
+//! `Allow`), a non-JSON body (415), operator token (401), handler; the edge's headers on every answer.
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -11,14 +12,15 @@ use futures_util::future::{self, Either};
 
 use http::header::{ALLOW, HeaderValue};
 use http::{Method, StatusCode};
+use hyper::body::Incoming;
 
 use crate::http::connection::Connection;
 use crate::http::error::ApiError;
-use crate::http::request::Request;
+use crate::http::request::{Request, RequestBody};
 use crate::http::response::Response;
 use crate::http::response::text_response;
 use crate::http::{
-    agents, console, credentials, cron, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
+    agents, console, credentials, cron, edge, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
 };
 use crate::metrics;
 use crate::state::AppState;
@@ -214,6 +216,12 @@ impl Route {
         }
     }
 
+    /// Routes whose request bodies, where they read one, are JSON: every route but the inbound webhook, whose body
+    /// is the sender's, kept as sent.
+    fn reads_json(self) -> bool {
+        !matches!(self, Self::WebhookInbound(_))
+    }
+
     /// Routes behind the operator token. (The event stream decides per topic, in its handler, and so does an
     /// agent's reminders endpoint, which will take the agent's own token too; `/readyz` shows details only with
     /// the token.)
@@ -238,32 +246,45 @@ impl Route {
     }
 }
 
-/// Runs one request. A handler that panics costs one 500 and an error log, not the connection: the panic is
-/// caught at the handler's future, which runs on the connection's task (a task per request was a tenth of a
-/// request's instructions, see docs/benchmarks.md).
+/// Runs one request: the edge's checks on who sent it (421, 403 `cross_origin`: http/edge.rs), the route (404),
+/// then [`dispatch`]; every answer gets the edge's headers. A handler that panics costs one 500 and an error log,
+/// not the connection: the panic is caught at the handler's future, which runs on the connection's task (a task
+/// per request was a tenth of a request's instructions, see docs/benchmarks.md).
 ///
 /// Built from combinators rather than `async fn`s: an `async fn` keeps its arguments beside the futures it makes
 /// of them, which more than doubled the future hyper moves several times per request.
 pub fn handle(
     state: Arc<AppState>,
     connection: &Connection,
-    request: Request,
+    request: http::Request<Incoming>,
 ) -> impl Future<Output = Result<Response, Infallible>> + use<> {
     let started = Instant::now();
     let method = request.method().clone();
-    let Some(route) = resolve(request.uri().path()) else {
-        tracing::debug!(%method, path = request.uri().path(), status = 404, "request");
-        let response = ApiError::not_found().into_response();
-        state.metrics.http.observe(UNMATCHED, response.status().as_u16(), started.elapsed());
-        return Either::Left(future::ready(Ok(response)));
+    let resolved = resolve(request.uri().path());
+    let admitted = state
+        .edge
+        .check_caller(request.uri(), request.headers())
+        .and_then(|()| resolved.ok_or_else(ApiError::not_found));
+    let route = match admitted {
+        Ok(route) => route,
+        Err(refusal) => {
+            let mut response = refusal.into_response();
+            edge::stamp(&mut response);
+            let status = response.status().as_u16();
+            tracing::debug!(%method, path = request.uri().path(), status, "request");
+            state.metrics.http.observe(resolved.map_or(UNMATCHED, Route::index), status, started.elapsed());
+            return Either::Left(future::ready(Ok(response)));
+        }
     };
+    let request = request.map(|body| RequestBody::new(body, &state.edge.bodies));
     // Only event streams look at their connection: the other requests do not pay for a copy of it. The client's
     // address is what refused agent tokens are counted against (`refusals.rs`).
     let client = connection.peer().ip();
     let connection = (route == Route::Events).then(|| connection.clone());
     let stats = Arc::clone(&state);
     Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request, connection, client)).map(
-        move |response| {
+        move |mut response| {
+            edge::stamp(&mut response);
             let status = response.status().as_u16();
             stats.metrics.http.observe(route.index(), status, started.elapsed());
             tracing::debug!(%method, ?route, status, "request");
@@ -305,6 +326,9 @@ async fn dispatch(
 ) -> Result<Response, ApiError> {
     if !route.methods().contains(request.method()) {
         return Ok(method_not_allowed(route.methods()));
+    }
+    if route.reads_json() && request.body().is_present() && request.method() != Method::GET {
+        edge::check_json_content_type(request.headers())?;
     }
     if route.operator_only() {
         state.operator.check(request.headers())?;

@@ -17,8 +17,10 @@ fn run_gateway(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn a_bad_flag_value_exits_2_with_one_line_naming_the_flag() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["--heartbeat-check-interval-ms", "0"], "--heartbeat-check-interval-ms"),
+        (&["--max-inflight-body-bytes", "1000"], "--max-inflight-body-bytes"),
+        (&["--max-connections-per-address", "0"], "--max-connections-per-address"),
         (&["--webhook-retry-schedule-s", ""], "--webhook-retry-schedule-s"),
         (&["--database-url", "mysql://db"], "--database-url"),
         (&["--max-tracked-agents", "many"], "--max-tracked-agents"),

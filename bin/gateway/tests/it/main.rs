@@ -15,6 +15,7 @@ mod config;
 mod console;
 mod crash;
 mod cron;
+mod edge;
 mod events;
 mod heartbeat;
 mod idempotency;

@@ -12,6 +12,9 @@ use crate::support::{Gateway, TOKEN, eventually};
 const FAMILIES: &[(&str, &str)] = &[
     ("gateway_http_requests", "counter"),
     ("gateway_http_request_duration_seconds", "histogram"),
+    ("gateway_request_body_bytes_in_flight", "gauge"),
+    ("gateway_request_bodies_refused", "counter"),
+    ("gateway_connections_refused", "counter"),
     ("gateway_heartbeats_accepted", "counter"),
     ("gateway_agents_live", "gauge"),
     ("gateway_agents_evicted", "counter"),
@@ -241,6 +244,9 @@ fn the_counters_move_with_a_heartbeat_a_reminder_and_a_webhook_delivery() {
         Some(1.0)
     );
 
+    assert_eq!(value("gateway_request_body_bytes_in_flight", &[]), Some(0.0), "every body was read and dropped");
+    assert_eq!(value("gateway_request_bodies_refused_total", &[]), Some(0.0));
+    assert_eq!(value("gateway_connections_refused_total", &[]), Some(0.0));
     assert_eq!(value("gateway_heartbeats_accepted_total", &[]), Some(1.0));
     assert_eq!(value("gateway_agents_live", &[]), Some(1.0));
     assert_eq!(value("gateway_agents_evicted_total", &[]), Some(0.0));

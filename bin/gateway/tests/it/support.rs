@@ -123,9 +123,12 @@ impl Gateway {
                 Err(_) => panic!("gateway did not start; stderr:\n{}", stderr.lock().unwrap()),
             }
         };
+        // Pooled connections are let go before the gateway's 10 s head deadline closes them (ureq's default keeps
+        // them 15 s), so that a request never races the gateway closing the connection it was sent on.
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(PATIENCE))
+            .max_idle_age(Duration::from_secs(5))
             .build()
             .new_agent();
         // No wait for /readyz here: the gateway prints its banner only once every background loop runs, and the

@@ -1,0 +1,188 @@
+//! Open connections per client address (`--max-connections-per-address`): one host cannot take the whole
+//! connection cap (10,080 idle sockets from one machine once made `/healthz` time out for everyone else).
+//!
+//! An IPv4 address is one client; an IPv6 client is its /64, the smallest block a site is given and so the
+//! addresses one host can pick from at will; an IPv4-mapped IPv6 address is the IPv4 address it maps.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gateway_core::sync::lock;
+
+/// `--max-connections-per-address`' default.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
+/// Refused connections are logged at most this often (with how many since the last line): a client hammering at
+/// its cap must not flood the log.
+pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What connections are counted by: see the module's documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AddressKey {
+    V4(Ipv4Addr),
+    /// The first 64 bits of the address.
+    V6Prefix(u64),
+}
+
+impl AddressKey {
+    pub fn of(address: IpAddr) -> Self {
+        match address.to_canonical() {
+            IpAddr::V4(v4) => Self::V4(v4),
+            IpAddr::V6(v6) => {
+                let prefix = u128::from(v6) >> 64;
+                Self::V6Prefix(u64::try_from(prefix).unwrap_or(u64::MAX))
+            }
+        }
+    }
+}
+
+/// The open connections of each client address.
+#[derive(Debug)]
+pub struct ConnectionsPerAddress {
+    limit: usize,
+    open: Mutex<HashMap<AddressKey, usize>>,
+    refused: AtomicU64,
+    /// When a refusal was last logged, and how many were not since.
+    log: Mutex<(Option<Instant>, u64)>,
+}
+
+impl ConnectionsPerAddress {
+    pub fn new(limit: usize) -> Self {
+        Self { limit, open: Mutex::default(), refused: AtomicU64::new(0), log: Mutex::default() }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// A place for a new connection from `address`, held until dropped; `None` when the address holds `limit`.
+    pub fn admit(self: &Arc<Self>, address: IpAddr) -> Option<AddressSlot> {
+        let key = AddressKey::of(address);
+        {
+            let mut open = lock(&self.open);
+            let count = open.entry(key).or_insert(0);
+            if *count < self.limit {
+                *count += 1;
+                return Some(AddressSlot { owner: Arc::clone(self), key });
+            }
+        }
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        self.log_refusal(address);
+        None
+    }
+
+    /// Connections refused since start.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Connections open from `address`'s group right now.
+    #[cfg(test)]
+    pub fn open_from(&self, address: IpAddr) -> usize {
+        lock(&self.open).get(&AddressKey::of(address)).copied().unwrap_or(0)
+    }
+
+    fn log_refusal(&self, address: IpAddr) {
+        let mut log = lock(&self.log);
+        let (last, unlogged) = &mut *log;
+        *unlogged += 1;
+        if last.is_some_and(|last| last.elapsed() < REFUSAL_LOG_INTERVAL) {
+            return;
+        }
+        tracing::warn!(
+            %address,
+            refused = *unlogged,
+            limit = self.limit,
+            "connections refused: the client address holds --max-connections-per-address (behind a reverse proxy, \
+             every client has the proxy's address)"
+        );
+        *last = Some(Instant::now());
+        *unlogged = 0;
+    }
+}
+
+/// One connection's place in its address's count.
+#[derive(Debug)]
+pub struct AddressSlot {
+    owner: Arc<ConnectionsPerAddress>,
+    key: AddressKey,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = lock(&self.owner.open);
+        if let Some(count) = open.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// What a refused connection is sent, in one non-blocking write, before it is closed: a complete answer that needs
+/// no request parsed (HTTP/1.1 allows an answer before the request), so a client learns why.
+pub const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\n\
+content-length: 50\r\n\
+retry-after: 1\r\n\
+x-content-type-options: nosniff\r\n\
+cache-control: no-store\r\n\
+connection: close\r\n\
+\r\n\
+{\"status\":\"error\",\"reason\":\"too_many_connections\"}";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_per_64_and_ipv4_per_address_mapped_or_not() {
+        assert_eq!(AddressKey::of(ip("2001:db8:1:2::1")), AddressKey::of(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")));
+        assert_ne!(AddressKey::of(ip("2001:db8:1:2::1")), AddressKey::of(ip("2001:db8:1:3::1")));
+        assert_eq!(AddressKey::of(ip("2001:db8:1:2::1")), AddressKey::V6Prefix(0x2001_0db8_0001_0002));
+        assert_eq!(AddressKey::of(ip("::ffff:192.0.2.7")), AddressKey::of(ip("192.0.2.7")));
+        assert_eq!(AddressKey::of(ip("192.0.2.7")), AddressKey::V4(Ipv4Addr::new(192, 0, 2, 7)));
+        assert_ne!(AddressKey::of(ip("192.0.2.7")), AddressKey::of(ip("192.0.2.8")));
+        assert_ne!(AddressKey::of(ip("127.0.0.1")), AddressKey::of(ip("127.0.0.2")));
+        // `::1` is an IPv6 host of its own, not the IPv4 loopback.
+        assert_eq!(AddressKey::of(ip("::1")), AddressKey::V6Prefix(0));
+    }
+
+    #[test]
+    fn an_address_holds_at_most_the_limit_and_a_closed_connection_frees_its_place() {
+        let connections = Arc::new(ConnectionsPerAddress::new(2));
+        let first = connections.admit(ip("2001:db8::1")).unwrap();
+        let _second = connections.admit(ip("2001:db8::2")).unwrap();
+        assert!(connections.admit(ip("2001:db8::3")).is_none(), "the same /64");
+        let _other = connections.admit(ip("2001:db8:0:1::1")).expect("another /64 is another client");
+        assert_eq!(connections.refused(), 1);
+        drop(first);
+        assert_eq!(connections.open_from(ip("2001:db8::9")), 1);
+        let _again = connections.admit(ip("2001:db8::3")).expect("a place was freed");
+        drop(_again);
+        drop(_second);
+        assert_eq!(connections.open_from(ip("2001:db8::9")), 0);
+        assert!(lock(&connections.open).len() == 1, "an address with no connection is forgotten");
+    }
+
+    #[test]
+    fn the_refusal_is_a_complete_answer() {
+        let text = std::str::from_utf8(REFUSAL).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length: "))
+            .and_then(|value| value.parse().ok())
+            .unwrap();
+        assert_eq!(body.len(), length);
+        let parsed: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(parsed["reason"], "too_many_connections");
+    }
+}
