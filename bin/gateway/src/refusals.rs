@@ -23,26 +23,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gateway_core::sync::lock;
 use tokio::time::Instant;
 
+use crate::http::per_address::AddressKey;
+
 /// Refused tokens one client address may present in one second: once it has, every agent token it presents is
 /// refused with 429 for the rest of the second.
 pub const MAX_REFUSALS_PER_SECOND: u32 = 20;
 /// Client addresses (IPv6 /64s) whose refusals are counted at once.
 pub const MAX_TRACKED_ADDRESSES: usize = 65_536;
 
-/// Who refusals are counted against: an IPv4 address, an IPv6 /64, or every address not held when the map is full.
+/// Who refusals are counted against: a client as connections count them (an IPv4 address, an IPv6 /64), or every
+/// address not held when the map is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Client {
-    V4(u32),
-    V6Prefix(u64),
+    Address(AddressKey),
     Overflow,
 }
 
 impl Client {
     fn of(address: IpAddr) -> Self {
-        match address.to_canonical() {
-            IpAddr::V4(v4) => Self::V4(u32::from(v4)),
-            IpAddr::V6(v6) => Self::V6Prefix((u128::from(v6) >> 64) as u64),
-        }
+        Self::Address(AddressKey::of(address))
     }
 }
 

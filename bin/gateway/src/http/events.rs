@@ -17,7 +17,6 @@
 //! outbox as received.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -35,6 +34,7 @@ use tokio::time::{Instant, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::credentials::StreamGuard;
+use crate::http::per_address::AddressKey;
 use crate::http::agent_auth::{Access, Caller};
 use crate::http::connection::Connection;
 use crate::http::error::ApiError;
@@ -129,7 +129,8 @@ impl<K> Default for OpenStreams<K> {
 }
 
 /// Open agent streams per client address.
-pub type StreamsPerAddress = OpenStreams<IpAddr>;
+/// Counted per client as connections are: an IPv6 client per /64 (`per_address::AddressKey`).
+pub type StreamsPerAddress = OpenStreams<AddressKey>;
 /// Open streams per agent.
 pub type StreamsPerAgent = OpenStreams<gateway_core::AgentId>;
 
@@ -177,7 +178,7 @@ impl<K: std::hash::Hash + Eq + Clone> Drop for StreamSlot<K> {
 #[derive(Debug)]
 struct Slots {
     _total: OwnedSemaphorePermit,
-    _address: Option<StreamSlot<IpAddr>>,
+    _address: Option<StreamSlot<AddressKey>>,
     _agent: Option<StreamSlot<gateway_core::AgentId>>,
     /// A stream opened with an agent's credential, registered to be closed when the credential is revoked.
     _revocation: Option<StreamGuard>,
@@ -209,7 +210,7 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
             })?;
             let address = state
                 .streams_per_address
-                .acquire(&connection.peer().ip(), limits.per_address)
+                .acquire(&AddressKey::of(connection.peer().ip()), limits.per_address)
                 .ok_or_else(|| too_many("this client address has as many agent streams open as it may"))?;
             let total = Arc::clone(&state.event_streams)
                 .try_acquire_owned()
@@ -626,7 +627,7 @@ impl Drop for StreamBody {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
 
     use gateway_core::{Event, EventPayload, EventPublisher};
     use gateway_pubsub::Bus;
@@ -793,7 +794,8 @@ mod tests {
     #[test]
     fn a_client_address_holds_at_most_its_share_of_streams() {
         let streams = Arc::new(StreamsPerAddress::default());
-        let (one, two) = (IpAddr::from(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::from(Ipv4Addr::new(10, 0, 0, 2)));
+        let key = |address: Ipv4Addr| AddressKey::of(IpAddr::from(address));
+        let (one, two) = (key(Ipv4Addr::new(10, 0, 0, 1)), key(Ipv4Addr::new(10, 0, 0, 2)));
         let first = streams.acquire(&one, 2).unwrap();
         let _second = streams.acquire(&one, 2).unwrap();
         assert!(streams.acquire(&one, 2).is_none());
