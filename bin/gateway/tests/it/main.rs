@@ -17,6 +17,7 @@ mod cron;
 mod events;
 mod heartbeat;
 mod idempotency;
+mod inbound;
 mod lifecycle;
 mod mailbox;
 mod messages;
