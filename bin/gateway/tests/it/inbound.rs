@@ -382,8 +382,7 @@ fn race_identical_requests(gateways: &[&Gateway], id: i64, rounds: usize, conten
                     .collect();
                 racers.into_iter().map(|racer| racer.join().unwrap()).collect()
             });
-            let accepted: Vec<i64> =
-                answers.iter().filter(|(status, _)| *status == 202).map(|answer| accepted_id(answer)).collect();
+            let accepted: Vec<i64> = answers.iter().filter(|(status, _)| *status == 202).map(accepted_id).collect();
             assert_eq!(accepted.len(), 1, "round {round}: {answers:?}");
             for answer in answers.iter().filter(|(status, _)| *status != 202) {
                 assert_duplicate_of(answer, accepted[0]);

@@ -301,21 +301,38 @@ pub fn a_fresh_receipt_makes_an_inbound_delivery_a_duplicate_that_writes_nothing
         assert_eq!(again, Ok(InboundInsert::Duplicate { delivery_id: first.id }), "{keys:?}");
     }
     assert_eq!(listed(store, &everything()), [first.id], "duplicates wrote nothing");
-    let elsewhere =
-        inserted(store.insert_inbound_delivery(&new_delivery(stripe.id, "s", later), &[a.clone()], since(later)));
-    let other_key =
-        inserted(store.insert_inbound_delivery(&new_delivery(github.id, "s", later), &[c.clone()], since(later)));
-    let twice_c = store.insert_inbound_delivery(&new_delivery(github.id, "s", later), &[c.clone()], since(later));
+    let elsewhere = inserted(store.insert_inbound_delivery(
+        &new_delivery(stripe.id, "s", later),
+        std::slice::from_ref(&a),
+        since(later),
+    ));
+    let other_key = inserted(store.insert_inbound_delivery(
+        &new_delivery(github.id, "s", later),
+        std::slice::from_ref(&c),
+        since(later),
+    ));
+    let twice_c =
+        store.insert_inbound_delivery(&new_delivery(github.id, "s", later), std::slice::from_ref(&c), since(later));
     assert_eq!(twice_c, Ok(InboundInsert::Duplicate { delivery_id: other_key.id }), "c was recorded with its delivery");
 
     // A day and a bit later the first receipts no longer count: the key goes to the new delivery.
     let next_day = at + REPLAY_WINDOW + Duration::milliseconds(1);
-    let renewed =
-        inserted(store.insert_inbound_delivery(&new_delivery(github.id, "s", next_day), &[a.clone()], since(next_day)));
-    let replayed =
-        store.insert_inbound_delivery(&new_delivery(github.id, "s", next_day), &[a.clone()], since(next_day));
+    let renewed = inserted(store.insert_inbound_delivery(
+        &new_delivery(github.id, "s", next_day),
+        std::slice::from_ref(&a),
+        since(next_day),
+    ));
+    let replayed = store.insert_inbound_delivery(
+        &new_delivery(github.id, "s", next_day),
+        std::slice::from_ref(&a),
+        since(next_day),
+    );
     assert_eq!(replayed, Ok(InboundInsert::Duplicate { delivery_id: renewed.id }));
-    let b_again = store.insert_inbound_delivery(&new_delivery(github.id, "s", next_day), &[b.clone()], since(next_day));
+    let b_again = store.insert_inbound_delivery(
+        &new_delivery(github.id, "s", next_day),
+        std::slice::from_ref(&b),
+        since(next_day),
+    );
     let b_again = inserted(b_again);
 
     let orphan = store.insert_inbound_delivery(
