@@ -137,6 +137,8 @@ fn due_row_query(backend: &database::Backend) {
             target_url: "https://a.example/hook".into(),
             secret: WebhookSecret::new("bench"),
             created_at: now,
+            inbound_secret: None,
+            inbound_require_timestamp: false,
         })
         .unwrap();
     fill(&database, config.id, delivered, due, now);

@@ -277,6 +277,19 @@ impl Collector for Scrape {
             "Outbound webhook attempts made by this instance",
             deliveries.attempts.get(),
         )?;
+        counter(
+            &mut encoder,
+            "webhook_inbound_duplicates",
+            "Inbound webhooks answered duplicate (the same request accepted within 24 h): nothing stored",
+            deliveries.inbound_duplicates.get(),
+        )?;
+        counter(
+            &mut encoder,
+            "webhook_config_id_reads",
+            "Reads of the webhook config ids made because an inbound request named an id this instance did not \
+             know (at most one a second, however many unknown ids arrive)",
+            deliveries.config_id_reads.get(),
+        )?;
 
         if let Some(store) = self.store {
             gauge(

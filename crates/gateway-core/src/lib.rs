@@ -103,7 +103,7 @@ pub use supervisor::{BackgroundLoop, supervise, supervise_loop};
 pub use tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore};
 pub use webhook::{
     AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate,
-    DueDelivery, FailureClass, FakeTransport, InMemoryWebhookStore, NewDelivery, NewWebhookConfig, OutboundRequest,
-    RetryNowOutcome, UnknownDeliveryStatus, WebhookConfig, WebhookConfigChange, WebhookSecret, WebhookStore,
-    WebhookTransport,
+    DueDelivery, FailureClass, FakeTransport, InMemoryWebhookStore, InboundInsert, NewDelivery, NewWebhookConfig,
+    OutboundRequest, ReceiptKey, RetryNowOutcome, UnknownDeliveryStatus, WebhookConfig, WebhookConfigChange,
+    WebhookSecret, WebhookStore, WebhookTransport,
 };

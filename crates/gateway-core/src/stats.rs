@@ -149,6 +149,10 @@ pub struct DeliveryStats {
     pub failed_retrying: Counter,
     /// Attempts that failed and left their delivery dead (no attempt left).
     pub dead: Counter,
+    /// Inbound webhooks answered `duplicate` (a replay within the window): nothing stored.
+    pub inbound_duplicates: Counter,
+    /// Reads of the config id list made because an inbound request named an id the instance did not know.
+    pub config_id_reads: Counter,
 }
 
 #[cfg(test)]

@@ -137,6 +137,8 @@ mod tests {
                 target_url: "https://example.com/hook".into(),
                 secret: WebhookSecret::new("secret"),
                 created_at: OffsetDateTime::now_utc(),
+                inbound_secret: None,
+                inbound_require_timestamp: false,
             })
             .unwrap()
             .id

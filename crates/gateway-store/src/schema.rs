@@ -38,6 +38,20 @@ diesel::table! {
         created_at -> Timestamp,
         previous_secret -> Nullable<Text>,
         secret_rotated_at -> Nullable<Timestamp>,
+        inbound_secret -> Nullable<Text>,
+        previous_inbound_secret -> Nullable<Text>,
+        inbound_secret_rotated_at -> Nullable<Timestamp>,
+        inbound_require_timestamp -> Bool,
+    }
+}
+
+diesel::table! {
+    webhook_inbound_receipts (id) {
+        id -> BigInt,
+        webhook_id -> BigInt,
+        receipt_key -> Text,
+        delivery_id -> BigInt,
+        received_at -> Timestamp,
     }
 }
 
@@ -74,13 +88,15 @@ diesel::table! {
 }
 
 diesel::joinable!(webhook_deliveries -> webhook_configs (webhook_id));
+diesel::joinable!(webhook_inbound_receipts -> webhook_configs (webhook_id));
 diesel::joinable!(webhook_delivery_attempts -> webhook_deliveries (delivery_id));
 diesel::allow_tables_to_appear_in_same_query!(
     gateway_heartbeats,
     cron_jobs,
     webhook_configs,
     webhook_deliveries,
-    webhook_delivery_attempts
+    webhook_delivery_attempts,
+    webhook_inbound_receipts
 );
 
 diesel::table! {

@@ -14,15 +14,15 @@ use diesel::result::DatabaseErrorKind;
 use diesel::sqlite::Sqlite;
 use gateway_core::{
     AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
-    FencingToken, IdempotencyKey, NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError, WebhookConfig,
-    WebhookConfigChange, WebhookSecret, WebhookStore,
+    FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, ReceiptKey, RetryNowOutcome,
+    StoreError, WebhookConfig, WebhookConfigChange, WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::connection::{AnyConnection, DieselStore};
 use crate::error::classify;
 use crate::fencing::admit;
-use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts};
+use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts, webhook_inbound_receipts};
 use crate::timestamp::{from_db, to_db};
 
 /// Most deliveries (with their attempts) deleted per transaction when a config's history or old deliveries go.
@@ -75,6 +75,88 @@ fn delete_deliveries(connection: &mut AnyConnection<'_>, doomed: Doomed, limit: 
     })
 }
 
+/// Which inbound receipts a batched delete takes.
+#[derive(Debug, Clone, Copy)]
+enum DoomedReceipts {
+    OfConfig(i64),
+    ReceivedBefore(PrimitiveDateTime),
+}
+
+/// Deletes up to `limit` of the `doomed` receipts; returns how many went. Call it inside a transaction. The age is
+/// checked again by the delete itself: on PostgreSQL a receipt renewed by a concurrent inbound delivery after the
+/// batch was read (its `received_at` moved to now) is re-read when the delete reaches it, and stays.
+fn delete_receipts(connection: &mut AnyConnection<'_>, doomed: DoomedReceipts, limit: usize) -> QueryResult<usize> {
+    use webhook_inbound_receipts::dsl;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    match doomed {
+        DoomedReceipts::OfConfig(webhook_id) => {
+            let batch =
+                dsl::webhook_inbound_receipts.filter(dsl::webhook_id.eq(webhook_id)).select(dsl::id).limit(limit);
+            let batch: Vec<i64> = on_backend!(connection, c => batch.load(c))?;
+            let delete = diesel::delete(dsl::webhook_inbound_receipts.filter(dsl::id.eq_any(&batch)));
+            on_backend!(connection, c => delete.execute(c))
+        }
+        DoomedReceipts::ReceivedBefore(before) => {
+            let batch = dsl::webhook_inbound_receipts
+                .filter(dsl::received_at.lt(before))
+                .order(dsl::received_at.asc())
+                .select(dsl::id)
+                .limit(limit);
+            let batch: Vec<i64> = on_backend!(connection, c => batch.load(c))?;
+            let delete = diesel::delete(
+                dsl::webhook_inbound_receipts.filter(dsl::id.eq_any(&batch)).filter(dsl::received_at.lt(before)),
+            );
+            on_backend!(connection, c => delete.execute(c))
+        }
+    }
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = webhook_inbound_receipts)]
+struct NewReceiptRow<'a> {
+    webhook_id: i64,
+    receipt_key: &'a str,
+    delivery_id: i64,
+    received_at: PrimitiveDateTime,
+}
+
+/// Records `key` for the inserted delivery, unless a receipt of the key received at or after `fresh_since` holds
+/// it: `Ok(false)` then. An older receipt of the key is taken over (the unique index on `(webhook_id,
+/// receipt_key)` turns the insert into that update). On PostgreSQL an insert that meets a concurrent transaction's
+/// uncommitted receipt waits for it, then finds it fresh: that is how of two concurrent identical requests only
+/// one goes through.
+fn record_receipt(
+    connection: &mut AnyConnection<'_>,
+    receipt: &NewReceiptRow<'_>,
+    fresh_since: PrimitiveDateTime,
+) -> QueryResult<bool> {
+    use webhook_inbound_receipts::dsl;
+    let upsert = diesel::insert_into(dsl::webhook_inbound_receipts)
+        .values(receipt)
+        .on_conflict((dsl::webhook_id, dsl::receipt_key))
+        .do_update()
+        .set((dsl::delivery_id.eq(receipt.delivery_id), dsl::received_at.eq(receipt.received_at)));
+    let upsert = diesel::query_dsl::methods::FilterDsl::filter(upsert, dsl::received_at.lt(fresh_since));
+    Ok(on_backend!(connection, c => upsert.execute(c))? == 1)
+}
+
+/// The delivery a fresh receipt of one of `keys` recorded, if any.
+fn fresh_holder(
+    connection: &mut AnyConnection<'_>,
+    webhook_id: i64,
+    keys: &[&str],
+    fresh_since: PrimitiveDateTime,
+) -> QueryResult<Option<i64>> {
+    use webhook_inbound_receipts::dsl;
+    let query = dsl::webhook_inbound_receipts
+        .filter(dsl::webhook_id.eq(webhook_id))
+        .filter(dsl::receipt_key.eq_any(keys))
+        .filter(dsl::received_at.ge(fresh_since))
+        .select(dsl::delivery_id)
+        .limit(1);
+    on_backend!(connection, c => query.first(c).optional())
+}
+
 /// The statuses the poll picks up, in the order their due rows are read.
 const AWAITING_ATTEMPT: [DeliveryStatus; 2] = [DeliveryStatus::Pending, DeliveryStatus::Failed];
 
@@ -91,6 +173,10 @@ struct ConfigRow {
     created_at: PrimitiveDateTime,
     previous_secret: Option<String>,
     secret_rotated_at: Option<PrimitiveDateTime>,
+    inbound_secret: Option<String>,
+    previous_inbound_secret: Option<String>,
+    inbound_secret_rotated_at: Option<PrimitiveDateTime>,
+    inbound_require_timestamp: bool,
 }
 
 impl From<ConfigRow> for WebhookConfig {
@@ -106,6 +192,10 @@ impl From<ConfigRow> for WebhookConfig {
             created_at: from_db(row.created_at),
             previous_secret: row.previous_secret.map(WebhookSecret::new),
             secret_rotated_at: row.secret_rotated_at.map(from_db),
+            inbound_secret: row.inbound_secret.map(WebhookSecret::new),
+            previous_inbound_secret: row.previous_inbound_secret.map(WebhookSecret::new),
+            inbound_secret_rotated_at: row.inbound_secret_rotated_at.map(from_db),
+            inbound_require_timestamp: row.inbound_require_timestamp,
         }
     }
 }
@@ -120,6 +210,8 @@ struct NewConfigRow<'a> {
     target_url: &'a str,
     secret: &'a str,
     created_at: PrimitiveDateTime,
+    inbound_secret: Option<&'a str>,
+    inbound_require_timestamp: bool,
 }
 
 #[derive(Queryable, Selectable)]
@@ -282,6 +374,8 @@ impl WebhookStore for DieselStore {
             target_url: &config.target_url,
             secret: config.secret.expose(),
             created_at: to_db(config.created_at),
+            inbound_secret: config.inbound_secret.as_ref().map(WebhookSecret::expose),
+            inbound_require_timestamp: config.inbound_require_timestamp,
         };
         let created = self.with_connection("create webhook config", |connection| {
             on_backend!(connection, c => {
@@ -305,6 +399,13 @@ impl WebhookStore for DieselStore {
             })
         })?;
         Ok(rows.into_iter().map(WebhookConfig::from).collect())
+    }
+
+    fn config_ids(&self) -> Result<Vec<i64>, StoreError> {
+        self.with_connection(
+            "list webhook config ids",
+            |connection| on_backend!(connection, c => webhook_configs::table.select(webhook_configs::id).load(c)),
+        )
     }
 
     fn update_config(
@@ -333,6 +434,10 @@ impl WebhookStore for DieselStore {
                 dsl::secret.eq(changed.secret.expose()),
                 dsl::previous_secret.eq(changed.previous_secret.as_ref().map(WebhookSecret::expose)),
                 dsl::secret_rotated_at.eq(changed.secret_rotated_at.map(to_db)),
+                dsl::inbound_secret.eq(changed.inbound_secret.as_ref().map(WebhookSecret::expose)),
+                dsl::previous_inbound_secret.eq(changed.previous_inbound_secret.as_ref().map(WebhookSecret::expose)),
+                dsl::inbound_secret_rotated_at.eq(changed.inbound_secret_rotated_at.map(to_db)),
+                dsl::inbound_require_timestamp.eq(changed.inbound_require_timestamp),
             ));
             let written = on_backend!(connection, c => write.returning(ConfigRow::as_returning()).get_result(c))?;
             // Deliveries not delivered yet (dead ones too: "Retry now" after fixing the URL is the point) go where
@@ -361,6 +466,10 @@ impl WebhookStore for DieselStore {
             delete_deliveries(connection, Doomed::OfConfig(id), DELETE_BATCH)
         })? == DELETE_BATCH
         {}
+        while self.immediate("delete a webhook config's inbound receipts", |connection| {
+            delete_receipts(connection, DoomedReceipts::OfConfig(id), DELETE_BATCH)
+        })? == DELETE_BATCH
+        {}
         // What is left (deliveries enqueued meanwhile: a handful) goes with the config, atomically. On
         // PostgreSQL the config row is locked first: an insert of a delivery for it (whose foreign key check
         // needs that row) waits until the config is gone and then fails as a conflict, instead of slipping in
@@ -370,6 +479,7 @@ impl WebhookStore for DieselStore {
                 webhook_configs::table.find(id).select(webhook_configs::id).for_update().load::<i64>(&mut **c)?;
             }
             while delete_deliveries(connection, Doomed::OfConfig(id), DELETE_BATCH)? > 0 {}
+            while delete_receipts(connection, DoomedReceipts::OfConfig(id), DELETE_BATCH)? > 0 {}
             let deleted = on_backend!(connection, c => diesel::delete(webhook_configs::table.find(id)).execute(c))?;
             Ok(deleted > 0)
         })
@@ -385,6 +495,59 @@ impl WebhookStore for DieselStore {
         let row = NewDeliveryRow::of(delivery);
         let inserted = self.with_connection("insert webhook delivery", |connection| row.insert(connection))?;
         inserted.try_into()
+    }
+
+    fn insert_inbound_delivery(
+        &self,
+        delivery: &NewDelivery,
+        keys: &[ReceiptKey],
+        fresh_since: OffsetDateTime,
+    ) -> Result<InboundInsert, StoreError> {
+        let row = NewDeliveryRow::of(delivery);
+        // Sorted: two transactions that record the same keys take their index entries in the same order, so on
+        // PostgreSQL they wait for each other instead of deadlocking.
+        let mut keys: Vec<&str> = keys.iter().map(ReceiptKey::as_str).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let fresh_since = to_db(fresh_since);
+        // A receipt found taken after the delivery was written: the transaction is rolled back, and this is the
+        // delivery of the receipt that won.
+        let mut lost_to = None;
+        let outcome = self.immediate("insert inbound webhook delivery", |connection| {
+            if let Some(holder) = fresh_holder(connection, delivery.webhook_id, &keys, fresh_since)? {
+                return Ok(InboundInsert::Duplicate { delivery_id: holder });
+            }
+            let inserted = row.insert(connection)?;
+            for key in &keys {
+                let receipt = NewReceiptRow {
+                    webhook_id: delivery.webhook_id,
+                    receipt_key: key,
+                    delivery_id: inserted.id,
+                    received_at: row.created_at,
+                };
+                if !record_receipt(connection, &receipt, fresh_since)? {
+                    // Committed by a concurrent request since this transaction's first read (PostgreSQL; SQLite's
+                    // write lock rules that out): visible to this new statement.
+                    lost_to = fresh_holder(connection, delivery.webhook_id, &[key], fresh_since)?;
+                    return Err(diesel::result::Error::RollbackTransaction);
+                }
+            }
+            Ok(InboundInsert::Inserted(Delivery::try_from(inserted).map_err(|error| {
+                diesel::result::Error::DeserializationError(Box::new(std::io::Error::other(error.to_string())))
+            })?))
+        });
+        match (outcome, lost_to) {
+            (Ok(outcome), _) => Ok(outcome),
+            (Err(_), Some(delivery_id)) => Ok(InboundInsert::Duplicate { delivery_id }),
+            (Err(error), None) => Err(error),
+        }
+    }
+
+    fn prune_inbound_receipts(&self, received_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError> {
+        let before = to_db(received_before);
+        self.immediate("prune inbound webhook receipts", |connection| {
+            delete_receipts(connection, DoomedReceipts::ReceivedBefore(before), limit)
+        })
     }
 
     fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<Vec<Result<Delivery, StoreError>>, StoreError> {

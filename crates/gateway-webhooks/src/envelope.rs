@@ -71,6 +71,10 @@ mod tests {
             created_at: datetime!(2026-02-22 11:00:00 UTC),
             previous_secret: None,
             secret_rotated_at: None,
+            inbound_secret: None,
+            previous_inbound_secret: None,
+            inbound_secret_rotated_at: None,
+            inbound_require_timestamp: false,
         }
     }
 

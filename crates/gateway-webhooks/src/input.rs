@@ -25,6 +25,10 @@ pub struct WebhookConfigDraft {
     pub target_session: String,
     pub target_url: String,
     pub secret: WebhookSecret,
+    /// Verifies inbound signatures instead of `secret` (which then only signs outbound), when given.
+    pub inbound_secret: Option<WebhookSecret>,
+    /// Only Standard Webhooks signatures with a fresh timestamp are accepted inbound.
+    pub inbound_require_timestamp: bool,
 }
 
 fn check_text(field: &'static str, value: &str) -> Result<(), String> {
@@ -73,8 +77,24 @@ impl WebhookConfigDraft {
             check_text(field, value).map_err(|problem| invalid(field, problem))?;
         }
         check_target_url(&self.target_url).map_err(|problem| invalid("target_url", problem))?;
-        check_secret(&self.secret).map_err(|problem| invalid("secret", problem))
+        check_secret(&self.secret).map_err(|problem| invalid("secret", problem))?;
+        if let Some(inbound) = &self.inbound_secret {
+            check_secret(inbound).map_err(|problem| invalid("inbound_secret", problem))?;
+        }
+        check_secrets_differ(&self.secret, self.inbound_secret.as_ref())
     }
+}
+
+/// An inbound secret equal to the outbound one would verify what the gateway itself signed and sent out: the
+/// reflection it exists to stop.
+pub fn check_secrets_differ(secret: &WebhookSecret, inbound: Option<&WebhookSecret>) -> Result<(), WebhookError> {
+    if inbound == Some(secret) {
+        return Err(WebhookError::InvalidConfig {
+            field: "inbound_secret",
+            problem: "must differ from secret (the outbound secret)".into(),
+        });
+    }
+    Ok(())
 }
 
 fn check_secret(secret: &WebhookSecret) -> Result<(), String> {
@@ -96,7 +116,12 @@ fn check_secret(secret: &WebhookSecret) -> Result<(), String> {
 pub fn check_config_change(change: &WebhookConfigChange) -> Result<(), WebhookError> {
     let invalid = |field, problem| WebhookError::InvalidConfig { field, problem };
     if *change == WebhookConfigChange::default() {
-        return Err(invalid("body", "name at least one of target_url, agent_intent, target_session, secret".into()));
+        return Err(invalid(
+            "body",
+            "name at least one of target_url, agent_intent, target_session, secret, inbound_secret, \
+             inbound_require_timestamp, revoke_previous"
+                .into(),
+        ));
     }
     for (field, value) in [("agent_intent", &change.agent_intent), ("target_session", &change.target_session)] {
         if let Some(value) = value {
@@ -108,6 +133,12 @@ pub fn check_config_change(change: &WebhookConfigChange) -> Result<(), WebhookEr
     }
     if let Some(secret) = &change.secret {
         check_secret(secret).map_err(|problem| invalid("secret", problem))?;
+    }
+    if let Some(inbound) = &change.inbound_secret {
+        check_secret(inbound).map_err(|problem| invalid("inbound_secret", problem))?;
+    }
+    if let (Some(secret), Some(inbound)) = (&change.secret, &change.inbound_secret) {
+        check_secrets_differ(secret, Some(inbound))?;
     }
     Ok(())
 }
@@ -133,6 +164,8 @@ mod tests {
             target_session: "reviewer-cluster".into(),
             target_url: "https://hooks.example.com:8443/in?team=a".into(),
             secret: WebhookSecret::new("It's a Secret to Everybody"),
+            inbound_secret: None,
+            inbound_require_timestamp: false,
         }
     }
 
@@ -182,6 +215,29 @@ mod tests {
         let result = WebhookConfigDraft { secret: WebhookSecret::new("a\0b"), ..draft() }.validate();
         assert!(matches!(result, Err(WebhookError::InvalidConfig { field: "secret", .. })));
         assert_eq!(WebhookConfigDraft { secret: WebhookSecret::new("a\tb"), ..draft() }.validate(), Ok(()));
+    }
+
+    #[test]
+    fn an_inbound_secret_is_checked_as_a_secret_and_must_differ_from_the_outbound_one() {
+        let with = |inbound: &str| WebhookConfigDraft { inbound_secret: Some(WebhookSecret::new(inbound)), ..draft() };
+        assert_eq!(with("another secret").validate(), Ok(()));
+        for bad in ["", "whsec_%%", "a\0b", "It's a Secret to Everybody"] {
+            let result = with(bad).validate();
+            assert!(matches!(result, Err(WebhookError::InvalidConfig { field: "inbound_secret", .. })), "{bad:?}");
+        }
+        let change = WebhookConfigChange {
+            secret: Some(WebhookSecret::new("same")),
+            inbound_secret: Some(WebhookSecret::new("same")),
+            ..WebhookConfigChange::default()
+        };
+        assert!(matches!(
+            check_config_change(&change),
+            Err(WebhookError::InvalidConfig { field: "inbound_secret", .. })
+        ));
+        let revoke = WebhookConfigChange { revoke_previous: true, ..WebhookConfigChange::default() };
+        assert_eq!(check_config_change(&revoke), Ok(()), "revoke_previous alone is a change");
+        let require = WebhookConfigChange { inbound_require_timestamp: Some(false), ..WebhookConfigChange::default() };
+        assert_eq!(check_config_change(&require), Ok(()));
     }
 
     #[test]

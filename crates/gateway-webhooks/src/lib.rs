@@ -3,6 +3,7 @@
 pub mod envelope;
 pub mod error;
 pub mod input;
+pub mod replay;
 pub mod retention;
 pub mod retry;
 pub mod router;
@@ -13,11 +14,14 @@ pub mod transport;
 
 pub use error::WebhookError;
 pub use input::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_TEXT_FIELD_BYTES, WebhookConfigDraft};
+pub use replay::INBOUND_REPLAY_WINDOW;
 pub use retention::{DeliveryRetention, RETENTION, RetentionConfig, RetentionPorts};
 pub use retry::{MAX_ATTEMPTS, RETRY_SCHEDULE, RetrySchedule, ScheduleError};
 pub use router::{
-    ATTEMPT_TIMEOUT, DeliveryDetail, ENQUEUE_SAFETY_NET, Enqueued, MAX_PER_CYCLE, MAX_PER_SECOND, POLL_INTERVAL,
-    RouterConfig, RouterPorts, SIGNATURE_FAILURE_REPORT_INTERVAL, WebhookRouter,
+    ATTEMPT_TIMEOUT, CONFIG_IDS_REFRESH_INTERVAL, DeliveryDetail, ENQUEUE_SAFETY_NET, Enqueued, Inbound, MAX_PER_CYCLE,
+    MAX_PER_SECOND, POLL_INTERVAL, RouterConfig, RouterPorts, SIGNATURE_FAILURE_REPORT_INTERVAL, WebhookRouter,
 };
-pub use signature::{DELIVERY_HEADER, InboundSignature, SECRET_ROTATION_GRACE, SIGNATURE_HEADER, SignatureError};
+pub use signature::{
+    DELIVERY_HEADER, InboundSignature, SECRET_ROTATION_GRACE, SIGNATURE_HEADER, SignatureError, Verified,
+};
 pub use transport::{TransportSettings, UreqTransport};

@@ -1,6 +1,7 @@
 //! Retention: delivered and dead deliveries older than `--retention-days`, with their attempts and idempotency
-//! keys, are pruned by a background loop, so the delivery tables do not grow forever. Pending and failed
-//! deliveries are never pruned, however old: they still have work to do.
+//! keys, and inbound receipts older than the replay window (24 h), are pruned by a background loop, so the
+//! delivery tables do not grow forever. Pending and failed deliveries are never pruned, however old: they still
+//! have work to do.
 //!
 //! Each pass deletes in small batches, one short transaction each with a pause between them, so other writers
 //! (heartbeats, enqueues) never wait behind a large delete.
@@ -13,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::error::WebhookError;
+use crate::replay::INBOUND_REPLAY_WINDOW;
 
 /// How long finished deliveries are kept (default of `--retention-days`: 30 days).
 pub const RETENTION: Duration = Duration::from_secs(30 * 86_400);
@@ -76,6 +78,20 @@ impl DeliveryRetention {
         Ok(pass.run(shutdown, move |cutoff, limit| store.prune_finished_deliveries(cutoff, limit)).await?)
     }
 
+    /// One pass over inbound receipts: those older than [`INBOUND_REPLAY_WINDOW`] no longer make anything a
+    /// duplicate and go, in batches. Returns how many went.
+    pub async fn prune_receipts_once(&self, shutdown: &CancellationToken) -> Result<usize, WebhookError> {
+        let pass = PruningPass {
+            now: self.ports.clock.now(),
+            retention: Duration::try_from(INBOUND_REPLAY_WINDOW).unwrap_or(Duration::from_secs(86_400)),
+            batch: self.config.batch_size,
+            pause: self.config.pause,
+            short_batch_ends: true,
+        };
+        let store = Arc::clone(&self.ports.store);
+        Ok(pass.run(shutdown, move |cutoff, limit| store.prune_inbound_receipts(cutoff, limit)).await?)
+    }
+
     /// A pass every interval (the first at once), only while leader; failures back off (capped) and never stop
     /// the loop.
     pub async fn run(&self, shutdown: CancellationToken) {
@@ -93,6 +109,10 @@ impl DeliveryRetention {
                 if pruned > 0 {
                     let retention_days = self.config.retention.as_secs() / 86_400;
                     info!(pruned, retention_days, "old webhook deliveries pruned");
+                }
+                let receipts = self.prune_receipts_once(&shutdown).await?;
+                if receipts > 0 {
+                    info!(pruned = receipts, "inbound webhook receipts older than the replay window pruned");
                 }
                 Ok::<_, WebhookError>(())
             })
@@ -146,6 +166,8 @@ mod tests {
                 target_url: "https://example.com/a".into(),
                 secret: WebhookSecret::new("k"),
                 created_at: clock.now(),
+                inbound_secret: None,
+                inbound_require_timestamp: false,
             })
             .unwrap();
         let old = clock.now();

@@ -29,6 +29,10 @@ pub enum SignatureError {
     /// A Standard Webhooks signature whose timestamp is too far from now (a replay, or a wrong clock).
     #[error("signature timestamp is outside the tolerance")]
     Stale,
+    /// The config requires a Standard Webhooks signature (with its timestamp) and the request carries none: the
+    /// `X-Observatory-Signature` scheme alone is refused there, whether it would verify or not.
+    #[error("this webhook requires a Standard Webhooks signature with a timestamp")]
+    TimestampRequired,
 }
 
 /// `sha256=<lowercase hex>` of `body` under `secret`.
@@ -41,6 +45,13 @@ pub fn sign(secret: &WebhookSecret, body: &[u8]) -> String {
 /// Checks a signature header against `body`, in constant time (`ring::hmac::verify`). Upper-case hex and
 /// surrounding whitespace are tolerated; anything else about the header's shape is [`SignatureError::Malformed`].
 pub fn verify(secret: &WebhookSecret, body: &[u8], header: Option<&[u8]>) -> Result<(), SignatureError> {
+    let digest = parse(header)?;
+    verify_digest(secret, body, &digest)
+}
+
+/// The digest a header carries: 32 bytes, whatever the case of its hex or the whitespace around it, so that the
+/// same signature written differently is still the same signature (replay detection keys on it).
+fn parse(header: Option<&[u8]>) -> Result<Vec<u8>, SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?;
     let header = std::str::from_utf8(header).map_err(|_| SignatureError::Malformed)?.trim();
     let digest_hex = header.strip_prefix(SIGNATURE_PREFIX).ok_or(SignatureError::Malformed)?;
@@ -48,24 +59,44 @@ pub fn verify(secret: &WebhookSecret, body: &[u8], header: Option<&[u8]>) -> Res
     if digest.len() != DIGEST_BYTES {
         return Err(SignatureError::Malformed);
     }
+    Ok(digest)
+}
+
+fn verify_digest(secret: &WebhookSecret, body: &[u8], digest: &[u8]) -> Result<(), SignatureError> {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.expose().as_bytes());
-    hmac::verify(&key, body, &digest).map_err(|_| SignatureError::Mismatch)
+    hmac::verify(&key, body, digest).map_err(|_| SignatureError::Mismatch)
 }
 
 /// How long after a rotation inbound signatures made with the previous secret are still accepted, so senders can
-/// switch to the new secret at their own pace.
+/// switch to the new secret at their own pace. `PATCH … {"revoke_previous": true}` ends it at once.
 pub const SECRET_ROTATION_GRACE: time::Duration = time::Duration::hours(24);
 
-/// The secrets an inbound signature may be made with at `now`: the current one, and the previous one until
-/// [`SECRET_ROTATION_GRACE`] after the rotation.
+/// The secrets an inbound signature may be made with at `now`. With an inbound secret: that one, and the inbound
+/// secret it replaced until [`SECRET_ROTATION_GRACE`] after that rotation; the outbound secret never, so a receiver
+/// of outbound deliveries cannot post them back in. Without one: the secret, and the previous one until the grace
+/// after its rotation ends.
 pub fn accepted_secrets(config: &WebhookConfig, now: OffsetDateTime) -> Vec<&WebhookSecret> {
-    let mut secrets = vec![&config.secret];
-    if let (Some(previous), Some(rotated_at)) = (&config.previous_secret, config.secret_rotated_at)
+    let (current, previous, rotated_at) = match &config.inbound_secret {
+        Some(inbound) => (inbound, &config.previous_inbound_secret, config.inbound_secret_rotated_at),
+        None => (&config.secret, &config.previous_secret, config.secret_rotated_at),
+    };
+    let mut secrets = vec![current];
+    if let (Some(previous), Some(rotated_at)) = (previous, rotated_at)
         && now < rotated_at + SECRET_ROTATION_GRACE
     {
         secrets.push(previous);
     }
     secrets
+}
+
+/// What a verified inbound request was signed with: each scheme that verified, with what identifies its message
+/// (the key of replay detection, `crate::replay`). At least one of them is set.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Verified {
+    /// The `X-Observatory-Signature` digest (32 bytes), when that scheme verified.
+    pub observatory_digest: Option<Vec<u8>>,
+    /// The Standard Webhooks `webhook-id` (trimmed), when that scheme verified: its signature covers the id.
+    pub standard_id: Option<String>,
 }
 
 /// The signature headers of an inbound webhook, as received: either scheme may sign it.
@@ -91,19 +122,42 @@ impl InboundSignature {
     }
 
     /// Accepts the body when a present scheme verifies with one of `secrets`: `X-Observatory-Signature`, or a
-    /// Standard Webhooks signature whose timestamp is within the tolerance of `now`. When neither verifies, the
-    /// reason is the most telling of the schemes' (a stale timestamp, then a mismatch, then a malformed header).
-    pub fn verify(&self, secrets: &[&WebhookSecret], body: &[u8], now: OffsetDateTime) -> Result<(), SignatureError> {
+    /// Standard Webhooks signature whose timestamp is within the tolerance of `now`. Both schemes are checked when
+    /// both are present, and [`Verified`] names each that verified: a replay that drops one header must still meet
+    /// the receipt of the other. With `require_timestamp`, `X-Observatory-Signature` is ignored, and a request
+    /// without Standard Webhooks headers is [`SignatureError::TimestampRequired`]. When nothing verifies, the reason
+    /// is the most telling of the schemes' (a stale timestamp, then a mismatch, then a malformed header).
+    pub fn verify(
+        &self,
+        secrets: &[&WebhookSecret],
+        require_timestamp: bool,
+        body: &[u8],
+        now: OffsetDateTime,
+    ) -> Result<Verified, SignatureError> {
+        let mut verified = Verified::default();
         let mut reasons = Vec::with_capacity(2);
-        if let Some(header) = self.observatory.as_deref() {
-            let mut reason = SignatureError::Missing;
-            for secret in secrets {
-                match verify(secret, body, Some(header)) {
-                    Ok(()) => return Ok(()),
-                    Err(refused) => reason = refused,
+        if require_timestamp && self.webhook_signature.is_none() {
+            return Err(SignatureError::TimestampRequired);
+        }
+        if let Some(header) = self.observatory.as_deref().filter(|_| !require_timestamp) {
+            match parse(Some(header)) {
+                Ok(digest) => {
+                    let mut reason = SignatureError::Mismatch;
+                    for secret in secrets {
+                        match verify_digest(secret, body, &digest) {
+                            Ok(()) => {
+                                verified.observatory_digest = Some(digest);
+                                break;
+                            }
+                            Err(refused) => reason = refused,
+                        }
+                    }
+                    if verified.observatory_digest.is_none() {
+                        reasons.push(reason);
+                    }
                 }
+                Err(reason) => reasons.push(reason),
             }
-            reasons.push(reason);
         }
         if self.webhook_signature.is_some() {
             let headers = StandardHeaders {
@@ -111,16 +165,19 @@ impl InboundSignature {
                 timestamp: self.webhook_timestamp.as_deref(),
                 signature: self.webhook_signature.as_deref(),
             };
-            match standard::verify(secrets, headers, body, now) {
-                Ok(()) => return Ok(()),
+            match standard::verify_message(secrets, headers, body, now) {
+                Ok(id) => verified.standard_id = Some(id.to_owned()),
                 Err(reason) => reasons.push(reason),
             }
+        }
+        if verified.observatory_digest.is_some() || verified.standard_id.is_some() {
+            return Ok(verified);
         }
         let rank = |reason: &SignatureError| match reason {
             SignatureError::Stale => 3,
             SignatureError::Mismatch => 2,
             SignatureError::Malformed => 1,
-            SignatureError::Missing => 0,
+            SignatureError::Missing | SignatureError::TimestampRequired => 0,
         };
         Err(reasons.into_iter().max_by_key(rank).unwrap_or(SignatureError::Missing))
     }

@@ -94,6 +94,16 @@ pub fn verify(
     body: &[u8],
     now: OffsetDateTime,
 ) -> Result<(), SignatureError> {
+    verify_message(secrets, headers, body, now).map(|_| ())
+}
+
+/// [`verify`], answering the message id (the `webhook-id` header, trimmed) the signature covers.
+pub fn verify_message<'a>(
+    secrets: &[&WebhookSecret],
+    headers: StandardHeaders<'a>,
+    body: &[u8],
+    now: OffsetDateTime,
+) -> Result<&'a str, SignatureError> {
     let (Some(id), Some(timestamp), Some(signatures)) = (headers.id, headers.timestamp, headers.signature) else {
         return Err(SignatureError::Missing);
     };
@@ -122,7 +132,7 @@ pub fn verify(
         // Every digest is checked, so how many there are, not which one matched, is all the timing shows.
         digests.iter().fold(false, |found, digest| hmac::verify(&key, &content, digest).is_ok() | found)
     });
-    if matches { Ok(()) } else { Err(SignatureError::Mismatch) }
+    if matches { Ok(id) } else { Err(SignatureError::Mismatch) }
 }
 
 #[cfg(test)]

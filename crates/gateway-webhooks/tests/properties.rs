@@ -122,7 +122,9 @@ proptest! {
     }
 
     /// The inbound request's headers as hyper hands them over, any mix of the two schemes, under one or two
-    /// secrets (a rotation's grace): an answer, never a panic.
+    /// secrets (a rotation's grace), with or without the config's `inbound_require_timestamp`: an answer, never a
+    /// panic; what it says verified did (the replay keys are taken from it), and a required timestamp is never
+    /// met by `X-Observatory-Signature`.
     #[test]
     fn inbound_headers_of_any_shape_get_an_answer(
         secrets in prop::collection::vec(secret(), 1..3),
@@ -131,10 +133,21 @@ proptest! {
         id in header_bytes(),
         timestamp in header_bytes(),
         signature in header_bytes(),
+        require_timestamp in any::<bool>(),
     ) {
         let inbound = InboundSignature { observatory, webhook_id: id, webhook_timestamp: timestamp, webhook_signature: signature };
         let secrets: Vec<&WebhookSecret> = secrets.iter().collect();
-        let _ = inbound.verify(&secrets, &body, now());
+        if let Ok(verified) = inbound.verify(&secrets, require_timestamp, &body, now()) {
+            prop_assert!(verified.observatory_digest.is_some() || verified.standard_id.is_some());
+            if require_timestamp {
+                prop_assert!(verified.observatory_digest.is_none() && verified.standard_id.is_some());
+            }
+            if let Some(digest) = verified.observatory_digest {
+                let expected: Vec<String> = secrets.iter().map(|secret| signature::sign(secret, &body)).collect();
+                let header = format!("sha256={}", gateway_core::hex::encode(&digest));
+                prop_assert!(expected.contains(&header));
+            }
+        }
     }
 
     #[test]

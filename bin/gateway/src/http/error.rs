@@ -11,7 +11,7 @@
 use gateway_core::StoreError;
 use gateway_cron::CronError;
 use gateway_heartbeat::HeartbeatError;
-use gateway_webhooks::WebhookError;
+use gateway_webhooks::{SignatureError, WebhookError};
 use http::StatusCode;
 use serde_json::json;
 
@@ -220,6 +220,13 @@ impl From<WebhookError> for ApiError {
         match error {
             WebhookError::UnknownWebhook(_) => Self::unknown("unknown_webhook", "webhook config"),
             WebhookError::UnknownDelivery(_) => Self::unknown("unknown_delivery", "delivery"),
+            // A config's policy, not a verdict on a signature: the sender is told which scheme it must use.
+            WebhookError::SignatureMismatch { reason: SignatureError::TimestampRequired, .. } => {
+                Self::new(StatusCode::UNAUTHORIZED, "timestamp_required").with_detail(
+                    "this webhook accepts only Standard Webhooks signatures (webhook-id, webhook-timestamp, \
+                     webhook-signature)",
+                )
+            }
             // Which of missing, malformed or wrong is logged by the router; the sender only learns "mismatch".
             WebhookError::SignatureMismatch { .. } => Self::new(StatusCode::UNAUTHORIZED, "signature_mismatch"),
             WebhookError::DuplicateConfig => {

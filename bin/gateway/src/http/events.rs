@@ -34,10 +34,10 @@ use tokio::time::{Instant, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::credentials::StreamGuard;
-use crate::http::per_address::AddressKey;
 use crate::http::agent_auth::{Access, Caller};
 use crate::http::connection::Connection;
 use crate::http::error::ApiError;
+use crate::http::per_address::AddressKey;
 use crate::http::replay::{self, AgentMailbox, BridgeWatch, SharedFire};
 use crate::http::request::{Query, Request};
 use crate::http::response::{Response, event_stream};

@@ -46,6 +46,10 @@ pub const REASONS: &[(&str, &str)] = &[
     ),
     ("identity_mismatch", "with agent auth on: the token's agent is not the agent the request names"),
     ("signature_mismatch", "the signature header is missing, malformed or wrong"),
+    (
+        "timestamp_required",
+        "this webhook config accepts only Standard Webhooks signatures with a timestamp (`inbound_require_timestamp`)",
+    ),
     ("not_found", "no such route"),
     ("unknown_agent", "the path's agent id cannot be an agent's (empty, over 256 bytes, control characters)"),
     ("unknown_credential", "the agent has no credential with this id"),
@@ -330,6 +334,24 @@ fn secret() -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^[^\\u0000]*$"})
 }
 
+/// A config's inbound secret: a secret, which must differ from the config's `secret`.
+fn inbound_secret() -> Value {
+    let mut schema = secret();
+    schema["description"] = json!(
+        "Verifies inbound signatures instead of `secret` (which then only signs outbound), so a receiver of \
+         outbound deliveries cannot post them back in. Never shown; must differ from `secret`."
+    );
+    schema
+}
+
+fn require_timestamp() -> Value {
+    json!({
+        "type": "boolean",
+        "description": "`true`: only Standard Webhooks signatures with a timestamp within 5 minutes are accepted \
+                        inbound; `X-Observatory-Signature` alone is 401 `timestamp_required`. Default false.",
+    })
+}
+
 /// An integer the gateway reads as an `i64` (ids, cursors).
 fn int64() -> Value {
     json!({"type": "integer", "format": "int64", "minimum": i64::MIN, "maximum": i64::MAX})
@@ -501,7 +523,8 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                         .describe(
                             "Any of the fields, at least one, each checked as on create; the id and the deliveries \
                              stay. A new secret signs outbound at once; inbound accepts the previous one too for \
-                             24 h after `secret_rotated_at`.",
+                             24 h after `secret_rotated_at`, unless `revoke_previous` is true. The inbound secret \
+                             rotates the same way, apart.",
                         )
                         .path_id("id", "The config's id.")
                         .json_body(schema("WebhookConfigChange"), true)
@@ -916,8 +939,9 @@ fn events() -> Operation {
 fn inbound_webhook() -> Operation {
     Operation::new("inboundWebhook", "agents", "Receive an inbound webhook", Auth::Open)
         .describe(
-            "Any body up to 1 MiB, signed with the config's secret. The envelope of a verified request is delivered \
-             to the config's `target_url`.",
+            "Any body up to 1 MiB, signed with the config's inbound secret (its secret when it has none). The \
+             envelope of a verified request is delivered to the config's `target_url`. An unknown id (404) and a \
+             declared `Content-Length` over 1 MiB (413) are refused before the body is read.",
         )
         .path_id("webhook_id", "The webhook config's id.")
         .parameter(
@@ -945,7 +969,13 @@ fn inbound_webhook() -> Operation {
         .with_any_body()
         .reads_body()
         .answer(202, "Verified; a delivery is stored and tried at once.", schema("InboundAccepted"))
-        .error(401, "signature_mismatch")
+        .answer(
+            200,
+            "Verified, and the same request (its `webhook-id`, or its `X-Observatory-Signature` and body) was \
+             accepted within the last 24 h: nothing is stored; `delivery_id` is the first one's.",
+            schema("InboundDuplicate"),
+        )
+        .errors(401, &["signature_mismatch", "timestamp_required"])
         .error(404, "unknown_webhook")
         .error(503, "store_unavailable")
 }
@@ -1251,6 +1281,10 @@ fn schemas() -> Map<String, Value> {
                 "type": "object", "required": ["status", "delivery_id"], "additionalProperties": false,
                 "properties": {"status": {"const": "accepted"}, "delivery_id": id},
             })),
+        ("InboundDuplicate", json!({
+                "type": "object", "required": ["status", "delivery_id"], "additionalProperties": false,
+                "properties": {"status": {"const": "duplicate"}, "delivery_id": id},
+            })),
         ("WebhookConfigCreate", json!({
                 "type": "object",
                 "required": ["source_identifier", "event_type", "agent_intent", "target_session", "target_url", "secret"],
@@ -1262,11 +1296,13 @@ fn schemas() -> Map<String, Value> {
                     "target_session": name(256),
                     "target_url": {"type": "string", "format": "uri", "maxLength": 2048, "description": "An absolute http(s) URL without credentials."},
                     "secret": secret(),
+                    "inbound_secret": inbound_secret(),
+                    "inbound_require_timestamp": require_timestamp(),
                 },
             })),
         ("WebhookConfig", json!({
                 "type": "object",
-                "required": ["id", "source_identifier", "event_type", "agent_intent", "target_session", "target_url", "created_at", "secret_rotated_at"],
+                "required": ["id", "source_identifier", "event_type", "agent_intent", "target_session", "target_url", "created_at", "secret_rotated_at", "has_inbound_secret", "inbound_secret_rotated_at", "inbound_require_timestamp"],
                 "additionalProperties": false,
                 "properties": {
                     "id": id,
@@ -1278,8 +1314,14 @@ fn schemas() -> Map<String, Value> {
                     "created_at": timestamp,
                     "secret_rotated_at": {
                         "type": ["string", "null"], "format": "date-time",
-                        "description": "When the secret was last changed; the previous one is accepted inbound until 24 h after.",
+                        "description": "When the secret was last changed; the previous one is accepted inbound until 24 h after (unless revoked).",
                     },
+                    "has_inbound_secret": {"type": "boolean", "description": "Inbound signatures are verified with the inbound secret, never with `secret`."},
+                    "inbound_secret_rotated_at": {
+                        "type": ["string", "null"], "format": "date-time",
+                        "description": "When the inbound secret was last set or changed; a replaced one is accepted until 24 h after (unless revoked).",
+                    },
+                    "inbound_require_timestamp": {"type": "boolean"},
                 },
             })),
         ("WebhookConfigChange", json!({
@@ -1289,6 +1331,12 @@ fn schemas() -> Map<String, Value> {
                     "agent_intent": name(256),
                     "target_session": name(256),
                     "secret": secret(),
+                    "inbound_secret": inbound_secret(),
+                    "inbound_require_timestamp": require_timestamp(),
+                    "revoke_previous": {
+                        "type": "boolean",
+                        "description": "`true`: the previous secret and the previous inbound secret stop verifying at once (a leaked secret), instead of 24 h after their rotation.",
+                    },
                 },
             })),
         ("WebhookConfigList", json!({

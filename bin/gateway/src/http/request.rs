@@ -199,6 +199,10 @@ impl JsonObject {
         self.take_as(field, "an integer")
     }
 
+    pub fn take_bool(&mut self, field: &'static str) -> Result<Option<bool>, ApiError> {
+        self.take_as(field, "true or false")
+    }
+
     pub fn take_object(&mut self, field: &'static str) -> Result<Option<Map<String, Value>>, ApiError> {
         self.take_as(field, "a JSON object")
     }

@@ -7,30 +7,72 @@ use gateway_core::{
     Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, WebhookConfig, WebhookConfigChange, WebhookSecret,
     rfc3339,
 };
-use gateway_webhooks::{DEFAULT_PAGE_SIZE, InboundSignature, MAX_PAGE_SIZE, WebhookConfigDraft};
+use gateway_webhooks::{DEFAULT_PAGE_SIZE, Inbound, InboundSignature, MAX_PAGE_SIZE, WebhookConfigDraft};
 use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
 use crate::http::request::{
-    JsonObject, Query, Request, idempotency_key, invalid_query, next_cursor, read_body, required,
+    JsonObject, MAX_BODY_BYTES, Query, Request, idempotency_key, invalid_query, next_cursor, read_body, required,
 };
 use crate::http::response::{Response, created_or_replayed, json_response};
 use crate::state::AppState;
 
-const CONFIG_FIELDS: [&str; 6] =
-    ["source_identifier", "event_type", "agent_intent", "target_session", "target_url", "secret"];
-const CONFIG_CHANGE_FIELDS: [&str; 4] = ["target_url", "agent_intent", "target_session", "secret"];
+const CONFIG_FIELDS: [&str; 8] = [
+    "source_identifier",
+    "event_type",
+    "agent_intent",
+    "target_session",
+    "target_url",
+    "secret",
+    "inbound_secret",
+    "inbound_require_timestamp",
+];
+const CONFIG_CHANGE_FIELDS: [&str; 7] = [
+    "target_url",
+    "agent_intent",
+    "target_session",
+    "secret",
+    "inbound_secret",
+    "inbound_require_timestamp",
+    "revoke_previous",
+];
 const DELIVERY_FIELDS: [&str; 3] = ["webhook_id", "session_id", "payload"];
 const INSPECTOR_PARAMETERS: [&str; 6] = ["session_id", "status", "from", "to", "limit", "after_id"];
 
 /// `POST /gateway/webhooks/{webhook_id}`: the raw body and the signature headers (`X-Observatory-Signature`, or
-/// Standard Webhooks' three) go to the router untouched; 202 with the new delivery's id.
+/// Standard Webhooks' three) go to the router untouched; 202 with the new delivery's id, or 200 `duplicate` with
+/// the first one's when the same request was accepted within the replay window.
+///
+/// Anyone can reach this, so nothing is read before it is known to be worth reading (DESIGN.md §14): a declared
+/// length over the limit is 413 and an id that names no config 404, both before a byte of the body is read (the
+/// body is then dropped unread and the connection closed after the answer, not drained).
 pub async fn inbound(state: &AppState, webhook_id: i64, request: Request) -> Result<Response, ApiError> {
+    refuse_declared_oversize(request.headers())?;
+    let config = state.webhooks.inbound_config(webhook_id).await?;
     let signature = InboundSignature::from_headers(request.headers());
     let body = read_body(request).await?;
-    let delivery = state.webhooks.receive_inbound(webhook_id, &signature, &body).await?;
-    Ok(json_response(StatusCode::ACCEPTED, &json!({"status": "accepted", "delivery_id": delivery.id})))
+    match state.webhooks.receive_inbound_for(config, &signature, &body).await? {
+        Inbound::Accepted(delivery) => {
+            Ok(json_response(StatusCode::ACCEPTED, &json!({"status": "accepted", "delivery_id": delivery.id})))
+        }
+        Inbound::Duplicate { delivery_id } => {
+            Ok(json_response(StatusCode::OK, &json!({"status": "duplicate", "delivery_id": delivery_id})))
+        }
+    }
+}
+
+/// 413 for a `Content-Length` over [`MAX_BODY_BYTES`], from the head alone. (`read_body` refuses it too; here it is
+/// refused before the config lookup, which costs more than looking at a header.)
+fn refuse_declared_oversize(headers: &http::HeaderMap) -> Result<(), ApiError> {
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    match declared {
+        Some(length) if length > MAX_BODY_BYTES as u64 => Err(ApiError::payload_too_large(MAX_BODY_BYTES)),
+        _ => Ok(()),
+    }
 }
 
 pub async fn create_config(state: &AppState, request: Request) -> Result<Response, ApiError> {
@@ -43,6 +85,8 @@ pub async fn create_config(state: &AppState, request: Request) -> Result<Respons
         target_session: text("target_session")?,
         target_url: text("target_url")?,
         secret: WebhookSecret::new(text("secret")?),
+        inbound_secret: body.take_string("inbound_secret")?.map(WebhookSecret::new),
+        inbound_require_timestamp: body.take_bool("inbound_require_timestamp")?.unwrap_or(false),
     };
     body.finish(&CONFIG_FIELDS)?;
     let created = state.webhooks.create_config(draft).await?;
@@ -59,8 +103,10 @@ pub async fn show_config(state: &AppState, id: i64) -> Result<Response, ApiError
     Ok(json_response(StatusCode::OK, &config_json(&state.webhooks.config(id).await?)))
 }
 
-/// `PATCH /gateway/webhook-configs/{id}`: any of `target_url`, `agent_intent`, `target_session`, `secret` (at
-/// least one, each checked as on create) → 200 with the config as `GET` shows it; the id and the deliveries stay.
+/// `PATCH /gateway/webhook-configs/{id}`: any of `target_url`, `agent_intent`, `target_session`, `secret`,
+/// `inbound_secret`, `inbound_require_timestamp`, `revoke_previous` (at least one, each checked as on create) → 200
+/// with the config as `GET` shows it; the id and the deliveries stay. `revoke_previous: true` ends the grace of
+/// every previous secret at once (a leaked secret).
 pub async fn update_config(state: &AppState, id: i64, request: Request) -> Result<Response, ApiError> {
     let mut body = JsonObject::read(request).await?;
     let change = WebhookConfigChange {
@@ -68,6 +114,9 @@ pub async fn update_config(state: &AppState, id: i64, request: Request) -> Resul
         agent_intent: body.take_string("agent_intent")?,
         target_session: body.take_string("target_session")?,
         secret: body.take_string("secret")?.map(WebhookSecret::new),
+        inbound_secret: body.take_string("inbound_secret")?.map(WebhookSecret::new),
+        inbound_require_timestamp: body.take_bool("inbound_require_timestamp")?,
+        revoke_previous: body.take_bool("revoke_previous")?.unwrap_or(false),
     };
     body.finish(&CONFIG_CHANGE_FIELDS)?;
     let updated = state.webhooks.update_config(id, change).await?;
@@ -144,7 +193,8 @@ pub async fn retry(state: &AppState, id: i64) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &delivery_json(&delivery, false)))
 }
 
-/// A config as the API shows it: everything but the secret.
+/// A config as the API shows it: everything but the secrets (whether there is an inbound secret, and whether a
+/// previous secret is still accepted, are shown; never their values).
 fn config_json(config: &WebhookConfig) -> Value {
     json!({
         "id": config.id,
@@ -155,6 +205,9 @@ fn config_json(config: &WebhookConfig) -> Value {
         "target_url": config.target_url,
         "created_at": rfc3339::format(config.created_at),
         "secret_rotated_at": config.secret_rotated_at.map(rfc3339::format),
+        "has_inbound_secret": config.inbound_secret.is_some(),
+        "inbound_secret_rotated_at": config.inbound_secret_rotated_at.map(rfc3339::format),
+        "inbound_require_timestamp": config.inbound_require_timestamp,
     })
 }
 

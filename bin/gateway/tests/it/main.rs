@@ -19,6 +19,7 @@ mod edge;
 mod events;
 mod heartbeat;
 mod idempotency;
+mod inbound;
 mod lifecycle;
 mod mailbox;
 mod messages;

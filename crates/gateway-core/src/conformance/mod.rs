@@ -154,6 +154,10 @@ macro_rules! webhook_store_conformance {
             pruning_takes_only_old_finished_deliveries_a_batch_at_a_time,
             the_polls_claims_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch,
             deliveries_count_by_status_and_the_due_ones_as_the_poll_sees_them,
+            inbound_secrets_rotate_apart_and_revoke_previous_drops_every_previous_secret,
+            a_fresh_receipt_makes_an_inbound_delivery_a_duplicate_that_writes_nothing,
+            concurrent_inbound_deliveries_with_one_key_insert_exactly_once,
+            receipts_are_pruned_by_age_a_batch_at_a_time_and_go_with_their_config,
         );
     };
 }

@@ -1,6 +1,6 @@
 //! Rules every [`WebhookStore`] must keep: configs, deliveries and their idempotency keys, the order of due rows,
 //! the claim protocol (claims, leases, recording attempts under them), "Retry now", the inspector's query,
-//! retention, and the fencing of the poll's claims.
+//! retention, the fencing of the poll's claims, and the receipts that make a replayed inbound webhook a duplicate.
 //!
 //! Every rule expects a fresh, empty store. Instants carry milliseconds, which every backend keeps exactly; ids are
 //! never assumed to start anywhere, only to ascend in insertion order.
@@ -9,8 +9,8 @@ use time::{Duration, OffsetDateTime};
 
 use crate::{
     AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
-    FencingEpoch, FencingToken, IdempotencyKey, NewDelivery, NewWebhookConfig, RetryNowOutcome, StoreError,
-    WebhookConfig, WebhookConfigChange, WebhookSecret, WebhookStore,
+    FencingEpoch, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, ReceiptKey,
+    RetryNowOutcome, StoreError, WebhookConfig, WebhookConfigChange, WebhookSecret, WebhookStore,
 };
 
 /// How many deliveries [`a_config_with_more_history_than_a_delete_batch_is_deleted_whole`] gives a config: an
@@ -33,6 +33,8 @@ fn new_config(source: &str, event_type: &str, at: OffsetDateTime) -> NewWebhookC
         target_url: format!("https://example.com/{source}/{event_type}"),
         secret: WebhookSecret::new("It's a Secret to Everybody"),
         created_at: at,
+        inbound_secret: None,
+        inbound_require_timestamp: false,
     }
 }
 
@@ -180,9 +182,253 @@ pub fn configs_round_trip_keep_their_secret_and_are_unique_per_source_and_event_
     assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
     assert_eq!(store.list_configs().expect("list"), std::slice::from_ref(&created), "the refused config wrote nothing");
     let other_event = store.create_config(&new_config("github", "release", at)).expect("create");
-    let other_source = store.create_config(&new_config("stripe", "push", at)).expect("create");
-    assert_eq!(store.list_configs().expect("list"), [created.clone(), other_event, other_source.clone()]);
+    let inbound = NewWebhookConfig {
+        inbound_secret: Some(WebhookSecret::new("the inbound secret")),
+        inbound_require_timestamp: true,
+        ..new_config("stripe", "push", at)
+    };
+    let other_source = store.create_config(&inbound).expect("create");
+    assert_eq!(other_source.inbound_secret.as_ref().map(WebhookSecret::expose), Some("the inbound secret"));
+    assert!(other_source.inbound_require_timestamp);
+    assert_eq!((other_source.previous_inbound_secret.clone(), other_source.inbound_secret_rotated_at), (None, None));
+    assert_eq!((created.inbound_secret.clone(), created.inbound_require_timestamp), (None, false));
+    assert_eq!(store.config(other_source.id).expect("read").as_ref(), Some(&other_source));
+    assert_eq!(store.list_configs().expect("list"), [created.clone(), other_event.clone(), other_source.clone()]);
     assert_eq!(store.config(other_source.id + 1_000).expect("read"), None);
+    let mut ids = store.config_ids().expect("ids");
+    ids.sort_unstable();
+    assert_eq!(ids, [created.id, other_event.id, other_source.id]);
+    assert!(store.delete_config(other_event.id).expect("delete"));
+    let mut ids = store.config_ids().expect("ids");
+    ids.sort_unstable();
+    assert_eq!(ids, [created.id, other_source.id], "a deleted config's id is gone");
+}
+
+/// The inbound secret rotates apart from the secret: setting the first one keeps no previous one (the secret that
+/// verified inbound until then must not go on doing so), a new one keeps the one it replaces with
+/// `inbound_secret_rotated_at`; `inbound_require_timestamp` changes only when named; `revoke_previous` drops every
+/// previous secret at once, with or without a new secret in the same change, and keeps the rotation instants.
+pub fn inbound_secrets_rotate_apart_and_revoke_previous_drops_every_previous_secret(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let created = config(store, "github", at);
+    let change = |edit: fn(&mut WebhookConfigChange)| {
+        let mut change = WebhookConfigChange::default();
+        edit(&mut change);
+        change
+    };
+    let first_at = at + Duration::milliseconds(1_001);
+    let first = change(|c| c.inbound_secret = Some(WebhookSecret::new("inbound one")));
+    let set = store.update_config(created.id, &first, first_at).expect("update").expect("found");
+    assert_eq!(set.inbound_secret.as_ref().map(WebhookSecret::expose), Some("inbound one"));
+    assert_eq!((set.previous_inbound_secret.clone(), set.inbound_secret_rotated_at), (None, Some(first_at)));
+    assert_eq!((set.secret.clone(), set.previous_secret.clone()), (created.secret.clone(), None), "secret untouched");
+
+    let second_at = at + Duration::milliseconds(2_002);
+    let second = change(|c| {
+        c.inbound_secret = Some(WebhookSecret::new("inbound two"));
+        c.secret = Some(WebhookSecret::new("outbound two"));
+        c.inbound_require_timestamp = Some(true);
+    });
+    let rotated = store.update_config(created.id, &second, second_at).expect("update").expect("found");
+    assert_eq!(rotated.inbound_secret.as_ref().map(WebhookSecret::expose), Some("inbound two"));
+    assert_eq!(rotated.previous_inbound_secret.as_ref().map(WebhookSecret::expose), Some("inbound one"));
+    assert_eq!(rotated.previous_secret.as_ref().map(WebhookSecret::expose), Some("It's a Secret to Everybody"));
+    assert_eq!((rotated.inbound_secret_rotated_at, rotated.secret_rotated_at), (Some(second_at), Some(second_at)));
+    assert!(rotated.inbound_require_timestamp);
+    assert_eq!(store.config(created.id).expect("read").as_ref(), Some(&rotated));
+
+    let intent = change(|c| c.agent_intent = Some("triage".into()));
+    let kept = store.update_config(created.id, &intent, at + Duration::seconds(3)).expect("update").expect("found");
+    assert_eq!(kept, WebhookConfig { agent_intent: "triage".into(), ..rotated.clone() }, "unnamed fields stay");
+
+    let revoke = change(|c| c.revoke_previous = true);
+    let revoked = store.update_config(created.id, &revoke, at + Duration::seconds(4)).expect("update").expect("found");
+    assert_eq!(
+        revoked,
+        WebhookConfig { previous_secret: None, previous_inbound_secret: None, ..kept.clone() },
+        "only the previous secrets went"
+    );
+    assert_eq!(store.config(created.id).expect("read").as_ref(), Some(&revoked));
+
+    let third_at = at + Duration::seconds(5);
+    let rotate_and_revoke = change(|c| {
+        c.secret = Some(WebhookSecret::new("outbound three"));
+        c.revoke_previous = true;
+        c.inbound_require_timestamp = Some(false);
+    });
+    let cut = store.update_config(created.id, &rotate_and_revoke, third_at).expect("update").expect("found");
+    assert_eq!((cut.secret.expose(), cut.previous_secret.clone()), ("outbound three", None));
+    assert_eq!(cut.secret_rotated_at, Some(third_at));
+    assert!(!cut.inbound_require_timestamp);
+    assert_eq!(store.config(created.id).expect("read"), Some(cut));
+}
+
+fn receipt(text: &str) -> ReceiptKey {
+    ReceiptKey::new(text).expect("a valid receipt key")
+}
+
+fn inserted(outcome: Result<InboundInsert, StoreError>) -> Delivery {
+    match outcome.expect("insert inbound delivery") {
+        InboundInsert::Inserted(delivery) => delivery,
+        InboundInsert::Duplicate { delivery_id } => panic!("a duplicate of {delivery_id}, expected an insert"),
+    }
+}
+
+/// How long the receipts of these rules count.
+const REPLAY_WINDOW: Duration = Duration::hours(24);
+
+/// An inbound delivery is inserted with its receipt keys; a later one of the same config holding any of those keys
+/// while its receipt is fresh is a duplicate of the first delivery and writes nothing; keys are per config; a
+/// receipt older than `fresh_since` no longer counts and is replaced by the next delivery with its key; a delivery
+/// for a missing config is a [`StoreError::Conflict`] and records no receipt.
+pub fn a_fresh_receipt_makes_an_inbound_delivery_a_duplicate_that_writes_nothing(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let github = config(store, "github", at);
+    let stripe = config(store, "stripe", at);
+    let (a, b, c) = (receipt("id:a"), receipt("sig:b"), receipt("id:c"));
+    let since = |now: OffsetDateTime| now - REPLAY_WINDOW;
+    let first =
+        inserted(store.insert_inbound_delivery(&new_delivery(github.id, "s", at), &[a.clone(), b.clone()], since(at)));
+    assert_eq!(store.delivery(first.id).expect("read"), Some(first.clone()));
+
+    let later = at + Duration::hours(1);
+    for keys in [vec![a.clone()], vec![b.clone()], vec![c.clone(), b.clone()]] {
+        let again = store.insert_inbound_delivery(&new_delivery(github.id, "s", later), &keys, since(later));
+        assert_eq!(again, Ok(InboundInsert::Duplicate { delivery_id: first.id }), "{keys:?}");
+    }
+    assert_eq!(listed(store, &everything()), [first.id], "duplicates wrote nothing");
+    let elsewhere = inserted(store.insert_inbound_delivery(
+        &new_delivery(stripe.id, "s", later),
+        std::slice::from_ref(&a),
+        since(later),
+    ));
+    let other_key = inserted(store.insert_inbound_delivery(
+        &new_delivery(github.id, "s", later),
+        std::slice::from_ref(&c),
+        since(later),
+    ));
+    let twice_c =
+        store.insert_inbound_delivery(&new_delivery(github.id, "s", later), std::slice::from_ref(&c), since(later));
+    assert_eq!(twice_c, Ok(InboundInsert::Duplicate { delivery_id: other_key.id }), "c was recorded with its delivery");
+
+    // A day and a bit later the first receipts no longer count: the key goes to the new delivery.
+    let next_day = at + REPLAY_WINDOW + Duration::milliseconds(1);
+    let renewed = inserted(store.insert_inbound_delivery(
+        &new_delivery(github.id, "s", next_day),
+        std::slice::from_ref(&a),
+        since(next_day),
+    ));
+    let replayed = store.insert_inbound_delivery(
+        &new_delivery(github.id, "s", next_day),
+        std::slice::from_ref(&a),
+        since(next_day),
+    );
+    assert_eq!(replayed, Ok(InboundInsert::Duplicate { delivery_id: renewed.id }));
+    let b_again = store.insert_inbound_delivery(
+        &new_delivery(github.id, "s", next_day),
+        std::slice::from_ref(&b),
+        since(next_day),
+    );
+    let b_again = inserted(b_again);
+
+    let orphan = store.insert_inbound_delivery(
+        &new_delivery(stripe.id + 1_000, "s", next_day),
+        &[receipt("id:x")],
+        since(next_day),
+    );
+    assert!(matches!(orphan, Err(StoreError::Conflict(_))), "{orphan:?}");
+    assert_eq!(listed(store, &everything()), [first.id, elsewhere.id, other_key.id, renewed.id, b_again.id]);
+    // Receipts live for the window, not forever: with a cutoff after everything, all of them are there to prune
+    // (a, b, c of github; a of stripe) and none for the refused delivery.
+    assert_eq!(store.prune_inbound_receipts(next_day + Duration::seconds(1), 100).expect("prune"), 4);
+}
+
+/// Of concurrent inbound deliveries with one receipt key, exactly one is inserted and every other answers the
+/// duplicate of that one; the store holds exactly that delivery. Threads start together (a barrier), each with its
+/// own key order: a store that decides by reading before it writes without a unique index lets two through.
+pub fn concurrent_inbound_deliveries_with_one_key_insert_exactly_once(store: &dyn WebhookStore, at: OffsetDateTime) {
+    const CONTENDERS: usize = 8;
+    const ROUNDS: usize = 5;
+    let config = config(store, "github", at);
+    let since = at - REPLAY_WINDOW;
+    let mut everyone = Vec::new();
+    for round in 0..ROUNDS {
+        let shared = receipt(&format!("id:round-{round}"));
+        let barrier = std::sync::Barrier::new(CONTENDERS);
+        let outcomes: Vec<InboundInsert> = std::thread::scope(|scope| {
+            let racers: Vec<_> = (0..CONTENDERS)
+                .map(|contender| {
+                    let (barrier, shared) = (&barrier, shared.clone());
+                    scope.spawn(move || {
+                        let own = receipt(&format!("sig:{round}-{contender}"));
+                        let keys = if contender % 2 == 0 { [shared, own] } else { [own, shared] };
+                        barrier.wait();
+                        store.insert_inbound_delivery(&new_delivery(config.id, "s", at), &keys, since)
+                    })
+                })
+                .collect();
+            racers.into_iter().map(|racer| racer.join().expect("no panic").expect("no store error")).collect()
+        });
+        let winners: Vec<&Delivery> = outcomes
+            .iter()
+            .filter_map(|outcome| match outcome {
+                InboundInsert::Inserted(delivery) => Some(delivery),
+                InboundInsert::Duplicate { .. } => None,
+            })
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {outcomes:?}");
+        let winner = winners[0].id;
+        for outcome in &outcomes {
+            if let InboundInsert::Duplicate { delivery_id } = outcome {
+                assert_eq!(*delivery_id, winner, "round {round}: a duplicate names another delivery");
+            }
+        }
+        everyone.push(winner);
+    }
+    assert_eq!(listed(store, &everything()), everyone, "one delivery per round, no more");
+}
+
+/// Receipts are pruned by age, at most `limit` per call, the fresh ones kept (a replay within the window is still
+/// a duplicate after a prune); deleting a config deletes its receipts and no other config's.
+pub fn receipts_are_pruned_by_age_a_batch_at_a_time_and_go_with_their_config(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let github = config(store, "github", at);
+    let stripe = config(store, "stripe", at);
+    let ever = OffsetDateTime::UNIX_EPOCH;
+    for n in 0..5 {
+        inserted(store.insert_inbound_delivery(
+            &new_delivery(github.id, "s", at),
+            &[receipt(&format!("old:{n}"))],
+            ever,
+        ));
+    }
+    let later = at + Duration::hours(2);
+    let fresh =
+        inserted(store.insert_inbound_delivery(&new_delivery(github.id, "s", later), &[receipt("fresh")], ever));
+    let cutoff = at + Duration::hours(1);
+    assert_eq!(store.prune_inbound_receipts(cutoff, 2).expect("prune"), 2);
+    assert_eq!(store.prune_inbound_receipts(cutoff, 2).expect("prune"), 2);
+    assert_eq!(store.prune_inbound_receipts(cutoff, 2).expect("prune"), 1);
+    assert_eq!(store.prune_inbound_receipts(cutoff, 2).expect("prune"), 0);
+    let replay = store.insert_inbound_delivery(&new_delivery(github.id, "s", later), &[receipt("fresh")], ever);
+    assert_eq!(replay, Ok(InboundInsert::Duplicate { delivery_id: fresh.id }), "the fresh receipt was kept");
+    let pruned_key = store.insert_inbound_delivery(&new_delivery(github.id, "s", later), &[receipt("old:0")], ever);
+    assert!(matches!(pruned_key, Ok(InboundInsert::Inserted(_))), "a pruned receipt no longer counts");
+
+    inserted(store.insert_inbound_delivery(&new_delivery(stripe.id, "s", later), &[receipt("fresh")], ever));
+    assert!(store.delete_config(github.id).expect("delete"));
+    let everything_before = later + Duration::seconds(1);
+    assert_eq!(
+        store.prune_inbound_receipts(everything_before, 100).expect("prune"),
+        1,
+        "only stripe's receipt is left"
+    );
 }
 
 /// An update changes only the fields it names and keeps the id and the deliveries; a new secret keeps the one it

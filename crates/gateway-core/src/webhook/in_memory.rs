@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use time::OffsetDateTime;
 
 use super::{
-    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, NewDelivery,
-    NewWebhookConfig, RetryNowOutcome, WebhookConfig, WebhookConfigChange, WebhookStore,
+    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, InboundInsert, NewDelivery,
+    NewWebhookConfig, ReceiptKey, RetryNowOutcome, WebhookConfig, WebhookConfigChange, WebhookStore,
 };
 use crate::ids::IdempotencyKey;
 use crate::leadership::{EpochGate, FencingEpoch, FencingToken};
@@ -23,6 +23,8 @@ struct Tables {
     last_config_id: i64,
     last_delivery_id: i64,
     delivery_by_key: BTreeMap<IdempotencyKey, i64>,
+    /// Inbound receipts: `(webhook_id, key)` → `(delivery_id, received_at)`.
+    receipts: BTreeMap<(i64, ReceiptKey), (i64, OffsetDateTime)>,
 }
 
 /// `webhook_configs`, `webhook_deliveries` and `webhook_delivery_attempts` in memory. [`Self::failure`] makes every
@@ -68,6 +70,39 @@ fn is_due(delivery: &Delivery, due_by: OffsetDateTime) -> bool {
     delivery.status.is_awaiting_attempt() && delivery.next_retry_at.is_some_and(|at| at <= due_by)
 }
 
+/// Inserts a delivery under the caller's lock.
+fn insert_row(tables: &mut Tables, delivery: &NewDelivery) -> Result<Delivery, StoreError> {
+    if !tables.configs.contains_key(&delivery.webhook_id) {
+        return Err(StoreError::Conflict(format!("no webhook config {}", delivery.webhook_id)));
+    }
+    if let Some(key) = &delivery.idempotency_key
+        && tables.delivery_by_key.contains_key(key)
+    {
+        return Err(StoreError::Conflict("idempotency key already used".to_owned()));
+    }
+    tables.last_delivery_id += 1;
+    if let Some(key) = &delivery.idempotency_key {
+        let id = tables.last_delivery_id;
+        tables.delivery_by_key.insert(key.clone(), id);
+    }
+    let row = Delivery {
+        id: tables.last_delivery_id,
+        webhook_id: delivery.webhook_id,
+        session_id: delivery.session_id.clone(),
+        payload: delivery.payload.clone(),
+        target_url: delivery.target_url.clone(),
+        signature: delivery.signature.clone(),
+        status: DeliveryStatus::Pending,
+        attempt_count: 0,
+        last_attempted_at: None,
+        next_retry_at: Some(delivery.next_retry_at),
+        created_at: delivery.created_at,
+        error_detail: None,
+    };
+    tables.deliveries.insert(row.id, row.clone());
+    Ok(row)
+}
+
 impl WebhookStore for InMemoryWebhookStore {
     fn create_config(&self, config: &NewWebhookConfig) -> Result<WebhookConfig, StoreError> {
         self.failure.check()?;
@@ -90,6 +125,10 @@ impl WebhookStore for InMemoryWebhookStore {
             created_at: config.created_at,
             previous_secret: None,
             secret_rotated_at: None,
+            inbound_secret: config.inbound_secret.clone(),
+            previous_inbound_secret: None,
+            inbound_secret_rotated_at: None,
+            inbound_require_timestamp: config.inbound_require_timestamp,
         };
         tables.configs.insert(created.id, created.clone());
         Ok(created)
@@ -103,6 +142,11 @@ impl WebhookStore for InMemoryWebhookStore {
     fn list_configs(&self) -> Result<Vec<WebhookConfig>, StoreError> {
         self.failure.check()?;
         Ok(lock(&self.tables).configs.values().cloned().collect())
+    }
+
+    fn config_ids(&self) -> Result<Vec<i64>, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.tables).configs.keys().copied().collect())
     }
 
     fn update_config(
@@ -130,7 +174,8 @@ impl WebhookStore for InMemoryWebhookStore {
         if tables.configs.remove(&id).is_none() {
             return Ok(false);
         }
-        let Tables { deliveries, attempts, delivery_by_key, .. } = &mut *tables;
+        let Tables { deliveries, attempts, delivery_by_key, receipts, .. } = &mut *tables;
+        receipts.retain(|(webhook_id, _), _| *webhook_id != id);
         deliveries.retain(|_, delivery| delivery.webhook_id != id);
         delivery_by_key.retain(|_, delivery_id| deliveries.contains_key(delivery_id));
         attempts.retain(|attempt| deliveries.contains_key(&attempt.delivery_id));
@@ -156,38 +201,47 @@ impl WebhookStore for InMemoryWebhookStore {
         Ok(finished.len())
     }
 
-    fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError> {
+    fn insert_inbound_delivery(
+        &self,
+        delivery: &NewDelivery,
+        keys: &[ReceiptKey],
+        fresh_since: OffsetDateTime,
+    ) -> Result<InboundInsert, StoreError> {
         self.failure.check()?;
         let mut tables = lock(&self.tables);
-        if !tables.configs.contains_key(&delivery.webhook_id) {
-            return Err(StoreError::Conflict(format!("no webhook config {}", delivery.webhook_id)));
+        let held = keys.iter().find_map(|key| {
+            let (delivery_id, received_at) = tables.receipts.get(&(delivery.webhook_id, key.clone()))?;
+            (*received_at >= fresh_since).then_some(*delivery_id)
+        });
+        if let Some(delivery_id) = held {
+            return Ok(InboundInsert::Duplicate { delivery_id });
         }
-        if let Some(key) = &delivery.idempotency_key
-            && tables.delivery_by_key.contains_key(key)
-        {
-            return Err(StoreError::Conflict("idempotency key already used".to_owned()));
+        let inserted = insert_row(&mut tables, delivery)?;
+        for key in keys {
+            tables.receipts.insert((delivery.webhook_id, key.clone()), (inserted.id, delivery.created_at));
         }
-        tables.last_delivery_id += 1;
-        if let Some(key) = &delivery.idempotency_key {
-            let id = tables.last_delivery_id;
-            tables.delivery_by_key.insert(key.clone(), id);
+        Ok(InboundInsert::Inserted(inserted))
+    }
+
+    fn prune_inbound_receipts(&self, received_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError> {
+        self.failure.check()?;
+        let mut tables = lock(&self.tables);
+        let old: Vec<(i64, ReceiptKey)> = tables
+            .receipts
+            .iter()
+            .filter(|(_, (_, received_at))| *received_at < received_before)
+            .map(|(key, _)| key.clone())
+            .take(limit)
+            .collect();
+        for key in &old {
+            tables.receipts.remove(key);
         }
-        let row = Delivery {
-            id: tables.last_delivery_id,
-            webhook_id: delivery.webhook_id,
-            session_id: delivery.session_id.clone(),
-            payload: delivery.payload.clone(),
-            target_url: delivery.target_url.clone(),
-            signature: delivery.signature.clone(),
-            status: DeliveryStatus::Pending,
-            attempt_count: 0,
-            last_attempted_at: None,
-            next_retry_at: Some(delivery.next_retry_at),
-            created_at: delivery.created_at,
-            error_detail: None,
-        };
-        tables.deliveries.insert(row.id, row.clone());
-        Ok(row)
+        Ok(old.len())
+    }
+
+    fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError> {
+        self.failure.check()?;
+        insert_row(&mut lock(&self.tables), delivery)
     }
 
     fn delivery_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<Delivery>, StoreError> {
@@ -363,6 +417,8 @@ mod tests {
                 target_url: "https://example.com/a".into(),
                 secret: WebhookSecret::new("s"),
                 created_at: START,
+                inbound_secret: None,
+                inbound_require_timestamp: false,
             })
             .unwrap();
         // A row as a crashed process left it: claimed (due at the end of its lease) with one attempt made.

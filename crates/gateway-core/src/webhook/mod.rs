@@ -69,15 +69,31 @@ pub struct WebhookConfig {
     pub previous_secret: Option<WebhookSecret>,
     /// When the secret was last rotated (`None`: never).
     pub secret_rotated_at: Option<OffsetDateTime>,
+    /// The secret inbound signatures are verified with instead of `secret`, when set: a receiver of the outbound
+    /// deliveries (signed with `secret`) then cannot post them back in (docs/webhooks.md, "reflection").
+    pub inbound_secret: Option<WebhookSecret>,
+    /// The inbound secret before its latest rotation, accepted inbound for a grace period after
+    /// `inbound_secret_rotated_at`, like `previous_secret`.
+    pub previous_inbound_secret: Option<WebhookSecret>,
+    /// When the inbound secret was last set or rotated (`None`: never).
+    pub inbound_secret_rotated_at: Option<OffsetDateTime>,
+    /// Inbound requests must carry a Standard Webhooks signature with a fresh timestamp: the
+    /// `X-Observatory-Signature` scheme, which has no timestamp, is refused.
+    pub inbound_require_timestamp: bool,
 }
 
-/// What an operator's `PATCH` changes in a config; `None` leaves a field as it is.
+/// What an operator's `PATCH` changes in a config; `None` (and `false`) leaves a field as it is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WebhookConfigChange {
     pub target_url: Option<String>,
     pub agent_intent: Option<String>,
     pub target_session: Option<String>,
     pub secret: Option<WebhookSecret>,
+    pub inbound_secret: Option<WebhookSecret>,
+    pub inbound_require_timestamp: Option<bool>,
+    /// Ends the grace of every previous secret at once (a leaked secret): after this change only the current
+    /// secret (and the current inbound secret) verifies.
+    pub revoke_previous: bool,
 }
 
 impl WebhookConfig {
@@ -98,6 +114,21 @@ impl WebhookConfig {
             self.previous_secret = Some(std::mem::replace(&mut self.secret, secret.clone()));
             self.secret_rotated_at = Some(at);
         }
+        if let Some(inbound) = &change.inbound_secret
+            && self.inbound_secret.as_ref() != Some(inbound)
+        {
+            // Setting the first inbound secret leaves no previous one: the outbound secret that verified inbound
+            // until now must stop doing so at once, or a receiver could still reflect deliveries back in.
+            self.previous_inbound_secret = self.inbound_secret.replace(inbound.clone());
+            self.inbound_secret_rotated_at = Some(at);
+        }
+        if let Some(require) = change.inbound_require_timestamp {
+            self.inbound_require_timestamp = require;
+        }
+        if change.revoke_previous {
+            self.previous_secret = None;
+            self.previous_inbound_secret = None;
+        }
         self
     }
 }
@@ -112,6 +143,8 @@ pub struct NewWebhookConfig {
     pub target_url: String,
     pub secret: WebhookSecret,
     pub created_at: OffsetDateTime,
+    pub inbound_secret: Option<WebhookSecret>,
+    pub inbound_require_timestamp: bool,
 }
 
 /// Where a delivery is in its life. The names are the `status` column's values.
@@ -295,6 +328,36 @@ pub enum RetryNowOutcome {
     Reset(Delivery),
 }
 
+/// What identifies an accepted inbound webhook for replay detection, within its config: the router derives it
+/// from a verified signature (gateway-webhooks `replay`); the store compares it as opaque text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReceiptKey(String);
+
+impl ReceiptKey {
+    /// Longest key a store must hold.
+    pub const MAX_BYTES: usize = 128;
+
+    /// `None` for an empty key or one over [`Self::MAX_BYTES`].
+    pub fn new(key: impl Into<String>) -> Option<Self> {
+        let key = key.into();
+        (!key.is_empty() && key.len() <= Self::MAX_BYTES).then_some(Self(key))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What [`WebhookStore::insert_inbound_delivery`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InboundInsert {
+    /// The delivery, stored with its receipts.
+    Inserted(Delivery),
+    /// One of the keys was received for this config within the window: nothing was written; this is the delivery
+    /// that receipt recorded (it may since have been deleted with its history).
+    Duplicate { delivery_id: i64 },
+}
+
 /// Durable storage of webhook configs, deliveries and attempts.
 ///
 /// The claim protocol keeps one attempt per row at a time without holding a transaction across the HTTP call:
@@ -307,7 +370,8 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
     fn config(&self, id: i64) -> Result<Option<WebhookConfig>, StoreError>;
     /// Every config, by id.
     fn list_configs(&self) -> Result<Vec<WebhookConfig>, StoreError>;
-    /// Deletes the config together with its deliveries and their attempts; `false` when there was none. A
+    /// Deletes the config together with its deliveries, their attempts and its inbound receipts; `false` when
+    /// there was none. A
     /// database adapter should delete a large history in batches, each its own short transaction, so that no
     /// other writer waits behind one long delete; a crash midway then leaves the config with part of its history,
     /// and deleting it again finishes the job.
@@ -323,8 +387,28 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
         at: OffsetDateTime,
     ) -> Result<Option<WebhookConfig>, StoreError>;
 
+    /// The ids of every config, in any order: what an inbound request's id is checked against before anything
+    /// else is read (a database adapter reads them from the primary key alone).
+    fn config_ids(&self) -> Result<Vec<i64>, StoreError>;
+
     /// [`StoreError::Conflict`] when the config is gone or the idempotency key is taken.
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError>;
+    /// An accepted inbound webhook's delivery with its receipts, atomically: when a receipt of the delivery's
+    /// config holds one of `keys` with `received_at >= fresh_since`, nothing is written and that receipt's
+    /// delivery id is returned; otherwise the delivery is inserted and each key recorded with it (received at the
+    /// delivery's `created_at`), replacing a receipt of the same key older than `fresh_since`. Of concurrent
+    /// calls sharing a key, exactly one inserts; the others answer the duplicate of its delivery (a database
+    /// adapter relies on a unique index over `(webhook_id, key)`, never on its own read alone).
+    /// [`StoreError::Conflict`] when the config is gone.
+    fn insert_inbound_delivery(
+        &self,
+        delivery: &NewDelivery,
+        keys: &[ReceiptKey],
+        fresh_since: OffsetDateTime,
+    ) -> Result<InboundInsert, StoreError>;
+    /// Deletes up to `limit` receipts received before `received_before`; returns how many went. Callers repeat it
+    /// until it returns less than `limit`.
+    fn prune_inbound_receipts(&self, received_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError>;
     /// Inserts `deliveries`, one outcome each, in order: a conflict (config gone, idempotency key taken) fails only
     /// its own delivery. A database adapter should write them in one transaction: the router groups concurrent
     /// enqueues into one call, so a commit is shared by all of them. This default is one insert per delivery.
@@ -523,9 +607,11 @@ mod tests {
             target_url: "https://example.com/hook".into(),
             secret: WebhookSecret::new("hunter2-very-secret"),
             created_at: time::macros::datetime!(2026-02-22 12:00:00 UTC),
+            inbound_secret: Some(WebhookSecret::new("hunter3-inbound")),
+            inbound_require_timestamp: false,
         };
         let printed = format!("{config:?}");
-        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(!printed.contains("hunter2") && !printed.contains("hunter3"), "{printed}");
         assert!(printed.contains("<redacted>"));
         assert_eq!(config.secret.expose(), "hunter2-very-secret");
     }

@@ -31,6 +31,8 @@ fn new_config(source: &str) -> NewWebhookConfig {
         target_url: "https://example.com/a".into(),
         secret: WebhookSecret::new("It's a Secret to Everybody"),
         created_at: START,
+        inbound_secret: None,
+        inbound_require_timestamp: false,
     }
 }
 

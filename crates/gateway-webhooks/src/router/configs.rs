@@ -6,7 +6,7 @@ use tracing::info;
 
 use super::{WebhookRouter, target_host};
 use crate::error::WebhookError;
-use crate::input::{WebhookConfigDraft, check_config_change};
+use crate::input::{WebhookConfigDraft, check_config_change, check_secrets_differ};
 
 impl WebhookRouter {
     pub async fn create_config(&self, draft: WebhookConfigDraft) -> Result<WebhookConfig, WebhookError> {
@@ -19,12 +19,24 @@ impl WebhookRouter {
             target_url: draft.target_url,
             secret: draft.secret,
             created_at: self.now(),
+            inbound_secret: draft.inbound_secret,
+            inbound_require_timestamp: draft.inbound_require_timestamp,
         };
+        // Held until the new id is in the known set: a read of the id list that started before this create
+        // committed must not replace the set after it and drop the id again.
+        let _writing = self.inner.known_configs.writing.lock().await;
         let created = self.store(move |store| store.create_config(&new)).await.map_err(|error| match error {
             WebhookError::Store(StoreError::Conflict(_)) => WebhookError::DuplicateConfig,
             other => other,
         })?;
-        info!(webhook_id = created.id, target_host = %target_host(&created.target_url), "webhook config created");
+        self.inner.known_configs.insert(created.id);
+        info!(
+            webhook_id = created.id,
+            target_host = %target_host(&created.target_url),
+            inbound_secret = created.inbound_secret.is_some(),
+            inbound_require_timestamp = created.inbound_require_timestamp,
+            "webhook config created"
+        );
         Ok(created)
     }
 
@@ -40,15 +52,26 @@ impl WebhookRouter {
     /// every attempt that starts after this returns, pending retries of older deliveries included (the secret is
     /// read when an attempt claims its row); inbound signatures made with the replaced secret are accepted for
     /// [`crate::SECRET_ROTATION_GRACE`] more. A second rotation within that time ends the first one's grace: only
-    /// the latest previous secret is kept.
+    /// the latest previous secret is kept. The inbound secret rotates the same way, apart; the first one set has
+    /// no grace (the outbound secret stops verifying inbound at once). `revoke_previous` ends every grace at once.
     pub async fn update_config(&self, id: i64, change: WebhookConfigChange) -> Result<WebhookConfig, WebhookError> {
         check_config_change(&change)?;
+        if change.secret.is_some() || change.inbound_secret.is_some() {
+            // Judged on the config as it is now; a concurrent PATCH of the other secret could still make them
+            // equal, which an operator would have to do on purpose, twice at once.
+            let current = self.config(id).await?;
+            let after = current.changed(&change, self.now());
+            check_secrets_differ(&after.secret, after.inbound_secret.as_ref())?;
+        }
         let now = self.now();
         let fields: Vec<&str> = [
             ("target_url", change.target_url.is_some()),
             ("agent_intent", change.agent_intent.is_some()),
             ("target_session", change.target_session.is_some()),
             ("secret", change.secret.is_some()),
+            ("inbound_secret", change.inbound_secret.is_some()),
+            ("inbound_require_timestamp", change.inbound_require_timestamp.is_some()),
+            ("revoke_previous", change.revoke_previous),
         ]
         .into_iter()
         .filter_map(|(field, given)| given.then_some(field))
@@ -71,6 +94,7 @@ impl WebhookRouter {
     /// Deletes a config and, with it, its deliveries and their history.
     pub async fn delete_config(&self, id: i64) -> Result<(), WebhookError> {
         if self.store(move |store| store.delete_config(id)).await? {
+            self.inner.known_configs.remove(id);
             self.inner.signature_failures.forget(id);
             info!(webhook_id = id, "webhook config deleted with its deliveries");
             Ok(())

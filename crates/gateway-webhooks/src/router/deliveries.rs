@@ -1,14 +1,20 @@
 //! Deliveries: enqueued by an operator, routed from a verified inbound webhook, reset by "Retry now", and
 //! read back by the forensic inspector. Each new or reset delivery is handed to the dispatcher at once.
 
-use gateway_core::{Delivery, DeliveryFilter, EventPayload, IdempotencyKey, RetryNowOutcome};
-use tracing::{info, warn};
+use gateway_core::{
+    Delivery, DeliveryFilter, EventPayload, IdempotencyKey, InboundInsert, RateTicket, RetryNowOutcome, StoreError,
+    WebhookConfig, WebhookSecret,
+};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::{debug, info, warn};
 
-use super::groups::DeliveryDraft;
+use super::groups::{DeliveryDraft, new_row};
+use super::known_configs::Lookup;
 use super::{DeliveryDetail, WebhookRouter, target_host};
 use crate::envelope::inbound_envelope;
 use crate::error::WebhookError;
 use crate::input::check_delivery;
+use crate::replay::{INBOUND_REPLAY_WINDOW, receipt_keys};
 use crate::signature::{InboundSignature, accepted_secrets};
 
 impl WebhookRouter {
@@ -63,30 +69,116 @@ impl WebhookRouter {
         self.store(move |store| store.delivery_by_idempotency_key(&key)).await
     }
 
-    /// Handles `POST /gateway/webhooks/{webhook_id}`: verifies the signature headers against the raw `body` (either
-    /// scheme; the previous secret too during its grace after a rotation), wraps the body in the inbound envelope
-    /// (docs/webhooks.md) and enqueues it for the config's target and session.
+    /// The config of an inbound webhook, looked up before its body is read (DESIGN.md §14): an id that is not in
+    /// the set of known config ids is [`WebhookError::UnknownWebhook`] without a store read (the set is read again
+    /// at most once per [`super::CONFIG_IDS_REFRESH_INTERVAL`], `known_configs`); a known one is read from the store,
+    /// so its secrets are current.
+    pub async fn inbound_config(&self, webhook_id: i64) -> Result<WebhookConfig, WebhookError> {
+        if !self.is_known_config(webhook_id).await? {
+            return Err(WebhookError::UnknownWebhook(webhook_id));
+        }
+        match self.store(move |store| store.config(webhook_id)).await? {
+            Some(config) => Ok(config),
+            None => {
+                // Deleted on another instance since this one read the ids.
+                self.inner.known_configs.remove(webhook_id);
+                Err(WebhookError::UnknownWebhook(webhook_id))
+            }
+        }
+    }
+
+    async fn is_known_config(&self, id: i64) -> Result<bool, WebhookError> {
+        let known = &self.inner.known_configs;
+        let not_loaded =
+            || WebhookError::Store(StoreError::Unavailable("the webhook config ids are not read yet".into()));
+        match known.lookup(id, self.now()) {
+            Lookup::Known => return Ok(true),
+            Lookup::Unknown => return Ok(false),
+            Lookup::NotLoaded => return Err(not_loaded()),
+            Lookup::ReadDue => {}
+        }
+        let _writing = known.writing.lock().await;
+        // Whoever held the lock before may have read the list meanwhile.
+        let now = self.now();
+        match known.lookup(id, now) {
+            Lookup::Known => return Ok(true),
+            Lookup::Unknown => return Ok(false),
+            Lookup::NotLoaded => return Err(not_loaded()),
+            Lookup::ReadDue => {}
+        }
+        known.reading(now);
+        self.inner.stats.config_id_reads.increment();
+        let ids = self.store(|store| store.config_ids()).await?;
+        known.replace(ids);
+        Ok(known.lookup(id, now) == Lookup::Known)
+    }
+
+    /// Handles `POST /gateway/webhooks/{webhook_id}`: [`Self::inbound_config`], then [`Self::receive_inbound_for`].
+    /// A caller that must not read the body of a request for an unknown id calls the two itself.
     pub async fn receive_inbound(
         &self,
         webhook_id: i64,
         signature: &InboundSignature,
         body: &[u8],
-    ) -> Result<Delivery, WebhookError> {
-        let config = self.config(webhook_id).await?;
+    ) -> Result<Inbound, WebhookError> {
+        let config = self.inbound_config(webhook_id).await?;
+        self.receive_inbound_for(config, signature, body).await
+    }
+
+    /// Verifies the signature headers against the raw `body` (either scheme, or only Standard Webhooks with
+    /// `inbound_require_timestamp`; the inbound secret when the config has one, else the secret; the previous one
+    /// too during its grace), then either answers [`Inbound::Duplicate`] (the same request was accepted within
+    /// [`INBOUND_REPLAY_WINDOW`], `crate::replay`) or wraps the body in the inbound envelope (docs/webhooks.md) and
+    /// enqueues it for the config's target and session, with its receipts, in one store transaction.
+    pub async fn receive_inbound_for(
+        &self,
+        config: WebhookConfig,
+        signature: &InboundSignature,
+        body: &[u8],
+    ) -> Result<Inbound, WebhookError> {
+        let webhook_id = config.id;
         let now = self.now();
-        if let Err(reason) = signature.verify(&accepted_secrets(&config, now), body, now) {
-            if let Some(suppressed) = self.inner.signature_failures.failure(webhook_id, self.now()) {
-                warn!(webhook_id, %reason, suppressed, "inbound webhook refused (signature)");
-                self.publish(EventPayload::WebhookSignatureFailure { webhook_id });
+        let secrets = accepted_secrets(&config, now);
+        let verified = match signature.verify(&secrets, config.inbound_require_timestamp, body, now) {
+            Ok(verified) => verified,
+            Err(reason) => {
+                if let Some(suppressed) = self.inner.signature_failures.failure(webhook_id, self.now()) {
+                    warn!(webhook_id, %reason, suppressed, "inbound webhook refused (signature)");
+                    self.publish(EventPayload::WebhookSignatureFailure { webhook_id });
+                }
+                return Err(WebhookError::SignatureMismatch { webhook_id, reason });
             }
-            return Err(WebhookError::SignatureMismatch { webhook_id, reason });
-        }
+        };
+        let keys = receipt_keys(&verified);
         let received_at = self.now();
         let payload = inbound_envelope(&config, received_at, body);
         let session_id = config.target_session.clone();
-        let draft =
-            DeliveryDraft { config: Some(config), ..DeliveryDraft::new(webhook_id, session_id, payload, received_at) };
-        self.create_delivery(draft).await
+        let ready = self.start_now();
+        let draft = DeliveryDraft {
+            claimed: ready.is_some(),
+            ..DeliveryDraft::new(webhook_id, session_id, payload, received_at)
+        };
+        let row = new_row(&config, draft, self.lease_end(received_at));
+        let fresh_since = received_at - INBOUND_REPLAY_WINDOW;
+        let inserted = self.store(move |store| store.insert_inbound_delivery(&row, &keys, fresh_since)).await;
+        let refused = match inserted {
+            Ok(InboundInsert::Inserted(row)) => {
+                self.hand_over(&row, config.secret, ready);
+                return Ok(Inbound::Accepted(row));
+            }
+            Ok(InboundInsert::Duplicate { delivery_id }) => {
+                self.inner.stats.inbound_duplicates.increment();
+                debug!(webhook_id, delivery_id, "inbound webhook is a duplicate; nothing stored");
+                Ok(Inbound::Duplicate { delivery_id })
+            }
+            // The config was deleted since it was read.
+            Err(WebhookError::Store(StoreError::Conflict(_))) => Err(WebhookError::UnknownWebhook(webhook_id)),
+            Err(error) => Err(error),
+        };
+        if let Some((_, ticket)) = ready {
+            self.cancel_start(ticket);
+        }
+        refused
     }
 
     /// Writes a delivery (sharing the commit with concurrent ones) and hands it to the dispatcher. When a slot and a
@@ -105,14 +197,20 @@ impl WebhookRouter {
                 return Err(error);
             }
         };
+        self.hand_over(&row, secret, ready);
+        Ok(row)
+    }
+
+    /// A new row goes to the dispatcher: its attempt starts at once when it was inserted claimed with a slot and a
+    /// start in hand (`ready`), else it waits for them.
+    fn hand_over(&self, row: &Delivery, secret: WebhookSecret, ready: Option<(OwnedSemaphorePermit, RateTicket)>) {
         info!(delivery_id = row.id, webhook_id = row.webhook_id, target_host = %target_host(&row.target_url), "webhook delivery enqueued");
-        self.publish_status(&row);
+        self.publish_status(row);
         match (ready, row.next_retry_at) {
             (Some((slot, _started)), _) => self.spawn_attempt(row.clone(), secret, slot),
             (None, Some(due_by)) => self.spawn_immediate_attempt(row.id, due_by),
             (None, None) => {}
         }
-        Ok(row)
     }
 
     pub async fn delivery(&self, id: i64) -> Result<DeliveryDetail, WebhookError> {
@@ -142,6 +240,25 @@ impl WebhookRouter {
                 self.spawn_immediate_attempt(id, now);
                 Ok(row)
             }
+        }
+    }
+}
+
+/// What an accepted inbound webhook came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inbound {
+    /// A new delivery.
+    Accepted(Delivery),
+    /// The same request was accepted within [`INBOUND_REPLAY_WINDOW`]: nothing was stored; this is the first
+    /// one's delivery.
+    Duplicate { delivery_id: i64 },
+}
+
+impl Inbound {
+    pub fn delivery_id(&self) -> i64 {
+        match self {
+            Self::Accepted(delivery) => delivery.id,
+            Self::Duplicate { delivery_id } => *delivery_id,
         }
     }
 }

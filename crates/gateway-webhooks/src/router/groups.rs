@@ -46,6 +46,26 @@ pub(super) type Inserts = GroupCommit<DeliveryDraft, Result<Claimed, WebhookErro
 pub(super) type Claims = GroupCommit<(i64, OffsetDateTime), Option<Claimed>>;
 pub(super) type Records = GroupCommit<AttemptRecord, bool>;
 
+/// The row of `draft` for `config`'s target, signed with its (outbound) secret. A new delivery is due
+/// `ENQUEUE_SAFETY_NET` after its creation (FR-10.8); one inserted claimed holds its claim until then too, unless
+/// the attempt's time limit needs longer (`shortest_lease`).
+pub(super) fn new_row(config: &WebhookConfig, draft: DeliveryDraft, shortest_lease: OffsetDateTime) -> NewDelivery {
+    NewDelivery {
+        webhook_id: config.id,
+        signature: sign(&config.secret, draft.payload.as_bytes()),
+        session_id: draft.session_id,
+        payload: draft.payload,
+        target_url: config.target_url.clone(),
+        created_at: draft.created_at,
+        next_retry_at: match draft.claimed {
+            true => (draft.created_at + ENQUEUE_SAFETY_NET).max(shortest_lease),
+            false => draft.created_at + ENQUEUE_SAFETY_NET,
+        },
+        idempotency_key: draft.idempotency_key,
+        claimed: draft.claimed,
+    }
+}
+
 /// A new delivery is due `ENQUEUE_SAFETY_NET` after its creation (FR-10.8), whether or not it is inserted claimed:
 /// a claim taken at insert runs until then too, unless the attempt's time limit needs longer.
 pub(super) fn inserts(
@@ -59,8 +79,8 @@ pub(super) fn inserts(
         let mut outcomes: Vec<Option<Result<Claimed, WebhookError>>> = Vec::with_capacity(drafts.len());
         let mut rows = Vec::with_capacity(drafts.len());
         let mut secrets = Vec::with_capacity(drafts.len());
-        for draft in drafts {
-            let config = match draft.config {
+        for mut draft in drafts {
+            let config = match draft.config.take() {
                 Some(config) => Some(config),
                 None => match configs.get(&draft.webhook_id) {
                     Some(known) => known.clone(),
@@ -76,20 +96,7 @@ pub(super) fn inserts(
                 continue;
             };
             secrets.push(config.secret.clone());
-            rows.push(NewDelivery {
-                webhook_id: config.id,
-                signature: sign(&config.secret, draft.payload.as_bytes()),
-                session_id: draft.session_id,
-                payload: draft.payload,
-                target_url: config.target_url,
-                created_at: draft.created_at,
-                next_retry_at: match draft.claimed {
-                    true => (draft.created_at + ENQUEUE_SAFETY_NET).max(shortest_lease),
-                    false => draft.created_at + ENQUEUE_SAFETY_NET,
-                },
-                idempotency_key: draft.idempotency_key,
-                claimed: draft.claimed,
-            });
+            rows.push(new_row(&config, draft, shortest_lease));
             outcomes.push(None);
         }
         let mut inserted =

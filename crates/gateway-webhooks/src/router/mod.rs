@@ -19,6 +19,7 @@ mod deliveries;
 mod dispatch;
 mod failure_reports;
 mod groups;
+mod known_configs;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -37,9 +38,12 @@ use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 pub use deliveries::Enqueued;
+pub use deliveries::Inbound;
 pub use failure_reports::SIGNATURE_FAILURE_REPORT_INTERVAL;
+pub use known_configs::CONFIG_IDS_REFRESH_INTERVAL;
 
 use self::failure_reports::SignatureFailureReports;
+use self::known_configs::KnownConfigs;
 
 use crate::error::WebhookError;
 use crate::retry::RetrySchedule;
@@ -127,6 +131,8 @@ struct Inner {
     claims: Arc<groups::Claims>,
     records: Arc<groups::Records>,
     signature_failures: SignatureFailureReports,
+    /// The ids of the configs that exist, checked before an inbound body is read.
+    known_configs: KnownConfigs,
     health: ComponentHealth,
     /// Attempts and their outcomes, for metrics.
     stats: DeliveryStats,
@@ -216,6 +222,7 @@ impl WebhookRouter {
                 claims,
                 records,
                 signature_failures: SignatureFailureReports::default(),
+                known_configs: KnownConfigs::default(),
                 health: ComponentHealth::new("webhook_dispatcher"),
                 stats: DeliveryStats::default(),
                 attempts: TaskTracker::new(),

@@ -10,8 +10,17 @@ use time::Duration as TimeDuration;
 
 use super::*;
 use crate::input::WebhookConfigDraft;
+use crate::replay::INBOUND_REPLAY_WINDOW;
 use crate::signature::{InboundSignature, SECRET_ROTATION_GRACE, SignatureError, sign};
 use crate::standard;
+
+/// The delivery an inbound webhook created; panics on a duplicate or a refusal.
+fn accepted(outcome: Result<Inbound, WebhookError>) -> Delivery {
+    match outcome {
+        Ok(Inbound::Accepted(delivery)) => delivery,
+        other => panic!("expected a new delivery, got {other:?}"),
+    }
+}
 
 /// Inbound signature headers with only `X-Observatory-Signature`.
 fn observatory(header: &[u8]) -> InboundSignature {
@@ -63,6 +72,8 @@ impl Harness {
                 target_session: format!("{source}-session"),
                 target_url: target_url.into(),
                 secret: WebhookSecret::new(SECRET),
+                inbound_secret: None,
+                inbound_require_timestamp: false,
             })
             .await
             .unwrap()
@@ -454,7 +465,7 @@ async fn inbound_webhooks_are_verified_on_raw_bytes_and_routed_as_an_envelope() 
     let body = br#"{"action":"opened","number": 1.50}"#;
     let header = sign(&WebhookSecret::new(SECRET), body);
 
-    let row = h.router.receive_inbound(config.id, &observatory(header.as_bytes()), body).await.unwrap();
+    let row = accepted(h.router.receive_inbound(config.id, &observatory(header.as_bytes()), body).await);
     assert_eq!(row.session_id, "github-session");
     assert_eq!(row.target_url, config.target_url);
     assert_eq!(row.next_retry_at, Some(row.created_at + seconds(30)));
@@ -636,6 +647,8 @@ async fn configs_are_validated_unique_and_deleted_with_their_deliveries() {
         target_session: "other".into(),
         target_url: "https://other.example/".into(),
         secret: WebhookSecret::new("x"),
+        inbound_secret: None,
+        inbound_require_timestamp: false,
     };
     assert_eq!(h.router.create_config(duplicate.clone()).await, Err(WebhookError::DuplicateConfig));
     let invalid = WebhookConfigDraft { event_type: "other".into(), target_url: "ftp://x/".into(), ..duplicate };
@@ -866,4 +879,259 @@ async fn a_poll_fenced_by_a_newer_leader_claims_nothing_and_steps_down() {
     assert_eq!(h.transport.request_count(), 0, "a deposed leader made an attempt");
     assert_eq!(h.row(row.id).next_retry_at, row.next_retry_at, "and claimed nothing");
     assert!(h.router.health().report().problem.is_none());
+}
+
+/// `X-Observatory-Signature` of `body` under `secret`.
+fn signed(secret: &str, body: &[u8]) -> InboundSignature {
+    observatory(sign(&WebhookSecret::new(secret), body).as_bytes())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_signed_body_is_one_delivery_and_its_repeats_name_it_until_the_window_ends() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let body = br#"{"action":"opened"}"#;
+    let first = accepted(h.router.receive_inbound(config.id, &signed(SECRET, body), body).await);
+    h.clock.advance(seconds(60));
+    // The same signature written otherwise (upper-case hex, spaces) is the same signature.
+    let header = sign(&WebhookSecret::new(SECRET), body);
+    let shouted = format!(" sha256={} ", header["sha256=".len()..].to_uppercase());
+    for repeat in [signed(SECRET, body), observatory(shouted.as_bytes())] {
+        let again = h.router.receive_inbound(config.id, &repeat, body).await;
+        assert_eq!(again, Ok(Inbound::Duplicate { delivery_id: first.id }));
+    }
+    assert_eq!(h.store.deliveries().len(), 1, "a duplicate stored something");
+    assert_eq!(h.router.stats().inbound_duplicates.get(), 2);
+    let other_body = br#"{"action":"closed"}"#;
+    accepted(h.router.receive_inbound(config.id, &signed(SECRET, other_body), other_body).await);
+    let other_config = h.config_for("gitlab", "https://receiver.example/other").await;
+    accepted(h.router.receive_inbound(other_config.id, &signed(SECRET, body), body).await);
+
+    h.clock.set(first.created_at + INBOUND_REPLAY_WINDOW);
+    let last_moment = h.router.receive_inbound(config.id, &signed(SECRET, body), body).await;
+    assert_eq!(last_moment, Ok(Inbound::Duplicate { delivery_id: first.id }));
+    h.clock.advance(TimeDuration::milliseconds(1));
+    let after = accepted(h.router.receive_inbound(config.id, &signed(SECRET, body), body).await);
+    assert_ne!(after.id, first.id, "a day later the body is accepted again (the replay window, documented)");
+    assert_eq!(h.store.deliveries().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standard_webhooks_id_is_one_delivery_and_dropping_a_header_does_not_make_a_replay_new() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let body = br#"{"n":1}"#;
+    let now = h.clock.now().unix_timestamp();
+    let first =
+        accepted(h.router.receive_inbound(config.id, &standard_headers(SECRET, "msg_1", now, body), body).await);
+    // A retry by the sender: same id, a later timestamp, signed again.
+    h.clock.advance(seconds(10));
+    let retry = standard_headers(SECRET, "msg_1", now + 10, body);
+    assert_eq!(
+        h.router.receive_inbound(config.id, &retry, body).await,
+        Ok(Inbound::Duplicate { delivery_id: first.id })
+    );
+
+    // Signed both ways: recorded under both keys, so either header alone replays into the same delivery.
+    let both_body = br#"{"n":2}"#;
+    let both = InboundSignature {
+        observatory: Some(sign(&WebhookSecret::new(SECRET), both_body).into_bytes()),
+        ..standard_headers(SECRET, "msg_2", now + 10, both_body)
+    };
+    let second = accepted(h.router.receive_inbound(config.id, &both, both_body).await);
+    let standard_only = InboundSignature { observatory: None, ..both.clone() };
+    let observatory_only = InboundSignature { observatory: both.observatory.clone(), ..InboundSignature::default() };
+    for replay in [standard_only, observatory_only] {
+        let outcome = h.router.receive_inbound(config.id, &replay, both_body).await;
+        assert_eq!(outcome, Ok(Inbound::Duplicate { delivery_id: second.id }), "{replay:?}");
+    }
+    // A valid X-Observatory-Signature beside a Standard Webhooks one that no longer verifies: still the replay.
+    h.clock.advance(seconds(600));
+    let outcome = h.router.receive_inbound(config.id, &both, both_body).await;
+    assert_eq!(outcome, Ok(Inbound::Duplicate { delivery_id: second.id }));
+    assert_eq!(h.store.deliveries().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_config_that_requires_a_timestamp_refuses_the_observatory_scheme_and_stale_standard_signatures() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let require = WebhookConfigChange { inbound_require_timestamp: Some(true), ..WebhookConfigChange::default() };
+    assert!(h.router.update_config(config.id, require).await.unwrap().inbound_require_timestamp);
+    let body = br#"{"n":1}"#;
+    let refused = |reason| Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason });
+    assert_eq!(
+        h.router.receive_inbound(config.id, &signed(SECRET, body), body).await,
+        refused(SignatureError::TimestampRequired),
+        "a valid X-Observatory-Signature alone"
+    );
+    let now = h.clock.now().unix_timestamp();
+    let stale = InboundSignature {
+        observatory: Some(sign(&WebhookSecret::new(SECRET), body).into_bytes()),
+        ..standard_headers(SECRET, "msg_old", now - 600, body)
+    };
+    assert_eq!(h.router.receive_inbound(config.id, &stale, body).await, refused(SignatureError::Stale));
+    let fresh = InboundSignature {
+        observatory: Some(sign(&WebhookSecret::new(SECRET), body).into_bytes()),
+        ..standard_headers(SECRET, "msg_new", now, body)
+    };
+    let first = accepted(h.router.receive_inbound(config.id, &fresh, body).await);
+    assert_eq!(
+        h.router.receive_inbound(config.id, &fresh, body).await,
+        Ok(Inbound::Duplicate { delivery_id: first.id })
+    );
+    assert_eq!(h.store.deliveries().len(), 1);
+    let relax = WebhookConfigChange { inbound_require_timestamp: Some(false), ..WebhookConfigChange::default() };
+    h.router.update_config(config.id, relax).await.unwrap();
+    accepted(h.router.receive_inbound(config.id, &signed(SECRET, b"[1]"), b"[1]").await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_an_inbound_secret_the_outbound_secret_never_verifies_inbound() {
+    let h = Harness::with_defaults();
+    let draft = WebhookConfigDraft {
+        source_identifier: "github".into(),
+        event_type: "push".into(),
+        agent_intent: "review".into(),
+        target_session: "s".into(),
+        target_url: "https://receiver.example/hook".into(),
+        secret: WebhookSecret::new(SECRET),
+        inbound_secret: Some(WebhookSecret::new("inbound one")),
+        inbound_require_timestamp: false,
+    };
+    let config = h.router.create_config(draft).await.unwrap();
+    // An outbound delivery as its receiver got it, posted back in.
+    let outbound = h.router.enqueue(config.id, "s".into(), r#"{"n":1}"#.into()).await.unwrap();
+    h.router.wait_idle().await;
+    let sent = h.transport.requests().pop().unwrap();
+    let reflected = InboundSignature {
+        observatory: Some(sent.signature.clone().into_bytes()),
+        webhook_id: Some(outbound.id.to_string().into_bytes()),
+        webhook_timestamp: Some(sent.timestamp.to_string().into_bytes()),
+        webhook_signature: Some(sent.standard_signature.clone().into_bytes()),
+    };
+    let mismatch = Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Mismatch });
+    assert_eq!(h.router.receive_inbound(config.id, &reflected, sent.body.as_bytes()).await, mismatch);
+    let body = b"{}";
+    accepted(h.router.receive_inbound(config.id, &signed("inbound one", body), body).await);
+
+    // Rotated: the previous inbound secret keeps its grace; the outbound secret still never verifies inbound.
+    let rotate_inbound = |secret: &str, revoke_previous| WebhookConfigChange {
+        inbound_secret: Some(WebhookSecret::new(secret)),
+        revoke_previous,
+        ..WebhookConfigChange::default()
+    };
+    h.clock.advance(seconds(1));
+    h.router.update_config(config.id, rotate_inbound("inbound two", false)).await.unwrap();
+    for (secret, body) in [("inbound one", b"[1]"), ("inbound two", b"[2]")] {
+        accepted(h.router.receive_inbound(config.id, &signed(secret, body), body).await);
+    }
+    assert_eq!(h.router.receive_inbound(config.id, &signed(SECRET, b"[3]"), b"[3]").await, mismatch);
+    h.router.update_config(config.id, rotate_inbound("inbound three", true)).await.unwrap();
+    assert_eq!(h.router.receive_inbound(config.id, &signed("inbound two", b"[4]"), b"[4]").await, mismatch);
+    accepted(h.router.receive_inbound(config.id, &signed("inbound three", b"[5]"), b"[5]").await);
+    // An inbound secret equal to the outbound one would let reflection back in.
+    let same =
+        WebhookConfigChange { secret: Some(WebhookSecret::new("inbound three")), ..WebhookConfigChange::default() };
+    assert!(matches!(
+        h.router.update_config(config.id, same).await,
+        Err(WebhookError::InvalidConfig { field: "inbound_secret", .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn setting_the_first_inbound_secret_stops_the_outbound_secret_verifying_inbound_at_once() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    accepted(h.router.receive_inbound(config.id, &signed(SECRET, b"[1]"), b"[1]").await);
+    let set =
+        WebhookConfigChange { inbound_secret: Some(WebhookSecret::new("inbound")), ..WebhookConfigChange::default() };
+    let updated = h.router.update_config(config.id, set).await.unwrap();
+    assert_eq!(updated.previous_inbound_secret, None);
+    let refused = h.router.receive_inbound(config.id, &signed(SECRET, b"[2]"), b"[2]").await;
+    assert_eq!(
+        refused,
+        Err(WebhookError::SignatureMismatch { webhook_id: config.id, reason: SignatureError::Mismatch })
+    );
+    accepted(h.router.receive_inbound(config.id, &signed("inbound", b"[3]"), b"[3]").await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn revoke_previous_ends_the_grace_of_a_rotated_secret_at_once() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    h.router.update_config(config.id, rotate("second")).await.unwrap();
+    accepted(h.router.receive_inbound(config.id, &signed(SECRET, b"[1]"), b"[1]").await);
+    let revoke = WebhookConfigChange {
+        secret: Some(WebhookSecret::new("third")),
+        revoke_previous: true,
+        ..WebhookConfigChange::default()
+    };
+    let revoked = h.router.update_config(config.id, revoke).await.unwrap();
+    assert_eq!(revoked.previous_secret, None);
+    for gone in [SECRET, "second"] {
+        let refused = h.router.receive_inbound(config.id, &signed(gone, b"[2]"), b"[2]").await;
+        assert!(matches!(refused, Err(WebhookError::SignatureMismatch { .. })), "{gone}: {refused:?}");
+    }
+    accepted(h.router.receive_inbound(config.id, &signed("third", b"[3]"), b"[3]").await);
+    // Without a new secret, it ends the grace of the last rotation.
+    h.router.update_config(config.id, rotate("fourth")).await.unwrap();
+    accepted(h.router.receive_inbound(config.id, &signed("third", b"[4]"), b"[4]").await);
+    let revoke_only = WebhookConfigChange { revoke_previous: true, ..WebhookConfigChange::default() };
+    h.router.update_config(config.id, revoke_only).await.unwrap();
+    assert!(h.router.receive_inbound(config.id, &signed("third", b"[5]"), b"[5]").await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_ids_cost_one_read_of_the_id_list_per_interval_and_a_config_created_elsewhere_is_found_after_it() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let reads = || h.router.stats().config_id_reads.get();
+    assert_eq!(h.router.inbound_config(config.id).await.unwrap().id, config.id, "its own create is known at once");
+    assert_eq!(reads(), 0);
+    for id in 1_000..1_200 {
+        assert_eq!(h.router.inbound_config(id).await, Err(WebhookError::UnknownWebhook(id)));
+    }
+    assert_eq!(reads(), 1, "two hundred made-up ids, one read");
+
+    // Another instance (the same store) creates a config: unknown here until the interval has passed.
+    let elsewhere = h
+        .store
+        .create_config(&gateway_core::NewWebhookConfig {
+            source_identifier: "elsewhere".into(),
+            event_type: "push".into(),
+            agent_intent: "review".into(),
+            target_session: "s".into(),
+            target_url: "https://receiver.example/elsewhere".into(),
+            secret: WebhookSecret::new(SECRET),
+            created_at: h.clock.now(),
+            inbound_secret: None,
+            inbound_require_timestamp: false,
+        })
+        .unwrap();
+    assert_eq!(h.router.inbound_config(elsewhere.id).await, Err(WebhookError::UnknownWebhook(elsewhere.id)));
+    h.clock.advance(CONFIG_IDS_REFRESH_INTERVAL);
+    assert_eq!(h.router.inbound_config(elsewhere.id).await.unwrap().id, elsewhere.id);
+    assert_eq!(reads(), 2);
+    // Deleted elsewhere: the read of the config finds nothing, and the id is forgotten.
+    assert!(h.store.delete_config(elsewhere.id).unwrap());
+    assert_eq!(h.router.inbound_config(elsewhere.id).await, Err(WebhookError::UnknownWebhook(elsewhere.id)));
+    assert_eq!(h.router.inbound_config(elsewhere.id).await, Err(WebhookError::UnknownWebhook(elsewhere.id)));
+    assert_eq!(reads(), 2, "a forgotten id within the interval reads nothing");
+    h.router.delete_config(config.id).await.unwrap();
+    assert_eq!(h.router.inbound_config(config.id).await, Err(WebhookError::UnknownWebhook(config.id)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_id_list_that_cannot_be_read_is_a_store_error_not_an_unknown_webhook() {
+    let h = Harness::with_defaults();
+    h.store.failure.set_failing(true);
+    assert!(matches!(h.router.inbound_config(7).await, Err(WebhookError::Store(StoreError::Unavailable(_)))));
+    assert!(
+        matches!(h.router.inbound_config(8).await, Err(WebhookError::Store(StoreError::Unavailable(_)))),
+        "within the interval, a set never read answers nothing"
+    );
+    h.store.failure.set_failing(false);
+    h.clock.advance(CONFIG_IDS_REFRESH_INTERVAL);
+    assert_eq!(h.router.inbound_config(7).await, Err(WebhookError::UnknownWebhook(7)));
 }
