@@ -94,8 +94,9 @@ impl WebhookRouter {
         match known.lookup(id, self.now()) {
             Lookup::Known => return Ok(true),
             Lookup::Unknown => return Ok(false),
-            Lookup::NotLoaded => return Err(not_loaded()),
-            Lookup::ReadDue => {}
+            // Never read: the first read may be under way (its reader holds the lock), so wait for its outcome
+            // rather than answer as if the store were down.
+            Lookup::NotLoaded | Lookup::ReadDue => {}
         }
         let _writing = known.writing.lock().await;
         // Whoever held the lock before may have read the list meanwhile.

@@ -41,7 +41,8 @@ pub(crate) enum Lookup {
     Unknown,
     /// Not in the set, and the set may be stale: read the list (under [`KnownConfigs::writing`]).
     ReadDue,
-    /// Not in the set, which has never been read, and a read was tried within the interval (and failed).
+    /// Not in the set, which has never been read, and a read was started within the interval: it is under way
+    /// (wait for it under [`KnownConfigs::writing`]) or failed.
     NotLoaded,
 }
 

@@ -1122,6 +1122,28 @@ async fn unknown_ids_cost_one_read_of_the_id_list_per_interval_and_a_config_crea
     assert_eq!(h.router.inbound_config(config.id).await, Err(WebhookError::UnknownWebhook(config.id)));
 }
 
+/// Requests that arrive while the first read of the id list is under way wait for it: none is answered as if the
+/// store were down (a 503 `store_unavailable` under the memory repro, from hundreds of first requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_during_the_first_read_of_the_id_list_wait_for_it() {
+    let h = Harness::with_defaults();
+    let router = std::sync::Arc::new(h.router.clone());
+    let lookups: Vec<_> = (0..64)
+        .map(|n| {
+            let router = std::sync::Arc::clone(&router);
+            tokio::spawn(async move { router.inbound_config(5_000 + n).await })
+        })
+        .collect();
+    for lookup in lookups {
+        let id = match lookup.await.unwrap() {
+            Err(WebhookError::UnknownWebhook(id)) => id,
+            other => panic!("an unknown id while the list was first read: {other:?}"),
+        };
+        assert!((5_000..5_064).contains(&id));
+    }
+    assert_eq!(router.stats().config_id_reads.get(), 1, "one read for all of them");
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_id_list_that_cannot_be_read_is_a_store_error_not_an_unknown_webhook() {
     let h = Harness::with_defaults();
