@@ -27,6 +27,8 @@ use super::{Gateway, PATIENCE, TOKEN};
 pub const LEASE_TTL_ENV: &str = "GATEWAY_FAILOVER_LEASE_TTL_MS";
 /// Short enough for CI (a failover takes about 3 s), long enough that a busy 2-core machine renews in time.
 const DEFAULT_LEASE_TTL_MS: u64 = 3_000;
+/// The cluster secret every test cluster shares (`--cluster-secret`).
+pub const CLUSTER_SECRET: &str = "the cluster secret of the integration tests";
 /// Every cluster test logs this: info, and each reminder scheduled and fired with its job and fire id.
 const LOG_FILTER: &str = "info,gateway_cron=debug";
 
@@ -81,6 +83,8 @@ impl Cluster {
         let mut args: Vec<String> = [
             "--redis-url",
             &redis.url(),
+            "--cluster-secret",
+            CLUSTER_SECRET,
             "--leader-lease-ttl-ms",
             &ttl.as_millis().to_string(),
             "--log-format",
