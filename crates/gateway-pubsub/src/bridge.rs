@@ -109,6 +109,14 @@ impl ClusterKeys {
     }
 }
 
+impl ClusterKeys {
+    /// The message an instance with these keys publishes on `channel` for `event`, sent by `origin` at `sent_at`:
+    /// what another program trusted with the cluster secret (or a test) needs to speak on the bridge.
+    pub fn seal(&self, channel: &str, origin: &str, sent_at: OffsetDateTime, event: &PublishedEvent) -> Vec<u8> {
+        wire_message(self, channel, origin, unix_millis(sent_at), event)
+    }
+}
+
 impl Debug for ClusterKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ClusterKeys(<redacted>)")

@@ -10,6 +10,7 @@ mod admin_token;
 mod agent_auth;
 mod agent_client;
 mod cluster;
+mod cluster_trust;
 mod config;
 mod console;
 mod crash;

@@ -53,6 +53,15 @@ pub struct Fire {
     pub at: OffsetDateTime,
 }
 
+/// What [`Cluster::start_with`] may change.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Setup {
+    /// The lease TTL; [`lease_ttl`] when `None`.
+    pub ttl: Option<Duration>,
+    /// Redis over TLS (`rediss://`, with a CA and a client certificate of the test's own).
+    pub tls: bool,
+}
+
 /// An instance: its id, the process running it now (if any), and what its earlier processes logged.
 struct Instance {
     id: String,
@@ -77,23 +86,40 @@ impl Cluster {
     /// test's own, each with `extra_args` after the cluster's own flags. `None`, after one printed line, when
     /// PostgreSQL or redis-server is not installed (a failure under `CI=true`).
     pub fn start(test: &str, size: usize, extra_args: &[&str]) -> Option<Self> {
+        Self::start_with(test, size, Setup::default(), extra_args)
+    }
+
+    /// [`Cluster::start`] with a lease or a Redis of the test's choosing.
+    pub fn start_with(test: &str, size: usize, setup: Setup, extra_args: &[&str]) -> Option<Self> {
         let database = gateway_testkit::postgres::database(test)?;
-        let redis = RedisServer::start_or_skip(test)?;
-        let ttl = lease_ttl();
-        let mut args: Vec<String> = [
-            "--redis-url",
-            &redis.url(),
-            "--cluster-secret",
-            CLUSTER_SECRET,
-            "--leader-lease-ttl-ms",
-            &ttl.as_millis().to_string(),
-            "--log-format",
-            "json",
-            "--webhook-allow-private-targets",
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+        let redis = if setup.tls { RedisServer::start_tls_or_skip(test)? } else { RedisServer::start_or_skip(test)? };
+        let ttl = setup.ttl.unwrap_or_else(lease_ttl);
+        let mut args: Vec<String> = match redis.tls() {
+            None => vec!["--redis-url".into(), redis.url()],
+            Some(tls) => vec![
+                "--redis-url".into(),
+                tls.url(),
+                "--redis-ca-file".into(),
+                tls.ca_file.display().to_string(),
+                "--redis-client-cert-file".into(),
+                tls.client_cert_file.display().to_string(),
+                "--redis-client-key-file".into(),
+                tls.client_key_file.display().to_string(),
+            ],
+        };
+        args.extend(
+            [
+                "--cluster-secret",
+                CLUSTER_SECRET,
+                "--leader-lease-ttl-ms",
+                &ttl.as_millis().to_string(),
+                "--log-format",
+                "json",
+                "--webhook-allow-private-targets",
+            ]
+            .iter()
+            .map(ToString::to_string),
+        );
         args.extend(extra_args.iter().map(ToString::to_string));
         let instances = (0..size)
             .map(|index| Instance {
