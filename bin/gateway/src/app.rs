@@ -169,7 +169,8 @@ impl App {
         // With several instances every fire reaches the streams of every instance through the store, whatever Redis
         // lost (docs/architecture.md, "Durable events across instances"); the bridge is the fast path.
         let feed = bridge.as_ref().map(|bridge| {
-            let ports = MailboxFeedPorts { store: Arc::new(store.clone()), publisher: Arc::new(bridge.local_delivery()) };
+            let ports =
+                MailboxFeedPorts { store: Arc::new(store.clone()), publisher: Arc::new(bridge.local_delivery()) };
             MailboxFeed::new(ports, MailboxFeedConfig::default())
         });
         if let Some(feed) = &feed {

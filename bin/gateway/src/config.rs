@@ -602,9 +602,9 @@ fn parse_cluster_secret_file(path: &str) -> Result<ClusterSecretFile, String> {
         .map_err(|reason| format!("its first line (the secret) {reason}"))?;
     let previous = match lines.next().map(str::trim) {
         None | Some("") => None,
-        Some(line) => {
-            Some(parse_cluster_secret(line).map_err(|reason| format!("its second line (the previous secret) {reason}"))?)
-        }
+        Some(line) => Some(
+            parse_cluster_secret(line).map_err(|reason| format!("its second line (the previous secret) {reason}"))?,
+        ),
     };
     Ok(ClusterSecretFile { secret, previous })
 }

@@ -92,13 +92,8 @@ impl MailboxFeed {
     pub fn new(ports: MailboxFeedPorts, mut config: MailboxFeedConfig) -> Self {
         config.page = config.page.max(1);
         config.interval = config.interval.max(Duration::from_millis(1));
-        let inner = Inner {
-            ports,
-            config,
-            reads: AtomicU64::new(0),
-            entries: AtomicU64::new(0),
-            handed: AtomicU64::new(0),
-        };
+        let inner =
+            Inner { ports, config, reads: AtomicU64::new(0), entries: AtomicU64::new(0), handed: AtomicU64::new(0) };
         Self { inner: Arc::new(inner) }
     }
 
@@ -155,7 +150,8 @@ impl Cursor {
             return;
         }
         // Only the last `max_gaps` skipped numbers can be remembered anyway.
-        let first_gap = self.last.saturating_add(1).max(seq.saturating_sub(i64::try_from(max_gaps).unwrap_or(i64::MAX)));
+        let first_gap =
+            self.last.saturating_add(1).max(seq.saturating_sub(i64::try_from(max_gaps).unwrap_or(i64::MAX)));
         for gap in first_gap..seq {
             self.gaps.insert(gap, give_up_at);
         }
@@ -345,7 +341,11 @@ mod tests {
         fn mailbox_entries(&self, query: &gateway_core::MailboxQuery) -> Result<Vec<MailboxEntry>, StoreError> {
             self.inner.mailbox_entries(query)
         }
-        fn mark_received(&self, receipts: &[gateway_core::Receipt], at: time::OffsetDateTime) -> Result<Vec<usize>, StoreError> {
+        fn mark_received(
+            &self,
+            receipts: &[gateway_core::Receipt],
+            at: time::OffsetDateTime,
+        ) -> Result<Vec<usize>, StoreError> {
             self.inner.mark_received(receipts, at)
         }
         fn mailbox_head(&self) -> Result<i64, StoreError> {

@@ -13,7 +13,8 @@ mod window;
 
 pub use error::CronError;
 pub use feed::{
-    FEED_GAP_PATIENCE, FEED_INTERVAL, FEED_MAX_GAPS, FEED_PAGE, FeedStats, MailboxFeed, MailboxFeedConfig, MailboxFeedPorts,
+    FEED_GAP_PATIENCE, FEED_INTERVAL, FEED_MAX_GAPS, FEED_PAGE, FeedStats, MailboxFeed, MailboxFeedConfig,
+    MailboxFeedPorts,
 };
 pub use jobs::{MAX_DELAY_MS, MAX_LIST_LIMIT, fire_id, preview};
 pub use mailbox::{

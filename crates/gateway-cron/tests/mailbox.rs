@@ -296,7 +296,12 @@ impl MailboxStore for SlowReads {
         self.inner.mailbox_head()
     }
 
-    fn mailbox_since(&self, after: i64, also: &[i64], limit: usize) -> Result<Vec<MailboxEntry>, gateway_core::StoreError> {
+    fn mailbox_since(
+        &self,
+        after: i64,
+        also: &[i64],
+        limit: usize,
+    ) -> Result<Vec<MailboxEntry>, gateway_core::StoreError> {
         self.inner.mailbox_since(after, also, limit)
     }
 

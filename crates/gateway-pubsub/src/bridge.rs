@@ -32,9 +32,9 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use gateway_core::sync::lock;
-use ring::hmac;
 use gateway_core::{BackgroundLoop, Clock, Event, EventPublisher, PublishError, Topic, capped_backoff};
 use redis::aio::{MultiplexedConnection, PubSub};
+use ring::hmac;
 use time::OffsetDateTime;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -418,7 +418,8 @@ impl RedisBridge {
                 let sent_at = unix_millis(inner.clock.now());
                 for Outbound { topic, event } in batch.drain(..) {
                     let channel = format!("{}{topic}", inner.config.channel_prefix);
-                    let message = wire_message(&inner.config.keys, &channel, &inner.config.instance_id, sent_at, &event);
+                    let message =
+                        wire_message(&inner.config.keys, &channel, &inner.config.instance_id, sent_at, &event);
                     pipeline.publish(channel, message).ignore();
                 }
                 pipeline.query_async::<()>(connection).await

@@ -412,20 +412,16 @@ fn unreceived_entries_query<'a>(agent_id: &'a str, after: i64, through: i64, lim
 /// Every agent's entries after `after`, in `seq` order: the end of the primary key.
 #[diesel::dsl::auto_type]
 fn since_query(after: i64, limit: i64) -> _ {
-    agent_mailbox::table
-        .filter(agent_mailbox::seq.gt(after))
-        .order(agent_mailbox::seq.asc())
-        .limit(limit)
-        .select((
-            agent_mailbox::seq,
-            agent_mailbox::fire_id,
-            agent_mailbox::agent_id,
-            agent_mailbox::job_id,
-            agent_mailbox::payload,
-            agent_mailbox::scheduled_for,
-            agent_mailbox::fired_at,
-            agent_mailbox::received_at,
-        ))
+    agent_mailbox::table.filter(agent_mailbox::seq.gt(after)).order(agent_mailbox::seq.asc()).limit(limit).select((
+        agent_mailbox::seq,
+        agent_mailbox::fire_id,
+        agent_mailbox::agent_id,
+        agent_mailbox::job_id,
+        agent_mailbox::payload,
+        agent_mailbox::scheduled_for,
+        agent_mailbox::fired_at,
+        agent_mailbox::received_at,
+    ))
 }
 
 /// [`since_query`] and the entries numbered in `also`.
@@ -467,7 +463,10 @@ mod tests {
 
     const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
 
-    on_every_backend!(a_large_group_records_each_fire_once_in_order, rival_marks_of_one_fire_mark_it_once_and_record_nothing);
+    on_every_backend!(
+        a_large_group_records_each_fire_once_in_order,
+        rival_marks_of_one_fire_mark_it_once_and_record_nothing
+    );
 
     fn fire(agent: &str, n: i64) -> FiredReminder {
         let scheduled_for = START + Duration::milliseconds(n);

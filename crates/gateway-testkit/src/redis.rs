@@ -350,7 +350,8 @@ mod tests {
     /// The TLS port speaks TLS only: a plain PING there gets no PONG, while the plain port still answers.
     #[test]
     fn a_tls_server_listens_with_tls_on_its_own_port_with_its_certificates() {
-        let Some(server) = RedisServer::start_tls_or_skip("a_tls_server_listens_with_tls_on_its_own_port_with_its_certificates")
+        let Some(server) =
+            RedisServer::start_tls_or_skip("a_tls_server_listens_with_tls_on_its_own_port_with_its_certificates")
         else {
             return;
         };

@@ -24,9 +24,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway_core::{AgentId, Receipt, Topic};
 use gateway_core::stats::Counter;
 use gateway_core::sync::lock;
+use gateway_core::{AgentId, Receipt, Topic};
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
 use http_body::{Body, Frame};

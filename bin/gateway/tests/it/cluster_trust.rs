@@ -257,8 +257,7 @@ fn a_forged_credential_revoked_does_not_refuse_a_valid_token() {
         return;
     };
     cluster.wait_for_leader(cluster.patience());
-    let (status, issued) =
-        cluster.gateway(0).operator_post("/gateway/agents/agent-z/credentials", &json!({}));
+    let (status, issued) = cluster.gateway(0).operator_post("/gateway/agents/agent-z/credentials", &json!({}));
     assert_eq!(status, 201, "{issued}");
     let (credential_id, token) = (issued["credential_id"].as_str().unwrap(), issued["token"].as_str().unwrap());
     let heartbeat = |index: usize| heartbeat_as(cluster.gateway(index), "agent-z", token);
@@ -289,7 +288,8 @@ fn a_forged_credential_revoked_does_not_refuse_a_valid_token() {
         thread::sleep(Duration::from_millis(100));
     }
 
-    let (status, body) = cluster.gateway(0).operator_delete(&format!("/gateway/agents/agent-z/credentials/{credential_id}"));
+    let (status, body) =
+        cluster.gateway(0).operator_delete(&format!("/gateway/agents/agent-z/credentials/{credential_id}"));
     assert_eq!(status, 200, "{body}");
     for index in 0..cluster.len() {
         wait_until(&format!("{} to refuse the revoked token", cluster.id(index)), Duration::from_secs(5), || {
@@ -399,9 +399,12 @@ fn redis_without_a_cluster_secret_of_32_bytes_exits_2_naming_the_flag() {
 #[test]
 fn a_cluster_on_rediss_elects_a_leader_and_its_events_cross() {
     let _turn = one_at_a_time();
-    let Some(cluster) =
-        start("a_cluster_on_rediss_elects_a_leader_and_its_events_cross", 2, Setup { tls: true, ..Setup::default() }, &[])
-    else {
+    let Some(cluster) = start(
+        "a_cluster_on_rediss_elects_a_leader_and_its_events_cross",
+        2,
+        Setup { tls: true, ..Setup::default() },
+        &[],
+    ) else {
         return;
     };
     let leader = cluster.wait_for_leader(cluster.patience());

@@ -602,9 +602,10 @@ impl<B: LeaseBackend> Core<B> {
         state.release_pending = true;
         state.epoch_refusals += 1;
         let now = Instant::now();
-        let logged_lately = state.refusal_logged.as_ref().is_some_and(|(logged, at)| {
-            *logged == refusal && now.duration_since(*at) < EPOCH_REFUSAL_LOG_INTERVAL
-        });
+        let logged_lately = state
+            .refusal_logged
+            .as_ref()
+            .is_some_and(|(logged, at)| *logged == refusal && now.duration_since(*at) < EPOCH_REFUSAL_LOG_INTERVAL);
         if logged_lately {
             return;
         }
