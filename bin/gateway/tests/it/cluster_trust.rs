@@ -93,6 +93,12 @@ impl Received {
     }
 }
 
+/// Lets the catch-ups a stream makes a second after it connected pass (`CATCH_UPS_AFTER_CONNECT`; the next is 15 s
+/// later): a fire after this reaches the stream live, or through the mailbox feed, not through those.
+fn past_the_first_catch_up() {
+    thread::sleep(Duration::from_millis(1_500));
+}
+
 /// Reads every stream, round robin, until each has a reminder for every fire id of `wanted` or `within` has passed;
 /// returns what each received (reminders only, by fire id; a reminder received twice keeps its first arrival).
 fn collect(streams: &[EventStream], wanted: &[&str], within: Duration) -> Vec<BTreeMap<String, Received>> {
@@ -451,6 +457,7 @@ fn reminders_fired_during_and_after_a_redis_outage_reach_every_instances_stream_
     let leader = cluster.wait_for_leader(cluster.patience());
     let follower = cluster.others(leader)[0];
     let streams = streams(&cluster, "agent-outage");
+    past_the_first_catch_up();
     let outage = Duration::from_secs(24);
     cluster.redis.stop();
     let stopped = Instant::now();
@@ -485,6 +492,7 @@ fn a_reminder_whose_publish_redis_refuses_reaches_every_stream_through_the_store
     };
     let leader = cluster.wait_for_leader(cluster.patience());
     let streams = streams(&cluster, "agent-durable");
+    past_the_first_catch_up();
     let mut redis = raw_redis(&cluster);
     let _: () = redis::cmd("ACL").arg("SETUSER").arg("default").arg("-publish").query(&mut redis).unwrap();
     let refused = json!({"task": "publish refused"});
