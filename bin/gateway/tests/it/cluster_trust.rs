@@ -507,3 +507,61 @@ fn a_reminder_whose_publish_redis_refuses_reaches_every_stream_through_the_store
         .sum();
     assert!(recovered >= 2.0, "the other instances got it from the store: {recovered}");
 }
+
+/// The Redis ACL of docs/operations.md ("Redis ACLs"), as written there, applied to the test's Redis with a password
+/// of the test's own, the default user turned off; the URL of the `gateway` user.
+fn documented_acl(redis: &gateway_testkit::redis::RedisServer) -> String {
+    const PASSWORD: &str = "acl-test-password-5d1c";
+    let operations = include_str!("../../../../docs/operations.md");
+    let block = operations
+        .split("```\nACL SETUSER gateway")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/operations.md has the ACL block");
+    let text = format!("ACL SETUSER gateway{block}").replace("\\\n", " ").replace("A-LONG-RANDOM-PASSWORD", PASSWORD);
+    let mut connection = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
+    for line in text.lines().filter(|line| !line.trim().is_empty()) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let _: () = redis::cmd(words[0]).arg(&words[1..]).query(&mut connection).unwrap_or_else(|error| panic!("{line}: {error}"));
+    }
+    format!("redis://gateway:{PASSWORD}@127.0.0.1:{}/", redis.port())
+}
+
+/// The gateways under the Redis user docs/operations.md gives them (their keys, their channels, the commands they
+/// use): leadership, events across instances, reminders, the agent rate limit and the outbound rate all work, and no
+/// command is refused.
+#[test]
+fn the_documented_redis_acl_lets_the_cluster_do_all_it_does() {
+    let _turn = one_at_a_time();
+    let setup = Setup { prepare_redis: Some(documented_acl), ..Setup::default() };
+    let Some(cluster) = start(
+        "the_documented_redis_acl_lets_the_cluster_do_all_it_does",
+        2,
+        setup,
+        &["--agent-rate-limit-per-minute", "600", "--webhook-max-per-second", "50"],
+    ) else {
+        return;
+    };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    let follower = 1 - leader;
+    assert_eq!(cluster.view(follower)["leader"]["instance_id"], cluster.id(leader), "HMGET of the term");
+    let streams = streams(&cluster, "agent-acl");
+    past_the_first_catch_up();
+    let payload = json!({"task": "under the acl"});
+    let fire_id = schedule(&cluster, follower, "agent-acl", Duration::from_millis(500), &payload);
+    let received = collect(&streams, &[&fire_id], PATIENCE);
+    assert_every_stream_got(&cluster, &received, &fire_id, &payload);
+
+    let receiver = crate::receiver::Receiver::start(crate::receiver::Behaviour::Status(200));
+    let webhook = cluster.create_webhook(leader, "acl", &receiver.url("/hook"), "acl-webhook-secret");
+    let (status, body) = cluster.enqueue(follower, webhook, &json!({"n": 1}));
+    assert_eq!(status, 201, "{body}");
+    wait_until("the delivery", PATIENCE, || receiver.count() >= 1);
+
+    for index in 0..cluster.len() {
+        assert_eq!(metric(cluster.gateway(index), "gateway_bridge_send_failed_total"), 0.0, "{}", cluster.id(index));
+        let logs = cluster.logs(index);
+        assert!(!logs.contains("NOPERM") && !logs.contains("NOSCRIPT"), "{}:\n{}", cluster.id(index), cluster.story());
+        assert!(!logs.contains("redis unreachable"), "{}: a Redis command failed:\n{}", cluster.id(index), cluster.story());
+    }
+}

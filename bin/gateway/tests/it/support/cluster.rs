@@ -60,6 +60,9 @@ pub struct Setup {
     pub ttl: Option<Duration>,
     /// Redis over TLS (`rediss://`, with a CA and a client certificate of the test's own).
     pub tls: bool,
+    /// Run on the started Redis before the gateways start (set up users, say); returns the `--redis-url` to give
+    /// them.
+    pub prepare_redis: Option<fn(&RedisServer) -> String>,
 }
 
 /// An instance: its id, the process running it now (if any), and what its earlier processes logged.
@@ -95,7 +98,7 @@ impl Cluster {
         let redis = if setup.tls { RedisServer::start_tls_or_skip(test)? } else { RedisServer::start_or_skip(test)? };
         let ttl = setup.ttl.unwrap_or_else(lease_ttl);
         let mut args: Vec<String> = match redis.tls() {
-            None => vec!["--redis-url".into(), redis.url()],
+            None => vec!["--redis-url".into(), setup.prepare_redis.map_or_else(|| redis.url(), |prepare| prepare(&redis))],
             Some(tls) => vec![
                 "--redis-url".into(),
                 tls.url(),
