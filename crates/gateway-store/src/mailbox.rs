@@ -188,8 +188,7 @@ pub(crate) fn record_fires(connection: &mut AnyConnection<'_>, fired: &[FiredRem
     if fired.is_empty() {
         return Ok(());
     }
-    let rows: Vec<NewEntryRow<'_>> =
-        in_firing_order(fired).into_iter().map(|reminder| NewEntryRow::of(reminder)).collect();
+    let rows: Vec<NewEntryRow<'_>> = in_firing_order(fired).into_iter().map(NewEntryRow::of).collect();
     match connection {
         AnyConnection::Postgres(connection) => InsertEntries::of(&rows).execute(&mut **connection).map(drop),
         AnyConnection::Sqlite(connection) => {

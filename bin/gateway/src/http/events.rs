@@ -998,7 +998,7 @@ mod tests {
         // it sent, even what another stream of the agent received.
         let burst: Vec<FiredReminder> = (2..=1_100).map(|n| agent.fire(n, true)).collect();
         for reminder in &burst {
-            agent.mailbox.received(receipt(&reminder));
+            agent.mailbox.received(receipt(reminder));
         }
         assert!(agent.unreceived().await.is_empty());
         for reminder in &burst {

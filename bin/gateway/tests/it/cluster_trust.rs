@@ -522,7 +522,10 @@ fn documented_acl(redis: &gateway_testkit::redis::RedisServer) -> String {
     let mut connection = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
     for line in text.lines().filter(|line| !line.trim().is_empty()) {
         let words: Vec<&str> = line.split_whitespace().collect();
-        let _: () = redis::cmd(words[0]).arg(&words[1..]).query(&mut connection).unwrap_or_else(|error| panic!("{line}: {error}"));
+        let _: () = redis::cmd(words[0])
+            .arg(&words[1..])
+            .query(&mut connection)
+            .unwrap_or_else(|error| panic!("{line}: {error}"));
     }
     format!("redis://gateway:{PASSWORD}@127.0.0.1:{}/", redis.port())
 }
@@ -562,6 +565,11 @@ fn the_documented_redis_acl_lets_the_cluster_do_all_it_does() {
         assert_eq!(metric(cluster.gateway(index), "gateway_bridge_send_failed_total"), 0.0, "{}", cluster.id(index));
         let logs = cluster.logs(index);
         assert!(!logs.contains("NOPERM") && !logs.contains("NOSCRIPT"), "{}:\n{}", cluster.id(index), cluster.story());
-        assert!(!logs.contains("redis unreachable"), "{}: a Redis command failed:\n{}", cluster.id(index), cluster.story());
+        assert!(
+            !logs.contains("redis unreachable"),
+            "{}: a Redis command failed:\n{}",
+            cluster.id(index),
+            cluster.story()
+        );
     }
 }

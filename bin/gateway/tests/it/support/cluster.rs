@@ -98,7 +98,9 @@ impl Cluster {
         let redis = if setup.tls { RedisServer::start_tls_or_skip(test)? } else { RedisServer::start_or_skip(test)? };
         let ttl = setup.ttl.unwrap_or_else(lease_ttl);
         let mut args: Vec<String> = match redis.tls() {
-            None => vec!["--redis-url".into(), setup.prepare_redis.map_or_else(|| redis.url(), |prepare| prepare(&redis))],
+            None => {
+                vec!["--redis-url".into(), setup.prepare_redis.map_or_else(|| redis.url(), |prepare| prepare(&redis))]
+            }
             Some(tls) => vec![
                 "--redis-url".into(),
                 tls.url(),
