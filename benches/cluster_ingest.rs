@@ -217,6 +217,7 @@ impl Bench {
             command.args(["--listen", "127.0.0.1:0", "--database-url", &database_url, "--admin-token", ADMIN_TOKEN]);
             if let Some(redis) = &redis {
                 command.args(["--redis-url", &redis.url(), "--instance-id", &instance_id]);
+                command.args(["--cluster-secret", "the cluster secret of the benchmark runs"]);
             }
             let log = logs.path().join(format!("{instance_id}.log"));
             command.env("RUST_LOG", "warn").stderr(File::create(&log).unwrap());

@@ -8,7 +8,10 @@ use gateway_core::{
     InMemoryCapabilityMap, InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter,
     SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
 };
-use gateway_cron::{CronPorts, CronScheduler, Mailbox, MailboxPorts, ReminderTools, ToolPorts};
+use gateway_cron::{
+    CronPorts, CronScheduler, Mailbox, MailboxFeed, MailboxFeedConfig, MailboxFeedPorts, MailboxPorts, ReminderTools,
+    ToolPorts,
+};
 use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
@@ -71,6 +74,7 @@ impl App {
         let coordination = Coordination::new(config, &store, &bus, &clock)?;
         let mut threads = Vec::new();
         let bridge_status = coordination.redis.as_ref().map(|redis| redis.bridge.status());
+        let bridge = coordination.redis.as_ref().map(|redis| redis.bridge.clone());
         let credentials = CredentialCache::new(Arc::new(store.clone()), Arc::clone(&clock));
         let upkeep = CredentialUpkeep {
             cache: credentials.clone(),
@@ -163,6 +167,16 @@ impl App {
             let announcements = JobAnnouncements { bus: bus.clone(), cron: cron.clone() };
             loops.spawn(supervise_loop(announcements, stop_loops.clone()));
         }
+        // With several instances every fire reaches the streams of every instance through the store, whatever Redis
+        // lost (docs/architecture.md, "Durable events across instances"); the bridge is the fast path.
+        let feed = bridge.as_ref().map(|bridge| {
+            let ports =
+                MailboxFeedPorts { store: Arc::new(store.clone()), publisher: Arc::new(bridge.local_delivery()) };
+            MailboxFeed::new(ports, MailboxFeedConfig::default())
+        });
+        if let Some(feed) = &feed {
+            loops.spawn(supervise_loop(feed.clone(), stop_loops.clone()));
+        }
         loops.spawn(supervise_loop(heartbeat.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(webhooks.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(cron.clone(), stop_loops.clone()));
@@ -179,6 +193,8 @@ impl App {
             publisher,
             bridged: config.redis_url.is_some(),
             bridge_status,
+            bridge,
+            feed,
             heartbeat,
             webhooks,
             cron,
@@ -277,7 +293,15 @@ impl Coordination {
             });
         };
         // Connects lazily: Redis need not be up for the gateway to start and serve.
-        let client = redis::Client::open(redis_url.expose()).map_err(|error| StartError::Redis(error.to_string()))?;
+        let client = match config.redis_tls() {
+            None => redis::Client::open(redis_url.expose()),
+            Some(certificates) => redis::Client::build_with_tls(redis_url.expose(), certificates),
+        }
+        .map_err(|error| StartError::Redis(error.to_string()))?;
+        let keys = config
+            .cluster_keys()
+            .unwrap_or_else(|| Err("--cluster-secret is required with --redis-url".to_owned()))
+            .map_err(StartError::Redis)?;
         let leadership = RedisLeadership::new(
             LeadershipPorts { redis: client.clone(), epoch: Arc::new(store.clone()) },
             LeadershipConfig { instance_id: instance_id.to_string(), timings: config.lease_timings() },
@@ -285,7 +309,7 @@ impl Coordination {
         .map_err(|error| StartError::Redis(error.to_string()))?;
         let bridge = RedisBridge::new(
             BridgePorts { bus: bus.clone(), redis: client.clone(), clock: Arc::clone(clock) },
-            BridgeConfig::new(instance_id.as_str()),
+            BridgeConfig::new(instance_id.as_str(), keys),
         )
         .map_err(|error| StartError::Redis(error.to_string()))?;
         let limiter = match config.agent_rate_limit() {

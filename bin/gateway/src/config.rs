@@ -166,6 +166,41 @@ pub struct Config {
           hide_env_values = true)]
     pub redis_url: Option<RedisUrl>,
 
+    /// The secret every instance of a cluster shares (at least 32 bytes): each message between them over Redis is
+    /// signed with it, and one that is not is dropped. Required with --redis-url. A value given here or in the
+    /// environment can be read by the machine's administrators (/proc): prefer --cluster-secret-file.
+    #[arg(long, env = "GATEWAY_CLUSTER_SECRET", value_name = "SECRET", value_parser = SecretValue(parse_cluster_secret),
+          hide_env_values = true, conflicts_with = "cluster_secret_file")]
+    pub cluster_secret: Option<ClusterSecret>,
+
+    /// A file holding the cluster secret on its first line and, while a new secret is rolled out, the previous one
+    /// (still accepted, never used to sign) on its second.
+    #[arg(long, env = "GATEWAY_CLUSTER_SECRET_FILE", value_name = "PATH",
+          value_parser = SecretValue(parse_cluster_secret_file))]
+    pub cluster_secret_file: Option<ClusterSecretFile>,
+
+    /// The previous cluster secret, still accepted from other instances (never used to sign) while a new one is
+    /// rolled out (docs/operations.md, "The cluster secret").
+    #[arg(long, env = "GATEWAY_CLUSTER_SECRET_PREVIOUS", value_name = "SECRET",
+          value_parser = SecretValue(parse_cluster_secret), hide_env_values = true)]
+    pub cluster_secret_previous: Option<ClusterSecret>,
+
+    /// With a rediss:// --redis-url: a PEM file of the certificate authorities that sign Redis's certificate, in
+    /// place of the system's trust store.
+    #[arg(long, env = "GATEWAY_REDIS_CA_FILE", value_name = "PATH", value_parser = SecretValue(parse_pem_certificates))]
+    pub redis_ca_file: Option<PemFile>,
+
+    /// With a rediss:// --redis-url: a PEM client certificate (chain), for a Redis that requires one
+    /// (`tls-auth-clients yes`, Redis's default); with --redis-client-key-file.
+    #[arg(long, env = "GATEWAY_REDIS_CLIENT_CERT_FILE", value_name = "PATH",
+          value_parser = SecretValue(parse_pem_certificates))]
+    pub redis_client_cert_file: Option<PemFile>,
+
+    /// The PEM private key of --redis-client-cert-file.
+    #[arg(long, env = "GATEWAY_REDIS_CLIENT_KEY_FILE", value_name = "PATH",
+          value_parser = SecretValue(parse_pem_private_key))]
+    pub redis_client_key_file: Option<PemFile>,
+
     /// This process's name in the cluster [default: random at start].
     #[arg(long, env = "GATEWAY_INSTANCE_ID", value_name = "ID", value_parser = parse_instance_id)]
     pub instance_id: Option<InstanceId>,
@@ -301,7 +336,52 @@ impl Config {
                  --database-url postgres://…\n",
             ));
         }
+        let refuse = |line: &str| Err(clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{line}\n")));
+        if self.redis_url.is_some() && self.cluster_secret.is_none() && self.cluster_secret_file.is_none() {
+            return refuse(
+                "--cluster-secret: required with --redis-url (at least 32 bytes shared by every instance, or \
+                 --cluster-secret-file): Redis is not trusted to speak for an instance",
+            );
+        }
+        match (&self.redis_client_cert_file, &self.redis_client_key_file) {
+            (Some(_), None) => return refuse("--redis-client-key-file: required with --redis-client-cert-file"),
+            (None, Some(_)) => return refuse("--redis-client-cert-file: required with --redis-client-key-file"),
+            _ => {}
+        }
+        let tls = self.redis_url.as_ref().is_some_and(|url| url.expose().starts_with("rediss://"));
+        for (given, flag) in [
+            (self.redis_ca_file.is_some(), "--redis-ca-file"),
+            (self.redis_client_cert_file.is_some(), "--redis-client-cert-file"),
+        ] {
+            if given && !tls {
+                return refuse(&format!("{flag}: only with a rediss:// --redis-url (TLS)"));
+            }
+        }
         Ok(self)
+    }
+
+    /// The keys of the cluster's bridge messages (`--cluster-secret` or its file, and the previous secret); `None`
+    /// without one.
+    pub fn cluster_keys(&self) -> Option<Result<gateway_pubsub::bridge::ClusterKeys, String>> {
+        let (secret, previous) = match (&self.cluster_secret, &self.cluster_secret_file) {
+            (Some(secret), _) => (secret, self.cluster_secret_previous.as_ref()),
+            (None, Some(file)) => (&file.secret, self.cluster_secret_previous.as_ref().or(file.previous.as_ref())),
+            (None, None) => return None,
+        };
+        let keys = gateway_pubsub::bridge::ClusterKeys::new(secret.expose(), previous.map(ClusterSecret::expose));
+        Some(keys.map_err(|error| error.to_string()))
+    }
+
+    /// The certificates of a rediss:// connection given by flags, `None` when none is (the system's trust store).
+    pub fn redis_tls(&self) -> Option<redis::TlsCertificates> {
+        let client_tls = match (&self.redis_client_cert_file, &self.redis_client_key_file) {
+            (Some(cert), Some(key)) => {
+                Some(redis::ClientTlsConfig { client_cert: cert.0.clone(), client_key: key.0.clone() })
+            }
+            _ => None,
+        };
+        let root_cert = self.redis_ca_file.as_ref().map(|ca| ca.0.clone());
+        (client_tls.is_some() || root_cert.is_some()).then_some(redis::TlsCertificates { client_tls, root_cert })
     }
 
     /// `--instance-id`, or a random one (`gw-<hex>`) chosen once per process.
@@ -530,7 +610,86 @@ fn parse_redis_url(value: &str) -> Result<RedisUrl, String> {
     if !(value.starts_with("redis://") || value.starts_with("rediss://")) || value.len() <= "redis://".len() {
         return Err("expected redis://HOST:PORT/DB (or rediss:// for TLS)".to_owned());
     }
+    if value.contains('#') {
+        return Err(
+            "a #fragment (such as #insecure: no certificate check) is not taken; give Redis's certificate authority \
+             with --redis-ca-file"
+                .to_owned(),
+        );
+    }
     Ok(RedisUrl(value.to_owned()))
+}
+
+/// `--cluster-secret`. Debug never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterSecret(Vec<u8>);
+
+impl ClusterSecret {
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ClusterSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClusterSecret(<redacted>)")
+    }
+}
+
+/// `--cluster-secret-file`: the secret, and the previous one while a rotation is rolled out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSecretFile {
+    pub secret: ClusterSecret,
+    pub previous: Option<ClusterSecret>,
+}
+
+fn parse_cluster_secret(value: &str) -> Result<ClusterSecret, String> {
+    let secret = value.trim();
+    if secret.len() < gateway_pubsub::bridge::MIN_SECRET_BYTES {
+        return Err(format!("must be at least {} bytes", gateway_pubsub::bridge::MIN_SECRET_BYTES));
+    }
+    Ok(ClusterSecret(secret.as_bytes().to_vec()))
+}
+
+fn parse_cluster_secret_file(path: &str) -> Result<ClusterSecretFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read the file: {}", error.kind()))?;
+    let mut lines = text.lines();
+    let secret = parse_cluster_secret(lines.next().unwrap_or_default())
+        .map_err(|reason| format!("its first line (the secret) {reason}"))?;
+    let previous = match lines.next().map(str::trim) {
+        None | Some("") => None,
+        Some(line) => Some(
+            parse_cluster_secret(line).map_err(|reason| format!("its second line (the previous secret) {reason}"))?,
+        ),
+    };
+    Ok(ClusterSecretFile { secret, previous })
+}
+
+/// The contents of a PEM file given by a flag. Debug never shows them (one may be a private key).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PemFile(Vec<u8>);
+
+impl fmt::Debug for PemFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PemFile(<redacted>)")
+    }
+}
+
+fn read_pem(path: &str, label: &str) -> Result<PemFile, String> {
+    let pem = std::fs::read(path).map_err(|error| format!("cannot read the file: {}", error.kind()))?;
+    let text = String::from_utf8_lossy(&pem);
+    if !text.lines().any(|line| line.starts_with("-----BEGIN ") && line.contains(label)) {
+        return Err(format!("expected a PEM file with a {label}"));
+    }
+    Ok(PemFile(pem))
+}
+
+fn parse_pem_certificates(path: &str) -> Result<PemFile, String> {
+    read_pem(path, "CERTIFICATE")
+}
+
+fn parse_pem_private_key(path: &str) -> Result<PemFile, String> {
+    read_pem(path, "PRIVATE KEY")
 }
 
 /// Longest `--instance-id`.
@@ -853,6 +1012,7 @@ mod tests {
             "--instance-id=gw-a.1",
             "--redis-url=redis://127.0.0.1:6379/0",
             "--database-url=postgres://gateway@127.0.0.1/gateway",
+            "--cluster-secret=0123456789abcdef0123456789abcdef",
         ])
         .unwrap()
         .checked()
@@ -867,6 +1027,83 @@ mod tests {
         let random = parse(&[]).unwrap().instance_id();
         assert!(random.as_str().starts_with("gw-") && random.as_str().len() == 15, "{random}");
         assert_ne!(random, parse(&[]).unwrap().instance_id());
+    }
+
+    #[test]
+    fn redis_needs_a_cluster_secret_of_32_bytes_which_is_never_shown() {
+        let cluster = ["--redis-url=redis://127.0.0.1:6379/0", "--database-url=postgres://gateway@127.0.0.1/gateway"];
+        let line = |args: &[&str]| {
+            let error = parse(args).and_then(Config::checked).unwrap_err().render().to_string();
+            error.lines().find(|line| !line.trim().is_empty()).unwrap().to_owned()
+        };
+        let missing = line(&cluster);
+        assert!(missing.contains("--cluster-secret") && missing.contains("--redis-url"), "{missing}");
+        let short = line(&[&cluster[..], &["--cluster-secret=hunter2-but-only-31-bytes-long"]].concat());
+        assert!(short.contains("--cluster-secret") && short.contains("32"), "{short}");
+        assert!(!short.contains("hunter2"), "{short}");
+        let secret = "--cluster-secret=  hunter2 hunter2 hunter2 hunter2 hunter2\n";
+        let config = parse(&[&cluster[..], &[secret]].concat()).unwrap().checked().unwrap();
+        assert!(!format!("{config:?}").contains("hunter2"));
+        assert_eq!(config.cluster_secret.as_ref().unwrap().expose(), b"hunter2 hunter2 hunter2 hunter2 hunter2");
+        assert!(config.cluster_keys().unwrap().is_ok());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "hunter2-hunter2-hunter2-hunter2-new\nhunter2-hunter2-hunter2-hunter2-old\n").unwrap();
+        let from_file = format!("--cluster-secret-file={}", file.display());
+        let config = parse(&[&cluster[..], &[&from_file]].concat()).unwrap().checked().unwrap();
+        let loaded = config.cluster_secret_file.as_ref().unwrap();
+        assert_eq!(loaded.secret.expose(), b"hunter2-hunter2-hunter2-hunter2-new");
+        assert_eq!(loaded.previous.as_ref().unwrap().expose(), b"hunter2-hunter2-hunter2-hunter2-old");
+        assert!(!format!("{config:?}").contains("hunter2"));
+        std::fs::write(&file, "hunter2\n").unwrap();
+        let short = line(&[&cluster[..], &[&from_file]].concat());
+        assert!(short.contains("--cluster-secret-file") && !short.contains("hunter2"), "{short}");
+        let missing_file = format!("--cluster-secret-file={}", dir.path().join("none").display());
+        assert!(line(&[&cluster[..], &[&missing_file]].concat()).contains("--cluster-secret-file"));
+        let both = line(&[&cluster[..], &[secret, &from_file]].concat());
+        assert!(both.contains("--cluster-secret"), "{both}");
+    }
+
+    #[test]
+    fn redis_tls_takes_a_ca_and_a_client_certificate_only_with_rediss_and_never_insecure() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
+        let key = dir.path().join("key.pem");
+        std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nhunter2\n-----END PRIVATE KEY-----\n").unwrap();
+        let secret = "--cluster-secret=0123456789abcdef0123456789abcdef";
+        let database = "--database-url=postgres://gateway@127.0.0.1/gateway";
+        let ca_flag = format!("--redis-ca-file={}", ca.display());
+        let line = |args: &[&str]| {
+            let error = parse(args).and_then(Config::checked).unwrap_err().render().to_string();
+            error.lines().find(|line| !line.trim().is_empty()).unwrap().to_owned()
+        };
+        let config = parse(&["--redis-url=rediss://cache.internal:6380/0", database, secret, &ca_flag])
+            .unwrap()
+            .checked()
+            .unwrap();
+        let tls = config.redis_tls().unwrap();
+        assert!(tls.root_cert.is_some() && tls.client_tls.is_none());
+        assert!(!format!("{config:?}").contains("MIIB"));
+        let plain = line(&["--redis-url=redis://cache.internal:6379/0", database, secret, &ca_flag]);
+        assert!(plain.contains("--redis-ca-file") && plain.contains("rediss://"), "{plain}");
+        let insecure = line(&["--redis-url=rediss://cache.internal:6380/#insecure"]);
+        assert!(insecure.contains("--redis-url") && insecure.contains("--redis-ca-file"), "{insecure}");
+        let not_a_key = format!("--redis-client-key-file={}", ca.display());
+        let cert = format!("--redis-client-cert-file={}", ca.display());
+        let refused = line(&["--redis-url=rediss://cache.internal:6380/0", database, secret, &cert, &not_a_key]);
+        assert!(refused.contains("--redis-client-key-file") && !refused.contains("MIIB"), "{refused}");
+        let key_flag = format!("--redis-client-key-file={}", key.display());
+        let alone = line(&["--redis-url=rediss://cache.internal:6380/0", database, secret, &cert]);
+        assert!(alone.contains("--redis-client-key-file"), "{alone}");
+        let mutual = parse(&["--redis-url=rediss://cache.internal:6380/0", database, secret, &cert, &key_flag])
+            .unwrap()
+            .checked()
+            .unwrap();
+        assert!(mutual.redis_tls().unwrap().client_tls.is_some());
+        assert!(!format!("{mutual:?}").contains("hunter2"));
+        assert!(parse(&[]).unwrap().redis_tls().is_none());
     }
 
     #[test]

@@ -15,9 +15,10 @@
 //!   (Redis pub/sub keeps nothing), and while the store cannot be polled entries age out and are read again: a
 //!   revoked credential authenticates nothing anywhere later than [`REVALIDATE_AFTER`] after its revocation
 //!   committed.
-//! - A revocation drops the entry at once on the instance that made it, and every instance drops it when the
-//!   `credential_revoked` event on `internal:credential-revocations` reaches it (the event bridge, with Redis);
-//!   event streams opened with the credential are closed.
+//! - A revocation drops the entry at once on the instance that made it, and every instance re-reads the credential
+//!   when the `credential_revoked` event on `internal:credential-revocations` reaches it (the event bridge, with
+//!   Redis): the event is not taken on its word ([`CredentialCache::recheck`]); a credential the store says is
+//!   revoked is refused, and event streams opened with it are closed.
 //! - Every invalidation bumps a generation under the write lock; a read that began before it does not fill the
 //!   cache, so a lookup racing a revocation cannot put the revoked credential back.
 //! - A credential issued with an expiry ([`Entry::expires_ms`]) is answered [`Verdict::Expired`] from its expiry on,
@@ -276,6 +277,28 @@ impl CredentialCache {
             cached.insert_refused(key, Instant::now());
         }
         self.close_streams(credential_id);
+    }
+
+    /// A revocation event (another instance's, through Redis, or this one's own) names `credential_id`: it is not
+    /// taken on its word. The credential is dropped from the cache and its row read again; only a row the store says
+    /// is revoked (or gone) makes it refused here and closes its streams. A forged event costs one database read,
+    /// never a valid agent's access; when the row cannot be read, the credential's next use reads it.
+    pub async fn recheck(&self, credential_id: &CredentialId) {
+        {
+            let mut cached = self.inner.write();
+            // A lookup that began before this must not put back what it read.
+            cached.generation += 1;
+            cached.remove_verified(&credential_id.key());
+        }
+        let (store, id) = (Arc::clone(&self.inner.store), credential_id.clone());
+        match run_blocking(move || store.credential(&id)).await {
+            Ok(Ok(Some(row))) if !row.is_revoked() => {
+                tracing::debug!(%credential_id, "a revocation event for a credential the store holds valid; kept");
+            }
+            Ok(Ok(_)) => self.invalidate(credential_id),
+            Ok(Err(error)) => tracing::warn!(%error, "cannot re-read a credential named by a revocation event"),
+            Err(error) => tracing::warn!(%error, "cannot re-read a credential named by a revocation event"),
+        }
     }
 
     /// Forgets every verified credential (when revocation events may have been missed): each is read again at its
@@ -570,7 +593,7 @@ impl BackgroundLoop for CredentialUpkeep {
                 () = shutdown.cancelled() => return,
                 received = revocations.recv() => match received {
                     Received::Event(event) => match revoked_credential(event.json()) {
-                        Some(id) => self.cache.invalidate(&id),
+                        Some(id) => self.cache.recheck(&id).await,
                         None => tracing::debug!(event_id = %event.id(), "unreadable credential revocation skipped"),
                     },
                     Received::Lagged(missed) => {
@@ -947,12 +970,41 @@ mod tests {
             EventPayload::CredentialRevoked { credential_id: issued.credential_id.to_string() },
             OffsetDateTime::now_utc(),
         );
+        // Not revoked in the store: the event alone refuses nothing.
         gateway_core::EventPublisher::publish(&bus, &gateway_core::Topic::CredentialRevocations, &event).unwrap();
         while !fixture.cache.is_empty() {
             tokio::task::yield_now().await;
         }
-        assert_eq!(fixture.verify(issued.expose()).await, None);
+        let verified = fixture.verified(issued.expose()).await;
+        assert_eq!(verified.agent_id().as_str(), "agent-a", "a forged revocation refuses nothing");
+        let (stream, _guard) = fixture.cache.stream_stop(&verified, &shutdown);
+        fixture.revoke(&issued, "agent-a");
+        gateway_core::EventPublisher::publish(&bus, &gateway_core::Topic::CredentialRevocations, &event).unwrap();
+        while !stream.is_cancelled() {
+            tokio::task::yield_now().await;
+        }
+        fixture.store_down();
+        assert_eq!(fixture.verify(issued.expose()).await, None, "refused without a read");
         shutdown.cancel();
         running.await.unwrap();
+    }
+
+    /// A revocation event is not taken on its word: for a credential the store holds valid, the agent keeps its
+    /// access and its streams; for one the store says is revoked, it is refused at once and its streams close.
+    #[tokio::test(start_paused = true)]
+    async fn a_revocation_event_re_reads_the_credential_and_refuses_only_what_the_store_revoked() {
+        let fixture = fixture();
+        let issued = fixture.issue("agent-a");
+        let verified = fixture.verified(issued.expose()).await;
+        let shutdown = CancellationToken::new();
+        let (stream, _guard) = fixture.cache.stream_stop(&verified, &shutdown);
+        fixture.cache.recheck(&issued.credential_id).await;
+        assert_eq!(fixture.verify(issued.expose()).await.as_deref(), Some("agent-a"));
+        assert!(!stream.is_cancelled(), "a valid credential's stream stays open");
+        fixture.revoke(&issued, "agent-a");
+        fixture.cache.recheck(&issued.credential_id).await;
+        assert!(stream.is_cancelled(), "a revoked credential's stream is closed");
+        fixture.store_down();
+        assert_eq!(fixture.verify(issued.expose()).await, None, "refused without a read");
     }
 }

@@ -18,7 +18,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::cluster::Role;
+use crate::cluster::{Cluster, Role};
 use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
 
 /// The prefix of every series.
@@ -361,6 +361,47 @@ impl Collector for Scrape {
             "The fencing token (term) this instance leads under; 0 while it does not lead",
             state.cluster.epoch().map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX)),
         )?;
+        if let Cluster::Redis(leadership) = &state.cluster {
+            counter(
+                &mut encoder,
+                "leader_epoch_refusals",
+                "Times this instance refused to lead under the epoch counter Redis holds (not a number, more than 2^32 \
+                 above the store's newest token, or about to overflow): see docs/operations.md, \"Leader epoch \
+                 recovery\"",
+                leadership.epoch_refusals(),
+            )?;
+        }
+        if let Some(bridge) = &state.bridge {
+            let bridge = bridge.counters();
+            counter(
+                &mut encoder,
+                "bridge_rejected",
+                "Messages on the event bridge's Redis channels dropped unread: a MAC that does not verify (not sent by \
+                 an instance with this cluster secret, or altered), another wire version, too old, or too large",
+                bridge.rejected,
+            )?;
+            counter(
+                &mut encoder,
+                "bridge_send_failed",
+                "Events this instance could not publish on Redis (other instances get the durable ones from the store)",
+                bridge.send_failed,
+            )?;
+            counter(
+                &mut encoder,
+                "reminders_recovered",
+                "Fired reminders this instance's streams got from the mailbox feed because the event bridge had not \
+                 delivered them (lost or late on Redis)",
+                bridge.recovered,
+            )?;
+        }
+        if let Some(feed) = &state.feed {
+            counter(
+                &mut encoder,
+                "mailbox_feed_reads",
+                "Reads of the reminder mailbox by this instance's feed (one a second, more while it catches up)",
+                feed.stats().reads,
+            )?;
+        }
         Ok(())
     }
 }

@@ -40,6 +40,10 @@ pub struct AppState {
     pub bridged: bool,
     /// With Redis: the event bridge's state, whose reconnects make agent streams catch up from the mailbox.
     pub bridge_status: Option<tokio::sync::watch::Receiver<gateway_pubsub::bridge::BridgeStatus>>,
+    /// With Redis: the event bridge, for its counters.
+    pub bridge: Option<gateway_pubsub::bridge::RedisBridge>,
+    /// With Redis: what hands every recorded fire to this instance's streams, for its counters.
+    pub feed: Option<gateway_cron::MailboxFeed>,
     pub heartbeat: HeartbeatManager,
     pub webhooks: WebhookRouter,
     pub cron: CronScheduler,

@@ -19,7 +19,7 @@ use time::{Duration, OffsetDateTime};
 
 use crate::ids::{AgentId, IdempotencyKey};
 use crate::leadership::{EpochGate, FencingEpoch, FencingToken};
-use crate::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxRows, MailboxStore};
+use crate::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxRows, MailboxStore, Receipt};
 use crate::store::{StoreError, StoreHealth};
 use crate::sync::{FailureSwitch, lock};
 
@@ -454,7 +454,7 @@ impl CronJobStore for InMemoryCronJobStore {
         let mut state = lock(&self.state);
         self.epoch.admit(token)?;
         for reminder in crate::mailbox::in_firing_order(fired) {
-            state.mailbox.record(reminder, None);
+            state.mailbox.record(reminder);
         }
         let mut completed = 0;
         for completion in completions {
@@ -497,10 +497,19 @@ impl MailboxStore for InMemoryCronJobStore {
         Ok(lock(&self.state).mailbox.select(query))
     }
 
-    fn mark_received(&self, reminders: &[&FiredReminder], at: OffsetDateTime) -> Result<(), StoreError> {
+    fn mark_received(&self, receipts: &[Receipt], at: OffsetDateTime) -> Result<Vec<usize>, StoreError> {
         self.failure.check()?;
-        lock(&self.state).mailbox.mark_received(reminders, at);
-        Ok(())
+        Ok(lock(&self.state).mailbox.mark_received(receipts, at))
+    }
+
+    fn mailbox_head(&self) -> Result<i64, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.state).mailbox.head())
+    }
+
+    fn mailbox_since(&self, after: i64, also: &[i64], limit: usize) -> Result<Vec<MailboxEntry>, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.state).mailbox.since(after, also, limit))
     }
 
     fn prune_mailbox(&self, fired_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError> {

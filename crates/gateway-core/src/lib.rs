@@ -93,7 +93,7 @@ pub use leadership::{
     EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership, SwitchableLeadership,
 };
 pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
-pub use mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore};
+pub use mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, Receipt};
 pub use periodic::{LeaderLoop, MaybeFenced, PruningPass};
 pub use rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};

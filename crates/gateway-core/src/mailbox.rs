@@ -104,17 +104,32 @@ pub struct MailboxQuery {
     pub limit: usize,
 }
 
-/// Durable storage of the mailbox. Fires are recorded by the cron port's completions; this port reads them,
-/// marks them received and prunes them.
+/// A stream's report that it handed a fire to its client: the agent whose stream it was (never what the event it
+/// sent says: the event may have come from elsewhere) and the fire's id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Receipt {
+    pub agent_id: AgentId,
+    pub fire_id: String,
+}
+
+/// Durable storage of the mailbox. Fires are recorded by the cron port's completions, and only by them; this port
+/// reads them, marks them received and prunes them.
 pub trait MailboxStore: Send + Sync + std::fmt::Debug {
     /// The `seq` of `fire_id` in `agent_id`'s mailbox; `None` when no retained entry of that agent has it.
     fn mailbox_position(&self, agent_id: &AgentId, fire_id: &str) -> Result<Option<i64>, StoreError>;
     /// The entries `query` selects, by ascending `seq`.
     fn mailbox_entries(&self, query: &MailboxQuery) -> Result<Vec<MailboxEntry>, StoreError>;
-    /// Marks each fire received at `at`, all in one transaction (in firing order, like a completion's records): an entry received already keeps its first
-    /// `received_at`, and a fire not recorded yet (a stream can get the live event before the completion that
-    /// records it is written) is recorded now, received, and the completion's record of it then does nothing.
-    fn mark_received(&self, reminders: &[&FiredReminder], at: OffsetDateTime) -> Result<(), StoreError>;
+    /// Marks received at `at` each entry a receipt names: its fire id, in the mailbox of the receipt's agent. An
+    /// entry received already keeps its first `received_at`. A receipt records nothing: one that names no entry of
+    /// its agent (a fire whose completion is not written yet, since a stream can get the live event first; or no
+    /// fire at all) marks nothing, and its index is returned, in ascending order, so that the caller may try it
+    /// again later.
+    fn mark_received(&self, receipts: &[Receipt], at: OffsetDateTime) -> Result<Vec<usize>, StoreError>;
+    /// The `seq` of the newest entry of any agent; 0 when the mailbox is empty.
+    fn mailbox_head(&self) -> Result<i64, StoreError>;
+    /// Every agent's entries with `seq > after`, and those whose `seq` is in `also` (numbers below `after` that a
+    /// reader has not seen yet), by ascending `seq`, at most `limit`: what an instance's streams may have missed.
+    fn mailbox_since(&self, after: i64, also: &[i64], limit: usize) -> Result<Vec<MailboxEntry>, StoreError>;
     /// Of the first `limit` entries in firing order, deletes those fired before `fired_before`; returns how many. A
     /// pruning pass calls it until it deletes nothing: firing order is (nearly) the order of `fired_at`, so the
     /// oldest entries are at the start, and no index on `fired_at` is needed for a cutoff.
@@ -140,14 +155,14 @@ pub(crate) struct MailboxRows {
 
 impl MailboxRows {
     /// Records `reminder` unless its fire is recorded already (`ON CONFLICT (fire_id) DO NOTHING`).
-    pub(crate) fn record(&mut self, reminder: &FiredReminder, received_at: Option<OffsetDateTime>) -> i64 {
+    pub(crate) fn record(&mut self, reminder: &FiredReminder) -> i64 {
         if let Some(seq) = self.by_fire_id.get(&reminder.fire_id) {
             return *seq;
         }
         self.last_seq += 1;
         let seq = self.last_seq;
         self.by_fire_id.insert(reminder.fire_id.clone(), seq);
-        self.entries.insert(seq, MailboxEntry { seq, reminder: reminder.clone(), received_at });
+        self.entries.insert(seq, MailboxEntry { seq, reminder: reminder.clone(), received_at: None });
         seq
     }
 
@@ -181,13 +196,30 @@ impl MailboxRows {
             .collect()
     }
 
-    pub(crate) fn mark_received(&mut self, reminders: &[&FiredReminder], at: OffsetDateTime) {
-        for reminder in in_firing_order(reminders) {
-            let seq = self.record(reminder, Some(at));
-            if let Some(entry) = self.entries.get_mut(&seq) {
-                entry.received_at.get_or_insert(at);
+    pub(crate) fn mark_received(&mut self, receipts: &[Receipt], at: OffsetDateTime) -> Vec<usize> {
+        let mut unknown = Vec::new();
+        for (index, receipt) in receipts.iter().enumerate() {
+            let seq = self.position(&receipt.agent_id, &receipt.fire_id);
+            match seq.and_then(|seq| self.entries.get_mut(&seq)) {
+                Some(entry) => {
+                    entry.received_at.get_or_insert(at);
+                }
+                None => unknown.push(index),
             }
         }
+        unknown
+    }
+
+    pub(crate) fn head(&self) -> i64 {
+        self.entries.last_key_value().map_or(0, |(seq, _)| *seq)
+    }
+
+    pub(crate) fn since(&self, after: i64, also: &[i64], limit: usize) -> Vec<MailboxEntry> {
+        let mut seqs: Vec<i64> = also.iter().copied().filter(|seq| self.entries.contains_key(seq)).collect();
+        seqs.extend(self.entries.range(after.saturating_add(1)..).map(|(seq, _)| *seq).take(limit));
+        seqs.sort_unstable();
+        seqs.dedup();
+        seqs.into_iter().take(limit).filter_map(|seq| self.entries.get(&seq).cloned()).collect()
     }
 
     pub(crate) fn prune(&mut self, fired_before: OffsetDateTime, limit: usize) -> usize {

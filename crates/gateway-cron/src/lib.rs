@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod error;
+mod feed;
 mod firing;
 mod jobs;
 mod mailbox;
@@ -11,11 +12,15 @@ mod tools;
 mod window;
 
 pub use error::CronError;
+pub use feed::{
+    FEED_GAP_PATIENCE, FEED_INTERVAL, FEED_MAX_GAPS, FEED_PAGE, FeedStats, MailboxFeed, MailboxFeedConfig,
+    MailboxFeedPorts,
+};
 pub use jobs::{MAX_DELAY_MS, MAX_LIST_LIMIT, fire_id, preview};
 pub use mailbox::{
     MAILBOX_CONCURRENT_READS, MAILBOX_PAGE, MAILBOX_PRUNE_BATCH, MAILBOX_PRUNE_INTERVAL, MAILBOX_PRUNE_PAUSE,
-    MAILBOX_RETENTION, Mailbox, MailboxConfig, MailboxPorts, RECEIPT_BATCH, RECEIPT_QUEUE, RECEIPT_RETRY_INITIAL,
-    RECEIPT_RETRY_MAX, Replay,
+    MAILBOX_RETENTION, Mailbox, MailboxConfig, MailboxPorts, RECEIPT_BATCH, RECEIPT_PATIENCE, RECEIPT_QUEUE,
+    RECEIPT_RECHECK, RECEIPT_RETRY_INITIAL, RECEIPT_RETRY_MAX, RECEIPTS_HELD, Replay,
 };
 pub use reminders::{
     ANSWER_RESERVE_BYTES, DEFAULT_AGENT_STORAGE_QUOTA_BYTES, DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT,

@@ -11,12 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use gateway_core::{
-    AgentId, BackgroundLoop, Clock, ComponentHealth, FiredReminder, LeaderLoop, Leadership, MailboxEntry, MailboxQuery,
-    MailboxStore, PruningPass, StoreError, run_blocking,
+    AgentId, BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, MailboxEntry, MailboxQuery, MailboxStore,
+    PruningPass, Receipt, StoreError, run_blocking,
 };
 use tokio::sync::{Mutex, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::CronError;
 
@@ -44,6 +45,15 @@ pub const RECEIPT_RETRY_INITIAL: Duration = Duration::from_millis(100);
 pub const RECEIPT_RETRY_MAX: Duration = Duration::from_secs(10);
 /// At most one warning about dropped receipts this often (the count of the rest comes with the next).
 const DROP_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+/// A receipt that named no entry (a stream handed the live event to its client before the completion recording the
+/// fire committed) is tried again this often...
+pub const RECEIPT_RECHECK: Duration = Duration::from_secs(1);
+/// ... for this long, then given up (its fire, if it ever is recorded, stays unreceived: delivered again, never
+/// lost). A completion is written within milliseconds of its fire's publication; a receipt of a fire never recorded
+/// (an event that no completion vouches for) must not be held for ever.
+pub const RECEIPT_PATIENCE: Duration = Duration::from_secs(30);
+/// Receipts held for a recheck at most; past it the oldest are given up.
+pub const RECEIPTS_HELD: usize = 4_096;
 
 #[derive(Debug, Clone)]
 pub struct MailboxPorts {
@@ -94,16 +104,58 @@ struct Inner {
     receipts_health: ComponentHealth,
     /// The pruning loop, which works on the leader.
     retention_health: ComponentHealth,
-    receipts: mpsc::Sender<Arc<FiredReminder>>,
+    receipts: mpsc::Sender<Receipt>,
     /// Taken by the running receipt writer (and back when a supervisor restarts it).
-    pending: Mutex<mpsc::Receiver<Arc<FiredReminder>>>,
+    pending: Mutex<mpsc::Receiver<Receipt>>,
     /// Receipts queued since the start, and receipts written (or given up on) since the start.
     queued: AtomicU64,
     settled: tokio::sync::watch::Sender<u64>,
     dropped: AtomicU64,
-    last_drop_warning: std::sync::Mutex<Option<tokio::time::Instant>>,
+    last_drop_warning: std::sync::Mutex<Option<Instant>>,
     /// Turns to read ([`MAILBOX_CONCURRENT_READS`]).
     reads: tokio::sync::Semaphore,
+}
+
+/// Receipts that named no entry yet, in arrival order, each with when it is given up; tried again together every
+/// [`RECEIPT_RECHECK`].
+#[derive(Debug, Default)]
+struct HeldReceipts {
+    receipts: std::collections::VecDeque<(Receipt, Instant)>,
+    recheck_at: Option<Instant>,
+}
+
+impl HeldReceipts {
+    /// Every held receipt, when a recheck is due by `now` (none otherwise).
+    fn due(&mut self, now: Instant) -> Vec<(Receipt, Instant)> {
+        if self.recheck_at.is_none_or(|at| at > now) {
+            return Vec::new();
+        }
+        self.recheck_at = None;
+        self.receipts.drain(..).collect()
+    }
+
+    fn hold(&mut self, receipt: Receipt, give_up_at: Instant, now: Instant) {
+        self.receipts.push_back((receipt, give_up_at));
+        self.recheck_at.get_or_insert(now + RECEIPT_RECHECK);
+    }
+
+    /// Receipts taken by [`Self::due`] for a write that failed: held again, first, and due at once.
+    fn put_back(&mut self, receipts: Vec<(Receipt, Instant)>) {
+        if receipts.is_empty() {
+            return;
+        }
+        for receipt in receipts.into_iter().rev() {
+            self.receipts.push_front(receipt);
+        }
+        self.recheck_at = Some(Instant::now());
+    }
+
+    /// Gives the oldest up past [`RECEIPTS_HELD`]; returns how many.
+    fn bound(&mut self) -> usize {
+        let excess = self.receipts.len().saturating_sub(RECEIPTS_HELD);
+        self.receipts.drain(..excess);
+        excess
+    }
 }
 
 /// Where a replay of one agent's mailbox stands: the entries nobody received, up to `through` (all when `None`),
@@ -244,19 +296,20 @@ impl Mailbox {
         self.read(MailboxQuery { agent_id, unreceived_only: false, after, through: None, limit }).await
     }
 
-    /// A stream handed `reminder` to its client: it is written as received in the next batch. Never waits; when
+    /// A stream of `receipt.agent_id` handed the fire to its client: its entry in that agent's mailbox is written as
+    /// received in the next batch (once its completion has recorded it; see [`RECEIPT_PATIENCE`]). Never waits; when
     /// the queue is full (the store is down, or far behind) the receipt is dropped with a warning, which means at
     /// most a second delivery of that fire later.
-    pub fn received(&self, reminder: Arc<FiredReminder>) {
+    pub fn received(&self, receipt: Receipt) {
         let inner = &self.inner;
-        match inner.receipts.try_send(reminder) {
+        match inner.receipts.try_send(receipt) {
             Ok(()) => {
                 inner.queued.fetch_add(1, Ordering::SeqCst);
             }
             Err(_) => {
                 let dropped = inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 let mut last = gateway_core::sync::lock(&inner.last_drop_warning);
-                let now = tokio::time::Instant::now();
+                let now = Instant::now();
                 if last.is_none_or(|at| now.duration_since(at) >= DROP_WARNING_INTERVAL) {
                     *last = Some(now);
                     inner.dropped.store(0, Ordering::Relaxed);
@@ -298,30 +351,53 @@ impl Mailbox {
         let inner = &self.inner;
         let _running = inner.receipts_health.start();
         let mut pending = inner.pending.lock().await;
-        let mut batch = Vec::with_capacity(inner.config.receipt_batch);
+        let mut batch: Vec<Receipt> = Vec::with_capacity(inner.config.receipt_batch);
+        let mut held = HeldReceipts::default();
         let mut failures: u32 = 0;
         loop {
             if batch.is_empty() {
+                let recheck_at = held.recheck_at;
                 let received = tokio::select! {
                     biased;
                     () = shutdown.cancelled() => break,
                     received = pending.recv_many(&mut batch, inner.config.receipt_batch) => received,
+                    () = tokio::time::sleep_until(recheck_at.unwrap_or_else(Instant::now)), if recheck_at.is_some() => 1,
                 };
                 if received == 0 {
                     return;
                 }
             }
+            let fresh = batch.len();
+            let retried = held.due(Instant::now());
+            batch.extend(retried.iter().map(|(receipt, _)| receipt.clone()));
             match self.mark(&batch).await {
-                Ok(()) => {
+                Ok(unknown) => {
                     if failures > 0 {
                         info!(failures, "mailbox receipts are written again");
                         inner.receipts_health.recovered();
                     }
                     failures = 0;
-                    self.settle(batch.len());
+                    let now = Instant::now();
+                    let mut kept = 0;
+                    for index in unknown {
+                        let give_up_at = match index.checked_sub(fresh) {
+                            None => now + RECEIPT_PATIENCE,
+                            Some(retried_index) => retried[retried_index].1,
+                        };
+                        if give_up_at > now {
+                            kept += 1;
+                            held.hold(batch[index].clone(), give_up_at, now);
+                        } else {
+                            debug!(agent_id = %batch[index].agent_id, "a receipt of a fire never recorded is given up");
+                        }
+                    }
+                    let dropped = held.bound();
+                    self.settle(batch.len() - kept + dropped);
                     batch.clear();
                 }
                 Err(error) => {
+                    batch.truncate(fresh);
+                    held.put_back(retried);
                     failures = failures.saturating_add(1);
                     let delay = gateway_core::capped_backoff(RECEIPT_RETRY_INITIAL, RECEIPT_RETRY_MAX, failures);
                     warn!(%error, receipts = batch.len(), failures, retry_in_ms = delay.as_millis(),
@@ -335,10 +411,11 @@ impl Mailbox {
                 }
             }
         }
-        // On the way out: what is queued gets one attempt.
+        // On the way out: what is queued, and what is held, gets one attempt.
         while let Ok(receipt) = pending.try_recv() {
             batch.push(receipt);
         }
+        batch.extend(held.due(Instant::now() + RECEIPT_PATIENCE * 2).into_iter().map(|(receipt, _)| receipt));
         if batch.is_empty() {
             return;
         }
@@ -349,12 +426,12 @@ impl Mailbox {
         self.settle(count);
     }
 
-    async fn mark(&self, batch: &[Arc<FiredReminder>]) -> Result<(), StoreError> {
+    /// Marks the batch; returns the indexes of the receipts that named no entry.
+    async fn mark(&self, batch: &[Receipt]) -> Result<Vec<usize>, StoreError> {
         let store = Arc::clone(&self.inner.ports.store);
         let at = self.inner.ports.clock.now();
-        // The streams' shared copies, not new ones: a receipt queue of large reminders costs their pointers.
         let batch = batch.to_vec();
-        run_blocking(move || store.mark_received(&batch.iter().map(Arc::as_ref).collect::<Vec<_>>(), at)).await?
+        run_blocking(move || store.mark_received(&batch, at)).await?
     }
 
     fn settle(&self, count: usize) {

@@ -9,7 +9,7 @@ use std::time::Duration as StdDuration;
 
 use gateway_core::{
     AgentId, CronJobStore, FencingToken, FiredReminder, InMemoryCronJobStore, Leadership, MailboxEntry, MailboxQuery,
-    MailboxStore, ManualClock, SingleProcessLeadership, SwitchableLeadership,
+    MailboxStore, ManualClock, Receipt, SingleProcessLeadership, SwitchableLeadership,
 };
 use gateway_cron::{Mailbox, MailboxConfig, MailboxPorts, Replay};
 use serde_json::Map;
@@ -34,6 +34,11 @@ fn fire(agent_id: &str, n: i64) -> FiredReminder {
         scheduled_for,
         fired_at: scheduled_for,
     }
+}
+
+/// The receipt of a stream of the fire's own agent.
+fn receipt(fire: &FiredReminder) -> Receipt {
+    Receipt { agent_id: fire.agent_id.clone(), fire_id: fire.fire_id.clone() }
 }
 
 /// Records fires as the scheduler's completions do.
@@ -83,7 +88,7 @@ async fn a_replay_sends_the_unreceived_fires_then_after_a_last_event_id_everythi
     let Fixture { store, mailbox, .. } = fixture();
     let fires: Vec<FiredReminder> = (1..=7).map(|n| fire(if n == 4 { "agent-8" } else { "agent-7" }, n)).collect();
     record(&store, &fires);
-    store.mark_received(&[&fires[1], &fires[2], &fires[5]], START).unwrap();
+    store.mark_received(&[receipt(&fires[1]), receipt(&fires[2]), receipt(&fires[5])], START).unwrap();
     let agent_7 = || agent("agent-7");
 
     assert_eq!(drain(&mailbox, mailbox.replay(agent_7(), None).await.unwrap()).await, [1, 5, 7], "unreceived");
@@ -106,7 +111,7 @@ async fn the_reader_pages_after_a_fire_id_and_marks_nothing() {
     let Fixture { store, mailbox, .. } = fixture();
     let fires: Vec<FiredReminder> = (1..=5).map(|n| fire("agent-7", n)).collect();
     record(&store, &fires);
-    store.mark_received(&[&fires[0]], START).unwrap();
+    store.mark_received(&[receipt(&fires[0])], START).unwrap();
     let jobs = |after: Option<&str>, limit| {
         let (mailbox, after) = (mailbox.clone(), after.map(str::to_owned));
         async move {
@@ -123,7 +128,7 @@ async fn the_reader_pages_after_a_fire_id_and_marks_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn receipts_are_written_in_batches_including_fires_not_recorded_yet() {
+async fn receipts_are_written_in_batches_and_one_before_its_completion_marks_it_once_recorded() {
     let Fixture { store, mailbox, clock } = fixture();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn({
@@ -133,24 +138,50 @@ async fn receipts_are_written_in_batches_including_fires_not_recorded_yet() {
     let fires: Vec<FiredReminder> = (1..=3).map(|n| fire("agent-7", n)).collect();
     record(&store, &fires[..2]);
     clock.advance(Duration::seconds(5));
+    let started = tokio::time::Instant::now();
     for reminder in &fires {
-        mailbox.received(Arc::new(reminder.clone()));
+        mailbox.received(receipt(reminder));
     }
-    mailbox.receipts_settled().await;
-    let entries = store
-        .mailbox_entries(&MailboxQuery {
-            agent_id: agent("agent-7"),
-            unreceived_only: false,
-            after: 0,
-            through: None,
-            limit: 10,
-        })
-        .unwrap();
-    assert_eq!(entries.len(), 3, "the live fire not recorded yet is recorded by its receipt");
+    tokio::time::sleep(StdDuration::from_millis(10)).await;
+    let everything = |store: &InMemoryCronJobStore| {
+        let query =
+            MailboxQuery { agent_id: agent("agent-7"), unreceived_only: false, after: 0, through: None, limit: 10 };
+        store.mailbox_entries(&query).unwrap()
+    };
+    let entries = everything(&store);
+    assert_eq!(entries.len(), 2, "the live fire not recorded yet is not recorded by its receipt");
     assert!(entries.iter().all(|entry| entry.received_at == Some(START + Duration::seconds(5))));
-    assert!(unreceived(&store, "agent-7").is_empty());
+    // Its completion commits a moment later: the held receipt marks it at the next recheck.
     record(&store, &fires[2..]);
-    assert!(unreceived(&store, "agent-7").is_empty(), "its completion's record changes nothing");
+    assert_eq!(unreceived(&store, "agent-7").len(), 1);
+    clock.advance(Duration::seconds(1));
+    mailbox.receipts_settled().await;
+    assert!(unreceived(&store, "agent-7").is_empty());
+    assert!(started.elapsed() <= gateway_cron::RECEIPT_RECHECK * 2, "marked at the next recheck, not given up");
+    shutdown.cancel();
+    running.await.unwrap();
+}
+
+/// What arrives over Redis is not the store's word: a receipt for another agent's fire (a forged event on this
+/// agent's topic naming it), or for a fire never recorded, marks and records nothing, and is given up after the
+/// patience.
+#[tokio::test(start_paused = true)]
+async fn a_receipt_of_another_agents_fire_or_of_no_fire_writes_nothing_and_is_given_up() {
+    let Fixture { store, mailbox, .. } = fixture();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let (mailbox, shutdown) = (mailbox.clone(), shutdown.clone());
+        async move { mailbox.run(shutdown).await }
+    });
+    let theirs = fire("agent-8", 1);
+    record(&store, std::slice::from_ref(&theirs));
+    let started = tokio::time::Instant::now();
+    mailbox.received(Receipt { agent_id: agent("agent-7"), fire_id: theirs.fire_id.clone() });
+    mailbox.received(receipt(&fire("agent-7", 2)));
+    mailbox.receipts_settled().await;
+    assert!(started.elapsed() >= gateway_cron::RECEIPT_PATIENCE, "held for the patience, then given up");
+    assert_eq!(unreceived(&store, "agent-8").len(), 1, "another agent's fire stays unreceived");
+    assert_eq!(store.mailbox_head().unwrap(), 1, "nothing recorded");
     shutdown.cancel();
     running.await.unwrap();
 }
@@ -167,7 +198,7 @@ async fn receipts_that_cannot_be_written_are_retried_and_the_store_outage_is_rep
     receipts.running().await;
     record(&store, &[fire("agent-7", 1)]);
     store.failure.set_failing(true);
-    mailbox.received(Arc::new(fire("agent-7", 1)));
+    mailbox.received(receipt(&fire("agent-7", 1)));
     while receipts.report().healthy {
         tokio::time::sleep(StdDuration::from_millis(10)).await;
     }
@@ -187,7 +218,7 @@ async fn receipts_past_a_full_queue_are_dropped_and_the_ones_queued_are_written_
     let fires: Vec<FiredReminder> = (1..=3).map(|n| fire("agent-7", n)).collect();
     record(&store, &fires);
     for reminder in &fires {
-        mailbox.received(Arc::new(reminder.clone()));
+        mailbox.received(receipt(reminder));
     }
     // Stopped before it started: it writes what is queued on its way out.
     let shutdown = CancellationToken::new();
@@ -257,8 +288,21 @@ impl MailboxStore for SlowReads {
         self.inner.mailbox_entries(query)
     }
 
-    fn mark_received(&self, reminders: &[&FiredReminder], at: OffsetDateTime) -> Result<(), gateway_core::StoreError> {
-        self.inner.mark_received(reminders, at)
+    fn mark_received(&self, receipts: &[Receipt], at: OffsetDateTime) -> Result<Vec<usize>, gateway_core::StoreError> {
+        self.inner.mark_received(receipts, at)
+    }
+
+    fn mailbox_head(&self) -> Result<i64, gateway_core::StoreError> {
+        self.inner.mailbox_head()
+    }
+
+    fn mailbox_since(
+        &self,
+        after: i64,
+        also: &[i64],
+        limit: usize,
+    ) -> Result<Vec<MailboxEntry>, gateway_core::StoreError> {
+        self.inner.mailbox_since(after, also, limit)
     }
 
     fn prune_mailbox(&self, fired_before: OffsetDateTime, limit: usize) -> Result<usize, gateway_core::StoreError> {

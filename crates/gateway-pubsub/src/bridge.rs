@@ -14,7 +14,15 @@
 //!
 //! Redis pub/sub is at most once: what is published while an instance's subscription is down is gone for that
 //! instance. The subscription comes back by itself (capped backoff), and [`RedisBridge::status`] says when it did,
-//! so the streams of durable events (reminders) can catch up from the mailbox.
+//! so the streams of durable events (reminders) can catch up from the mailbox; and durable events reach every
+//! instance through the store anyway ([`RedisBridge::local_delivery`]): the bridge is only their fast path.
+//!
+//! Redis is not trusted (docs/architecture.md, "The bridge's trust model"): anyone who can `PUBLISH` there could
+//! otherwise speak for an instance. Every message carries an HMAC-SHA256, under a key derived from the cluster
+//! secret, of its version, the channel it is published on, its origin, when it was sent, and the event; a message
+//! whose MAC does not verify, that is older than [`MAX_MESSAGE_AGE`], larger than [`MAX_MESSAGE_BYTES`] or of another
+//! version is dropped, counted ([`BridgeCounters::rejected`]) and warned about at most once per
+//! [`REJECTION_WARNING_INTERVAL`], never with its content. Its MAC is checked before anything else of it is read.
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt::Debug;
@@ -26,6 +34,7 @@ use futures_util::StreamExt;
 use gateway_core::sync::lock;
 use gateway_core::{BackgroundLoop, Clock, Event, EventPublisher, PublishError, Topic, capped_backoff};
 use redis::aio::{MultiplexedConnection, PubSub};
+use ring::hmac;
 use time::OffsetDateTime;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -51,14 +60,67 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// The most events sent to Redis in one pipeline.
 const BATCH: usize = 256;
-/// The message format's version, first line of every message.
-const WIRE_VERSION: &str = "1";
+/// The message format's version, first line of every message. Version 1 was unsigned; an instance of this version
+/// rejects its messages (and version 1 instances skip these), so a cluster is upgraded as a whole.
+const WIRE_VERSION: &str = "2";
+/// The shortest cluster secret (`--cluster-secret`): 256 bits, the HMAC-SHA256 key size.
+pub const MIN_SECRET_BYTES: usize = 32;
+/// The largest message taken from Redis: an event is at most a 1 MiB payload, escaped; anything larger is no event
+/// of ours, and is dropped before its MAC is computed.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+/// A message sent longer ago than this (by its sender's clock, against this instance's) is dropped: a captured
+/// message replayed later is refused once the set of recent ids has forgotten it. The instances' clocks must agree
+/// to within it (NTP does far better).
+pub const MAX_MESSAGE_AGE: Duration = Duration::from_secs(60);
+/// Rejected messages are warned about at most this often (with how many since the last warning).
+pub const REJECTION_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+/// What the bridge's MAC key is derived from the cluster secret with, so that the secret could key other things
+/// without one MAC ever standing for another.
+const KEY_PURPOSE: &[u8] = b"agent-gateway event bridge v2";
+/// The MAC's line: 32 bytes, in hex.
+const MAC_HEX_LEN: usize = 64;
 
 /// Why a bridge could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BridgeError {
     #[error("invalid bridge configuration: {0}")]
     Config(String),
+}
+
+/// The keys of the bridge's MACs, derived from the cluster secret (`--cluster-secret`) and, during a rotation, the
+/// previous one, which is still accepted but never signs. Debug shows neither.
+#[derive(Clone)]
+pub struct ClusterKeys {
+    signing: hmac::Key,
+    also_accepted: Option<hmac::Key>,
+}
+
+impl ClusterKeys {
+    /// Refuses a secret (or previous secret) shorter than [`MIN_SECRET_BYTES`].
+    pub fn new(secret: &[u8], previous: Option<&[u8]>) -> Result<Self, BridgeError> {
+        let derive = |secret: &[u8]| {
+            if secret.len() < MIN_SECRET_BYTES {
+                return Err(BridgeError::Config(format!("a cluster secret must be at least {MIN_SECRET_BYTES} bytes")));
+            }
+            let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, secret), KEY_PURPOSE);
+            Ok(hmac::Key::new(hmac::HMAC_SHA256, tag.as_ref()))
+        };
+        Ok(Self { signing: derive(secret)?, also_accepted: previous.map(derive).transpose()? })
+    }
+}
+
+impl ClusterKeys {
+    /// The message an instance with these keys publishes on `channel` for `event`, sent by `origin` at `sent_at`:
+    /// what another program trusted with the cluster secret (or a test) needs to speak on the bridge.
+    pub fn seal(&self, channel: &str, origin: &str, sent_at: OffsetDateTime, event: &PublishedEvent) -> Vec<u8> {
+        wire_message(self, channel, origin, unix_millis(sent_at), event)
+    }
+}
+
+impl Debug for ClusterKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterKeys(<redacted>)")
+    }
 }
 
 /// What the bridge works through.
@@ -76,6 +138,9 @@ pub struct BridgePorts {
 pub struct BridgeConfig {
     /// This process's name in the cluster (`--instance-id`): the origin of the messages it sends.
     pub instance_id: String,
+    /// What every message is signed with and checked against.
+    pub keys: ClusterKeys,
+    pub max_message_age: Duration,
     pub channel_prefix: String,
     pub outbound_capacity: usize,
     pub recent_ids: usize,
@@ -86,9 +151,11 @@ pub struct BridgeConfig {
 }
 
 impl BridgeConfig {
-    pub fn new(instance_id: impl Into<String>) -> Self {
+    pub fn new(instance_id: impl Into<String>, keys: ClusterKeys) -> Self {
         Self {
             instance_id: instance_id.into(),
+            keys,
+            max_message_age: MAX_MESSAGE_AGE,
             channel_prefix: CHANNEL_PREFIX.into(),
             outbound_capacity: OUTBOUND_CAPACITY,
             recent_ids: RECENT_IDS,
@@ -126,8 +193,12 @@ pub struct BridgeCounters {
     pub skipped_own: u64,
     /// Events whose id had been delivered on its topic already, skipped.
     pub skipped_seen: u64,
-    /// Messages on the bridge's channels that are not events of this version (skipped).
-    pub malformed: u64,
+    /// Messages on the bridge's channels dropped unread: a MAC that does not verify (forged, altered, moved to
+    /// another channel, another secret), another version, too old, too large, or not an event.
+    pub rejected: u64,
+    /// Events that reached this instance's subscribers through [`RedisBridge::local_delivery`] (the store) before
+    /// the bridge delivered them: lost or late on Redis.
+    pub recovered: u64,
 }
 
 /// The bridge: an `EventPublisher` for this instance's components, and a [`BackgroundLoop`] (`run`) that moves
@@ -155,6 +226,14 @@ struct Inner {
     /// Set when an event was dropped for a full queue, until the queue drains: one warning per overflow.
     overflowing: AtomicBool,
     counters: Counters,
+    /// When rejected messages were last warned about, and how many were rejected since.
+    rejections: Mutex<Rejections>,
+}
+
+#[derive(Debug, Default)]
+struct Rejections {
+    warned_at: Option<tokio::time::Instant>,
+    since_warning: u64,
 }
 
 #[derive(Debug, Default)]
@@ -165,7 +244,8 @@ struct Counters {
     received: AtomicU64,
     skipped_own: AtomicU64,
     skipped_seen: AtomicU64,
-    malformed: AtomicU64,
+    rejected: AtomicU64,
+    recovered: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -185,8 +265,13 @@ impl RedisBridge {
         if config.outbound_capacity == 0 || config.recent_ids == 0 {
             return Err(BridgeError::Config("capacities must be positive".into()));
         }
-        let durations =
-            [config.reconnect_initial, config.reconnect_max, config.keepalive_interval, config.command_timeout];
+        let durations = [
+            config.reconnect_initial,
+            config.reconnect_max,
+            config.keepalive_interval,
+            config.command_timeout,
+            config.max_message_age,
+        ];
         if durations.iter().any(Duration::is_zero) {
             return Err(BridgeError::Config("durations must be positive".into()));
         }
@@ -202,6 +287,7 @@ impl RedisBridge {
             status: watch::Sender::new(BridgeStatus::default()),
             overflowing: AtomicBool::new(false),
             counters: Counters::default(),
+            rejections: Mutex::default(),
         };
         Ok(Self { inner: Arc::new(inner) })
     }
@@ -227,8 +313,37 @@ impl RedisBridge {
             received: read(&counters.received),
             skipped_own: read(&counters.skipped_own),
             skipped_seen: read(&counters.skipped_seen),
-            malformed: read(&counters.malformed),
+            rejected: read(&counters.rejected),
+            recovered: read(&counters.recovered),
         }
+    }
+
+    /// An `EventPublisher` that hands events to this instance's subscribers only, each event id once with what the
+    /// bridge delivers: what the store says happened (a fire read from the mailbox) reaches the streams here even
+    /// when Redis lost it, and not twice when Redis did not. It asks only about local subscribers.
+    pub fn local_delivery(&self) -> LocalDelivery {
+        LocalDelivery { bridge: self.clone() }
+    }
+}
+
+/// See [`RedisBridge::local_delivery`].
+#[derive(Debug, Clone)]
+pub struct LocalDelivery {
+    bridge: RedisBridge,
+}
+
+impl EventPublisher for LocalDelivery {
+    fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError> {
+        let inner = &self.bridge.inner;
+        if lock(&inner.recent).insert(topic, &event.id) {
+            inner.counters.recovered.fetch_add(1, Ordering::Relaxed);
+            inner.bus.publish(topic, event)?;
+        }
+        Ok(())
+    }
+
+    fn may_deliver(&self, topic: &Topic) -> bool {
+        self.bridge.inner.bus.has_subscribers(topic)
     }
 }
 
@@ -300,9 +415,12 @@ impl RedisBridge {
                 }
                 let Some(connection) = connection.as_mut() else { return Ok(()) };
                 let mut pipeline = redis::pipe();
+                let sent_at = unix_millis(inner.clock.now());
                 for Outbound { topic, event } in batch.drain(..) {
                     let channel = format!("{}{topic}", inner.config.channel_prefix);
-                    pipeline.publish(channel, wire_message(&inner.config.instance_id, &event)).ignore();
+                    let message =
+                        wire_message(&inner.config.keys, &channel, &inner.config.instance_id, sent_at, &event);
+                    pipeline.publish(channel, message).ignore();
                 }
                 pipeline.query_async::<()>(connection).await
             })
@@ -422,14 +540,24 @@ impl RedisBridge {
     }
 
     fn deliver(&self, message: &redis::Msg) {
+        self.deliver_raw(message.get_channel_name(), message.get_payload_bytes());
+    }
+
+    /// Checks one message from Redis and hands its event to the bus, or drops it.
+    fn deliver_raw(&self, channel: &str, payload: &[u8]) {
         let inner = &self.inner;
         let counters = &inner.counters;
-        let topic =
-            message.get_channel_name().strip_prefix(inner.config.channel_prefix.as_str()).and_then(Topic::from_wire);
-        let wire = std::str::from_utf8(message.get_payload_bytes()).ok().and_then(WireMessage::parse);
-        let (Some(topic), Some(wire)) = (topic, wire) else {
-            counters.malformed.fetch_add(1, Ordering::Relaxed);
-            return;
+        let wire = match WireMessage::open(&inner.config.keys, channel, payload) {
+            Ok(wire) => wire,
+            Err(rejection) => return self.reject(rejection),
+        };
+        let age_ms = unix_millis(inner.clock.now()).abs_diff(wire.sent_at_ms);
+        if u128::from(age_ms) > inner.config.max_message_age.as_millis() {
+            return self.reject(Rejection::Stale);
+        }
+        let Some(topic) = channel.strip_prefix(inner.config.channel_prefix.as_str()).and_then(Topic::from_wire) else {
+            // Signed by an instance of the cluster, on a topic this one does not know (a newer version's).
+            return self.reject(Rejection::Malformed);
         };
         if wire.origin == inner.config.instance_id {
             counters.skipped_own.fetch_add(1, Ordering::Relaxed);
@@ -442,41 +570,153 @@ impl RedisBridge {
         counters.received.fetch_add(1, Ordering::Relaxed);
         inner.bus.deliver(&topic, Arc::new(wire.event));
     }
+
+    /// Counts a dropped message, and warns about the rejections at most once per [`REJECTION_WARNING_INTERVAL`]:
+    /// someone who can publish on Redis must not be able to flood the log. Never with the message's content.
+    fn reject(&self, rejection: Rejection) {
+        let inner = &self.inner;
+        inner.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        let mut rejections = lock(&inner.rejections);
+        rejections.since_warning += 1;
+        let now = tokio::time::Instant::now();
+        if rejections.warned_at.is_none_or(|at| now.duration_since(at) >= REJECTION_WARNING_INTERVAL) {
+            let rejected = std::mem::take(&mut rejections.since_warning);
+            rejections.warned_at = Some(now);
+            drop(rejections);
+            warn!(
+                rejected,
+                last_reason = rejection.reason(),
+                "event bridge dropped messages that failed verification: something other than this cluster's \
+                 instances publishes on its Redis channels, or an instance runs with another --cluster-secret or \
+                 version, or clocks disagree by more than {:?}",
+                inner.config.max_message_age
+            );
+        }
+    }
 }
 
-/// `1\n<origin>\n<event_type>\n<id>\n<json>`: the event's JSON as it is, after four short lines.
-fn wire_message(origin: &str, event: &PublishedEvent) -> Vec<u8> {
+/// Why a message from Redis was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rejection {
+    TooLarge,
+    Version,
+    Signature,
+    Stale,
+    Malformed,
+}
+
+impl Rejection {
+    fn reason(self) -> &'static str {
+        match self {
+            Self::TooLarge => "too large",
+            Self::Version => "another wire version",
+            Self::Signature => "MAC does not verify",
+            Self::Stale => "sent too long ago (or clocks disagree)",
+            Self::Malformed => "not an event",
+        }
+    }
+}
+
+fn unix_millis(at: OffsetDateTime) -> u64 {
+    u64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
+}
+
+/// What a message's MAC covers: the version, the channel it is published on (so a message moved to another topic
+/// fails), then the rest of the message after the MAC's line (origin, send time, event type, id, JSON).
+fn mac_input<'a>(channel: &'a str, rest: &'a [u8]) -> [&'a [u8]; 4] {
+    [WIRE_VERSION.as_bytes(), b"\n", channel.as_bytes(), rest]
+}
+
+fn sign(keys: &ClusterKeys, channel: &str, rest: &[u8]) -> hmac::Tag {
+    let mut context = hmac::Context::with_key(&keys.signing);
+    for part in mac_input(channel, rest) {
+        context.update(part);
+    }
+    context.sign()
+}
+
+/// Whether `mac` is the MAC of the message under the signing key or the one still accepted (compared in constant
+/// time; computed in pieces, so a large message is not copied to be checked).
+fn verifies(keys: &ClusterKeys, channel: &str, rest: &[u8], mac: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    std::iter::once(&keys.signing).chain(keys.also_accepted.as_ref()).any(|key| {
+        let mut context = hmac::Context::with_key(key);
+        for part in mac_input(channel, rest) {
+            context.update(part);
+        }
+        bool::from(context.sign().as_ref().ct_eq(mac))
+    })
+}
+
+/// `2\n<mac>\n<origin>\n<sent_at_ms>\n<event_type>\n<id>\n<json>`: the event's JSON as it is, after six short
+/// lines; `<mac>` is the hex HMAC-SHA256 of [`mac_input`].
+fn wire_message(keys: &ClusterKeys, channel: &str, origin: &str, sent_at_ms: u64, event: &PublishedEvent) -> Vec<u8> {
     let json = event.json_bytes();
-    let mut message = Vec::with_capacity(
-        WIRE_VERSION.len() + origin.len() + event.event_type().len() + event.id().len() + json.len() + 4,
-    );
-    for line in [WIRE_VERSION, origin, event.event_type(), event.id()] {
+    let sent_at = sent_at_ms.to_string();
+    let mut rest =
+        Vec::with_capacity(origin.len() + sent_at.len() + event.event_type().len() + event.id().len() + json.len() + 4);
+    for line in [origin, &sent_at, event.event_type(), event.id()] {
+        rest.extend_from_slice(line.as_bytes());
+        rest.push(b'\n');
+    }
+    rest.extend_from_slice(json);
+    let mac = gateway_core::hex::encode(sign(keys, channel, &rest).as_ref());
+    let mut message = Vec::with_capacity(WIRE_VERSION.len() + MAC_HEX_LEN + 2 + rest.len());
+    for line in [WIRE_VERSION, &mac] {
         message.extend_from_slice(line.as_bytes());
         message.push(b'\n');
     }
-    message.extend_from_slice(json);
+    message.extend_from_slice(&rest);
     message
 }
 
 #[derive(Debug, PartialEq, Eq)]
 struct WireMessage<'a> {
     origin: &'a str,
+    sent_at_ms: u64,
     event: PublishedEvent,
 }
 
 impl<'a> WireMessage<'a> {
-    fn parse(message: &'a str) -> Option<Self> {
-        let mut lines = message.splitn(5, '\n');
-        let (version, origin, event_type, id, json) =
+    /// Verifies a message received on `channel` and reads it. Nothing but its size, version line and MAC line is
+    /// looked at before the MAC has verified.
+    fn open(keys: &ClusterKeys, channel: &str, payload: &'a [u8]) -> Result<Self, Rejection> {
+        if payload.len() > MAX_MESSAGE_BYTES {
+            return Err(Rejection::TooLarge);
+        }
+        let (version, after_version) = split_line(payload).ok_or(Rejection::Version)?;
+        if version != WIRE_VERSION.as_bytes() {
+            return Err(Rejection::Version);
+        }
+        let (mac, rest) = split_line(after_version).ok_or(Rejection::Signature)?;
+        let mac = std::str::from_utf8(mac).ok().filter(|mac| mac.len() == MAC_HEX_LEN);
+        let mac = mac.and_then(gateway_core::hex::decode).ok_or(Rejection::Signature)?;
+        if !verifies(keys, channel, rest, &mac) {
+            return Err(Rejection::Signature);
+        }
+        Self::parse(rest).ok_or(Rejection::Malformed)
+    }
+
+    fn parse(rest: &'a [u8]) -> Option<Self> {
+        let rest = std::str::from_utf8(rest).ok()?;
+        let mut lines = rest.splitn(5, '\n');
+        let (origin, sent_at, event_type, id, json) =
             (lines.next()?, lines.next()?, lines.next()?, lines.next()?, lines.next()?);
-        if version != WIRE_VERSION || origin.is_empty() || id.is_empty() {
+        if origin.is_empty() || id.is_empty() || !sent_at.bytes().all(|byte| byte.is_ascii_digit()) {
             return None;
         }
+        let sent_at_ms = sent_at.parse().ok()?;
         // Built into the same frame a local publish builds: the streams of this instance write it as they would
         // their own events.
         let event = PublishedEvent::from_json(id, known_event_type(event_type)?, json)?;
-        Some(Self { origin, event })
+        Some(Self { origin, sent_at_ms, event })
     }
+}
+
+/// The bytes before the first line break, and those after it.
+fn split_line(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = bytes.iter().position(|byte| *byte == b'\n')?;
+    Some((&bytes[..end], &bytes[end + 1..]))
 }
 
 /// The contract's event types (docs/api.md) and the internal one, as the `&'static str` the bus carries; `None` for
@@ -541,6 +781,17 @@ mod tests {
         Event::with_id(id, EventPayload::WebhookSignatureFailure { webhook_id: 7 }, datetime!(2026-02-22 12:00:00 UTC))
     }
 
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+    const CHANNEL: &str = "gateway:events:gateway:webhooks";
+
+    fn keys() -> ClusterKeys {
+        ClusterKeys::new(SECRET, None).unwrap()
+    }
+
+    fn config(instance_id: &str) -> BridgeConfig {
+        BridgeConfig::new(instance_id, keys())
+    }
+
     fn bridge(config: BridgeConfig) -> RedisBridge {
         // Nothing connects until `run`: the address is never used by these tests.
         let redis = redis::Client::open("redis://127.0.0.1:1/").unwrap();
@@ -548,28 +799,148 @@ mod tests {
         RedisBridge::new(ports, config).unwrap()
     }
 
+    fn now_ms() -> u64 {
+        unix_millis(ManualClock::at_fixed_start().now())
+    }
+
+    fn signed(channel: &str, origin: &str, event: &PublishedEvent) -> Vec<u8> {
+        wire_message(&keys(), channel, origin, now_ms(), event)
+    }
+
     #[test]
-    fn the_wire_format_carries_the_event_and_its_origin_and_refuses_anything_else() {
+    fn the_wire_format_carries_the_event_its_origin_and_time_under_a_mac() {
         let published = PublishedEvent::of(&event("e-1"));
-        let message = String::from_utf8(wire_message("gw-a", &published)).unwrap();
-        assert!(message.starts_with("1\ngw-a\nwebhook_signature_failure\ne-1\n{"));
-        assert_eq!(WireMessage::parse(&message), Some(WireMessage { origin: "gw-a", event: published }));
+        let message = signed(CHANNEL, "gw-a", &published);
+        let text = String::from_utf8(message.clone()).unwrap();
+        let lines: Vec<&str> = text.splitn(7, '\n').collect();
+        assert_eq!(lines[0], "2");
+        assert_eq!(lines[1].len(), 64, "the MAC, in hex");
+        assert_eq!(&lines[2..6], ["gw-a", &now_ms().to_string(), "webhook_signature_failure", "e-1"]);
+        assert_eq!(
+            WireMessage::open(&keys(), CHANNEL, &message),
+            Ok(WireMessage { origin: "gw-a", sent_at_ms: now_ms(), event: published })
+        );
+        // The JSON may hold anything after the sixth line break; a line break there is whitespace, and becomes a
+        // space so that the event's frame keeps its data on one line.
+        let parsed = WireMessage::parse(b"gw-a\n5\nreminder\ne-2\n{\"a\":\n1}").unwrap();
+        assert_eq!(parsed.event.json(), "{\"a\": 1}");
+        assert_eq!(parsed.event.frame(), PublishedEvent::from_json("e-2", "reminder", "{\"a\": 1}").unwrap().frame());
         for bad in [
-            "",
-            "1\ngw-a\nwebhook_signature_failure\ne-1",
-            "2\ngw-a\nwebhook_signature_failure\ne-1\n{}",
-            "1\ngw-a\nsomething_else\ne-1\n{}",
-            "1\n\nreminder\ne-1\n{}",
-            "1\ngw-a\nreminder\n\n{}",
-            "1\ngw-a\nreminder\ne\r1\n{}",
+            &b""[..],
+            b"gw-a\n5\nwebhook_signature_failure\ne-1",
+            b"gw-a\n5\nsomething_else\ne-1\n{}",
+            b"\n5\nreminder\ne-1\n{}",
+            b"gw-a\n5\nreminder\n\n{}",
+            b"gw-a\n5\nreminder\ne\r1\n{}",
+            b"gw-a\n-5\nreminder\ne-1\n{}",
+            b"gw-a\n\nreminder\ne-1\n{}",
+            b"gw-a\n5\nreminder\ne-1\n\xff",
         ] {
             assert_eq!(WireMessage::parse(bad), None, "{bad:?}");
         }
-        // The JSON may hold anything after the fourth line break; a line break there is whitespace, and becomes a
-        // space so that the event's frame keeps its data on one line.
-        let parsed = WireMessage::parse("1\ngw-a\nreminder\ne-2\n{\"a\":\n1}").unwrap();
-        assert_eq!(parsed.event.json(), "{\"a\": 1}");
-        assert_eq!(parsed.event.frame(), PublishedEvent::from_json("e-2", "reminder", "{\"a\": 1}").unwrap().frame());
+    }
+
+    #[test]
+    fn a_tampered_byte_a_wrong_secret_a_wrong_channel_or_an_old_version_is_rejected() {
+        let published = PublishedEvent::of(&event("e-1"));
+        let message = signed(CHANNEL, "gw-a", &published);
+        let open = |keys: &ClusterKeys, channel: &str, bytes: &[u8]| WireMessage::open(keys, channel, bytes).err();
+        assert_eq!(open(&keys(), CHANNEL, &message), None);
+        for index in 0..message.len() {
+            let mut tampered = message.clone();
+            tampered[index] ^= 0x01;
+            assert!(open(&keys(), CHANNEL, &tampered).is_some(), "byte {index} changed and still accepted");
+        }
+        let other = ClusterKeys::new(b"another secret, also 32 bytes long", None).unwrap();
+        assert_eq!(open(&other, CHANNEL, &message), Some(Rejection::Signature));
+        assert_eq!(open(&keys(), "gateway:events:gateway:messages", &message), Some(Rejection::Signature));
+        let unsigned = b"1\ngw-a\nwebhook_signature_failure\ne-1\n{}";
+        assert_eq!(open(&keys(), CHANNEL, unsigned), Some(Rejection::Version));
+        let mut large = message.clone();
+        large.resize(MAX_MESSAGE_BYTES + 1, b' ');
+        assert_eq!(open(&keys(), CHANNEL, &large), Some(Rejection::TooLarge));
+        // During a rotation: signed with the new secret, checked by an instance that has the old one as its own
+        // and the new one as the previous, and the other way round.
+        let new = b"the new secret, 32 bytes at least";
+        let rotated = ClusterKeys::new(new, Some(SECRET)).unwrap();
+        assert_eq!(open(&rotated, CHANNEL, &message), None, "the previous secret is still accepted");
+        let rotating = ClusterKeys::new(SECRET, Some(new)).unwrap();
+        let from_rotated = wire_message(&rotated, CHANNEL, "gw-b", now_ms(), &published);
+        assert_eq!(open(&rotating, CHANNEL, &from_rotated), None);
+        assert_eq!(open(&keys(), CHANNEL, &from_rotated), Some(Rejection::Signature), "the new one alone is not");
+    }
+
+    #[test]
+    fn secrets_shorter_than_32_bytes_are_refused_and_never_shown() {
+        assert!(ClusterKeys::new(&SECRET[..31], None).is_err());
+        assert!(ClusterKeys::new(SECRET, Some(&SECRET[..31])).is_err());
+        assert_eq!(format!("{:?}", keys()), "ClusterKeys(<redacted>)");
+    }
+
+    #[test]
+    fn rejected_messages_are_counted_and_never_delivered() {
+        let receiving = bridge(config("gw-b"));
+        let mut local = receiving.bus().subscribe(&Topic::Webhooks);
+        let published = PublishedEvent::of(&event("e-1"));
+        let good = signed(CHANNEL, "gw-a", &published);
+        let mut tampered = good.clone();
+        let last = tampered.len() - 2;
+        tampered[last] ^= 0x20;
+        let forged_unsigned = b"1\ngw-a\nwebhook_signature_failure\ne-1\n{}".to_vec();
+        let wrong_secret = wire_message(
+            &ClusterKeys::new(b"another secret, also 32 bytes long", None).unwrap(),
+            CHANNEL,
+            "gw-a",
+            now_ms(),
+            &published,
+        );
+        let old = wire_message(&keys(), CHANNEL, "gw-a", now_ms() - 61_000, &published);
+        let future = wire_message(&keys(), CHANNEL, "gw-a", now_ms() + 61_000, &published);
+        for (channel, message) in [
+            (CHANNEL, &tampered),
+            (CHANNEL, &forged_unsigned),
+            (CHANNEL, &wrong_secret),
+            ("gateway:events:gateway:messages", &good),
+            (CHANNEL, &old),
+            (CHANNEL, &future),
+            ("gateway:events:no-such-topic", &signed("gateway:events:no-such-topic", "gw-a", &published)),
+        ] {
+            receiving.deliver_raw(channel, message);
+        }
+        assert_eq!(receiving.counters().rejected, 7);
+        assert_eq!(receiving.counters().received, 0);
+        receiving.deliver_raw(CHANNEL, &good);
+        let counters = receiving.counters();
+        assert_eq!((counters.rejected, counters.received), (7, 1));
+        assert_eq!(try_next(&mut local).as_deref(), Some("e-1"));
+        assert_eq!(try_next(&mut local), None, "only the good one was delivered");
+        // Its replay within the window is the same event, once.
+        receiving.deliver_raw(CHANNEL, &good);
+        assert_eq!(receiving.counters().skipped_seen, 1);
+    }
+
+    /// The id of the event waiting for `subscription`, if one is.
+    fn try_next(subscription: &mut crate::Subscription) -> Option<String> {
+        subscription.receiver.try_recv().ok().map(|event| event.id().to_owned())
+    }
+
+    #[test]
+    fn local_delivery_hands_each_event_once_with_what_the_bridge_delivered() {
+        let bridge = bridge(config("gw-b"));
+        let local = bridge.local_delivery();
+        assert!(!local.may_deliver(&Topic::Webhooks), "only this instance's subscribers count");
+        let mut subscriber = bridge.bus().subscribe(&Topic::Webhooks);
+        assert!(local.may_deliver(&Topic::Webhooks));
+        // Delivered by the bridge first: the store's copy is not delivered again.
+        bridge.deliver_raw(CHANNEL, &signed(CHANNEL, "gw-a", &PublishedEvent::of(&event("e-1"))));
+        local.publish(&Topic::Webhooks, &event("e-1")).unwrap();
+        // Lost on Redis: the store's copy is delivered, and the bridge's late one is not.
+        local.publish(&Topic::Webhooks, &event("e-2")).unwrap();
+        bridge.deliver_raw(CHANNEL, &signed(CHANNEL, "gw-a", &PublishedEvent::of(&event("e-2"))));
+        assert_eq!([try_next(&mut subscriber), try_next(&mut subscriber)], [Some("e-1".into()), Some("e-2".into())]);
+        assert_eq!(try_next(&mut subscriber), None);
+        let counters = bridge.counters();
+        assert_eq!((counters.received, counters.recovered, counters.skipped_seen), (1, 1, 1));
     }
 
     #[test]
@@ -614,8 +985,8 @@ mod tests {
         ];
         for payload in payloads {
             let published = PublishedEvent::of(&Event::with_id("e", payload, at));
-            let message = String::from_utf8(wire_message("gw", &published)).unwrap();
-            assert_eq!(WireMessage::parse(&message).unwrap().event, published);
+            let message = signed(CHANNEL, "gw", &published);
+            assert_eq!(WireMessage::open(&keys(), CHANNEL, &message).unwrap().event, published);
         }
     }
 
@@ -633,7 +1004,7 @@ mod tests {
 
     #[tokio::test]
     async fn publish_reaches_local_subscribers_at_once_never_blocks_and_counts_what_it_cannot_queue() {
-        let bridge = bridge(BridgeConfig { outbound_capacity: 4, ..BridgeConfig::new("gw-a") });
+        let bridge = bridge(BridgeConfig { outbound_capacity: 4, ..config("gw-a") });
         let mut local = bridge.bus().subscribe(&Topic::Webhooks);
         // Not running: nothing drains the queue, which holds 4.
         for n in 0..10 {
@@ -654,7 +1025,7 @@ mod tests {
     /// to publish.
     #[tokio::test]
     async fn the_bridge_may_always_deliver_even_with_no_local_subscriber() {
-        let bridge = bridge(BridgeConfig::new("gw-a"));
+        let bridge = bridge(config("gw-a"));
         assert!(!bridge.bus().has_subscribers(&Topic::Messages));
         assert!(bridge.may_deliver(&Topic::Messages));
     }
@@ -671,15 +1042,60 @@ mod tests {
             RedisBridge::new(ports, config)
         };
         for bad in [
-            BridgeConfig::new(""),
-            BridgeConfig::new("two\nlines"),
-            BridgeConfig::new("a b"),
-            BridgeConfig { outbound_capacity: 0, ..BridgeConfig::new("a") },
-            BridgeConfig { recent_ids: 0, ..BridgeConfig::new("a") },
-            BridgeConfig { keepalive_interval: Duration::ZERO, ..BridgeConfig::new("a") },
+            config(""),
+            config("two\nlines"),
+            config("a b"),
+            BridgeConfig { max_message_age: Duration::ZERO, ..config("a") },
+            BridgeConfig { outbound_capacity: 0, ..config("a") },
+            BridgeConfig { recent_ids: 0, ..config("a") },
+            BridgeConfig { keepalive_interval: Duration::ZERO, ..config("a") },
         ] {
             assert!(make(bad).is_err());
         }
-        assert!(make(BridgeConfig::new("gw-a")).is_ok());
+        assert!(make(config("gw-a")).is_ok());
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        proptest! {
+            /// Whatever Redis hands over, on whatever channel, the decoder answers without panicking, and what it
+            /// accepts is only what was signed.
+            #[test]
+            fn any_bytes_on_any_channel_are_refused_or_read_never_a_panic(
+                payload in proptest::collection::vec(any::<u8>(), 0..512),
+                channel in ".{0,64}",
+            ) {
+                prop_assert!(WireMessage::open(&keys(), &channel, &payload).is_err());
+                let _ = WireMessage::parse(&payload);
+            }
+
+            /// A signed message whose MAC is right but whose lines are anything: read or refused, never a panic.
+            #[test]
+            fn a_signed_message_with_any_content_is_read_or_refused(rest in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let mac = gateway_core::hex::encode(sign(&keys(), CHANNEL, &rest).as_ref());
+                let message = [format!("{WIRE_VERSION}\n{mac}\n").into_bytes(), rest].concat();
+                let _ = WireMessage::open(&keys(), CHANNEL, &message);
+            }
+
+            /// What the encoder prints, the decoder reads back: any id without a line break, any JSON text, any
+            /// instance id, any time.
+            #[test]
+            fn encode_then_decode_is_the_same_event(
+                id in "[^\r\n]{1,40}",
+                json in ".{0,200}",
+                origin in "[!-~]{1,40}",
+                sent_at_ms in any::<u64>(),
+                topic in prop::sample::select(vec!["gateway:messages", "agent:a b:scheduled", "internal:scheduled-jobs"]),
+            ) {
+                let channel = format!("{CHANNEL_PREFIX}{topic}");
+                let published = PublishedEvent::from_json(&id, "reminder", &json).unwrap();
+                let message = wire_message(&keys(), &channel, &origin, sent_at_ms, &published);
+                let opened = WireMessage::open(&keys(), &channel, &message).unwrap();
+                prop_assert_eq!(opened, WireMessage { origin: &origin, sent_at_ms, event: published });
+            }
+        }
     }
 }

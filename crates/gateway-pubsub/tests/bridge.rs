@@ -4,8 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use gateway_core::{AgentId, BackgroundLoop, Event, EventPayload, EventPublisher, ManualClock, Topic};
-use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, BridgeStatus, RedisBridge};
+use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, BridgeStatus, ClusterKeys, RedisBridge};
 use gateway_pubsub::{Bus, Received, Subscription};
 use gateway_testkit::redis::RedisServer;
 use time::macros::datetime;
@@ -13,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const PATIENCE: Duration = Duration::from_secs(15);
+const SECRET: &[u8] = b"the cluster secret of these tests";
 
 struct Instance {
     bridge: RedisBridge,
@@ -23,6 +26,10 @@ struct Instance {
 
 impl Instance {
     fn start(name: &str, redis: &RedisServer) -> Self {
+        Self::start_with_secret(name, redis, SECRET)
+    }
+
+    fn start_with_secret(name: &str, redis: &RedisServer, secret: &[u8]) -> Self {
         let clock = ManualClock::at_fixed_start();
         let ports = BridgePorts {
             bus: Bus::default(),
@@ -34,7 +41,7 @@ impl Instance {
             reconnect_max: Duration::from_millis(200),
             keepalive_interval: Duration::from_millis(500),
             command_timeout: Duration::from_millis(500),
-            ..BridgeConfig::new(name)
+            ..BridgeConfig::new(name, ClusterKeys::new(secret, None).unwrap())
         };
         let bridge = RedisBridge::new(ports, config).unwrap();
         let shutdown = CancellationToken::new();
@@ -168,7 +175,9 @@ async fn the_bridge_reconnects_after_a_redis_restart_and_signals_it() {
     redis.stop();
     b.status_until("the loss noticed", |status| !status.subscribed).await;
     let restarted_at = datetime!(2026-02-22 12:05:00 UTC);
+    // Both clocks: messages sent more than a minute ago (by the sender's clock, against the receiver's) are refused.
     b.clock.set(restarted_at);
+    a.clock.set(restarted_at);
     redis.start_again().unwrap();
     let status = b.status_until("subscribed again", |status| status.subscribed && status.reconnects >= 1).await;
     assert_eq!(status.reconnects, 1);
@@ -183,4 +192,51 @@ async fn the_bridge_reconnects_after_a_redis_restart_and_signals_it() {
     }
     a.stop().await;
     b.stop().await;
+}
+
+/// Someone who can publish on Redis but has no cluster secret: an unsigned message in the old format, a copy of a
+/// signed one moved to another agent's channel, and a message signed with another secret all reach nobody, and are
+/// counted; a message of the cluster still goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_messages_on_redis_reach_no_subscriber_and_are_counted() {
+    let Some(redis) = RedisServer::start_or_skip("forged_messages_on_redis_reach_no_subscriber_and_are_counted") else {
+        return;
+    };
+    let (a, b) = (Instance::start("gw-a", &redis), Instance::start("gw-b", &redis));
+    let stranger = Instance::start_with_secret("gw-x", &redis, b"another secret that is long enough");
+    let victim = Topic::AgentScheduled(AgentId::new("agent-7").unwrap());
+    let mut on_b = b.subscribe(&victim);
+    b.status_until("b subscribed", |status| status.subscribed).await;
+    until_marker(&a.bridge, &victim, &mut on_b, "warm-a").await;
+    let rejected_before = b.bridge.counters().rejected;
+
+    let mut raw = redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let channel = format!("gateway:events:{victim}");
+    let unsigned = "1\ngw-a\nreminder\n1:2026-02-22T12:00:00Z\n{\"event_type\":\"reminder\"}";
+    let _: i64 = redis::cmd("PUBLISH").arg(&channel).arg(unsigned).query_async(&mut raw).await.unwrap();
+    stranger.bridge.publish(&victim, &event("from-a-stranger")).unwrap();
+    // A genuine message captured on another agent's channel and published again on this one.
+    let mut capture = redis::Client::open(redis.url()).unwrap().get_async_pubsub().await.unwrap();
+    capture.subscribe("gateway:events:agent:agent-8:scheduled").await.unwrap();
+    let other = Topic::AgentScheduled(AgentId::new("agent-8").unwrap());
+    let mut captured = capture.on_message();
+    let genuine = loop {
+        a.bridge.publish(&other, &event(&format!("genuine-{}", Instant::now().elapsed().as_nanos()))).unwrap();
+        if let Ok(Some(message)) = tokio::time::timeout(Duration::from_millis(200), captured.next()).await {
+            break message.get_payload_bytes().to_vec();
+        }
+    };
+    drop(captured);
+    let _: i64 = redis::cmd("PUBLISH").arg(&channel).arg(genuine).query_async(&mut raw).await.unwrap();
+
+    let seen = until_marker(&a.bridge, &victim, &mut on_b, "after").await;
+    assert!(seen.is_empty(), "forged events reached a subscriber: {seen:?}");
+    let deadline = Instant::now() + PATIENCE;
+    while b.bridge.counters().rejected < rejected_before + 3 {
+        assert!(Instant::now() < deadline, "rejected: {:?}", b.bridge.counters());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.stop().await;
+    b.stop().await;
+    stranger.stop().await;
 }

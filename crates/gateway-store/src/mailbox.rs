@@ -12,9 +12,8 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::sql_types::{Array, BigInt, Text, Timestamp};
 use diesel::sqlite::{Sqlite, SqliteConnection};
-use diesel::upsert::excluded;
 use gateway_core::mailbox::in_firing_order;
-use gateway_core::{AgentId, FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, StoreError};
+use gateway_core::{AgentId, FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, Receipt, StoreError};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::batch::push_sql_with_binds;
@@ -33,11 +32,10 @@ struct NewEntryRow<'a> {
     payload: String,
     scheduled_for: PrimitiveDateTime,
     fired_at: PrimitiveDateTime,
-    received_at: Option<PrimitiveDateTime>,
 }
 
 impl<'a> NewEntryRow<'a> {
-    fn of(reminder: &'a FiredReminder, received_at: Option<OffsetDateTime>) -> Self {
+    fn of(reminder: &'a FiredReminder) -> Self {
         Self {
             fire_id: &reminder.fire_id,
             agent_id: reminder.agent_id.as_str(),
@@ -45,7 +43,6 @@ impl<'a> NewEntryRow<'a> {
             payload: serde_json::to_string(&reminder.payload).unwrap_or_else(|_| "{}".to_owned()),
             scheduled_for: to_db(reminder.scheduled_for),
             fired_at: to_db(reminder.fired_at),
-            received_at: received_at.map(to_db),
         }
     }
 }
@@ -147,30 +144,40 @@ impl QueryFragment<Pg> for InsertEntries<'_> {
     }
 }
 
-/// A mark of a group as one statement: each fire recorded received at `received_at` unless recorded already, and a
-/// recorded one given that `received_at` unless it has one. (A statement of its own: Diesel keeps one prepared
-/// statement per statement type.)
-struct MarkEntries<'a> {
-    rows: InsertEntries<'a>,
+/// A mark of a group as one statement: the entries the receipts name, each by its fire id in its receipt's agent's
+/// mailbox, locked in `seq` order (so that rival marks of the same entries never deadlock) and given `received_at`
+/// unless they have one; returns the (agent, fire) pairs that name an entry, received before or now. (A statement of
+/// its own: Diesel keeps one prepared statement per statement type.)
+struct MarkReceived<'a> {
     received_at: PrimitiveDateTime,
+    agent_id: Vec<&'a str>,
+    fire_id: Vec<&'a str>,
 }
 
-postgres_statement!(MarkEntries);
+postgres_statement!(MarkReceived -> (Text, Text));
 
-impl QueryFragment<Pg> for MarkEntries<'_> {
+impl QueryFragment<Pg> for MarkReceived<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         push_sql_with_binds(
             &mut out,
-            "INSERT INTO agent_mailbox (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, received_at) \
-             SELECT fire_id, agent_id, job_id, payload, scheduled_for, fired_at, $ \
-             FROM unnest($, $, $, $, $, $) WITH ORDINALITY \
-             AS sent (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, position) \
-             ORDER BY position \
-             ON CONFLICT (fire_id) DO UPDATE SET received_at = EXCLUDED.received_at \
-             WHERE agent_mailbox.received_at IS NULL",
+            "WITH named AS ( \
+                 SELECT entry.seq, entry.agent_id, entry.fire_id, entry.received_at \
+                 FROM unnest($, $) AS receipt (agent_id, fire_id) \
+                 JOIN agent_mailbox AS entry \
+                 ON entry.fire_id = receipt.fire_id AND entry.agent_id = receipt.agent_id \
+             ), locked AS ( \
+                 SELECT seq FROM agent_mailbox \
+                 WHERE seq IN (SELECT seq FROM named WHERE received_at IS NULL) \
+                 ORDER BY seq FOR UPDATE \
+             ), marked AS ( \
+                 UPDATE agent_mailbox SET received_at = $ FROM locked \
+                 WHERE agent_mailbox.seq = locked.seq AND agent_mailbox.received_at IS NULL \
+             ) \
+             SELECT agent_id, fire_id FROM named",
             |index, out| match index {
-                0 => out.push_bind_param::<Timestamp, _>(&self.received_at),
-                _ => self.rows.bind_arrays(index - 1, out),
+                0 => out.push_bind_param::<Array<Text>, _>(&self.agent_id),
+                1 => out.push_bind_param::<Array<Text>, _>(&self.fire_id),
+                _ => out.push_bind_param::<Timestamp, _>(&self.received_at),
             },
         )
     }
@@ -181,8 +188,7 @@ pub(crate) fn record_fires(connection: &mut AnyConnection<'_>, fired: &[FiredRem
     if fired.is_empty() {
         return Ok(());
     }
-    let rows: Vec<NewEntryRow<'_>> =
-        in_firing_order(fired).into_iter().map(|reminder| NewEntryRow::of(reminder, None)).collect();
+    let rows: Vec<NewEntryRow<'_>> = in_firing_order(fired).into_iter().map(NewEntryRow::of).collect();
     match connection {
         AnyConnection::Postgres(connection) => InsertEntries::of(&rows).execute(&mut **connection).map(drop),
         AnyConnection::Sqlite(connection) => {
@@ -282,42 +288,75 @@ impl MailboxStore for DieselStore {
         rows.into_iter().map(MailboxEntry::try_from).collect()
     }
 
-    fn mark_received(&self, reminders: &[&FiredReminder], at: OffsetDateTime) -> Result<(), StoreError> {
-        // Once per fire: PostgreSQL refuses an upsert that would update one row twice in one statement.
-        let mut seen = HashSet::new();
-        let rows: Vec<NewEntryRow<'_>> = in_firing_order(reminders)
-            .into_iter()
-            .filter(|reminder| seen.insert(reminder.fire_id.as_str()))
-            .map(|reminder| NewEntryRow::of(reminder, Some(at)))
-            .collect();
-        if rows.is_empty() {
-            return Ok(());
+    fn mark_received(&self, receipts: &[Receipt], at: OffsetDateTime) -> Result<Vec<usize>, StoreError> {
+        if receipts.is_empty() {
+            return Ok(Vec::new());
         }
-        let work = |connection: &mut AnyConnection<'_>| match connection {
-            AnyConnection::Postgres(connection) => {
-                let mark = MarkEntries { rows: InsertEntries::of(&rows), received_at: to_db(at) };
-                mark.execute(&mut **connection).map(drop)
-            }
-            AnyConnection::Sqlite(connection) => {
-                for row in &rows {
-                    let upsert = diesel::insert_into(agent_mailbox::table)
-                        .values(row)
-                        .on_conflict(agent_mailbox::fire_id)
-                        .do_update()
-                        .set(agent_mailbox::received_at.eq(excluded(agent_mailbox::received_at)));
-                    // A fire received already keeps its first receipt.
-                    diesel::query_dsl::methods::FilterDsl::filter(upsert, agent_mailbox::received_at.is_null())
-                        .execute(&mut **connection)?;
+        let received_at = to_db(at);
+        let work = |connection: &mut AnyConnection<'_>| -> QueryResult<HashSet<(String, String)>> {
+            match connection {
+                AnyConnection::Postgres(connection) => {
+                    let mark = MarkReceived {
+                        received_at,
+                        agent_id: receipts.iter().map(|receipt| receipt.agent_id.as_str()).collect(),
+                        fire_id: receipts.iter().map(|receipt| receipt.fire_id.as_str()).collect(),
+                    };
+                    Ok(mark.load::<(String, String)>(&mut **connection)?.into_iter().collect())
                 }
-                Ok(())
+                AnyConnection::Sqlite(connection) => {
+                    let mut named = HashSet::new();
+                    for receipt in receipts {
+                        let entry = agent_mailbox::table
+                            .filter(agent_mailbox::fire_id.eq(&receipt.fire_id))
+                            .filter(agent_mailbox::agent_id.eq(receipt.agent_id.as_str()));
+                        let marked = diesel::update(entry.filter(agent_mailbox::received_at.is_null()))
+                            .set(agent_mailbox::received_at.eq(received_at))
+                            .execute(&mut **connection)?;
+                        // Not marked now: received before, or no entry at all.
+                        let exists = marked > 0
+                            || diesel::select(diesel::dsl::exists(entry)).get_result::<bool>(&mut **connection)?;
+                        if exists {
+                            named.insert((receipt.agent_id.as_str().to_owned(), receipt.fire_id.clone()));
+                        }
+                    }
+                    Ok(named)
+                }
             }
         };
-        if self.is_sqlite() {
-            self.immediate("mark mailbox entries received", work)
+        let named = if self.is_sqlite() {
+            self.immediate("mark mailbox entries received", work)?
         } else {
             // One statement, atomic on its own: no BEGIN and COMMIT round trips.
-            self.with_connection("mark mailbox entries received", work)
-        }
+            self.with_connection("mark mailbox entries received", work)?
+        };
+        Ok(receipts
+            .iter()
+            .enumerate()
+            .filter(|(_, receipt)| !named.contains(&(receipt.agent_id.as_str().to_owned(), receipt.fire_id.clone())))
+            .map(|(index, _)| index)
+            .collect())
+    }
+
+    fn mailbox_head(&self) -> Result<i64, StoreError> {
+        self.with_connection("read the mailbox's newest entry", |connection| {
+            let head = agent_mailbox::table.select(diesel::dsl::max(agent_mailbox::seq));
+            on_backend!(connection, c => head.first::<Option<i64>>(c))
+        })
+        .map(|head| head.unwrap_or(0))
+    }
+
+    fn mailbox_since(&self, after: i64, also: &[i64], limit: usize) -> Result<Vec<MailboxEntry>, StoreError> {
+        let rows: Vec<EntryRow> = self.with_connection("read the newest mailbox entries", |connection| {
+            // Two statements rather than a boxed one: each stays prepared. Both are ranges of the primary key.
+            if also.is_empty() {
+                let since = since_query(after, limit_to_db(limit));
+                on_backend!(connection, c => since.load(c))
+            } else {
+                let since = since_or_query(after, also, limit_to_db(limit));
+                on_backend!(connection, c => since.load(c))
+            }
+        })?;
+        rows.into_iter().map(MailboxEntry::try_from).collect()
     }
 
     fn prune_mailbox(&self, fired_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError> {
@@ -369,6 +408,40 @@ fn unreceived_entries_query<'a>(agent_id: &'a str, after: i64, through: i64, lim
     entries.filter(agent_mailbox::received_at.is_null())
 }
 
+/// Every agent's entries after `after`, in `seq` order: the end of the primary key.
+#[diesel::dsl::auto_type]
+fn since_query(after: i64, limit: i64) -> _ {
+    agent_mailbox::table.filter(agent_mailbox::seq.gt(after)).order(agent_mailbox::seq.asc()).limit(limit).select((
+        agent_mailbox::seq,
+        agent_mailbox::fire_id,
+        agent_mailbox::agent_id,
+        agent_mailbox::job_id,
+        agent_mailbox::payload,
+        agent_mailbox::scheduled_for,
+        agent_mailbox::fired_at,
+        agent_mailbox::received_at,
+    ))
+}
+
+/// [`since_query`] and the entries numbered in `also`.
+#[diesel::dsl::auto_type]
+fn since_or_query<'a>(after: i64, also: &'a [i64], limit: i64) -> _ {
+    agent_mailbox::table
+        .filter(agent_mailbox::seq.gt(after).or(agent_mailbox::seq.eq_any(also)))
+        .order(agent_mailbox::seq.asc())
+        .limit(limit)
+        .select((
+            agent_mailbox::seq,
+            agent_mailbox::fire_id,
+            agent_mailbox::agent_id,
+            agent_mailbox::job_id,
+            agent_mailbox::payload,
+            agent_mailbox::scheduled_for,
+            agent_mailbox::fired_at,
+            agent_mailbox::received_at,
+        ))
+}
+
 /// The first `limit` entries in firing order: the start of the primary key.
 #[diesel::dsl::auto_type]
 fn first_entries_query(limit: i64) -> _ {
@@ -389,7 +462,10 @@ mod tests {
 
     const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
 
-    on_every_backend!(a_large_group_records_each_fire_once_in_order, rival_marks_of_one_fire_record_it_once);
+    on_every_backend!(
+        a_large_group_records_each_fire_once_in_order,
+        rival_marks_of_one_fire_mark_it_once_and_record_nothing
+    );
 
     fn fire(agent: &str, n: i64) -> FiredReminder {
         let scheduled_for = START + Duration::milliseconds(n);
@@ -423,28 +499,40 @@ mod tests {
         assert_eq!(crate::testing::count(store, "agent_mailbox"), 1_000);
     }
 
-    /// Streams on separate connections marking the same fires (not recorded yet) at once, each in its own order,
-    /// while completions record them: each fire recorded once, received, and no writer deadlocks with another (on
-    /// PostgreSQL every write takes the fires in firing order).
-    fn rival_marks_of_one_fire_record_it_once(store: &DieselStore) {
-        let fires: Vec<FiredReminder> = (0..50).map(|n| fire("agent-7", n)).collect();
+    /// Streams on separate connections marking the same fires at once, each in its own order, while completions
+    /// record more: each recorded fire received once, no writer deadlocks with another (on PostgreSQL every mark
+    /// locks its entries in `seq` order), and the fires recorded by nobody are answered as unknown, not recorded.
+    fn rival_marks_of_one_fire_mark_it_once_and_record_nothing(store: &DieselStore) {
+        let fires: Vec<FiredReminder> = (0..60).map(|n| fire("agent-7", n)).collect();
+        store.complete_fires("scheduler", FencingToken(1), &[], &fires[..50]).unwrap();
         let barrier = std::sync::Barrier::new(6);
         std::thread::scope(|scope| {
             for rival in 0..6 {
                 let (barrier, fires) = (&barrier, &fires);
                 scope.spawn(move || {
-                    barrier.wait();
-                    let mut mine = fires.clone();
+                    let mut mine: Vec<Receipt> = fires[..50]
+                        .iter()
+                        .map(|fire| Receipt { agent_id: fire.agent_id.clone(), fire_id: fire.fire_id.clone() })
+                        .collect();
                     mine.rotate_left(rival * 10);
                     if rival % 2 == 0 {
                         mine.reverse();
-                        store.complete_fires("scheduler", FencingToken(1), &[], &mine).unwrap();
                     }
-                    store.mark_received(&mine.iter().collect::<Vec<_>>(), START + Duration::seconds(1)).unwrap();
+                    barrier.wait();
+                    if rival == 0 {
+                        store.complete_fires("scheduler", FencingToken(1), &[], &fires[50..55]).unwrap();
+                    }
+                    let unknown = store.mark_received(&mine, START + Duration::seconds(1)).unwrap();
+                    assert!(unknown.is_empty(), "{unknown:?}");
                 });
             }
         });
-        assert_eq!(crate::testing::count(store, "agent_mailbox"), 50);
+        let never: Vec<Receipt> = fires[55..]
+            .iter()
+            .map(|fire| Receipt { agent_id: fire.agent_id.clone(), fire_id: fire.fire_id.clone() })
+            .collect();
+        assert_eq!(store.mark_received(&never, START).unwrap(), [0, 1, 2, 3, 4]);
+        assert_eq!(crate::testing::count(store, "agent_mailbox"), 55);
         let query = MailboxQuery {
             agent_id: AgentId::new("agent-7").unwrap(),
             unreceived_only: true,
@@ -452,7 +540,8 @@ mod tests {
             through: None,
             limit: 100,
         };
-        assert!(store.mailbox_entries(&query).unwrap().is_empty());
+        let unreceived = store.mailbox_entries(&query).unwrap();
+        assert_eq!(unreceived.iter().map(|entry| entry.reminder.job_id).collect::<Vec<_>>(), [50, 51, 52, 53, 54]);
     }
 
     /// The reads walk the agent's index in `seq` order: neither a table scan nor a sort; pruning reads the start

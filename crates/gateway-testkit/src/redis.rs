@@ -4,6 +4,10 @@
 //! It can be stopped and started again on the same port, so failover tests can take Redis away and bring it back
 //! (empty: nothing is persisted, as after a restart of a Redis run without persistence).
 //!
+//! [`RedisServer::start_tls`] also listens with TLS (redis-server's `--tls-port`) under a throwaway certificate
+//! authority made for it, and requires client certificates, as Redis does by default: [`RedisServer::tls`] has the
+//! URL and the PEM files a client needs.
+//!
 //! When `redis-server` is not installed, [`RedisServer::start_or_skip`] prints one line and returns `None`, so the
 //! test returns without asserting anything; with `CI=true` it panics instead, so CI never passes by skipping.
 
@@ -29,6 +33,27 @@ pub enum RedisServerError {
     Io(#[from] io::Error),
     #[error("redis-server did not answer PING within {0:?} (its log: {1})")]
     NotReady(Duration, PathBuf),
+    #[error("could not make the test certificates: {0}")]
+    Certificates(String),
+}
+
+/// What a client of a Redis with TLS needs: its `rediss://` URL and PEM files (in the server's directory).
+#[derive(Debug, Clone)]
+pub struct TlsEndpoint {
+    pub port: u16,
+    /// The certificate authority that signed the server's and the client's certificates.
+    pub ca_file: PathBuf,
+    pub client_cert_file: PathBuf,
+    pub client_key_file: PathBuf,
+    server_cert_file: PathBuf,
+    server_key_file: PathBuf,
+}
+
+impl TlsEndpoint {
+    /// `rediss://127.0.0.1:<port>/` (the server's certificate names 127.0.0.1 and localhost).
+    pub fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.port)
+    }
 }
 
 /// A `redis-server` child process on `127.0.0.1:<port>`.
@@ -39,6 +64,7 @@ pub struct RedisServer {
     /// Holds the server's working directory (and its log) until the server is dropped.
     dir: tempfile::TempDir,
     child: Option<Child>,
+    tls: Option<TlsEndpoint>,
 }
 
 impl RedisServer {
@@ -46,10 +72,26 @@ impl RedisServer {
     pub fn start() -> Result<Self, RedisServerError> {
         let binary = find_redis_server().ok_or(RedisServerError::NotFound)?;
         let dir = tempfile::Builder::new().prefix("gateway-redis-").tempdir()?;
-        let mut server = Self { binary, port: 0, dir, child: None };
+        Self::start_in(binary, dir, false)
+    }
+
+    /// [`RedisServer::start`], also listening with TLS on a port of its own (client certificates required), under
+    /// a certificate authority made for it.
+    pub fn start_tls() -> Result<Self, RedisServerError> {
+        let binary = find_redis_server().ok_or(RedisServerError::NotFound)?;
+        let dir = tempfile::Builder::new().prefix("gateway-redis-tls-").tempdir()?;
+        Self::start_in(binary, dir, true)
+    }
+
+    fn start_in(binary: PathBuf, dir: tempfile::TempDir, tls: bool) -> Result<Self, RedisServerError> {
+        let tls = if tls { Some(make_certificates(dir.path())?) } else { None };
+        let mut server = Self { binary, port: 0, dir, child: None, tls };
         let mut last_error = RedisServerError::NotFound;
         for _ in 0..PORT_ATTEMPTS {
             server.port = free_port()?;
+            if let Some(tls) = server.tls.as_mut() {
+                tls.port = free_port()?;
+            }
             match server.start_again() {
                 Ok(()) => return Ok(server),
                 // Most likely another process took the port between the probe and the bind: try another one.
@@ -71,6 +113,24 @@ impl RedisServer {
             }
             Err(error) => panic!("{test}: {error}"),
         }
+    }
+
+    /// [`RedisServer::start_tls`], or `None` after one printed line when `redis-server` is missing (a failure in
+    /// CI), as [`RedisServer::start_or_skip`].
+    pub fn start_tls_or_skip(test: &str) -> Option<Self> {
+        match Self::start_tls() {
+            Ok(server) => Some(server),
+            Err(RedisServerError::NotFound) => {
+                skip_or_fail(test, running_in_ci());
+                None
+            }
+            Err(error) => panic!("{test}: {error}"),
+        }
+    }
+
+    /// The TLS side of a server started by [`RedisServer::start_tls`].
+    pub fn tls(&self) -> Option<&TlsEndpoint> {
+        self.tls.as_ref()
     }
 
     pub fn port(&self) -> u16 {
@@ -107,8 +167,15 @@ impl RedisServer {
             return Ok(());
         }
         let log = self.dir.path().join("redis.log");
-        let child = Command::new(&self.binary)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        let mut command = Command::new(&self.binary);
+        command.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+        if let Some(tls) = &self.tls {
+            command.args(["--tls-port", &tls.port.to_string(), "--tls-auth-clients", "yes"]);
+            command.arg("--tls-cert-file").arg(&tls.server_cert_file);
+            command.arg("--tls-key-file").arg(&tls.server_key_file);
+            command.arg("--tls-ca-cert-file").arg(&tls.ca_file);
+        }
+        let child = command
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
@@ -142,6 +209,42 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A certificate authority, a server certificate for 127.0.0.1 and localhost, and a client certificate, all signed by
+/// it, written as PEM files into `dir`.
+fn make_certificates(dir: &Path) -> Result<TlsEndpoint, RedisServerError> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    let failed = |error: rcgen::Error| RedisServerError::Certificates(error.to_string());
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
+    ca_params.distinguished_name.push(DnType::CommonName, "gateway-testkit CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().map_err(failed)?;
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(failed)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    let signed = |names: Vec<String>, common_name: &str| -> Result<(String, String), RedisServerError> {
+        let mut params = CertificateParams::new(names).map_err(failed)?;
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        let key = KeyPair::generate().map_err(failed)?;
+        let cert = params.signed_by(&key, &issuer).map_err(failed)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    };
+    let (server_cert, server_key) = signed(vec!["localhost".into(), "127.0.0.1".into()], "localhost")?;
+    let (client_cert, client_key) = signed(vec!["gateway-test-client".into()], "gateway-test-client")?;
+    let write = |name: &str, pem: &str| -> Result<PathBuf, RedisServerError> {
+        let path = dir.join(name);
+        std::fs::write(&path, pem)?;
+        Ok(path)
+    };
+    Ok(TlsEndpoint {
+        port: 0,
+        ca_file: write("ca.pem", &ca_cert.pem())?,
+        client_cert_file: write("client.pem", &client_cert)?,
+        client_key_file: write("client.key", &client_key)?,
+        server_cert_file: write("server.pem", &server_cert)?,
+        server_key_file: write("server.key", &server_key)?,
+    })
 }
 
 /// `PING` over a raw connection: `Ok` once the server answers `+PONG`.
@@ -242,6 +345,25 @@ mod tests {
         let message = in_ci.unwrap_err();
         let message = message.downcast_ref::<String>().unwrap();
         assert!(message.contains("some_test") && message.contains("CI=true"), "{message}");
+    }
+
+    /// The TLS port speaks TLS only: a plain PING there gets no PONG, while the plain port still answers.
+    #[test]
+    fn a_tls_server_listens_with_tls_on_its_own_port_with_its_certificates() {
+        let Some(server) =
+            RedisServer::start_tls_or_skip("a_tls_server_listens_with_tls_on_its_own_port_with_its_certificates")
+        else {
+            return;
+        };
+        let tls = server.tls().unwrap();
+        assert_ne!(tls.port, server.port());
+        assert_eq!(tls.url(), format!("rediss://127.0.0.1:{}/", tls.port));
+        ping(server.port()).unwrap();
+        assert!(ping(tls.port).is_err(), "plain text on the TLS port");
+        for file in [&tls.ca_file, &tls.client_cert_file, &tls.client_key_file] {
+            assert!(std::fs::read_to_string(file).unwrap().starts_with("-----BEGIN "), "{}", file.display());
+        }
+        assert!(RedisServer::start().unwrap().tls().is_none());
     }
 
     #[test]

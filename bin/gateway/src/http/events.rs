@@ -23,9 +23,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway_core::Topic;
 use gateway_core::stats::Counter;
 use gateway_core::sync::lock;
+use gateway_core::{AgentId, Receipt, Topic};
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
 use http_body::{Body, Frame};
@@ -132,7 +132,7 @@ impl<K> Default for OpenStreams<K> {
 /// Counted per client as connections are: an IPv6 client per /64 (`per_address::AddressKey`).
 pub type StreamsPerAddress = OpenStreams<AddressKey>;
 /// Open streams per agent.
-pub type StreamsPerAgent = OpenStreams<gateway_core::AgentId>;
+pub type StreamsPerAgent = OpenStreams<AgentId>;
 
 impl<K: std::hash::Hash + Eq + Clone> OpenStreams<K> {
     /// A slot for `key`, or `None` when it holds `limit` already.
@@ -179,7 +179,7 @@ impl<K: std::hash::Hash + Eq + Clone> Drop for StreamSlot<K> {
 struct Slots {
     _total: OwnedSemaphorePermit,
     _address: Option<StreamSlot<AddressKey>>,
-    _agent: Option<StreamSlot<gateway_core::AgentId>>,
+    _agent: Option<StreamSlot<AgentId>>,
     /// A stream opened with an agent's credential, registered to be closed when the credential is revoked.
     _revocation: Option<StreamGuard>,
 }
@@ -249,7 +249,7 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     // Subscribed before the response goes out (and before the mailbox is read): once a client sees the headers, it
     // sees every later event.
     let subscription = state.bus.subscribe(&topic);
-    let receipts = mailbox.as_ref().filter(|_| !observer).map(|mailbox| mailbox.mailbox.clone());
+    let receipts = mailbox.as_ref().filter(|_| !observer).map(Receipts::of);
     let outbox = Outbox::new(receipts);
     let body = StreamBody { outbox: Arc::clone(&outbox) };
     let bridge = mailbox.as_ref().and_then(|_| state.bridge_status.clone()).map(BridgeWatch::new);
@@ -367,7 +367,7 @@ impl Pump {
                             }
                             let fire = self.mailbox.as_mut().and_then(|mailbox| {
                                 mailbox.sent(event.id());
-                                mailbox.fires.live(&event)
+                                mailbox.fires.live(&mailbox.agent_id, &event)
                             });
                             match fire {
                                 Some(fire) => outbox.push_reminder(fire),
@@ -496,7 +496,20 @@ struct Outbox {
     /// Notified whenever hyper takes something: a replay waiting for room looks again.
     taken: tokio::sync::Notify,
     /// An agent's stream: where the reminders hyper has taken are reported received.
-    receipts: Option<Mailbox>,
+    receipts: Option<Receipts>,
+}
+
+/// Where an agent's stream reports the fires its client has taken: as its own agent's, whatever the event said.
+#[derive(Debug)]
+struct Receipts {
+    mailbox: Mailbox,
+    agent_id: AgentId,
+}
+
+impl Receipts {
+    fn of(mailbox: &AgentMailbox) -> Self {
+        Self { mailbox: mailbox.mailbox.clone(), agent_id: mailbox.agent_id.clone() }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -515,7 +528,7 @@ struct Queue {
 }
 
 impl Outbox {
-    fn new(receipts: Option<Mailbox>) -> Arc<Self> {
+    fn new(receipts: Option<Receipts>) -> Arc<Self> {
         Arc::new(Self {
             queue: Mutex::new(Queue::default()),
             body_dropped: CancellationToken::new(),
@@ -595,8 +608,9 @@ impl Outbox {
         drop(queue);
         self.taken.notify_one();
         // Handed to hyper, which writes it to the socket: as far as the gateway can tell, the agent has it.
-        if let (Some(mailbox), Some(reminder)) = (&self.receipts, received) {
-            mailbox.received(reminder);
+        if let (Some(receipts), Some(reminder)) = (&self.receipts, received) {
+            let receipt = Receipt { agent_id: receipts.agent_id.clone(), fire_id: reminder.fire_id.clone() };
+            receipts.mailbox.received(receipt);
         }
         Poll::Ready(Some(piece))
     }
@@ -671,7 +685,7 @@ mod tests {
         mailbox: Option<AgentMailbox>,
         bridge: Option<BridgeWatch>,
     ) -> (StreamBody, tokio::task::JoinHandle<()>, tokio::task::AbortHandle) {
-        let outbox = Outbox::new(mailbox.as_ref().map(|mailbox| mailbox.mailbox.clone()));
+        let outbox = Outbox::new(mailbox.as_ref().map(Receipts::of));
         let body = StreamBody { outbox: Arc::clone(&outbox) };
         let pump = Pump {
             subscription: bus.subscribe(topic),
@@ -837,7 +851,7 @@ mod tests {
         }
 
         fn topic() -> Topic {
-            Topic::AgentScheduled(gateway_core::AgentId::new(AGENT).unwrap())
+            Topic::AgentScheduled(AgentId::new(AGENT).unwrap())
         }
 
         /// The `n`-th fire of the agent (job `n`), recorded by a completion when `recorded`.
@@ -846,7 +860,7 @@ mod tests {
             let reminder = FiredReminder {
                 fire_id: gateway_cron::fire_id(n, at),
                 job_id: n,
-                agent_id: gateway_core::AgentId::new(AGENT).unwrap(),
+                agent_id: AgentId::new(AGENT).unwrap(),
                 payload: serde_json::Map::new(),
                 scheduled_for: at,
                 fired_at: at,
@@ -873,7 +887,7 @@ mod tests {
             last_event_id: Option<&str>,
             bridge: Option<BridgeWatch>,
         ) -> (StreamBody, tokio::task::JoinHandle<()>) {
-            let agent = gateway_core::AgentId::new(AGENT).unwrap();
+            let agent = AgentId::new(AGENT).unwrap();
             let fires = Arc::clone(&self.fires);
             let mailbox = AgentMailbox::new(self.mailbox.clone(), fires, agent, last_event_id.map(str::to_owned));
             let (body, pumping, _) = stream_of(&self.bus, &Self::topic(), limits, Some(mailbox), bridge);
@@ -888,7 +902,7 @@ mod tests {
         async fn unreceived(&self) -> Vec<i64> {
             self.mailbox.receipts_settled().await;
             let query = gateway_core::MailboxQuery {
-                agent_id: gateway_core::AgentId::new(AGENT).unwrap(),
+                agent_id: AgentId::new(AGENT).unwrap(),
                 unreceived_only: true,
                 after: 0,
                 through: None,
@@ -897,6 +911,10 @@ mod tests {
             use gateway_core::MailboxStore;
             self.store.mailbox_entries(&query).unwrap().iter().map(|entry| entry.reminder.job_id).collect()
         }
+    }
+
+    fn receipt(fire: &FiredReminder) -> Receipt {
+        Receipt { agent_id: fire.agent_id.clone(), fire_id: fire.fire_id.clone() }
     }
 
     /// The fire id of the next reminder frame the body gives, skipping comments.
@@ -915,7 +933,7 @@ mod tests {
     async fn an_agent_stream_replays_what_nobody_received_then_live_ones_each_once() {
         let agent = AgentFixture::new();
         let (first, second, received) = (agent.fire(1, true), agent.fire(2, true), agent.fire(3, true));
-        agent.mailbox.received(Arc::new(received.clone()));
+        agent.mailbox.received(receipt(&received));
         assert_eq!(agent.unreceived().await, [1, 2]);
         let (mut body, _pumping) = agent.stream(StreamLimits::default(), None);
         assert_eq!(&next_piece(&mut body).await[..], b": connected\n\n");
@@ -931,11 +949,13 @@ mod tests {
         agent.publish(&second);
         agent.publish(&live);
         assert_eq!(next_reminder(&mut body).await, live.fire_id);
+        // The live fire's completion commits after its event was sent: its receipt, held, marks it then.
+        agent.fire(4, true);
         assert!(agent.unreceived().await.is_empty(), "replayed and live alike are received once taken");
         let entries = {
             use gateway_core::MailboxStore;
             let query = gateway_core::MailboxQuery {
-                agent_id: gateway_core::AgentId::new(AGENT).unwrap(),
+                agent_id: AgentId::new(AGENT).unwrap(),
                 unreceived_only: false,
                 after: 0,
                 through: None,
@@ -943,7 +963,7 @@ mod tests {
             };
             agent.store.mailbox_entries(&query).unwrap()
         };
-        assert_eq!(entries.len(), 4, "the live fire not recorded yet was recorded by its receipt");
+        assert_eq!(entries.len(), 4, "each fire recorded once, by its completion");
     }
 
     #[tokio::test(start_paused = true)]
@@ -971,7 +991,7 @@ mod tests {
         let agent = AgentFixture::new();
         let fires: Vec<FiredReminder> = (1..=4).map(|n| agent.fire(n, true)).collect();
         for n in [0, 2, 3] {
-            agent.mailbox.received(Arc::new(fires[n].clone()));
+            agent.mailbox.received(receipt(&fires[n]));
         }
         agent.unreceived().await;
         let (mut body, _pumping) = agent.stream(StreamLimits::default(), Some(&fires[2].fire_id));
@@ -1013,7 +1033,7 @@ mod tests {
         // it sent, even what another stream of the agent received.
         let burst: Vec<FiredReminder> = (2..=1_100).map(|n| agent.fire(n, true)).collect();
         for reminder in &burst {
-            agent.mailbox.received(Arc::new(reminder.clone()));
+            agent.mailbox.received(receipt(reminder));
         }
         assert!(agent.unreceived().await.is_empty());
         for reminder in &burst {

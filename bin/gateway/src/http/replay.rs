@@ -61,11 +61,15 @@ struct FireTable {
 const SWEEP_AT_LEAST: usize = 64;
 
 impl SharedFires {
-    /// A live reminder event: its frame is the bus's own, its reminder is parsed once for all streams. `None` for an
-    /// event that is not a reminder.
-    pub fn live(&self, event: &PublishedEvent) -> Option<Arc<SharedFire>> {
-        let made = self.get_or_make(event.id(), || {
+    /// A live reminder event on the topic of `agent_id`: its frame is the bus's own, its reminder is parsed once for
+    /// all streams. `None` for an event that is not a reminder of that agent (it is then sent as any event, and
+    /// reported received nowhere).
+    pub fn live(&self, agent_id: &AgentId, event: &PublishedEvent) -> Option<Arc<SharedFire>> {
+        let made = self.get_or_make(agent_id, event.id(), || {
             let reminder = FiredReminder::from_event_json(event.json()).ok_or(())?;
+            if reminder.agent_id != *agent_id {
+                return Err(());
+            }
             Ok::<_, ()>(SharedFire { frame: event.frame().clone(), reminder: Arc::new(reminder) })
         });
         made.ok()
@@ -73,8 +77,8 @@ impl SharedFires {
 
     /// A fire read from the mailbox: the copy a stream holds already when there is one, else this one, formatted.
     pub fn replayed(&self, reminder: FiredReminder) -> Arc<SharedFire> {
-        let fire_id = reminder.fire_id.clone();
-        let made = self.get_or_make(&fire_id, || {
+        let (agent_id, fire_id) = (reminder.agent_id.clone(), reminder.fire_id.clone());
+        let made = self.get_or_make(&agent_id, &fire_id, || {
             Ok::<_, Infallible>(SharedFire { frame: frame(&reminder), reminder: Arc::new(reminder) })
         });
         match made {
@@ -83,19 +87,28 @@ impl SharedFires {
         }
     }
 
+    /// The copy of `fire_id` held for `agent_id`'s streams, or a new one. A copy held for another agent (an event
+    /// naming another agent's fire id) is never handed out: each agent's streams see only their own fires.
     fn get_or_make<E>(
         &self,
+        agent_id: &AgentId,
         fire_id: &str,
         make: impl FnOnce() -> Result<SharedFire, E>,
     ) -> Result<Arc<SharedFire>, E> {
-        if let Some(fire) = lock(&self.table).by_id.get(fire_id).and_then(Weak::upgrade) {
-            return Ok(fire);
+        let held = |table: &FireTable| table.by_id.get(fire_id).and_then(Weak::upgrade);
+        let theirs = |fire: &Arc<SharedFire>| fire.reminder.agent_id != *agent_id;
+        match held(&lock(&self.table)) {
+            Some(fire) if theirs(&fire) => return make().map(Arc::new),
+            Some(fire) => return Ok(fire),
+            None => {}
         }
         // Made outside the lock: formatting a large reminder must not hold up every other stream.
         let made = Arc::new(make()?);
         let mut table = lock(&self.table);
-        if let Some(fire) = table.by_id.get(fire_id).and_then(Weak::upgrade) {
-            return Ok(fire);
+        match held(&table) {
+            Some(fire) if theirs(&fire) => return Ok(made),
+            Some(fire) => return Ok(fire),
+            None => {}
         }
         if table.by_id.len() >= table.sweep_at {
             table.by_id.retain(|_, fire| fire.strong_count() > 0);
@@ -302,7 +315,8 @@ mod tests {
         assert_eq!(first.frame, frame(&reminder(1)), "the frame its live event had");
 
         let live = PublishedEvent::of(&reminder(2).event());
-        let from_bus = fires.live(&live).unwrap();
+        let agent = AgentId::new("agent-7").unwrap();
+        let from_bus = fires.live(&agent, &live).unwrap();
         assert_eq!(from_bus.frame.as_ptr(), live.frame().as_ptr(), "a live fire keeps the bus's frame");
         assert_eq!(*from_bus.reminder, reminder(2));
         assert!(Arc::ptr_eq(&from_bus, &fires.replayed(reminder(2))), "and a replay of it while held shares it");
@@ -312,12 +326,21 @@ mod tests {
             gateway_core::EventPayload::WebhookSignatureFailure { webhook_id: 1 },
             time::macros::datetime!(2026-02-22 12:00:00 UTC),
         );
-        assert!(fires.live(&PublishedEvent::of(&other)).is_none(), "not a reminder");
+        assert!(fires.live(&agent, &PublishedEvent::of(&other)).is_none(), "not a reminder");
+        let someone_else = AgentId::new("agent-8").unwrap();
+        assert!(fires.live(&someone_else, &live).is_none(), "a reminder of another agent is not this agent's fire");
 
         drop((first, again));
         let fresh = fires.replayed(reminder(1));
         assert_eq!(*fresh.reminder, reminder(1), "a fire nobody holds is read afresh");
         assert_eq!(fires.entries(), 2, "one entry per fire");
+
+        // A copy held for agent-8's streams is never handed to agent-7's, whatever fire id an event names.
+        let theirs = FiredReminder { agent_id: someone_else.clone(), ..reminder(3) };
+        let held = fires.replayed(theirs);
+        let mine = fires.live(&agent, &PublishedEvent::of(&reminder(3).event())).unwrap();
+        assert!(!Arc::ptr_eq(&held, &mine));
+        assert_eq!((held.reminder.agent_id.as_str(), mine.reminder.agent_id.as_str()), ("agent-8", "agent-7"));
     }
 
     #[test]

@@ -43,9 +43,9 @@ const SECRET: &str = "failover-webhook-secret";
 /// outage): their due instants are counted from the planned event, not from their requests.
 const SCHEDULING_TIME: Duration = Duration::from_secs(2);
 
-/// The cluster tests take turns (see the module's documentation). A test that failed leaves the lock poisoned;
-/// the next one runs all the same.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
+/// The cluster tests take turns (see the module's documentation), those of it/cluster_trust.rs too. A test that
+/// failed leaves the lock poisoned; the next one runs all the same.
+pub(crate) fn one_at_a_time() -> MutexGuard<'static, ()> {
     static CLUSTER_TESTS: Mutex<()> = Mutex::new(());
     CLUSTER_TESTS.lock().unwrap_or_else(PoisonError::into_inner)
 }

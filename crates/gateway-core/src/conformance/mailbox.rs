@@ -1,6 +1,7 @@
 //! Rules every [`MailboxStore`] must keep, together with the [`CronJobStore`] whose completions record the fires:
-//! a fire is recorded once, in the write that completes it (fenced with it), read back by agent in firing order,
-//! marked received once (recorded by the mark when the completion has not written it yet), and pruned by age.
+//! a fire is recorded once, in the write that completes it (fenced with it), and only by it; read back by agent in
+//! firing order, and across agents after a cursor; marked received once, and only in its own agent's mailbox; and
+//! pruned by age.
 
 use serde_json::{Map, json};
 use time::{Duration, OffsetDateTime};
@@ -8,7 +9,7 @@ use time::{Duration, OffsetDateTime};
 use crate::mailbox::fire_id;
 use crate::{
     AgentId, CronJob, CronJobStore, FencingEpoch, FencingToken, FireCompletion, FireKey, FiredReminder, MailboxEntry,
-    MailboxQuery, MailboxStore, NewCronJob, StoreError,
+    MailboxQuery, MailboxStore, NewCronJob, Receipt, StoreError,
 };
 
 use super::cron::lease;
@@ -61,6 +62,16 @@ fn query(agent_id: &str, unreceived_only: bool, after: i64, through: Option<i64>
 
 fn everything(store: &(impl MailboxStore + ?Sized), agent_id: &str) -> Vec<MailboxEntry> {
     store.mailbox_entries(&query(agent_id, false, 0, None, 1_000)).expect("read")
+}
+
+/// The receipt of a stream of `agent_id` that sent `fire`.
+fn receipt(agent_id: &str, fire: &FiredReminder) -> Receipt {
+    Receipt { agent_id: agent(agent_id), fire_id: fire.fire_id.clone() }
+}
+
+/// Receipts of `fires`, each by a stream of its own agent.
+fn receipts(fires: &[&FiredReminder]) -> Vec<Receipt> {
+    fires.iter().map(|fire| receipt(fire.agent_id.as_str(), fire)).collect()
 }
 
 fn fire_ids(entries: &[MailboxEntry]) -> Vec<&str> {
@@ -165,7 +176,7 @@ where
     assert_eq!(seqs_of(page(false, seqs[0], Some(seqs[3]), 10)), seqs[1..4], "through is inclusive");
     assert!(page(false, seqs[3], Some(seqs[3]), 10).is_empty());
 
-    store.mark_received(&[mine[1], mine[3]], at).expect("mark");
+    assert!(store.mark_received(&receipts(&[mine[1], mine[3]]), at).expect("mark").is_empty());
     assert_eq!(seqs_of(page(true, 0, None, 10)), [seqs[0], seqs[2], seqs[4]]);
     assert_eq!(seqs_of(page(true, seqs[0], None, 1)), [seqs[2]]);
     assert_eq!(seqs_of(page(true, 0, Some(seqs[3]), 10)), [seqs[0], seqs[2]]);
@@ -177,29 +188,67 @@ where
     assert!(everything(store, "agent-9").is_empty());
 }
 
-/// Marking received sets `received_at` once (a later mark keeps the first), and a fire not recorded yet is
-/// recorded by the mark, received, with all its fields; the completion's later record of it changes nothing. A
-/// fire named twice in one mark is recorded once. Expects an empty store.
-pub fn marking_received_keeps_the_first_time_and_records_fires_not_recorded_yet<S>(store: &S, at: OffsetDateTime)
+/// Marking received sets `received_at` once (a later mark keeps the first). A receipt records nothing: one for a fire
+/// not recorded yet, or for another agent's fire (a stream of agent-8 naming agent-7's fire id), marks nothing and is
+/// answered as unknown, by its index; the completion's later record of such a fire is unreceived, and a receipt
+/// then marks it. Expects an empty store.
+pub fn a_receipt_marks_only_an_entry_a_completion_wrote_in_its_own_agents_mailbox<S>(store: &S, at: OffsetDateTime)
 where
     S: CronJobStore + MailboxStore + ?Sized,
 {
     let recorded = fire_of("agent-7", 1, at);
     record(store, std::slice::from_ref(&recorded));
     let first_mark = at + Duration::microseconds(1_500);
-    store.mark_received(&[&recorded], first_mark).expect("mark");
-    store.mark_received(&[&recorded], at + Duration::seconds(1)).expect("mark again");
+    assert!(store.mark_received(&receipts(&[&recorded]), first_mark).expect("mark").is_empty());
+    assert!(store.mark_received(&receipts(&[&recorded]), at + Duration::seconds(1)).expect("mark again").is_empty());
     assert_eq!(everything(store, "agent-7")[0].received_at, Some(first_mark));
 
     let live = fire_of("agent-7", 2, at);
-    store.mark_received(&[&live, &live], first_mark).expect("mark before the completion");
-    let entries = everything(store, "agent-7");
-    assert_eq!(entries.len(), 2, "recorded once");
-    assert_eq!((&entries[1].reminder, entries[1].received_at), (&live, Some(first_mark)));
-    record(store, &[FiredReminder { fired_at: at + Duration::seconds(2), ..live.clone() }]);
-    assert_eq!(everything(store, "agent-7"), entries, "the completion's record changed nothing");
+    let other = fire_of("agent-7", 3, at);
+    record(store, std::slice::from_ref(&other));
+    let marks = [receipt("agent-7", &live), receipt("agent-8", &other), receipt("agent-7", &live)];
+    assert_eq!(store.mark_received(&marks, first_mark).expect("mark before the completion"), [0, 1, 2]);
+    assert_eq!(fire_ids(&everything(store, "agent-7")), [recorded.fire_id.as_str(), other.fire_id.as_str()]);
+    assert!(everything(store, "agent-8").is_empty(), "nothing recorded under the stream's agent either");
+    assert_eq!(everything(store, "agent-7")[1].received_at, None, "another agent's receipt marks nothing");
+
+    record(store, std::slice::from_ref(&live));
+    let unreceived = store.mailbox_entries(&query("agent-7", true, 0, None, 10)).expect("read");
+    assert_eq!(fire_ids(&unreceived), [other.fire_id.as_str(), live.fire_id.as_str()]);
+    let mixed = [receipt("agent-7", &live), receipt("agent-7", &fire_of("agent-7", 4, at)), receipt("agent-7", &other)];
+    assert_eq!(store.mark_received(&mixed, first_mark).expect("mark after the completion"), [1]);
     assert!(store.mailbox_entries(&query("agent-7", true, 0, None, 10)).expect("read").is_empty());
-    store.mark_received(&[], at).expect("marking nothing");
+    assert!(store.mark_received(&[], at).expect("marking nothing").is_empty());
+}
+
+/// Across agents: the head is the newest entry's `seq` (0 when empty), and a read after a cursor returns every
+/// agent's entries past it by ascending `seq`, with those named in `also` below it (numbers of nothing are
+/// ignored), at most `limit`. Expects an empty store.
+pub fn every_agents_newest_entries_are_read_after_a_cursor<S>(store: &S, at: OffsetDateTime)
+where
+    S: CronJobStore + MailboxStore + ?Sized,
+{
+    assert_eq!(store.mailbox_head().expect("head"), 0);
+    assert!(store.mailbox_since(0, &[], 10).expect("read").is_empty());
+    let agents = ["agent-7", "agent-8", "agent-9"].into_iter().cycle();
+    let fires: Vec<FiredReminder> = (0..6).zip(agents).map(|(n, agent_id)| fire_of(agent_id, n, at)).collect();
+    for fire in &fires {
+        record(store, std::slice::from_ref(fire));
+    }
+    let all = store.mailbox_since(0, &[], 100).expect("read");
+    assert_eq!(all.iter().map(|entry| &entry.reminder).collect::<Vec<_>>(), fires.iter().collect::<Vec<_>>());
+    assert!(all.windows(2).all(|pair| pair[0].seq < pair[1].seq));
+    let seqs: Vec<i64> = all.iter().map(|entry| entry.seq).collect();
+    assert_eq!(store.mailbox_head().expect("head"), seqs[5]);
+
+    let seqs_of = |entries: Vec<MailboxEntry>| entries.iter().map(|entry| entry.seq).collect::<Vec<_>>();
+    assert_eq!(seqs_of(store.mailbox_since(seqs[2], &[], 100).expect("read")), seqs[3..]);
+    assert_eq!(seqs_of(store.mailbox_since(seqs[2], &[], 2).expect("read")), seqs[3..5]);
+    assert!(store.mailbox_since(seqs[5], &[], 100).expect("read").is_empty(), "nothing new");
+    let gaps = [seqs[0], seqs[1], seqs[5] + 1_000];
+    assert_eq!(seqs_of(store.mailbox_since(seqs[4], &gaps, 100).expect("read")), [seqs[0], seqs[1], seqs[5]]);
+    assert_eq!(seqs_of(store.mailbox_since(seqs[4], &gaps, 2).expect("read")), [seqs[0], seqs[1]]);
+    assert_eq!(seqs_of(store.mailbox_since(seqs[1], &[seqs[3]], 100).expect("read")), seqs[2..], "each once");
 }
 
 /// Pruning looks at the first `limit` entries in firing order and deletes those fired before the cutoff, received or
@@ -221,7 +270,7 @@ where
     for fire in [&first, &received, &ahead, &late, &new] {
         record(store, std::slice::from_ref(fire));
     }
-    store.mark_received(&[&received], at).expect("mark");
+    assert!(store.mark_received(&receipts(&[&received]), at).expect("mark").is_empty());
     let cutoff = at - Duration::hours(1);
     assert_eq!(store.prune_mailbox(cutoff, 1).expect("prune"), 1);
     let left =

@@ -124,7 +124,8 @@ macro_rules! mailbox_store_conformance {
             a_completion_records_each_published_fire_once,
             a_fenced_completion_records_nothing,
             reads_page_one_agents_entries_in_firing_order,
-            marking_received_keeps_the_first_time_and_records_fires_not_recorded_yet,
+            a_receipt_marks_only_an_entry_a_completion_wrote_in_its_own_agents_mailbox,
+            every_agents_newest_entries_are_read_after_a_cursor,
             pruning_deletes_the_old_entries_among_the_first_in_firing_order,
         );
     };

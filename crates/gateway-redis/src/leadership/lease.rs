@@ -20,7 +20,17 @@ pub(crate) struct Take {
     pub(crate) holder: Option<String>,
 }
 
-/// The five lease operations. Each must finish within `limit` (or fail with [`Error::Timeout`]).
+/// What a term's opening found: the term, or why none was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opened {
+    Term(Term),
+    /// The instance no longer holds the lease.
+    NotHolder,
+    /// The counter changed since it was read (someone else wrote it): nothing was written.
+    CounterMoved,
+}
+
+/// The six lease operations. Each must finish within `limit` (or fail with [`Error::Timeout`]).
 pub(crate) trait LeaseBackend: Send + Sync + Debug + 'static {
     /// `SET gateway:leader <instance> NX PX <ttl>`, and who holds the key after it.
     fn take(&self, instance: &str, ttl: Duration, limit: Duration) -> impl Future<Output = Result<Take, Error>> + Send;
@@ -33,15 +43,24 @@ pub(crate) trait LeaseBackend: Send + Sync + Debug + 'static {
     /// Deletes the lease if `instance` still holds it (compare-and-delete); `false` if it did not.
     fn release(&self, instance: &str, limit: Duration) -> impl Future<Output = Result<bool, Error>> + Send;
 
-    /// Opens a term for `instance`, which must hold the lease: raises the epoch counter to `floor` if it is below
-    /// (a Redis that lost its data), increments it, and records the term for the cluster view, in one atomic step.
-    /// `None` if `instance` no longer holds the lease.
+    /// The epoch counter as Redis holds it (`None` when it has none), if `instance` holds the lease (`Ok(None)`
+    /// otherwise). Read as text: whatever is there is judged by the caller, in exact integers.
+    fn read_epoch(
+        &self,
+        instance: &str,
+        limit: Duration,
+    ) -> impl Future<Output = Result<Option<Option<String>>, Error>> + Send;
+
+    /// Opens a term for `instance`, which must hold the lease, under `token`: sets the epoch counter to it if the
+    /// counter is still `expected` (what [`Self::read_epoch`] found), and records the term for the cluster view, in
+    /// one atomic step.
     fn open_term(
         &self,
         instance: &str,
-        floor: FencingToken,
+        expected: Option<&str>,
+        token: FencingToken,
         limit: Duration,
-    ) -> impl Future<Output = Result<Option<Term>, Error>> + Send;
+    ) -> impl Future<Output = Result<Opened, Error>> + Send;
 
     /// Who holds the lease now, with the term it recorded if that term is the holder's.
     fn leader(&self, limit: Duration) -> impl Future<Output = Result<Option<LeaderStatus>, Error>> + Send;
@@ -73,23 +92,26 @@ end
 return 0
 ";
 
-/// Raise-then-increment: the token of a new term is above both the counter and the store's newest token (ARGV[1]),
-/// so a Redis restarted without its data cannot hand out a token the store has already seen. Checked against the
-/// lease in the same step, so a lease lost since `SET NX` opens no term.
+/// Compare-and-set of the counter: the token was computed by the instance from the counter it read and the store's
+/// newest token (in exact 64-bit integers: Lua's numbers are doubles, exact only below 2^53), so the script only
+/// compares and stores text. Checked against the lease in the same step, so a lease lost since `SET NX` opens no
+/// term.
 const OPEN_TERM: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[2] then
-  return {0, 0, 0}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {0, 0}
 end
-local floor = tonumber(ARGV[1])
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if counter < floor then
-  redis.call('SET', KEYS[2], ARGV[1])
+local counter = redis.call('GET', KEYS[2])
+if counter == false then
+  counter = ''
 end
-local token = redis.call('INCR', KEYS[2])
+if counter ~= ARGV[2] then
+  return {2, 0}
+end
+redis.call('SET', KEYS[2], ARGV[3])
 local now = redis.call('TIME')
 local since_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('HSET', KEYS[3], 'instance', ARGV[2], 'epoch', token, 'since_ms', since_ms)
-return {1, token, since_ms}
+redis.call('HSET', KEYS[3], 'instance', ARGV[1], 'epoch', ARGV[3], 'since_ms', since_ms)
+return {1, since_ms}
 ";
 
 impl RedisLease {
@@ -148,24 +170,42 @@ impl LeaseBackend for RedisLease {
         Ok(released == 1)
     }
 
-    async fn open_term(&self, instance: &str, floor: FencingToken, limit: Duration) -> Result<Option<Term>, Error> {
-        let (opened, token, since_ms): (i64, u64, i64) = self
+    async fn read_epoch(&self, instance: &str, limit: Duration) -> Result<Option<Option<String>>, Error> {
+        let (holder, counter): (Option<String>, Option<String>) = self
+            .link
+            .run(limit, |mut connection| async move {
+                redis::pipe().cmd("GET").arg(LEADER_KEY).cmd("GET").arg(EPOCH_KEY).query_async(&mut connection).await
+            })
+            .await?;
+        Ok((holder.as_deref() == Some(instance)).then_some(counter))
+    }
+
+    async fn open_term(
+        &self,
+        instance: &str,
+        expected: Option<&str>,
+        token: FencingToken,
+        limit: Duration,
+    ) -> Result<Opened, Error> {
+        let (outcome, since_ms): (i64, i64) = self
             .link
             .run(limit, |mut connection| async move {
                 self.open_term
                     .key(LEADER_KEY)
                     .key(EPOCH_KEY)
                     .key(TERM_KEY)
-                    .arg(floor.0)
                     .arg(instance)
+                    .arg(expected.unwrap_or_default())
+                    .arg(token.0.to_string())
                     .invoke_async(&mut connection)
                     .await
             })
             .await?;
-        if opened == 0 {
-            return Ok(None);
-        }
-        Ok(Some(Term { token: FencingToken(token), since: from_unix_millis(since_ms)? }))
+        Ok(match outcome {
+            1 => Opened::Term(Term { token, since: from_unix_millis(since_ms)? }),
+            2 => Opened::CounterMoved,
+            _ => Opened::NotHolder,
+        })
     }
 
     async fn leader(&self, limit: Duration) -> Result<Option<LeaderStatus>, Error> {

@@ -3,8 +3,12 @@
 //!
 //! - The lease is the key [`LEADER_KEY`] holding the instance id, taken with `SET gateway:leader <id> NX PX 30000`
 //!   ([`LEASE_TTL`]) and renewed every [`RENEW_INTERVAL`] by a compare-and-pexpire script.
-//! - Every term gets a fencing token from `INCR` [`EPOCH_KEY`], raised first past the store's newest token
-//!   ([`gateway_core::FencingEpoch`]), so a Redis that lost its data cannot hand out a token the store has seen.
+//! - Every term gets a fencing token: one above the larger of the counter [`EPOCH_KEY`] and the store's newest token
+//!   ([`gateway_core::FencingEpoch`]), so a Redis that lost its data cannot hand out a token the store has seen; it
+//!   is written back to the counter with a compare-and-set. Redis is not trusted with it: a counter that is not a
+//!   number, more than [`MAX_EPOCH_JUMP`] above the store's newest token, or that would take the token past
+//!   `i64::MAX`, is refused with an error log, and no term is opened with it (docs/operations.md, "Leader epoch
+//!   recovery").
 //! - The leader steps down by itself when no renewal has succeeded for [`STEP_DOWN_AFTER`] or after
 //!   [`MAX_FAILED_RENEWALS`] failed renewals in a row, well before the TTL could let another instance in; on
 //!   stepping down it deletes the key if it still holds it (compare-and-delete).
@@ -26,11 +30,11 @@ use time::OffsetDateTime;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::Error;
 use crate::error::check_instance_id;
-use lease::{LeaseBackend, RedisLease};
+use lease::{LeaseBackend, Opened, RedisLease};
 
 /// The lease key; its value is the leader's instance id.
 pub const LEADER_KEY: &str = "gateway:leader";
@@ -38,6 +42,13 @@ pub const LEADER_KEY: &str = "gateway:leader";
 pub const EPOCH_KEY: &str = "gateway:leader:epoch";
 /// A hash of the current term (`instance`, `epoch`, `since_ms`), so every instance can tell who leads since when.
 pub const TERM_KEY: &str = "gateway:leader:term";
+
+/// The most a new term's token may be above the store's newest token: terms are counted one at a time, so a counter
+/// further ahead was set by someone else (a mistake, or an attacker who can write to Redis), and taking it would
+/// drive the store's epoch towards `i64::MAX`, after which no token could ever be newer.
+pub const MAX_EPOCH_JUMP: u64 = 1 << 32;
+/// A refused epoch is logged again at most this often (a follower tries to lead every acquire interval).
+pub const EPOCH_REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The lease's time to live in Redis.
 pub const LEASE_TTL: Duration = Duration::from_secs(30);
@@ -249,6 +260,11 @@ impl RedisLeadership {
         lock(&self.core.state).terms_started
     }
 
+    /// How many times this instance refused to lead under the epoch Redis holds (a counter for metrics).
+    pub fn epoch_refusals(&self) -> u64 {
+        lock(&self.core.state).epoch_refusals
+    }
+
     /// Asks Redis who leads (`GET gateway:leader` and the term record), within the command timeout.
     pub async fn cluster_status(&self) -> ClusterStatus {
         self.core.cluster_status().await
@@ -295,6 +311,56 @@ struct State {
     release_pending: bool,
     reachable: Option<bool>,
     terms_started: u64,
+    epoch_refusals: u64,
+    /// The last epoch refusal logged, and when.
+    refusal_logged: Option<(EpochRefusal, Instant)>,
+}
+
+/// Why the epoch counter in Redis was not taken for a new term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EpochRefusal {
+    /// The counter holds something other than a whole number.
+    NotANumber,
+    /// The counter is more than [`MAX_EPOCH_JUMP`] above the store's newest token.
+    TooFarAhead { counter: u64, newest: u64 },
+    /// The next token would be past `i64::MAX` (the store's column, and Redis's integers).
+    Overflow { from: u64 },
+}
+
+impl std::fmt::Display for EpochRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotANumber => write!(f, "the epoch counter {EPOCH_KEY} in redis is not a whole number"),
+            Self::TooFarAhead { counter, newest } => write!(
+                f,
+                "the epoch counter {EPOCH_KEY} in redis is {counter}, more than {MAX_EPOCH_JUMP} above the store's \
+                 newest token {newest}"
+            ),
+            Self::Overflow { from } => write!(f, "the next token after {from} would overflow a 64-bit integer"),
+        }
+    }
+}
+
+/// The token of a new term: one above the larger of the counter (`raw`, as Redis holds it) and the store's newest
+/// token `newest`, in exact integers; refused when Redis's counter is not one we could have written.
+pub(crate) fn next_token(raw: Option<&str>, newest: FencingToken) -> Result<FencingToken, EpochRefusal> {
+    let counter = match raw {
+        None => 0,
+        Some(raw) if !raw.is_empty() && raw.bytes().all(|byte| byte.is_ascii_digit()) => {
+            // Digits only: a value past u64 is surely too far ahead.
+            raw.parse::<u64>().unwrap_or(u64::MAX)
+        }
+        Some(_) => return Err(EpochRefusal::NotANumber),
+    };
+    if counter > newest.0 && counter - newest.0 > MAX_EPOCH_JUMP {
+        return Err(EpochRefusal::TooFarAhead { counter, newest: newest.0 });
+    }
+    let from = counter.max(newest.0);
+    let limit = u64::try_from(i64::MAX).unwrap_or(u64::MAX);
+    match from.checked_add(1) {
+        Some(next) if next <= limit => Ok(FencingToken(next)),
+        _ => Err(EpochRefusal::Overflow { from }),
+    }
 }
 
 /// Why a leader stopped leading.
@@ -487,15 +553,28 @@ impl<B: LeaseBackend> Core<B> {
                 return;
             }
         };
-        let term = match self.backend.open_term(&self.instance_id, floor, self.timings.command_timeout).await {
-            Ok(Some(term)) if term.token > floor => term,
-            Ok(Some(term)) => {
-                let error = Error::Reply(format!("epoch token {} is not above the store's {}", term.token.0, floor.0));
-                warn!(instance_id = %self.instance_id, %error, "not leading");
+        let limit = self.timings.command_timeout;
+        let raw = match self.backend.read_epoch(&self.instance_id, limit).await {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return,
+            Err(error) => {
+                self.note_error("reading the epoch counter", &error);
                 lock(&self.state).release_pending = true;
                 return;
             }
-            Ok(None) => return,
+        };
+        let token = match next_token(raw.as_deref(), floor) {
+            Ok(token) => token,
+            Err(refusal) => return self.refuse_epoch(refusal),
+        };
+        let term = match self.backend.open_term(&self.instance_id, raw.as_deref(), token, limit).await {
+            Ok(Opened::Term(term)) => term,
+            Ok(Opened::NotHolder) => return,
+            Ok(Opened::CounterMoved) => {
+                warn!(instance_id = %self.instance_id, "the epoch counter changed while a term was being opened; not leading");
+                lock(&self.state).release_pending = true;
+                return;
+            }
             Err(error) => {
                 self.note_error("opening a term", &error);
                 lock(&self.state).release_pending = true;
@@ -514,6 +593,30 @@ impl<B: LeaseBackend> Core<B> {
         state.terms_started += 1;
         drop(state);
         info!(instance_id = %self.instance_id, token = term.token.0, store_newest = floor.0, "leadership taken");
+    }
+
+    /// No term under an epoch Redis should not hold: the lease goes back, the instance keeps serving as a follower,
+    /// and an error says what to do (at most every [`EPOCH_REFUSAL_LOG_INTERVAL`] for the same refusal).
+    fn refuse_epoch(&self, refusal: EpochRefusal) {
+        let mut state = lock(&self.state);
+        state.release_pending = true;
+        state.epoch_refusals += 1;
+        let now = Instant::now();
+        let logged_lately = state
+            .refusal_logged
+            .as_ref()
+            .is_some_and(|(logged, at)| *logged == refusal && now.duration_since(*at) < EPOCH_REFUSAL_LOG_INTERVAL);
+        if logged_lately {
+            return;
+        }
+        state.refusal_logged = Some((refusal.clone(), now));
+        drop(state);
+        error!(
+            instance_id = %self.instance_id,
+            reason = %refusal,
+            "not leading: the leader epoch is refused (docs/operations.md, \"Leader epoch recovery\"); this instance \
+             keeps serving, and timed work waits until an instance can lead"
+        );
     }
 
     async fn renew(&self, lease: Lease) {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use gateway_core::EpochGate;
 
-use super::lease::{LeaseBackend, Take};
+use super::lease::{LeaseBackend, Opened, Take};
 use super::*;
 
 /// How the fake lease answers.
@@ -29,7 +29,8 @@ struct FakeRedis {
 struct FakeState {
     mode: Mode,
     holder: Option<(String, Instant)>,
-    epoch: u64,
+    /// The epoch counter as Redis holds it: text.
+    epoch: Option<String>,
     term: Option<(String, u64)>,
     calls: Vec<(&'static str, Instant)>,
 }
@@ -37,7 +38,7 @@ struct FakeState {
 impl FakeRedis {
     fn new() -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::new(FakeState { mode: Mode::Up, holder: None, epoch: 0, term: None, calls: Vec::new() }),
+            state: Mutex::new(FakeState { mode: Mode::Up, holder: None, epoch: None, term: None, calls: Vec::new() }),
         })
     }
 
@@ -58,8 +59,13 @@ impl FakeRedis {
     fn flush(&self) {
         let mut state = lock(&self.state);
         state.holder = None;
-        state.epoch = 0;
+        state.epoch = None;
         state.term = None;
+    }
+
+    /// Writes the epoch counter, as `SET gateway:leader:epoch …` would (or `DEL`, with `None`).
+    fn set_epoch(&self, epoch: Option<&str>) {
+        lock(&self.state).epoch = epoch.map(str::to_owned);
     }
 
     fn calls(&self, name: &str) -> Vec<Instant> {
@@ -124,15 +130,33 @@ impl LeaseBackend for Arc<FakeRedis> {
         Ok(true)
     }
 
-    async fn open_term(&self, instance: &str, floor: FencingToken, limit: Duration) -> Result<Option<Term>, Error> {
-        self.answer("open_term", limit).await?;
+    async fn read_epoch(&self, instance: &str, limit: Duration) -> Result<Option<Option<String>>, Error> {
+        self.answer("read_epoch", limit).await?;
         let mut state = lock(&self.state);
         if FakeRedis::live_holder(&mut state) != Some(instance) {
             return Ok(None);
         }
-        state.epoch = state.epoch.max(floor.0) + 1;
-        state.term = Some((instance.to_owned(), state.epoch));
-        Ok(Some(Term { token: FencingToken(state.epoch), since: OffsetDateTime::UNIX_EPOCH }))
+        Ok(Some(state.epoch.clone()))
+    }
+
+    async fn open_term(
+        &self,
+        instance: &str,
+        expected: Option<&str>,
+        token: FencingToken,
+        limit: Duration,
+    ) -> Result<Opened, Error> {
+        self.answer("open_term", limit).await?;
+        let mut state = lock(&self.state);
+        if FakeRedis::live_holder(&mut state) != Some(instance) {
+            return Ok(Opened::NotHolder);
+        }
+        if state.epoch.as_deref() != expected {
+            return Ok(Opened::CounterMoved);
+        }
+        state.epoch = Some(token.0.to_string());
+        state.term = Some((instance.to_owned(), token.0));
+        Ok(Opened::Term(Term { token, since: OffsetDateTime::UNIX_EPOCH }))
     }
 
     async fn leader(&self, limit: Duration) -> Result<Option<LeaderStatus>, Error> {
@@ -361,6 +385,68 @@ async fn a_redis_that_lost_its_counter_still_hands_out_a_token_above_the_stores_
     settle().await;
     assert_eq!(b.core.current(), Some(FencingToken(43)));
     b.stop().await;
+}
+
+#[test]
+fn the_next_token_is_one_above_the_counter_or_the_stores_newest_and_absurd_counters_are_refused() {
+    let newest = FencingToken(41);
+    assert_eq!(next_token(None, newest), Ok(FencingToken(42)), "no counter: raised past the store's");
+    assert_eq!(next_token(Some("7"), newest), Ok(FencingToken(42)), "a counter below the store's is raised past it");
+    assert_eq!(next_token(Some("50"), newest), Ok(FencingToken(51)));
+    let furthest = (41 + MAX_EPOCH_JUMP).to_string();
+    assert_eq!(next_token(Some(&furthest), newest), Ok(FencingToken(42 + MAX_EPOCH_JUMP)));
+    let beyond = (42 + MAX_EPOCH_JUMP).to_string();
+    assert_eq!(
+        next_token(Some(&beyond), newest),
+        Err(EpochRefusal::TooFarAhead { counter: 42 + MAX_EPOCH_JUMP, newest: 41 })
+    );
+    assert!(matches!(next_token(Some("9223372036854775806"), newest), Err(EpochRefusal::TooFarAhead { .. })));
+    assert!(matches!(next_token(Some("99999999999999999999999"), newest), Err(EpochRefusal::TooFarAhead { .. })));
+    for garbage in ["", "-5", "1e9", " 7", "seven", "7.0"] {
+        assert_eq!(next_token(Some(garbage), newest), Err(EpochRefusal::NotANumber), "{garbage:?}");
+    }
+    let max = u64::try_from(i64::MAX).unwrap();
+    assert_eq!(next_token(None, FencingToken(max)), Err(EpochRefusal::Overflow { from: max }));
+    assert_eq!(next_token(Some(&max.to_string()), FencingToken(max - 1)), Err(EpochRefusal::Overflow { from: max }));
+    assert_eq!(next_token(None, FencingToken(max - 1)), Ok(FencingToken(max)));
+}
+
+/// `SET gateway:leader:epoch 9223372036854775806` in Redis: no instance leads with it (each gives the lease back and
+/// says why, once), the store's epoch is untouched; after the documented fix (`DEL gateway:leader:epoch`) the next
+/// term is one above the store's newest.
+#[tokio::test(start_paused = true)]
+async fn an_epoch_far_above_the_stores_is_refused_until_the_operator_deletes_it() {
+    let (redis, store) = (FakeRedis::new(), Arc::new(Store::default()));
+    store.gate.admit(FencingToken(5)).unwrap();
+    redis.set_epoch(Some("9223372036854775806"));
+    let a = Instance::start("a", &redis, &store);
+    settle().await;
+    assert_eq!(a.core.current(), None);
+    assert_eq!(redis.holder(), None, "the lease taken is given back");
+    advance(ACQUIRE_INTERVAL * 3).await;
+    assert_eq!(a.core.current(), None);
+    assert_eq!(lock(&a.core.state).epoch_refusals, 4, "every attempt refused");
+    assert_eq!(redis.calls("open_term").len(), 0, "nothing written under it");
+    assert_eq!(store.newest_token().unwrap(), FencingToken(5));
+    redis.set_epoch(None);
+    advance(ACQUIRE_INTERVAL).await;
+    assert_eq!(a.core.current(), Some(FencingToken(6)));
+    a.stop().await;
+}
+
+/// A store driven to `i64::MAX` (by the bug this refusal closes): no token can be above it, so no term opens; the
+/// instance keeps trying without a panic or a write.
+#[tokio::test(start_paused = true)]
+async fn a_store_epoch_at_the_top_of_the_range_opens_no_term() {
+    let (redis, store) = (FakeRedis::new(), Arc::new(Store::default()));
+    store.gate.admit(FencingToken(u64::try_from(i64::MAX).unwrap())).unwrap();
+    let a = Instance::start("a", &redis, &store);
+    settle().await;
+    advance(ACQUIRE_INTERVAL).await;
+    assert_eq!(a.core.current(), None);
+    assert_eq!(lock(&a.core.state).epoch_refusals, 2);
+    assert_eq!(redis.calls("open_term").len(), 0);
+    a.stop().await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -240,3 +240,41 @@ async fn fenced_makes_current_none_at_once_and_releases_the_key() {
         instance.stop().await;
     }
 }
+
+/// Redis is not trusted with the epoch: `SET gateway:leader:epoch 9223372036854775806` (what drove the store to
+/// i64::MAX before) takes no leadership and writes nothing; the documented fix (`DEL gateway:leader:epoch`) lets the
+/// next term start one above the store's newest token, and a counter below the store's (after a FLUSHALL) is raised
+/// past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absurd_epoch_in_redis_is_refused_and_deleting_it_lets_the_cluster_lead_again() {
+    let Some(redis) =
+        RedisServer::start_or_skip("an_absurd_epoch_in_redis_is_refused_and_deleting_it_lets_the_cluster_lead_again")
+    else {
+        return;
+    };
+    let store = Arc::new(EpochGate::default());
+    store.admit(FencingToken(7)).unwrap();
+    let mut raw = connection(&redis.url()).await;
+    let _: () = raw.set(EPOCH_KEY, "9223372036854775806").await.unwrap();
+    let instance = Instance::start("a", &redis, &store);
+    eventually("a refusal", || async { (instance.leadership.epoch_refusals() >= 2).then_some(()) }).await;
+    assert_eq!(instance.current(), None);
+    let counter: String = raw.get(EPOCH_KEY).await.unwrap();
+    assert_eq!(counter, "9223372036854775806", "nothing written under it");
+    assert_eq!(store.newest_token().unwrap(), FencingToken(7));
+
+    let _: () = raw.del(EPOCH_KEY).await.unwrap();
+    let token = eventually("a leader after the fix", || async { instance.current() }).await;
+    assert_eq!(token, FencingToken(8));
+    let counter: String = raw.get(EPOCH_KEY).await.unwrap();
+    assert_eq!(counter, "8");
+    instance.stop().await;
+
+    // A Redis that lost its data: the counter starts below the store's newest, and is raised past it.
+    store.admit(FencingToken(20)).unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
+    let _: () = raw.set(EPOCH_KEY, "3").await.unwrap();
+    let instance = Instance::start("b", &redis, &store);
+    assert_eq!(eventually("a leader after a flush", || async { instance.current() }).await, FencingToken(21));
+    instance.stop().await;
+}

@@ -1127,10 +1127,10 @@ async fn unknown_ids_cost_one_read_of_the_id_list_per_interval_and_a_config_crea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_during_the_first_read_of_the_id_list_wait_for_it() {
     let h = Harness::with_defaults();
-    let router = std::sync::Arc::new(h.router.clone());
+    let router = Arc::new(h.router.clone());
     let lookups: Vec<_> = (0..64)
         .map(|n| {
-            let router = std::sync::Arc::clone(&router);
+            let router = Arc::clone(&router);
             tokio::spawn(async move { router.inbound_config(5_000 + n).await })
         })
         .collect();

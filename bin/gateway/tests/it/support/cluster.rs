@@ -27,6 +27,8 @@ use super::{Gateway, PATIENCE, TOKEN};
 pub const LEASE_TTL_ENV: &str = "GATEWAY_FAILOVER_LEASE_TTL_MS";
 /// Short enough for CI (a failover takes about 3 s), long enough that a busy 2-core machine renews in time.
 const DEFAULT_LEASE_TTL_MS: u64 = 3_000;
+/// The cluster secret every test cluster shares (`--cluster-secret`).
+pub const CLUSTER_SECRET: &str = "the cluster secret of the integration tests";
 /// Every cluster test logs this: info, and each reminder scheduled and fired with its job and fire id.
 const LOG_FILTER: &str = "info,gateway_cron=debug";
 
@@ -49,6 +51,18 @@ pub struct Fire {
     pub fire_id: String,
     /// The log line's time (the instance's clock, the same machine's as the test's).
     pub at: OffsetDateTime,
+}
+
+/// What [`Cluster::start_with`] may change.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Setup {
+    /// The lease TTL; [`lease_ttl`] when `None`.
+    pub ttl: Option<Duration>,
+    /// Redis over TLS (`rediss://`, with a CA and a client certificate of the test's own).
+    pub tls: bool,
+    /// Run on the started Redis before the gateways start (set up users, say); returns the `--redis-url` to give
+    /// them.
+    pub prepare_redis: Option<fn(&RedisServer) -> String>,
 }
 
 /// An instance: its id, the process running it now (if any), and what its earlier processes logged.
@@ -75,21 +89,42 @@ impl Cluster {
     /// test's own, each with `extra_args` after the cluster's own flags. `None`, after one printed line, when
     /// PostgreSQL or redis-server is not installed (a failure under `CI=true`).
     pub fn start(test: &str, size: usize, extra_args: &[&str]) -> Option<Self> {
+        Self::start_with(test, size, Setup::default(), extra_args)
+    }
+
+    /// [`Cluster::start`] with a lease or a Redis of the test's choosing.
+    pub fn start_with(test: &str, size: usize, setup: Setup, extra_args: &[&str]) -> Option<Self> {
         let database = gateway_testkit::postgres::database(test)?;
-        let redis = RedisServer::start_or_skip(test)?;
-        let ttl = lease_ttl();
-        let mut args: Vec<String> = [
-            "--redis-url",
-            &redis.url(),
-            "--leader-lease-ttl-ms",
-            &ttl.as_millis().to_string(),
-            "--log-format",
-            "json",
-            "--webhook-allow-private-targets",
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+        let redis = if setup.tls { RedisServer::start_tls_or_skip(test)? } else { RedisServer::start_or_skip(test)? };
+        let ttl = setup.ttl.unwrap_or_else(lease_ttl);
+        let mut args: Vec<String> = match redis.tls() {
+            None => {
+                vec!["--redis-url".into(), setup.prepare_redis.map_or_else(|| redis.url(), |prepare| prepare(&redis))]
+            }
+            Some(tls) => vec![
+                "--redis-url".into(),
+                tls.url(),
+                "--redis-ca-file".into(),
+                tls.ca_file.display().to_string(),
+                "--redis-client-cert-file".into(),
+                tls.client_cert_file.display().to_string(),
+                "--redis-client-key-file".into(),
+                tls.client_key_file.display().to_string(),
+            ],
+        };
+        args.extend(
+            [
+                "--cluster-secret",
+                CLUSTER_SECRET,
+                "--leader-lease-ttl-ms",
+                &ttl.as_millis().to_string(),
+                "--log-format",
+                "json",
+                "--webhook-allow-private-targets",
+            ]
+            .iter()
+            .map(ToString::to_string),
+        );
         args.extend(extra_args.iter().map(ToString::to_string));
         let instances = (0..size)
             .map(|index| Instance {
