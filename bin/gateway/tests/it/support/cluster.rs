@@ -73,7 +73,7 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `size` instances (in parallel) on a fresh database of the shared test server and a Redis of the
     /// test's own, each with `extra_args` after the cluster's own flags. `None`, after one printed line, when
-    /// PostgreSQL or redis-server is not installed (a failure under `CI=true`).
+    /// PostgreSQL or redis-server is not installed (a failure under CI).
     pub fn start(test: &str, size: usize, extra_args: &[&str]) -> Option<Self> {
         let database = gateway_testkit::postgres::database(test)?;
         let redis = RedisServer::start_or_skip(test)?;
