@@ -37,7 +37,7 @@ pub(crate) fn token_to_db(token: FencingToken) -> i64 {
     i64::try_from(token.0).unwrap_or(i64::MAX)
 }
 
-fn token_from_db(stored: i64) -> FencingToken {
+pub(crate) fn token_from_db(stored: i64) -> FencingToken {
     FencingToken(u64::try_from(stored).unwrap_or(0))
 }
 

@@ -85,6 +85,7 @@ macro_rules! cron_store_conformance {
             one_claim_per_instant_until_the_lease_runs_out,
             claim_ahead_takes_rows_due_by_its_margin_but_judges_leases_by_now,
             a_newer_term_takes_over_and_missing_rows_are_not_claimed,
+            a_newer_term_claims_a_deposed_leaders_fire_at_once_an_equal_term_waits_for_its_lease,
             batches_claim_what_they_can,
             advancing_moves_the_row_to_its_next_instant_and_clears_the_claim_once,
             completing_one_batch_and_claiming_the_next_is_one_call,
