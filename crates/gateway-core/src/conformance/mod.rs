@@ -153,6 +153,7 @@ macro_rules! webhook_store_conformance {
             the_inspector_filters_and_pages_by_id,
             pruning_takes_only_old_finished_deliveries_a_batch_at_a_time,
             the_polls_claims_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch,
+            a_new_term_releases_the_polls_claims_of_older_terms_at_once,
             deliveries_count_by_status_and_the_due_ones_as_the_poll_sees_them,
         );
     };

@@ -134,6 +134,8 @@ struct Inner {
     /// Cancelled when [`WebhookRouter::run`] stops: immediate attempts still waiting for a slot or the rate give
     /// up (their rows stay due for the next process).
     stopping: CancellationToken,
+    /// The leadership term whose poll has released the claims of older terms (see [`WebhookRouter::poll_once`]).
+    released_for: std::sync::Mutex<Option<gateway_core::FencingToken>>,
 }
 
 /// The webhook router. Cheap to clone; clones share everything.
@@ -220,6 +222,7 @@ impl WebhookRouter {
                 stats: DeliveryStats::default(),
                 attempts: TaskTracker::new(),
                 stopping: CancellationToken::new(),
+                released_for: std::sync::Mutex::new(None),
             }),
         }
     }
