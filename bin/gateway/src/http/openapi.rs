@@ -61,6 +61,7 @@ pub const REASONS: &[(&str, &str)] = &[
     ("rate_limited", "the agent is over `--agent-rate-limit-per-minute`; `Retry-After` says when its window ends"),
     ("too_many_reminders", "the agent has `--max-pending-reminders-per-agent` pending reminders already"),
     ("store_unavailable", "the database cannot be reached right now; retry"),
+    ("insufficient_storage", "the gateway's storage (disk or database) is full: nothing was written; retry later"),
     ("heartbeat_manager_unavailable", "the heartbeat manager is not running, or tracks as many agents as it may"),
     ("too_many_streams", "the gateway (or this client address) holds as many event streams as it may"),
 ];
@@ -910,8 +911,17 @@ pub fn document() -> Value {
     let paths: Map<String, Value> = paths()
         .into_iter()
         .map(|(path, operations)| {
-            let item: Map<String, Value> =
-                operations.into_iter().map(|(method, operation)| (method.to_owned(), operation.into_value())).collect();
+            let item: Map<String, Value> = operations
+                .into_iter()
+                .map(|(method, operation)| {
+                    // Every write may find the storage full (docs/operations.md, "Failure modes").
+                    let operation = match method {
+                        "post" | "put" | "patch" | "delete" => operation.error(507, "insufficient_storage"),
+                        _ => operation,
+                    };
+                    (method.to_owned(), operation.into_value())
+                })
+                .collect();
             (path.to_owned(), Value::Object(item))
         })
         .collect();
@@ -925,7 +935,8 @@ pub fn document() -> Value {
                 names fields and limits, never request values. Besides what each operation lists: an unknown path \
                 is 404 `not_found`; a known path with another method is 405 `method_not_allowed` with `Allow`; \
                 a tool the gateway does not have is 404 `unknown_tool`; a write that conflicts with a concurrent \
-                one may be 409 `conflict`; a bug is 500 `internal_error`. Content-Type is not checked (no 415): bodies are read as JSON.",
+                one may be 409 `conflict`; a write while the gateway's storage is full is 507 `insufficient_storage` (nothing \
+                written; reads still answer); a bug is 500 `internal_error`. Content-Type is not checked (no 415): bodies are read as JSON.",
             "license": {"name": "See the repository", "identifier": "MIT"},
         },
         "tags": [
