@@ -228,6 +228,20 @@ impl DieselStore {
     }
 }
 
+/// The row a write's `RETURNING` gave, from all its rows (`get_results`): never take it with `get_result`
+/// outside a transaction. SQLite commits such a statement when it runs to its end; `get_result` stops at the first
+/// row and drops what resetting the statement reports, so a commit that fails there (a full disk: SQLITE_FULL on
+/// the WAL) came back as success, with a row that was never written. Read to the end, the failed commit is the
+/// statement's error. `NotFound` when the write returned nothing.
+pub(crate) fn returned_row<T>(rows: QueryResult<Vec<T>>) -> QueryResult<T> {
+    returned_row_if_any(rows)?.ok_or(diesel::result::Error::NotFound)
+}
+
+/// [`returned_row`] for a write that may change no row (`None`).
+pub(crate) fn returned_row_if_any<T>(rows: QueryResult<Vec<T>>) -> QueryResult<Option<T>> {
+    Ok(rows?.into_iter().next())
+}
+
 fn checkout<C>(
     pool: &Pool<ConnectionManager<C>>,
     operation: &str,

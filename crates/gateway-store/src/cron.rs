@@ -19,7 +19,7 @@ use gateway_core::{
 use time::PrimitiveDateTime;
 
 use crate::batch::{pair_in_order, push_sql_with_binds};
-use crate::connection::{AnyConnection, DieselStore};
+use crate::connection::{AnyConnection, DieselStore, returned_row, returned_row_if_any};
 use crate::fencing::{admit, token_from_db, token_to_db};
 use crate::mailbox::record_fires;
 use crate::schema::cron_jobs;
@@ -64,7 +64,7 @@ impl<'a> NewCronJobRow<'a> {
 
     fn insert(&self, connection: &mut AnyConnection<'_>) -> QueryResult<CronJobRow> {
         on_backend!(connection, c => {
-            diesel::insert_into(cron_jobs::table).values(self).returning(CronJobRow::as_returning()).get_result(c)
+            returned_row(diesel::insert_into(cron_jobs::table).values(self).returning(CronJobRow::as_returning()).get_results(c))
         })
     }
 
@@ -337,7 +337,7 @@ impl CronJobStore for DieselStore {
         // fenced: like a delete it is an operator's write, which any instance may make.
         let update = diesel::update(cron_jobs::table.find(id)).set(cron_jobs::paused.eq(paused));
         let row = self.with_connection(if paused { "pause cron job" } else { "resume cron job" }, |connection| {
-            on_backend!(connection, c => update.returning(CronJobRow::as_returning()).get_result(c).optional())
+            on_backend!(connection, c => returned_row_if_any(update.returning(CronJobRow::as_returning()).get_results(c)))
         })?;
         row.map(CronJob::try_from).transpose()
     }

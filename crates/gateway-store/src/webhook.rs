@@ -21,7 +21,7 @@ use gateway_core::{
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
-use crate::connection::{AnyConnection, DieselStore};
+use crate::connection::{AnyConnection, DieselStore, returned_row};
 use crate::error::classify;
 use crate::fencing::{admit, token_to_db};
 use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts};
@@ -208,7 +208,7 @@ impl<'a> NewDeliveryRow<'a> {
 
     fn insert(&self, connection: &mut AnyConnection<'_>) -> QueryResult<DeliveryRow> {
         on_backend!(connection, c => {
-            diesel::insert_into(webhook_deliveries::table).values(self).returning(DeliveryRow::as_returning()).get_result(c)
+            returned_row(diesel::insert_into(webhook_deliveries::table).values(self).returning(DeliveryRow::as_returning()).get_results(c))
         })
     }
 }
@@ -287,7 +287,7 @@ impl WebhookStore for DieselStore {
         };
         let created = self.with_connection("create webhook config", |connection| {
             on_backend!(connection, c => {
-                diesel::insert_into(webhook_configs::table).values(&row).returning(ConfigRow::as_returning()).get_result(c)
+                returned_row(diesel::insert_into(webhook_configs::table).values(&row).returning(ConfigRow::as_returning()).get_results(c))
             })
         })?;
         Ok(created.into())

@@ -15,6 +15,7 @@ mod console;
 mod crash;
 mod cron;
 mod events;
+mod faults;
 mod heartbeat;
 mod idempotency;
 mod lifecycle;
