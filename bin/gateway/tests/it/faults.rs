@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::receiver::{Behaviour, Receiver};
+use crate::support::cluster::Cluster;
 use crate::support::{Gateway, PATIENCE, eventually};
 
 /// A tmpfs of `size` mounted over a directory by the test (root may mount one; CI runs as root), unmounted when
@@ -221,4 +222,75 @@ fn a_full_disk_refuses_writes_with_507_serves_reads_and_recovers_when_space_is_f
     );
     drop(gateway);
     drop(mount);
+}
+
+/// Polls `condition` until it holds; panics naming `what` after `within` (an upper bound on waiting, not a claim).
+fn wait_until(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for: {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A request that is still being sent to `gateway`: its head and the first byte of a body it never finishes. The
+/// gateway's graceful shutdown waits for it (up to its 30 s body deadline) before the loops stop.
+fn request_in_flight(gateway: &Gateway) -> std::net::TcpStream {
+    use std::io::Write;
+    let address = gateway.base.trim_start_matches("http://").to_owned();
+    let mut connection = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        connection,
+        "POST /gateway/heartbeat HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n{{"
+    )
+    .unwrap();
+    connection.flush().unwrap();
+    connection
+}
+
+/// SIGTERM to the leader of three instances running the production lease (30 s): it gives the lease back as soon as
+/// it is told to stop, not after draining its requests (one is kept in flight throughout) and not by letting the
+/// lease expire, so a follower leads, under a newer term, within 2 s (DESIGN.md §14). The old leader then drains
+/// and exits cleanly, having said so.
+#[test]
+fn sigterm_of_the_leader_hands_the_lease_over_within_2_s_while_its_requests_drain() {
+    let test = "faults::sigterm_of_the_leader_hands_the_lease_over_within_2_s_while_its_requests_drain";
+    let _turn = gateway_testkit::heavy_test_turn();
+    let Some(mut cluster) = Cluster::start_with_ttl(test, 3, gateway_redis::leadership::LEASE_TTL, &[]) else {
+        return;
+    };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    let epoch = |view: &serde_json::Value| view["leader"]["epoch"].as_u64().unwrap();
+    let old_epoch = epoch(&cluster.view(leader));
+    let held = request_in_flight(cluster.gateway(leader));
+    thread::sleep(Duration::from_millis(100));
+
+    let signalled = Instant::now();
+    cluster.sigterm(leader);
+    let mut new_leader = None;
+    wait_until("a follower to lead", Duration::from_secs(10), || {
+        new_leader = cluster.leader();
+        new_leader.is_some()
+    });
+    let handover = signalled.elapsed();
+    let new_leader = new_leader.unwrap();
+    assert_ne!(new_leader, leader);
+    assert!(
+        handover <= Duration::from_secs(2),
+        "the lease was handed over {handover:?} after SIGTERM, later than 2 s\n{}",
+        cluster.story()
+    );
+    assert!(epoch(&cluster.view(new_leader)) > old_epoch, "a new term");
+    let still_draining = cluster.gateway(leader).logs();
+    assert!(!still_draining.contains("gateway stopped"), "the request in flight was meant to hold the drain");
+
+    drop(held);
+    assert!(cluster.wait_exit(leader).success(), "the old leader did not stop cleanly\n{}", cluster.logs(leader));
+    let said: Vec<serde_json::Value> = cluster
+        .log_entries_from(leader, 0)
+        .into_iter()
+        .filter(|entry| entry["message"] == "leadership given back")
+        .collect();
+    assert_eq!(said.len(), 1, "the old leader said it gave the lease back: {said:?}");
+    eprintln!("SIGTERM of the leader: {} leads {handover:?} later (lease TTL 30 s)", cluster.id(new_leader));
 }
