@@ -294,3 +294,280 @@ fn sigterm_of_the_leader_hands_the_lease_over_within_2_s_while_its_requests_drai
     assert_eq!(said.len(), 1, "the old leader said it gave the lease back: {said:?}");
     eprintln!("SIGTERM of the leader: {} leads {handover:?} later (lease TTL 30 s)", cluster.id(new_leader));
 }
+
+/// Flags of the cluster fault tests: failed deliveries are retried a second later (by the leader's poll, at its
+/// default interval: how soon it looks again after an outage is part of what is tested), and the outbound rate is
+/// out of the way of the load.
+const FAULT_ARGS: [&str; 6] = [
+    "--webhook-retry-schedule-s",
+    "1,1,1,1,1,1,1,1",
+    "--webhook-max-per-second",
+    "100000",
+    "--webhook-timeout-ms",
+    "2000",
+];
+
+/// One request of a fault test's load, as its client saw it.
+#[derive(Debug, Clone)]
+#[allow(dead_code, reason = "every field is shown in a failure message, through Debug")]
+struct Sent {
+    at: Instant,
+    answered_at: Instant,
+    instance: usize,
+    /// `reminder` (the `schedule_reminder` tool) or `delivery` (an enqueue).
+    kind: &'static str,
+    /// The status, or `None` when no answer came (connection refused, reset, timed out).
+    status: Option<u16>,
+    reason: Option<String>,
+    /// What the answer acknowledged: the agent of a scheduled reminder, or the id of an enqueued delivery.
+    acknowledged: Option<Acknowledged>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Acknowledged {
+    Reminder { agent: String },
+    Delivery { id: i64 },
+}
+
+/// Sends a reminder (the `schedule_reminder` tool, due 300 ms later, for an agent of its own) and a delivery to
+/// instance `instance` at `base`, every `pace`, until `stop` is set.
+fn fault_load(
+    instance: usize,
+    base: &str,
+    webhook: i64,
+    pace: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<Sent> {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .new_agent();
+    let mut sent = Vec::new();
+    for n in (instance * 1_000_000..).take_while(|_| !stop.load(std::sync::atomic::Ordering::SeqCst)) {
+        let agent_id = format!("agent-fault-{n}");
+        let reminder = json!({"agent_id": agent_id, "tool_call_id": format!("call-{n}"),
+                              "params": {"delay_ms": 300, "payload": {"n": n}}});
+        let at = Instant::now();
+        let answer = agent
+            .post(format!("{base}/gateway/tools/schedule_reminder"))
+            .content_type("application/json")
+            .send(reminder.to_string());
+        sent.push(record(at, instance, "reminder", answer, |body| {
+            body["result"]["job_id"].as_i64().map(|_| Acknowledged::Reminder { agent: agent_id.clone() })
+        }));
+        let delivery = json!({"webhook_id": webhook, "session_id": "fault", "payload": {"n": n}});
+        let at = Instant::now();
+        let answer = agent
+            .post(format!("{base}/gateway/deliveries"))
+            .header("authorization", crate::support::cluster::operator_header())
+            .content_type("application/json")
+            .send(delivery.to_string());
+        sent.push(record(at, instance, "delivery", answer, |body| {
+            body["id"].as_i64().map(|id| Acknowledged::Delivery { id })
+        }));
+        thread::sleep(pace);
+    }
+    sent
+}
+
+fn record(
+    at: Instant,
+    instance: usize,
+    kind: &'static str,
+    answer: Result<http::Response<ureq::Body>, ureq::Error>,
+    acknowledged: impl FnOnce(&serde_json::Value) -> Option<Acknowledged>,
+) -> Sent {
+    let Ok(mut response) = answer else {
+        return Sent {
+            at,
+            answered_at: Instant::now(),
+            instance,
+            kind,
+            status: None,
+            reason: None,
+            acknowledged: None,
+        };
+    };
+    let status = response.status().as_u16();
+    let body: serde_json::Value =
+        serde_json::from_str(&response.body_mut().read_to_string().unwrap_or_default()).unwrap_or_default();
+    let acknowledged = if (200..300).contains(&status) { acknowledged(&body) } else { None };
+    let reason = body["reason"].as_str().map(str::to_owned);
+    Sent { at, answered_at: Instant::now(), instance, kind, status: Some(status), reason, acknowledged }
+}
+
+/// The reminders `agent_id`'s mailbox holds, read through instance `index` (`GET /gateway/agents/{id}/reminders`):
+/// what the agent gets whenever it reads or connects, whatever instance fired them.
+fn mailbox(cluster: &Cluster, index: usize, agent_id: &str) -> Vec<serde_json::Value> {
+    let (status, body) = cluster.gateway(index).operator_get(&format!("/gateway/agents/{agent_id}/reminders"));
+    assert_eq!(status, 200, "{body}");
+    body["reminders"].as_array().cloned().unwrap_or_default()
+}
+
+/// PostgreSQL stops for 20 s under three running instances (DESIGN.md §11, §14): meanwhile every write answers 503
+/// `store_unavailable` (never a 500, never no answer) and every `/readyz` is 503; once the server is back, the same
+/// processes (no restart: their pools reconnect) are ready again and take writes, and every reminder and delivery
+/// that was acknowledged, before, during or after, reaches its agent's mailbox or its receiver.
+#[test]
+fn postgresql_stopped_20_s_under_a_cluster_answers_503_loses_nothing_and_recovers_without_restart() {
+    let test = "faults::postgresql_stopped_20_s_under_a_cluster";
+    let _turn = gateway_testkit::heavy_test_turn();
+    let Some(cluster) = Cluster::start_on_own_postgres(test, 3, &FAULT_ARGS) else {
+        return;
+    };
+    cluster.wait_for_leader(cluster.patience());
+    let receiver = Receiver::start(Behaviour::Status(200));
+    let webhook = cluster.create_webhook(0, "pg-outage", &receiver.url("/pg"), "pg-outage-secret");
+    let pids: Vec<u32> = (0..cluster.len()).map(|index| cluster.gateway(index).pid()).collect();
+    let bases: Vec<String> = (0..cluster.len()).map(|index| cluster.gateway(index).base.clone()).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A client per instance, so that one waiting out a refused checkout does not hold the others back.
+    let load: Vec<_> = bases
+        .into_iter()
+        .enumerate()
+        .map(|(instance, base)| {
+            let stop = Arc::clone(&stop);
+            thread::spawn(move || fault_load(instance, &base, webhook, Duration::from_millis(100), &stop))
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(3));
+    cluster.postgres().stop().unwrap();
+    let stopped = Instant::now();
+    wait_until("every instance's /readyz to say 503", Duration::from_secs(10), || {
+        (0..cluster.len()).all(|index| cluster.gateway(index).get("/readyz").0 == 503)
+    });
+    let (_, ready) = cluster.gateway(0).get("/readyz");
+    assert!(ready["not_ready"].as_array().is_some_and(|what| what.contains(&json!("store"))), "{ready}");
+    let outage = Duration::from_secs(20);
+    thread::sleep(outage.saturating_sub(stopped.elapsed()));
+    cluster.postgres().start().unwrap();
+    let restarted = Instant::now();
+    let restarted_at = time::OffsetDateTime::now_utc();
+    let deadline = restarted + cluster.patience();
+    loop {
+        let ready: Vec<(u16, serde_json::Value)> =
+            (0..cluster.len()).map(|index| cluster.gateway(index).operator_get("/readyz")).collect();
+        if ready.iter().all(|(status, _)| *status == 200) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not ready again {:?} after PostgreSQL was back: {ready:?}\n{}",
+            cluster.patience(),
+            cluster.story()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let recovered_after = restarted.elapsed();
+    // Every loop retries a failing store at least every 5 s (10 s for retention) and a checkout gives up after 5 s:
+    // a generous bound on a loaded machine, far below the minute the loops used to back off to.
+    assert!(
+        recovered_after <= Duration::from_secs(20),
+        "ready again only {recovered_after:?} after PostgreSQL was back"
+    );
+    thread::sleep(Duration::from_secs(3));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let sent: Vec<Sent> = load.into_iter().flat_map(|client| client.join().unwrap()).collect();
+
+    // Every request got an answer; the only refusal is 503 store_unavailable, and only around the outage.
+    let unanswered: Vec<&Sent> = sent.iter().filter(|request| request.status.is_none()).collect();
+    assert!(unanswered.is_empty(), "requests to running instances got no answer: {unanswered:?}");
+    let refused: Vec<&Sent> =
+        sent.iter().filter(|request| !request.status.is_some_and(|s| (200..300).contains(&s))).collect();
+    let wrong: Vec<&&Sent> = refused
+        .iter()
+        .filter(|request| request.status != Some(503) || request.reason.as_deref() != Some("store_unavailable"))
+        .collect();
+    assert!(wrong.is_empty(), "refusals other than 503 store_unavailable: {wrong:?}");
+    // Sent after the server had stopped and answered before it started again.
+    let during = |request: &&Sent| request.at > stopped && request.answered_at < restarted;
+    let refused_during = refused.iter().filter(|request| during(request)).count();
+    let sent_during: Vec<&Sent> = sent.iter().filter(during).collect();
+    assert!(
+        !sent_during.is_empty() && refused_during == sent_during.len(),
+        "{refused_during} of {} writes refused while PostgreSQL was down: {sent_during:?}",
+        sent_during.len()
+    );
+    let after: Vec<&Sent> = sent.iter().filter(|request| request.at > restarted + recovered_after).collect();
+    assert!(
+        !after.is_empty() && after.iter().all(|request| request.acknowledged.is_some()),
+        "writes after the recovery: {after:?}"
+    );
+
+    // Nothing acknowledged is lost: each reminder is in its agent's mailbox (fired once), each delivery received.
+    let acknowledged: BTreeSet<Acknowledged> = sent.iter().filter_map(|request| request.acknowledged.clone()).collect();
+    let deliveries: BTreeSet<i64> = acknowledged
+        .iter()
+        .filter_map(|ack| match ack {
+            Acknowledged::Delivery { id } => Some(*id),
+            Acknowledged::Reminder { .. } => None,
+        })
+        .collect();
+    let agents: Vec<&str> = acknowledged
+        .iter()
+        .filter_map(|ack| match ack {
+            Acknowledged::Reminder { agent } => Some(agent.as_str()),
+            Acknowledged::Delivery { .. } => None,
+        })
+        .collect();
+    let deadline = Instant::now() + cluster.patience();
+    loop {
+        let received: BTreeSet<i64> = receiver.received().iter().map(|request| request.delivery_id()).collect();
+        let missing: Vec<i64> = deliveries.difference(&received).copied().collect();
+        if missing.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let rows: Vec<serde_json::Value> = missing
+                .iter()
+                .take(5)
+                .map(|id| cluster.gateway(0).operator_get(&format!("/gateway/deliveries/{id}")).1)
+                .collect();
+            panic!(
+                "{} acknowledged deliveries never reached the receiver: {missing:?}\n{rows:#?}\n{}",
+                missing.len(),
+                cluster.story()
+            );
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    wait_until("every acknowledged reminder in its agent's mailbox", cluster.patience(), || {
+        agents.iter().enumerate().all(|(n, agent)| !mailbox(&cluster, n % cluster.len(), agent).is_empty())
+    });
+    // Reminders due while the store was away fire soon after it is back: the scheduler retries at least every 5 s.
+    let mut latest = time::Duration::ZERO;
+    for agent in &agents {
+        let entries = mailbox(&cluster, 0, agent);
+        assert_eq!(entries.len(), 1, "{agent}'s mailbox: {entries:?}");
+        let instant = |field: &str| {
+            let text = entries[0][field].as_str().unwrap();
+            time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).unwrap()
+        };
+        let late = instant("fired_at") - instant("scheduled_for").max(restarted_at);
+        latest = latest.max(late);
+    }
+    assert!(
+        latest <= time::Duration::seconds(15),
+        "a reminder fired {latest} after it was due or PostgreSQL was back, whichever came later"
+    );
+    let now: Vec<u32> = (0..cluster.len()).map(|index| cluster.gateway(index).pid()).collect();
+    assert_eq!(now, pids, "no instance was restarted");
+    // What the operator reads meanwhile: a warning about the database every 10 s per instance, not one per failed
+    // connection attempt (hundreds a second across the cluster).
+    for index in 0..cluster.len() {
+        let entries = cluster.log_entries_from(index, 0);
+        let flooding = entries.iter().filter(|entry| entry["target"] == "r2d2").count();
+        assert_eq!(flooding, 0, "{} logged the pool's own errors", cluster.id(index));
+        let told = entries.iter().filter(|entry| entry["message"] == "cannot connect to the database").count();
+        assert!((1..=4).contains(&told), "{} said it cannot connect {told} times in a 20 s outage", cluster.id(index));
+    }
+    eprintln!(
+        "PostgreSQL stopped {outage:?} under 3 instances: {} requests, {} refused with 503 (all while it was down), \
+         ready again {recovered_after:?} after it was back, reminders fired at most {latest} late; {} reminders and {} deliveries acknowledged, none lost",
+        sent.len(),
+        refused.len(),
+        agents.len(),
+        deliveries.len()
+    );
+}
