@@ -571,3 +571,113 @@ fn postgresql_stopped_20_s_under_a_cluster_answers_503_loses_nothing_and_recover
         deliveries.len()
     );
 }
+
+/// One inline command to the test's Redis (as `redis-cli` would send it); returns the first line of the reply.
+fn redis_command(port: u16, command: &str) -> String {
+    use std::io::{BufRead, Write};
+    let mut connection = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    connection.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(connection, "{command}\r\n").unwrap();
+    let mut reply = String::new();
+    std::io::BufReader::new(connection).read_line(&mut reply).unwrap();
+    reply.trim_end().to_owned()
+}
+
+/// The newest leadership token the shared database has admitted.
+fn store_epoch(database_url: &str) -> i64 {
+    use diesel::prelude::*;
+    #[derive(QueryableByName)]
+    struct Epoch {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        epoch: i64,
+    }
+    let mut connection = PgConnection::establish(database_url).unwrap();
+    diesel::sql_query("SELECT epoch FROM gateway_leader_epoch").get_result::<Epoch>(&mut connection).unwrap().epoch
+}
+
+/// A leader that still believes it leads attempts a leader-only write after a newer term has written, and the store
+/// refuses it (DESIGN.md §11, "Fencing"). The leader is frozen (SIGSTOP) while Redis loses its lease (the key is
+/// deleted, as a Redis restarted without persistence or failed over to a stale replica would): a follower takes it
+/// at once under a newer token and writes. Woken within its own lease's validity (30 s TTL), the old leader's
+/// scheduler claims the reminders that came due: the store refuses the claim, it logs `fenced by a newer leader`,
+/// steps down for that reason, and fires nothing; every reminder fires once, through the new leader.
+#[test]
+fn a_deposed_leader_that_still_believes_it_leads_is_refused_by_the_store_and_steps_down() {
+    let test = "faults::a_deposed_leader_that_still_believes_it_leads_is_refused_by_the_store_and_steps_down";
+    let _turn = gateway_testkit::heavy_test_turn();
+    let poll = ["--webhook-poll-interval-ms", "200"];
+    let Some(mut cluster) = Cluster::start_with_ttl(test, 3, gateway_redis::leadership::LEASE_TTL, &poll) else {
+        return;
+    };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    let old_token = cluster.view(leader)["leader"]["epoch"].as_i64().unwrap();
+    let others = cluster.others(leader);
+    // Reminders due every 200 ms from 1 s to 8 s from now, scheduled through the followers: some come due while the
+    // leader is frozen, some just after it wakes.
+    let mut jobs = Vec::new();
+    for n in 0..36_u64 {
+        let delay = Duration::from_millis(1_000 + 200 * n);
+        let (status, body) =
+            cluster.schedule_reminder(others[(n % 2) as usize], &format!("agent-fenced-{n}"), delay, &json!({"n": n}));
+        assert_eq!(status, 202, "{body}");
+        jobs.push(format!("agent-fenced-{n}"));
+    }
+
+    cluster.pause(leader);
+    let frozen = Instant::now();
+    assert_eq!(redis_command(cluster.redis.port(), "DEL gateway:leader"), ":1", "the lease was in Redis");
+    let mut new_leader = None;
+    wait_until("a follower to lead", Duration::from_secs(10), || {
+        new_leader = cluster.leader();
+        new_leader.is_some()
+    });
+    let new_leader = new_leader.unwrap();
+    let new_token = cluster.view(new_leader)["leader"]["epoch"].as_i64().unwrap();
+    assert!(new_token > old_token, "a newer term: {new_token} after {old_token}");
+    wait_until("the new term's first write in the store", Duration::from_secs(10), || {
+        store_epoch(cluster.database_url()) == new_token
+    });
+    // Well within the frozen leader's own idea of its lease (it renewed at most 10 s before it froze, and counts on
+    // it for 19 s), so it wakes up believing it leads.
+    let frozen_for = frozen.elapsed();
+    assert!(frozen_for < Duration::from_secs(8), "the takeover took {frozen_for:?}: too long to test a stale write");
+    let woke_at = cluster.logs(leader).len();
+    cluster.resume(leader);
+
+    let fenced = |entry: &serde_json::Value| {
+        entry["message"].as_str().is_some_and(|message| message.contains("fenced by a newer leader"))
+    };
+    wait_until("the woken leader's refused write", PATIENCE, || {
+        cluster.log_entries_from(leader, woke_at).iter().any(fenced)
+    });
+    wait_until("the woken leader to follow", PATIENCE, || cluster.view(leader)["role"] == "follower");
+    let after_wake = cluster.log_entries_from(leader, woke_at);
+    let refusal = after_wake.iter().find(|entry| fenced(entry)).unwrap();
+    let error = refusal["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("token {old_token} is older than the newest, {new_token}")),
+        "the refusal names both terms: {refusal}"
+    );
+    let stepped_down = after_wake.iter().find(|entry| entry["message"] == "stepping down from leadership");
+    let reason = stepped_down.map(|entry| entry["reason"].clone()).unwrap_or_default();
+    assert_eq!(
+        reason, "the store refused a write under this term's token: a newer leader wrote",
+        "why it stepped down: {stepped_down:?}"
+    );
+    let fired: Vec<&serde_json::Value> =
+        after_wake.iter().filter(|entry| entry["message"] == "reminder fired").collect();
+    assert!(fired.is_empty(), "the deposed leader fired reminders after it woke: {fired:?}");
+
+    // Every reminder reached its agent's mailbox once, fired by the new leader.
+    wait_until("every reminder in its agent's mailbox", cluster.patience(), || {
+        jobs.iter().all(|agent| !mailbox(&cluster, new_leader, agent).is_empty())
+    });
+    for agent in &jobs {
+        assert_eq!(mailbox(&cluster, new_leader, agent).len(), 1, "{agent}");
+    }
+    assert_eq!(cluster.leader(), Some(new_leader), "the deposed leader did not take the lease back");
+    eprintln!(
+        "deposed leader: frozen {frozen_for:?} while term {new_token} took over from term {old_token}; woken, its \
+         write was refused and it stepped down"
+    );
+}
