@@ -40,8 +40,10 @@ const CLUSTER_ARGS: [&str; 8] = [
 ];
 const SECRET: &str = "failover-webhook-secret";
 /// Time given to schedule a batch of reminders before the event they are timed around (a kill, a pause, an
-/// outage): their due instants are counted from the planned event, not from their requests.
-const SCHEDULING_TIME: Duration = Duration::from_secs(2);
+/// outage): their due instants are counted from the planned event, not from their requests. Generous (a batch is
+/// up to sixty requests to a debug build, which the other heavy tests no longer share the machine with, but other
+/// test threads still do).
+const SCHEDULING_TIME: Duration = Duration::from_secs(4);
 
 /// The cluster tests take turns (see the module's documentation), with every other heavy test of the machine
 /// (`gateway_testkit::heavy_test_turn`: the crash storm and the fault tests too, under `cargo test` and under
