@@ -92,7 +92,11 @@ impl App {
             }
         };
         if let Some(redis) = coordination.redis {
-            loops.spawn(supervise_loop(redis.leadership, stop_loops.clone()));
+            // Leadership ends with the HTTP side, not after its drain: a leader told to stop gives the lease back
+            // at once (compare-and-delete), so a follower takes over within its acquire interval while requests
+            // still in flight here finish (up to the 30 s grace). The leader-only loops see no term from then on
+            // and stop their timed work; the new term takes over their claims at once.
+            loops.spawn(supervise_loop(redis.leadership, shutdown.clone()));
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
             threads.push(redis.flusher);
         }

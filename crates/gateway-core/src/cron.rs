@@ -75,15 +75,26 @@ pub struct PendingFire {
     pub scheduled_for: OffsetDateTime,
     /// Set while some claimer holds (or held, if it died) a claim on this instant.
     pub claimed_until: Option<OffsetDateTime>,
+    /// The leadership token that claim was made under (set with `claimed_until`).
+    pub claim_token: Option<FencingToken>,
 }
 
 impl PendingFire {
-    /// The earliest moment a claim on this row can succeed for a claimer that claims `claim_ahead` before the
-    /// instant (see [`ClaimLease::due_by`]): not before that, and not before a lease on it has ended.
-    pub fn claimable_at(&self, claim_ahead: Duration) -> OffsetDateTime {
+    /// A row nobody has claimed.
+    pub fn unclaimed(job_id: i64, scheduled_for: OffsetDateTime) -> Self {
+        Self { job_id, scheduled_for, claimed_until: None, claim_token: None }
+    }
+
+    /// The earliest moment a claim on this row can succeed for a claimer under leadership token `claimer` that
+    /// claims `claim_ahead` before the instant (see [`ClaimLease::due_by`]): not before that, and not before a
+    /// lease on it has ended, unless that lease was taken under an older token than `claimer`'s. A new term takes
+    /// a deposed leader's claims over at once (the claim rule of [`CronJobStore`] lets it): a leader killed just
+    /// after claiming must not make its reminders wait out its lease.
+    pub fn claimable_at(&self, claim_ahead: Duration, claimer: FencingToken) -> OffsetDateTime {
         let ahead = self.scheduled_for - claim_ahead;
+        let deposed = self.claim_token.is_some_and(|token| token < claimer);
         match self.claimed_until {
-            Some(until) if until > ahead => until,
+            Some(until) if until > ahead && !deposed => until,
             _ => ahead,
         }
     }
@@ -174,7 +185,7 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     /// `now` (`claimed_until > now`): a fire on its way is not taken back. `true` when a row was deleted.
     fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: OffsetDateTime) -> Result<bool, StoreError>;
     /// Unpaused rows with `next_fire_at < before`, ordered by `(next_fire_at, id)`, at most `limit` (claimed or
-    /// not).
+    /// not, with the claim's end and token).
     fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError>;
     /// Claims what can be claimed of the rows `job_ids` (all in one transaction) and returns those rows; a
     /// row that cannot be claimed (gone, not due, claimed by someone else) is simply absent from the result.
@@ -404,6 +415,7 @@ impl CronJobStore for InMemoryCronJobStore {
                 job_id: stored.job.id,
                 scheduled_for: stored.job.next_fire_at,
                 claimed_until: stored.claim.as_ref().map(|claim| claim.until),
+                claim_token: stored.claim.as_ref().map(|claim| claim.token),
             })
             .collect();
         due.sort_by_key(|fire| (fire.scheduled_for, fire.job_id));

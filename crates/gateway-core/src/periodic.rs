@@ -63,8 +63,10 @@ impl PruningPass {
     }
 }
 
-/// The longest wait the retention loops back off to after consecutive failed pruning passes.
-pub const MAX_PRUNE_BACKOFF: Duration = Duration::from_secs(3_600);
+/// The longest wait the retention loops back off to after consecutive failed pruning passes. A failed pass marks
+/// its loop unhealthy (and `/readyz` 503) until one succeeds, so the wait is short: after a store outage the gateway
+/// is ready again within this of the store, and a pass that fails for good costs one batch every 10 s.
+pub const MAX_PRUNE_BACKOFF: Duration = Duration::from_secs(10);
 
 /// One leader-only periodic loop.
 #[derive(Debug)]

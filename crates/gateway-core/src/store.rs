@@ -15,6 +15,10 @@ pub enum StoreError {
     /// gone); retrying later may succeed.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store has no room left to write (the disk, or the database's size limit, is full). Reads still work;
+    /// writes fail until an operator frees space, and then work again without a restart. Nothing was written.
+    #[error("store full: {0}")]
+    Full(String),
     /// A uniqueness or state rule refused the write.
     #[error("conflict: {0}")]
     Conflict(String),

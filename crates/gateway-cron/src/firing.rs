@@ -210,6 +210,10 @@ impl CronScheduler {
     /// claimed. Also says whether the store answered in this cycle.
     fn cycle(&self, token: FencingToken, state: &mut LoopState) -> Result<(Next, bool), StoreError> {
         let inner = &self.inner;
+        if state.term.is_some_and(|term| term != token) {
+            // A new term without a step-down seen in between: what the window knows was judged for the old one.
+            lock(&inner.window).reset();
+        }
         state.term = Some(token);
         let mut reached_store = false;
         if let Some(in_flight) = state.refill.take() {
@@ -222,7 +226,7 @@ impl CronScheduler {
                     let interval = duration(inner.config.refill_interval);
                     let held = state.held();
                     let mut window = lock(&inner.window);
-                    window.refill(in_flight.started, in_flight.before, &rows, in_flight.limit, interval, &held);
+                    window.refill(in_flight.started, in_flight.before, &rows, in_flight.limit, interval, &held, token);
                 }
                 None => state.refill = Some(in_flight),
             }
@@ -359,6 +363,7 @@ impl CronScheduler {
                     job_id: fire.job_id,
                     scheduled_for: fire.scheduled_for,
                     claimed_until: Some(expires_at),
+                    claim_token: state.term,
                 });
                 continue;
             }
@@ -455,7 +460,7 @@ impl CronScheduler {
         let mut window = lock(&self.inner.window);
         for completion in completions {
             if let FireCompletion::Advance { fire, next_fire_at } = completion {
-                window.push(PendingFire { job_id: fire.job_id, scheduled_for: next_fire_at, claimed_until: None });
+                window.push(PendingFire::unclaimed(fire.job_id, next_fire_at));
             }
         }
     }

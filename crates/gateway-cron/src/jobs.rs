@@ -249,7 +249,7 @@ impl CronScheduler {
     }
 
     fn arm_fire(&self, job_id: i64, scheduled_for: OffsetDateTime) {
-        let fire = PendingFire { job_id, scheduled_for, claimed_until: None };
+        let fire = PendingFire::unclaimed(job_id, scheduled_for);
         if lock(&self.inner.window).push(fire) {
             self.inner.wake.notify_one();
         }

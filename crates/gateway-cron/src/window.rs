@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use gateway_core::PendingFire;
+use gateway_core::{FencingToken, PendingFire};
 use time::{Duration, OffsetDateTime};
 
 /// How long before a fire just beyond the horizon becomes claimable a window with room starts reloading. A
@@ -23,6 +23,9 @@ pub(crate) struct Window {
     capacity: usize,
     /// How long before its instant a fire is claimed (see `CronConfig::claim_ahead`).
     claim_ahead: Duration,
+    /// The leadership term the window was loaded for: a claim made under an older one is claimable at once
+    /// ([`PendingFire::claimable_at`]), so a deposed leader's claims do not wait out their lease.
+    term: FencingToken,
     /// Set at start, after a store error and when leadership was lost: the window must be reloaded.
     stale: bool,
     /// When to reload even if nothing seems missing: rows written by other processes appear this way.
@@ -36,6 +39,7 @@ impl Window {
             horizon: OffsetDateTime::UNIX_EPOCH,
             capacity: capacity.max(1),
             claim_ahead,
+            term: FencingToken(0),
             stale: true,
             periodic_refill_at: OffsetDateTime::UNIX_EPOCH,
         }
@@ -72,9 +76,10 @@ impl Window {
         self.stale || now >= self.periodic_refill_at || passed || approaching
     }
 
-    /// Merges a reload of the rows due before `before`, fetched with `limit`. Rows in `held` are being fired
-    /// by the caller (claimed, or awaiting their completion): they are not pending any more, whatever the
-    /// query saw.
+    /// Merges a reload of the rows due before `before`, fetched with `limit`, for a claimer leading under `term`.
+    /// Rows in `held` are being fired by the caller (claimed, or awaiting their completion): they are not pending
+    /// any more, whatever the query saw.
+    #[allow(clippy::too_many_arguments, reason = "one reload's facts, each from a different place of the loop")]
     pub(crate) fn refill(
         &mut self,
         now: OffsetDateTime,
@@ -83,9 +88,11 @@ impl Window {
         limit: usize,
         refill_interval: Duration,
         held: &HashSet<i64>,
+        term: FencingToken,
     ) {
+        self.term = term;
         for row in rows.iter().filter(|row| !held.contains(&row.job_id)) {
-            self.entries.insert((row.claimable_at(self.claim_ahead), row.job_id), row.scheduled_for);
+            self.entries.insert((row.claimable_at(self.claim_ahead, term), row.job_id), row.scheduled_for);
         }
         // Merged, not replaced: a job armed while the query ran is kept even if the query missed it.
         self.horizon = match rows.last() {
@@ -104,7 +111,7 @@ impl Window {
         if fire.scheduled_for >= self.horizon && !self.stale {
             return false;
         }
-        let key = (fire.claimable_at(self.claim_ahead), fire.job_id);
+        let key = (fire.claimable_at(self.claim_ahead, self.term), fire.job_id);
         self.entries.insert(key, fire.scheduled_for);
         self.trim();
         self.entries.first_key_value().is_some_and(|(first, _)| *first == key)
@@ -165,16 +172,31 @@ mod tests {
     use super::*;
 
     const NOW: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
+    /// The term every test's window is loaded for.
+    const TERM: FencingToken = FencingToken(5);
+
+    /// `pending` claimed until `until` under leadership term `token`.
+    fn claimed(fire: PendingFire, until: OffsetDateTime, token: u64) -> PendingFire {
+        PendingFire { claimed_until: Some(until), claim_token: Some(FencingToken(token)), ..fire }
+    }
 
     fn pending(job_id: i64, seconds: i64) -> PendingFire {
-        PendingFire { job_id, scheduled_for: NOW + Duration::seconds(seconds), claimed_until: None }
+        PendingFire::unclaimed(job_id, NOW + Duration::seconds(seconds))
     }
 
     #[test]
     fn starts_stale_and_refill_sets_horizon_and_period() {
         let mut window = Window::new(10, Duration::ZERO);
         assert!(window.needs_refill(NOW));
-        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 5)], 10, Duration::seconds(5), &HashSet::new());
+        window.refill(
+            NOW,
+            NOW + Duration::seconds(30),
+            &[pending(1, 5)],
+            10,
+            Duration::seconds(5),
+            &HashSet::new(),
+            TERM,
+        );
         assert!(!window.needs_refill(NOW));
         assert!(window.needs_refill(NOW + Duration::seconds(5)));
         assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(5));
@@ -186,7 +208,7 @@ mod tests {
     fn a_full_reload_shrinks_the_horizon_to_the_last_row() {
         let mut window = Window::new(10, Duration::ZERO);
         let rows = [pending(1, -20), pending(2, -10)];
-        window.refill(NOW, NOW + Duration::seconds(30), &rows, 2, Duration::seconds(5), &HashSet::new());
+        window.refill(NOW, NOW + Duration::seconds(30), &rows, 2, Duration::seconds(5), &HashSet::new(), TERM);
         // The backlog is fired before the window reloads again.
         assert!(!window.needs_refill(NOW));
         assert_eq!(window.pop_due(NOW, 1).len(), 1);
@@ -198,7 +220,15 @@ mod tests {
     #[test]
     fn pushes_beyond_the_horizon_wait_for_a_reload_and_earliest_wakes() {
         let mut window = Window::new(10, Duration::ZERO);
-        window.refill(NOW, NOW + Duration::seconds(30), &[pending(1, 10)], 10, Duration::seconds(5), &HashSet::new());
+        window.refill(
+            NOW,
+            NOW + Duration::seconds(30),
+            &[pending(1, 10)],
+            10,
+            Duration::seconds(5),
+            &HashSet::new(),
+            TERM,
+        );
         assert!(window.push(pending(2, 3)), "earlier than everything: wake the loop");
         assert!(!window.push(pending(3, 20)), "later than the earliest: no wake");
         assert!(!window.push(pending(4, 31)), "beyond the horizon");
@@ -208,17 +238,32 @@ mod tests {
     #[test]
     fn claimed_rows_wait_for_their_lease() {
         let mut window = Window::new(10, Duration::ZERO);
-        let claimed = PendingFire { claimed_until: Some(NOW + Duration::seconds(10)), ..pending(1, -1) };
-        window.refill(NOW, NOW + Duration::seconds(30), &[claimed], 10, Duration::seconds(60), &HashSet::new());
+        let claimed = claimed(pending(1, -1), NOW + Duration::seconds(10), TERM.0);
+        window.refill(NOW, NOW + Duration::seconds(30), &[claimed], 10, Duration::seconds(60), &HashSet::new(), TERM);
         assert_eq!(window.next_wake(NOW), NOW + Duration::seconds(10));
         assert!(window.pop_due(NOW, 10).is_empty());
         assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![1]);
     }
 
+    /// A claim of the previous term (a leader killed just after claiming) is no reason to wait: the new term takes
+    /// it over as soon as it is due, its lease notwithstanding; a claim of this very term still waits.
+    #[test]
+    fn claims_of_an_older_term_are_claimable_at_once() {
+        let mut window = Window::new(10, Duration::milliseconds(50));
+        let lease_end = NOW + Duration::seconds(10);
+        let rows = [claimed(pending(1, -1), lease_end, TERM.0 - 1), claimed(pending(2, 1), lease_end, TERM.0 - 1)];
+        window.refill(NOW, NOW + Duration::seconds(30), &rows, 10, Duration::seconds(60), &HashSet::new(), TERM);
+        assert_eq!(window.pop_due(NOW, 10), vec![1], "overdue: at once");
+        assert_eq!(window.next_wake(NOW), NOW + Duration::milliseconds(950), "due: at its instant less the margin");
+        assert_eq!(window.pop_due(NOW + Duration::milliseconds(950), 10), vec![2]);
+        assert!(window.push(claimed(pending(3, 2), lease_end, TERM.0)), "the window's own term");
+        assert_eq!(window.next_wake(NOW), lease_end, "waits for the lease");
+    }
+
     #[test]
     fn fires_are_claimable_ahead_of_their_instant_but_not_ahead_of_a_lease() {
         let mut window = Window::new(10, Duration::milliseconds(50));
-        let leased = PendingFire { claimed_until: Some(NOW + Duration::seconds(10)), ..pending(2, 5) };
+        let leased = claimed(pending(2, 5), NOW + Duration::seconds(10), TERM.0);
         window.refill(
             NOW,
             NOW + Duration::seconds(30),
@@ -226,6 +271,7 @@ mod tests {
             10,
             Duration::seconds(60),
             &HashSet::new(),
+            TERM,
         );
         let ahead_of_first = NOW + Duration::milliseconds(950);
         assert_eq!(window.next_wake(NOW), ahead_of_first);
@@ -238,7 +284,7 @@ mod tests {
     fn a_window_cut_short_by_its_capacity_reloads_before_its_horizon() {
         let mut window = Window::new(4, Duration::milliseconds(50));
         let rows: Vec<PendingFire> = (1..=4).map(|n| pending(n, n)).collect();
-        window.refill(NOW, NOW + Duration::seconds(30), &rows, 4, Duration::seconds(60), &HashSet::new());
+        window.refill(NOW, NOW + Duration::seconds(30), &rows, 4, Duration::seconds(60), &HashSet::new(), TERM);
         // Full: the horizon is the last row loaded (4 s). No reload while the window is more than half full.
         assert!(!window.needs_refill(NOW + Duration::milliseconds(3_800)));
         assert_eq!(window.pop_due(NOW + Duration::milliseconds(3_000), 10), vec![1, 2, 3]);
@@ -248,7 +294,7 @@ mod tests {
         // Rows the caller is firing are not taken back in.
         let held = HashSet::from([3]);
         let reloaded = [pending(3, 3), pending(4, 4), pending(5, 5)];
-        window.refill(reload_at, reload_at + Duration::seconds(30), &reloaded, 4, Duration::seconds(60), &held);
+        window.refill(reload_at, reload_at + Duration::seconds(30), &reloaded, 4, Duration::seconds(60), &held, TERM);
         assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![4, 5]);
     }
 
@@ -262,8 +308,9 @@ mod tests {
             10,
             Duration::seconds(5),
             &HashSet::new(),
+            TERM,
         );
-        window.push(PendingFire { claimed_until: Some(NOW + Duration::seconds(3)), ..pending(1, 1) });
+        window.push(claimed(pending(1, 1), NOW + Duration::seconds(3), TERM.0));
         assert_eq!(window.len(), 3);
         window.remove(1);
         assert_eq!(window.pop_due(NOW + Duration::seconds(10), 10), vec![2]);
@@ -272,7 +319,7 @@ mod tests {
     #[test]
     fn capacity_bounds_memory_and_pulls_the_horizon_in() {
         let mut window = Window::new(2, Duration::ZERO);
-        window.refill(NOW, NOW + Duration::seconds(30), &[], 2, Duration::seconds(5), &HashSet::new());
+        window.refill(NOW, NOW + Duration::seconds(30), &[], 2, Duration::seconds(5), &HashSet::new(), TERM);
         window.push(pending(1, 1));
         window.push(pending(2, 2));
         window.push(pending(3, 3));

@@ -992,3 +992,69 @@ async fn a_pause_on_a_follower_stops_the_leaders_fire_and_a_resume_there_is_anno
     settled(&mut progress, 1).await;
     shutdown.cancel();
 }
+
+/// Leads under a fixed term.
+#[derive(Debug)]
+struct TermLeadership(u64);
+
+impl Leadership for TermLeadership {
+    fn current(&self) -> Option<FencingToken> {
+        Some(FencingToken(self.0))
+    }
+}
+
+/// A reminder due in 1 s that a leader of term 1 claimed (for [`CLAIM_LEASE`]) and never published: it was killed.
+/// Returns the job and the instant it is due.
+fn claimed_by_a_dead_leader(harness: &Harness) -> (gateway_core::CronJob, OffsetDateTime) {
+    let due = START + Duration::seconds(1);
+    let job = harness
+        .store
+        .insert_cron_job(&NewCronJob {
+            agent_id: agent("agent-deposed"),
+            schedule: None,
+            next_fire_at: due,
+            payload: Map::new(),
+            is_one_time: true,
+            idempotency_key: None,
+        })
+        .unwrap();
+    let lease = gateway_core::ClaimLease {
+        owner: "killed-leader".into(),
+        token: FencingToken(1),
+        now: START,
+        due_by: due,
+        expires_at: START + Duration::try_from(CLAIM_LEASE).unwrap(),
+    };
+    assert_eq!(harness.store.claim_fires(&[job.id], &lease).unwrap().len(), 1);
+    (job, due)
+}
+
+/// The next leader (term 2) fires a reminder its killed predecessor had claimed at its instant, not when the dead
+/// claim's lease ends (docs/scheduler.md, guarantee 3): same fire_id, the row completed.
+#[tokio::test(start_paused = true)]
+async fn a_new_term_fires_a_deposed_leaders_claimed_reminder_on_time_not_after_its_lease() {
+    let mut harness = Harness::on_tokio_time();
+    let (job, due) = claimed_by_a_dead_leader(&harness);
+    let shutdown = CancellationToken::new();
+    let (_scheduler, mut progress) = harness.running_with(Arc::new(TermLeadership(2)), exact(), &shutdown).await;
+    let fired = harness.next_fire().await;
+    assert_eq!(harness.elapsed(&fired), secs(1), "fired at its instant, {CLAIM_LEASE:?} lease notwithstanding");
+    assert_eq!(fired.event.id, fire_id(job.id, due));
+    settled(&mut progress, 1).await;
+    assert!(harness.store.is_empty(), "the new term completed it");
+    shutdown.cancel();
+}
+
+/// Within one term a claim is another claimer's until its lease ends: a second scheduler of term 1 waits for it.
+#[tokio::test(start_paused = true)]
+async fn a_claimer_of_the_same_term_waits_out_the_lease() {
+    let mut harness = Harness::on_tokio_time();
+    let (job, due) = claimed_by_a_dead_leader(&harness);
+    let shutdown = CancellationToken::new();
+    let (_scheduler, mut progress) = harness.running_with(Arc::new(TermLeadership(1)), exact(), &shutdown).await;
+    let fired = harness.next_fire().await;
+    assert_eq!(harness.elapsed(&fired), CLAIM_LEASE, "after the lease, not at the instant");
+    assert_eq!(fired.event.id, fire_id(job.id, due));
+    settled(&mut progress, 1).await;
+    shutdown.cancel();
+}

@@ -43,6 +43,36 @@ pub const POSTGRES_POOL_SIZE: u32 = 10;
 /// How long a caller waits for a PostgreSQL connection. Shorter than SQLite's: while the server is down, every
 /// call waits this long before it answers 503, and a load balancer's probe should see that in time.
 pub const POSTGRES_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often, at most, the pool's failures to connect are logged: while PostgreSQL is down every checkout retries,
+/// several times a second per instance, and one line per failure would bury everything else.
+pub const CONNECT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// r2d2's handler of connection failures (it logs each one at ERROR by default): one warning per
+/// [`CONNECT_ERROR_LOG_INTERVAL`], saying how many failures it stands for. Callers still get each failure as a
+/// 503 (`StoreError::Unavailable`), and `/readyz` reports the store.
+#[derive(Debug)]
+struct ConnectErrors {
+    /// Scrubs the messages of the URL and its password (libpq does not repeat them; this makes sure of it).
+    url: PostgresUrl,
+    /// When the last line was written, and the failures since.
+    last: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl<E: fmt::Display> diesel::r2d2::HandleError<E> for ConnectErrors {
+    fn handle_error(&self, error: E) {
+        let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (logged, failures) = &mut *last;
+        *failures += 1;
+        if logged.is_some_and(|at| at.elapsed() < CONNECT_ERROR_LOG_INTERVAL) {
+            return;
+        }
+        let error = self.url.redact(&error.to_string());
+        tracing::warn!(error = error.trim_end(), failures = *failures, "cannot connect to the database");
+        *logged = Some(std::time::Instant::now());
+        *failures = 0;
+    }
+}
+
 /// The advisory lock the migrating instance holds (any constant shared by every gateway works; this one is
 /// "gateway" in ASCII).
 pub const MIGRATION_LOCK: i64 = 0x0067_6174_6577_6179;
@@ -228,6 +258,20 @@ impl DieselStore {
     }
 }
 
+/// The row a write's `RETURNING` gave, from all its rows (`get_results`): never take it with `get_result`
+/// outside a transaction. SQLite commits such a statement when it runs to its end; `get_result` stops at the first
+/// row and drops what resetting the statement reports, so a commit that fails there (a full disk: SQLITE_FULL on
+/// the WAL) came back as success, with a row that was never written. Read to the end, the failed commit is the
+/// statement's error. `NotFound` when the write returned nothing.
+pub(crate) fn returned_row<T>(rows: QueryResult<Vec<T>>) -> QueryResult<T> {
+    returned_row_if_any(rows)?.ok_or(diesel::result::Error::NotFound)
+}
+
+/// [`returned_row`] for a write that may change no row (`None`).
+pub(crate) fn returned_row_if_any<T>(rows: QueryResult<Vec<T>>) -> QueryResult<Option<T>> {
+    Ok(rows?.into_iter().next())
+}
+
 fn checkout<C>(
     pool: &Pool<ConnectionManager<C>>,
     operation: &str,
@@ -307,6 +351,7 @@ fn open_postgres(url: &PostgresUrl) -> Result<(DieselStore, usize), OpenError> {
         // a dead connection would go back to the pool after a failed read and fail the next caller too. The
         // check is one `SELECT 1` round trip per checkout (docs/benchmarks.md measures it).
         .test_on_check_out(true)
+        .error_handler(Box::new(ConnectErrors { url: url.clone(), last: std::sync::Mutex::default() }))
         .build(ConnectionManager::new(url.for_libpq()))
         .map_err(|error| connect_error(&error))?;
     Ok((DieselStore { pools: Pools::Postgres(pool), _lock: None }, migrated))

@@ -19,8 +19,8 @@ use gateway_core::{
 use time::PrimitiveDateTime;
 
 use crate::batch::{pair_in_order, push_sql_with_binds};
-use crate::connection::{AnyConnection, DieselStore};
-use crate::fencing::{admit, token_to_db};
+use crate::connection::{AnyConnection, DieselStore, returned_row, returned_row_if_any};
+use crate::fencing::{admit, token_from_db, token_to_db};
 use crate::mailbox::record_fires;
 use crate::schema::cron_jobs;
 use crate::timestamp::{from_db, to_db};
@@ -64,7 +64,7 @@ impl<'a> NewCronJobRow<'a> {
 
     fn insert(&self, connection: &mut AnyConnection<'_>) -> QueryResult<CronJobRow> {
         on_backend!(connection, c => {
-            diesel::insert_into(cron_jobs::table).values(self).returning(CronJobRow::as_returning()).get_result(c)
+            returned_row(diesel::insert_into(cron_jobs::table).values(self).returning(CronJobRow::as_returning()).get_results(c))
         })
     }
 
@@ -337,7 +337,7 @@ impl CronJobStore for DieselStore {
         // fenced: like a delete it is an operator's write, which any instance may make.
         let update = diesel::update(cron_jobs::table.find(id)).set(cron_jobs::paused.eq(paused));
         let row = self.with_connection(if paused { "pause cron job" } else { "resume cron job" }, |connection| {
-            on_backend!(connection, c => update.returning(CronJobRow::as_returning()).get_result(c).optional())
+            on_backend!(connection, c => returned_row_if_any(update.returning(CronJobRow::as_returning()).get_results(c)))
         })?;
         row.map(CronJob::try_from).transpose()
     }
@@ -380,17 +380,18 @@ impl CronJobStore for DieselStore {
     }
 
     fn pending_fires(&self, before: time::OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError> {
-        let rows: Vec<(i64, PrimitiveDateTime, Option<PrimitiveDateTime>)> =
-            self.with_connection("load due cron jobs", |connection| {
-                let query = pending_fires_query(to_db(before), limit_to_db(limit));
-                on_backend!(connection, c => query.load(c))
-            })?;
+        type Row = (i64, PrimitiveDateTime, Option<PrimitiveDateTime>, Option<i64>);
+        let rows: Vec<Row> = self.with_connection("load due cron jobs", |connection| {
+            let query = pending_fires_query(to_db(before), limit_to_db(limit));
+            on_backend!(connection, c => query.load(c))
+        })?;
         Ok(rows
             .into_iter()
-            .map(|(job_id, scheduled_for, claimed_until)| PendingFire {
+            .map(|(job_id, scheduled_for, claimed_until, claim_token)| PendingFire {
                 job_id,
                 scheduled_for: from_db(scheduled_for),
                 claimed_until: claimed_until.map(from_db),
+                claim_token: claim_token.map(token_from_db),
             })
             .collect())
     }
@@ -451,7 +452,7 @@ fn pending_fires_query(before: PrimitiveDateTime, limit: i64) -> _ {
         .filter(cron_jobs::next_fire_at.lt(before))
         .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
         .limit(limit)
-        .select((cron_jobs::id, cron_jobs::next_fire_at, cron_jobs::claimed_until))
+        .select((cron_jobs::id, cron_jobs::next_fire_at, cron_jobs::claimed_until, cron_jobs::claim_token))
 }
 
 /// An agent's one-time rows: one range of the index `cron_jobs_agent_id_one_time` (two equalities, then the

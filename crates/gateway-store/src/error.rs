@@ -4,7 +4,8 @@
 //! method returns gateway-core's `StoreError`, classified here in one place: conditions that may pass (pool
 //! exhausted, SQLite busy past its timeout, I/O, a file or mount that turned read-only; a PostgreSQL server that
 //! is unreachable, shutting down, out of connections, or that chose this transaction as a deadlock's or a
-//! serialization conflict's victim) are `Unavailable`, so loops retry and `/readyz` reports them; constraint
+//! serialization conflict's victim) are `Unavailable`, so loops retry and `/readyz` reports them; a full disk (or
+//! database size limit) is `Full`, which loops retry the same way and requests answer with 507; constraint
 //! violations are `Conflict`; anything else is `Internal`. Messages name the failing operation but never carry
 //! row values (they may hold secrets or payloads), nor the database URL.
 
@@ -51,6 +52,9 @@ pub(crate) fn classify(operation: &str, error: DieselError) -> StoreError {
             | DatabaseErrorKind::SerializationFailure,
             info,
         ) => StoreError::Unavailable(format!("{operation}: {}", info.message())),
+        DieselError::DatabaseError(_, info) if is_full(info.message()) => {
+            StoreError::Full(format!("{operation}: {}", info.message()))
+        }
         DieselError::DatabaseError(_, info) if is_transient(info.message()) => {
             StoreError::Unavailable(format!("{operation}: {}", info.message()))
         }
@@ -62,21 +66,29 @@ pub(crate) fn classify(operation: &str, error: DieselError) -> StoreError {
     }
 }
 
-/// SQLite reports lock timeouts, I/O, full disks and refused writes only as text through Diesel. A refused write
+/// A write refused for want of space: SQLITE_FULL ("database or disk is full": the disk, or `max_page_count`),
+/// and PostgreSQL's disk_full (53100, "could not extend file … No space left on device"). Its own class, not a
+/// passing unavailability: the operator has to free space (docs/operations.md), and a client is told so (507).
+fn is_full(message: &str) -> bool {
+    ["database or disk is full", "could not extend file", "No space left on device"]
+        .iter()
+        .any(|needle| message.contains(needle))
+}
+
+/// SQLite reports lock timeouts, I/O and refused writes only as text through Diesel. A refused write
 /// (SQLITE_READONLY: the file, its directory or its mount became read-only) is the operator's to fix, like a full
 /// disk, and the gateway works again once they have: so it is a 503 that loops retry, not a 500.
 ///
 /// PostgreSQL's error classes do not reach Diesel's error kinds either (Diesel keeps the SQLSTATE to itself), so
 /// the server's messages for its transient classes are matched the same way: deadlock_detected (40P01),
 /// too_many_connections (53300), admin_shutdown and crash_shutdown (57P01, 57P02), cannot_connect_now (57P03),
-/// lock_not_available (55P03), and out of disk space (53100). Connection failures and serialization failures
-/// arrive as their own kinds (`classify`).
+/// lock_not_available (55P03). Connection failures and serialization failures arrive as their own kinds
+/// (`classify`); a full disk is [`is_full`].
 fn is_transient(message: &str) -> bool {
     [
         "database is locked",
         "database table is locked",
         "disk I/O error",
-        "database or disk is full",
         "unable to open",
         "attempt to write a readonly database",
         "deadlock detected",
@@ -89,8 +101,6 @@ fn is_transient(message: &str) -> bool {
         "the database system is in recovery mode",
         "could not obtain lock",
         "could not serialize access",
-        "could not extend file",
-        "No space left on device",
     ]
     .iter()
     .any(|needle| message.contains(needle))
@@ -106,6 +116,20 @@ mod tests {
     #[test]
     fn classifies_not_found_style_errors_as_internal() {
         assert!(matches!(classify("op", DieselError::NotFound), StoreError::Internal(_)));
+    }
+
+    /// What SQLite itself says when its database may not grow (SQLITE_FULL, here through `max_page_count`, as a
+    /// full disk says it), classified as the adapter would: the store is full, which is neither passing nor a bug.
+    #[test]
+    fn a_database_that_cannot_grow_is_full() {
+        let mut connection = SqliteConnection::establish(":memory:").unwrap();
+        connection.batch_execute("CREATE TABLE t (b BLOB); PRAGMA max_page_count = 2;").unwrap();
+        let refused = connection.batch_execute("INSERT INTO t VALUES (zeroblob(100000))").unwrap_err();
+        let classified = classify("insert", refused);
+        assert!(
+            matches!(&classified, StoreError::Full(message) if message == "insert: database or disk is full"),
+            "{classified:?}"
+        );
     }
 
     /// What SQLite itself says when it may not write (a read-only file or mount, `query_only`), classified as the

@@ -37,7 +37,7 @@ pub(crate) fn token_to_db(token: FencingToken) -> i64 {
     i64::try_from(token.0).unwrap_or(i64::MAX)
 }
 
-fn token_from_db(stored: i64) -> FencingToken {
+pub(crate) fn token_from_db(stored: i64) -> FencingToken {
     FencingToken(u64::try_from(stored).unwrap_or(0))
 }
 
@@ -72,5 +72,99 @@ impl FencingEpoch for DieselStore {
             on_backend!(connection, c => dsl::gateway_leader_epoch.find(1).select(dsl::epoch).first::<i64>(c))
         })?;
         Ok(token_from_db(newest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::mpsc;
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    use diesel::sql_types::BigInt;
+
+    use super::*;
+    use crate::testing;
+
+    /// How long the barrier waits for the rival to either admit or be seen waiting: an upper bound on waiting.
+    const BARRIER_PATIENCE: Duration = Duration::from_secs(20);
+
+    /// Sessions of this database waiting for a lock, from a connection of their own.
+    fn waiting_for_a_lock(store: &DieselStore) -> i64 {
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        store
+            .with_connection("lock waits", |connection| {
+                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                diesel::sql_query(
+                    "SELECT COUNT(*) AS n FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .get_result::<Count>(&mut **c)
+            })
+            .unwrap()
+            .n
+    }
+
+    /// Two leaders race on PostgreSQL. The epoch is at 5 already, so leader A, admitting term 5, writes nothing to
+    /// the epoch row: only the row lock of its read (`FOR UPDATE`) orders it against B. A admits and holds its
+    /// transaction open; B, of term 6, admits meanwhile. B must wait until A's transaction has ended, so A's
+    /// leader-only writes are all committed before term 6 begins in the store: without the lock, B admits at once
+    /// and A's term-5 writes would commit after the store had taken term 6, which fencing exists to prevent.
+    #[test]
+    fn a_newer_term_waits_for_an_open_transaction_of_the_older_one() {
+        let Some(fixture) =
+            testing::postgres("fencing::tests::a_newer_term_waits_for_an_open_transaction_of_the_older_one")
+        else {
+            return;
+        };
+        let store = &fixture.store;
+        store.immediate_fenced("term 5 begins", |connection| admit(connection, FencingToken(5))).unwrap();
+
+        let order = AtomicU64::new(0);
+        let (a_ended, b_admitted) = (AtomicU64::new(0), AtomicU64::new(0));
+        let b_done = AtomicBool::new(false);
+        let (a_holds, a_holding) = mpsc::channel();
+        thread::scope(|scope| {
+            let a = scope.spawn(|| {
+                store.immediate_fenced("leader A, term 5", |connection| {
+                    admit(connection, FencingToken(5))?;
+                    a_holds.send(()).unwrap();
+                    // Held until B has admitted (the race lost) or is seen waiting for A's lock.
+                    let deadline = Instant::now() + BARRIER_PATIENCE;
+                    while !b_done.load(Ordering::SeqCst) && waiting_for_a_lock(store) == 0 {
+                        assert!(Instant::now() < deadline, "B neither admitted nor waited within {BARRIER_PATIENCE:?}");
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    a_ended.store(order.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    Ok(())
+                })
+            });
+            a_holding.recv().unwrap();
+            let b = scope.spawn(|| {
+                let admitted = store.immediate_fenced("leader B, term 6", |connection| {
+                    admit(connection, FencingToken(6))?;
+                    b_admitted.store(order.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    Ok(())
+                });
+                b_done.store(true, Ordering::SeqCst);
+                admitted
+            });
+            a.join().unwrap().unwrap();
+            b.join().unwrap().unwrap();
+        });
+        let (a_ended, b_admitted) = (a_ended.load(Ordering::SeqCst), b_admitted.load(Ordering::SeqCst));
+        assert!(
+            a_ended < b_admitted,
+            "term 6 was admitted (step {b_admitted}) while term 5's transaction was still open (it ended at step \
+             {a_ended}): a stale leader's writes could commit after the newer term's"
+        );
+        assert_eq!(store.newest_token().unwrap(), FencingToken(6));
+        let stale = store.immediate_fenced("leader A again", |connection| admit(connection, FencingToken(5)));
+        assert_eq!(stale, Err(StoreError::Fenced { token: FencingToken(5), newest: FencingToken(6) }));
     }
 }

@@ -71,6 +71,7 @@ diesel::table! {
         error_detail -> Nullable<Text>,
         idempotency_key -> Nullable<Text>,
         claimed_until -> Nullable<Timestamp>,
+        claim_token -> Nullable<BigInt>,
     }
 }
 

@@ -6,7 +6,9 @@
 //! transactions, and on PostgreSQL their reads lock the rows they decide about (`FOR UPDATE`). Besides moving
 //! `next_retry_at` to the end of its lease, a claim sets `claimed_until` (migration `webhook_delivery_claims`),
 //! which the outcome and "Retry now" clear: the port does not see it; it lets a restarted SQLite gateway tell an
-//! interrupted attempt from a scheduled retry (`recovery`).
+//! interrupted attempt from a scheduled retry (`recovery`). A poll's claim also records its leadership term in
+//! `claim_token` (meaningful only while `claimed_until` is set), so a new term can release a deposed leader's
+//! claims at once (`release_deposed_claims`).
 
 use diesel::pg::Pg;
 use diesel::prelude::*;
@@ -19,9 +21,9 @@ use gateway_core::{
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
-use crate::connection::{AnyConnection, DieselStore};
+use crate::connection::{AnyConnection, DieselStore, returned_row};
 use crate::error::classify;
-use crate::fencing::admit;
+use crate::fencing::{admit, token_to_db};
 use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts, webhook_inbound_receipts};
 use crate::timestamp::{from_db, to_db};
 
@@ -298,7 +300,7 @@ impl<'a> NewDeliveryRow<'a> {
 
     fn insert(&self, connection: &mut AnyConnection<'_>) -> QueryResult<DeliveryRow> {
         on_backend!(connection, c => {
-            diesel::insert_into(webhook_deliveries::table).values(self).returning(DeliveryRow::as_returning()).get_result(c)
+            returned_row(diesel::insert_into(webhook_deliveries::table).values(self).returning(DeliveryRow::as_returning()).get_results(c))
         })
     }
 }
@@ -379,7 +381,7 @@ impl WebhookStore for DieselStore {
         };
         let created = self.with_connection("create webhook config", |connection| {
             on_backend!(connection, c => {
-                diesel::insert_into(webhook_configs::table).values(&row).returning(ConfigRow::as_returning()).get_result(c)
+                returned_row(diesel::insert_into(webhook_configs::table).values(&row).returning(ConfigRow::as_returning()).get_results(c))
             })
         })?;
         Ok(created.into())
@@ -697,7 +699,7 @@ impl WebhookStore for DieselStore {
             return Ok(Vec::new());
         }
         let rows = self.with_connection("claim webhook deliveries", |connection| {
-            claim_rows(connection, ids, due_by, lease_until)
+            claim_rows(connection, ids, due_by, lease_until, None)
         })?;
         let mut claimed = deliveries(rows)?;
         claimed.sort_by_key(|delivery| delivery.id);
@@ -716,11 +718,32 @@ impl WebhookStore for DieselStore {
         }
         let rows = self.immediate_fenced("claim webhook deliveries for the poll", |connection| {
             admit(connection, token)?;
-            Ok(claim_rows(connection, ids, due_by, lease_until)?)
+            Ok(claim_rows(connection, ids, due_by, lease_until, Some(token))?)
         })?;
         let mut claimed = deliveries(rows)?;
         claimed.sort_by_key(|delivery| delivery.id);
         Ok(claimed)
+    }
+
+    fn release_deposed_claims(&self, token: FencingToken, now: OffsetDateTime) -> Result<usize, StoreError> {
+        use webhook_deliveries::dsl;
+        let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
+        // Claims in flight are the rows of the partial index on `claimed_until`: a handful, whatever the history.
+        let release = diesel::update(
+            dsl::webhook_deliveries
+                .filter(dsl::claimed_until.is_not_null())
+                .filter(dsl::claim_token.lt(token_to_db(token)))
+                .filter(dsl::status.eq_any(statuses)),
+        )
+        .set((
+            dsl::next_retry_at.eq(to_db(now)),
+            dsl::claimed_until.eq(None::<PrimitiveDateTime>),
+            dsl::claim_token.eq(None::<i64>),
+        ));
+        self.immediate_fenced("release the claims of deposed leaders", |connection| {
+            admit(connection, token)?;
+            Ok(on_backend!(connection, c => release.execute(c))?)
+        })
     }
 
     fn claim_each(
@@ -735,11 +758,11 @@ impl WebhookStore for DieselStore {
             AnyConnection::Sqlite(_) => {
                 let mut claimed = Vec::with_capacity(claims.len());
                 for (id, due_by) in claims {
-                    claimed.extend(claim_rows(connection, std::slice::from_ref(id), *due_by, lease_until)?);
+                    claimed.extend(claim_rows(connection, std::slice::from_ref(id), *due_by, lease_until, None)?);
                 }
                 Ok(claimed)
             }
-            AnyConnection::Postgres(c) => postgres::claim(c, claims.iter().copied(), lease_until),
+            AnyConnection::Postgres(c) => postgres::claim(c, claims.iter().copied(), lease_until, None),
         };
         let rows = if self.is_sqlite() {
             self.immediate("claim webhook deliveries", work)?
@@ -844,18 +867,20 @@ impl DieselStore {
     }
 }
 
-/// Claims the rows `ids` that are pending or failed and due by `due_by`, until `lease_until`. On PostgreSQL the
-/// rows are locked in id order first (`postgres`: every claim and attempt record does so, and so they never
-/// deadlock on each other).
+/// Claims the rows `ids` that are pending or failed and due by `due_by`, until `lease_until`, recording the poll's
+/// term (`token`; `None` for an immediate attempt). On PostgreSQL the rows are locked in id order first
+/// (`postgres`: every claim and attempt record does so, and so they never deadlock on each other).
 fn claim_rows(
     connection: &mut AnyConnection<'_>,
     ids: &[i64],
     due_by: OffsetDateTime,
     lease_until: OffsetDateTime,
+    token: Option<FencingToken>,
 ) -> QueryResult<Vec<DeliveryRow>> {
     use webhook_deliveries::dsl;
+    let token = token.map(token_to_db);
     if let AnyConnection::Postgres(c) = connection {
-        return postgres::claim(c, ids.iter().map(|id| (*id, due_by)), lease_until);
+        return postgres::claim(c, ids.iter().map(|id| (*id, due_by)), lease_until, token);
     }
     let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
     let claim = diesel::update(
@@ -865,7 +890,11 @@ fn claim_rows(
             .filter(dsl::next_retry_at.le(to_db(due_by))),
     )
     // The marker tells this claim from a scheduled retry once its process is gone (`recovery`).
-    .set((dsl::next_retry_at.eq(to_db(lease_until)), dsl::claimed_until.eq(to_db(lease_until))));
+    .set((
+        dsl::next_retry_at.eq(to_db(lease_until)),
+        dsl::claimed_until.eq(to_db(lease_until)),
+        dsl::claim_token.eq(token),
+    ));
     on_backend!(connection, c => claim.returning(DeliveryRow::as_returning()).get_results(c))
 }
 

@@ -4,7 +4,7 @@
 //!
 //! A backend is one `backend!` line: a module name and an expression that gives a fresh store, or `None` when the
 //! backend is not available here (the test then passes without running; a fixture that skips prints why, and panics
-//! instead under `CI=true`).
+//! instead under CI).
 
 #![allow(clippy::unwrap_used)]
 
@@ -125,7 +125,7 @@ impl Deref for PostgresStore {
     }
 }
 
-/// `None` (after one printed line, or a panic under `CI=true`) where PostgreSQL is not installed.
+/// `None` (after one printed line, or a panic under CI) where PostgreSQL is not installed.
 fn postgres_store(test: &str) -> Option<PostgresStore> {
     let database = gateway_testkit::postgres::database(test)?;
     let store = DieselStore::open(&DatabaseUrl::parse(database.url()).unwrap()).unwrap();

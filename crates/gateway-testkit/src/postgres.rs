@@ -9,7 +9,7 @@
 //!   to disk), for benchmarks that compare it with SQLite.
 //!
 //! Both return `None`, after printing one line, when the PostgreSQL binaries are not on the machine, and panic
-//! instead when `CI=true` (CI installs them, so missing binaries there are a broken CI, not a skip).
+//! instead under CI ([`crate::running_in_ci`]) (CI installs them, so missing binaries there are a broken CI, not a skip).
 //!
 //! PostgreSQL refuses to run as root: as root (CI), every server command runs as the `postgres` user
 //! (`runuser -u postgres --`), in a directory handed over to it.
@@ -45,7 +45,7 @@ pub fn skip_line(test: &str) -> String {
 }
 
 /// A fresh, empty database on the shared server, or `None` (and one printed line) when PostgreSQL is not
-/// installed. Panics when `CI=true` and PostgreSQL is missing, or when the server cannot be started.
+/// installed. Panics under CI when PostgreSQL is missing, or when the server cannot be started.
 pub fn database(test: &str) -> Option<TempDatabase> {
     static SHARED: OnceLock<Result<TempPostgres, String>> = OnceLock::new();
     let binaries = binaries_or_skip(test)?;
@@ -57,7 +57,7 @@ pub fn database(test: &str) -> Option<TempDatabase> {
 }
 
 /// A server of the caller's own (stopped and removed when dropped), or `None` (and one printed line) when
-/// PostgreSQL is not installed. Panics when `CI=true` and PostgreSQL is missing, or when it cannot start.
+/// PostgreSQL is not installed. Panics under CI when PostgreSQL is missing, or when it cannot start.
 pub fn server(test: &str) -> Option<TempPostgres> {
     let binaries = binaries_or_skip(test)?;
     Some(TempPostgres::start_with(binaries, false).unwrap_or_else(|error| panic!("cannot start PostgreSQL: {error}")))
@@ -70,7 +70,7 @@ pub fn durable_server(test: &str) -> Option<TempPostgres> {
 }
 
 fn binaries_or_skip(test: &str) -> Option<PathBuf> {
-    let ci = std::env::var("CI").is_ok_and(|value| value == "true");
+    let ci = crate::running_in_ci();
     match skip_or_fail(test, find_binaries(), ci) {
         Ok(Some(directory)) => Some(directory),
         Ok(None) => {
@@ -88,7 +88,7 @@ fn binaries_or_skip(test: &str) -> Option<PathBuf> {
 fn skip_or_fail(test: &str, found: Option<PathBuf>, ci: bool) -> Result<Option<PathBuf>, String> {
     match found {
         Some(directory) => Ok(Some(directory)),
-        None if ci => Err(format!("{} (CI=true: a missing server fails the run)", skip_line(test))),
+        None if ci => Err(format!("{} (CI is set: a missing server fails the run)", skip_line(test))),
         None => Ok(None),
     }
 }
@@ -404,7 +404,7 @@ mod tests {
         assert_eq!(skip_line("store::x"), "skipping store::x: PostgreSQL binaries not found (install postgresql)");
         assert_eq!(skip_or_fail("t", None, false), Ok(None));
         let failure = skip_or_fail("t", None, true).unwrap_err();
-        assert!(failure.starts_with(&skip_line("t")) && failure.contains("CI=true"), "{failure}");
+        assert!(failure.starts_with(&skip_line("t")) && failure.contains("CI is set"), "{failure}");
         let found = PathBuf::from("/usr/lib/postgresql/15/bin");
         assert_eq!(skip_or_fail("t", Some(found.clone()), true), Ok(Some(found)));
     }

@@ -9,13 +9,15 @@
 //! URL and the PEM files a client needs.
 //!
 //! When `redis-server` is not installed, [`RedisServer::start_or_skip`] prints one line and returns `None`, so the
-//! test returns without asserting anything; with `CI=true` it panics instead, so CI never passes by skipping.
+//! test returns without asserting anything; under CI ([`crate::running_in_ci`]) it panics instead, so CI never passes by skipping.
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::running_in_ci;
 
 /// How long a started server may take to answer PING.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -102,7 +104,7 @@ impl RedisServer {
     }
 
     /// [`RedisServer::start`], or `None` after printing `skipping <test>: redis-server not found (install
-    /// redis-server)` when the binary is missing. Panics when it is missing and `CI=true`, or when the server is
+    /// redis-server)` when the binary is missing. Panics when it is missing under CI, or when the server is
     /// there but does not start.
     pub fn start_or_skip(test: &str) -> Option<Self> {
         match Self::start() {
@@ -273,15 +275,11 @@ pub fn find_redis_server() -> Option<PathBuf> {
     std::env::split_paths(&paths).map(|dir| dir.join("redis-server")).find(|candidate| candidate.is_file())
 }
 
-fn running_in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|value| value == "true")
-}
-
 /// What a test does when `redis-server` is missing: one line and return, or, in CI, fail.
 fn skip_or_fail(test: &str, in_ci: bool) {
     assert!(
         !in_ci,
-        "{test}: redis-server not found (install redis-server); CI=true, so this fails instead of skipping"
+        "{test}: redis-server not found (install redis-server); CI is set, so this fails instead of skipping"
     );
     eprintln!("{}", skip_line(test));
 }
@@ -344,7 +342,7 @@ mod tests {
         let in_ci = std::panic::catch_unwind(|| skip_or_fail("some_test", true));
         let message = in_ci.unwrap_err();
         let message = message.downcast_ref::<String>().unwrap();
-        assert!(message.contains("some_test") && message.contains("CI=true"), "{message}");
+        assert!(message.contains("some_test") && message.contains("CI is set"), "{message}");
     }
 
     /// The TLS port speaks TLS only: a plain PING there gets no PONG, while the plain port still answers.

@@ -151,6 +151,12 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(%cause, "store unavailable");
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
             }
+            StoreError::Full(cause) => {
+                // Once per refused write: an operator watching the log sees what fills up, a client is told to wait.
+                tracing::warn!(%cause, "store full: write refused");
+                Self::new(StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
+                    .with_detail("the gateway's storage is full; retry later")
+            }
             StoreError::Conflict(cause) => Self::new(StatusCode::CONFLICT, "conflict").with_detail(cause),
             StoreError::Fenced { .. } => {
                 // Leader-only writes do not run on request paths; should one ever, the caller may retry elsewhere.

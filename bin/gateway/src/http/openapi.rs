@@ -76,6 +76,7 @@ pub const REASONS: &[(&str, &str)] = &[
          `--agent-storage-quota-bytes`",
     ),
     ("store_unavailable", "the database cannot be reached right now; retry"),
+    ("insufficient_storage", "the gateway's storage (disk or database) is full: nothing was written; retry later"),
     ("heartbeat_manager_unavailable", "the heartbeat manager is not running, or tracks as many agents as it may"),
     (
         "too_many_streams",
@@ -1002,7 +1003,14 @@ pub fn document() -> Value {
             let opaque_body = path == INBOUND_WEBHOOK_PATH;
             let item: Map<String, Value> = operations
                 .into_iter()
-                .map(|(method, operation)| (method.to_owned(), operation.at_the_edge(method, opaque_body).into_value()))
+                .map(|(method, operation)| {
+                    // Every write may find the storage full (docs/operations.md, "Failure modes").
+                    let operation = match method {
+                        "post" | "put" | "patch" | "delete" => operation.error(507, "insufficient_storage"),
+                        _ => operation,
+                    };
+                    (method.to_owned(), operation.at_the_edge(method, opaque_body).into_value())
+                })
                 .collect();
             (path.to_owned(), Value::Object(item))
         })
@@ -1017,7 +1025,8 @@ pub fn document() -> Value {
                 names fields and limits, never request values. Besides what each operation lists: an unknown path \
                 is 404 `not_found`; a known path with another method is 405 `method_not_allowed` with `Allow`; \
                 a tool the gateway does not have is 404 `unknown_tool`; a write that conflicts with a concurrent \
-                one may be 409 `conflict`; a bug is 500 `internal_error`. A body without `Content-Type` is read as JSON; one \
+                one may be 409 `conflict`; a write while the gateway's storage is full is 507 `insufficient_storage` (nothing \
+                written; reads still answer); a bug is 500 `internal_error`. A body without `Content-Type` is read as JSON; one \
                 with another type than JSON is 415 (inbound webhooks excepted). A client address holding \
                 `--max-connections-per-address` connections gets 503 `too_many_connections` and the close before \
                 its request is read. Every answer carries `X-Content-Type-Options: nosniff`, and all but the \

@@ -13,15 +13,15 @@ fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/agent_client.py")
 }
 
-/// `python3` on `PATH`; without it the test says so in one line and returns, or fails when `CI=true`.
+/// `python3` on `PATH`; without it the test says so in one line and returns, or fails under CI (`gateway_testkit::running_in_ci`).
 fn python3_or_skip(test: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths).map(|dir| dir.join("python3")).find(|candidate| candidate.is_file())
     });
     if found.is_none() {
         assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: python3 not found (install python3); CI=true, so this fails instead of skipping"
+            !gateway_testkit::running_in_ci(),
+            "{test}: python3 not found (install python3); CI is set, so this fails instead of skipping"
         );
         eprintln!("skipping {test}: python3 not found (install python3)");
     }

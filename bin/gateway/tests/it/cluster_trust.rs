@@ -25,7 +25,7 @@ use crate::support::{EventStream, Gateway, PATIENCE, gateway_command};
 const DELIVERY_BOUND: Duration = Duration::from_secs(5);
 
 /// One cluster test at a time, in this module and it/cluster.rs alike.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+fn one_at_a_time() -> gateway_testkit::HeavyTurn {
     crate::cluster::one_at_a_time()
 }
 

@@ -1,5 +1,5 @@
 //! The operator console (`GET /`) in a real browser: headless Chromium driven through chromedriver, against the
-//! real binary. Without chromium or chromedriver the browser test prints one line and passes; with `CI=true` it
+//! real binary. Without chromium or chromedriver the browser test prints one line and passes; under CI (`gateway_testkit::running_in_ci`) it
 //! fails instead. Binaries: `GATEWAY_TEST_CHROMEDRIVER` and `GATEWAY_TEST_CHROMIUM`, else `PATH`.
 //!
 //! Every view is photographed into the test's temporary directory and each picture is checked to show something;
@@ -361,7 +361,7 @@ impl BrowserTools {
                     "skipping {test}: chromium and chromedriver not found (apt-get install chromium chromium-driver, \
                      or set {CHROMIUM_ENV} and {CHROMEDRIVER_ENV})"
                 );
-                assert!(std::env::var("CI").as_deref() != Ok("true"), "{line}; CI=true, so this fails instead");
+                assert!(!gateway_testkit::running_in_ci(), "{line}; CI is set, so this fails instead");
                 eprintln!("{line}");
                 None
             }

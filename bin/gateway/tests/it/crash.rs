@@ -159,14 +159,25 @@ impl Random {
     }
 }
 
-/// What the gateways acknowledged.
+/// What the gateways acknowledged, and what else their answers were.
 #[derive(Debug, Default)]
 struct Acknowledged {
+    /// Requests sent.
+    sent: usize,
     /// Agent ids of reminders answered 202 (each reminder has an agent of its own, which the gateway's
     /// `reminder scheduled` line names with the job id).
     reminders: Vec<String>,
     /// Delivery ids answered 201, with the moment the request was sent.
     deliveries: Vec<(i64, Instant)>,
+    /// Answers that were neither an acknowledgement nor no answer (the gateway killed mid-request): none is
+    /// expected from a running gateway.
+    refused: Vec<String>,
+}
+
+impl Acknowledged {
+    fn count(&self) -> usize {
+        self.reminders.len() + self.deliveries.len()
+    }
 }
 
 /// Sends one reminder and one delivery every `pace` until `stop` is set or the gateway stops answering.
@@ -187,13 +198,18 @@ fn load(base: &str, webhook_id: i64, pace: Duration, seed: u64, stop: &AtomicBoo
             "action": {"status": "pending", "tool_call": "schedule_reminder",
                        "tool_input": {"delay_ms": random.between(50, 4_000), "payload": {"n": n}}}
         });
+        acknowledged.sent += 1;
         match agent.post(format!("{base}/gateway/messages")).content_type("application/json").send(log.to_string()) {
             Ok(response) if response.status() == 202 => acknowledged.reminders.push(agent_id),
-            Ok(_) => {}
+            Ok(mut response) => {
+                let body = response.body_mut().read_to_string().unwrap_or_default();
+                acknowledged.refused.push(format!("reminder for {agent_id}: {} {body}", response.status()));
+            }
             Err(_) => break,
         }
 
         let sent = Instant::now();
+        acknowledged.sent += 1;
         let enqueue = json!({"webhook_id": webhook_id, "session_id": "storm", "payload": {"n": n}});
         match agent
             .post(format!("{base}/gateway/deliveries"))
@@ -201,14 +217,15 @@ fn load(base: &str, webhook_id: i64, pace: Duration, seed: u64, stop: &AtomicBoo
             .content_type("application/json")
             .send(enqueue.to_string())
         {
-            Ok(mut response) if response.status() == 201 => {
-                let body: Value = serde_json::from_str(&response.body_mut().read_to_string().unwrap_or_default())
-                    .unwrap_or(Value::Null);
-                if let Some(id) = body["id"].as_i64() {
-                    acknowledged.deliveries.push((id, sent));
+            Ok(mut response) => {
+                let status = response.status().as_u16();
+                let text = response.body_mut().read_to_string().unwrap_or_default();
+                let id = serde_json::from_str::<Value>(&text).ok().and_then(|body| body["id"].as_i64());
+                match (status, id) {
+                    (201, Some(id)) => acknowledged.deliveries.push((id, sent)),
+                    _ => acknowledged.refused.push(format!("delivery {n}: {status} {text}")),
                 }
             }
-            Ok(_) => {}
             Err(_) => break,
         }
         thread::sleep(pace);
@@ -288,12 +305,21 @@ fn create_config(gateway: &Gateway, target_url: &str) -> i64 {
     body["id"].as_i64().unwrap()
 }
 
+/// The reminders `agent_id`'s mailbox holds, as the agent reads them (`GET /gateway/agents/{id}/reminders`).
+fn mailbox_of(gateway: &Gateway, agent_id: &str) -> Vec<Value> {
+    let (status, body) = gateway.operator_get(&format!("/gateway/agents/{agent_id}/reminders"));
+    assert_eq!(status, 200, "{body}");
+    body["reminders"].as_array().cloned().unwrap_or_default()
+}
+
 /// SIGKILL, again and again, while reminders are scheduled and deliveries enqueued; then one last gateway
-/// runs until the work is done. Every reminder answered 202 must have fired (by the gateways' own logs: an SSE
-/// subscriber that reconnects after each restart can miss fires published before it is back) and left no row;
-/// every delivery answered 201 must have reached the receiver. Prints the figures with `--nocapture`.
+/// runs until the work is done. A running gateway answers every request and refuses none; at least 90 % of the
+/// requests are acknowledged (the others were in flight when their gateway was killed). Every reminder answered
+/// 202 must have reached its agent (its mailbox, read through the API, holds it once) and left no row; every
+/// delivery answered 201 must have reached the receiver. Prints the figures with `--nocapture`.
 #[test]
 fn kill_storm() {
+    let _turn = gateway_testkit::heavy_test_turn();
     let size = StormSize::from_env();
     let mut random = Random::new(size.seed);
     eprintln!("kill storm: {size:?}");
@@ -323,8 +349,10 @@ fn kill_storm() {
         gateway.kill();
         stop.store(true, Ordering::SeqCst);
         let round = worker.join().unwrap();
+        acknowledged.sent += round.sent;
         acknowledged.reminders.extend(round.reminders);
         acknowledged.deliveries.extend(round.deliveries);
+        acknowledged.refused.extend(round.refused);
         reminder_log.read(&gateway.logs_after_exit());
     }
     let storm_time = started.elapsed();
@@ -345,6 +373,19 @@ fn kill_storm() {
     }
     let drain_time = drain_started.elapsed();
     let reminders_left = count_rows(&gateway.database_path(), "cron_jobs");
+    // What each agent received: its mailbox, which it reads (or its stream replays) whenever it comes back.
+    let mut unreceived = Vec::new();
+    let mut reminder_lateness: Vec<f64> = Vec::new();
+    for agent_id in &acknowledged.reminders {
+        match &mailbox_of(&gateway, agent_id)[..] {
+            [] => unreceived.push(agent_id.clone()),
+            [reminder] => {
+                let instant = |field: &str| OffsetDateTime::parse(reminder[field].as_str().unwrap(), &Rfc3339).unwrap();
+                reminder_lateness.push((instant("fired_at") - instant("scheduled_for")).as_seconds_f64() * 1e3);
+            }
+            more => panic!("{agent_id} received its one reminder {} times: {more:?}", more.len()),
+        }
+    }
     assert!(gateway.terminate().success(), "the last gateway did not stop cleanly");
     reminder_log.read(&gateway.logs_after_exit());
 
@@ -363,21 +404,11 @@ fn kill_storm() {
         .filter_map(|(id, sent)| Some(first_receipt.get(id)?.saturating_duration_since(*sent).as_secs_f64() * 1e3))
         .collect();
 
-    // Reminders: every acknowledged one was scheduled (logged with its job id before the 202) and fired.
-    let unscheduled: Vec<&String> =
-        acknowledged.reminders.iter().filter(|agent| !reminder_log.scheduled.contains_key(*agent)).collect();
+    // How often a fire was published again after a crash (same fire_id, one mailbox entry): only the logs tell.
     let acknowledged_jobs: Vec<i64> =
         acknowledged.reminders.iter().filter_map(|agent| reminder_log.scheduled.get(agent).copied()).collect();
-    let lost_reminders: Vec<i64> =
-        acknowledged_jobs.iter().copied().filter(|job| !reminder_log.fired.contains_key(job)).collect();
-    let mut reminder_lateness: Vec<f64> = Vec::new();
-    let mut refired = 0usize;
-    for job in &acknowledged_jobs {
-        let Some((scheduled_for, fires)) = reminder_log.fired.get(job) else { continue };
-        let first = fires.iter().min().unwrap();
-        reminder_lateness.push((*first - *scheduled_for).as_seconds_f64() * 1e3);
-        refired += fires.len() - 1;
-    }
+    let refired: usize =
+        acknowledged_jobs.iter().filter_map(|job| reminder_log.fired.get(job)).map(|(_, fires)| fires.len() - 1).sum();
     let stranded_reminders = reminder_lateness.iter().filter(|late| **late > 1_000.0).count();
     let stranded_deliveries = delivery_latency.iter().filter(|late| **late > 1_000.0).count();
 
@@ -391,13 +422,14 @@ fn kill_storm() {
         drain_time.as_secs_f64()
     );
     eprintln!(
-        "  reminders: {} acknowledged, {} lost, {} fired again after a crash (same fire_id), {} late by more than 1 s",
+        "  reminders: {} acknowledged, {} never received, {} fired again after a crash (same fire_id, by the logs), \
+         {} late by more than 1 s",
         acknowledged.reminders.len(),
-        lost_reminders.len(),
+        unreceived.len(),
         refired,
         stranded_reminders
     );
-    eprintln!("  reminder lateness (scheduled instant to the logged fire): {}", summary(&reminder_lateness));
+    eprintln!("  reminder lateness (scheduled instant to fired_at, as received): {}", summary(&reminder_lateness));
     eprintln!(
         "  deliveries: {} acknowledged, {} lost, {} requests received for {} ids, {} later than 1 s",
         acknowledged_ids.len(),
@@ -413,9 +445,21 @@ fn kill_storm() {
          {never_attempted} deliveries never attempted"
     );
 
+    eprintln!(
+        "  requests: {} sent, {} acknowledged, {} refused",
+        acknowledged.sent,
+        acknowledged.count(),
+        acknowledged.refused.len()
+    );
+    assert!(acknowledged.refused.is_empty(), "refusals from a running gateway: {:#?}", acknowledged.refused);
     assert!(!acknowledged.reminders.is_empty() && !acknowledged_ids.is_empty(), "the storm sent nothing");
-    assert!(unscheduled.is_empty(), "answered 202 but not scheduled: {unscheduled:?}");
+    assert!(
+        acknowledged.count() * 10 >= acknowledged.sent * 9,
+        "only {} of {} requests acknowledged",
+        acknowledged.count(),
+        acknowledged.sent
+    );
+    assert!(unreceived.is_empty(), "acknowledged reminders never reached their agents: {unreceived:?}");
     assert!(lost_deliveries.is_empty(), "acknowledged deliveries never received: {lost_deliveries:?}");
-    assert!(lost_reminders.is_empty(), "acknowledged reminders never fired: {lost_reminders:?}");
     assert_eq!(reminders_left, 0, "reminder rows left after {DRAIN_PATIENCE:?}");
 }

@@ -6,8 +6,8 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -19,13 +19,6 @@ use crate::support::{Gateway, PATIENCE, TOKEN, eventually};
 const BODY: usize = 1024 * 1024 - 1;
 /// The gateway's default `--max-inflight-body-bytes`.
 const DEFAULT_BUDGET: usize = 64 * 1024 * 1024;
-
-/// The tests that make the gateway read hundreds of megabytes take turns: on a two-core machine two of them at
-/// once would measure each other's slowness.
-fn one_heavy_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static HEAVY: Mutex<()> = Mutex::new(());
-    HEAVY.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 fn address(gateway: &Gateway) -> String {
     gateway.base.trim_start_matches("http://").to_owned()
@@ -221,7 +214,7 @@ async fn hold_body(
 /// others get 503 `overloaded` with `Retry-After`; the process grows by less than 100 MB and keeps serving.
 #[test]
 fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
-    let _turn = one_heavy_test_at_a_time();
+    let _turn = gateway_testkit::heavy_test_turn();
     let gateway = Gateway::start(&["--max-connections-per-address", "1000"]);
     let known = create_webhook(&gateway);
     assert_eq!(gateway.get("/healthz").0, 200);
@@ -282,7 +275,7 @@ fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
 /// a body whose client goes away gives its bytes back, and the next one is read.
 #[test]
 fn past_the_budget_a_body_gets_503_overloaded_and_a_dropped_one_gives_its_place_back() {
-    let _turn = one_heavy_test_at_a_time();
+    let _turn = gateway_testkit::heavy_test_turn();
     let budget = 4 * (BODY + 1);
     let gateway = Gateway::start(&["--max-inflight-body-bytes", &budget.to_string()]);
     let known = create_webhook(&gateway);

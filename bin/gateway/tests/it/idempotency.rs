@@ -86,3 +86,72 @@ fn a_retried_cron_job_create_returns_the_first_job() {
     assert_eq!((status, refused["reason"].as_str()), (422, Some("idempotency_key_reused")));
     assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 1);
 }
+
+/// Rows of `table` in the PostgreSQL database at `url`.
+fn postgres_rows(url: &str, table: &str) -> i64 {
+    use diesel::prelude::*;
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut connection = PgConnection::establish(url).unwrap();
+    diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}")).get_result::<Count>(&mut connection).unwrap().n
+}
+
+/// Two clients enqueue the same delivery with one `Idempotency-Key` at the same moment (released together by a
+/// barrier), `ROUNDS` times with a new key each: each time exactly one answer creates (201) and the other replays it
+/// (200, `Idempotent-Replayed: true`), both name the same delivery, and the key made one row. Returns the rows made.
+fn concurrent_enqueues_with_one_key_make_one_delivery(gateway: &Gateway) -> usize {
+    const ROUNDS: usize = 20;
+    let webhook_id = create_config(gateway);
+    for round in 0..ROUNDS {
+        let key = format!("race-{round}");
+        let body = json!({"webhook_id": webhook_id, "session_id": "race", "payload": {"round": round}});
+        let barrier = std::sync::Barrier::new(2);
+        let answers: Vec<(u16, Option<String>, serde_json::Value)> = std::thread::scope(|scope| {
+            let clients: Vec<_> = (0..2)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        let (status, headers, answer) = gateway.operator_post_with_headers(
+                            "/gateway/deliveries",
+                            &body,
+                            &[("idempotency-key", key.as_str())],
+                        );
+                        let replayed =
+                            headers.get("idempotent-replayed").and_then(|value| value.to_str().ok()).map(str::to_owned);
+                        (status, replayed, answer)
+                    })
+                })
+                .collect();
+            clients.into_iter().map(|client| client.join().unwrap()).collect()
+        });
+        let mut statuses: Vec<u16> = answers.iter().map(|(status, _, _)| *status).collect();
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 201], "round {round}: {answers:?}");
+        assert_eq!(answers[0].2["id"], answers[1].2["id"], "round {round}: both answers name one delivery");
+        let replay = answers.iter().find(|(status, _, _)| *status == 200).unwrap();
+        assert_eq!(replay.1.as_deref(), Some("true"), "round {round}: the replay says so");
+    }
+    ROUNDS
+}
+
+#[test]
+fn concurrent_enqueues_with_one_key_make_one_delivery_on_sqlite() {
+    let gateway = Gateway::start(&[]);
+    let rounds = concurrent_enqueues_with_one_key_make_one_delivery(&gateway);
+    assert_eq!(count_rows(&gateway.database_path(), "webhook_deliveries"), i64::try_from(rounds).unwrap());
+}
+
+#[test]
+fn concurrent_enqueues_with_one_key_make_one_delivery_on_postgres() {
+    let Some(database) = gateway_testkit::postgres::database(
+        "idempotency::concurrent_enqueues_with_one_key_make_one_delivery_on_postgres",
+    ) else {
+        return;
+    };
+    let gateway = Gateway::start_on(database.url(), &[]);
+    let rounds = concurrent_enqueues_with_one_key_make_one_delivery(&gateway);
+    assert_eq!(postgres_rows(database.url(), "webhook_deliveries"), i64::try_from(rounds).unwrap());
+}

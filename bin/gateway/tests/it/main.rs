@@ -18,6 +18,7 @@ mod crash;
 mod cron;
 mod edge;
 mod events;
+mod faults;
 mod heartbeat;
 mod idempotency;
 mod inbound;

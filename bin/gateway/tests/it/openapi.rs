@@ -33,7 +33,7 @@ fn the_document_is_served_to_anyone_as_json() {
 }
 
 /// The schemathesis CLI: `GATEWAY_TEST_SCHEMATHESIS` (set by .ci/run to its venv's), else `schemathesis` on `PATH`.
-/// Without it the test says so in one line and returns, or fails when `CI=true`.
+/// Without it the test says so in one line and returns, or fails under CI (`gateway_testkit::running_in_ci`).
 fn schemathesis_or_skip(test: &str) -> Option<PathBuf> {
     let found = match std::env::var_os("GATEWAY_TEST_SCHEMATHESIS") {
         Some(path) => Some(PathBuf::from(path)).filter(|path| path.is_file()),
@@ -43,8 +43,8 @@ fn schemathesis_or_skip(test: &str) -> Option<PathBuf> {
     };
     if found.is_none() {
         assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: schemathesis not found (.ci/run installs it); CI=true, so this fails instead of skipping"
+            !gateway_testkit::running_in_ci(),
+            "{test}: schemathesis not found (.ci/run installs it); CI is set, so this fails instead of skipping"
         );
         eprintln!("skipping {test}: schemathesis not found (see docs/api.md, \"OpenAPI document and fuzzing\")");
     }
@@ -99,13 +99,68 @@ fn on_postgres_schemathesis_finds_no_server_error_and_no_answer_outside_the_docu
     fuzz(&schemathesis, &gateway, &beside("schemathesis.toml"), MAX_EXAMPLES_POSTGRES);
 }
 
+/// What a finished (or killed) command wrote, and whether it succeeded.
+#[derive(Debug)]
+struct Ran {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `command` to its end, reading its stdout and stderr while it runs (each on a thread of its own): a
+/// command that writes more than a pipe holds (64 KiB; schemathesis reporting a finding with its reproduction
+/// does) would otherwise block on its write, never end, and hang the test. Kills it after `limit` and returns
+/// what it wrote so far as the error.
+fn run_to_end(command: &mut Command, limit: Duration) -> Result<Ran, Ran> {
+    use std::io::Read;
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = pipe.read_to_end(&mut text);
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let ran = Ran {
+        success: status.is_some_and(|status| status.success()),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    if status.is_some() { Ok(ran) } else { Err(ran) }
+}
+
+/// A command that writes far more than a pipe holds, to both streams, is read to its end: nothing blocks, nothing
+/// is lost. (Without the draining threads it blocks on its first full pipe and is killed at the limit.)
+#[test]
+fn a_command_that_writes_more_than_a_pipe_holds_runs_to_its_end() {
+    let script = "head -c 1000000 /dev/zero | tr '\\0' o; head -c 300000 /dev/zero | tr '\\0' e >&2";
+    let ran = run_to_end(Command::new("sh").args(["-c", script]), Duration::from_secs(60))
+        .unwrap_or_else(|partial| panic!("killed at the limit after {} bytes", partial.stdout.len()));
+    assert!(ran.success);
+    assert_eq!((ran.stdout.len(), ran.stderr.len()), (1_000_000, 300_000));
+}
+
 /// Runs schemathesis on every operation of `gateway`'s document with `config`, and fails on any finding, on an
 /// operation left out, or on a panic in the gateway's log.
 fn fuzz(schemathesis: &Path, gateway: &Gateway, config: &Path, max_examples: &str) {
     let workdir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut run = Command::new(schemathesis)
-        .arg("--config-file")
+    let mut run = Command::new(schemathesis);
+    run.arg("--config-file")
         .arg(config)
         .arg("run")
         .arg(gateway.url("/openapi.json"))
@@ -119,27 +174,14 @@ fn fuzz(schemathesis: &Path, gateway: &Gateway, config: &Path, max_examples: &st
         .env("SCHEMATHESIS_HOOKS", beside("schemathesis_hooks.py"))
         // Its own files (reports, caches) go to a directory of the test's, not the source tree.
         .current_dir(workdir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let output = loop {
-        if run.try_wait().unwrap().is_some() {
-            break run.wait_with_output().unwrap();
-        }
-        if started.elapsed() > RUN_LIMIT {
-            let _ = run.kill();
-            let output = run.wait_with_output().unwrap();
-            panic!("schemathesis ran for over {RUN_LIMIT:?}:\n{}", String::from_utf8_lossy(&output.stdout));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+        .stdin(Stdio::null());
+    let output = run_to_end(&mut run, RUN_LIMIT).unwrap_or_else(|partial| {
+        panic!("schemathesis ran for over {RUN_LIMIT:?}:\n{}\n{}", partial.stdout, partial.stderr)
+    });
+    let (stdout, stderr) = (&output.stdout, &output.stderr);
     let summary = stdout.lines().rev().find(|line| line.contains(" in ") && line.contains('s')).unwrap_or_default();
     eprintln!("schemathesis: {} after {:.0?}", summary.trim_matches(['=', ' ']), started.elapsed());
-    assert!(output.status.success(), "schemathesis found problems:\n{stdout}\n{stderr}");
+    assert!(output.success, "schemathesis found problems:\n{stdout}\n{stderr}");
     let selected = stdout.lines().find_map(|line| line.trim().strip_prefix("Operations:")).unwrap_or_default();
     let (fuzzed, total) =
         selected.split_once(" selected / ").unwrap_or_else(|| panic!("no operation count:\n{stdout}"));

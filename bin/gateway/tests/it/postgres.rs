@@ -1,5 +1,5 @@
 //! The real binary on PostgreSQL: a throwaway server of this module's own (gateway_testkit::postgres; skipped
-//! with one line where PostgreSQL is not installed, failed under `CI=true`), the basic flows end to end, and
+//! with one line where PostgreSQL is not installed, failed under CI), the basic flows end to end, and
 //! readiness following the server down and back up.
 
 use diesel::prelude::*;

@@ -257,6 +257,11 @@ impl Gateway {
         self.wait()
     }
 
+    /// SIGTERM without waiting: the gateway begins its graceful shutdown; [`Gateway::wait`] waits for its exit.
+    pub fn send_sigterm(&self) {
+        self.signal("TERM");
+    }
+
     /// SIGSTOP: the process freezes where it is, mid-instruction, as in a long pause of its VM or a partition it
     /// does not notice; its sockets stay open and nothing answers. [`Gateway::resume`] lets it go on.
     pub fn pause(&self) {

@@ -349,7 +349,7 @@ fn stale_or_future_standard_webhooks_signatures_are_refused_inbound() {
 }
 
 /// The Python interpreter of `.ci/venv` (`GATEWAY_TEST_PYTHON_VENV`), else `python3` on `PATH`, if it can import
-/// `standardwebhooks`; otherwise the test says so in one line and returns, or fails when `CI=true`.
+/// `standardwebhooks`; otherwise the test says so in one line and returns, or fails under CI (`gateway_testkit::running_in_ci`).
 fn python_with_standardwebhooks_or_skip(test: &str) -> Option<PathBuf> {
     let python = std::env::var_os("GATEWAY_TEST_PYTHON_VENV").map(PathBuf::from).or_else(|| {
         let paths = std::env::var_os("PATH")?;
@@ -366,8 +366,8 @@ fn python_with_standardwebhooks_or_skip(test: &str) -> Option<PathBuf> {
         return python;
     }
     assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{test}: no Python with the standardwebhooks package (GATEWAY_TEST_PYTHON_VENV, see .ci/run); CI=true, so \
+        !gateway_testkit::running_in_ci(),
+        "{test}: no Python with the standardwebhooks package (GATEWAY_TEST_PYTHON_VENV, see .ci/run); CI is set, so \
          this fails instead of skipping"
     );
     eprintln!(

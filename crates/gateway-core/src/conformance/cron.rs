@@ -77,7 +77,7 @@ pub fn one_claim_per_instant_until_the_lease_runs_out(store: &dyn CronJobStore, 
     assert_eq!(claim("a", at), vec![job.clone()]);
     assert!(claim("b", at + Duration::seconds(9)).is_empty(), "the claim is live");
     let pending = store.pending_fires(at + Duration::seconds(1), 10).expect("pending");
-    assert_eq!(pending[0].claimable_at(Duration::ZERO), at + Duration::seconds(10));
+    assert_eq!(pending[0].claimable_at(Duration::ZERO, FencingToken(1)), at + Duration::seconds(10));
     assert_eq!(claim("b", at + Duration::seconds(10)).len(), 1, "the lease ran out");
     let token = FencingToken(1);
     assert_eq!(store.complete_fires("a", token, &[FireCompletion::Delete(fire)], &[]).expect("complete"), 0);
@@ -100,6 +100,43 @@ pub fn a_newer_term_takes_over_and_missing_rows_are_not_claimed(store: &dyn Cron
     assert!(store.claim_fires(&[job.id + 100], &lease("x", 3, at)).expect("claim").is_empty());
     let new = store.complete_fires("new-leader", FencingToken(3), &[FireCompletion::Delete(fire)], &[]);
     assert_eq!(new.expect("complete"), 1);
+}
+
+/// A claim made under token 5 (a leader that died right after claiming) is claimable at once by token 6, the next
+/// term, long before its lease ends, while another claimer of term 5 still waits for that end. The pending fire
+/// carries the claim's token, so a scheduler of term 6 knows to try at once ([`PendingFire::claimable_at`]), and the
+/// claim rule lets it; the deposed claimer can then neither complete it nor claim again.
+pub fn a_newer_term_claims_a_deposed_leaders_fire_at_once_an_equal_term_waits_for_its_lease(
+    store: &dyn CronJobStore,
+    at: OffsetDateTime,
+) {
+    let job = one_time_job(store, at);
+    let fire = FireKey { job_id: job.id, scheduled_for: at };
+    assert_eq!(store.claim_fires(&[job.id], &lease("leader-5", 5, at)).expect("claim").len(), 1);
+    let lease_end = at + Duration::seconds(10);
+    let pending = store.pending_fires(at + Duration::seconds(1), 10).expect("pending");
+    let claimed = PendingFire {
+        claimed_until: Some(lease_end),
+        claim_token: Some(FencingToken(5)),
+        ..PendingFire::unclaimed(job.id, at)
+    };
+    assert_eq!(pending, [claimed]);
+    assert_eq!(claimed.claimable_at(Duration::ZERO, FencingToken(5)), lease_end, "the same term waits for the lease");
+    assert_eq!(claimed.claimable_at(Duration::ZERO, FencingToken(6)), at, "a newer term need not");
+    assert_eq!(claimed.claimable_at(Duration::milliseconds(50), FencingToken(6)), at - Duration::milliseconds(50));
+
+    let soon = at + Duration::milliseconds(100);
+    assert!(store.claim_fires(&[job.id], &lease("rival-5", 5, soon)).expect("claim").is_empty(), "the lease is live");
+    let taken = store.claim_fires(&[job.id], &lease("leader-6", 6, soon)).expect("claim");
+    assert_eq!(ids(&taken), [job.id], "taken over at once, {:?} before the lease ends", lease_end - soon);
+    let pending = store.pending_fires(at + Duration::seconds(1), 10).expect("pending");
+    assert_eq!(pending[0].claim_token, Some(FencingToken(6)));
+    assert_eq!(pending[0].claimed_until, Some(soon + Duration::seconds(10)));
+    assert!(store.claim_fires(&[job.id], &lease("leader-5", 5, soon)).is_err_and(|error| error.is_fenced()));
+    let deposed = store.complete_fires("leader-5", FencingToken(5), &[FireCompletion::Delete(fire)], &[]);
+    assert!(deposed.is_err_and(|error| error.is_fenced()), "the deposed leader cannot complete");
+    let done = store.complete_fires("leader-6", FencingToken(6), &[FireCompletion::Delete(fire)], &[]);
+    assert_eq!(done.expect("complete"), 1);
 }
 
 /// Fencing, which cannot be seen from outside when it works: a leader-only write under an older token than the
@@ -240,8 +277,12 @@ pub fn pending_fires_come_soonest_first_ties_by_id_up_to_the_limit(store: &dyn C
     let tied = one_time_job(store, at + Duration::seconds(5));
     one_time_job(store, before);
     one_time_job(store, at + Duration::minutes(5));
-    let fire =
-        |job: &CronJob, claimed_until| PendingFire { job_id: job.id, scheduled_for: job.next_fire_at, claimed_until };
+    let fire = |job: &CronJob, claimed_until: Option<OffsetDateTime>| PendingFire {
+        job_id: job.id,
+        scheduled_for: job.next_fire_at,
+        claimed_until,
+        claim_token: claimed_until.map(|_| FencingToken(1)),
+    };
 
     let due = store.pending_fires(before, 10).expect("pending");
     assert_eq!(due, [fire(&early, None), fire(&late, None), fire(&tied, None)]);
@@ -294,7 +335,7 @@ pub fn advancing_moves_the_row_to_its_next_instant_and_clears_the_claim_once(
     assert_eq!(store.cron_job(job.id).expect("read").map(|job| job.next_fire_at), Some(next));
     assert_eq!(store.complete_fires("a", FencingToken(1), &[advance], &[]).expect("complete"), 0, "completed already");
     let pending = store.pending_fires(next + Duration::seconds(1), 10).expect("pending");
-    assert_eq!(pending, [PendingFire { job_id: job.id, scheduled_for: next, claimed_until: None }]);
+    assert_eq!(pending, [PendingFire::unclaimed(job.id, next)]);
     assert!(store.claim_fires(&[job.id], &lease("b", 1, next - Duration::seconds(1))).expect("claim").is_empty());
     let claimed = store.claim_fires(&[job.id], &lease("b", 1, next)).expect("claim");
     assert_eq!(claimed.iter().map(|job| job.next_fire_at).collect::<Vec<_>>(), [next]);

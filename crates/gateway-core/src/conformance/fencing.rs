@@ -67,11 +67,17 @@ pub fn cron_writes(store: &dyn CronJobStore, at: OffsetDateTime) -> Vec<FencedWr
     ]
 }
 
-/// The leader-only write of a [`WebhookStore`]: the poll's `claim_fenced`, naming a row that does not exist.
+/// The leader-only writes of a [`WebhookStore`]: the poll's `claim_fenced`, naming a row that does not exist, and
+/// `release_deposed_claims`, in a store whose poll has claimed nothing.
 pub fn webhook_writes(store: &dyn WebhookStore, at: OffsetDateTime) -> Vec<FencedWrite<'_>> {
-    vec![FencedWrite::new("WebhookStore::claim_fenced", move |token| {
-        store.claim_fenced(&[NO_SUCH_ROW], at, at + Duration::seconds(10), token).map(drop)
-    })]
+    vec![
+        FencedWrite::new("WebhookStore::claim_fenced", move |token| {
+            store.claim_fenced(&[NO_SUCH_ROW], at, at + Duration::seconds(10), token).map(drop)
+        }),
+        FencedWrite::new("WebhookStore::release_deposed_claims", move |token| {
+            store.release_deposed_claims(token, at).map(drop)
+        }),
+    ]
 }
 
 /// The leader-only write of a [`LivenessMap`]: `evict_silent`, with a threshold no agent of these rules exceeds.

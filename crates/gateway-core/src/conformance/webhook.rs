@@ -981,3 +981,48 @@ pub fn the_polls_claims_are_fenced_older_tokens_refused_whole_newer_ones_raise_t
     assert_eq!(store.claim_fenced(&[], due, lease, FencingToken(9)), Ok(Vec::new()));
     assert_eq!(store.newest_token().expect("epoch"), FencingToken(6));
 }
+
+/// A new term releases the poll's claims of older terms at once ([`WebhookStore::release_deposed_claims`]): a row a
+/// leader of term 5 claimed and never recorded (it died mid-attempt) is due again for term 6 right away, long
+/// before its lease ends, while a release by term 5 itself (another claimer of the same term) frees nothing. The
+/// deposed claimer's late outcome then records history only; an immediate attempt's claim (no term) and a claim of
+/// the releasing term itself are left alone; a row that finished is not made due; the release is a leader-only
+/// write, fenced like the poll's claim. Expects a store that has seen no token above 1.
+pub fn a_new_term_releases_the_polls_claims_of_older_terms_at_once<S>(store: &S, at: OffsetDateTime)
+where
+    S: WebhookStore + FencingEpoch,
+{
+    let config = config(store, "github", at);
+    let rows: Vec<Delivery> = (0..4).map(|_| insert(store, &new_delivery(config.id, "s", at))).collect();
+    let due = at + FIRST_DUE;
+    let lease = due + LEASE;
+    let [dead, immediate, finished, current] = [rows[0].id, rows[1].id, rows[2].id, rows[3].id];
+    assert_eq!(store.claim_fenced(&[dead, finished], due, lease, FencingToken(5)).expect("claim").len(), 2);
+    assert_eq!(store.claim(&[immediate], due, lease).expect("an immediate attempt's claim").len(), 1);
+    let (attempt, update) = attempt_and_update(finished, 1, due, DeliveryStatus::Delivered);
+    assert!(store.record_attempt(&attempt, lease, &update).expect("record"));
+    assert_eq!(due_ids(store, due, 10), [current], "claimed rows are not due");
+
+    let soon = due + Duration::seconds(1);
+    assert_eq!(store.release_deposed_claims(FencingToken(5), soon).expect("release"), 0, "the same term waits");
+    assert_eq!(due_ids(store, soon, 10), [current], "the claims still hide their rows");
+    assert_eq!(store.release_deposed_claims(FencingToken(6), soon).expect("release"), 1);
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(6), "a release raises the epoch");
+    let released = store.delivery(dead).expect("read").expect("the row");
+    assert_eq!((released.status, released.next_retry_at), (DeliveryStatus::Pending, Some(soon)));
+    assert_eq!(due_ids(store, soon, 10), [current, dead], "due at once, {:?} before its lease ends", lease - soon);
+    let finished_row = store.delivery(finished).expect("read").expect("the row");
+    assert_eq!((finished_row.status, finished_row.next_retry_at), (DeliveryStatus::Delivered, None));
+
+    // Term 6 claims it; the deposed leader's late outcome is history only, and it can release nothing any more.
+    assert_eq!(store.claim_fenced(&[dead, current], soon, soon + LEASE, FencingToken(6)).expect("claim").len(), 2);
+    let (late, late_update) = attempt_and_update(dead, 1, due, DeliveryStatus::Delivered);
+    assert!(!store.record_attempt(&late, lease, &late_update).expect("record"), "the released claim is not its own");
+    assert_eq!(store.attempts(dead).expect("attempts").len(), 1);
+    let stale = store.release_deposed_claims(FencingToken(5), soon);
+    assert!(stale.is_err_and(|error| error.is_fenced()), "a deposed leader's release is fenced");
+    assert_eq!(store.release_deposed_claims(FencingToken(6), soon).expect("release"), 0, "its own claims stay");
+    let (attempt, update) = attempt_and_update(dead, 1, soon, DeliveryStatus::Delivered);
+    assert!(store.record_attempt(&attempt, soon + LEASE, &update).expect("record"), "term 6's attempt applies");
+    assert!(store.claim(&[immediate], soon, soon + LEASE).expect("claim").is_empty(), "still the immediate claim's");
+}

@@ -25,6 +25,9 @@ struct Tables {
     delivery_by_key: BTreeMap<IdempotencyKey, i64>,
     /// Inbound receipts: `(webhook_id, key)` → `(delivery_id, received_at)`.
     receipts: BTreeMap<(i64, ReceiptKey), (i64, OffsetDateTime)>,
+    /// Rows claimed by a poll, with the term of its claim, until an attempt's outcome or "Retry now" (or an
+    /// unfenced claim) ends that claim.
+    poll_claims: BTreeMap<i64, FencingToken>,
 }
 
 /// `webhook_configs`, `webhook_deliveries` and `webhook_delivery_attempts` in memory. [`Self::failure`] makes every
@@ -51,8 +54,14 @@ impl InMemoryWebhookStore {
     }
 }
 
-/// The claim itself, under the caller's lock.
-fn claim_rows(tables: &mut Tables, ids: &[i64], due_by: OffsetDateTime, lease_until: OffsetDateTime) -> Vec<Delivery> {
+/// The claim itself, under the caller's lock: a poll's claim records its term (`token`), another claim none.
+fn claim_rows(
+    tables: &mut Tables,
+    ids: &[i64],
+    due_by: OffsetDateTime,
+    lease_until: OffsetDateTime,
+    token: Option<FencingToken>,
+) -> Vec<Delivery> {
     let mut claimed = Vec::new();
     for id in ids {
         if let Some(delivery) = tables.deliveries.get_mut(id)
@@ -60,6 +69,10 @@ fn claim_rows(tables: &mut Tables, ids: &[i64], due_by: OffsetDateTime, lease_un
         {
             delivery.next_retry_at = Some(lease_until);
             claimed.push(delivery.clone());
+            match token {
+                Some(token) => tables.poll_claims.insert(*id, token),
+                None => tables.poll_claims.remove(id),
+            };
         }
     }
     claimed.sort_by_key(|delivery| delivery.id);
@@ -319,7 +332,7 @@ impl WebhookStore for InMemoryWebhookStore {
         lease_until: OffsetDateTime,
     ) -> Result<Vec<Delivery>, StoreError> {
         self.failure.check()?;
-        Ok(claim_rows(&mut lock(&self.tables), ids, due_by, lease_until))
+        Ok(claim_rows(&mut lock(&self.tables), ids, due_by, lease_until, None))
     }
 
     fn claim_fenced(
@@ -336,7 +349,28 @@ impl WebhookStore for InMemoryWebhookStore {
         }
         let mut tables = lock(&self.tables);
         self.epoch.admit(token)?;
-        Ok(claim_rows(&mut tables, ids, due_by, lease_until))
+        Ok(claim_rows(&mut tables, ids, due_by, lease_until, Some(token)))
+    }
+
+    fn release_deposed_claims(&self, token: FencingToken, now: OffsetDateTime) -> Result<usize, StoreError> {
+        self.failure.check()?;
+        let mut tables = lock(&self.tables);
+        self.epoch.admit(token)?;
+        let Tables { deliveries, poll_claims, .. } = &mut *tables;
+        let mut released = 0;
+        poll_claims.retain(|id, claimed_under| {
+            if *claimed_under >= token {
+                return true;
+            }
+            if let Some(delivery) = deliveries.get_mut(id)
+                && delivery.status.is_awaiting_attempt()
+            {
+                delivery.next_retry_at = Some(now);
+                released += 1;
+            }
+            false
+        });
+        Ok(released)
     }
 
     fn record_attempt(
@@ -347,12 +381,14 @@ impl WebhookStore for InMemoryWebhookStore {
     ) -> Result<bool, StoreError> {
         self.failure.check()?;
         let mut tables = lock(&self.tables);
-        let Some(delivery) = tables.deliveries.get_mut(&attempt.delivery_id) else {
+        let Tables { deliveries, attempts, poll_claims, .. } = &mut *tables;
+        let Some(delivery) = deliveries.get_mut(&attempt.delivery_id) else {
             // The config (and with it the delivery) was deleted mid-attempt: nothing to record against.
             return Ok(false);
         };
         let still_ours = delivery.next_retry_at == Some(lease) && delivery.attempt_count == attempt.attempt_number - 1;
         if still_ours {
+            poll_claims.remove(&attempt.delivery_id);
             delivery.status = update.status;
             delivery.attempt_count = update.attempt_count;
             delivery.last_attempted_at = Some(update.last_attempted_at);
@@ -362,7 +398,7 @@ impl WebhookStore for InMemoryWebhookStore {
                 delivery.signature.clone_from(signature);
             }
         }
-        tables.attempts.push(attempt.clone());
+        attempts.push(attempt.clone());
         Ok(still_ours)
     }
 
@@ -378,7 +414,9 @@ impl WebhookStore for InMemoryWebhookStore {
         delivery.status = DeliveryStatus::Pending;
         delivery.attempt_count = 0;
         delivery.next_retry_at = Some(now);
-        Ok(RetryNowOutcome::Reset(delivery.clone()))
+        let reset = delivery.clone();
+        tables.poll_claims.remove(&id);
+        Ok(RetryNowOutcome::Reset(reset))
     }
 }
 

@@ -441,8 +441,10 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
         lease_until: OffsetDateTime,
     ) -> Result<Vec<Delivery>, StoreError>;
     /// [`Self::claim`] as a leader-only write, what the poll does: [`StoreError::Fenced`], and nothing claimed,
-    /// when `token` is older than the newest leadership token the store has seen; a newer one raises it.
-    /// (Immediate attempts use [`Self::claim`]: any instance may make them, the row claim keeps them exclusive.)
+    /// when `token` is older than the newest leadership token the store has seen; a newer one raises it. The claim
+    /// records `token`, so that a later term can release it ([`Self::release_deposed_claims`]).
+    /// (Immediate attempts use [`Self::claim`]: any instance may make them, the row claim keeps them exclusive; such
+    /// a claim records no token, and only its lease ends it.)
     fn claim_fenced(
         &self,
         ids: &[i64],
@@ -450,6 +452,12 @@ pub trait WebhookStore: Send + Sync + fmt::Debug {
         lease_until: OffsetDateTime,
         token: FencingToken,
     ) -> Result<Vec<Delivery>, StoreError>;
+    /// What a poll does first in a new leadership term: every row still claimed by a poll of an older term than
+    /// `token` (a leader that died or was deposed mid-attempt) and still awaiting an attempt is made due at `now`,
+    /// its claim released, instead of waiting for that claim's lease to end. An attempt the deposed leader may
+    /// still be making then records only its history ([`Self::record_attempt`]: the row no longer carries its
+    /// lease). A leader-only write, fenced like [`Self::claim_fenced`]. Returns how many rows it released.
+    fn release_deposed_claims(&self, token: FencingToken, now: OffsetDateTime) -> Result<usize, StoreError>;
     /// [`Self::claim`] for several rows at once, each with its own `due_by`, all until `lease_until`; returns the
     /// claimed rows. A database adapter should do it in one transaction (the router groups concurrent immediate
     /// attempts into one call). This default is one claim per row.

@@ -62,9 +62,10 @@ pub const MAX_FAILED_RENEWALS: u32 = 3;
 /// take about 14 s (10 + 2 + 2), not 30 s, which the [`STEP_DOWN_AFTER`] rule would cut at 20 s anyway.
 pub const RENEW_RETRY: Duration = Duration::from_secs(2);
 /// How often a follower tries to take the lease: after a leader crashes, the lease is taken at most this long
-/// after its TTL ran out (as client-go's leader election retries every 2 s). One `SET NX` per instance every 2 s
-/// is nothing for Redis.
-pub const ACQUIRE_INTERVAL: Duration = Duration::from_secs(2);
+/// after its TTL ran out; after a leader stops (SIGTERM, which releases the lease at once), at most this long
+/// after, so that a planned handover takes under 2 s (DESIGN.md §14). One `SET NX` per instance a second is
+/// nothing for Redis.
+pub const ACQUIRE_INTERVAL: Duration = Duration::from_secs(1);
 /// Taken off the local validity of a lease: [`Leadership::current`] answers only until `STEP_DOWN_AFTER -
 /// CLOCK_DRIFT_MARGIN` after the last successful renewal was sent. It covers a runtime that runs the loop late
 /// and clocks that tick at slightly different rates here and on Redis's host (NTP slews at most 0.05 %,

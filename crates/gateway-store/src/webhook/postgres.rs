@@ -212,6 +212,8 @@ struct ClaimDeliveries<'a> {
     due_by: Vec<PrimitiveDateTime>,
     statuses: [&'a str; 2],
     lease_until: PrimitiveDateTime,
+    /// The poll's leadership term; `None` for an immediate attempt.
+    token: Option<i64>,
 }
 
 postgres_statement!(ClaimDeliveries -> DeliveryColumns);
@@ -226,13 +228,14 @@ impl QueryFragment<Pg> for ClaimDeliveries<'_> {
              JOIN unnest($, $) AS asked (id, due_by) ON webhook_deliveries.id = asked.id \
              WHERE webhook_deliveries.status = ANY($) AND webhook_deliveries.next_retry_at <= asked.due_by \
              ORDER BY webhook_deliveries.id FOR UPDATE OF webhook_deliveries) \
-             UPDATE webhook_deliveries SET next_retry_at = $, claimed_until = $ \
+             UPDATE webhook_deliveries SET next_retry_at = $, claimed_until = $, claim_token = $ \
              FROM claimable WHERE webhook_deliveries.id = claimable.id RETURNING ",
             |index, out| match index {
                 0 => out.push_bind_param::<Array<BigInt>, _>(&self.id),
                 1 => out.push_bind_param::<Array<Timestamp>, _>(&self.due_by),
                 2 => out.push_bind_param::<Array<Text>, _>(&self.statuses[..]),
-                _ => out.push_bind_param::<Timestamp, _>(&self.lease_until),
+                3 | 4 => out.push_bind_param::<Timestamp, _>(&self.lease_until),
+                _ => out.push_bind_param::<Nullable<BigInt>, _>(&self.token),
             },
         )?;
         out.push_sql(DELIVERY_COLUMNS);
@@ -246,6 +249,7 @@ pub(super) fn claim(
     connection: &mut PgConnection,
     claims: impl Iterator<Item = (i64, OffsetDateTime)>,
     lease_until: OffsetDateTime,
+    token: Option<i64>,
 ) -> QueryResult<Vec<DeliveryRow>> {
     let (id, due_by): (Vec<i64>, Vec<PrimitiveDateTime>) = claims.map(|(id, due_by)| (id, to_db(due_by))).unzip();
     let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
@@ -253,7 +257,8 @@ pub(super) fn claim(
     for (position, id) in id.iter().enumerate() {
         order.entry(*id).or_insert(position);
     }
-    let mut claimed = ClaimDeliveries { id, due_by, statuses, lease_until: to_db(lease_until) }.load(connection)?;
+    let mut claimed =
+        ClaimDeliveries { id, due_by, statuses, lease_until: to_db(lease_until), token }.load(connection)?;
     claimed.sort_unstable_by_key(|row: &DeliveryRow| order.get(&row.id).copied());
     Ok(claimed)
 }
@@ -433,6 +438,7 @@ mod tests {
             due_by: vec![to_db(START); ids.len()],
             statuses: AWAITING_ATTEMPT.map(DeliveryStatus::as_str),
             lease_until: to_db(START),
+            token: Some(1),
         };
         let records: Vec<AttemptRecord> = ids
             .iter()

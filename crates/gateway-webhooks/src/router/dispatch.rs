@@ -255,11 +255,21 @@ impl WebhookRouter {
         None
     }
 
-    /// One poll cycle: waits for a free slot, takes up to `max_per_cycle` free slots, reads the due rows, waits
-    /// for a start the rate allows and takes as many more as are free, claims that many rows (round-robin across
-    /// targets) and starts their attempts. Returns how many started.
+    /// One poll cycle: first in a new leadership term, releases the claims the polls of older terms left (a leader
+    /// that died mid-attempt: its deliveries are due again at once, not when their claims end); then waits for a
+    /// free slot, takes up to `max_per_cycle` free slots, reads the due rows, waits for a start the rate allows
+    /// and takes as many more as are free, claims that many rows (round-robin across targets) and starts their
+    /// attempts. Returns how many started.
     pub async fn poll_once(&self, token: FencingToken, shutdown: &CancellationToken) -> Result<usize, WebhookError> {
         let inner = &self.inner;
+        if *gateway_core::sync::lock(&inner.released_for) != Some(token) {
+            let now = self.now();
+            let released = self.store(move |store| store.release_deposed_claims(token, now)).await?;
+            if released > 0 {
+                info!(released, term = token.0, "took over webhook deliveries claimed by a deposed leader");
+            }
+            *gateway_core::sync::lock(&inner.released_for) = Some(token);
+        }
         let cap = inner.config.max_per_cycle;
         let first = tokio::select! {
             biased;

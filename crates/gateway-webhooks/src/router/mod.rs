@@ -68,8 +68,9 @@ pub const MAX_CANDIDATE_WINDOW: usize = 1000;
 /// Immediate attempts waiting for a slot, at most; past that, new deliveries are left to the poll (their
 /// `next_retry_at` safety net), which bounds the memory a burst of enqueues can take.
 pub const MAX_WAITING_IMMEDIATE: usize = 10_000;
-/// Longest extra wait after consecutive failed polls.
-pub const MAX_POLL_BACKOFF: Duration = Duration::from_secs(60);
+/// Longest extra wait after consecutive failed polls: once the store answers again, retries resume (and the
+/// dispatcher is ready again) within this, whatever the outage's length.
+pub const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
 /// Tries at recording an attempt's outcome before leaving the row to its lease.
 pub(crate) const RECORD_TRIES: u32 = 5;
 pub(crate) const RECORD_FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -140,6 +141,8 @@ struct Inner {
     /// Cancelled when [`WebhookRouter::run`] stops: immediate attempts still waiting for a slot or the rate give
     /// up (their rows stay due for the next process).
     stopping: CancellationToken,
+    /// The leadership term whose poll has released the claims of older terms (see [`WebhookRouter::poll_once`]).
+    released_for: std::sync::Mutex<Option<gateway_core::FencingToken>>,
 }
 
 /// The webhook router. Cheap to clone; clones share everything.
@@ -227,6 +230,7 @@ impl WebhookRouter {
                 stats: DeliveryStats::default(),
                 attempts: TaskTracker::new(),
                 stopping: CancellationToken::new(),
+                released_for: std::sync::Mutex::new(None),
             }),
         }
     }

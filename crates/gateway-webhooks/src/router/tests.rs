@@ -431,6 +431,30 @@ async fn a_crash_mid_attempt_leaves_the_row_due_again_when_its_claim_ends() {
     assert_eq!(h.row(row.id).status, DeliveryStatus::Delivered);
 }
 
+/// A leader's poll claimed a row and was killed before recording anything; the next term's first poll releases that
+/// claim and attempts the row at once, not when the claim ends. A claim of its own term (here: made by an immediate
+/// attempt, which records no term) still waits for its lease.
+#[tokio::test(start_paused = true)]
+async fn a_new_terms_poll_attempts_a_deposed_leaders_claimed_row_at_once() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let deposed = h.due_row(&config, &config.target_url, h.clock.now());
+    let immediate = h.due_row(&config, &config.target_url, h.clock.now());
+    let lease = h.router.lease_end(h.clock.now());
+    assert_eq!(h.store.claim_fenced(&[deposed.id], h.clock.now(), lease, FencingToken(1)).unwrap().len(), 1);
+    assert_eq!(h.store.claim(&[immediate.id], h.clock.now(), lease).unwrap().len(), 1);
+
+    h.clock.advance(seconds(1));
+    let started = h.router.poll_once(FencingToken(2), &h.shutdown).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(started, 1, "the deposed leader's row, {:?} before its claim ends", lease - h.clock.now());
+    assert_eq!(h.row(deposed.id).status, DeliveryStatus::Delivered);
+    assert_eq!(h.row(immediate.id).status, DeliveryStatus::Pending, "the immediate attempt's claim still holds");
+    assert_eq!(h.transport.request_count(), 1);
+    h.clock.set(lease);
+    assert_eq!(h.router.poll_once(FencingToken(2), &h.shutdown).await.unwrap(), 1, "then its lease ends");
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_attempt_that_lost_its_claim_does_not_overwrite_the_row() {
     let h = Harness::with_defaults();

@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gateway_redis::LeaseTimings;
-use gateway_testkit::postgres::TempDatabase;
+use gateway_testkit::postgres::{TempDatabase, TempPostgres};
 use gateway_testkit::redis::RedisServer;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -63,6 +63,8 @@ pub struct Setup {
     /// Run on the started Redis before the gateways start (set up users, say); returns the `--redis-url` to give
     /// them.
     pub prepare_redis: Option<fn(&RedisServer) -> String>,
+    /// A PostgreSQL server of the cluster's own, which the test may stop ([`Cluster::postgres`]).
+    pub own_postgres: bool,
 }
 
 /// An instance: its id, the process running it now (if any), and what its earlier processes logged.
@@ -70,6 +72,8 @@ struct Instance {
     id: String,
     running: Option<Gateway>,
     paused: bool,
+    /// Sent SIGTERM: draining, and no longer counted among the instances that answer.
+    stopping: bool,
     earlier_logs: String,
 }
 
@@ -80,6 +84,9 @@ pub struct Cluster {
     pub timings: LeaseTimings,
     pub redis: RedisServer,
     database: TempDatabase,
+    /// The cluster's own PostgreSQL server, for a test that stops it ([`Cluster::start_on_own_postgres`]); dropped
+    /// after the database.
+    own_postgres: Option<TempPostgres>,
     args: Vec<String>,
     instances: Vec<Instance>,
 }
@@ -87,14 +94,31 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `size` instances (in parallel) on a fresh database of the shared test server and a Redis of the
     /// test's own, each with `extra_args` after the cluster's own flags. `None`, after one printed line, when
-    /// PostgreSQL or redis-server is not installed (a failure under `CI=true`).
+    /// PostgreSQL or redis-server is not installed (a failure under CI).
     pub fn start(test: &str, size: usize, extra_args: &[&str]) -> Option<Self> {
         Self::start_with(test, size, Setup::default(), extra_args)
     }
 
-    /// [`Cluster::start`] with a lease or a Redis of the test's choosing.
+    /// [`Cluster::start`] with a lease TTL of the test's choosing (the production one, for a test whose point is
+    /// that nothing waits for the TTL).
+    pub fn start_with_ttl(test: &str, size: usize, ttl: Duration, extra_args: &[&str]) -> Option<Self> {
+        Self::start_with(test, size, Setup { ttl: Some(ttl), ..Setup::default() }, extra_args)
+    }
+
+    /// [`Cluster::start`] on a PostgreSQL server of the cluster's own, which the test may stop and start again
+    /// ([`Cluster::postgres`]) without disturbing the other tests' shared server.
+    pub fn start_on_own_postgres(test: &str, size: usize, extra_args: &[&str]) -> Option<Self> {
+        Self::start_with(test, size, Setup { own_postgres: true, ..Setup::default() }, extra_args)
+    }
+
+    /// [`Cluster::start`] with a lease, a Redis or a PostgreSQL server of the test's choosing.
     pub fn start_with(test: &str, size: usize, setup: Setup, extra_args: &[&str]) -> Option<Self> {
-        let database = gateway_testkit::postgres::database(test)?;
+        let (database, own_postgres) = if setup.own_postgres {
+            let server = gateway_testkit::postgres::server(test)?;
+            (server.create_database(test), Some(server))
+        } else {
+            (gateway_testkit::postgres::database(test)?, None)
+        };
         let redis = if setup.tls { RedisServer::start_tls_or_skip(test)? } else { RedisServer::start_or_skip(test)? };
         let ttl = setup.ttl.unwrap_or_else(lease_ttl);
         let mut args: Vec<String> = match redis.tls() {
@@ -131,10 +155,12 @@ impl Cluster {
                 id: format!("gw-{}", char::from(b'a' + u8::try_from(index).unwrap())),
                 running: None,
                 paused: false,
+                stopping: false,
                 earlier_logs: String::new(),
             })
             .collect();
-        let mut cluster = Self { ttl, timings: LeaseTimings::with_ttl(ttl), redis, database, args, instances };
+        let timings = LeaseTimings::with_ttl(ttl);
+        let mut cluster = Self { ttl, timings, redis, database, own_postgres, args, instances };
         let started: Vec<Gateway> = thread::scope(|scope| {
             let cluster = &cluster;
             let starting: Vec<_> = (0..size).map(|index| scope.spawn(move || cluster.spawn(index))).collect();
@@ -155,6 +181,11 @@ impl Cluster {
     /// The shared database's URL, for a test that reads it directly.
     pub fn database_url(&self) -> &str {
         self.database.url()
+    }
+
+    /// The cluster's own PostgreSQL server ([`Cluster::start_on_own_postgres`]); panics for a shared one.
+    pub fn postgres(&self) -> &TempPostgres {
+        self.own_postgres.as_ref().expect("a cluster started on its own PostgreSQL server")
     }
 
     pub fn len(&self) -> usize {
@@ -178,7 +209,7 @@ impl Cluster {
     /// Whether instance `index` runs and is not paused, that is, answers.
     pub fn is_up(&self, index: usize) -> bool {
         let instance = &self.instances[index];
-        instance.running.is_some() && !instance.paused
+        instance.running.is_some() && !instance.paused && !instance.stopping
     }
 
     /// The instances that answer.
@@ -250,6 +281,23 @@ impl Cluster {
         gateway.kill();
         instance.earlier_logs.push_str(&gateway.logs_after_exit());
         instance.paused = false;
+        instance.stopping = false;
+    }
+
+    /// SIGTERM to instance `index`, without waiting: it drains and stops; from now on it does not count as up.
+    pub fn sigterm(&mut self, index: usize) {
+        self.gateway(index).send_sigterm();
+        self.instances[index].stopping = true;
+    }
+
+    /// Waits for instance `index`, sent SIGTERM, to exit; what it logged is kept.
+    pub fn wait_exit(&mut self, index: usize) -> std::process::ExitStatus {
+        let instance = &mut self.instances[index];
+        let mut gateway = instance.running.take().unwrap_or_else(|| panic!("{} is not running", instance.id));
+        let status = gateway.wait();
+        instance.earlier_logs.push_str(&gateway.logs_after_exit());
+        instance.stopping = false;
+        status
     }
 
     /// Starts instance `index` again under its id (on a new port).
