@@ -131,7 +131,7 @@ pub struct Settling<'a>(SettlingState<'a>);
 
 enum SettlingState<'a> {
     Done(Option<Result<AcceptedReceipt, Rejection>>),
-    Scheduling(BoxFuture<'a, AcceptedReceipt>),
+    Scheduling(BoxFuture<'a, Result<AcceptedReceipt, Rejection>>),
 }
 
 impl Debug for SettlingState<'_> {
@@ -151,7 +151,7 @@ impl Future for Settling<'_> {
         match &mut self.get_mut().0 {
             // Taken at the first poll; a future polled again after it completed stays pending, as it may.
             SettlingState::Done(outcome) => outcome.take().map_or(Poll::Pending, Poll::Ready),
-            SettlingState::Scheduling(scheduling) => scheduling.as_mut().poll(cx).map(Ok),
+            SettlingState::Scheduling(scheduling) => scheduling.as_mut().poll(cx),
         }
     }
 }
@@ -200,24 +200,33 @@ impl DecisionLogIntake {
                 self.report(&rejected);
                 SettlingState::Done(Some(Err(Rejection::SchemaViolation(rejected))))
             }
-            Err(Rejection::InvalidJson) => SettlingState::Done(Some(Err(Rejection::InvalidJson))),
+            Err(refused @ (Rejection::InvalidJson | Rejection::StoreFailed(_))) => {
+                SettlingState::Done(Some(Err(refused)))
+            }
         })
     }
 
+    /// FR-10.7: the reminder is handed to the scheduler, and its row committed, before the log is published; a
+    /// reminder the scheduler refuses (its delay, size, the agent's limits) leaves the log accepted with a warning.
+    /// A store that fails is not such a refusal: accepting the log then would acknowledge a reminder that is
+    /// nowhere (DESIGN.md 14, nothing acknowledged lost), so the log is refused with the store's error, unpublished,
+    /// for the agent to send again.
     async fn accept_with_reminder(
         &self,
         log: DecisionLog,
         reminder: Result<ReminderRequest, ReminderRequestError>,
-    ) -> AcceptedReceipt {
-        // FR-10.7: the reminder is handed to the scheduler, and its row committed, before the log is published.
+    ) -> Result<AcceptedReceipt, Rejection> {
         let outcome = match reminder {
-            Ok(request) => self.schedule(request).await.map_err(ReminderNotScheduled::from),
+            Ok(request) => match self.schedule(request).await {
+                Err(ReminderRefusal::Store(error)) => return Err(Rejection::StoreFailed(error)),
+                scheduled => scheduled.map_err(ReminderNotScheduled::from),
+            },
             Err(invalid) => {
                 tracing::warn!("{invalid}");
                 Err(invalid.into())
             }
         };
-        self.accept(log, Some(outcome))
+        Ok(self.accept(log, Some(outcome)))
     }
 
     /// Hands the request to the desk and logs the outcome. The payload (the agent's data) is never logged.
@@ -240,7 +249,9 @@ impl DecisionLogIntake {
             Err(refused @ ReminderRefusal::QuotaExceeded { limit }) => {
                 tracing::warn!(%agent_id, limit, reason = %refused, "reminder not scheduled");
             }
-            Err(ReminderRefusal::Store(error)) => tracing::warn!(%agent_id, %error, "reminder not scheduled"),
+            Err(ReminderRefusal::Store(error)) => {
+                tracing::warn!(%agent_id, %error, "reminder not scheduled: the store failed; the log is refused");
+            }
         }
         scheduled
     }
@@ -413,7 +424,6 @@ mod tests {
             ReminderRefusal::TooManyPending { limit: 3 },
             ReminderRefusal::QuotaExceeded { limit: 1_024 },
             ReminderRefusal::InvalidDelay(u64::MAX),
-            ReminderRefusal::Store(StoreError::Unavailable("down".into())),
         ];
         for refusal in refusals {
             let harness = harness(Some(refusal.clone()));
@@ -428,6 +438,18 @@ mod tests {
         assert!(matches!(receipt.reminder, Some(Err(ReminderNotScheduled::Invalid(_)))));
         assert!(lock(&harness.desk.requests).is_empty(), "an invalid request never reaches the desk");
         assert_eq!(harness.publisher.on_topic(&Topic::Messages).len(), 1);
+    }
+
+    /// A store that fails while the reminder is written is no refusal of the reminder: the log is refused with the
+    /// store's error and not published, so the agent sends it again (the idempotency key schedules it once).
+    #[tokio::test(start_paused = true)]
+    async fn a_store_failure_refuses_the_log_unpublished() {
+        for error in [StoreError::Unavailable("down".into()), StoreError::Full("disk full".into())] {
+            let harness = harness(Some(ReminderRefusal::Store(error.clone())));
+            let body = log(reminder_action(json!({"delay_ms": 5, "payload": {}})));
+            assert_eq!(harness.intake.receive(&body).await, Err(Rejection::StoreFailed(error)));
+            assert!(harness.publisher.on_topic(&Topic::Messages).is_empty(), "not published");
+        }
     }
 
     #[tokio::test(start_paused = true)]

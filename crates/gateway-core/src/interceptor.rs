@@ -32,6 +32,11 @@ pub enum Rejection {
     InvalidJson,
     #[error("schema violation: {}", .0.violation)]
     SchemaViolation(Box<RejectedLog>),
+    /// Not the interceptor's: a valid log whose reminder could not be written because the store failed (down,
+    /// full). The log is not accepted and not published, so the agent retries it, and the reminder's idempotency
+    /// key makes the retry schedule it once (`crate::intake`).
+    #[error("the log's reminder could not be stored: {0}")]
+    StoreFailed(crate::store::StoreError),
 }
 
 /// A well-formed JSON body that broke the DecisionLog schema.

@@ -33,6 +33,8 @@ pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<
     match state.intake.settle(inspected).await {
         Ok(accepted) => Ok(json_bytes(StatusCode::ACCEPTED, accepted_body(accepted.trace_id.as_deref()))),
         Err(Rejection::InvalidJson) => Err(ApiError::invalid_json()),
+        // 503 or 507: the log's reminder is nowhere yet, so the log is not taken either; a retry schedules it once.
+        Err(Rejection::StoreFailed(error)) => Err(error.into()),
         Err(Rejection::SchemaViolation(rejected)) => Ok(rejected_response(&rejected)),
     }
 }

@@ -773,7 +773,8 @@ fn messages() -> Operation {
         .describe(
             "Accepted logs are published on `gateway:messages`; a `schedule_reminder` tool call is handed to the \
              scheduler first. A log that breaks the schema is answered 422 and a `schema_violation` event is \
-             published on `gateway:violations`.",
+             published on `gateway:violations`. When the store cannot write the log's reminder (down: 503, full: 507) \
+             the log is not accepted: send it again.",
         )
         .json_body(schema("DecisionLog"), true)
         .example(json!({
@@ -791,6 +792,7 @@ fn messages() -> Operation {
             schema("MessageRejected"),
         )
         .error(429, "rate_limited")
+        .error(503, "store_unavailable")
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -356,6 +356,21 @@ fn fault_load(
         sent.push(record(at, instance, "reminder", answer, |body| {
             body["result"]["job_id"].as_i64().map(|_| Acknowledged::Reminder { agent: agent_id.clone() })
         }));
+        // A DecisionLog's reminder too: accepted (202) only when its reminder is written, never acknowledged while
+        // the store cannot write it.
+        let log_agent = format!("agent-log-{n}");
+        let log = json!({
+            "meta": {"trace_id": format!("trace-{n}"), "timestamp": "2026-02-22T12:00:00Z"},
+            "identity": {"agent_id": log_agent, "agent_type": "fault", "capability_version": "1"},
+            "action": {"status": "pending", "tool_call": "schedule_reminder",
+                       "tool_input": {"delay_ms": 300, "payload": {"n": n}}}
+        });
+        let at = Instant::now();
+        let answer =
+            agent.post(format!("{base}/gateway/messages")).content_type("application/json").send(log.to_string());
+        sent.push(record(at, instance, "decision_log", answer, |body| {
+            (body["status"] == "accepted").then(|| Acknowledged::Reminder { agent: log_agent.clone() })
+        }));
         let delivery = json!({"webhook_id": webhook, "session_id": "fault", "payload": {"n": n}});
         let at = Instant::now();
         let answer = agent
