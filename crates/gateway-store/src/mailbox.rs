@@ -379,6 +379,21 @@ impl MailboxStore for DieselStore {
     }
 }
 
+/// The columns of an entry, in the order every query of entries reads them.
+#[diesel::dsl::auto_type]
+fn entry_columns() -> _ {
+    (
+        agent_mailbox::seq,
+        agent_mailbox::fire_id,
+        agent_mailbox::agent_id,
+        agent_mailbox::job_id,
+        agent_mailbox::payload,
+        agent_mailbox::scheduled_for,
+        agent_mailbox::fired_at,
+        agent_mailbox::received_at,
+    )
+}
+
 /// One agent's entries with `after < seq <= through`, in `seq` order: a range of `agent_mailbox_agent_seq`. Functions
 /// of their own, so that the plan test explains these very statements.
 #[diesel::dsl::auto_type]
@@ -389,16 +404,7 @@ fn entries_query<'a>(agent_id: &'a str, after: i64, through: i64, limit: i64) ->
         .filter(agent_mailbox::seq.le(through))
         .order(agent_mailbox::seq.asc())
         .limit(limit)
-        .select((
-            agent_mailbox::seq,
-            agent_mailbox::fire_id,
-            agent_mailbox::agent_id,
-            agent_mailbox::job_id,
-            agent_mailbox::payload,
-            agent_mailbox::scheduled_for,
-            agent_mailbox::fired_at,
-            agent_mailbox::received_at,
-        ))
+        .select(entry_columns())
 }
 
 /// [`entries_query`] of the entries nobody received: the same range, `received_at` checked in the index.
@@ -411,16 +417,11 @@ fn unreceived_entries_query<'a>(agent_id: &'a str, after: i64, through: i64, lim
 /// Every agent's entries after `after`, in `seq` order: the end of the primary key.
 #[diesel::dsl::auto_type]
 fn since_query(after: i64, limit: i64) -> _ {
-    agent_mailbox::table.filter(agent_mailbox::seq.gt(after)).order(agent_mailbox::seq.asc()).limit(limit).select((
-        agent_mailbox::seq,
-        agent_mailbox::fire_id,
-        agent_mailbox::agent_id,
-        agent_mailbox::job_id,
-        agent_mailbox::payload,
-        agent_mailbox::scheduled_for,
-        agent_mailbox::fired_at,
-        agent_mailbox::received_at,
-    ))
+    agent_mailbox::table
+        .filter(agent_mailbox::seq.gt(after))
+        .order(agent_mailbox::seq.asc())
+        .limit(limit)
+        .select(entry_columns())
 }
 
 /// [`since_query`] and the entries numbered in `also`.
@@ -430,16 +431,7 @@ fn since_or_query<'a>(after: i64, also: &'a [i64], limit: i64) -> _ {
         .filter(agent_mailbox::seq.gt(after).or(agent_mailbox::seq.eq_any(also)))
         .order(agent_mailbox::seq.asc())
         .limit(limit)
-        .select((
-            agent_mailbox::seq,
-            agent_mailbox::fire_id,
-            agent_mailbox::agent_id,
-            agent_mailbox::job_id,
-            agent_mailbox::payload,
-            agent_mailbox::scheduled_for,
-            agent_mailbox::fired_at,
-            agent_mailbox::received_at,
-        ))
+        .select(entry_columns())
 }
 
 /// The first `limit` entries in firing order: the start of the primary key.

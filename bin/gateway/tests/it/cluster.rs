@@ -650,7 +650,7 @@ fn an_agent_that_connects_to_a_follower_after_its_reminders_fired_gets_them_from
 }
 
 /// The mailbox entries of `agent_id` in the shared database.
-fn mailbox_entries(database_url: &str, agent_id: &str) -> i64 {
+pub(crate) fn mailbox_entries(database_url: &str, agent_id: &str) -> i64 {
     use diesel::prelude::*;
     #[derive(QueryableByName)]
     struct Count {

@@ -147,22 +147,6 @@ fn assert_every_stream_got(cluster: &Cluster, received: &[BTreeMap<String, Recei
     }
 }
 
-/// Rows of `agent_id` in the shared mailbox.
-fn mailbox_rows(database_url: &str, agent_id: &str) -> i64 {
-    use diesel::prelude::*;
-    #[derive(QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let mut connection = PgConnection::establish(database_url).unwrap();
-    diesel::sql_query("SELECT COUNT(*) AS n FROM agent_mailbox WHERE agent_id = $1")
-        .bind::<diesel::sql_types::Text, _>(agent_id)
-        .get_result::<Count>(&mut connection)
-        .unwrap()
-        .n
-}
-
 /// The store's newest fencing token.
 fn stored_epoch(database_url: &str) -> i64 {
     use diesel::prelude::*;
@@ -235,10 +219,12 @@ fn a_forged_publish_on_an_agent_topic_reaches_no_stream_and_writes_nothing() {
     for (index, got) in received.iter().enumerate() {
         assert_eq!(got.keys().collect::<Vec<_>>(), [&fire_id], "{} received a forged reminder", cluster.id(index));
     }
-    wait_until("the real fire's completion", PATIENCE, || mailbox_rows(cluster.database_url(), "agent-x") == 1);
+    wait_until("the real fire's completion", PATIENCE, || {
+        crate::cluster::mailbox_entries(cluster.database_url(), "agent-x") == 1
+    });
     thread::sleep(Duration::from_millis(500));
-    assert_eq!(mailbox_rows(cluster.database_url(), "agent-x"), 1, "only the real fire is recorded");
-    assert_eq!(mailbox_rows(cluster.database_url(), "agent-y"), 0);
+    assert_eq!(crate::cluster::mailbox_entries(cluster.database_url(), "agent-x"), 1, "only the real fire is recorded");
+    assert_eq!(crate::cluster::mailbox_entries(cluster.database_url(), "agent-y"), 0);
     for index in 0..cluster.len() {
         let rejected = metric(cluster.gateway(index), "gateway_bridge_rejected_total");
         assert!(rejected >= 6.0, "{}: {rejected} rejected", cluster.id(index));
