@@ -11,19 +11,26 @@ use std::time::{Duration, Instant};
 
 use crate::support::{Gateway, PATIENCE, TOKEN, count_rows, eventually};
 
+/// A connection to the gateway from `source`, a loopback address of this machine (127.0.0.0/8 is all loopback on
+/// Linux), so that tests can be several clients.
+fn connect_from(gateway: &Gateway, source: Ipv4Addr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
+    socket.connect(&gateway.authority().parse::<SocketAddr>().unwrap().into()).unwrap();
+    let connection: TcpStream = socket.into();
+    connection.set_read_timeout(Some(PATIENCE)).unwrap();
+    connection
+}
+
 /// Opens `agent:<agent>:scheduled` from `source` (a loopback address of this machine) with an optional bearer token,
 /// and reads the answer's head; for a refusal, its body too. The connection stays open for a stream.
 fn open_stream(gateway: &Gateway, source: Ipv4Addr, agent: &str, token: Option<&str>) -> (u16, Value, TcpStream) {
-    let address = gateway.base.trim_start_matches("http://").to_owned();
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
-    socket.connect(&address.parse::<SocketAddr>().unwrap().into()).unwrap();
-    let mut connection: TcpStream = socket.into();
-    connection.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut connection = connect_from(gateway, source);
     let authorization = token.map(|token| format!("authorization: Bearer {token}\r\n")).unwrap_or_default();
     write!(
         connection,
-        "GET /gateway/events?topic=agent%3A{agent}%3Ascheduled HTTP/1.1\r\nhost: {address}\r\n{authorization}\r\n"
+        "GET /gateway/events?topic=agent%3A{agent}%3Ascheduled HTTP/1.1\r\nhost: {}\r\n{authorization}\r\n",
+        gateway.authority()
     )
     .unwrap();
     let mut head = Vec::new();
@@ -98,18 +105,14 @@ fn send_from(
     token: Option<&str>,
     body: &Value,
 ) -> (u16, Value) {
-    let address = gateway.base.trim_start_matches("http://").to_owned();
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
-    socket.connect(&address.parse::<SocketAddr>().unwrap().into()).unwrap();
-    let mut connection: TcpStream = socket.into();
-    connection.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut connection = connect_from(gateway, source);
     let authorization = token.map(|token| format!("authorization: Bearer {token}\r\n")).unwrap_or_default();
     let body = if body.is_null() { String::new() } else { body.to_string() };
     write!(
         connection,
-        "{method} {path} HTTP/1.1\r\nhost: {address}\r\n{authorization}content-type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nhost: {}\r\n{authorization}content-type: application/json\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        gateway.authority(),
         body.len()
     )
     .unwrap();

@@ -20,10 +20,6 @@ const BODY: usize = 1024 * 1024 - 1;
 /// The gateway's default `--max-inflight-body-bytes`.
 const DEFAULT_BUDGET: usize = 64 * 1024 * 1024;
 
-fn address(gateway: &Gateway) -> String {
-    gateway.base.trim_start_matches("http://").to_owned()
-}
-
 /// A raw answer: status, headers (names lowercased), body.
 #[derive(Debug)]
 struct Answer {
@@ -60,7 +56,7 @@ impl Answer {
 /// Sends one request with exactly `headers` (no `Host` unless given), `content-length` and `connection: close`,
 /// and reads the whole answer.
 fn exchange(gateway: &Gateway, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
-    let mut connection = TcpStream::connect(address(gateway)).unwrap();
+    let mut connection = TcpStream::connect(gateway.authority()).unwrap();
     connection.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut head = format!("{method} {path} HTTP/1.1\r\n");
     for (name, value) in headers {
@@ -74,24 +70,13 @@ fn exchange(gateway: &Gateway, method: &str, path: &str, headers: &[(&str, &str)
     Answer::parse(&raw)
 }
 
-/// The gateway's resident memory, in bytes.
-fn rss(gateway: &Gateway) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", gateway.pid())).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 /// One sample of `name` (no labels) from `GET /metrics`.
 fn metric(gateway: &Gateway, name: &str) -> f64 {
-    let mut connection = TcpStream::connect(address(gateway)).unwrap();
+    let mut connection = TcpStream::connect(gateway.authority()).unwrap();
     connection.set_read_timeout(Some(PATIENCE)).unwrap();
     let head = format!(
         "GET /metrics HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {TOKEN}\r\nconnection: close\r\n\r\n",
-        address(gateway)
+        gateway.authority()
     );
     connection.write_all(head.as_bytes()).unwrap();
     let mut raw = Vec::new();
@@ -218,8 +203,8 @@ fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
     let gateway = Gateway::start(&["--max-connections-per-address", "1000"]);
     let known = create_webhook(&gateway);
     assert_eq!(gateway.get("/healthz").0, 200);
-    let idle = rss(&gateway);
-    let target: SocketAddr = address(&gateway).parse().unwrap();
+    let idle = gateway.rss();
+    let target: SocketAddr = gateway.authority().parse().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let connections = 300;
     let budgeted = DEFAULT_BUDGET / BODY;
@@ -227,7 +212,7 @@ fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
         .map(|n| if n % 2 == 0 { format!("/gateway/webhooks/{known}") } else { "/gateway/webhooks/987654".to_owned() })
         .collect();
     let outcomes = runtime.block_on(hold_bodies(target, paths, |answered, waiting| answered + waiting == connections));
-    let peak = rss(&gateway);
+    let peak = gateway.rss();
     let grown = peak.saturating_sub(idle);
     eprintln!(
         "edge: RSS {} MiB idle, {} MiB with the bodies of {connections} connections held",
@@ -235,7 +220,7 @@ fn bodies_held_back_by_hundreds_of_connections_cost_at_most_the_budget() {
         peak >> 20
     );
     assert!(grown < 100_000_000, "the gateway grew by {grown} bytes (idle {idle}, peak {peak})");
-    let healthz = exchange(&gateway, "GET", "/healthz", &[("host", &address(&gateway))], b"");
+    let healthz = exchange(&gateway, "GET", "/healthz", &[("host", gateway.authority())], b"");
     assert_eq!(healthz.status, 200, "/healthz while every body byte is taken: {healthz:?}");
 
     let mut reading = Vec::new();
@@ -279,8 +264,8 @@ fn past_the_budget_a_body_gets_503_overloaded_and_a_dropped_one_gives_its_place_
     let budget = 4 * (BODY + 1);
     let gateway = Gateway::start(&["--max-inflight-body-bytes", &budget.to_string()]);
     let known = create_webhook(&gateway);
-    let target: SocketAddr = address(&gateway).parse().unwrap();
-    let host = address(&gateway);
+    let target: SocketAddr = gateway.authority().parse().unwrap();
+    let host = gateway.authority().to_owned();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let paths = vec![format!("/gateway/webhooks/{known}"); 4];
     let mut reading: Vec<tokio::net::TcpStream> = runtime
@@ -378,7 +363,7 @@ async fn healthz_from(local: &str, target: SocketAddr) -> Answer {
 #[test]
 fn a_client_address_holds_at_most_its_connections_and_the_others_are_served() {
     let gateway = Gateway::start(&["--max-connections-per-address", "8"]);
-    let target: SocketAddr = address(&gateway).parse().unwrap();
+    let target: SocketAddr = gateway.authority().parse().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let mut held = Vec::new();
@@ -417,7 +402,7 @@ fn a_client_address_holds_at_most_its_connections_and_the_others_are_served() {
 #[test]
 fn a_connection_without_a_request_head_is_closed_after_10_s_and_busy_ones_live_on() {
     let gateway = Gateway::start(&[]);
-    let host = address(&gateway);
+    let host = gateway.authority().to_owned();
     let closed_after = |first: &'static [u8], then_idle: bool| {
         let host = host.clone();
         std::thread::spawn(move || {
@@ -500,7 +485,7 @@ fn schedule_body(agent: &str, call: &str) -> String {
 #[test]
 fn on_loopback_without_agent_auth_another_host_or_another_sites_page_is_refused() {
     let gateway = Gateway::start(&[]);
-    let own = address(&gateway);
+    let own = gateway.authority().to_owned();
     let tool = "/gateway/tools/schedule_reminder";
     let json = ("content-type", "application/json");
     let attacks: [(Headers<'_>, u16, &str); 6] = [
@@ -545,7 +530,7 @@ fn on_loopback_without_agent_auth_another_host_or_another_sites_page_is_refused(
 #[test]
 fn loopback_names_and_the_gateways_own_origin_are_served() {
     let gateway = Gateway::start(&[]);
-    let port = address(&gateway).rsplit_once(':').unwrap().1.to_owned();
+    let port = gateway.authority().rsplit_once(':').unwrap().1.to_owned();
     for (n, host) in
         [format!("localhost:{port}"), format!("127.0.0.1:{port}"), format!("[::1]:{port}"), "localhost".to_owned()]
             .iter()
@@ -578,7 +563,7 @@ fn loopback_names_and_the_gateways_own_origin_are_served() {
 fn json_endpoints_refuse_bodies_that_are_not_json_and_inbound_webhooks_take_any() {
     for args in [&[][..], &["--agent-auth", "off"][..]] {
         let gateway = Gateway::start(args);
-        let own = address(&gateway);
+        let own = gateway.authority().to_owned();
         let webhook = create_webhook(&gateway);
         let bearer = format!("Bearer {TOKEN}");
         let endpoints = [
@@ -631,7 +616,7 @@ fn json_endpoints_refuse_bodies_that_are_not_json_and_inbound_webhooks_take_any(
 #[test]
 fn answers_are_nosniff_and_the_apis_are_never_stored() {
     let gateway = Gateway::start(&[]);
-    let own = address(&gateway);
+    let own = gateway.authority().to_owned();
     let webhook = create_webhook(&gateway);
     let (status, delivery) = gateway
         .operator_post("/gateway/deliveries", &json!({"webhook_id": webhook, "session_id": "s", "payload": {"n": 1}}));

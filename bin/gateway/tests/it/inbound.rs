@@ -152,22 +152,11 @@ fn an_unknown_id_is_answered_before_any_body_byte_and_an_oversized_declared_leng
     assert_eq!(status, 202);
 }
 
-/// The resident memory of a process, from /proc (Linux).
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 #[test]
 fn senders_dribbling_bodies_to_unknown_ids_hold_no_memory() {
     const CONNECTIONS: usize = 100;
     let gateway = Gateway::start(&[]);
-    let before = rss_bytes(gateway.pid());
+    let before = gateway.rss();
     let address = gateway.base.trim_start_matches("http://").to_owned();
     // Each sends a head declaring 1 MiB and then all but the last byte of it: a gateway that reads bodies before
     // looking the id up holds ~1 MiB per connection, waiting for that byte.
@@ -196,10 +185,10 @@ fn senders_dribbling_bodies_to_unknown_ids_hold_no_memory() {
         // The senders' writes may have ended in the kernel's socket buffers: give a gateway that reads them the
         // time to, and keep the most it held.
         let sampling = Instant::now();
-        let mut held = rss_bytes(gateway.pid());
+        let mut held = gateway.rss();
         while sampling.elapsed() < Duration::from_secs(2) {
             thread::sleep(Duration::from_millis(50));
-            held = held.max(rss_bytes(gateway.pid()));
+            held = held.max(gateway.rss());
         }
         barrier.wait();
         for sender in senders {

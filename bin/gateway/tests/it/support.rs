@@ -245,6 +245,22 @@ impl Gateway {
         self.child.id()
     }
 
+    /// `host:port` of the gateway, as a `Host` header names it.
+    pub fn authority(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
+    /// The process's resident memory in bytes, from /proc (Linux).
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kib * 1024
+    }
+
     /// True while the process has not exited.
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
