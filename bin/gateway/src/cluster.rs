@@ -4,10 +4,11 @@
 use gateway_redis::{RedisLeadership, RedisReachability};
 use serde::Serialize;
 use time::OffsetDateTime;
+use utoipa::ToSchema;
 
 use crate::config::InstanceId;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Coordinated through Redis, and holding the lease.
@@ -27,7 +28,7 @@ impl From<gateway_redis::Role> for Role {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RedisState {
     Ok,
@@ -35,23 +36,31 @@ pub enum RedisState {
     None,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+// The fields of the views are in alphabetical order, the order of the JSON maps `GET /gateway/cluster` built them
+// into before: the same bytes.
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct LeaderView {
-    pub instance_id: String,
     /// The leader's fencing token; `null` for the moment while a new term is being opened.
     pub epoch: Option<u64>,
+    pub instance_id: String,
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub since: Option<OffsetDateTime>,
 }
 
 /// The body of `GET /gateway/cluster`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ClusterView {
     pub instance_id: String,
-    pub role: Role,
     /// `null` while no instance leads (an election in progress, or Redis unreachable).
+    #[schema(inline)]
     pub leader: Option<LeaderView>,
+    #[schema(inline)]
     pub redis: RedisState,
+    pub role: Role,
 }
 
 /// How this instance is coordinated: alone, or through a Redis lease.

@@ -92,6 +92,19 @@ impl HttpStats {
     }
 }
 
+/// How the document shows `GET /metrics` (the route table, http/routes.rs, names it).
+pub fn doc() -> crate::http::openapi::Operation {
+    crate::http::openapi::Operation::new("metrics", "operator", "The Prometheus scrape")
+        .describe("Requests, heartbeats, fires, deliveries, streams and the leader role (docs/operations.md).")
+        .raw_answer(
+            200,
+            serde_json::json!({
+                "description": "The OpenMetrics text exposition.",
+                "content": {"application/openmetrics-text": {"schema": {"type": "string"}}},
+            }),
+        )
+}
+
 /// What the binary itself counts, beside what the components count.
 #[derive(Debug)]
 pub struct Metrics {

@@ -1,10 +1,16 @@
 //! `GET /gateway/agents?limit=&after=`: live agents in id order, keyset-paginated.
 
-use gateway_core::AgentId;
+use gateway_core::{AgentId, CapabilityEntry, ClusterId};
+use gateway_heartbeat::LiveAgent;
 use http::StatusCode;
-use serde_json::json;
+use serde::Serialize;
+use time::OffsetDateTime;
+use utoipa::ToSchema;
 
 use crate::http::error::ApiError;
+use crate::http::openapi::Operation;
+use crate::http::openapi::fields::AgentIdSchema;
+use crate::http::reason::Reason;
 use crate::http::request::{Query, Request, next_cursor};
 use crate::http::response::{Response, json_response};
 use crate::state::AppState;
@@ -17,13 +23,74 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", |text| AgentId::new(text).ok())?;
     let agents = state.heartbeat.live_agents(page.after, page.limit).await?;
     let next_after = next_cursor(&agents, page.limit, |agent| agent.agent_id.clone());
-    Ok(json_response(StatusCode::OK, &json!({"agents": agents, "next_after": next_after})))
+    let agents = agents.iter().map(LiveAgentBody::of).collect();
+    Ok(json_response(StatusCode::OK, &AgentPage { agents, next_after }))
+}
+
+/// A page of live agents.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentPage<'a> {
+    pub agents: Vec<LiveAgentBody<'a>>,
+    #[schema(value_type = Option<String>)]
+    pub next_after: Option<AgentId>,
+}
+
+/// A live agent as the operator API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = LiveAgent)]
+#[serde(deny_unknown_fields)]
+pub struct LiveAgentBody<'a> {
+    #[schema(value_type = String)]
+    pub agent_id: &'a AgentId,
+    #[schema(value_type = String)]
+    pub cluster_id: &'a ClusterId,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub last_seen: OffsetDateTime,
+    #[schema(inline)]
+    pub capabilities: Option<Capabilities<'a>>,
+}
+
+/// The agent's capability-map entry: the identity of its latest accepted DecisionLog.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities<'a> {
+    pub agent_type: &'a str,
+    pub capability_version: &'a str,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: OffsetDateTime,
+}
+
+impl<'a> LiveAgentBody<'a> {
+    fn of(agent: &'a LiveAgent) -> Self {
+        Self {
+            agent_id: &agent.agent_id,
+            cluster_id: &agent.cluster_id,
+            last_seen: agent.last_seen,
+            capabilities: agent.capabilities.as_ref().map(|entry: &'a CapabilityEntry| Capabilities {
+                agent_type: &entry.agent_type,
+                capability_version: &entry.capability_version,
+                updated_at: entry.updated_at,
+            }),
+        }
+    }
+}
+
+pub fn list_doc() -> Operation {
+    Operation::new("listAgents", "operator", "Live agents")
+        .describe("Live agents in `agent_id` order; pass `next_after` as `after` for the next page.")
+        .limit(DEFAULT_PAGE, MAX_PAGE)
+        .query_of::<AgentIdSchema>("after", "An agent id: the page starts after it.")
+        .answer::<AgentPage<'static>>(200, "A page of live agents.")
+        .error(503, Reason::StoreUnavailable)
 }
 
 /// The agent id of a path `/gateway/agents/{agent_id}/…`, percent-decoded (an id may hold `/`, `:` or spaces,
 /// which a path carries as `%2F`, `%3A`, `%20`); 422 `invalid_field` when it is not a valid agent id.
 pub fn path_agent_id(path: &str) -> Result<AgentId, ApiError> {
-    let invalid = |rule: &str| ApiError::unprocessable("invalid_field", format!("agent_id (in the path): {rule}"));
+    let invalid = |rule: &str| ApiError::unprocessable(Reason::InvalidField, format!("agent_id (in the path): {rule}"));
     let segment = path.strip_prefix("/gateway/agents/").and_then(|rest| rest.split('/').next()).unwrap_or_default();
     let decoded = percent_encoding::percent_decode_str(segment)
         .decode_utf8()

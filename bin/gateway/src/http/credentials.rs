@@ -10,10 +10,11 @@ use gateway_core::{
 };
 use http::StatusCode;
 use http::header::{CACHE_CONTROL, HeaderValue};
-use serde_json::{Value, json};
 
 use crate::http::agents::path_agent_id;
+use crate::http::credential_bodies::{CredentialBody, CredentialPage, IssuedCredential, RevokedCredential};
 use crate::http::error::ApiError;
+use crate::http::reason::Reason;
 use crate::http::request::{JsonObject, Query, Request, next_cursor, read_body};
 use crate::http::response::{Response, json_response};
 use crate::state::AppState;
@@ -42,13 +43,13 @@ pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiEr
     let store = state.store.clone();
     run_blocking(move || store.insert_credential(&record)).await.map_err(gateway_core::StoreError::from)??;
     tracing::info!(%agent_id, credential_id = %issued.credential_id, "agent credential issued");
-    let body = json!({
-        "credential_id": issued.credential_id,
-        "token": issued.expose(),
-        "agent_id": agent_id,
-        "created_at": rfc3339::format(created_at),
-        "expires_at": expires_at.map(rfc3339::format),
-    });
+    let body = IssuedCredential {
+        agent_id: &agent_id,
+        created_at: rfc3339::format(created_at),
+        credential_id: &issued.credential_id,
+        expires_at: expires_at.map(rfc3339::format),
+        token: issued.expose(),
+    };
     let mut response = json_response(StatusCode::CREATED, &body);
     // The one response that carries the token: no cache along the way may keep it.
     response.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -66,8 +67,8 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
         .await
         .map_err(gateway_core::StoreError::from)??;
     let next_after = next_cursor(&rows, page.limit, |row| row.credential_id.clone());
-    let credentials: Vec<Value> = rows.iter().map(credential_json).collect();
-    Ok(json_response(StatusCode::OK, &json!({"credentials": credentials, "next_after": next_after})))
+    let credentials = rows.iter().map(CredentialBody::of).collect();
+    Ok(json_response(StatusCode::OK, &CredentialPage { credentials, next_after }))
 }
 
 /// 200 `{"status":"revoked","credential_id","agent_id","revoked_at"}`, also for a credential revoked before (with
@@ -76,7 +77,7 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
 pub async fn revoke(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     let path = request.uri().path();
     let agent_id = path_agent_id(path)?;
-    let unknown = || ApiError::unknown("unknown_credential", "credential of this agent");
+    let unknown = || ApiError::unknown(Reason::UnknownCredential, "credential of this agent");
     let credential_id = path.rsplit('/').next().and_then(CredentialId::parse).ok_or_else(unknown)?;
     let revoked = revoke_in_store(state, agent_id.clone(), credential_id.clone()).await?.ok_or_else(unknown)?;
     state.agent_auth.credentials().invalidate(&credential_id);
@@ -87,9 +88,7 @@ pub async fn revoke(state: &AppState, request: &Request) -> Result<Response, Api
         tracing::warn!(%error, %credential_id, "credential revocation not announced to other instances");
     }
     tracing::info!(%agent_id, %credential_id, "agent credential revoked");
-    let mut body = credential_json(&revoked);
-    body["status"] = Value::from("revoked");
-    Ok(json_response(StatusCode::OK, &body))
+    Ok(json_response(StatusCode::OK, &RevokedCredential::of(&revoked)))
 }
 
 async fn revoke_in_store(
@@ -110,7 +109,7 @@ async fn revoke_in_store(
 fn expires_in_s(mut body: JsonObject) -> Result<Option<i64>, ApiError> {
     let invalid = || {
         ApiError::unprocessable(
-            "invalid_field",
+            Reason::InvalidField,
             format!("expires_in_s: must be an integer from 1 to {MAX_TOKEN_LIFETIME_S} (ten years)"),
         )
     };
@@ -128,14 +127,4 @@ fn expires_in_s(mut body: JsonObject) -> Result<Option<i64>, ApiError> {
     };
     body.finish(&["expires_in_s"])?;
     Ok(seconds)
-}
-
-fn credential_json(row: &CredentialRecord) -> Value {
-    json!({
-        "credential_id": row.credential_id,
-        "agent_id": row.agent_id,
-        "created_at": rfc3339::format(row.created_at),
-        "revoked_at": row.revoked_at.map(rfc3339::format),
-        "expires_at": row.expires_at.map(rfc3339::format),
-    })
 }

@@ -13,13 +13,16 @@ use gateway_cron::CronError;
 use gateway_heartbeat::HeartbeatError;
 use gateway_webhooks::{SignatureError, WebhookError};
 use http::StatusCode;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use crate::http::reason::Reason;
 use crate::http::response::{Response, json_response};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     pub status: StatusCode,
+    /// A [`Reason`]'s name: every constructor takes a [`Reason`].
     pub reason: &'static str,
     pub detail: Option<String>,
     /// Whole seconds for a `Retry-After` header (a 429, a 503 `overloaded`).
@@ -30,8 +33,8 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, reason: &'static str) -> Self {
-        Self { status, reason, detail: None, retry_after_s: None, close_connection: false }
+    pub fn new(status: StatusCode, reason: Reason) -> Self {
+        Self { status, reason: reason.as_str(), detail: None, retry_after_s: None, close_connection: false }
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
@@ -40,27 +43,27 @@ impl ApiError {
     }
 
     /// 422 with a detail: the body parsed but a field breaks a rule.
-    pub fn unprocessable(reason: &'static str, detail: impl Into<String>) -> Self {
+    pub fn unprocessable(reason: Reason, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_detail(detail)
     }
 
     /// 404 for a path that names no route.
     pub fn not_found() -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found").with_detail("no such route")
+        Self::new(StatusCode::NOT_FOUND, Reason::NotFound).with_detail("no such route")
     }
 
     /// 404 for an id that names nothing of its kind (or is not an id at all).
-    pub fn unknown(reason: &'static str, kind: &str) -> Self {
+    pub fn unknown(reason: Reason, kind: &str) -> Self {
         Self::new(StatusCode::NOT_FOUND, reason).with_detail(format!("no {kind} has this id"))
     }
 
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized")
+        Self::new(StatusCode::UNAUTHORIZED, Reason::Unauthorized)
     }
 
     /// 401: the agent token's credential has expired (it was issued with `expires_in_s`): a new token is needed.
     pub fn token_expired() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "token_expired")
+        Self::new(StatusCode::UNAUTHORIZED, Reason::TokenExpired)
             .with_detail("this agent token has expired: ask the operator for a new one")
     }
 
@@ -68,7 +71,7 @@ impl ApiError {
     pub fn too_many_refusals() -> Self {
         Self {
             retry_after_s: Some(1),
-            ..Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_refusals").with_detail(
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, Reason::TooManyRefusals).with_detail(
                 "this client address presented too many refused agent tokens this second: retry after a second",
             )
         }
@@ -76,14 +79,14 @@ impl ApiError {
 
     /// 403: the caller authenticated as one agent and acts as another (or as none, where an agent must be named).
     pub fn identity_mismatch(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "identity_mismatch").with_detail(detail)
+        Self::new(StatusCode::FORBIDDEN, Reason::IdentityMismatch).with_detail(detail)
     }
 
     /// 429 with `Retry-After`: the agent's window ends in `retry_after`, given in whole seconds rounded up (at
     /// least 1, so a client that waits that long is let through).
     pub fn rate_limited(retry_after: std::time::Duration) -> Self {
         let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-        Self { retry_after_s: Some(seconds.max(1)), ..Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited") }
+        Self { retry_after_s: Some(seconds.max(1)), ..Self::new(StatusCode::TOO_MANY_REQUESTS, Reason::RateLimited) }
     }
 
     /// 503 with `Retry-After: 1`: the request bodies being read already hold `--max-inflight-body-bytes`, and
@@ -92,7 +95,7 @@ impl ApiError {
         Self {
             retry_after_s: Some(1),
             close_connection: true,
-            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded")
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::Overloaded)
                 .with_detail("the gateway is reading as many request bodies as it may; retry")
         }
     }
@@ -100,39 +103,36 @@ impl ApiError {
     /// 421: on a loopback listener without agent auth, the request names another host than this machine (a page
     /// that rebound its own name to 127.0.0.1, or a proxy forwarding the public name).
     pub fn misdirected_request() -> Self {
-        Self::new(StatusCode::MISDIRECTED_REQUEST, "misdirected_request")
+        Self::new(StatusCode::MISDIRECTED_REQUEST, Reason::MisdirectedRequest)
             .with_detail("on a loopback listener without agent auth, Host must be localhost, 127.0.0.0/8 or [::1]")
     }
 
     /// 403: on a loopback listener without agent auth, a web page of another origin sent the request.
     pub fn cross_origin() -> Self {
-        Self::new(StatusCode::FORBIDDEN, "cross_origin")
+        Self::new(StatusCode::FORBIDDEN, Reason::CrossOrigin)
             .with_detail("on a loopback listener without agent auth, Origin must be the gateway's own")
     }
 
     /// 415: a body whose `Content-Type` is present and not JSON, on an endpoint that reads JSON.
     pub fn unsupported_media_type() -> Self {
-        Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+        Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, Reason::UnsupportedMediaType)
             .with_detail("the body must be application/json (or absent Content-Type)")
     }
 
     pub fn invalid_json() -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_json")
+        Self::new(StatusCode::BAD_REQUEST, Reason::InvalidJson)
     }
 
     pub fn payload_too_large(limit: usize) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").with_detail(format!("limit is {limit} bytes"))
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, Reason::PayloadTooLarge).with_detail(format!("limit is {limit} bytes"))
     }
 
     pub fn internal() -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, Reason::InternalError)
     }
 
     pub fn into_response(self) -> Response {
-        let mut body = json!({"status": "error", "reason": self.reason});
-        if let Some(detail) = self.detail {
-            body["detail"] = serde_json::Value::String(detail);
-        }
+        let body = ErrorBody { status: ErrorStatus::Error, reason: self.reason, detail: self.detail.as_deref() };
         let mut response = json_response(self.status, &body);
         if let Some(seconds) = self.retry_after_s {
             response.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
@@ -144,24 +144,45 @@ impl ApiError {
     }
 }
 
+/// Every error body: `{"status":"error","reason":…}`, and `detail` when there is one.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Error)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody<'a> {
+    #[schema(inline)]
+    pub status: ErrorStatus,
+    #[schema(value_type = Reason, inline)]
+    pub reason: &'a str,
+    /// Names fields and limits, never request values.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<&'a str>,
+}
+
+/// The `status` of every error body.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorStatus {
+    Error,
+}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Unavailable(cause) => {
                 tracing::warn!(%cause, "store unavailable");
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::StoreUnavailable)
             }
             StoreError::Full(cause) => {
                 // Once per refused write: an operator watching the log sees what fills up, a client is told to wait.
                 tracing::warn!(%cause, "store full: write refused");
-                Self::new(StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
+                Self::new(StatusCode::INSUFFICIENT_STORAGE, Reason::InsufficientStorage)
                     .with_detail("the gateway's storage is full; retry later")
             }
-            StoreError::Conflict(cause) => Self::new(StatusCode::CONFLICT, "conflict").with_detail(cause),
+            StoreError::Conflict(cause) => Self::new(StatusCode::CONFLICT, Reason::Conflict).with_detail(cause),
             StoreError::Fenced { .. } => {
                 // Leader-only writes do not run on request paths; should one ever, the caller may retry elsewhere.
                 tracing::warn!(%error, "a fenced store write reached a request");
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::StoreUnavailable)
             }
             StoreError::Internal(cause) => {
                 tracing::error!(%cause, "store error");
@@ -175,16 +196,16 @@ impl From<HeartbeatError> for ApiError {
     fn from(error: HeartbeatError) -> Self {
         let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
         match error {
-            HeartbeatError::InvalidType => Self::new(unprocessable, "invalid_heartbeat_type"),
+            HeartbeatError::InvalidType => Self::new(unprocessable, Reason::InvalidHeartbeatType),
             HeartbeatError::MissingRequiredField(_) => {
-                Self::new(unprocessable, "missing_required_fields").with_detail(error.to_string())
+                Self::new(unprocessable, Reason::MissingRequiredFields).with_detail(error.to_string())
             }
             HeartbeatError::InvalidField { .. } => {
-                Self::new(unprocessable, "invalid_field").with_detail(error.to_string())
+                Self::new(unprocessable, Reason::InvalidField).with_detail(error.to_string())
             }
-            HeartbeatError::Unavailable => Self::new(StatusCode::SERVICE_UNAVAILABLE, "heartbeat_manager_unavailable"),
+            HeartbeatError::Unavailable => Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::HeartbeatManagerUnavailable),
             HeartbeatError::CapacityExceeded { .. } => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "heartbeat_manager_unavailable")
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::HeartbeatManagerUnavailable)
                     .with_detail(error.to_string())
             }
             HeartbeatError::Store(store) => store.into(),
@@ -196,25 +217,25 @@ impl From<CronError> for ApiError {
     fn from(error: CronError) -> Self {
         let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
         match error {
-            CronError::InvalidDelay(_) => Self::new(unprocessable, "invalid_delay").with_detail(error.to_string()),
-            CronError::InvalidSchedule(reason) => Self::new(unprocessable, "invalid_schedule").with_detail(reason),
-            CronError::NotFound(_) => Self::unknown("unknown_cron_job", "cron job"),
+            CronError::InvalidDelay(_) => Self::new(unprocessable, Reason::InvalidDelay).with_detail(error.to_string()),
+            CronError::InvalidSchedule(reason) => Self::new(unprocessable, Reason::InvalidSchedule).with_detail(reason),
+            CronError::NotFound(_) => Self::unknown(Reason::UnknownCronJob, "cron job"),
             CronError::IdempotencyKeyReused => {
-                Self::new(unprocessable, "idempotency_key_reused").with_detail(error.to_string())
+                Self::new(unprocessable, Reason::IdempotencyKeyReused).with_detail(error.to_string())
             }
-            CronError::UnknownTool => Self::new(StatusCode::NOT_FOUND, "unknown_tool").with_detail(error.to_string()),
+            CronError::UnknownTool => Self::new(StatusCode::NOT_FOUND, Reason::UnknownTool).with_detail(error.to_string()),
             CronError::MissingToolParam(_) => {
-                Self::new(unprocessable, "missing_required_fields").with_detail(error.to_string())
+                Self::new(unprocessable, Reason::MissingRequiredFields).with_detail(error.to_string())
             }
-            CronError::InvalidToolParams(_) => Self::new(unprocessable, "invalid_field").with_detail(error.to_string()),
+            CronError::InvalidToolParams(_) => Self::new(unprocessable, Reason::InvalidField).with_detail(error.to_string()),
             CronError::ToolCallConflict => {
-                Self::new(StatusCode::CONFLICT, "tool_call_conflict").with_detail(error.to_string())
+                Self::new(StatusCode::CONFLICT, Reason::ToolCallConflict).with_detail(error.to_string())
             }
             CronError::QuotaExceeded { .. } => {
-                Self::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded").with_detail(error.to_string())
+                Self::new(StatusCode::TOO_MANY_REQUESTS, Reason::QuotaExceeded).with_detail(error.to_string())
             }
             CronError::TooManyReminders { .. } => {
-                Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_reminders").with_detail(error.to_string())
+                Self::new(StatusCode::TOO_MANY_REQUESTS, Reason::TooManyReminders).with_detail(error.to_string())
             }
             CronError::Store(store) => store.into(),
         }
@@ -224,28 +245,28 @@ impl From<CronError> for ApiError {
 impl From<WebhookError> for ApiError {
     fn from(error: WebhookError) -> Self {
         match error {
-            WebhookError::UnknownWebhook(_) => Self::unknown("unknown_webhook", "webhook config"),
-            WebhookError::UnknownDelivery(_) => Self::unknown("unknown_delivery", "delivery"),
+            WebhookError::UnknownWebhook(_) => Self::unknown(Reason::UnknownWebhook, "webhook config"),
+            WebhookError::UnknownDelivery(_) => Self::unknown(Reason::UnknownDelivery, "delivery"),
             // A config's policy, not a verdict on a signature: the sender is told which scheme it must use.
             WebhookError::SignatureMismatch { reason: SignatureError::TimestampRequired, .. } => {
-                Self::new(StatusCode::UNAUTHORIZED, "timestamp_required").with_detail(
+                Self::new(StatusCode::UNAUTHORIZED, Reason::TimestampRequired).with_detail(
                     "this webhook accepts only Standard Webhooks signatures (webhook-id, webhook-timestamp, \
                      webhook-signature)",
                 )
             }
             // Which of missing, malformed or wrong is logged by the router; the sender only learns "mismatch".
-            WebhookError::SignatureMismatch { .. } => Self::new(StatusCode::UNAUTHORIZED, "signature_mismatch"),
+            WebhookError::SignatureMismatch { .. } => Self::new(StatusCode::UNAUTHORIZED, Reason::SignatureMismatch),
             WebhookError::DuplicateConfig => {
-                Self::new(StatusCode::CONFLICT, "duplicate_webhook_config").with_detail(error.to_string())
+                Self::new(StatusCode::CONFLICT, Reason::DuplicateWebhookConfig).with_detail(error.to_string())
             }
             WebhookError::InvalidConfig { .. } | WebhookError::InvalidDelivery { .. } => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").with_detail(error.to_string())
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, Reason::InvalidField).with_detail(error.to_string())
             }
             WebhookError::RetryNotAllowed { .. } => {
-                Self::new(StatusCode::CONFLICT, "retry_not_allowed").with_detail(error.to_string())
+                Self::new(StatusCode::CONFLICT, Reason::RetryNotAllowed).with_detail(error.to_string())
             }
             WebhookError::IdempotencyKeyReused => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused").with_detail(error.to_string())
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, Reason::IdempotencyKeyReused).with_detail(error.to_string())
             }
             WebhookError::Store(store) => store.into(),
         }

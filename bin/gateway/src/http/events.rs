@@ -37,6 +37,7 @@ use crate::credentials::StreamGuard;
 use crate::http::agent_auth::{Access, Caller};
 use crate::http::connection::Connection;
 use crate::http::error::ApiError;
+use crate::http::reason::Reason;
 use crate::http::per_address::AddressKey;
 use crate::http::replay::{self, AgentMailbox, BridgeWatch, SharedFire};
 use crate::http::request::{Query, Request};
@@ -186,14 +187,14 @@ struct Slots {
 
 pub async fn get(state: &AppState, request: &Request, connection: Connection) -> Result<Response, ApiError> {
     let invalid_topic = || {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_topic").with_detail(
+        ApiError::new(StatusCode::BAD_REQUEST, Reason::InvalidTopic).with_detail(
             "topic must be gateway:messages, gateway:violations, gateway:webhooks, gateway:agents or agent:<agent_id>:scheduled",
         )
     };
     let query = Query::parse(request.uri(), &["topic"])?;
     let topic = query.get("topic").and_then(Topic::parse).ok_or_else(invalid_topic)?;
     let too_many =
-        |detail: &str| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_streams").with_detail(detail);
+        |detail: &str| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, Reason::TooManyStreams).with_detail(detail);
     let limits = state.stream_limits;
     // Stopped at shutdown, or, for a stream opened with an agent's credential, when that credential is revoked.
     let mut stop = state.shutdown.clone();
@@ -205,7 +206,7 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
                 state.agent_auth.authorize(request.headers(), connection.peer().ip(), agent_id, Access::Read).await?;
             // The agent's own cap first: it is what the agent (not the gateway) can fix, hence a 429.
             let agent = state.streams_per_agent.acquire(agent_id, limits.per_agent).ok_or_else(|| {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams")
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, Reason::TooManyStreams)
                     .with_detail("this agent has as many event streams open as it may: close one first")
             })?;
             let address = state
@@ -635,6 +636,73 @@ impl Drop for StreamBody {
     fn drop(&mut self) {
         self.outbox.body_dropped.cancel();
     }
+}
+
+/// The names of the events a stream sends (docs/api.md, "Events"), and `lagged`.
+#[derive(Debug, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)] // Only its schema is used.
+enum EventName {
+    DecisionLog,
+    SchemaViolation,
+    Reminder,
+    AgentEvicted,
+    WebhookDeliveryStatus,
+    WebhookDlq,
+    WebhookSignatureFailure,
+    Lagged,
+}
+
+/// One event of a stream (comments such as `: connected` and keep-alives are not events).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // Only its schema is used: the stream writes its frames as text.
+struct ServerSentEvent {
+    #[schema(inline)]
+    event: EventName,
+    /// The event's id (a reminder's `fire_id`); `lagged` has none.
+    #[schema(required = false)]
+    id: String,
+    /// The event as JSON: `event_type`, `id`, `timestamp` and its fields; for `lagged`, `{"missed":N}`.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
+/// How the document shows `GET /gateway/events` (the route table, http/routes.rs, names it).
+pub fn doc() -> crate::http::openapi::Operation {
+    use serde_json::json;
+    crate::http::openapi::Operation::new("events", "agents", "Server-Sent Events of one topic")
+        .describe(
+            "`gateway:*` topics need the operator token; `agent:<agent_id>:scheduled` needs, with agent auth on, \
+             that agent's token or the operator's, and first replays the agent's mailbox. The stream does not end \
+             by itself: it opens with `: connected`, then sends events and a padded keep-alive comment every 15 s.",
+        )
+        .parameter(
+            "query",
+            "topic",
+            true,
+            "`gateway:messages`, `gateway:violations`, `gateway:webhooks`, `gateway:agents` or `agent:<agent_id>:scheduled`.",
+            json!({"type": "string", "pattern": "^(gateway:(messages|violations|webhooks|agents)|agent:[^\\u0000-\\u001F\\u007F-\\u009F]{1,256}:scheduled)$"}),
+        )
+        .parameter(
+            "header",
+            "Last-Event-ID",
+            false,
+            "On an agent's topic: the `fire_id` of the last reminder received; every retained fire after it is replayed.",
+            json!({"type": "string"}),
+        )
+        .error(400, Reason::InvalidQuery)
+        .error(400, Reason::InvalidTopic)
+        .with_component::<ServerSentEvent>()
+        .raw_answer(
+            200,
+            json!({
+                "description": "The stream: `id:`, `event:` and `data:` (the event's JSON) lines per event.",
+                // Without OpenAPI 3.2's `itemSchema`, the schema of an event stream describes one event.
+                "content": {"text/event-stream": {"schema": crate::http::openapi::reference("ServerSentEvent")}},
+            }),
+        )
+        .error(429, Reason::TooManyStreams)
+        .error(503, Reason::TooManyStreams)
 }
 
 #[cfg(test)]

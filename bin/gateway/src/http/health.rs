@@ -8,12 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway_core::{StoreHealth, run_blocking};
+use gateway_core::{HealthReport, StoreHealth, run_blocking};
 use http::StatusCode;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use crate::cluster::{ClusterView, Role};
+use crate::http::error::ErrorStatus;
+use crate::http::openapi::Operation;
+use crate::http::openapi::fields::literal;
 use crate::http::request::Request;
-use crate::http::response::{Response, STATUS_OK, json_bytes, json_response};
+use crate::http::response::{Response, STATUS_OK, StatusOk, json_bytes, json_response};
 use crate::state::AppState;
 
 /// A store that takes longer than this to answer `SELECT 1` is reported not ready.
@@ -38,22 +43,114 @@ pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
     }
     not_ready.extend(components.iter().filter(|report| !report.healthy).map(|report| report.component));
     let role = state.cluster.role();
-    let mut body = if not_ready.is_empty() {
-        json!({"status": "ready", "role": role})
+    let checks = state.operator.check(request.headers()).is_ok().then(|| ReadinessChecks {
+        components: components.iter().map(ComponentCheck::of).collect(),
+        store: StoreCheck { healthy: store_problem.is_none(), problem: store_problem.as_deref() },
+    });
+    if not_ready.is_empty() {
+        json_response(StatusCode::OK, &Ready { checks, role, status: ReadyStatus::Value })
     } else {
-        json!({"status": "error", "reason": "not_ready", "not_ready": not_ready, "role": role})
-    };
-    if state.operator.check(request.headers()).is_ok() {
-        body["checks"] = json!({
-            "store": {"healthy": store_problem.is_none(), "problem": store_problem},
-            "components": components,
-        });
+        let body = NotReady { checks, not_ready, reason: NotReadyReason::Value, role, status: ErrorStatus::Error };
+        json_response(StatusCode::SERVICE_UNAVAILABLE, &body)
     }
-    let status = if not_ready.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    json_response(status, &body)
+}
+
+// The bodies' fields are in alphabetical order, the order they had when built as JSON maps: the same bytes.
+
+literal!(
+    /// `"ready"`.
+    ReadyStatus = "ready"
+);
+
+literal!(
+    /// `"not_ready"`.
+    NotReadyReason = "not_ready"
+);
+
+/// `/readyz` when the store answers and every loop runs.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Ready<'a> {
+    /// With the operator's token only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checks: Option<ReadinessChecks<'a>>,
+    pub role: Role,
+    #[schema(inline)]
+    pub status: ReadyStatus,
+}
+
+/// `/readyz` when something is not ready: `not_ready` names what.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NotReady<'a> {
+    /// With the operator's token only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checks: Option<ReadinessChecks<'a>>,
+    pub not_ready: Vec<&'a str>,
+    #[schema(inline)]
+    pub reason: NotReadyReason,
+    pub role: Role,
+    #[schema(inline)]
+    pub status: ErrorStatus,
+}
+
+/// What was checked, for the operator: the reasons can carry paths and internals.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadinessChecks<'a> {
+    pub components: Vec<ComponentCheck<'a>>,
+    #[schema(inline)]
+    pub store: StoreCheck<'a>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StoreCheck<'a> {
+    pub healthy: bool,
+    pub problem: Option<&'a str>,
+}
+
+/// One component's loop.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentCheck<'a> {
+    pub component: &'a str,
+    pub healthy: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<&'a str>,
+    pub running: bool,
+}
+
+impl<'a> ComponentCheck<'a> {
+    fn of(report: &'a HealthReport) -> Self {
+        Self {
+            component: report.component,
+            healthy: report.healthy,
+            problem: report.problem.as_deref(),
+            running: report.running,
+        }
+    }
 }
 
 /// `GET /gateway/cluster` (operator): this instance, its role, the leader and its term, Redis reachability.
 pub async fn cluster(state: &AppState) -> Response {
-    json_response(StatusCode::OK, &json!(state.cluster.view().await))
+    json_response(StatusCode::OK, &state.cluster.view().await)
+}
+
+pub fn live_doc() -> Operation {
+    Operation::new("liveness", "probes", "Liveness").answer::<StatusOk>(200, "The process answers.")
+}
+
+pub fn ready_doc() -> Operation {
+    Operation::new("readiness", "probes", "Readiness")
+        .describe(
+            "With the operator token the body adds `checks` (an invalid token is not refused: it just adds nothing).",
+        )
+        .answer::<Ready<'static>>(200, "The store answers and every loop runs.")
+        .answer::<NotReady<'static>>(503, "Not ready: `not_ready` names what.")
+}
+
+pub fn cluster_doc() -> Operation {
+    Operation::new("getCluster", "operator", "This instance and its cluster")
+        .answer::<ClusterView>(200, "This instance, its role, the leader and its term, Redis reachability.")
 }

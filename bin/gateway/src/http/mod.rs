@@ -7,23 +7,28 @@ pub mod body_budget;
 pub mod connection;
 pub mod edge;
 pub mod error;
+pub mod reason;
 mod head_timeout;
 pub mod per_address;
 pub mod request;
 pub mod response;
 mod router;
+mod routes;
 
-pub use router::ROUTE_NAMES;
+/// The `route` label of each route in `GET /metrics` (the route table's, http/routes.rs), the last the label of
+/// paths that name no route.
+pub const ROUTE_NAMES: &[&str] = routes::Route::LABELS;
 
 mod agents;
 mod console;
+mod credential_bodies;
 mod credentials;
 mod cron;
 pub mod events;
 mod health;
 mod heartbeat;
 mod messages;
-mod openapi;
+pub mod openapi;
 #[cfg(test)]
 mod properties;
 mod reminders;

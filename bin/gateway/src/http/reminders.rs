@@ -6,10 +6,15 @@ use std::net::IpAddr;
 
 use gateway_core::{AgentId, MailboxEntry, rfc3339};
 use http::{HeaderMap, StatusCode};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use utoipa::ToSchema;
 
 use crate::http::agent_auth::Access;
 use crate::http::error::ApiError;
+use crate::http::openapi::Operation;
+use crate::http::openapi::fields::{AgentIdSchema, NO_CONTROL_CHARACTERS, int64_schema};
+use crate::http::reason::Reason;
 use crate::http::request::{Query, Request, invalid_query};
 use crate::http::response::{Response, json_response};
 use crate::state::AppState;
@@ -36,7 +41,7 @@ pub fn agent_of(path: &str) -> Option<&str> {
 }
 
 pub async fn list(state: &AppState, request: &Request, client: IpAddr) -> Result<Response, ApiError> {
-    let unknown_agent = || ApiError::unknown("unknown_agent", "agent");
+    let unknown_agent = || ApiError::unknown(Reason::UnknownAgent, "agent");
     let raw = agent_of(request.uri().path()).ok_or_else(unknown_agent)?;
     let decoded = percent_encoding::percent_decode_str(raw).decode_utf8().map_err(|_| unknown_agent())?;
     let agent_id = AgentId::new(decoded.into_owned()).map_err(|_| unknown_agent())?;
@@ -51,19 +56,64 @@ pub async fn list(state: &AppState, request: &Request, client: IpAddr) -> Result
         return Err(invalid_query("after must be a fire_id"));
     }
     let entries = state.mailbox.reminders_after(agent_id, page.after.as_deref(), page.limit).await?;
-    let reminders: Vec<Value> = entries.iter().map(reminder_json).collect();
-    Ok(json_response(StatusCode::OK, &json!({ "reminders": reminders })))
+    let reminders = entries.iter().map(MailboxReminder::of).collect();
+    Ok(json_response(StatusCode::OK, &MailboxPage { reminders }))
 }
 
-fn reminder_json(entry: &MailboxEntry) -> Value {
-    let reminder = &entry.reminder;
-    json!({
-        "fire_id": reminder.fire_id,
-        "job_id": reminder.job_id,
-        "payload": reminder.payload,
-        "scheduled_for": rfc3339::format(reminder.scheduled_for),
-        "fired_at": rfc3339::format(reminder.fired_at),
-    })
+/// An agent's retained fires, in firing order.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MailboxPage<'a> {
+    #[schema(inline)]
+    pub reminders: Vec<MailboxReminder<'a>>,
+}
+
+/// One fire. (Fields in alphabetical order, the order they had when built as a JSON map: the same bytes.)
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MailboxReminder<'a> {
+    pub fire_id: &'a str,
+    #[schema(format = DateTime)]
+    pub fired_at: String,
+    #[schema(schema_with = int64_schema)]
+    pub job_id: i64,
+    #[schema(value_type = Object)]
+    pub payload: &'a Map<String, Value>,
+    #[schema(format = DateTime)]
+    pub scheduled_for: String,
+}
+
+impl<'a> MailboxReminder<'a> {
+    fn of(entry: &'a MailboxEntry) -> Self {
+        let reminder = &entry.reminder;
+        Self {
+            fire_id: &reminder.fire_id,
+            fired_at: rfc3339::format(reminder.fired_at),
+            job_id: reminder.job_id,
+            payload: &reminder.payload,
+            scheduled_for: rfc3339::format(reminder.scheduled_for),
+        }
+    }
+}
+
+pub fn doc() -> Operation {
+    Operation::new("listAgentReminders", "agents", "An agent's retained reminders")
+        .describe("The agent's retained fires (received or not) in firing order; reading marks nothing received.")
+        .parameter_of::<AgentIdSchema>(
+            "path",
+            "agent_id",
+            true,
+            "The agent's id, percent-encoded as one path segment (`ns%3Aagent%2F7`).",
+        )
+        .query(
+            "after",
+            "A `fire_id`: only fires after it.",
+            json!({"type": "string", "minLength": 1, "maxLength": MAX_CURSOR_BYTES, "pattern": NO_CONTROL_CHARACTERS}),
+        )
+        .limit(DEFAULT_PAGE, MAX_PAGE)
+        .answer::<MailboxPage<'static>>(200, "The fires.")
+        .error(404, Reason::UnknownAgent)
+        .error(503, Reason::StoreUnavailable)
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use time::OffsetDateTime;
 
 use crate::http::body_budget::{BodyBudget, Reservation};
 use crate::http::error::ApiError;
+use crate::http::reason::Reason;
 
 /// Largest accepted request body (the contract's 1 MiB).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -86,7 +87,7 @@ pub fn read_body(request: Request) -> impl Future<Output = Result<Bytes, ApiErro
             Poll::Ready(gathered) => gathered,
             Poll::Pending => tokio::time::timeout(BODY_READ_TIMEOUT, gather)
                 .await
-                .unwrap_or_else(|_| Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout"))),
+                .unwrap_or_else(|_| Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, Reason::RequestTimeout))),
         }
     }
 }
@@ -101,7 +102,7 @@ async fn gather(mut body: Incoming, mut reservation: Reservation, declared: Opti
     let mut first = Bytes::new();
     let mut joined: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body"))?;
+        let frame = frame.map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, Reason::InvalidBody))?;
         // Trailers carry nothing a handler reads.
         let Ok(data) = frame.into_data() else { continue };
         if data.is_empty() {
@@ -169,7 +170,7 @@ impl JsonObject {
         match serde_json::from_slice::<BTreeMap<String, Box<RawValue>>>(body) {
             Ok(fields) => Ok(Self { fields }),
             Err(error) if error.is_data() => {
-                Err(ApiError::unprocessable("invalid_field", "the body must be a JSON object"))
+                Err(ApiError::unprocessable(Reason::InvalidField, "the body must be a JSON object"))
             }
             Err(_) => Err(ApiError::invalid_json()),
         }
@@ -188,7 +189,7 @@ impl JsonObject {
         }
         serde_json::from_str(raw.get())
             .map(Some)
-            .map_err(|_| ApiError::unprocessable("invalid_field", format!("{field}: expected {expected}")))
+            .map_err(|_| ApiError::unprocessable(Reason::InvalidField, format!("{field}: expected {expected}")))
     }
 
     pub fn take_string(&mut self, field: &'static str) -> Result<Option<String>, ApiError> {
@@ -212,7 +213,7 @@ impl JsonObject {
         match self.fields.keys().next() {
             None => Ok(()),
             Some(unknown) => Err(ApiError::unprocessable(
-                "invalid_field",
+                Reason::InvalidField,
                 format!("unknown field {}; expected {}", quoted_name(unknown), known.join(", ")),
             )),
         }
@@ -221,7 +222,7 @@ impl JsonObject {
 
 /// A required field's value, or 422 `missing_required_fields` naming it.
 pub fn required<T>(field: &'static str, value: Option<T>) -> Result<T, ApiError> {
-    value.ok_or_else(|| ApiError::unprocessable("missing_required_fields", format!("{field} is required")))
+    value.ok_or_else(|| ApiError::unprocessable(Reason::MissingRequiredFields, format!("{field} is required")))
 }
 
 /// A client-chosen name in a detail: shown only when short and printable, so a detail never carries a value
@@ -307,7 +308,7 @@ pub fn next_cursor<T, K>(items: &[T], limit: usize, key: impl FnOnce(&T) -> K) -
 }
 
 pub fn invalid_query(detail: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "invalid_query").with_detail(detail)
+    ApiError::new(StatusCode::BAD_REQUEST, Reason::InvalidQuery).with_detail(detail)
 }
 
 /// The `Idempotency-Key` header, if present; 400 `invalid_idempotency_key` when it is not 1 to 255 visible
@@ -315,7 +316,7 @@ pub fn invalid_query(detail: impl Into<String>) -> ApiError {
 pub fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<gateway_core::IdempotencyKey>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else { return Ok(None) };
     let invalid =
-        |detail: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_idempotency_key").with_detail(detail);
+        |detail: String| ApiError::new(StatusCode::BAD_REQUEST, Reason::InvalidIdempotencyKey).with_detail(detail);
     let text =
         value.to_str().map_err(|_| invalid("Idempotency-Key must be visible ASCII characters only".to_owned()))?;
     if text.starts_with(gateway_core::interceptor::REMINDER_KEY_PREFIX) {

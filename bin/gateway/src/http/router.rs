@@ -1,5 +1,9 @@
 //! Routing: the edge's checks on who sent a request (421, 403: http/edge.rs), path → route (404), method (405 with
 //! `Allow`), a non-JSON body (415), operator token (401), handler; the edge's headers on every answer.
+//!
+//! The routes themselves are declared once, in http/routes.rs, with [`declare_routes!`]: from that one table come
+//! the router's path matching, methods and access checks, the handlers' dispatch, the metrics' route labels and
+//! the OpenAPI document's paths and operations (http/openapi).
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -10,240 +14,260 @@ use std::time::Instant;
 use futures_util::FutureExt;
 use futures_util::future::{self, Either};
 
+use http::StatusCode;
 use http::header::{ALLOW, HeaderValue};
-use http::{Method, StatusCode};
+pub use http::Method;
 use hyper::body::Incoming;
 
 use crate::http::connection::Connection;
+use crate::http::edge;
 use crate::http::error::ApiError;
+use crate::http::reason::Reason;
 use crate::http::request::{Request, RequestBody};
 use crate::http::response::Response;
-use crate::http::response::text_response;
-use crate::http::{
-    agents, console, credentials, cron, edge, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
-};
-use crate::metrics;
+use crate::http::routes::{self, Route};
 use crate::state::AppState;
 
-/// A resolved path. Ids that are not integers resolve too (`None`), so that they get the same 404 as an id that
-/// names nothing: one not-found shape per kind of thing, whatever the id looks like. (The tests list every variant
-/// to hold the router and the OpenAPI document to the same routes.)
+/// Who may call an operation. The router checks the operator's token itself ([`Access::Operator`]); the other
+/// kinds are checked by their handlers (an agent's token names the agent the body must name, an event stream
+/// decides per topic), and the document states each kind's security and refusals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(test, derive(strum::EnumIter))]
-enum Route {
-    Heartbeat,
-    Messages,
-    Events,
-    Agents,
-    Healthz,
-    Readyz,
-    WebhookInbound(Option<i64>),
-    WebhookConfigs,
-    WebhookConfig(Option<i64>),
-    Deliveries,
-    Delivery(Option<i64>),
-    DeliveryRetry(Option<i64>),
-    CronJobs,
-    CronJob(Option<i64>),
-    CronJobPause(Option<i64>),
-    CronJobResume(Option<i64>),
-    Cluster,
-    /// `/gateway/agents/{agent_id}/reminders`; the handler reads the agent id from the path.
-    AgentReminders,
-    /// `/gateway/tools/{tool_name}`; the handler reads the name from the path.
-    Tool,
-    /// `/gateway/agents/{agent_id}/credentials`; the handler reads the agent id from the path.
-    AgentCredentials,
-    /// `/gateway/agents/{agent_id}/credentials/{credential_id}`.
-    AgentCredential,
-    /// `/`: the operator console's page.
-    Console,
-    /// `/console/{asset}`; the handler serves only the files it embeds.
-    ConsoleAsset,
-    /// `/metrics`: the Prometheus scrape.
-    Metrics,
-    /// `/openapi.json`: the document of this API (http/openapi.rs).
-    OpenApi,
+pub enum Access {
+    /// Anyone.
+    Open,
+    /// Anyone; the operator's token adds details.
+    OptionalOperator,
+    /// The operator's token (checked by the router, before the handler).
+    Operator,
+    /// The agent the request names, with its own token while agent auth is on; anyone while it is off.
+    Agent,
+    /// That agent's token or the operator's while agent auth is on; anyone while it is off.
+    AgentOrOperator,
 }
 
-/// The `route` label of each route in `GET /metrics`, in [`Route::index`] order, then the label of paths that name
-/// no route: the router's own names, never the path, so the label's values are this list and no more.
-pub const ROUTE_NAMES: &[&str] = &[
-    "heartbeat",
-    "messages",
-    "events",
-    "agents",
-    "healthz",
-    "readyz",
-    "webhook_inbound",
-    "webhook_configs",
-    "webhook_config",
-    "deliveries",
-    "delivery",
-    "delivery_retry",
-    "cron_jobs",
-    "cron_job",
-    "cluster",
-    "agent_reminders",
-    "tool",
-    "agent_credentials",
-    "agent_credential",
-    "metrics",
-    "cron_job_pause",
-    "cron_job_resume",
-    "console",
-    "console_asset",
-    "openapi",
-    metrics::UNMATCHED_ROUTE,
-];
+/// What a handler is given: the state, the request, the client's address, the route it resolved to (for its
+/// path parameters) and, for the routes that hold their connection (event streams), the connection.
+#[derive(Debug)]
+pub struct Call {
+    pub state: Arc<AppState>,
+    pub request: Request,
+    pub client: IpAddr,
+    route: Route,
+    connection: Option<Connection>,
+}
 
-/// The index of [`metrics::UNMATCHED_ROUTE`] in [`ROUTE_NAMES`].
-const UNMATCHED: usize = ROUTE_NAMES.len() - 1;
+impl Call {
+    /// The text of the path parameter `{name}` of the route's path (empty when the route has none of that name).
+    pub fn param(&self, name: &str) -> &str {
+        let mut value = "";
+        walk(self.route.path(), self.request.uri().path(), |parameter, segment| {
+            if parameter == name {
+                value = segment;
+            }
+        });
+        value
+    }
 
-const TOOLS_PREFIX: &str = "/gateway/tools/";
+    /// The integer id `{name}`: text that is not an `i64` gets the same 404 (`unknown`) as an id that names
+    /// nothing: one not-found shape per kind of thing, whatever the id looks like.
+    pub fn id(&self, name: &str, unknown: fn() -> ApiError) -> Result<i64, ApiError> {
+        self.param(name).parse().map_err(|_| unknown())
+    }
 
-fn resolve(path: &str) -> Option<Route> {
-    // Matched on the path text, segment by segment, without collecting segments: this runs for every request.
-    let id = |text: &str| text.parse::<i64>().ok();
-    // One path segment: the rest of the path when it holds no further `/` (an empty segment is an id too).
-    let segment = |rest: &str| (!rest.contains('/')).then_some(());
-    let route = match path {
-        "/gateway/heartbeat" => Route::Heartbeat,
-        "/gateway/messages" => Route::Messages,
-        "/gateway/events" => Route::Events,
-        "/gateway/agents" => Route::Agents,
-        "/healthz" => Route::Healthz,
-        "/readyz" => Route::Readyz,
-        "/gateway/webhook-configs" => Route::WebhookConfigs,
-        "/gateway/deliveries" => Route::Deliveries,
-        "/gateway/cron/jobs" => Route::CronJobs,
-        "/gateway/cluster" => Route::Cluster,
-        "/" => Route::Console,
-        "/metrics" => Route::Metrics,
-        "/openapi.json" => Route::OpenApi,
-        _ => {
-            if let Some(webhook) = path.strip_prefix("/gateway/webhooks/") {
-                segment(webhook).map(|()| Route::WebhookInbound(id(webhook)))?
-            } else if let Some(config) = path.strip_prefix("/gateway/webhook-configs/") {
-                segment(config).map(|()| Route::WebhookConfig(id(config)))?
-            } else if let Some(job) = path.strip_prefix("/gateway/cron/jobs/") {
-                match job.split_once('/') {
-                    None => Route::CronJob(id(job)),
-                    Some((job, "pause")) => Route::CronJobPause(id(job)),
-                    Some((job, "resume")) => Route::CronJobResume(id(job)),
-                    Some(_) => return None,
+    /// The connection, for the routes declared `stream`.
+    pub fn connection(&mut self) -> Result<Connection, ApiError> {
+        self.connection.take().ok_or_else(ApiError::internal)
+    }
+}
+
+/// Declares every route of the gateway, once (see http/routes.rs, its only use):
+///
+/// ```text
+/// /// What the route is.
+/// Name "metrics_label" exact "/literal/path" {
+///     METHOD Access [inline] [stream] => |call| handler(call…), module::operation_doc;
+/// }
+/// Name "metrics_label" template "/path/{parameter}/more" [opaque_body] { … }
+/// ```
+///
+/// - `exact` paths are matched by a `match` on the path's text, generated here: no table is walked for them (the
+///   agents' hot paths, heartbeats and messages, are exact). `template` paths are matched, in order, against the
+///   path's text, each `{parameter}` taking one segment (up to the next `/`; possibly empty, so that an empty id
+///   gets the same 404 as any id that names nothing).
+/// - `opaque_body`: the route takes any body (no 415 for a body that is not JSON): the inbound webhook.
+/// - Per method: who may call it ([`Access`]), its handler (an expression over the [`Call`], awaited), and the
+///   function that documents it (`fn() -> impl Into<Documented>`). Handlers' futures are boxed, so that the
+///   future of every request is not as large as the largest handler's; `inline` ones are not (heartbeats and
+///   messages, the two endpoints agents call most: an allocation per request is measurable there). `stream`
+///   hands the handler its connection ([`Call::connection`]).
+/// - The declaration order is the order of the metrics' route labels (and their series); add new routes at the
+///   end.
+macro_rules! declare_routes {
+    // The exact paths' `match`: arms accumulated from the `exact` declarations, templates skipped.
+    (@exact $path:ident [$($arms:tt)*]) => {
+        match $path { $($arms)* _ => None }
+    };
+    (@exact $path:ident [$($arms:tt)*] exact $text:literal $route:ident $($rest:tt)*) => {
+        declare_routes!(@exact $path [$($arms)* $text => Some(Route::$route),] $($rest)*)
+    };
+    (@exact $path:ident [$($arms:tt)*] template $text:literal $route:ident $($rest:tt)*) => {
+        declare_routes!(@exact $path [$($arms)*] $($rest)*)
+    };
+    // The routes whose paths are templates, in declaration order.
+    (@templates [$($routes:tt)*]) => {
+        &[$($routes)*]
+    };
+    (@templates [$($routes:tt)*] exact $text:literal $route:ident $($rest:tt)*) => {
+        declare_routes!(@templates [$($routes)*] $($rest)*)
+    };
+    (@templates [$($routes:tt)*] template $text:literal $route:ident $($rest:tt)*) => {
+        declare_routes!(@templates [$($routes)* Route::$route,] $($rest)*)
+    };
+    (@opaque_body) => { false };
+    (@opaque_body opaque_body) => { true };
+    (@stream) => { false };
+    (@stream stream $($rest:ident)*) => { true };
+    (@stream $other:ident $($rest:ident)*) => { declare_routes!(@stream $($rest)*) };
+    // A handler's call: boxed unless `inline`.
+    (@run [] $call:ident |$c:ident| $handler:expr) => {
+        Box::pin(async move {
+            #[allow(unused_mut, unused_variables)]
+            let mut $c = $call;
+            $handler.await
+        })
+        .await
+    };
+    (@run [inline $($rest:ident)*] $call:ident |$c:ident| $handler:expr) => {{
+        #[allow(unused_mut, unused_variables)]
+        let mut $c = $call;
+        $handler.await
+    }};
+    (@run [$other:ident $($rest:ident)*] $call:ident |$c:ident| $handler:expr) => {
+        declare_routes!(@run [$($rest)*] $call |$c| $handler)
+    };
+    ($(
+        $(#[doc = $doc:literal])*
+        $route:ident $label:literal $shape:ident $path:literal $($opaque:ident)? {
+            $($method:ident $access:ident $($modifier:ident)* => |$c:ident| $handler:expr, $document:path;)+
+        }
+    )+) => {
+        /// A route of the gateway: a path (or a path template) and the methods it serves.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Route {
+            $($(#[doc = $doc])* $route,)+
+        }
+
+        impl Route {
+            /// Every route, in declaration order.
+            pub const ALL: &'static [Route] = &[$(Route::$route,)+];
+
+            /// The `route` label of each route in `GET /metrics`, in declaration order, then the label of paths
+            /// that name no route: the router's own names, never the path, so the label's values are this list
+            /// and no more.
+            pub const LABELS: &'static [&'static str] = &[$($label,)+ $crate::metrics::UNMATCHED_ROUTE];
+
+            /// The routes whose paths are templates, matched in this order after the exact paths.
+            pub const TEMPLATES: &'static [Route] = declare_routes!(@templates [] $($shape $path $route)+);
+
+            /// The route of an exact path.
+            pub fn exact(path: &str) -> Option<Route> {
+                declare_routes!(@exact path [] $($shape $path $route)+)
+            }
+
+            /// Its path, as the document shows it: `{name}` for each parameter.
+            pub const fn path(self) -> &'static str {
+                match self {
+                    $(Route::$route => $path,)+
                 }
-            } else if let Some(tool) = path.strip_prefix(TOOLS_PREFIX) {
-                segment(tool).map(|()| Route::Tool)?
-            } else if let Some(agent) = path.strip_prefix("/gateway/agents/") {
-                agent_route(agent)?
-            } else if let Some(asset) = path.strip_prefix("/console/") {
-                segment(asset).map(|()| Route::ConsoleAsset)?
-            } else {
-                let delivery = path.strip_prefix("/gateway/deliveries/")?;
-                match delivery.split_once('/') {
-                    None => Route::Delivery(id(delivery)),
-                    Some((delivery, "retry")) => Route::DeliveryRetry(id(delivery)),
-                    Some(_) => return None,
+            }
+
+            /// Whether it takes any body, not only JSON (no 415).
+            pub const fn opaque_body(self) -> bool {
+                match self {
+                    $(Route::$route => declare_routes!(@opaque_body $($opaque)?),)+
                 }
+            }
+
+            /// Whether a handler of it holds the request's connection.
+            pub const fn streams(self) -> bool {
+                match self {
+                    $(Route::$route => false $(|| declare_routes!(@stream $($modifier)*))+,)+
+                }
+            }
+
+            /// The methods it serves, in declaration order (the `Allow` of a 405), with who may call each.
+            pub fn operations(self) -> &'static [($crate::http::router::Method, $crate::http::router::Access)] {
+                match self {
+                    $(Route::$route => &[$(($crate::http::router::Method::$method, $crate::http::router::Access::$access),)+],)+
+                }
+            }
+
+            /// Its operations as the OpenAPI document shows them.
+            pub fn documented(
+                self,
+            ) -> Vec<($crate::http::router::Method, $crate::http::router::Access, $crate::http::openapi::Documented)> {
+                match self {
+                    $(Route::$route => vec![$((
+                        $crate::http::router::Method::$method,
+                        $crate::http::router::Access::$access,
+                        $crate::http::openapi::Documented::from($document()),
+                    ),)+],)+
+                }
+            }
+        }
+
+        /// Runs the handler of the call's route and method (which the router has checked the route serves).
+        pub async fn run(
+            call: $crate::http::router::Call,
+        ) -> Result<$crate::http::response::Response, $crate::http::error::ApiError> {
+            match call.route() {
+                $(Route::$route => {
+                    $(if *call.request.method() == $crate::http::router::Method::$method {
+                        return declare_routes!(@run [$($modifier)*] call |$c| $handler);
+                    })+
+                    Err($crate::http::error::ApiError::internal())
+                })+
             }
         }
     };
-    Some(route)
 }
 
-/// What follows `/gateway/agents/`: an agent id segment (percent-encoded, so without `/`), then the resource.
-fn agent_route(rest: &str) -> Option<Route> {
-    let (_agent, resource) = rest.split_once('/')?;
-    match resource.split_once('/') {
-        None if resource == "credentials" => Some(Route::AgentCredentials),
-        None if resource == "reminders" => Some(Route::AgentReminders),
-        Some(("credentials", credential)) if !credential.contains('/') => Some(Route::AgentCredential),
-        _ => None,
+pub(crate) use declare_routes;
+
+impl Call {
+    /// The route the request resolved to.
+    pub fn route(&self) -> Route {
+        self.route
     }
 }
 
-impl Route {
-    /// This route's place in [`ROUTE_NAMES`].
-    fn index(self) -> usize {
-        match self {
-            Self::Heartbeat => 0,
-            Self::Messages => 1,
-            Self::Events => 2,
-            Self::Agents => 3,
-            Self::Healthz => 4,
-            Self::Readyz => 5,
-            Self::WebhookInbound(_) => 6,
-            Self::WebhookConfigs => 7,
-            Self::WebhookConfig(_) => 8,
-            Self::Deliveries => 9,
-            Self::Delivery(_) => 10,
-            Self::DeliveryRetry(_) => 11,
-            Self::CronJobs => 12,
-            Self::CronJob(_) => 13,
-            Self::Cluster => 14,
-            Self::AgentReminders => 15,
-            Self::Tool => 16,
-            Self::AgentCredentials => 17,
-            Self::AgentCredential => 18,
-            Self::Metrics => 19,
-            Self::CronJobPause(_) => 20,
-            Self::CronJobResume(_) => 21,
-            Self::Console => 22,
-            Self::ConsoleAsset => 23,
-            Self::OpenApi => 24,
-        }
-    }
+/// The route of `path`: an exact path by a `match` on its text, else the first template it fits.
+pub fn resolve(path: &str) -> Option<Route> {
+    Route::exact(path).or_else(|| Route::TEMPLATES.iter().copied().find(|route| fits(*route, path)))
+}
 
-    fn methods(self) -> &'static [Method] {
-        match self {
-            Self::Heartbeat | Self::Messages | Self::Tool => &[Method::POST],
-            Self::Events | Self::Agents | Self::Healthz | Self::Readyz | Self::Cluster | Self::AgentReminders => {
-                &[Method::GET]
-            }
-            Self::Metrics => &[Method::GET],
-            Self::WebhookInbound(_) | Self::DeliveryRetry(_) => &[Method::POST],
-            Self::CronJobPause(_) | Self::CronJobResume(_) => &[Method::POST],
-            Self::WebhookConfigs | Self::Deliveries => &[Method::GET, Method::POST],
-            Self::WebhookConfig(_) => &[Method::GET, Method::DELETE, Method::PATCH],
-            Self::Delivery(_) => &[Method::GET],
-            Self::CronJobs => &[Method::GET, Method::POST],
-            Self::CronJob(_) => &[Method::GET, Method::DELETE],
-            Self::AgentCredentials => &[Method::GET, Method::POST],
-            Self::AgentCredential => &[Method::DELETE],
-            Self::Console | Self::ConsoleAsset => &[Method::GET],
-            Self::OpenApi => &[Method::GET],
-        }
-    }
+fn fits(route: Route, path: &str) -> bool {
+    walk(route.path(), path, |_, _| {})
+}
 
-    /// Routes whose request bodies, where they read one, are JSON: every route but the inbound webhook, whose body
-    /// is the sender's, kept as sent.
-    fn reads_json(self) -> bool {
-        !matches!(self, Self::WebhookInbound(_))
+/// Walks `path` along `template`: its literal text must be the path's, each `{name}` takes one segment of the path
+/// (up to the next `/` or the end, possibly empty) and is handed to `parameter`. False when the path does not fit.
+fn walk<'p>(template: &str, mut path: &'p str, mut parameter: impl FnMut(&str, &'p str)) -> bool {
+    let mut rest = template;
+    loop {
+        let Some(open) = rest.find('{') else { return path == rest };
+        let Some(after) = path.strip_prefix(&rest[..open]) else { return false };
+        let Some((name, tail)) = rest[open + 1..].split_once('}') else { return false };
+        let end = after.find('/').unwrap_or(after.len());
+        parameter(name, &after[..end]);
+        path = &after[end..];
+        rest = tail;
     }
+}
 
-    /// Routes behind the operator token. (The event stream decides per topic, in its handler, and so does an
-    /// agent's reminders endpoint, which will take the agent's own token too; `/readyz` shows details only with
-    /// the token.)
-    fn operator_only(self) -> bool {
-        matches!(
-            self,
-            Self::Agents
-                | Self::WebhookConfigs
-                | Self::WebhookConfig(_)
-                | Self::Deliveries
-                | Self::Delivery(_)
-                | Self::DeliveryRetry(_)
-                | Self::CronJobs
-                | Self::CronJob(_)
-                | Self::CronJobPause(_)
-                | Self::CronJobResume(_)
-                | Self::Cluster
-                | Self::AgentCredentials
-                | Self::AgentCredential
-                | Self::Metrics
-        )
-    }
+/// The index of a route's label in [`Route::LABELS`]; `None` (no route) is the last, the unmatched label.
+fn label_index(route: Option<Route>) -> usize {
+    route.map_or(Route::ALL.len(), |route| route as usize)
 }
 
 /// Runs one request: the edge's checks on who sent it (421, 403 `cross_origin`: http/edge.rs), the route (404),
@@ -272,7 +296,7 @@ pub fn handle(
             edge::stamp(&mut response);
             let status = response.status().as_u16();
             tracing::debug!(%method, path = request.uri().path(), status, "request");
-            state.metrics.http.observe(resolved.map_or(UNMATCHED, Route::index), status, started.elapsed());
+            state.metrics.http.observe(label_index(resolved), status, started.elapsed());
             return Either::Left(future::ready(Ok(response)));
         }
     };
@@ -280,17 +304,16 @@ pub fn handle(
     // Only event streams look at their connection: the other requests do not pay for a copy of it. The client's
     // address is what refused agent tokens are counted against (`refusals.rs`).
     let client = connection.peer().ip();
-    let connection = (route == Route::Events).then(|| connection.clone());
+    let connection = route.streams().then(|| connection.clone());
     let stats = Arc::clone(&state);
-    Either::Right(contain_panics(method.clone(), route, dispatch(state, route, request, connection, client)).map(
-        move |mut response| {
-            edge::stamp(&mut response);
-            let status = response.status().as_u16();
-            stats.metrics.http.observe(route.index(), status, started.elapsed());
-            tracing::debug!(%method, ?route, status, "request");
-            Ok(response)
-        },
-    ))
+    let call = Call { state, request, client, route, connection };
+    Either::Right(contain_panics(method.clone(), route, dispatch(call)).map(move |mut response| {
+        edge::stamp(&mut response);
+        let status = response.status().as_u16();
+        stats.metrics.http.observe(label_index(Some(route)), status, started.elapsed());
+        tracing::debug!(%method, ?route, status, "request");
+        Ok(response)
+    }))
 }
 
 /// The handler's answer, or a 500 and an error log when it panics.
@@ -317,94 +340,24 @@ fn contain_panics(
     })
 }
 
-async fn dispatch(
-    state: Arc<AppState>,
-    route: Route,
-    request: Request,
-    connection: Option<Connection>,
-    client: IpAddr,
-) -> Result<Response, ApiError> {
-    if !route.methods().contains(request.method()) {
-        return Ok(method_not_allowed(route.methods()));
+/// The route's checks, in the order docs/architecture.md states (405, 415, 401), then its handler.
+async fn dispatch(call: Call) -> Result<Response, ApiError> {
+    let operations = call.route.operations();
+    let Some((_, access)) = operations.iter().find(|(method, _)| method == call.request.method()) else {
+        return Ok(method_not_allowed(operations));
+    };
+    if !call.route.opaque_body() && call.request.body().is_present() && call.request.method() != Method::GET {
+        edge::check_json_content_type(call.request.headers())?;
     }
-    if route.reads_json() && request.body().is_present() && request.method() != Method::GET {
-        edge::check_json_content_type(request.headers())?;
+    if *access == Access::Operator {
+        call.state.operator.check(call.request.headers())?;
     }
-    if route.operator_only() {
-        state.operator.check(request.headers())?;
-    }
-    match route {
-        Route::Heartbeat => heartbeat::post(&state, request, client).await,
-        Route::Messages => messages::post(&state, request, client).await,
-        // A future is as large as the largest one it may await, and hyper moves a request's future several times:
-        // the other routes are boxed so that their futures do not weigh on the two endpoints agents call most.
-        _ => Box::pin(dispatch_rest(&state, route, request, connection, client)).await,
-    }
+    routes::run(call).await
 }
 
-async fn dispatch_rest(
-    state: &Arc<AppState>,
-    route: Route,
-    request: Request,
-    connection: Option<Connection>,
-    client: IpAddr,
-) -> Result<Response, ApiError> {
-    let unknown_webhook = || ApiError::unknown("unknown_webhook", "webhook config");
-    let unknown_delivery = || ApiError::unknown("unknown_delivery", "delivery");
-    let unknown_job = || ApiError::unknown("unknown_cron_job", "cron job");
-    let is_post = request.method() == Method::POST;
-    let is_delete = request.method() == Method::DELETE;
-    match route {
-        Route::Heartbeat => heartbeat::post(state, request, client).await,
-        Route::Messages => messages::post(state, request, client).await,
-        Route::Events => match connection {
-            Some(connection) => events::get(state, &request, connection).await,
-            None => Err(ApiError::internal()),
-        },
-        Route::Agents => agents::list(state, &request).await,
-        Route::AgentReminders => reminders::list(state, &request, client).await,
-        Route::Healthz => Ok(health::live()),
-        Route::Cluster => Ok(health::cluster(state).await),
-        Route::Readyz => Ok(health::ready(state, &request).await),
-        Route::WebhookInbound(id) => webhooks::inbound(state, id.ok_or_else(unknown_webhook)?, request).await,
-        Route::WebhookConfigs if is_post => webhooks::create_config(state, request).await,
-        Route::WebhookConfigs => webhooks::list_configs(state, &request).await,
-        Route::WebhookConfig(id) if request.method() == Method::PATCH => {
-            webhooks::update_config(state, id.ok_or_else(unknown_webhook)?, request).await
-        }
-        Route::WebhookConfig(id) => {
-            let id = id.ok_or_else(unknown_webhook)?;
-            if is_delete { webhooks::delete_config(state, id).await } else { webhooks::show_config(state, id).await }
-        }
-        Route::Deliveries if is_post => webhooks::enqueue(state, request).await,
-        Route::Deliveries => webhooks::list_deliveries(state, &request).await,
-        Route::Delivery(id) => webhooks::show_delivery(state, id.ok_or_else(unknown_delivery)?).await,
-        Route::DeliveryRetry(id) => webhooks::retry(state, id.ok_or_else(unknown_delivery)?).await,
-        Route::Tool => {
-            let name = request.uri().path().strip_prefix(TOOLS_PREFIX).unwrap_or_default().to_owned();
-            tools::call(state, &name, request, client).await
-        }
-        Route::CronJobs if is_post => cron::create(state, request).await,
-        Route::CronJobs => cron::list(state, &request).await,
-        Route::CronJob(id) => {
-            let id = id.ok_or_else(unknown_job)?;
-            if is_delete { cron::delete(state, id).await } else { cron::show(state, id).await }
-        }
-        Route::CronJobPause(id) => cron::pause(state, id.ok_or_else(unknown_job)?).await,
-        Route::CronJobResume(id) => cron::resume(state, id.ok_or_else(unknown_job)?).await,
-        Route::AgentCredentials if is_post => credentials::issue(state, request).await,
-        Route::AgentCredentials => credentials::list(state, &request).await,
-        Route::AgentCredential => credentials::revoke(state, &request).await,
-        Route::Console => Ok(console::page(&request)),
-        Route::ConsoleAsset => console::asset(&request),
-        Route::Metrics => Ok(text_response(metrics::CONTENT_TYPE, metrics::scrape(state).await)),
-        Route::OpenApi => Ok(openapi::get()),
-    }
-}
-
-fn method_not_allowed(allowed: &[Method]) -> Response {
-    let mut response = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").into_response();
-    let allow = allowed.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
+fn method_not_allowed(operations: &[(Method, Access)]) -> Response {
+    let mut response = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, Reason::MethodNotAllowed).into_response();
+    let allow = operations.iter().map(|(method, _)| method.as_str()).collect::<Vec<_>>().join(", ");
     if let Ok(value) = HeaderValue::from_str(&allow) {
         response.headers_mut().insert(ALLOW, value);
     }
@@ -414,6 +367,7 @@ fn method_not_allowed(allowed: &[Method]) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::health;
 
     #[tokio::test]
     async fn a_panicking_handler_costs_one_500() {
@@ -426,122 +380,95 @@ mod tests {
         assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     }
 
-    /// Holds the router and the OpenAPI document to the same routes: every path of the document resolves to a
-    /// route that serves exactly the document's methods there, and every route (the compiler's list of
-    /// `Route`'s variants) is reached by some path of the document.
+    /// The router and the document are built from the same table, so they cannot disagree; what is left to check
+    /// is the matching itself: every declared path, its parameters filled in, resolves to the route that declares
+    /// it (no earlier route shadows it), and an exact path is one path, a template has parameters.
     #[test]
-    fn the_openapi_document_names_every_route_and_method_and_nothing_else() {
-        use strum::IntoEnumIterator;
-
-        const METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
-        let document = openapi::document();
-        let mut documented_routes = Vec::new();
-        for (path, item) in document["paths"].as_object().unwrap() {
-            // Any value in a `{parameter}` reaches the route: ids that are not ids resolve too.
-            let sample: String = path
-                .split('/')
-                .map(|segment| if segment.starts_with('{') && segment.ends_with('}') { "1" } else { segment })
-                .collect::<Vec<_>>()
-                .join("/");
-            let route =
-                resolve(&sample).unwrap_or_else(|| panic!("{path} is in the OpenAPI document; no route serves it"));
-            let mut documented: Vec<String> =
-                item.as_object().unwrap().keys().filter(|key| METHODS.contains(&key.as_str())).cloned().collect();
-            let mut served: Vec<String> = route.methods().iter().map(|method| method.as_str().to_lowercase()).collect();
-            documented.sort();
-            served.sort();
-            assert_eq!(documented, served, "methods of {path}: the OpenAPI document's, then the router's");
-            documented_routes.push(std::mem::discriminant(&route));
-        }
-        for route in Route::iter() {
-            assert!(
-                documented_routes.contains(&std::mem::discriminant(&route)),
-                "{route:?} is served but no path of the OpenAPI document (http/openapi.rs) reaches it"
-            );
+    fn every_declared_path_resolves_to_its_own_route() {
+        for &route in Route::ALL {
+            let template = Route::TEMPLATES.contains(&route);
+            assert_eq!(route.path().contains('{'), template, "{route:?}: exact paths have no parameter");
+            let sample = route.path().split('/').map(|segment| if segment.starts_with('{') { "1" } else { segment });
+            let sample = sample.collect::<Vec<_>>().join("/");
+            assert_eq!(resolve(&sample), Some(route), "{sample}");
+            assert_eq!(resolve(route.path()), Some(route), "the template's own text: any segment fits a parameter");
+            let methods: Vec<&Method> = route.operations().iter().map(|(method, _)| method).collect();
+            let mut distinct = methods.clone();
+            distinct.dedup();
+            assert_eq!(methods, distinct, "{route:?}: a method declared twice");
         }
     }
 
     #[test]
     fn each_route_has_its_own_metrics_label() {
-        let routes = [
-            Route::Heartbeat,
-            Route::Messages,
-            Route::Events,
-            Route::Agents,
-            Route::Healthz,
-            Route::Readyz,
-            Route::WebhookInbound(None),
-            Route::WebhookConfigs,
-            Route::WebhookConfig(Some(1)),
-            Route::Deliveries,
-            Route::Delivery(None),
-            Route::DeliveryRetry(Some(2)),
-            Route::CronJobs,
-            Route::CronJob(None),
-            Route::Cluster,
-            Route::AgentReminders,
-            Route::Tool,
-            Route::AgentCredentials,
-            Route::AgentCredential,
-            Route::Metrics,
-            Route::CronJobPause(None),
-            Route::CronJobResume(Some(3)),
-            Route::Console,
-            Route::ConsoleAsset,
-            Route::OpenApi,
-        ];
-        let mut indexes: Vec<usize> = routes.iter().map(|route| route.index()).collect();
+        let routes = Route::ALL;
+        let mut indexes: Vec<usize> = routes.iter().map(|route| label_index(Some(*route))).collect();
         indexes.sort_unstable();
         indexes.dedup();
-        assert_eq!(indexes, (0..UNMATCHED).collect::<Vec<_>>(), "one label per route, and every label used");
-        assert_eq!(ROUTE_NAMES[Route::WebhookConfig(None).index()], "webhook_config");
-        assert_eq!(ROUTE_NAMES[Route::Metrics.index()], "metrics");
-        assert_eq!(ROUTE_NAMES[UNMATCHED], "unmatched");
-        let mut names = ROUTE_NAMES.to_vec();
+        let unmatched = label_index(None);
+        assert_eq!(indexes, (0..unmatched).collect::<Vec<_>>(), "one label per route, and every label used");
+        assert_eq!(Route::LABELS[label_index(Some(Route::WebhookConfig))], "webhook_config");
+        assert_eq!(Route::LABELS[label_index(Some(Route::Metrics))], "metrics");
+        assert_eq!(Route::LABELS[unmatched], "unmatched");
+        let mut names = Route::LABELS.to_vec();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), ROUTE_NAMES.len(), "labels are distinct");
+        assert_eq!(names.len(), Route::LABELS.len(), "labels are distinct");
+    }
+
+    /// The route of `path` and, for the routes whose path has an integer id, that id (`None` for text that is not
+    /// one: the same 404 as an id that names nothing).
+    fn resolved(path: &str) -> Option<(Route, Option<i64>)> {
+        let route = resolve(path)?;
+        let mut id = None;
+        walk(route.path(), path, |name, segment| {
+            if name == "id" || name == "webhook_id" {
+                id = segment.parse::<i64>().ok();
+            }
+        });
+        Some((route, id))
     }
 
     #[test]
     fn resolves_exact_paths_only() {
+        let operator_only = |route: Route| route.operations().iter().all(|(_, access)| *access == Access::Operator);
         assert_eq!(resolve("/gateway/heartbeat"), Some(Route::Heartbeat));
         assert_eq!(resolve("/readyz"), Some(Route::Readyz));
         assert_eq!(resolve("/gateway/cluster"), Some(Route::Cluster));
         assert_eq!(resolve("/openapi.json"), Some(Route::OpenApi));
-        assert!(!Route::OpenApi.operator_only());
-        assert!(Route::Cluster.operator_only());
-        assert_eq!(resolve("/gateway/webhooks/7"), Some(Route::WebhookInbound(Some(7))));
-        assert_eq!(resolve("/gateway/webhooks/seven"), Some(Route::WebhookInbound(None)));
-        assert_eq!(resolve("/gateway/webhook-configs/3"), Some(Route::WebhookConfig(Some(3))));
-        assert_eq!(resolve("/gateway/deliveries/12/retry"), Some(Route::DeliveryRetry(Some(12))));
-        assert_eq!(resolve("/gateway/deliveries/x"), Some(Route::Delivery(None)));
-        assert!(Route::Deliveries.operator_only() && !Route::WebhookInbound(None).operator_only());
+        assert!(!operator_only(Route::OpenApi));
+        assert!(operator_only(Route::Cluster));
+        assert_eq!(resolved("/gateway/webhooks/7"), Some((Route::WebhookInbound, Some(7))));
+        assert_eq!(resolved("/gateway/webhooks/seven"), Some((Route::WebhookInbound, None)));
+        assert_eq!(resolved("/gateway/webhook-configs/3"), Some((Route::WebhookConfig, Some(3))));
+        assert_eq!(resolved("/gateway/deliveries/12/retry"), Some((Route::DeliveryRetry, Some(12))));
+        assert_eq!(resolved("/gateway/deliveries/x"), Some((Route::Delivery, None)));
+        assert!(operator_only(Route::Deliveries) && !operator_only(Route::WebhookInbound));
         assert_eq!(resolve("/gateway/cron/jobs"), Some(Route::CronJobs));
-        assert_eq!(resolve("/gateway/cron/jobs/42"), Some(Route::CronJob(Some(42))));
-        assert_eq!(resolve("/gateway/cron/jobs/x"), Some(Route::CronJob(None)));
-        assert_eq!(resolve("/gateway/cron/jobs/42/pause"), Some(Route::CronJobPause(Some(42))));
-        assert_eq!(resolve("/gateway/cron/jobs/x/resume"), Some(Route::CronJobResume(None)));
-        assert!(Route::CronJobPause(None).operator_only() && Route::CronJobResume(None).operator_only());
+        assert_eq!(resolved("/gateway/cron/jobs/42"), Some((Route::CronJob, Some(42))));
+        assert_eq!(resolved("/gateway/cron/jobs/x"), Some((Route::CronJob, None)));
+        assert_eq!(resolved("/gateway/cron/jobs/42/pause"), Some((Route::CronJobPause, Some(42))));
+        assert_eq!(resolved("/gateway/cron/jobs/x/resume"), Some((Route::CronJobResume, None)));
+        assert!(operator_only(Route::CronJobPause) && operator_only(Route::CronJobResume));
         assert_eq!(resolve("/gateway/agents/agent-7/reminders"), Some(Route::AgentReminders));
-        assert!(!Route::AgentReminders.operator_only(), "its handler checks who may read the mailbox");
+        assert!(!operator_only(Route::AgentReminders), "its handler checks who may read the mailbox");
         assert_eq!(resolve("/gateway/agents/a%2Fb/credentials"), Some(Route::AgentCredentials));
         assert_eq!(resolve("/gateway/agents/a/credentials/019c85388601a1b2c3d4e5f6"), Some(Route::AgentCredential));
         assert_eq!(resolve("/gateway/agents/a/credentials/"), Some(Route::AgentCredential));
-        assert!(Route::AgentCredentials.operator_only() && Route::AgentCredential.operator_only());
+        assert!(operator_only(Route::AgentCredentials) && operator_only(Route::AgentCredential));
         assert_eq!(resolve("/gateway/tools/schedule_reminder"), Some(Route::Tool));
         assert_eq!(resolve("/gateway/tools/anything"), Some(Route::Tool), "the handler decides what is a tool");
-        assert!(!Route::Tool.operator_only());
+        assert!(!operator_only(Route::Tool));
         assert_eq!(resolve("/metrics"), Some(Route::Metrics));
-        assert!(Route::Metrics.operator_only());
+        assert!(operator_only(Route::Metrics));
         // An empty segment is an id that names nothing, as any other non-integer.
-        assert_eq!(resolve("/gateway/webhooks/"), Some(Route::WebhookInbound(None)));
-        assert_eq!(resolve("/gateway/deliveries//retry"), Some(Route::DeliveryRetry(None)));
-        assert_eq!(resolve("/gateway/deliveries/-3/retry"), Some(Route::DeliveryRetry(Some(-3))));
+        assert_eq!(resolved("/gateway/webhooks/"), Some((Route::WebhookInbound, None)));
+        assert_eq!(resolved("/gateway/deliveries//retry"), Some((Route::DeliveryRetry, None)));
+        assert_eq!(resolved("/gateway/deliveries/-3/retry"), Some((Route::DeliveryRetry, Some(-3))));
         assert_eq!(resolve("/"), Some(Route::Console));
         assert_eq!(resolve("/console/app.js"), Some(Route::ConsoleAsset));
         assert_eq!(resolve("/console/nothing-here"), Some(Route::ConsoleAsset), "the handler decides what is an asset");
-        assert!(!Route::Console.operator_only() && !Route::ConsoleAsset.operator_only());
+        assert!(!operator_only(Route::Console) && !operator_only(Route::ConsoleAsset));
         for unknown in [
             "",
             "/gateway",
@@ -573,5 +500,16 @@ mod tests {
         ] {
             assert_eq!(resolve(unknown), None, "{unknown}");
         }
+    }
+
+    #[test]
+    fn a_template_hands_each_parameter_its_segment() {
+        let mut found = Vec::new();
+        assert!(walk("/gateway/agents/{agent_id}/credentials/{credential_id}", "/gateway/agents/a%2Fb/credentials/c1", |name, segment| {
+            found.push((name.to_owned(), segment.to_owned()));
+        }));
+        assert_eq!(found, [("agent_id".to_owned(), "a%2Fb".to_owned()), ("credential_id".to_owned(), "c1".to_owned())]);
+        assert!(!walk("/gateway/cron/jobs/{id}", "/gateway/cron/jobs/1/pause", |_, _| {}));
+        assert!(walk("/gateway/cron/jobs/{id}/pause", "/gateway/cron/jobs//pause", |_, _| {}));
     }
 }

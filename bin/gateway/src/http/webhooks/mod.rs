@@ -3,19 +3,21 @@
 //! inspector, one delivery with its attempts, "Retry now"). The rules live in gateway-webhooks; this module
 //! only reads requests and shapes responses.
 
-use gateway_core::{
-    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, WebhookConfig, WebhookConfigChange, WebhookSecret,
-    rfc3339,
-};
+mod bodies;
+mod docs;
+
+use gateway_core::{DeliveryFilter, DeliveryStatus, WebhookConfigChange, WebhookSecret};
 use gateway_webhooks::{DEFAULT_PAGE_SIZE, Inbound, InboundSignature, MAX_PAGE_SIZE, WebhookConfigDraft};
 use http::StatusCode;
-use serde_json::{Value, json};
+
+pub use self::bodies::*;
+pub use self::docs::*;
 
 use crate::http::error::ApiError;
 use crate::http::request::{
     JsonObject, MAX_BODY_BYTES, Query, Request, idempotency_key, invalid_query, next_cursor, read_body, required,
 };
-use crate::http::response::{Response, created_or_replayed, json_response};
+use crate::http::response::{Deleted, Response, created_or_replayed, json_response};
 use crate::state::AppState;
 
 const CONFIG_FIELDS: [&str; 8] = [
@@ -53,11 +55,12 @@ pub async fn inbound(state: &AppState, webhook_id: i64, request: Request) -> Res
     let signature = InboundSignature::from_headers(request.headers());
     let body = read_body(request).await?;
     match state.webhooks.receive_inbound_for(config, &signature, &body).await? {
-        Inbound::Accepted(delivery) => {
-            Ok(json_response(StatusCode::ACCEPTED, &json!({"status": "accepted", "delivery_id": delivery.id})))
-        }
+        Inbound::Accepted(delivery) => Ok(json_response(
+            StatusCode::ACCEPTED,
+            &InboundAccepted { delivery_id: delivery.id, status: Accepted::Value },
+        )),
         Inbound::Duplicate { delivery_id } => {
-            Ok(json_response(StatusCode::OK, &json!({"status": "duplicate", "delivery_id": delivery_id})))
+            Ok(json_response(StatusCode::OK, &InboundDuplicate { delivery_id, status: Duplicate::Value }))
         }
     }
 }
@@ -90,17 +93,18 @@ pub async fn create_config(state: &AppState, request: Request) -> Result<Respons
     };
     body.finish(&CONFIG_FIELDS)?;
     let created = state.webhooks.create_config(draft).await?;
-    Ok(json_response(StatusCode::CREATED, &config_json(&created)))
+    Ok(json_response(StatusCode::CREATED, &WebhookConfigBody::of(&created)))
 }
 
 pub async fn list_configs(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     Query::parse(request.uri(), &[])?;
-    let configs: Vec<Value> = state.webhooks.configs().await?.iter().map(config_json).collect();
-    Ok(json_response(StatusCode::OK, &json!({"webhook_configs": configs})))
+    let configs = state.webhooks.configs().await?;
+    let webhook_configs = configs.iter().map(WebhookConfigBody::of).collect();
+    Ok(json_response(StatusCode::OK, &WebhookConfigList { webhook_configs }))
 }
 
 pub async fn show_config(state: &AppState, id: i64) -> Result<Response, ApiError> {
-    Ok(json_response(StatusCode::OK, &config_json(&state.webhooks.config(id).await?)))
+    Ok(json_response(StatusCode::OK, &WebhookConfigBody::of(&state.webhooks.config(id).await?)))
 }
 
 /// `PATCH /gateway/webhook-configs/{id}`: any of `target_url`, `agent_intent`, `target_session`, `secret`,
@@ -120,12 +124,12 @@ pub async fn update_config(state: &AppState, id: i64, request: Request) -> Resul
     };
     body.finish(&CONFIG_CHANGE_FIELDS)?;
     let updated = state.webhooks.update_config(id, change).await?;
-    Ok(json_response(StatusCode::OK, &config_json(&updated)))
+    Ok(json_response(StatusCode::OK, &WebhookConfigBody::of(&updated)))
 }
 
 pub async fn delete_config(state: &AppState, id: i64) -> Result<Response, ApiError> {
     state.webhooks.delete_config(id).await?;
-    Ok(json_response(StatusCode::OK, &json!({"status": "deleted", "id": id})))
+    Ok(json_response(StatusCode::OK, &Deleted::new(id)))
 }
 
 /// `{webhook_id, session_id, payload}`; the payload is kept as the client's exact JSON text, which is what is
@@ -139,7 +143,7 @@ pub async fn enqueue(state: &AppState, request: Request) -> Result<Response, Api
     body.finish(&DELIVERY_FIELDS)?;
     let enqueued =
         state.webhooks.enqueue_idempotent(webhook_id, session_id, payload.get().to_owned(), idempotency_key).await?;
-    Ok(created_or_replayed(&delivery_json(&enqueued.delivery, true), enqueued.replayed))
+    Ok(created_or_replayed(&DeliveryBody::of(&enqueued.delivery), enqueued.replayed))
 }
 
 /// The forensic inspector: `?session_id=&status=&from=&to=&limit=&after_id=` →
@@ -176,74 +180,18 @@ pub async fn list_deliveries(state: &AppState, request: &Request) -> Result<Resp
     };
     let deliveries = state.webhooks.deliveries(filter).await?;
     let next_after_id = next_cursor(&deliveries, page.limit, |delivery| delivery.id);
-    let deliveries: Vec<Value> = deliveries.iter().map(|delivery| delivery_json(delivery, false)).collect();
-    Ok(json_response(StatusCode::OK, &json!({"deliveries": deliveries, "next_after_id": next_after_id})))
+    let deliveries = deliveries.iter().map(DeliverySummary::of).collect();
+    Ok(json_response(StatusCode::OK, &DeliveryPage { deliveries, next_after_id }))
 }
 
 pub async fn show_delivery(state: &AppState, id: i64) -> Result<Response, ApiError> {
     let detail = state.webhooks.delivery(id).await?;
-    let mut body = delivery_json(&detail.delivery, true);
-    body["attempts"] = Value::Array(detail.attempts.iter().map(attempt_json).collect());
-    Ok(json_response(StatusCode::OK, &body))
+    Ok(json_response(StatusCode::OK, &DeliveryDetail::of(&detail.delivery, &detail.attempts)))
 }
 
 /// "Retry now": 200 with the reset row; 409 `retry_not_allowed` unless the delivery is failed or dead.
 pub async fn retry(state: &AppState, id: i64) -> Result<Response, ApiError> {
     let delivery = state.webhooks.retry_now(id).await?;
-    Ok(json_response(StatusCode::OK, &delivery_json(&delivery, false)))
+    Ok(json_response(StatusCode::OK, &DeliverySummary::of(&delivery)))
 }
 
-/// A config as the API shows it: everything but the secrets (whether there is an inbound secret, and whether a
-/// previous secret is still accepted, are shown; never their values).
-fn config_json(config: &WebhookConfig) -> Value {
-    json!({
-        "id": config.id,
-        "source_identifier": config.source_identifier,
-        "event_type": config.event_type,
-        "agent_intent": config.agent_intent,
-        "target_session": config.target_session,
-        "target_url": config.target_url,
-        "created_at": rfc3339::format(config.created_at),
-        "secret_rotated_at": config.secret_rotated_at.map(rfc3339::format),
-        "has_inbound_secret": config.inbound_secret.is_some(),
-        "inbound_secret_rotated_at": config.inbound_secret_rotated_at.map(rfc3339::format),
-        "inbound_require_timestamp": config.inbound_require_timestamp,
-    })
-}
-
-fn delivery_json(delivery: &Delivery, with_payload: bool) -> Value {
-    let mut value = json!({
-        "id": delivery.id,
-        "webhook_id": delivery.webhook_id,
-        "session_id": delivery.session_id,
-        "target_url": delivery.target_url,
-        "signature": delivery.signature,
-        "status": delivery.status,
-        "attempt_count": delivery.attempt_count,
-        "last_attempted_at": delivery.last_attempted_at.map(rfc3339::format),
-        "next_retry_at": delivery.next_retry_at.map(rfc3339::format),
-        "created_at": rfc3339::format(delivery.created_at),
-        "error_detail": delivery.error_detail,
-        "payload_bytes": delivery.payload.len(),
-    });
-    if with_payload {
-        // Stored payloads are JSON text; should one not parse, it is shown as the string it is. As a JSON value it
-        // is re-serialized in this response (keys sorted, `1.50` shown as `1.5`): `payload_raw` is the stored text
-        // itself, the exact bytes every attempt sends and signs.
-        value["payload"] =
-            serde_json::from_str(&delivery.payload).unwrap_or_else(|_| Value::String(delivery.payload.clone()));
-        value["payload_raw"] = Value::String(delivery.payload.clone());
-    }
-    value
-}
-
-fn attempt_json(attempt: &DeliveryAttempt) -> Value {
-    json!({
-        "attempt_number": attempt.attempt_number,
-        "started_at": rfc3339::format(attempt.started_at),
-        "duration_ms": attempt.duration_ms,
-        "status_code": attempt.status_code,
-        "error_class": attempt.error_class,
-        "error_detail": attempt.error_detail,
-    })
-}

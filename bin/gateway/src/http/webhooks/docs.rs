@@ -1,0 +1,167 @@
+//! How the document shows the webhook endpoints (the route table, http/routes.rs, names these functions).
+
+use serde_json::json;
+
+use super::bodies::{
+    DeliveryBody, DeliveryCreate, DeliveryDetail, DeliveryPage, DeliveryStatusSchema, DeliverySummary,
+    InboundAccepted, InboundDuplicate, WebhookConfigBody, WebhookConfigChange, WebhookConfigCreate,
+    WebhookConfigList,
+};
+use super::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::http::openapi::fields::{NO_CONTROL_CHARACTERS, int64};
+use crate::http::openapi::{Operation, replayed_header};
+use crate::http::reason::Reason;
+use crate::http::response::Deleted;
+
+pub fn inbound_doc() -> Operation {
+    Operation::new("inboundWebhook", "agents", "Receive an inbound webhook")
+        .describe(
+            "Any body up to 1 MiB, signed with the config's inbound secret (its secret when it has none). The \
+             envelope of a verified request is delivered to the config's `target_url`. An unknown id (404) and a \
+             declared `Content-Length` over 1 MiB (413) are refused before the body is read.",
+        )
+        .path_id("webhook_id", "The webhook config's id.")
+        .parameter(
+            "header",
+            "X-Observatory-Signature",
+            false,
+            "`sha256=<hex HMAC-SHA256 of the raw body with the config's secret>`.",
+            json!({"type": "string"}),
+        )
+        .parameter("header", "webhook-id", false, "Standard Webhooks: the message id.", json!({"type": "string"}))
+        .parameter(
+            "header",
+            "webhook-timestamp",
+            false,
+            "Standard Webhooks: Unix seconds; a signature older than 5 minutes is refused.",
+            json!({"type": "string"}),
+        )
+        .parameter(
+            "header",
+            "webhook-signature",
+            false,
+            "Standard Webhooks: `v1,<base64 HMAC-SHA256>` entries, space-separated (either scheme is accepted).",
+            json!({"type": "string"}),
+        )
+        .any_body()
+        .answer::<InboundAccepted>(202, "Verified; a delivery is stored and tried at once.")
+        .answer::<InboundDuplicate>(
+            200,
+            "Verified, and the same request (its `webhook-id`, or its `X-Observatory-Signature` and body) was \
+             accepted within the last 24 h: nothing is stored; `delivery_id` is the first one's.",
+        )
+        .errors(401, &[Reason::SignatureMismatch, Reason::TimestampRequired])
+        .error(404, Reason::UnknownWebhook)
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn create_config_doc() -> Operation {
+    Operation::new("createWebhookConfig", "webhooks", "Create a webhook config")
+        .json_body::<WebhookConfigCreate>(true)
+        .example(json!({
+            "source_identifier": "github", "event_type": "push", "agent_intent": "review_code",
+            "target_session": "session-1", "target_url": "https://hooks.example.com/in",
+            "secret": "a-shared-secret",
+        }))
+        .answer::<WebhookConfigBody<'static>>(201, "Created (never the secret).")
+        .link(201, "getWebhookConfig", json!({"id": "$response.body#/id"}))
+        .link(201, "deleteWebhookConfig", json!({"id": "$response.body#/id"}))
+        .link(201, "inboundWebhook", json!({"webhook_id": "$response.body#/id"}))
+        .error(409, Reason::DuplicateWebhookConfig)
+        .errors(422, &[Reason::MissingRequiredFields, Reason::InvalidField])
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn list_configs_doc() -> Operation {
+    Operation::new("listWebhookConfigs", "webhooks", "Webhook configs")
+        .describe("Every config in id order. Takes no query parameter (400 `invalid_query` for any).")
+        .error(400, Reason::InvalidQuery)
+        .answer::<WebhookConfigList<'static>>(200, "The configs.")
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn show_config_doc() -> Operation {
+    Operation::new("getWebhookConfig", "webhooks", "One webhook config")
+        .path_id("id", "The config's id.")
+        .answer::<WebhookConfigBody<'static>>(200, "The config (never the secret).")
+        .error(404, Reason::UnknownWebhook)
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn delete_config_doc() -> Operation {
+    Operation::new("deleteWebhookConfig", "webhooks", "Delete a webhook config")
+        .describe("Deletes the config with its deliveries and their attempts.")
+        .path_id("id", "The config's id.")
+        .answer::<Deleted>(200, "Deleted.")
+        .error(404, Reason::UnknownWebhook)
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn update_config_doc() -> Operation {
+    Operation::new("updateWebhookConfig", "webhooks", "Change a webhook config")
+        .describe(
+            "Any of the fields, at least one, each checked as on create; the id and the deliveries stay. A new secret \
+             signs outbound at once; inbound accepts the previous one too for 24 h after `secret_rotated_at`, unless \
+             `revoke_previous` is true. The inbound secret rotates the same way, apart.",
+        )
+        .path_id("id", "The config's id.")
+        .json_body::<WebhookConfigChange>(true)
+        .example(json!({"target_url": "https://hooks.example.com/v2/in", "secret": "a-new-secret"}))
+        .answer::<WebhookConfigBody<'static>>(200, "The config as `GET` shows it (never the secret).")
+        .error(404, Reason::UnknownWebhook)
+        .error(422, Reason::InvalidField)
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn enqueue_doc() -> Operation {
+    Operation::new("enqueueDelivery", "webhooks", "Enqueue an outbound webhook")
+        .describe("The payload is stored, signed and sent byte for byte as posted; the first attempt goes out at once.")
+        .idempotency_key()
+        .json_body::<DeliveryCreate>(true)
+        .example(json!({"webhook_id": 1, "session_id": "session-1", "payload": {"order": 17}}))
+        .answer::<DeliveryBody<'static>>(201, "Enqueued.")
+        .link(201, "getDelivery", json!({"id": "$response.body#/id"}))
+        .link(201, "retryDelivery", json!({"id": "$response.body#/id"}))
+        .answer_with_headers::<DeliveryBody<'static>>(
+            200,
+            "Answered from an earlier request with this `Idempotency-Key`.",
+            replayed_header(),
+        )
+        .error(404, Reason::UnknownWebhook)
+        .errors(422, &[Reason::MissingRequiredFields, Reason::InvalidField])
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn list_deliveries_doc() -> Operation {
+    Operation::new("listDeliveries", "webhooks", "The forensic inspector")
+        .describe(
+            "Deliveries in ascending id, every filter optional and ANDed; entries carry `payload_bytes`, not the \
+             payload.",
+        )
+        .query("session_id", "Only this session's deliveries.", json!({"type": "string", "pattern": NO_CONTROL_CHARACTERS}))
+        .query_of::<DeliveryStatusSchema>("status", "Only deliveries in this state.")
+        .query("from", "Created at or after this instant (RFC 3339).", json!({"type": "string", "format": "date-time"}))
+        .query("to", "Created before this instant (RFC 3339).", json!({"type": "string", "format": "date-time"}))
+        .limit(DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        .query("after_id", "A delivery id: the page starts after it.", int64())
+        .answer::<DeliveryPage<'static>>(200, "A page of deliveries.")
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn show_delivery_doc() -> Operation {
+    Operation::new("getDelivery", "webhooks", "One delivery with its attempts")
+        .path_id("id", "The delivery's id.")
+        .answer::<DeliveryDetail<'static>>(200, "The delivery, its payload and its attempts, oldest first.")
+        .error(404, Reason::UnknownDelivery)
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn retry_doc() -> Operation {
+    Operation::new("retryDelivery", "webhooks", "Retry now")
+        .describe("A failed or dead delivery becomes pending with attempt_count 0, due at once. The body is ignored.")
+        .path_id("id", "The delivery's id.")
+        .answer::<DeliverySummary<'static>>(200, "The reset delivery.")
+        .error(404, Reason::UnknownDelivery)
+        .error(409, Reason::RetryNotAllowed)
+        .error(503, Reason::StoreUnavailable)
+}
