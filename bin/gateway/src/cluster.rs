@@ -43,20 +43,21 @@ pub enum RedisState {
 #[serde(deny_unknown_fields)]
 pub struct LeaderView {
     /// The leader's fencing token; `null` for the moment while a new term is being opened.
+    #[schema(required = true)]
     pub epoch: Option<u64>,
     pub instance_id: String,
     #[serde(with = "time::serde::rfc3339::option")]
-    #[schema(value_type = Option<String>, format = DateTime)]
+    #[schema(value_type = Option<String>, format = DateTime, required = true)]
     pub since: Option<OffsetDateTime>,
 }
 
-/// The body of `GET /gateway/cluster`.
+// The body of `GET /gateway/cluster`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterView {
     pub instance_id: String,
     /// `null` while no instance leads (an election in progress, or Redis unreachable).
-    #[schema(inline)]
+    #[schema(inline, required = true)]
     pub leader: Option<LeaderView>,
     #[schema(inline)]
     pub redis: RedisState,

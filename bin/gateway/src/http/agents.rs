@@ -27,16 +27,16 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
     Ok(json_response(StatusCode::OK, &AgentPage { agents, next_after }))
 }
 
-/// A page of live agents.
+// A page of live agents.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentPage<'a> {
     pub agents: Vec<LiveAgentBody<'a>>,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, required = true)]
     pub next_after: Option<AgentId>,
 }
 
-/// A live agent as the operator API shows it.
+// A live agent as the operator API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = LiveAgent)]
 #[serde(deny_unknown_fields)]
@@ -48,11 +48,11 @@ pub struct LiveAgentBody<'a> {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub last_seen: OffsetDateTime,
-    #[schema(inline)]
+    #[schema(inline, required = true)]
     pub capabilities: Option<Capabilities<'a>>,
 }
 
-/// The agent's capability-map entry: the identity of its latest accepted DecisionLog.
+// The agent's capability-map entry: the identity of its latest accepted DecisionLog.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Capabilities<'a> {

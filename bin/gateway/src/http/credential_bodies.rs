@@ -14,7 +14,7 @@ use crate::http::openapi::Operation;
 use crate::http::openapi::fields::{AgentIdSchema, credential_id, literal};
 use crate::http::reason::Reason;
 
-/// `POST /gateway/agents/{agent_id}/credentials`: empty, `{}`, or the token's lifetime.
+// `POST /gateway/agents/{agent_id}/credentials`: empty, `{}`, or the token's lifetime.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
@@ -31,7 +31,7 @@ fn expires_in_s() -> ObjectBuilder {
         .description(Some("Seconds from issue after which the token expires (at most ten years); absent or null: never."))
 }
 
-/// A token, issued: shown this once.
+// A token, issued: shown this once.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssuedCredential<'a> {
@@ -41,13 +41,13 @@ pub struct IssuedCredential<'a> {
     pub created_at: String,
     #[schema(value_type = String, schema_with = credential_id)]
     pub credential_id: &'a CredentialId,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub expires_at: Option<String>,
     #[schema(pattern = "^agt_[0-9a-f]{24}_[0-9a-f]{64}$")]
     pub token: &'a str,
 }
 
-/// A credential as listed: never its token.
+// A credential as listed: never its token.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Credential)]
 #[serde(deny_unknown_fields)]
@@ -58,9 +58,9 @@ pub struct CredentialBody<'a> {
     pub created_at: String,
     #[schema(value_type = String, schema_with = credential_id)]
     pub credential_id: &'a CredentialId,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub expires_at: Option<String>,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub revoked_at: Option<String>,
 }
 
@@ -81,7 +81,7 @@ literal!(
     Revoked = "revoked"
 );
 
-/// A credential, revoked (now or before: its first `revoked_at`).
+// A credential, revoked (now or before: its first `revoked_at`).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RevokedCredential<'a> {
@@ -91,7 +91,7 @@ pub struct RevokedCredential<'a> {
     pub created_at: String,
     #[schema(value_type = String, schema_with = credential_id)]
     pub credential_id: &'a CredentialId,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub expires_at: Option<String>,
     #[schema(value_type = String, format = DateTime)]
     pub revoked_at: Option<String>,
@@ -108,17 +108,17 @@ impl<'a> RevokedCredential<'a> {
             credential_id: listed.credential_id,
             expires_at: listed.expires_at,
             revoked_at: listed.revoked_at,
-            status: Revoked::Value,
+            status: Revoked,
         }
     }
 }
 
-/// A page of an agent's credentials, oldest first.
+// A page of an agent's credentials, oldest first.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialPage<'a> {
     pub credentials: Vec<CredentialBody<'a>>,
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, required = true)]
     pub next_after: Option<CredentialId>,
 }
 

@@ -69,7 +69,7 @@ pub async fn resume(state: &AppState, job_id: i64) -> Result<Response, ApiError>
 
 // The answers' fields are in alphabetical order, the order they had when built as JSON maps: the same bytes.
 
-/// A job as the API shows it; recurring jobs carry `preview`, their next instants (the first is `next_fire_at`).
+// A job as the API shows it; recurring jobs carry `preview`, their next instants (the first is `next_fire_at`).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = CronJob)]
 #[serde(deny_unknown_fields)]
@@ -87,9 +87,10 @@ pub struct CronJobBody<'a> {
     pub payload: &'a Map<String, Value>,
     /// The next instants; recurring jobs only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Vec<String>, format = DateTime)]
+    #[schema(nullable = false, format = DateTime)]
     pub preview: Option<Vec<String>>,
     /// `null` for a one-time reminder.
+    #[schema(required = true)]
     pub schedule: Option<&'a str>,
 }
 
@@ -108,16 +109,16 @@ impl<'a> CronJobBody<'a> {
     }
 }
 
-/// A page of jobs, by ascending id.
+// A page of jobs, by ascending id.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CronJobPage<'a> {
     pub jobs: Vec<CronJobBody<'a>>,
-    #[schema(format = Int64)]
+    #[schema(required = true)]
     pub next_after_id: Option<i64>,
 }
 
-/// `POST /gateway/cron/jobs`.
+// `POST /gateway/cron/jobs`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.

@@ -16,6 +16,7 @@ use http::StatusCode;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::http::openapi::fields::literal;
 use crate::http::reason::Reason;
 use crate::http::response::{Response, json_response};
 
@@ -132,7 +133,7 @@ impl ApiError {
     }
 
     pub fn into_response(self) -> Response {
-        let body = ErrorBody { status: ErrorStatus::Error, reason: self.reason, detail: self.detail.as_deref() };
+        let body = ErrorBody { detail: self.detail.as_deref(), reason: self.reason, status: ErrorStatus };
         let mut response = json_response(self.status, &body);
         if let Some(seconds) = self.retry_after_s {
             response.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
@@ -144,26 +145,25 @@ impl ApiError {
     }
 }
 
-/// Every error body: `{"status":"error","reason":…}`, and `detail` when there is one.
+/// An error body: `{"status":"error","reason":…}`, and `detail` when there is one. (Its fields are in the order
+/// the body had when it was built as a JSON map, alphabetical: the same bytes.)
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Error)]
 #[serde(deny_unknown_fields)]
 pub struct ErrorBody<'a> {
-    #[schema(inline)]
-    pub status: ErrorStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub detail: Option<&'a str>,
     #[schema(value_type = Reason, inline)]
     pub reason: &'a str,
-    /// Names fields and limits, never request values.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<&'a str>,
+    #[schema(inline)]
+    pub status: ErrorStatus,
 }
 
-/// The `status` of every error body.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorStatus {
-    Error,
-}
+literal!(
+    /// `"error"`: the `status` of every error body.
+    ErrorStatus = "error"
+);
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {

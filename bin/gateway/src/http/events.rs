@@ -638,7 +638,7 @@ impl Drop for StreamBody {
     }
 }
 
-/// The names of the events a stream sends (docs/api.md, "Events"), and `lagged`.
+// The names of the events a stream sends (docs/api.md, "Events"), and `lagged`.
 #[derive(Debug, utoipa::ToSchema)]
 #[schema(rename_all = "snake_case")]
 #[allow(dead_code)] // Only its schema is used.

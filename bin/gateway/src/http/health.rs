@@ -48,9 +48,9 @@ pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
         store: StoreCheck { healthy: store_problem.is_none(), problem: store_problem.as_deref() },
     });
     if not_ready.is_empty() {
-        json_response(StatusCode::OK, &Ready { checks, role, status: ReadyStatus::Value })
+        json_response(StatusCode::OK, &Ready { checks, role, status: ReadyStatus })
     } else {
-        let body = NotReady { checks, not_ready, reason: NotReadyReason::Value, role, status: ErrorStatus::Error };
+        let body = NotReady { checks, not_ready, reason: NotReadyReason, role, status: ErrorStatus };
         json_response(StatusCode::SERVICE_UNAVAILABLE, &body)
     }
 }
@@ -67,24 +67,26 @@ literal!(
     NotReadyReason = "not_ready"
 );
 
-/// `/readyz` when the store answers and every loop runs.
+// `/readyz` when the store answers and every loop runs.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Ready<'a> {
-    /// With the operator's token only.
+    // With the operator's token only.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub checks: Option<ReadinessChecks<'a>>,
     pub role: Role,
     #[schema(inline)]
     pub status: ReadyStatus,
 }
 
-/// `/readyz` when something is not ready: `not_ready` names what.
+// `/readyz` when something is not ready: `not_ready` names what.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NotReady<'a> {
-    /// With the operator's token only.
+    // With the operator's token only.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub checks: Option<ReadinessChecks<'a>>,
     pub not_ready: Vec<&'a str>,
     #[schema(inline)]
@@ -94,10 +96,11 @@ pub struct NotReady<'a> {
     pub status: ErrorStatus,
 }
 
-/// What was checked, for the operator: the reasons can carry paths and internals.
+// What was checked, for the operator: the reasons can carry paths and internals.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadinessChecks<'a> {
+    #[schema(inline)]
     pub components: Vec<ComponentCheck<'a>>,
     #[schema(inline)]
     pub store: StoreCheck<'a>,
@@ -107,16 +110,18 @@ pub struct ReadinessChecks<'a> {
 #[serde(deny_unknown_fields)]
 pub struct StoreCheck<'a> {
     pub healthy: bool,
+    #[schema(required = true)]
     pub problem: Option<&'a str>,
 }
 
-/// One component's loop.
+// One component's loop.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ComponentCheck<'a> {
     pub component: &'a str,
     pub healthy: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub problem: Option<&'a str>,
     pub running: bool,
 }

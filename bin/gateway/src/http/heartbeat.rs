@@ -7,7 +7,7 @@ use gateway_heartbeat::HeartbeatPing;
 use http::StatusCode;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
-use utoipa::openapi::schema::ObjectBuilder;
+use utoipa::openapi::schema::{ObjectBuilder, SchemaType};
 
 use crate::http::agent_auth::{Access, Named};
 use crate::http::error::ApiError;
@@ -36,8 +36,8 @@ literal!(
     HeartbeatType = "heartbeat"
 );
 
-/// A heartbeat, as the document describes it. (Read by gateway-heartbeat's `HeartbeatPing`, which takes the
-/// well-formed ones directly from the bytes; other fields are ignored.)
+// A heartbeat, as the document describes it. (Read by gateway-heartbeat's `HeartbeatPing`, which takes the
+// well-formed ones directly from the bytes; other fields are ignored.)
 #[derive(Debug, ToSchema)]
 #[schema(as = Heartbeat)]
 #[allow(dead_code)] // Only its schema is used.
@@ -54,7 +54,7 @@ pub struct HeartbeatBody {
 
 /// A heartbeat's `timestamp`: any JSON, read as an instant when it is one.
 fn timestamp() -> ObjectBuilder {
-    ObjectBuilder::new().max_length(Some(256)).description(Some(
+    ObjectBuilder::new().schema_type(SchemaType::AnyValue).max_length(Some(256)).description(Some(
         "RFC 3339 UTC; the receipt time when missing, not a string or not RFC 3339 UTC (a string over 256 bytes is \
          refused).",
     ))

@@ -60,8 +60,8 @@ fn accepted_body(trace_id: Option<&str>) -> Bytes {
 /// 422 naming the failing field path and the rule, with the log's own trace id (its event is published already).
 fn rejected_response(rejected: &RejectedLog) -> Response {
     let body = MessageRejected {
-        status: RejectedStatus::Value,
-        reason: SchemaViolation::Value,
+        status: RejectedStatus,
+        reason: SchemaViolation,
         detail: rejected.violation.to_string(),
         trace_id: rejected.trace_id.as_deref(),
     };
@@ -73,7 +73,7 @@ literal!(
     AcceptedStatus = "accepted"
 );
 
-/// A DecisionLog taken: what [`accepted_body`] writes.
+// A DecisionLog taken: what [`accepted_body`] writes.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageAccepted<'a> {
@@ -92,7 +92,7 @@ literal!(
     SchemaViolation = "schema_violation"
 );
 
-/// A DecisionLog that breaks the schema.
+// A DecisionLog that breaks the schema.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageRejected<'a> {
@@ -255,7 +255,7 @@ mod tests {
     #[test]
     fn the_accepted_body_is_its_type_serialized() {
         for trace_id in [None, Some("t-1"), Some("quote \" and \\ and \u{1}")] {
-            let typed = MessageAccepted { status: AcceptedStatus::Value, trace_id };
+            let typed = MessageAccepted { status: AcceptedStatus, trace_id };
             assert_eq!(accepted_body(trace_id), serde_json::to_vec(&typed).unwrap());
         }
     }

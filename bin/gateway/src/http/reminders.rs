@@ -60,7 +60,7 @@ pub async fn list(state: &AppState, request: &Request, client: IpAddr) -> Result
     Ok(json_response(StatusCode::OK, &MailboxPage { reminders }))
 }
 
-/// An agent's retained fires, in firing order.
+// An agent's retained fires, in firing order.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MailboxPage<'a> {
@@ -68,7 +68,7 @@ pub struct MailboxPage<'a> {
     pub reminders: Vec<MailboxReminder<'a>>,
 }
 
-/// One fire. (Fields in alphabetical order, the order they had when built as a JSON map: the same bytes.)
+// One fire. (Fields in alphabetical order, the order they had when built as a JSON map: the same bytes.)
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MailboxReminder<'a> {

@@ -27,7 +27,7 @@ literal!(
     OkStatus = "ok"
 );
 
-/// `{"status":"ok"}`: what [`STATUS_OK`] holds, as a type for its schema.
+// `{"status":"ok"}`: what [`STATUS_OK`] holds, as a type for its schema.
 #[derive(Debug, Default, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusOk {
@@ -40,7 +40,7 @@ literal!(
     DeletedStatus = "deleted"
 );
 
-/// `{"status":"deleted","id":…}`: what a delete answers.
+// `{"status":"deleted","id":…}`: what a delete answers.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Deleted)]
 #[serde(deny_unknown_fields)]
@@ -53,7 +53,7 @@ pub struct Deleted {
 
 impl Deleted {
     pub fn new(id: i64) -> Self {
-        Self { status: DeletedStatus::Value, id }
+        Self { status: DeletedStatus, id }
     }
 }
 

@@ -11,7 +11,8 @@ use http::header::HeaderValue;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::{PartialSchema, ToSchema};
-use utoipa::openapi::schema::{AdditionalProperties, ArrayBuilder, ObjectBuilder, SchemaType, Type};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{AdditionalProperties, ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type};
 
 use crate::http::agent_auth::{Access, Named};
 use crate::http::error::ApiError;
@@ -65,63 +66,79 @@ struct ToolAnswerBody<'a> {
     result: &'a Value,
 }
 
+// Written out where they are used, as `inline` would (which utoipa expands to a qualified path the lints refuse).
+fn schedule_reminder_params() -> RefOr<Schema> {
+    ScheduleReminderParams::schema()
+}
+
+fn schedule_reminder_result() -> RefOr<Schema> {
+    ScheduleReminderResult::schema()
+}
+
+fn cancel_reminder_params() -> RefOr<Schema> {
+    CancelReminderParams::schema()
+}
+
+fn cancel_reminder_result() -> RefOr<Schema> {
+    CancelReminderResult::schema()
+}
+
+fn list_reminders_result() -> RefOr<Schema> {
+    ListRemindersResult::schema()
+}
+
 // The bodies of each tool's call and answer, for the document: the call's `params` and the answer's `result`
 // are the tool's own (gateway-cron's `ReminderTools` reads the one and writes the other).
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
-#[allow(unused_qualifications)] // utoipa's expansion of an inline field names its type by path.
 pub struct ScheduleReminderCall {
     #[schema(value_type = AgentIdSchema)]
     agent_id: String,
     #[schema(schema_with = name_256)]
     tool_call_id: String,
-    #[schema(inline)]
+    #[schema(schema_with = schedule_reminder_params)]
     params: ScheduleReminderParams,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used.
-#[allow(unused_qualifications)] // utoipa's expansion of an inline field names its type by path.
 pub struct ScheduleReminderAnswer {
-    #[schema(inline)]
+    #[schema(schema_with = schedule_reminder_result)]
     result: ScheduleReminderResult,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
-#[allow(unused_qualifications)] // utoipa's expansion of an inline field names its type by path.
 pub struct CancelReminderCall {
     #[schema(value_type = AgentIdSchema)]
     agent_id: String,
     #[schema(schema_with = name_256)]
     tool_call_id: String,
-    #[schema(inline)]
+    #[schema(schema_with = cancel_reminder_params)]
     params: CancelReminderParams,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used.
-#[allow(unused_qualifications)] // utoipa's expansion of an inline field names its type by path.
 pub struct CancelReminderAnswer {
-    #[schema(inline)]
+    #[schema(schema_with = cancel_reminder_result)]
     result: CancelReminderResult,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used.
-#[allow(unused_qualifications)] // utoipa's expansion of an inline field names its type by path.
 pub struct ListRemindersAnswer {
-    #[schema(inline)]
+    #[schema(schema_with = list_reminders_result)]
     result: ListRemindersResult,
 }
 
-/// `list_reminders` takes no parameters: `params` is absent, null or `{}`.
+// `list_reminders` takes no parameters: `params` is absent, null or `{}`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
@@ -137,7 +154,7 @@ pub struct ListRemindersCall {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-pub struct ScheduleReminderParams {
+struct ScheduleReminderParams {
     #[schema(schema_with = delay_ms)]
     delay_ms: u64,
     /// At most `--reminder-payload-max-bytes` (65,536) as JSON.
@@ -152,7 +169,7 @@ fn delay_ms() -> ObjectBuilder {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-pub struct ScheduleReminderResult {
+struct ScheduleReminderResult {
     #[schema(schema_with = int64_schema)]
     job_id: i64,
     #[schema(format = DateTime)]
@@ -162,7 +179,7 @@ pub struct ScheduleReminderResult {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-pub struct CancelReminderParams {
+struct CancelReminderParams {
     #[schema(schema_with = int64_schema)]
     job_id: i64,
 }
@@ -170,7 +187,7 @@ pub struct CancelReminderParams {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-pub struct CancelReminderResult {
+struct CancelReminderResult {
     cancelled: bool,
 }
 
@@ -184,7 +201,7 @@ fn no_params() -> ObjectBuilder {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-pub struct ListRemindersResult {
+struct ListRemindersResult {
     #[schema(schema_with = listed_reminders)]
     reminders: Vec<ListedReminder>,
     truncated: bool,
@@ -198,7 +215,7 @@ fn listed_reminders() -> ArrayBuilder {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-pub struct ListedReminder {
+struct ListedReminder {
     #[schema(schema_with = int64_schema)]
     job_id: i64,
     #[schema(format = DateTime)]

@@ -72,17 +72,30 @@ impl utoipa::ToSchema for AgentIdSchema {
 }
 
 /// Declares a string type that always holds one value (a body's `"status":"ok"`, a heartbeat's
-/// `"type":"heartbeat"`): it serializes as that value, and its schema is that one value. Fields of it are
-/// `#[schema(inline)]`.
+/// `"type":"heartbeat"`): a unit struct that serializes as that value, whose schema is that one value. Fields of it
+/// are `#[schema(inline)]`.
 macro_rules! literal {
     ($(#[doc = $doc:literal])* $name:ident = $value:literal) => {
         $(#[doc = $doc])*
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-        pub enum $name {
-            #[default]
-            #[serde(rename = $value)]
-            Value,
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $name;
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str($value)
+            }
         }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some([$value]))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
     };
 }
 

@@ -7,8 +7,11 @@
 use gateway_core::{Delivery, DeliveryAttempt, DeliveryStatus, WebhookConfig, rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::Schema;
 use utoipa::ToSchema;
-use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::KnownFormat;
+use utoipa::openapi::schema::{ObjectBuilder, SchemaFormat, SchemaType, Type};
 
 use crate::http::openapi::fields::{int64_schema, literal, name_256, secret, target_url};
 
@@ -22,7 +25,7 @@ literal!(
     Duplicate = "duplicate"
 );
 
-/// A verified inbound request, stored as a delivery.
+// A verified inbound request, stored as a delivery.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InboundAccepted {
@@ -32,7 +35,7 @@ pub struct InboundAccepted {
     pub status: Accepted,
 }
 
-/// A verified inbound request accepted before: `delivery_id` is the first one's.
+// A verified inbound request accepted before: `delivery_id` is the first one's.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InboundDuplicate {
@@ -56,7 +59,34 @@ fn require_timestamp() -> ObjectBuilder {
     ))
 }
 
-/// `POST /gateway/webhook-configs`.
+fn revoke_previous() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Boolean).description(Some(
+        "`true`: the previous secret and the previous inbound secret stop verifying at once (a leaked secret), \
+         instead of 24 h after their rotation.",
+    ))
+}
+
+fn nullable_instant(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+        .description(Some(description))
+}
+
+fn secret_rotated_at() -> ObjectBuilder {
+    nullable_instant(
+        "When the secret was last changed; the previous one is accepted inbound until 24 h after (unless revoked).",
+    )
+}
+
+fn inbound_secret_rotated_at() -> ObjectBuilder {
+    nullable_instant(
+        "When the inbound secret was last set or changed; a replaced one is accepted until 24 h after (unless \
+         revoked).",
+    )
+}
+
+// `POST /gateway/webhook-configs`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
@@ -79,12 +109,11 @@ pub struct WebhookConfigCreate {
     inbound_require_timestamp: bool,
 }
 
-/// `PATCH /gateway/webhook-configs/{id}`: any of the fields, at least one.
+// `PATCH /gateway/webhook-configs/{id}`: any of the fields, at least one ([`WebhookConfigChange`] adds that).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(min_properties = 1)]
 #[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
-pub struct WebhookConfigChange {
+pub struct WebhookConfigChangeFields {
     #[schema(schema_with = target_url, required = false)]
     target_url: String,
     #[schema(schema_with = name_256, required = false)]
@@ -97,14 +126,33 @@ pub struct WebhookConfigChange {
     inbound_secret: String,
     #[schema(schema_with = require_timestamp, required = false)]
     inbound_require_timestamp: bool,
-    /// `true`: the previous secret and the previous inbound secret stop verifying at once (a leaked secret),
-    /// instead of 24 h after their rotation.
-    #[schema(required = false)]
+    #[schema(schema_with = revoke_previous, required = false)]
     revoke_previous: bool,
 }
 
-/// A config as the API shows it: everything but the secrets (whether there is an inbound secret, and when each
-/// secret was last changed, are shown; never their values).
+/// The schema of a config's change: its fields, at least one. (utoipa's `min_properties` writes `maxProperties`,
+/// a bug of utoipa-gen 5.5; this says `minProperties` itself.)
+#[derive(Debug)]
+pub struct WebhookConfigChange;
+
+impl utoipa::PartialSchema for WebhookConfigChange {
+    fn schema() -> RefOr<Schema> {
+        let mut schema = <WebhookConfigChangeFields as utoipa::PartialSchema>::schema();
+        if let RefOr::T(Schema::Object(object)) = &mut schema {
+            object.min_properties = Some(1);
+        }
+        schema
+    }
+}
+
+impl ToSchema for WebhookConfigChange {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        WebhookConfigChangeFields::schemas(schemas);
+    }
+}
+
+// A config as the API shows it: everything but the secrets (whether there is an inbound secret, and when each
+// secret was last changed, are shown; never their values).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = WebhookConfig)]
 #[serde(deny_unknown_fields)]
@@ -118,12 +166,9 @@ pub struct WebhookConfigBody<'a> {
     #[schema(schema_with = int64_schema)]
     pub id: i64,
     pub inbound_require_timestamp: bool,
-    /// When the inbound secret was last set or changed; a replaced one is accepted until 24 h after (unless
-    /// revoked).
-    #[schema(format = DateTime)]
+    #[schema(schema_with = inbound_secret_rotated_at, required = true)]
     pub inbound_secret_rotated_at: Option<String>,
-    /// When the secret was last changed; the previous one is accepted inbound until 24 h after (unless revoked).
-    #[schema(format = DateTime)]
+    #[schema(schema_with = secret_rotated_at, required = true)]
     pub secret_rotated_at: Option<String>,
     pub source_identifier: &'a str,
     pub target_session: &'a str,
@@ -148,15 +193,15 @@ impl<'a> WebhookConfigBody<'a> {
     }
 }
 
-/// Every config, in id order.
+// Every config, in id order.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfigList<'a> {
     pub webhook_configs: Vec<WebhookConfigBody<'a>>,
 }
 
-/// A delivery's state, as its `status` column names it (gateway-core's `DeliveryStatus`, which the answers
-/// serialize: this type only gives it its schema).
+// A delivery's state, as its `status` column names it (gateway-core's `DeliveryStatus`, which the answers
+// serialize: this type only gives it its schema).
 #[derive(Debug, Clone, Copy, ToSchema)]
 #[schema(as = DeliveryStatus, rename_all = "snake_case")]
 #[allow(dead_code)] // Only its schema is used.
@@ -167,7 +212,7 @@ pub enum DeliveryStatusSchema {
     Dead,
 }
 
-/// `POST /gateway/deliveries`.
+// `POST /gateway/deliveries`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
@@ -180,7 +225,7 @@ pub struct DeliveryCreate {
     payload: Value,
 }
 
-/// A delivery in a list: without its payload (a page of 500 could be 500 MiB), with its size.
+// A delivery in a list: without its payload (a page of 500 could be 500 MiB), with its size.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliverySummary<'a> {
@@ -188,12 +233,13 @@ pub struct DeliverySummary<'a> {
     pub attempt_count: i32,
     #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(required = true)]
     pub error_detail: Option<&'a str>,
     #[schema(schema_with = int64_schema)]
     pub id: i64,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub last_attempted_at: Option<String>,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub next_retry_at: Option<String>,
     pub payload_bytes: usize,
     pub session_id: &'a str,
@@ -207,10 +253,10 @@ pub struct DeliverySummary<'a> {
 
 /// The stored payload as JSON, re-serialized (a string should it not parse).
 fn payload() -> ObjectBuilder {
-    ObjectBuilder::new().description(Some("The stored payload as JSON, re-serialized (a string should it not parse)."))
+    ObjectBuilder::new().schema_type(SchemaType::AnyValue).description(Some("The stored payload as JSON, re-serialized (a string should it not parse)."))
 }
 
-/// A delivery with its payload: as JSON, and as the stored text that every attempt sends and signs.
+// A delivery with its payload: as JSON, and as the stored text that every attempt sends and signs.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Delivery)]
 #[serde(deny_unknown_fields)]
@@ -219,12 +265,13 @@ pub struct DeliveryBody<'a> {
     pub attempt_count: i32,
     #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(required = true)]
     pub error_detail: Option<&'a str>,
     #[schema(schema_with = int64_schema)]
     pub id: i64,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub last_attempted_at: Option<String>,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub next_retry_at: Option<String>,
     #[schema(schema_with = payload)]
     pub payload: PayloadValue<'a>,
@@ -240,21 +287,23 @@ pub struct DeliveryBody<'a> {
     pub webhook_id: i64,
 }
 
-/// A delivery with its payload and its attempts, oldest first.
+// A delivery with its payload and its attempts, oldest first.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveryDetail<'a> {
     #[schema(minimum = 0)]
     pub attempt_count: i32,
+    #[schema(inline)]
     pub attempts: Vec<Attempt<'a>>,
     #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(required = true)]
     pub error_detail: Option<&'a str>,
     #[schema(schema_with = int64_schema)]
     pub id: i64,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub last_attempted_at: Option<String>,
-    #[schema(format = DateTime)]
+    #[schema(format = DateTime, required = true)]
     pub next_retry_at: Option<String>,
     #[schema(schema_with = payload)]
     pub payload: PayloadValue<'a>,
@@ -285,7 +334,7 @@ impl Serialize for PayloadValue<'_> {
     }
 }
 
-/// One attempt of a delivery.
+// One attempt of a delivery.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Attempt<'a> {
@@ -293,10 +342,13 @@ pub struct Attempt<'a> {
     pub attempt_number: i32,
     #[schema(minimum = 0)]
     pub duration_ms: i64,
+    #[schema(required = true)]
     pub error_class: Option<&'a str>,
+    #[schema(required = true)]
     pub error_detail: Option<&'a str>,
     #[schema(format = DateTime)]
     pub started_at: String,
+    #[schema(required = true)]
     pub status_code: Option<u16>,
 }
 
@@ -313,12 +365,12 @@ impl<'a> Attempt<'a> {
     }
 }
 
-/// A page of the forensic inspector.
+// A page of the forensic inspector.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveryPage<'a> {
     pub deliveries: Vec<DeliverySummary<'a>>,
-    #[schema(format = Int64)]
+    #[schema(required = true)]
     pub next_after_id: Option<i64>,
 }
 

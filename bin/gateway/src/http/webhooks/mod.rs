@@ -57,10 +57,10 @@ pub async fn inbound(state: &AppState, webhook_id: i64, request: Request) -> Res
     match state.webhooks.receive_inbound_for(config, &signature, &body).await? {
         Inbound::Accepted(delivery) => Ok(json_response(
             StatusCode::ACCEPTED,
-            &InboundAccepted { delivery_id: delivery.id, status: Accepted::Value },
+            &InboundAccepted { delivery_id: delivery.id, status: Accepted },
         )),
         Inbound::Duplicate { delivery_id } => {
-            Ok(json_response(StatusCode::OK, &InboundDuplicate { delivery_id, status: Duplicate::Value }))
+            Ok(json_response(StatusCode::OK, &InboundDuplicate { delivery_id, status: Duplicate }))
         }
     }
 }
