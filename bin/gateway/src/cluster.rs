@@ -42,7 +42,7 @@ pub enum RedisState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaderView {
-    /// The leader's fencing token; `null` for the moment while a new term is being opened.
+    // The leader's fencing token; `null` for the moment while a new term is being opened.
     #[schema(required = true)]
     pub epoch: Option<u64>,
     pub instance_id: String,
@@ -56,7 +56,7 @@ pub struct LeaderView {
 #[serde(deny_unknown_fields)]
 pub struct ClusterView {
     pub instance_id: String,
-    /// `null` while no instance leads (an election in progress, or Redis unreachable).
+    // `null` while no instance leads (an election in progress, or Redis unreachable).
     #[schema(inline, required = true)]
     pub leader: Option<LeaderView>,
     #[schema(inline)]

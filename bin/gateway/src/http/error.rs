@@ -145,8 +145,8 @@ impl ApiError {
     }
 }
 
-/// An error body: `{"status":"error","reason":…}`, and `detail` when there is one. (Its fields are in the order
-/// the body had when it was built as a JSON map, alphabetical: the same bytes.)
+// An error body: `{"status":"error","reason":…}`, and `detail` when there is one. (Its fields are in the order the
+// body had when it was built as a JSON map, alphabetical: the same bytes.)
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Error)]
 #[serde(deny_unknown_fields)]

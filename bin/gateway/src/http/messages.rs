@@ -60,9 +60,9 @@ fn accepted_body(trace_id: Option<&str>) -> Bytes {
 /// 422 naming the failing field path and the rule, with the log's own trace id (its event is published already).
 fn rejected_response(rejected: &RejectedLog) -> Response {
     let body = MessageRejected {
-        status: RejectedStatus,
-        reason: SchemaViolation,
         detail: rejected.violation.to_string(),
+        reason: SchemaViolation,
+        status: RejectedStatus,
         trace_id: rejected.trace_id.as_deref(),
     };
     json_response(StatusCode::UNPROCESSABLE_ENTITY, &body)
@@ -79,6 +79,7 @@ literal!(
 pub struct MessageAccepted<'a> {
     #[schema(inline)]
     pub status: AcceptedStatus,
+    #[schema(required = true)]
     pub trace_id: Option<&'a str>,
 }
 
@@ -92,25 +93,29 @@ literal!(
     SchemaViolation = "schema_violation"
 );
 
-// A DecisionLog that breaks the schema.
+// A DecisionLog that breaks the schema. (Fields in alphabetical order, the order they had when built as a JSON
+// map: the same bytes.)
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageRejected<'a> {
-    #[schema(inline)]
-    pub status: RejectedStatus,
+    // The first error, naming the field path and the rule.
+    pub detail: String,
     #[schema(inline)]
     pub reason: SchemaViolation,
-    /// The first error, naming the field path and the rule.
-    pub detail: String,
+    #[schema(inline)]
+    pub status: RejectedStatus,
+    #[schema(required = true)]
     pub trace_id: Option<&'a str>,
 }
 
 // A DecisionLog as the document describes it (gateway-core's `DecisionLogIntake` reads and validates it).
 #[derive(Debug, ToSchema)]
-#[schema(as = DecisionLog)]
+#[schema(
+    as = DecisionLog,
+    description = "Six optional sections; required fields apply within a present section. A `null` section or \
+                   optional field counts as absent; other fields are ignored."
+)]
 #[allow(dead_code)] // Only its schema is used.
-/// Six optional sections; required fields apply within a present section. A `null` section or optional field
-/// counts as absent; other fields are ignored.
 pub struct DecisionLogBody {
     #[schema(inline)]
     meta: Option<Meta>,
