@@ -32,6 +32,7 @@ mod postgres;
 mod rate;
 mod retention;
 mod robustness;
+mod snapshots;
 mod sse_parser;
 mod tools;
 mod validation;
