@@ -132,7 +132,13 @@ fn file_doc(operation_id: &str, summary: &str, media_types: &[&str]) -> Operatio
         .map(|media_type| ((*media_type).to_owned(), serde_json::json!({"schema": {"type": "string"}})))
         .collect();
     Operation::new(operation_id, "probes", summary)
-        .parameter("header", "If-None-Match", false, "Entity tags the client holds.", serde_json::json!({"type": "string"}))
+        .parameter(
+            "header",
+            "If-None-Match",
+            false,
+            "Entity tags the client holds.",
+            serde_json::json!({"type": "string"}),
+        )
         .raw_answer(200, serde_json::json!({"description": "The file.", "content": content}))
         .raw_answer(304, serde_json::json!({"description": "The client's copy is current (its entity tag matches)."}))
 }

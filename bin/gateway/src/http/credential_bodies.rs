@@ -28,7 +28,9 @@ fn expires_in_s() -> ObjectBuilder {
         .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
         .minimum(Some(1))
         .maximum(Some(MAX_TOKEN_LIFETIME_S))
-        .description(Some("Seconds from issue after which the token expires (at most ten years); absent or null: never."))
+        .description(Some(
+            "Seconds from issue after which the token expires (at most ten years); absent or null: never.",
+        ))
 }
 
 // A token, issued: shown this once.
@@ -160,9 +162,7 @@ pub fn issue_doc() -> Operation {
 
 pub fn list_doc() -> Operation {
     agent_id(Operation::new("listCredentials", "operator", "An agent's credentials"))
-        .describe(
-            "Oldest first, revoked ones included, never a token; pass `next_after` as `after` for the next page.",
-        )
+        .describe("Oldest first, revoked ones included, never a token; pass `next_after` as `after` for the next page.")
         .limit(DEFAULT_PAGE, MAX_PAGE)
         .query("after", "A credential id: the page starts after it.", credential_id_value())
         .answer::<CredentialPage<'static>>(200, "A page of credentials.")

@@ -203,7 +203,9 @@ impl From<HeartbeatError> for ApiError {
             HeartbeatError::InvalidField { .. } => {
                 Self::new(unprocessable, Reason::InvalidField).with_detail(error.to_string())
             }
-            HeartbeatError::Unavailable => Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::HeartbeatManagerUnavailable),
+            HeartbeatError::Unavailable => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::HeartbeatManagerUnavailable)
+            }
             HeartbeatError::CapacityExceeded { .. } => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::HeartbeatManagerUnavailable)
                     .with_detail(error.to_string())
@@ -223,11 +225,15 @@ impl From<CronError> for ApiError {
             CronError::IdempotencyKeyReused => {
                 Self::new(unprocessable, Reason::IdempotencyKeyReused).with_detail(error.to_string())
             }
-            CronError::UnknownTool => Self::new(StatusCode::NOT_FOUND, Reason::UnknownTool).with_detail(error.to_string()),
+            CronError::UnknownTool => {
+                Self::new(StatusCode::NOT_FOUND, Reason::UnknownTool).with_detail(error.to_string())
+            }
             CronError::MissingToolParam(_) => {
                 Self::new(unprocessable, Reason::MissingRequiredFields).with_detail(error.to_string())
             }
-            CronError::InvalidToolParams(_) => Self::new(unprocessable, Reason::InvalidField).with_detail(error.to_string()),
+            CronError::InvalidToolParams(_) => {
+                Self::new(unprocessable, Reason::InvalidField).with_detail(error.to_string())
+            }
             CronError::ToolCallConflict => {
                 Self::new(StatusCode::CONFLICT, Reason::ToolCallConflict).with_detail(error.to_string())
             }

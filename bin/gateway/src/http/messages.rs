@@ -198,9 +198,7 @@ fn tool_input() -> utoipa::openapi::schema::ObjectBuilder {
     use utoipa::openapi::schema::{SchemaType, Type};
     utoipa::openapi::schema::ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::Object, Type::String]))
-        .description(Some(
-            "An object, or a string holding JSON. For `schedule_reminder`: `delay_ms` and `payload`.",
-        ))
+        .description(Some("An object, or a string holding JSON. For `schedule_reminder`: `delay_ms` and `payload`."))
 }
 
 #[derive(Debug, ToSchema)]

@@ -2,8 +2,8 @@
 //! enum, which `ApiError` takes (so no handler can answer a reason the document does not know) and from which the
 //! OpenAPI document takes the reasons' names and meanings (http/openapi).
 
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 
 /// Declares [`Reason`]: each variant with its wire name and its meaning, in one line.
 macro_rules! reasons {

@@ -14,9 +14,9 @@ use std::time::Instant;
 use futures_util::FutureExt;
 use futures_util::future::{self, Either};
 
+pub use http::Method;
 use http::StatusCode;
 use http::header::{ALLOW, HeaderValue};
-pub use http::Method;
 use hyper::body::Incoming;
 
 use crate::http::connection::Connection;
@@ -505,9 +505,13 @@ mod tests {
     #[test]
     fn a_template_hands_each_parameter_its_segment() {
         let mut found = Vec::new();
-        assert!(walk("/gateway/agents/{agent_id}/credentials/{credential_id}", "/gateway/agents/a%2Fb/credentials/c1", |name, segment| {
-            found.push((name.to_owned(), segment.to_owned()));
-        }));
+        assert!(walk(
+            "/gateway/agents/{agent_id}/credentials/{credential_id}",
+            "/gateway/agents/a%2Fb/credentials/c1",
+            |name, segment| {
+                found.push((name.to_owned(), segment.to_owned()));
+            }
+        ));
         assert_eq!(found, [("agent_id".to_owned(), "a%2Fb".to_owned()), ("credential_id".to_owned(), "c1".to_owned())]);
         assert!(!walk("/gateway/cron/jobs/{id}", "/gateway/cron/jobs/1/pause", |_, _| {}));
         assert!(walk("/gateway/cron/jobs/{id}/pause", "/gateway/cron/jobs//pause", |_, _| {}));

@@ -10,9 +10,9 @@ use http::StatusCode;
 use http::header::HeaderValue;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use utoipa::{PartialSchema, ToSchema};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{AdditionalProperties, ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::{PartialSchema, ToSchema};
 
 use crate::http::agent_auth::{Access, Named};
 use crate::http::error::ApiError;
@@ -237,7 +237,9 @@ fn tool_doc(tool: ToolName) -> Operation {
             "Schedule a one-time reminder",
             json!({"delay_ms": 60_000, "payload": {"task": "check_quota"}}),
         ),
-        ToolName::CancelReminder => ("cancelReminder", "Cancel one of the agent's pending reminders", json!({"job_id": 1})),
+        ToolName::CancelReminder => {
+            ("cancelReminder", "Cancel one of the agent's pending reminders", json!({"job_id": 1}))
+        }
         ToolName::ListReminders => ("listReminders", "The agent's pending reminders", json!({})),
     };
     let operation = Operation::new(id, "agents", summary).describe(

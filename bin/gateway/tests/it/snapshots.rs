@@ -44,8 +44,11 @@ const KEPT_HEADERS: [&str; 4] = ["allow", "retry-after", "idempotent-replayed", 
 
 impl Recorder {
     fn new(gateway: Gateway) -> Self {
-        let agent =
-            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(PATIENCE)).build().new_agent();
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(PATIENCE))
+            .build()
+            .new_agent();
         Self { gateway, agent, routes: BTreeMap::new(), masks: Vec::new() }
     }
 
@@ -191,9 +194,19 @@ fn every_routes_answers_match_their_snapshots() {
     let heartbeat = json!({"type": "heartbeat", "agent_id": "snap-agent", "cluster_id": "mesh-1",
                            "timestamp": "2026-02-22T12:00:00Z"});
     r.anyone("heartbeat", "POST", "/gateway/heartbeat", Some(heartbeat.clone()));
-    r.anyone("heartbeat", "POST", "/gateway/heartbeat", Some(json!({"type": "ping", "agent_id": "a", "cluster_id": "c"})));
+    r.anyone(
+        "heartbeat",
+        "POST",
+        "/gateway/heartbeat",
+        Some(json!({"type": "ping", "agent_id": "a", "cluster_id": "c"})),
+    );
     r.anyone("heartbeat", "POST", "/gateway/heartbeat", Some(json!({"type": "heartbeat", "cluster_id": "c"})));
-    r.anyone("heartbeat", "POST", "/gateway/heartbeat", Some(json!({"type": "heartbeat", "agent_id": 7, "cluster_id": "c"})));
+    r.anyone(
+        "heartbeat",
+        "POST",
+        "/gateway/heartbeat",
+        Some(json!({"type": "heartbeat", "agent_id": 7, "cluster_id": "c"})),
+    );
     r.send("heartbeat", As::Anyone, "POST", "/gateway/heartbeat", Some("{"), &[]);
     r.send("heartbeat", As::Anyone, "POST", "/gateway/heartbeat", Some("x"), &[("content-type", "text/plain")]);
     r.send("heartbeat", As::Anyone, "POST", "/gateway/heartbeat", Some("{}"), &[("host", "example.com")]);
@@ -208,7 +221,12 @@ fn every_routes_answers_match_their_snapshots() {
     });
     r.anyone("messages", "POST", "/gateway/messages", Some(log));
     r.anyone("messages", "POST", "/gateway/messages", Some(json!({"meta": {"trace_id": "trace-2"}})));
-    r.anyone("messages", "POST", "/gateway/messages", Some(json!({"meta": {"trace_id": "t", "timestamp": "2026-02-22T12:00:00Z"}})));
+    r.anyone(
+        "messages",
+        "POST",
+        "/gateway/messages",
+        Some(json!({"meta": {"trace_id": "t", "timestamp": "2026-02-22T12:00:00Z"}})),
+    );
 
     r.operator("agents", "GET", "/gateway/agents", None);
     r.operator("agents", "GET", "/gateway/agents?limit=0", None);
@@ -216,11 +234,36 @@ fn every_routes_answers_match_their_snapshots() {
 
     // Tools and the mailbox.
     let call = |tool_call_id: &str, params: Value| json!({"agent_id": "snap-agent", "tool_call_id": tool_call_id, "params": params});
-    r.anyone("tool", "POST", "/gateway/tools/schedule_reminder", Some(call("call-1", json!({"delay_ms": 1, "payload": {"task": "now"}}))));
-    r.anyone("tool", "POST", "/gateway/tools/schedule_reminder", Some(call("call-1", json!({"delay_ms": 1, "payload": {"task": "now"}}))));
-    r.anyone("tool", "POST", "/gateway/tools/schedule_reminder", Some(call("call-1", json!({"delay_ms": 2, "payload": {}}))));
-    r.anyone("tool", "POST", "/gateway/tools/schedule_reminder", Some(call("call-2", json!({"delay_ms": 0, "payload": {}}))));
-    let later = r.anyone("tool", "POST", "/gateway/tools/schedule_reminder", Some(call("call-3", json!({"delay_ms": 3_600_000, "payload": {"task": "later"}}))));
+    r.anyone(
+        "tool",
+        "POST",
+        "/gateway/tools/schedule_reminder",
+        Some(call("call-1", json!({"delay_ms": 1, "payload": {"task": "now"}}))),
+    );
+    r.anyone(
+        "tool",
+        "POST",
+        "/gateway/tools/schedule_reminder",
+        Some(call("call-1", json!({"delay_ms": 1, "payload": {"task": "now"}}))),
+    );
+    r.anyone(
+        "tool",
+        "POST",
+        "/gateway/tools/schedule_reminder",
+        Some(call("call-1", json!({"delay_ms": 2, "payload": {}}))),
+    );
+    r.anyone(
+        "tool",
+        "POST",
+        "/gateway/tools/schedule_reminder",
+        Some(call("call-2", json!({"delay_ms": 0, "payload": {}}))),
+    );
+    let later = r.anyone(
+        "tool",
+        "POST",
+        "/gateway/tools/schedule_reminder",
+        Some(call("call-3", json!({"delay_ms": 3_600_000, "payload": {"task": "later"}}))),
+    );
     let later_job = later["result"]["job_id"].as_i64().unwrap();
     let mailbox = "/gateway/agents/snap-agent/reminders";
     let gateway = &r.gateway;
@@ -306,8 +349,20 @@ fn every_routes_answers_match_their_snapshots() {
             gateway.operator_get(&format!("/gateway/deliveries/{id}")).1["attempt_count"] == 1
         });
     }
-    r.send("deliveries", As::Operator, "POST", "/gateway/deliveries", Some(&delivery.to_string()), &[("idempotency-key", "snap-1")]);
-    r.operator("deliveries", "POST", "/gateway/deliveries", Some(json!({"webhook_id": 999, "session_id": "s", "payload": 1})));
+    r.send(
+        "deliveries",
+        As::Operator,
+        "POST",
+        "/gateway/deliveries",
+        Some(&delivery.to_string()),
+        &[("idempotency-key", "snap-1")],
+    );
+    r.operator(
+        "deliveries",
+        "POST",
+        "/gateway/deliveries",
+        Some(json!({"webhook_id": 999, "session_id": "s", "payload": 1})),
+    );
     r.operator("deliveries", "POST", "/gateway/deliveries", Some(json!({"webhook_id": webhook, "session_id": "s"})));
     // After the inbound delivery, whose envelope (and so its size and signature) carries the instant it came in.
     r.operator("deliveries", "GET", "/gateway/deliveries?session_id=session-1&after_id=1", None);
@@ -321,7 +376,12 @@ fn every_routes_answers_match_their_snapshots() {
     // Cron jobs.
     let job = json!({"agent_id": "snap-agent", "schedule": "0 0 1 1 *", "payload": {"task": "yearly"}});
     let created = r.operator("cron_jobs", "POST", "/gateway/cron/jobs", Some(job));
-    r.operator("cron_jobs", "POST", "/gateway/cron/jobs", Some(json!({"agent_id": "snap-agent", "schedule": "61 * * * *"})));
+    r.operator(
+        "cron_jobs",
+        "POST",
+        "/gateway/cron/jobs",
+        Some(json!({"agent_id": "snap-agent", "schedule": "61 * * * *"})),
+    );
     r.operator("cron_jobs", "POST", "/gateway/cron/jobs", Some(json!({"schedule": "* * * * *"})));
     r.operator("cron_jobs", "GET", "/gateway/cron/jobs", None);
     r.operator("cron_jobs", "GET", "/gateway/cron/jobs?after_id=x", None);
@@ -365,7 +425,10 @@ fn every_routes_answers_match_their_snapshots() {
                     let mut body = exchange.body;
                     if label == "openapi" {
                         // The whole document is its own snapshot, below; this one shows the answer.
-                        body = json!(format!("(the document, {} paths)", body["paths"].as_object().map_or(0, |paths| paths.len())));
+                        body = json!(format!(
+                            "(the document, {} paths)",
+                            body["paths"].as_object().map_or(0, |paths| paths.len())
+                        ));
                     }
                     redact(&mut body);
                     let mut shown = json!({"request": exchange.request, "status": exchange.status, "body": body});

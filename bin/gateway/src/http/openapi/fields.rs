@@ -38,7 +38,11 @@ pub fn int64_schema() -> ObjectBuilder {
 
 /// A webhook secret: 1 to 1024 bytes without NUL; `whsec_` must be followed by base64 (docs/webhooks.md).
 pub fn secret() -> ObjectBuilder {
-    ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(1024)).pattern(Some("^[^\\u0000]*$"))
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(1024))
+        .pattern(Some("^[^\\u0000]*$"))
 }
 
 /// An absolute http(s) URL.

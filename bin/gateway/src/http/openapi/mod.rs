@@ -288,7 +288,8 @@ mod tests {
                 vec![""]
             };
             for value in documented {
-                let path = if value.is_empty() { route.path().to_owned() } else { route.path().replace("{tool_name}", value) };
+                let path =
+                    if value.is_empty() { route.path().to_owned() } else { route.path().replace("{tool_name}", value) };
                 let item = paths[&path].as_object().unwrap_or_else(|| panic!("{path} is not in the document"));
                 let mut methods: Vec<&String> = item.keys().collect();
                 let mut expected: Vec<&String> = served.iter().collect();
@@ -311,12 +312,5 @@ mod tests {
             }
         }
         assert_eq!(shown, paths.len(), "every path of the document is a route's");
-    }
-}
-#[cfg(test)]
-mod dump {
-    #[test]
-    fn dump_document() {
-        std::fs::write("/tmp/openapi-after.json", serde_json::to_vec(&super::document()).unwrap()).unwrap();
     }
 }

@@ -7,10 +7,10 @@
 use gateway_core::{Delivery, DeliveryAttempt, DeliveryStatus, WebhookConfig, rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::openapi::RefOr;
-use utoipa::openapi::schema::Schema;
 use utoipa::ToSchema;
 use utoipa::openapi::KnownFormat;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::Schema;
 use utoipa::openapi::schema::{ObjectBuilder, SchemaFormat, SchemaType, Type};
 
 use crate::http::openapi::fields::{int64_schema, literal, name_256, secret, target_url};
@@ -253,7 +253,9 @@ pub struct DeliverySummary<'a> {
 
 /// The stored payload as JSON, re-serialized (a string should it not parse).
 fn payload() -> ObjectBuilder {
-    ObjectBuilder::new().schema_type(SchemaType::AnyValue).description(Some("The stored payload as JSON, re-serialized (a string should it not parse)."))
+    ObjectBuilder::new()
+        .schema_type(SchemaType::AnyValue)
+        .description(Some("The stored payload as JSON, re-serialized (a string should it not parse)."))
 }
 
 // A delivery with its payload: as JSON, and as the stored text that every attempt sends and signs.

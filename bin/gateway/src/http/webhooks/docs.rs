@@ -3,9 +3,8 @@
 use serde_json::json;
 
 use super::bodies::{
-    DeliveryBody, DeliveryCreate, DeliveryDetail, DeliveryPage, DeliveryStatusSchema, DeliverySummary,
-    InboundAccepted, InboundDuplicate, WebhookConfigBody, WebhookConfigChange, WebhookConfigCreate,
-    WebhookConfigList,
+    DeliveryBody, DeliveryCreate, DeliveryDetail, DeliveryPage, DeliveryStatusSchema, DeliverySummary, InboundAccepted,
+    InboundDuplicate, WebhookConfigBody, WebhookConfigChange, WebhookConfigCreate, WebhookConfigList,
 };
 use super::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use crate::http::openapi::fields::{NO_CONTROL_CHARACTERS, int64};
@@ -138,7 +137,11 @@ pub fn list_deliveries_doc() -> Operation {
             "Deliveries in ascending id, every filter optional and ANDed; entries carry `payload_bytes`, not the \
              payload.",
         )
-        .query("session_id", "Only this session's deliveries.", json!({"type": "string", "pattern": NO_CONTROL_CHARACTERS}))
+        .query(
+            "session_id",
+            "Only this session's deliveries.",
+            json!({"type": "string", "pattern": NO_CONTROL_CHARACTERS}),
+        )
         .query_of::<DeliveryStatusSchema>("status", "Only deliveries in this state.")
         .query("from", "Created at or after this instant (RFC 3339).", json!({"type": "string", "format": "date-time"}))
         .query("to", "Created before this instant (RFC 3339).", json!({"type": "string", "format": "date-time"}))

@@ -55,10 +55,9 @@ pub async fn inbound(state: &AppState, webhook_id: i64, request: Request) -> Res
     let signature = InboundSignature::from_headers(request.headers());
     let body = read_body(request).await?;
     match state.webhooks.receive_inbound_for(config, &signature, &body).await? {
-        Inbound::Accepted(delivery) => Ok(json_response(
-            StatusCode::ACCEPTED,
-            &InboundAccepted { delivery_id: delivery.id, status: Accepted },
-        )),
+        Inbound::Accepted(delivery) => {
+            Ok(json_response(StatusCode::ACCEPTED, &InboundAccepted { delivery_id: delivery.id, status: Accepted }))
+        }
         Inbound::Duplicate { delivery_id } => {
             Ok(json_response(StatusCode::OK, &InboundDuplicate { delivery_id, status: Duplicate }))
         }
@@ -194,4 +193,3 @@ pub async fn retry(state: &AppState, id: i64) -> Result<Response, ApiError> {
     let delivery = state.webhooks.retry_now(id).await?;
     Ok(json_response(StatusCode::OK, &DeliverySummary::of(&delivery)))
 }
-
