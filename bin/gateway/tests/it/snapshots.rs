@@ -425,10 +425,7 @@ fn every_routes_answers_match_their_snapshots() {
                     let mut body = exchange.body;
                     if label == "openapi" {
                         // The whole document is its own snapshot, below; this one shows the answer.
-                        body = json!(format!(
-                            "(the document, {} paths)",
-                            body["paths"].as_object().map_or(0, |paths| paths.len())
-                        ));
+                        body = json!("(the document)");
                     }
                     redact(&mut body);
                     let mut shown = json!({"request": exchange.request, "status": exchange.status, "body": body});
