@@ -57,6 +57,11 @@ pub struct Call {
 }
 
 impl Call {
+    /// The route the request resolved to.
+    pub fn route(&self) -> Route {
+        self.route
+    }
+
     /// The text of the path parameter `{name}` of the route's path (empty when the route has none of that name).
     pub fn param(&self, name: &str) -> &str {
         let mut value = "";
@@ -233,13 +238,6 @@ macro_rules! declare_routes {
 }
 
 pub(crate) use declare_routes;
-
-impl Call {
-    /// The route the request resolved to.
-    pub fn route(&self) -> Route {
-        self.route
-    }
-}
 
 /// The route of `path`: an exact path by a `match` on its text, else the first template it fits.
 pub fn resolve(path: &str) -> Option<Route> {
