@@ -30,122 +30,125 @@ fn unknown_job() -> ApiError {
 }
 
 declare_routes! {
+    // The request's `Call`, in every handler below.
+    call c;
+
     /// `POST /gateway/heartbeat`: an agent's heartbeat (FR-10.1..10.4).
     Heartbeat "heartbeat" exact "/gateway/heartbeat" {
-        POST Agent inline => |c| heartbeat::post(&c.state, c.request, c.client), heartbeat::doc;
+        POST Agent inline => heartbeat::post(&c.state, c.request, c.client), heartbeat::doc;
     }
     /// `POST /gateway/messages`: a DecisionLog.
     Messages "messages" exact "/gateway/messages" {
-        POST Agent inline => |c| messages::post(&c.state, c.request, c.client), messages::doc;
+        POST Agent inline => messages::post(&c.state, c.request, c.client), messages::doc;
     }
     /// `GET /gateway/events?topic=`: Server-Sent Events of one topic.
     Events "events" exact "/gateway/events" {
-        GET AgentOrOperator stream => |c| {
+        GET AgentOrOperator stream => {
             let connection = c.connection()?;
             events::get(&c.state, &c.request, connection)
         }, events::doc;
     }
     /// `GET /gateway/agents`: live agents.
     Agents "agents" exact "/gateway/agents" {
-        GET Operator => |c| agents::list(&c.state, &c.request), agents::list_doc;
+        GET Operator => agents::list(&c.state, &c.request), agents::list_doc;
     }
     /// `GET /healthz`: liveness.
     Healthz "healthz" exact "/healthz" {
-        GET Open => |c| ready(Ok(health::live())), health::live_doc;
+        GET Open => ready(Ok(health::live())), health::live_doc;
     }
     /// `GET /readyz`: readiness.
     Readyz "readyz" exact "/readyz" {
-        GET OptionalOperator => |c| async { Ok(health::ready(&c.state, &c.request).await) }, health::ready_doc;
+        GET OptionalOperator => async { Ok(health::ready(&c.state, &c.request).await) }, health::ready_doc;
     }
     /// `POST /gateway/webhooks/{webhook_id}`: an inbound webhook; its body is the sender's, of any type.
     WebhookInbound "webhook_inbound" template "/gateway/webhooks/{webhook_id}" opaque_body {
-        POST Open => |c| webhooks::inbound(&c.state, c.id("webhook_id", unknown_webhook)?, c.request),
+        POST Open => webhooks::inbound(&c.state, c.id("webhook_id", unknown_webhook)?, c.request),
             webhooks::inbound_doc;
     }
     /// `/gateway/webhook-configs`: create and list webhook configs.
     WebhookConfigs "webhook_configs" exact "/gateway/webhook-configs" {
-        GET Operator => |c| webhooks::list_configs(&c.state, &c.request), webhooks::list_configs_doc;
-        POST Operator => |c| webhooks::create_config(&c.state, c.request), webhooks::create_config_doc;
+        GET Operator => webhooks::list_configs(&c.state, &c.request), webhooks::list_configs_doc;
+        POST Operator => webhooks::create_config(&c.state, c.request), webhooks::create_config_doc;
     }
     /// `/gateway/webhook-configs/{id}`: one webhook config.
     WebhookConfig "webhook_config" template "/gateway/webhook-configs/{id}" {
-        GET Operator => |c| webhooks::show_config(&c.state, c.id("id", unknown_webhook)?), webhooks::show_config_doc;
-        DELETE Operator => |c| webhooks::delete_config(&c.state, c.id("id", unknown_webhook)?),
+        GET Operator => webhooks::show_config(&c.state, c.id("id", unknown_webhook)?), webhooks::show_config_doc;
+        DELETE Operator => webhooks::delete_config(&c.state, c.id("id", unknown_webhook)?),
             webhooks::delete_config_doc;
-        PATCH Operator => |c| webhooks::update_config(&c.state, c.id("id", unknown_webhook)?, c.request),
+        PATCH Operator => webhooks::update_config(&c.state, c.id("id", unknown_webhook)?, c.request),
             webhooks::update_config_doc;
     }
     /// `/gateway/deliveries`: enqueue an outbound webhook; the forensic inspector.
     Deliveries "deliveries" exact "/gateway/deliveries" {
-        GET Operator => |c| webhooks::list_deliveries(&c.state, &c.request), webhooks::list_deliveries_doc;
-        POST Operator => |c| webhooks::enqueue(&c.state, c.request), webhooks::enqueue_doc;
+        GET Operator => webhooks::list_deliveries(&c.state, &c.request), webhooks::list_deliveries_doc;
+        POST Operator => webhooks::enqueue(&c.state, c.request), webhooks::enqueue_doc;
     }
     /// `GET /gateway/deliveries/{id}`: one delivery with its attempts.
     Delivery "delivery" template "/gateway/deliveries/{id}" {
-        GET Operator => |c| webhooks::show_delivery(&c.state, c.id("id", unknown_delivery)?),
+        GET Operator => webhooks::show_delivery(&c.state, c.id("id", unknown_delivery)?),
             webhooks::show_delivery_doc;
     }
     /// `POST /gateway/deliveries/{id}/retry`: "Retry now".
     DeliveryRetry "delivery_retry" template "/gateway/deliveries/{id}/retry" {
-        POST Operator => |c| webhooks::retry(&c.state, c.id("id", unknown_delivery)?), webhooks::retry_doc;
+        POST Operator => webhooks::retry(&c.state, c.id("id", unknown_delivery)?), webhooks::retry_doc;
     }
     /// `/gateway/cron/jobs`: create and list cron jobs.
     CronJobs "cron_jobs" exact "/gateway/cron/jobs" {
-        GET Operator => |c| cron::list(&c.state, &c.request), cron::list_doc;
-        POST Operator => |c| cron::create(&c.state, c.request), cron::create_doc;
+        GET Operator => cron::list(&c.state, &c.request), cron::list_doc;
+        POST Operator => cron::create(&c.state, c.request), cron::create_doc;
     }
     /// `/gateway/cron/jobs/{id}`: one cron job.
     CronJob "cron_job" template "/gateway/cron/jobs/{id}" {
-        GET Operator => |c| cron::show(&c.state, c.id("id", unknown_job)?), cron::show_doc;
-        DELETE Operator => |c| cron::delete(&c.state, c.id("id", unknown_job)?), cron::delete_doc;
+        GET Operator => cron::show(&c.state, c.id("id", unknown_job)?), cron::show_doc;
+        DELETE Operator => cron::delete(&c.state, c.id("id", unknown_job)?), cron::delete_doc;
     }
     /// `GET /gateway/cluster`: this instance and its cluster.
     Cluster "cluster" exact "/gateway/cluster" {
-        GET Operator => |c| async { Ok(health::cluster(&c.state).await) }, health::cluster_doc;
+        GET Operator => async { Ok(health::cluster(&c.state).await) }, health::cluster_doc;
     }
     /// `GET /gateway/agents/{agent_id}/reminders`: an agent's retained reminders.
     AgentReminders "agent_reminders" template "/gateway/agents/{agent_id}/reminders" {
-        GET AgentOrOperator => |c| reminders::list(&c.state, &c.request, c.client), reminders::doc;
+        GET AgentOrOperator => reminders::list(&c.state, &c.request, c.client), reminders::doc;
     }
     /// `POST /gateway/tools/{tool_name}`: an agent's tool call (the handler decides what is a tool).
     Tool "tool" template "/gateway/tools/{tool_name}" {
-        POST Agent => |c| async {
+        POST Agent => async {
             let name = c.param("tool_name").to_owned();
             tools::call(&c.state, &name, c.request, c.client).await
         }, tools::doc;
     }
     /// `/gateway/agents/{agent_id}/credentials`: issue and list an agent's tokens.
     AgentCredentials "agent_credentials" template "/gateway/agents/{agent_id}/credentials" {
-        GET Operator => |c| credentials::list(&c.state, &c.request), credential_bodies::list_doc;
-        POST Operator => |c| credentials::issue(&c.state, c.request), credential_bodies::issue_doc;
+        GET Operator => credentials::list(&c.state, &c.request), credential_bodies::list_doc;
+        POST Operator => credentials::issue(&c.state, c.request), credential_bodies::issue_doc;
     }
     /// `DELETE /gateway/agents/{agent_id}/credentials/{credential_id}`: revoke a token.
     AgentCredential "agent_credential" template "/gateway/agents/{agent_id}/credentials/{credential_id}" {
-        DELETE Operator => |c| credentials::revoke(&c.state, &c.request), credential_bodies::revoke_doc;
+        DELETE Operator => credentials::revoke(&c.state, &c.request), credential_bodies::revoke_doc;
     }
     /// `GET /metrics`: the Prometheus scrape.
     Metrics "metrics" exact "/metrics" {
-        GET Operator => |c| async { Ok(text_response(metrics::CONTENT_TYPE, metrics::scrape(&c.state).await)) },
+        GET Operator => async { Ok(text_response(metrics::CONTENT_TYPE, metrics::scrape(&c.state).await)) },
             metrics::doc;
     }
     /// `POST /gateway/cron/jobs/{id}/pause`.
     CronJobPause "cron_job_pause" template "/gateway/cron/jobs/{id}/pause" {
-        POST Operator => |c| cron::pause(&c.state, c.id("id", unknown_job)?), cron::pause_doc;
+        POST Operator => cron::pause(&c.state, c.id("id", unknown_job)?), cron::pause_doc;
     }
     /// `POST /gateway/cron/jobs/{id}/resume`.
     CronJobResume "cron_job_resume" template "/gateway/cron/jobs/{id}/resume" {
-        POST Operator => |c| cron::resume(&c.state, c.id("id", unknown_job)?), cron::resume_doc;
+        POST Operator => cron::resume(&c.state, c.id("id", unknown_job)?), cron::resume_doc;
     }
     /// `GET /`: the operator console's page.
     Console "console" exact "/" {
-        GET Open => |c| ready(Ok(console::page(&c.request))), console::page_doc;
+        GET Open => ready(Ok(console::page(&c.request))), console::page_doc;
     }
     /// `GET /console/{asset}`: the console's files (the handler serves only those it embeds).
     ConsoleAsset "console_asset" template "/console/{asset}" {
-        GET Open => |c| ready(console::asset(&c.request)), console::asset_doc;
+        GET Open => ready(console::asset(&c.request)), console::asset_doc;
     }
     /// `GET /openapi.json`: the document of this API, derived from this table.
     OpenApi "openapi" exact "/openapi.json" {
-        GET Open => |c| ready(Ok(openapi::get())), openapi::doc;
+        GET Open => ready(Ok(openapi::get())), openapi::doc;
     }
 }
