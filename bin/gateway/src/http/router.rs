@@ -215,7 +215,7 @@ macro_rules! declare_routes {
             }
         }
 
-        /// The router's checks of the call ([`check`]), then the handler of its route and method.
+        /// The router's checks of the call ([`refusal`]), then the handler of its route and method.
         ///
         /// One `async fn`, and the handlers use the call as it was passed: the future of every request is this
         /// one's, which hyper moves several times, so it holds the call once and is not wrapped in another (either
@@ -223,8 +223,8 @@ macro_rules! declare_routes {
         pub async fn run(
             #[allow(unused_mut)] mut $c: $crate::http::router::Call,
         ) -> Result<$crate::http::response::Response, $crate::http::error::ApiError> {
-            if let Err(answer) = $crate::http::router::check(&$c) {
-                return answer;
+            if let Some(refusal) = $crate::http::router::refusal(&$c) {
+                return Ok(refusal);
             }
             match $c.route() {
                 $(Route::$route => {
@@ -339,20 +339,24 @@ fn contain_panics(
     })
 }
 
-/// The route's checks, in the order docs/architecture.md states (405, 415, 401): `Ok` when the call may go to
-/// its handler, else the answer it gets instead.
-pub fn check(call: &Call) -> Result<(), Result<Response, ApiError>> {
+/// The route's checks, in the order docs/architecture.md states (405, 415, 401): the answer the call gets instead
+/// of its handler's, if it is refused.
+pub fn refusal(call: &Call) -> Option<Response> {
     let operations = call.route.operations();
     let Some((_, access)) = operations.iter().find(|(method, _)| method == call.request.method()) else {
-        return Err(Ok(method_not_allowed(operations)));
+        return Some(method_not_allowed(operations));
     };
-    if !call.route.opaque_body() && call.request.body().is_present() && call.request.method() != Method::GET {
-        edge::check_json_content_type(call.request.headers()).map_err(Err)?;
+    let json_body =
+        !call.route.opaque_body() && call.request.body().is_present() && call.request.method() != Method::GET;
+    if json_body && let Err(refused) = edge::check_json_content_type(call.request.headers()) {
+        return Some(refused.into_response());
     }
-    if *access == Access::Operator {
-        call.state.operator.check(call.request.headers()).map_err(Err)?;
+    if *access == Access::Operator
+        && let Err(refused) = call.state.operator.check(call.request.headers())
+    {
+        return Some(refused.into_response());
     }
-    Ok(())
+    None
 }
 
 fn method_not_allowed(operations: &[(Method, Access)]) -> Response {
