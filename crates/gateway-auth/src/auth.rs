@@ -375,7 +375,7 @@ mod tests {
         let caller = auth.authenticate(Some(issued.token.expose()), CLIENT).await.unwrap();
         assert_eq!(caller.agent_id(), Some(agent("agent-a")));
         let listed = auth.credentials_of(agent("agent-a"), None, 10).await.unwrap();
-        assert_eq!(listed, [issued.record.clone()]);
+        assert_eq!(listed, std::slice::from_ref(&issued.record));
 
         let id = issued.token.credential_id.clone();
         let unknown = auth.revoke(agent("agent-b"), id.clone()).await.unwrap_err();
