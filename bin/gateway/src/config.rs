@@ -970,6 +970,20 @@ mod tests {
         }
     }
 
+    /// gateway-auth gets the agent-auth mode as resolved against the listener, and the per-agent limits' flags.
+    #[test]
+    fn the_auth_settings_are_the_flags() {
+        let open = parse(&["--listen", "127.0.0.1:0", "--agent-rate-limit-per-minute", "0"]).unwrap();
+        let auth = open.auth(gateway_auth::OperatorToken::Disabled);
+        assert!(!auth.agent_tokens_required);
+        assert_eq!(auth.rate_limit_per_minute, 0);
+        let args = ["--listen", "0.0.0.0:0", "--agent-streams-per-address=3", "--agent-streams-per-agent=2"];
+        let auth = parse(&args).unwrap().auth(gateway_auth::OperatorToken::Disabled);
+        assert!(auth.agent_tokens_required);
+        assert_eq!((auth.rate_limit_per_minute, auth.streams_per_address, auth.streams_per_agent), (60, 3, 2));
+        assert_eq!(auth.max_agent_streams, gateway_auth::MAX_AGENT_STREAMS);
+    }
+
     #[test]
     fn refused_secrets_are_not_repeated_in_the_error() {
         for args in [
