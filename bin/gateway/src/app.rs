@@ -189,7 +189,7 @@ impl App {
 
         threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
         let state = AppState {
-            agent_auth: auth,
+            auth,
             store,
             bus,
             publisher,

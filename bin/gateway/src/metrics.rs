@@ -321,7 +321,7 @@ impl Collector for Scrape {
         )?;
         let open = |total: usize, free: usize| as_i64(total.saturating_sub(free));
         for (scope, count) in [
-            ("agent", as_i64(state.agent_auth.open_agent_streams())),
+            ("agent", as_i64(state.auth.open_agent_streams())),
             ("operator", open(MAX_OPERATOR_EVENT_STREAMS, state.operator_event_streams.available_permits())),
         ] {
             ConstGauge::new(count).encode(streams.encode_family(&[("scope", scope)])?)?;
@@ -333,7 +333,7 @@ impl Collector for Scrape {
             state.metrics.lagged_events.get(),
         )?;
 
-        let credentials = state.agent_auth.credentials();
+        let credentials = state.auth.credentials();
         counter(
             &mut encoder,
             "agent_credential_reads",

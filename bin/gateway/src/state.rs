@@ -26,7 +26,7 @@ pub const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
 pub struct AppState {
     /// Who a caller is and what it may do: agent tokens (`--agent-auth`), the operator token, per-agent rate
     /// limits and stream caps.
-    pub agent_auth: Auth,
+    pub auth: Auth,
     pub store: DieselStore,
     /// Where subscribers of this instance listen.
     pub bus: Bus,
@@ -78,7 +78,7 @@ impl AppState {
             receipts,
             mailbox_retention,
             self.tools.health(),
-            self.agent_auth.health(),
+            self.auth.health(),
         ]
     }
 }

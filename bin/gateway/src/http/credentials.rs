@@ -27,7 +27,7 @@ pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiEr
     let agent_id = path_agent_id(request.uri().path())?;
     let body = read_body(request).await?;
     let expires_in_s = if body.trim_ascii().is_empty() { None } else { expires_in_s(JsonObject::parse(&body)?)? };
-    let issued = state.agent_auth.issue(agent_id, expires_in_s.map(Duration::from_secs)).await?;
+    let issued = state.auth.issue(agent_id, expires_in_s.map(Duration::from_secs)).await?;
     let record = &issued.record;
     let body = json!({
         "credential_id": record.credential_id,
@@ -47,7 +47,7 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
     let agent_id = path_agent_id(request.uri().path())?;
     let query = Query::parse(request.uri(), &["limit", "after"])?;
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", CredentialId::parse)?;
-    let rows = state.agent_auth.credentials_of(agent_id, page.after, page.limit).await?;
+    let rows = state.auth.credentials_of(agent_id, page.after, page.limit).await?;
     let next_after = next_cursor(&rows, page.limit, |row| row.credential_id.clone());
     let credentials: Vec<Value> = rows.iter().map(credential_json).collect();
     Ok(json_response(StatusCode::OK, &json!({"credentials": credentials, "next_after": next_after})))
@@ -61,7 +61,7 @@ pub async fn revoke(state: &AppState, request: &Request) -> Result<Response, Api
     let agent_id = path_agent_id(path)?;
     let unknown = || ApiError::unknown("unknown_credential", "credential of this agent");
     let credential_id = path.rsplit('/').next().and_then(CredentialId::parse).ok_or_else(unknown)?;
-    let revoked = state.agent_auth.revoke(agent_id, credential_id).await?;
+    let revoked = state.auth.revoke(agent_id, credential_id).await?;
     let mut body = credential_json(&revoked);
     body["status"] = Value::from("revoked");
     Ok(json_response(StatusCode::OK, &body))

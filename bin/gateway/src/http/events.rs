@@ -130,16 +130,16 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     let slots = match &topic {
         Topic::AgentScheduled(agent_id) => {
             // Who is asking comes first: a refused client takes no slot.
-            let caller = state.agent_auth.authorize(token, client, agent_id, Access::Read).await?;
-            let admitted = state.agent_auth.admit_stream(&caller, agent_id, client, &state.shutdown)?;
+            let caller = state.auth.authorize(token, client, agent_id, Access::Read).await?;
+            let admitted = state.auth.admit_stream(&caller, agent_id, client, &state.shutdown)?;
             stop = admitted.stop().clone();
             // The operator's token makes an observer (the console's live tail): it sees the agent's reminders,
             // replayed ones too, and marks none received, so the agent still gets each of them replayed.
-            observer = matches!(caller, Caller::Operator) || state.agent_auth.check_operator(token).is_ok();
+            observer = matches!(caller, Caller::Operator) || state.auth.check_operator(token).is_ok();
             Slots::Agent { _admitted: admitted }
         }
         _ => {
-            state.agent_auth.check_operator(token)?;
+            state.auth.check_operator(token)?;
             let total = Arc::clone(&state.operator_event_streams).try_acquire_owned().map_err(|_| {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_streams")
                     .with_detail("the gateway serves as many gateway:* streams as it can")

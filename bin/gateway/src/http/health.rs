@@ -44,7 +44,7 @@ pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
     } else {
         json!({"status": "error", "reason": "not_ready", "not_ready": not_ready, "role": role})
     };
-    if state.agent_auth.check_operator(bearer_token(request.headers())).is_ok() {
+    if state.auth.check_operator(bearer_token(request.headers())).is_ok() {
         body["checks"] = json!({
             "store": {"healthy": store_problem.is_none(), "problem": store_problem},
             "components": components,

@@ -14,14 +14,14 @@ use crate::http::response::{Response, STATUS_OK, json_bytes};
 use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
-    let caller = state.agent_auth.authenticate(bearer_token(request.headers()), client).await?;
+    let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;
     let body = read_body(request).await?;
     // The direct reading takes the well-formed pings; the value reading decides and names everything else.
     let ping = match HeartbeatPing::from_valid_body(&body) {
         Some(ping) => ping,
         None => HeartbeatPing::from_json(&parse_json(&body)?)?,
     };
-    state.agent_auth.admit(&caller, Named::Agent(&ping.agent_id), Access::Heartbeat).await?;
+    state.auth.admit(&caller, Named::Agent(&ping.agent_id), Access::Heartbeat).await?;
     state.heartbeat.accept(ping).await?;
     Ok(json_bytes(StatusCode::OK, Bytes::from_static(STATUS_OK)))
 }

@@ -19,7 +19,7 @@ use crate::http::response::{Response, json_bytes, json_response};
 use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
-    let caller = state.agent_auth.authenticate(bearer_token(request.headers()), client).await?;
+    let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;
     let body = read_body(request).await?;
     let inspected = state.intake.inspect(&body);
     // Checked before the log is settled (nothing is done yet): the agent it names must be the caller's with agent
@@ -30,7 +30,7 @@ pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<
         (None, None) if inspected.is_accepted() => Named::Nobody,
         (None, None) => Named::Unreadable,
     };
-    state.agent_auth.admit(&caller, named, Access::Act).await?;
+    state.auth.admit(&caller, named, Access::Act).await?;
     match state.intake.settle(inspected).await {
         Ok(accepted) => Ok(json_bytes(StatusCode::ACCEPTED, accepted_body(accepted.trace_id.as_deref()))),
         Err(Rejection::InvalidJson) => Err(ApiError::invalid_json()),

@@ -28,7 +28,7 @@ async fn check_mailbox_reader(
     client: IpAddr,
     agent_id: &AgentId,
 ) -> Result<(), ApiError> {
-    state.agent_auth.authorize(bearer_token(headers), client, agent_id, Access::Read).await?;
+    state.auth.authorize(bearer_token(headers), client, agent_id, Access::Read).await?;
     Ok(())
 }
 

@@ -332,7 +332,7 @@ async fn dispatch(
         edge::check_json_content_type(request.headers())?;
     }
     if route.operator_only() {
-        state.agent_auth.check_operator(bearer_token(request.headers()))?;
+        state.auth.check_operator(bearer_token(request.headers()))?;
     }
     match route {
         Route::Heartbeat => heartbeat::post(&state, request, client).await,
