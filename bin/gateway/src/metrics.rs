@@ -19,7 +19,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::cluster::{Cluster, Role};
-use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
+use crate::state::{AppState, MAX_OPERATOR_EVENT_STREAMS};
 
 /// The prefix of every series.
 pub const PREFIX: &str = "gateway";
@@ -321,7 +321,7 @@ impl Collector for Scrape {
         )?;
         let open = |total: usize, free: usize| as_i64(total.saturating_sub(free));
         for (scope, count) in [
-            ("agent", open(MAX_EVENT_STREAMS, state.event_streams.available_permits())),
+            ("agent", as_i64(state.auth.open_agent_streams())),
             ("operator", open(MAX_OPERATOR_EVENT_STREAMS, state.operator_event_streams.available_permits())),
         ] {
             ConstGauge::new(count).encode(streams.encode_family(&[("scope", scope)])?)?;
@@ -333,7 +333,7 @@ impl Collector for Scrape {
             state.metrics.lagged_events.get(),
         )?;
 
-        let credentials = state.agent_auth.credentials();
+        let credentials = state.auth.credentials();
         counter(
             &mut encoder,
             "agent_credential_reads",

@@ -12,6 +12,7 @@ use gateway_core::{StoreHealth, run_blocking};
 use http::StatusCode;
 use serde_json::json;
 
+use crate::http::auth::bearer_token;
 use crate::http::request::Request;
 use crate::http::response::{Response, STATUS_OK, json_bytes, json_response};
 use crate::state::AppState;
@@ -43,7 +44,7 @@ pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
     } else {
         json!({"status": "error", "reason": "not_ready", "not_ready": not_ready, "role": role})
     };
-    if state.operator.check(request.headers()).is_ok() {
+    if state.auth.check_operator(bearer_token(request.headers())).is_ok() {
         body["checks"] = json!({
             "store": {"healthy": store_problem.is_none(), "problem": store_problem},
             "components": components,

@@ -5,20 +5,21 @@
 use std::net::IpAddr;
 
 use bytes::Bytes;
+use gateway_auth::{Access, Named};
 use gateway_core::AgentId;
 use gateway_core::Rejection;
 use gateway_core::interceptor::RejectedLog;
 use http::StatusCode;
 use serde_json::json;
 
-use crate::http::agent_auth::{Access, Named};
+use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
 use crate::http::request::{Request, read_body};
 use crate::http::response::{Response, json_bytes, json_response};
 use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
-    let caller = state.agent_auth.authenticate(request.headers(), client).await?;
+    let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;
     let body = read_body(request).await?;
     let inspected = state.intake.inspect(&body);
     // Checked before the log is settled (nothing is done yet): the agent it names must be the caller's with agent
@@ -29,7 +30,7 @@ pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<
         (None, None) if inspected.is_accepted() => Named::Nobody,
         (None, None) => Named::Unreadable,
     };
-    state.agent_auth.admit(&caller, named, Access::Act).await?;
+    state.auth.admit(&caller, named, Access::Act).await?;
     match state.intake.settle(inspected).await {
         Ok(accepted) => Ok(json_bytes(StatusCode::ACCEPTED, accepted_body(accepted.trace_id.as_deref()))),
         Err(Rejection::InvalidJson) => Err(ApiError::invalid_json()),

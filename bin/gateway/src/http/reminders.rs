@@ -4,11 +4,12 @@
 
 use std::net::IpAddr;
 
+use gateway_auth::Access;
 use gateway_core::{AgentId, MailboxEntry, rfc3339};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
-use crate::http::agent_auth::Access;
+use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
 use crate::http::request::{Query, Request, invalid_query};
 use crate::http::response::{Response, json_response};
@@ -27,7 +28,8 @@ async fn check_mailbox_reader(
     client: IpAddr,
     agent_id: &AgentId,
 ) -> Result<(), ApiError> {
-    state.agent_auth.authorize(headers, client, agent_id, Access::Read).await.map(drop)
+    state.auth.authorize(bearer_token(headers), client, agent_id, Access::Read).await?;
+    Ok(())
 }
 
 /// The agent id of `/gateway/agents/{agent_id}/reminders`, percent-decoded; `None` when the path is not that.

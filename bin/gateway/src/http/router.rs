@@ -14,6 +14,7 @@ use http::header::{ALLOW, HeaderValue};
 use http::{Method, StatusCode};
 use hyper::body::Incoming;
 
+use crate::http::auth::bearer_token;
 use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::request::{Request, RequestBody};
@@ -278,7 +279,7 @@ pub fn handle(
     };
     let request = request.map(|body| RequestBody::new(body, &state.edge.bodies));
     // Only event streams look at their connection: the other requests do not pay for a copy of it. The client's
-    // address is what refused agent tokens are counted against (`refusals.rs`).
+    // address is what refused agent tokens are counted against (gateway-auth).
     let client = connection.peer().ip();
     let connection = (route == Route::Events).then(|| connection.clone());
     let stats = Arc::clone(&state);
@@ -331,7 +332,7 @@ async fn dispatch(
         edge::check_json_content_type(request.headers())?;
     }
     if route.operator_only() {
-        state.operator.check(request.headers())?;
+        state.auth.check_operator(bearer_token(request.headers()))?;
     }
     match route {
         Route::Heartbeat => heartbeat::post(&state, request, client).await,

@@ -1,47 +1,30 @@
-//! Who an agent-facing request comes from, whether it may act as the agent it names, and whether that agent is
-//! over its rate limit (docs/api.md, "Agent authentication" and "Rate limits").
+//! Who a request comes from, whether it may act as the agent it names, and whether that agent is over its rate limit
+//! (docs/api.md, "Agent authentication" and "Rate limits").
 //!
-//! Every agent-facing handler goes through [`AgentAuth`] in two steps, so that the answers come in one order
-//! whatever the endpoint: 401 before anything about the body, then the body's own 400/422 or 403/429.
+//! Every agent-facing request goes through [`Auth`] in two steps, so that the refusals come in one order whatever
+//! the endpoint: who is calling before anything about the body, then the body's own refusals or these.
 //!
 //! ```ignore
-//! // 1. Before the body is read: who is calling (401 for a missing, unknown or revoked token while auth is on,
-//! //    401 `token_expired` for an expired one, 429 `too_many_refusals` for an address that presented too many
+//! // 1. Before the body is read: who is calling (`TokenRequired`, `Refused` for an unknown or revoked token while
+//! //    agent auth is on, `Expired` for an expired one, `TooManyRefusals` for an address that presented too many
 //! //    refused tokens this second).
-//! let caller = state.agent_auth.authenticate(request.headers(), client).await?;
+//! let caller = auth.authenticate(bearer_token, client).await?;
 //! let body = read_body(request).await?;
-//! // 2. Once the body is read: the agent it names must be the caller's (403 `identity_mismatch`), and for
-//! //    messages and tool calls the agent's request is counted (429 `rate_limited` with `Retry-After`).
-//! state.agent_auth.admit(&caller, Named::Agent(&agent_id), Access::Act).await?;
+//! // 2. Once the body is read: the agent it names must be the caller's (`IdentityMismatch`), and for messages and
+//! //    tool calls the agent's request is counted (`RateLimited`).
+//! auth.admit(&caller, Named::Agent(&agent_id), Access::Act).await?;
 //! ```
 //!
-//! An endpoint that knows the agent before any body (its event stream, `GET /gateway/agents/{id}/reminders`) does
-//! both in one call: `state.agent_auth.authorize(request.headers(), client, &agent_id, Access::Read).await?`.
+//! An endpoint that knows the agent before any body (its event stream, its reminders) does both in one call:
+//! `auth.authorize(bearer_token, client, &agent_id, Access::Read).await?`.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use gateway_core::{AgentId, PresentedToken, RateDecision, RateLimiter, run_blocking};
-use http::HeaderMap;
+use gateway_core::{AgentId, PresentedToken, RateDecision, run_blocking};
 
-use crate::credentials::{CredentialCache, Verdict, Verified};
-use crate::http::auth::{OperatorAuth, bearer_token};
-use crate::http::error::ApiError;
-use crate::refusals::RefusalThrottle;
-
-/// Agent authentication and rate limits, as the handlers apply them.
-#[derive(Debug)]
-pub struct AgentAuth {
-    /// `--agent-auth` as resolved against `--listen`.
-    required: bool,
-    credentials: CredentialCache,
-    /// Accepted where an agent's reminders are read: the operator may look at any agent's.
-    operator: OperatorAuth,
-    /// `None` with `--agent-rate-limit-per-minute 0`.
-    limiter: Option<Arc<dyn RateLimiter>>,
-    /// Refused tokens per client address: past the limit, the address is refused before any lookup.
-    refusals: RefusalThrottle,
-}
+use crate::credentials::{Verdict, Verified};
+use crate::{Auth, AuthError, Mismatch};
 
 /// Who a request comes from.
 #[derive(Debug, Clone)]
@@ -71,7 +54,7 @@ pub enum Access {
     Heartbeat,
     /// A message or a tool call: the agent's own token, and counted against its rate limit.
     Act,
-    /// Reading the agent's reminders (its event stream, `GET …/reminders`): its own token or the operator's.
+    /// Reading the agent's reminders (its event stream, its mailbox): its own token or the operator's.
     Read,
 }
 
@@ -87,43 +70,26 @@ pub enum Named<'a> {
     Unreadable,
 }
 
-impl AgentAuth {
-    pub fn new(
-        required: bool,
-        credentials: CredentialCache,
-        operator: OperatorAuth,
-        limiter: Option<Arc<dyn RateLimiter>>,
-    ) -> Self {
-        Self { required, credentials, operator, limiter, refusals: RefusalThrottle::default() }
-    }
-
-    pub fn is_required(&self) -> bool {
-        self.required
-    }
-
-    /// The cache of verified credentials (revocations go through it).
-    pub fn credentials(&self) -> &CredentialCache {
-        &self.credentials
-    }
-
-    /// Who is calling, from `client` (its address). While auth is on: 401 `unauthorized` without a token, or with
-    /// one that is malformed, unknown, revoked or wrong, 401 `token_expired` with an expired one; the operator's
-    /// token is recognized here and refused later where it does not serve. Every refused token counts against
-    /// `client`, and past [`crate::refusals::MAX_REFUSALS_PER_SECOND`] in a second any token it presents (but the
-    /// operator's) gets 429 `too_many_refusals` for the rest of that second, before the cache or the store is
-    /// asked. 503 when the token's credential must be read and the store cannot be. While auth is off:
-    /// [`Caller::Open`], whatever the headers hold.
-    pub async fn authenticate(&self, headers: &HeaderMap, client: IpAddr) -> Result<Caller, ApiError> {
+impl Auth {
+    /// Who is calling with `token` (a request's bearer token, if it had one) from `client` (its address). While
+    /// agent auth is on: [`AuthError::TokenRequired`] without a token, [`AuthError::Refused`] with one that is
+    /// malformed, unknown, revoked or wrong, [`AuthError::Expired`] with an expired one; the operator's token is
+    /// recognized here and refused later where it does not serve. Every refused token counts against `client`,
+    /// and past [`crate::MAX_REFUSALS_PER_SECOND`] in a second any token it presents (but the operator's) is
+    /// refused with [`AuthError::TooManyRefusals`] for the rest of that second, before the cache or the store is
+    /// asked. [`AuthError::Store`] when the token's credential must be read and the store cannot be. While agent
+    /// auth is off: [`Caller::Open`], whatever the token.
+    pub async fn authenticate(&self, token: Option<&str>, client: IpAddr) -> Result<Caller, AuthError> {
         if !self.required {
             return Ok(Caller::Open);
         }
-        let token = bearer_token(headers).ok_or_else(|| needs_token("an agent token"))?;
+        let token = token.ok_or(AuthError::TokenRequired)?;
         let presented = PresentedToken::parse(token);
         if presented.is_none() && self.operator.accepts(token) {
             return Ok(Caller::Operator);
         }
         if self.refusals.is_throttled(client) {
-            return Err(ApiError::too_many_refusals());
+            return Err(AuthError::TooManyRefusals);
         }
         let verdict = match presented {
             Some(presented) => self.credentials.verify(presented).await?,
@@ -133,37 +99,31 @@ impl AgentAuth {
             Verdict::Verified(verified) => Ok(Caller::Agent(verified)),
             Verdict::Refused => {
                 self.refusals.refused(client);
-                Err(ApiError::unauthorized())
+                Err(AuthError::Refused)
             }
             Verdict::Expired => {
                 self.refusals.refused(client);
-                Err(ApiError::token_expired())
+                Err(AuthError::Expired)
             }
         }
     }
 
-    /// Whether `caller` may do `access` as the agent the body names (403 `identity_mismatch` when not), then, for
-    /// [`Access::Act`], counts the request against the agent's limit (429 `rate_limited` when over it): the
-    /// authenticated agent's with auth on, the named one's with auth off (a body that names none is not counted
-    /// then).
-    pub async fn admit(&self, caller: &Caller, named: Named<'_>, access: Access) -> Result<(), ApiError> {
+    /// Whether `caller` may do `access` as the agent the body names ([`AuthError::IdentityMismatch`] when not),
+    /// then, for [`Access::Act`], counts the request against the agent's limit ([`AuthError::RateLimited`] when
+    /// over it): the authenticated agent's with auth on, the named one's with auth off (a body that names none is
+    /// not counted then).
+    pub async fn admit(&self, caller: &Caller, named: Named<'_>, access: Access) -> Result<(), AuthError> {
         let (counted, refusal) = match caller {
             Caller::Open => match named {
                 Named::Agent(agent_id) => (Counted::Named(agent_id), None),
                 Named::Nobody | Named::Unreadable => (Counted::Nobody, None),
             },
             Caller::Operator if access == Access::Read => return Ok(()),
-            Caller::Operator => {
-                return Err(ApiError::identity_mismatch("the operator token does not act for agents: use the agent's"));
-            }
+            Caller::Operator => return Err(AuthError::IdentityMismatch(Mismatch::OperatorActs)),
             Caller::Agent(verified) => {
                 let refusal = match named {
-                    Named::Agent(agent_id) if !verified.is_agent(agent_id) => {
-                        Some(ApiError::identity_mismatch("the agent named differs from the token's agent"))
-                    }
-                    Named::Nobody if access != Access::Read => Some(ApiError::identity_mismatch(
-                        "identity.agent_id is required with agent auth on, and must be the token's agent",
-                    )),
+                    Named::Agent(agent_id) if !verified.is_agent(agent_id) => Some(Mismatch::OtherAgent),
+                    Named::Nobody if access != Access::Read => Some(Mismatch::Unnamed),
                     Named::Agent(_) | Named::Nobody | Named::Unreadable => None,
                 };
                 let counted = match named {
@@ -182,23 +142,23 @@ impl AgentAuth {
             Counted::Credential(verified) => self.count(&verified.agent_id()).await,
             Counted::Nobody => Ok(()),
         };
-        refusal.map_or(limited, Err)
+        refusal.map_or(limited, |mismatch| Err(AuthError::IdentityMismatch(mismatch)))
     }
 
-    /// [`Self::authenticate`] and [`Self::admit`] at once, for an endpoint whose path or query names the agent.
+    /// [`Self::authenticate`] and [`Self::admit`] at once, for a request whose path or query names the agent.
     pub async fn authorize(
         &self,
-        headers: &HeaderMap,
+        token: Option<&str>,
         client: IpAddr,
         agent_id: &AgentId,
         access: Access,
-    ) -> Result<Caller, ApiError> {
-        let caller = self.authenticate(headers, client).await?;
+    ) -> Result<Caller, AuthError> {
+        let caller = self.authenticate(token, client).await?;
         self.admit(&caller, Named::Agent(agent_id), access).await?;
         Ok(caller)
     }
 
-    async fn count(&self, agent_id: &AgentId) -> Result<(), ApiError> {
+    async fn count(&self, agent_id: &AgentId) -> Result<(), AuthError> {
         let Some(limiter) = &self.limiter else { return Ok(()) };
         let now = tokio::time::Instant::now().into_std();
         let decision = if limiter.is_shared() {
@@ -211,46 +171,58 @@ impl AgentAuth {
         };
         match decision {
             RateDecision::Allowed => Ok(()),
-            RateDecision::Limited { retry_after } => Err(ApiError::rate_limited(retry_after)),
+            RateDecision::Limited { retry_after } => Err(AuthError::RateLimited { retry_after }),
         }
     }
 }
 
-/// Whose request [`AgentAuth::admit`] counts: the agent the body names (with auth on, only once it is the
-/// credential's), else the credential's agent, else nobody.
+/// Whose request [`Auth::admit`] counts: the agent the body names (with auth on, only once it is the credential's),
+/// else the credential's agent, else nobody.
 enum Counted<'a> {
     Named(&'a AgentId),
     Credential(&'a Verified),
     Nobody,
 }
 
-fn needs_token(what: &str) -> ApiError {
-    ApiError::unauthorized().with_detail(format!("agent auth is on: send Authorization: Bearer <{what}>"))
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use gateway_core::{AgentCredentialStore, FixedWindowLimiter, InMemoryAgentCredentialStore, IssuedToken};
-    use http::{HeaderValue, StatusCode};
+    use gateway_core::{
+        AgentCredentialStore, InMemoryAdminTokenStore, InMemoryAgentCredentialStore, IssuedToken, RecordingPublisher,
+        StoreError,
+    };
     use time::OffsetDateTime;
 
     use super::*;
+    use crate::{AdminToken, AuthConfig, AuthPorts, OperatorToken};
 
     const OPERATOR: &str = "operator-token-0123456789";
     const CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
     struct Fixture {
         store: Arc<InMemoryAgentCredentialStore>,
-        auth: AgentAuth,
+        auth: Auth,
     }
 
+    /// Refusals are asserted as the variants the binary maps one to one onto its answers (its `http/error.rs`, whose
+    /// tests hold each variant to its status, reason and `Retry-After`).
     fn fixture(required: bool, limit: Option<u32>) -> Fixture {
         let store = Arc::new(InMemoryAgentCredentialStore::default());
-        let credentials = CredentialCache::new(store.clone(), Arc::new(gateway_core::SystemClock));
-        let limiter = limit.map(|limit| Arc::new(FixedWindowLimiter::per_minute(limit)) as Arc<dyn RateLimiter>);
-        Fixture { store, auth: AgentAuth::new(required, credentials, OperatorAuth::new(OPERATOR), limiter) }
+        let ports = AuthPorts {
+            credentials: store.clone(),
+            admin_tokens: Arc::new(InMemoryAdminTokenStore::default()),
+            publisher: Arc::new(RecordingPublisher::default()),
+            limiter: None,
+            clock: Arc::new(gateway_core::SystemClock),
+        };
+        let config = AuthConfig {
+            agent_tokens_required: required,
+            operator_token: OperatorToken::Given(AdminToken::new(OPERATOR.to_owned())),
+            rate_limit_per_minute: limit.unwrap_or(0),
+            ..AuthConfig::default()
+        };
+        Fixture { store, auth: Auth::new(ports, config) }
     }
 
     impl Fixture {
@@ -266,18 +238,8 @@ mod tests {
         }
     }
 
-    fn bearer(token: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
-        headers
-    }
-
     fn agent(name: &str) -> AgentId {
         AgentId::new(name).unwrap()
-    }
-
-    fn status<T: std::fmt::Debug>(outcome: Result<T, ApiError>) -> StatusCode {
-        outcome.map_or_else(|error| error.status, |_| StatusCode::OK)
     }
 
     #[tokio::test]
@@ -286,20 +248,22 @@ mod tests {
         let auth = &fixture.auth;
         let token = fixture.token("agent-a");
         let a = agent("agent-a");
-        let caller = auth.authenticate(&bearer(&token), CLIENT).await.unwrap();
+        let caller = auth.authenticate(Some(&token), CLIENT).await.unwrap();
         assert_eq!(caller.agent_id(), Some(a.clone()));
         for access in [Access::Heartbeat, Access::Act, Access::Read] {
-            assert_eq!(status(auth.admit(&caller, Named::Agent(&a), access).await), StatusCode::OK);
+            assert_eq!(auth.admit(&caller, Named::Agent(&a), access).await, Ok(()));
             let other = auth.admit(&caller, Named::Agent(&agent("agent-b")), access).await.unwrap_err();
-            assert_eq!((other.status, other.reason), (StatusCode::FORBIDDEN, "identity_mismatch"), "{access:?}");
+            assert_eq!(other, AuthError::IdentityMismatch(Mismatch::OtherAgent), "{access:?}");
         }
-        assert_eq!(status(auth.admit(&caller, Named::Nobody, Access::Act).await), StatusCode::FORBIDDEN);
-        assert_eq!(status(auth.admit(&caller, Named::Unreadable, Access::Act).await), StatusCode::OK);
+        let unnamed = auth.admit(&caller, Named::Nobody, Access::Act).await;
+        assert_eq!(unnamed, Err(AuthError::IdentityMismatch(Mismatch::Unnamed)));
+        assert_eq!(auth.admit(&caller, Named::Unreadable, Access::Act).await, Ok(()));
 
+        assert_eq!(auth.authenticate(None, CLIENT).await.unwrap_err(), AuthError::TokenRequired);
         let unknown = IssuedToken::issue(OffsetDateTime::now_utc()).unwrap();
-        for headers in [HeaderMap::new(), bearer("agt_short"), bearer(unknown.expose()), bearer("not-the-operator")] {
-            let refused = auth.authenticate(&headers, CLIENT).await.unwrap_err();
-            assert_eq!((refused.status, refused.reason), (StatusCode::UNAUTHORIZED, "unauthorized"), "{headers:?}");
+        for token in ["agt_short", unknown.expose(), "not-the-operator"] {
+            let refused = auth.authenticate(Some(token), CLIENT).await.unwrap_err();
+            assert_eq!(refused, AuthError::Refused, "{token:?}");
         }
     }
 
@@ -308,10 +272,11 @@ mod tests {
         let fixture = fixture(true, Some(1));
         let auth = &fixture.auth;
         let a = agent("agent-a");
-        assert!(matches!(auth.authorize(&bearer(OPERATOR), CLIENT, &a, Access::Read).await, Ok(Caller::Operator)));
-        assert!(matches!(auth.authorize(&bearer(OPERATOR), CLIENT, &a, Access::Read).await, Ok(Caller::Operator)));
+        assert!(matches!(auth.authorize(Some(OPERATOR), CLIENT, &a, Access::Read).await, Ok(Caller::Operator)));
+        assert!(matches!(auth.authorize(Some(OPERATOR), CLIENT, &a, Access::Read).await, Ok(Caller::Operator)));
         for access in [Access::Heartbeat, Access::Act] {
-            assert_eq!(status(auth.authorize(&bearer(OPERATOR), CLIENT, &a, access).await), StatusCode::FORBIDDEN);
+            let refused = auth.authorize(Some(OPERATOR), CLIENT, &a, access).await.unwrap_err();
+            assert_eq!(refused, AuthError::IdentityMismatch(Mismatch::OperatorActs));
         }
     }
 
@@ -319,15 +284,15 @@ mod tests {
     async fn with_auth_off_nothing_is_asked_and_the_named_agent_is_counted() {
         let fixture = fixture(false, Some(2));
         let auth = &fixture.auth;
-        let caller = auth.authenticate(&HeaderMap::new(), CLIENT).await.unwrap();
+        let caller = auth.authenticate(None, CLIENT).await.unwrap();
         assert!(matches!(caller, Caller::Open));
         let (a, b) = (agent("agent-a"), agent("agent-b"));
         for _ in 0..2 {
             auth.admit(&caller, Named::Agent(&a), Access::Act).await.unwrap();
         }
         let limited = auth.admit(&caller, Named::Agent(&a), Access::Act).await.unwrap_err();
-        assert_eq!((limited.status, limited.reason), (StatusCode::TOO_MANY_REQUESTS, "rate_limited"));
-        assert_eq!(limited.retry_after_s, Some(60));
+        let AuthError::RateLimited { retry_after } = limited else { panic!("not rate-limited: {limited:?}") };
+        assert!(retry_after > Duration::from_secs(59) && retry_after <= Duration::from_secs(60), "{retry_after:?}");
         // Heartbeats and reads are never counted; another agent has its own window; a body naming nobody passes.
         auth.admit(&caller, Named::Agent(&a), Access::Heartbeat).await.unwrap();
         auth.admit(&caller, Named::Agent(&a), Access::Read).await.unwrap();
@@ -341,13 +306,15 @@ mod tests {
     async fn with_auth_on_the_tokens_agent_is_counted_invalid_requests_included() {
         let fixture = fixture(true, Some(2));
         let auth = &fixture.auth;
-        let caller = auth.authenticate(&bearer(&fixture.token("agent-a")), CLIENT).await.unwrap();
+        let caller = auth.authenticate(Some(&fixture.token("agent-a")), CLIENT).await.unwrap();
         auth.admit(&caller, Named::Unreadable, Access::Act).await.unwrap();
         let mismatch = auth.admit(&caller, Named::Agent(&agent("agent-b")), Access::Act).await.unwrap_err();
-        assert_eq!(mismatch.status, StatusCode::FORBIDDEN, "refused, and counted");
+        assert_eq!(mismatch, AuthError::IdentityMismatch(Mismatch::OtherAgent), "refused, and counted");
         let limited = auth.admit(&caller, Named::Agent(&agent("agent-a")), Access::Act).await.unwrap_err();
-        assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
-        assert!(limited.retry_after_s.is_some_and(|seconds| seconds <= Duration::from_secs(60).as_secs()));
+        assert!(
+            matches!(limited, AuthError::RateLimited { retry_after } if retry_after <= Duration::from_secs(60)),
+            "{limited:?}"
+        );
     }
 
     #[tokio::test]
@@ -355,8 +322,8 @@ mod tests {
         let fixture = fixture(true, None);
         let token = fixture.token("agent-a");
         fixture.store.failure.set_failing(true);
-        let refused = fixture.auth.authenticate(&bearer(&token), CLIENT).await.unwrap_err();
-        assert_eq!((refused.status, refused.reason), (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"));
+        let refused = fixture.auth.authenticate(Some(&token), CLIENT).await.unwrap_err();
+        assert!(matches!(refused, AuthError::Store(StoreError::Unavailable(_))), "{refused:?}");
     }
 
     /// An expired credential's token is 401 `token_expired`, told apart from an unknown one, and answered from the
@@ -367,11 +334,11 @@ mod tests {
         let expired = fixture.token_expiring("agent-a", Some(OffsetDateTime::now_utc() - time::Duration::seconds(1)));
         let later = fixture.token_expiring("agent-a", Some(OffsetDateTime::now_utc() + time::Duration::hours(1)));
         for _ in 0..3 {
-            let refused = fixture.auth.authenticate(&bearer(&expired), CLIENT).await.unwrap_err();
-            assert_eq!((refused.status, refused.reason), (StatusCode::UNAUTHORIZED, "token_expired"));
+            let refused = fixture.auth.authenticate(Some(&expired), CLIENT).await.unwrap_err();
+            assert_eq!(refused, AuthError::Expired);
         }
         assert_eq!(fixture.auth.credentials().store_reads(), 1, "read once, then answered from the cache");
-        let caller = fixture.auth.authenticate(&bearer(&later), CLIENT).await.unwrap();
+        let caller = fixture.auth.authenticate(Some(&later), CLIENT).await.unwrap();
         assert_eq!(caller.agent_id(), Some(agent("agent-a")));
     }
 
@@ -382,24 +349,23 @@ mod tests {
         let fixture = fixture(true, None);
         let auth = &fixture.auth;
         let valid = fixture.token("agent-a");
-        auth.authenticate(&bearer(&valid), CLIENT).await.unwrap();
+        auth.authenticate(Some(&valid), CLIENT).await.unwrap();
         let reads = auth.credentials().store_reads();
         for n in 0..crate::refusals::MAX_REFUSALS_PER_SECOND {
             let made_up = IssuedToken::issue(OffsetDateTime::now_utc()).unwrap();
-            let refused = auth.authenticate(&bearer(made_up.expose()), CLIENT).await.unwrap_err();
-            assert_eq!(refused.reason, "unauthorized", "refusal {n}");
+            let refused = auth.authenticate(Some(made_up.expose()), CLIENT).await.unwrap_err();
+            assert_eq!(refused, AuthError::Refused, "refusal {n}");
         }
         assert_eq!(auth.credentials().store_reads(), reads + 20);
         for token in [IssuedToken::issue(OffsetDateTime::now_utc()).unwrap().expose().to_owned(), valid.clone()] {
-            let refused = auth.authenticate(&bearer(&token), CLIENT).await.unwrap_err();
-            assert_eq!((refused.status, refused.reason), (StatusCode::TOO_MANY_REQUESTS, "too_many_refusals"));
-            assert_eq!(refused.retry_after_s, Some(1));
+            let refused = auth.authenticate(Some(&token), CLIENT).await.unwrap_err();
+            assert_eq!(refused, AuthError::TooManyRefusals);
         }
         assert_eq!(auth.credentials().store_reads(), reads + 20, "no read once throttled");
         let elsewhere = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
-        assert!(auth.authenticate(&bearer(&valid), elsewhere).await.is_ok(), "another address is not held back");
-        assert!(matches!(auth.authenticate(&bearer(OPERATOR), CLIENT).await, Ok(Caller::Operator)));
+        assert!(auth.authenticate(Some(&valid), elsewhere).await.is_ok(), "another address is not held back");
+        assert!(matches!(auth.authenticate(Some(OPERATOR), CLIENT).await, Ok(Caller::Operator)));
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(auth.authenticate(&bearer(&valid), CLIENT).await.is_ok(), "the next second works");
+        assert!(auth.authenticate(Some(&valid), CLIENT).await.is_ok(), "the next second works");
     }
 }

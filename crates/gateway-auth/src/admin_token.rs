@@ -1,104 +1,123 @@
 //! The operator token's lifecycle (docs/operations.md, "Rotating the admin token").
 //!
-//! - `--admin-token` / `GATEWAY_ADMIN_TOKEN` given: that token, as is, for as long as the process runs. Nothing is
-//!   read from or written to the database for it.
-//! - Not given: the token stored (as its SHA-256) in `gateway_admin_token`. The first start on a database generates
-//!   one, stores it with an insert that does nothing if a token is there already (so of several instances starting
-//!   together on PostgreSQL one stores its token and the others read it and print nothing) and prints it once.
-//!   Later starts print only that the stored token is in use.
-//! - `gateway admin-token rotate` replaces the stored hash. A running gateway that uses the stored token re-reads it
-//!   every [`REFRESH_INTERVAL`] (one primary-key read), so within that the old token is refused and the new one
-//!   accepted everywhere. Requests with a wrong token never cause a read: a flood of guesses costs no database
+//! - Given by configuration (`--admin-token` / `GATEWAY_ADMIN_TOKEN`, [`OperatorToken::Given`]): that token, as is,
+//!   for as long as the process runs. Nothing is read from or written to the store for it.
+//! - Not given: the token stored (as its SHA-256) through gateway-core's [`AdminTokenStore`] port
+//!   ([`OperatorToken::Stored`]). The first start on a database generates one, stores it with an insert that does
+//!   nothing if a token is there already (so of several instances starting together one stores its token and the
+//!   others read it and print nothing) and hands it back to be shown once ([`resolve_stored_admin_token`]). Later
+//!   starts only read it.
+//! - [`rotate_admin_token`] replaces the stored hash. An [`crate::Auth`] that uses the stored token re-reads it every
+//!   [`ADMIN_TOKEN_REFRESH_INTERVAL`] (one primary-key read), so within that the old token is refused and the new
+//!   one accepted everywhere. Requests with a wrong token never cause a read: a flood of guesses costs no database
 //!   work.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::{AdminTokenRecord, AdminTokenStore, BackgroundLoop, StoreError, TokenHash, run_blocking};
+use gateway_core::{AdminTokenRecord, AdminTokenStore, StoreError, TokenHash, run_blocking};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::AdminToken;
-use crate::http::auth::OperatorAuth;
+use crate::AuthError;
+use crate::operator::OperatorAuth;
 
-/// How often a gateway that uses the stored token reads it again: the longest a rotated-out token is still
-/// accepted (and a new one not yet) after `gateway admin-token rotate`.
-pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// How often an [`crate::Auth`] that uses the stored token reads it again: the longest a rotated-out token is still
+/// accepted (and a new one not yet) after a rotation.
+pub const ADMIN_TOKEN_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Where the operator token of this process comes from.
-#[derive(Debug)]
-pub enum OperatorToken {
-    /// `--admin-token` / `GATEWAY_ADMIN_TOKEN`.
-    Given(AdminToken),
-    /// The database's, as it was read (or stored) at start; followed as it is rotated.
-    Stored(TokenHash),
+/// The operator token as configured or generated: a secret, which `Debug` never shows.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(String);
+
+impl AdminToken {
+    pub fn new(token: String) -> Self {
+        Self(token)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The hash the token is stored and checked as.
+    pub fn hash(&self) -> TokenHash {
+        TokenHash::of(&self.0)
+    }
 }
 
-/// What start-up found: the token to check, and the token to print when this start generated it.
+impl fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AdminToken(<redacted>)")
+    }
+}
+
+/// Where the operator token of this process comes from.
+#[derive(Debug, Clone, Default)]
+pub enum OperatorToken {
+    /// Given by configuration, checked as is.
+    Given(AdminToken),
+    /// The stored one, as it was read (or stored) at start; followed as it is rotated.
+    Stored(TokenHash),
+    /// No operator: no token is the operator's (an embedder that wants agent tokens only).
+    #[default]
+    Disabled,
+}
+
+/// What start-up found: the token to check, and the token to show when this start generated it.
 #[derive(Debug)]
-pub struct Resolved {
+pub struct ResolvedAdminToken {
     pub token: OperatorToken,
-    /// Generated and stored by this start: printed once, never again.
+    /// Generated and stored by this start: shown once, never again.
     pub generated: Option<AdminToken>,
 }
 
-/// Why the stored token could not be read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum AdminTokenError {
-    #[error("the operating system has no randomness source")]
-    Entropy,
-    #[error("admin token: {0}")]
-    Store(#[from] StoreError),
-}
-
 /// A fresh operator token: 256 random bits as hex.
-pub fn generate() -> Result<AdminToken, AdminTokenError> {
+pub fn generate_admin_token() -> Result<AdminToken, AuthError> {
     use ring::rand::SecureRandom;
     let mut bytes = [0u8; 32];
-    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| AdminTokenError::Entropy)?;
+    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| AuthError::NoRandomness)?;
     Ok(AdminToken::new(gateway_core::hex::encode(&bytes)))
 }
 
-/// The hash a token is stored and checked as.
-pub fn hash(token: &AdminToken) -> TokenHash {
-    TokenHash::of(token.expose())
-}
-
 /// The stored token, or a new one stored now (blocking: call it on the blocking pool).
-pub fn resolve_stored(store: &dyn AdminTokenStore, now: OffsetDateTime) -> Result<Resolved, AdminTokenError> {
+pub fn resolve_stored_admin_token(
+    store: &dyn AdminTokenStore,
+    now: OffsetDateTime,
+) -> Result<ResolvedAdminToken, AuthError> {
     if let Some(stored) = store.admin_token()? {
-        return Ok(Resolved { token: OperatorToken::Stored(stored.token_hash), generated: None });
+        return Ok(ResolvedAdminToken { token: OperatorToken::Stored(stored.token_hash), generated: None });
     }
-    let token = generate()?;
-    let record = AdminTokenRecord { token_hash: hash(&token), set_at: now };
+    let token = generate_admin_token()?;
+    let record = AdminTokenRecord { token_hash: token.hash(), set_at: now };
     if store.insert_admin_token(&record)? {
-        return Ok(Resolved { token: OperatorToken::Stored(record.token_hash), generated: Some(token) });
+        return Ok(ResolvedAdminToken { token: OperatorToken::Stored(record.token_hash), generated: Some(token) });
     }
     // Another instance stored its token between the read and the insert: that one is the token.
     let stored = store.admin_token()?.ok_or_else(|| {
         StoreError::Internal("the admin token was stored by another instance but cannot be read back".to_owned())
     })?;
-    Ok(Resolved { token: OperatorToken::Stored(stored.token_hash), generated: None })
+    Ok(ResolvedAdminToken { token: OperatorToken::Stored(stored.token_hash), generated: None })
 }
 
 /// A new token in place of the stored one (blocking). Returns the token, shown once by the caller.
-pub fn rotate(store: &dyn AdminTokenStore, now: OffsetDateTime) -> Result<AdminToken, AdminTokenError> {
-    let token = generate()?;
-    store.replace_admin_token(&AdminTokenRecord { token_hash: hash(&token), set_at: now })?;
+pub fn rotate_admin_token(store: &dyn AdminTokenStore, now: OffsetDateTime) -> Result<AdminToken, AuthError> {
+    let token = generate_admin_token()?;
+    store.replace_admin_token(&AdminTokenRecord { token_hash: token.hash(), set_at: now })?;
     Ok(token)
 }
 
-/// Follows the stored token: reads it every [`REFRESH_INTERVAL`] and hands a changed hash to the operator check.
-/// A failed read keeps the token known so far (the operator is not locked out by a database hiccup).
+/// Follows the stored token: reads it every [`ADMIN_TOKEN_REFRESH_INTERVAL`] and hands a changed hash to the
+/// operator check. A failed read keeps the token known so far (the operator is not locked out by a database hiccup).
 #[derive(Debug, Clone)]
-pub struct StoredTokenRefresh {
-    pub store: Arc<dyn AdminTokenStore>,
-    pub operator: OperatorAuth,
+pub(crate) struct StoredTokenRefresh {
+    pub(crate) store: Arc<dyn AdminTokenStore>,
+    pub(crate) operator: OperatorAuth,
 }
 
 impl StoredTokenRefresh {
     /// One read; `true` when the stored token changed.
-    pub async fn refresh(&self) -> Result<bool, StoreError> {
+    pub(crate) async fn refresh(&self) -> Result<bool, StoreError> {
         let store = Arc::clone(&self.store);
         let stored = run_blocking(move || store.admin_token()).await??;
         match stored {
@@ -106,15 +125,10 @@ impl StoredTokenRefresh {
             None => Err(StoreError::Internal("the stored admin token is gone; the last one known stays".to_owned())),
         }
     }
-}
 
-impl BackgroundLoop for StoredTokenRefresh {
-    fn name(&self) -> &'static str {
-        "admin_token_refresh"
-    }
-
-    async fn run(&self, shutdown: CancellationToken) {
-        let mut ticks = tokio::time::interval(REFRESH_INTERVAL);
+    /// Refreshes until `shutdown`.
+    pub(crate) async fn run(&self, shutdown: &CancellationToken) {
+        let mut ticks = tokio::time::interval(ADMIN_TOKEN_REFRESH_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
         loop {
@@ -147,8 +161,6 @@ impl BackgroundLoop for StoredTokenRefresh {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use gateway_core::InMemoryAdminTokenStore;
     use time::macros::datetime;
 
@@ -156,24 +168,24 @@ mod tests {
 
     const NOW: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
 
-    fn stored_hash(resolved: &Resolved) -> TokenHash {
+    fn stored_hash(resolved: &ResolvedAdminToken) -> TokenHash {
         match resolved.token {
             OperatorToken::Stored(hash) => hash,
-            OperatorToken::Given(_) => panic!("expected the stored token"),
+            OperatorToken::Given(_) | OperatorToken::Disabled => panic!("expected the stored token"),
         }
     }
 
     #[test]
     fn the_first_start_generates_and_stores_a_token_and_later_ones_read_it() {
         let store = InMemoryAdminTokenStore::default();
-        let first = resolve_stored(&store, NOW).unwrap();
+        let first = resolve_stored_admin_token(&store, NOW).unwrap();
         let token = first.generated.as_ref().unwrap();
         assert_eq!(token.expose().len(), 64);
-        assert_eq!(stored_hash(&first), hash(token));
-        assert_eq!(store.admin_token().unwrap().unwrap().token_hash, hash(token), "only the hash is stored");
-        let again = resolve_stored(&store, NOW).unwrap();
+        assert_eq!(stored_hash(&first), token.hash());
+        assert_eq!(store.admin_token().unwrap().unwrap().token_hash, token.hash(), "only the hash is stored");
+        let again = resolve_stored_admin_token(&store, NOW).unwrap();
         assert!(again.generated.is_none(), "nothing to print on a later start");
-        assert_eq!(stored_hash(&again), hash(token));
+        assert_eq!(stored_hash(&again), token.hash());
     }
 
     /// A store where another instance stores its token between this one's read and its insert.
@@ -200,7 +212,7 @@ mod tests {
     fn a_start_that_loses_the_race_takes_the_winners_token_and_prints_nothing() {
         let rival = AdminTokenRecord { token_hash: TokenHash::of("the rival's"), set_at: NOW };
         let store = Rival { store: InMemoryAdminTokenStore::default(), rival };
-        let resolved = resolve_stored(&store, NOW).unwrap();
+        let resolved = resolve_stored_admin_token(&store, NOW).unwrap();
         assert!(resolved.generated.is_none());
         assert_eq!(stored_hash(&resolved), rival.token_hash);
     }
@@ -208,12 +220,12 @@ mod tests {
     #[tokio::test]
     async fn a_rotation_replaces_the_token_the_refresh_follows() {
         let store = Arc::new(InMemoryAdminTokenStore::default());
-        let resolved = resolve_stored(&*store, NOW).unwrap();
+        let resolved = resolve_stored_admin_token(&*store, NOW).unwrap();
         let old = resolved.generated.unwrap();
-        let operator = OperatorAuth::from_hash(hash(&old));
+        let operator = OperatorAuth::from_hash(old.hash());
         let refresh = StoredTokenRefresh { store: Arc::clone(&store) as Arc<dyn AdminTokenStore>, operator };
         assert!(!refresh.refresh().await.unwrap(), "nothing changed yet");
-        let new = rotate(&*store, NOW).unwrap();
+        let new = rotate_admin_token(&*store, NOW).unwrap();
         assert_ne!(new.expose(), old.expose());
         assert!(refresh.operator.accepts(old.expose()), "until the next read");
         assert!(refresh.refresh().await.unwrap());

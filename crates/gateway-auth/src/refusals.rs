@@ -4,11 +4,12 @@
 //! A made-up token costs the gateway a credential read (its id is not cached: issue 16 measured 280,000 made-up
 //! tokens in 12 s as 280,000 database reads). So every token an address presents that is refused (malformed,
 //! unknown, revoked, expired, a wrong secret) is counted against that address in whole seconds; past
-//! [`MAX_REFUSALS_PER_SECOND`] in one second, every agent token the address presents, valid ones included, gets 429
-//! `too_many_refusals` for the rest of that second, decided here before the cache or the store is asked.
+//! [`MAX_REFUSALS_PER_SECOND`] in one second, every agent token the address presents, valid ones included, is refused
+//! with [`crate::AuthError::TooManyRefusals`] (429 `too_many_refusals` over HTTP) for the rest of that second, decided
+//! here before the cache or the store is asked.
 //!
 //! Bounded memory whatever the number of addresses: an IPv6 client counts per /64 (one host holds a /64, so its
-//! addresses are one client), IPv4 (and IPv4-mapped IPv6) per address; at most [`MAX_TRACKED_ADDRESSES`] are held,
+//! addresses are one client), IPv4 (and IPv4-mapped IPv6) per address; at most [`MAX_REFUSAL_ADDRESSES`] are held,
 //! those of earlier seconds dropped first. Past that, in one second, the addresses not held share one count, so a
 //! flood from more addresses than that is still throttled (the addresses held keep their own).
 //!
@@ -23,13 +24,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gateway_core::sync::lock;
 use tokio::time::Instant;
 
-use crate::http::per_address::AddressKey;
+use crate::address::AddressKey;
 
 /// Refused tokens one client address may present in one second: once it has, every agent token it presents is
-/// refused with 429 for the rest of the second.
+/// refused ([`crate::AuthError::TooManyRefusals`]) for the rest of the second.
 pub const MAX_REFUSALS_PER_SECOND: u32 = 20;
 /// Client addresses (IPv6 /64s) whose refusals are counted at once.
-pub const MAX_TRACKED_ADDRESSES: usize = 65_536;
+pub const MAX_REFUSAL_ADDRESSES: usize = 65_536;
 
 /// Who refusals are counted against: a client as connections count them (an IPv4 address, an IPv6 /64), or every
 /// address not held when the map is full.
@@ -74,7 +75,7 @@ pub struct RefusalThrottle {
 
 impl Default for RefusalThrottle {
     fn default() -> Self {
-        Self::new(MAX_REFUSALS_PER_SECOND, MAX_TRACKED_ADDRESSES)
+        Self::new(MAX_REFUSALS_PER_SECOND, MAX_REFUSAL_ADDRESSES)
     }
 }
 
