@@ -9,15 +9,9 @@
 use std::fmt::Debug;
 use std::sync::Mutex;
 
-use serde::Serialize;
-
+pub use crate::store::FencingToken;
 use crate::store::StoreError;
 use crate::sync::lock;
-
-/// A leadership term. Every leader-only write carries it, and a store refuses writes of an older term than the
-/// newest it has seen.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct FencingToken(pub u64);
 
 /// "Am I leader, and with which token?" The timed loops (eviction, cron dispatch, webhook poll) only act
 /// while this answers `Some`.
