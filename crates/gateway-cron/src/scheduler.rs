@@ -8,12 +8,10 @@ use gateway_core::group_commit::GroupCommit;
 use gateway_core::stats::CronStats;
 use gateway_core::sync::lock;
 use gateway_core::{
-    AgentId, AgentStorage, BackgroundLoop, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership,
-    NewCronJob,
+    AgentId, AgentStorage, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership, NewCronJob,
 };
 use time::Duration;
 use tokio::sync::{Notify, watch};
-use tokio_util::sync::CancellationToken;
 
 use crate::window::Window;
 
@@ -127,8 +125,8 @@ pub struct CronPorts {
 
 /// Durable recurring and one-time jobs. Cloning is cheap and clones share everything.
 ///
-/// The job API ([`Self::schedule_once`], [`Self::add_recurring`], [`Self::remove`], [`Self::list`],
-/// [`Self::job`]) is async and runs its store work on tokio's blocking pool. [`Self::run`] is the loop that
+/// The job API ([`Self::schedule_once`], [`Self::add_recurring`], [`Self::remove`], [`Self::list`], [`Self::job`]) is
+/// async and runs its store work on tokio's blocking pool. [`run`](gateway_core::BackgroundLoop::run) is the loop that
 /// fires jobs; run it once (a second concurrent run would only compete for the same claims).
 #[derive(Debug, Clone)]
 pub struct CronScheduler {
@@ -225,7 +223,8 @@ impl CronScheduler {
         }
     }
 
-    /// The loop's readiness: running while [`Self::run`] runs, unhealthy while it cannot reach the store.
+    /// The loop's readiness: running while its loop ([`run`](gateway_core::BackgroundLoop::run)) runs, unhealthy while
+    /// it cannot reach the store.
     pub fn health(&self) -> ComponentHealth {
         self.inner.health.clone()
     }
@@ -242,16 +241,6 @@ impl CronScheduler {
     /// The id this scheduler's claims carry in the database.
     pub fn claimer_id(&self) -> &str {
         &self.inner.owner
-    }
-}
-
-impl BackgroundLoop for CronScheduler {
-    fn name(&self) -> &'static str {
-        "cron_scheduler"
-    }
-
-    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
-        CronScheduler::run(self, shutdown)
     }
 }
 

@@ -13,7 +13,7 @@
 //!   [`MAX_FAILED_RENEWALS`] failed renewals in a row, well before the TTL could let another instance in; on
 //!   stepping down it deletes the key if it still holds it (compare-and-delete).
 //! - [`Leadership::current`] is a read of local state, cheap enough for every loop cycle; the Redis work is done
-//!   by the adapter's own loop, [`RedisLeadership::run`].
+//!   by the adapter's own loop, its [`BackgroundLoop::run`].
 
 mod lease;
 #[cfg(test)]
@@ -220,10 +220,10 @@ pub struct ClusterStatus {
 
 /// The `Leadership` port over a Redis lease. Cheap to clone (an `Arc` inside); clones share the lease.
 ///
-/// Build it with [`RedisLeadership::new`], hand clones to the components as their `Arc<dyn Leadership>`, and run
-/// [`RedisLeadership::run`] (under `gateway_core::supervise_loop`) for as long as the process serves: until it
-/// runs, this instance is a follower. Cancelling its `shutdown` gives the lease back, so another instance takes
-/// over at once instead of after the TTL.
+/// Build it with [`RedisLeadership::new`], hand clones to the components as their `Arc<dyn Leadership>`, and run its
+/// loop, [`run`](gateway_core::BackgroundLoop::run) (under `gateway_core::supervise_loop`) for as long as the process
+/// serves: until it runs, this instance is a follower. Cancelling its `shutdown` gives the lease back, so another
+/// instance takes over at once instead of after the TTL.
 #[derive(Debug, Clone)]
 pub struct RedisLeadership {
     core: Arc<Core<RedisLease>>,
