@@ -5,7 +5,9 @@
 //! - `bridge_local`: a `RedisBridge` whose subscribers are on its own instance's bus: every event reaches them at
 //!   once and its copy coming back from Redis is skipped;
 //! - `bridge_remote`: the same bridge, its subscribers on a second instance sharing the Redis: every event crosses
-//!   Redis to reach them, once.
+//!   Redis to reach them, once;
+//! - `local_delivery`: a bridge's `local_delivery()`, which hands what the store vouches for to the instance's own
+//!   subscribers (it needs no Redis).
 //!
 //! The bridge's fixtures start a throwaway `redis-server` per test (skipped with one line where it is not installed;
 //! a failure under CI). What only the bridge does (signatures, reconnecting, catching up) is tested in
@@ -237,6 +239,54 @@ mod bridged {
             }
         }
     }
+}
+
+/// A bridge's local delivery, its subscribers on the bridge's bus. The bridge's loop does not run: local delivery
+/// never touches Redis.
+#[cfg(feature = "redis")]
+struct LocalDelivery(gateway_pubsub::bridge::LocalDelivery, Bus);
+
+#[cfg(feature = "redis")]
+impl LocalDelivery {
+    fn new() -> Box<Self> {
+        use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, ClusterKeys, RedisBridge};
+        let bus = Bus::new(CAPACITY);
+        let ports = BridgePorts {
+            bus: bus.clone(),
+            // Nothing listens there, and nothing connects: the loop that would is not run.
+            redis: redis::Client::open("redis://127.0.0.1:1/").unwrap(),
+            clock: std::sync::Arc::new(gateway_core::SystemClock),
+        };
+        let keys = ClusterKeys::new(b"the cluster secret of the conformance tests", None).unwrap();
+        let bridge = RedisBridge::new(ports, BridgeConfig::new("gw-a", keys)).unwrap();
+        Box::new(Self(bridge.local_delivery(), bus))
+    }
+}
+
+#[cfg(feature = "redis")]
+impl EventPublisherFixture for LocalDelivery {
+    type Subscriber = Listener;
+
+    fn publisher(&self) -> &dyn EventPublisher {
+        &self.0
+    }
+
+    fn subscribe(&self, topic: &Topic) -> Listener {
+        Listener(self.1.subscribe(topic))
+    }
+
+    fn capacity(&self) -> Option<usize> {
+        Some(CAPACITY)
+    }
+
+    async fn settle(&self) {}
+}
+
+#[cfg(feature = "redis")]
+mod local_delivery {
+    use super::*;
+
+    gateway_core::event_publisher_conformance!(Some(LocalDelivery::new()));
 }
 
 #[cfg(feature = "redis")]
