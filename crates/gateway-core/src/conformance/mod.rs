@@ -28,7 +28,8 @@
 //!
 //! The argument is an expression evaluated once per test for a fresh store: an `Option<F>` where `F` dereferences
 //! to the store (a `Box`, or a fixture that also holds the store's temporary directory). `None` skips the test, for
-//! a backend that is not available where the tests run.
+//! a backend that is not available where the tests run. The coordination suites' macros take the same, `F`
+//! dereferencing to the suite's fixture; for the async suites it is evaluated on the rule's runtime ([`block_on`]).
 
 pub mod admin_token;
 pub mod credential;
@@ -313,7 +314,8 @@ macro_rules! __async_fixture_conformance_tests {
 
 /// Every rule of [`conformance::leadership`](crate::conformance::leadership) as a `#[test]`, in a module
 /// `leadership`, each on a runtime of its own. `$fixture`: an `Option<F>` where `F` dereferences to a fresh
-/// [`LeadershipFixture`](crate::conformance::leadership::LeadershipFixture), evaluated on that runtime.
+/// [`LeadershipFixture`](crate::conformance::leadership::LeadershipFixture), evaluated on that runtime (so it may
+/// spawn tasks and `.await`).
 #[macro_export]
 macro_rules! leadership_conformance {
     ($fixture:expr) => {
@@ -362,7 +364,8 @@ macro_rules! dispatch_rate_conformance {
 
 /// Every rule of [`conformance::event`](crate::conformance::event) as a `#[test]`, in a module `event_publisher`,
 /// each on a runtime of its own. `$fixture`: an `Option<F>` where `F` dereferences to a fresh
-/// [`EventPublisherFixture`](crate::conformance::event::EventPublisherFixture), evaluated on that runtime.
+/// [`EventPublisherFixture`](crate::conformance::event::EventPublisherFixture), evaluated on that runtime (so it
+/// may spawn tasks and `.await`).
 #[macro_export]
 macro_rules! event_publisher_conformance {
     ($fixture:expr) => {
