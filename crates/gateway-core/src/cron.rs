@@ -272,7 +272,7 @@ impl InMemoryCronJobStore {
         self.failure.check()?;
         let state = lock(&self.state);
         let payload = |payload: &Map<String, Value>| {
-            crate::storage::row_charge(serde_json::to_string(payload).map_or(0, |json| json.len()))
+            crate::store::row_charge(serde_json::to_string(payload).map_or(0, |json| json.len()))
         };
         let pending: u64 = state
             .rows

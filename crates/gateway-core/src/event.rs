@@ -249,10 +249,54 @@ impl EventPublisher for RecordingPublisher {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
     use serde_json::json;
     use time::macros::datetime;
 
     use super::*;
+    use crate::conformance::event::{EventPublisherFixture, EventSubscriber, Heard};
+
+    /// The recorder: a subscriber reads what was recorded on its topic since it subscribed, and misses nothing.
+    #[derive(Debug, Default)]
+    struct Recorder(Arc<RecordingPublisher>);
+
+    #[derive(Debug)]
+    struct Reader {
+        recorder: Arc<RecordingPublisher>,
+        topic: Topic,
+        read: usize,
+    }
+
+    impl EventPublisherFixture for Recorder {
+        type Subscriber = Reader;
+
+        fn publisher(&self) -> &dyn EventPublisher {
+            &*self.0
+        }
+
+        fn subscribe(&self, topic: &Topic) -> Reader {
+            let read = self.0.on_topic(topic).len();
+            Reader { recorder: Arc::clone(&self.0), topic: topic.clone(), read }
+        }
+
+        fn capacity(&self) -> Option<usize> {
+            None
+        }
+
+        async fn settle(&self) {}
+    }
+
+    impl EventSubscriber for Reader {
+        async fn next(&mut self, _patience: Duration) -> Option<Heard> {
+            let event = self.recorder.on_topic(&self.topic).into_iter().nth(self.read)?;
+            self.read += 1;
+            Some(Heard::event(&event))
+        }
+    }
+
+    crate::event_publisher_conformance!(Some(Box::<Recorder>::default()));
 
     #[test]
     fn event_ids_are_unique_32_hex_digits() {

@@ -9,15 +9,9 @@
 use std::fmt::Debug;
 use std::sync::Mutex;
 
-use serde::Serialize;
-
+pub use crate::store::FencingToken;
 use crate::store::StoreError;
 use crate::sync::lock;
-
-/// A leadership term. Every leader-only write carries it, and a store refuses writes of an older term than the
-/// newest it has seen.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct FencingToken(pub u64);
 
 /// "Am I leader, and with which token?" The timed loops (eviction, cron dispatch, webhook poll) only act
 /// while this answers `Some`.
@@ -48,26 +42,46 @@ impl Leadership for SingleProcessLeadership {
     }
 }
 
-/// Leadership that can be given and taken away, with a fixed token: the fake for tests of leader-only work.
-/// Starts as a follower.
-#[derive(Debug, Default)]
+/// Leadership that can be given and taken away: the fake for tests of leader-only work. Starts as a follower, and
+/// leads under token 1 until a store fences it; then, like a lease-based adapter, it follows until it is given
+/// leadership again, under the next token.
+#[derive(Debug)]
 pub struct SwitchableLeadership {
-    leading: std::sync::atomic::AtomicBool,
+    /// Whether it leads, and the token it leads (or will next lead) under.
+    term: Mutex<(bool, FencingToken)>,
+}
+
+impl Default for SwitchableLeadership {
+    fn default() -> Self {
+        Self { term: Mutex::new((false, FencingToken(1))) }
+    }
 }
 
 impl SwitchableLeadership {
     pub fn leading() -> Self {
-        Self { leading: std::sync::atomic::AtomicBool::new(true) }
+        let leadership = Self::default();
+        leadership.set_leading(true);
+        leadership
     }
 
     pub fn set_leading(&self, leading: bool) {
-        self.leading.store(leading, std::sync::atomic::Ordering::SeqCst);
+        lock(&self.term).0 = leading;
     }
 }
 
 impl Leadership for SwitchableLeadership {
     fn current(&self) -> Option<FencingToken> {
-        self.leading.load(std::sync::atomic::Ordering::SeqCst).then_some(FencingToken(1))
+        let (leading, token) = *lock(&self.term);
+        leading.then_some(token)
+    }
+
+    /// Steps down if `token` is the term it leads under; the next term it is given is a newer one. A report about
+    /// another term changes nothing.
+    fn fenced(&self, token: FencingToken) {
+        let mut term = lock(&self.term);
+        if *term == (true, token) {
+            *term = (false, FencingToken(token.0 + 1));
+        }
     }
 }
 
@@ -102,7 +116,87 @@ impl FencingEpoch for EpochGate {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::conformance::leadership::LeadershipFixture;
+
+    /// A single process: it leads from the start, and nothing deposes it.
+    #[derive(Debug, Default)]
+    struct Alone(SingleProcessLeadership);
+
+    impl LeadershipFixture for Alone {
+        fn leadership(&self) -> &dyn Leadership {
+            &self.0
+        }
+
+        async fn lead(&self) -> FencingToken {
+            self.0.current().expect("a single process always leads")
+        }
+
+        fn deposable(&self) -> bool {
+            false
+        }
+
+        async fn depose(&self) {
+            unreachable!("the rules never depose a leadership that is not deposable");
+        }
+
+        fn a_while(&self) -> Duration {
+            Duration::ZERO
+        }
+    }
+
+    /// The switchable fake, switched on and off as its tests do.
+    #[derive(Debug, Default)]
+    struct Switched(SwitchableLeadership);
+
+    impl LeadershipFixture for Switched {
+        fn leadership(&self) -> &dyn Leadership {
+            &self.0
+        }
+
+        async fn lead(&self) -> FencingToken {
+            self.0.set_leading(true);
+            self.0.current().expect("leading once switched on")
+        }
+
+        async fn depose(&self) {
+            self.0.set_leading(false);
+        }
+
+        fn a_while(&self) -> Duration {
+            Duration::ZERO
+        }
+    }
+
+    mod single_process {
+        use super::*;
+
+        crate::leadership_conformance!(Some(Box::<Alone>::default()));
+    }
+
+    mod switchable {
+        use super::*;
+
+        crate::leadership_conformance!(Some(Box::<Switched>::default()));
+    }
+
+    #[test]
+    fn a_switchable_leadership_leads_under_one_token_until_fenced_then_under_the_next() {
+        let leadership = SwitchableLeadership::default();
+        assert_eq!(leadership.current(), None, "a follower at first");
+        leadership.set_leading(true);
+        assert_eq!(leadership.current(), Some(FencingToken(1)));
+        leadership.set_leading(false);
+        leadership.set_leading(true);
+        assert_eq!(leadership.current(), Some(FencingToken(1)), "switching alone keeps the token");
+        leadership.fenced(FencingToken(1));
+        assert_eq!(leadership.current(), None, "a fenced term ends at once");
+        leadership.set_leading(true);
+        assert_eq!(leadership.current(), Some(FencingToken(2)), "the next term is newer");
+        assert_eq!(SwitchableLeadership::leading().current(), Some(FencingToken(1)));
+    }
 
     #[test]
     fn older_tokens_are_refused_newer_ones_raise_the_epoch() {

@@ -25,9 +25,10 @@
 //! [`intake`] holds the DecisionLog intake, [`DecisionLogIntake`], which reaches the scheduler through its
 //! [`ReminderDesk`] trait.
 //!
-//! What the store ports share ([`StoreError`], [`StoreHealth`]) is in [`store`]; what the fakes share ([`sync::lock`],
-//! [`sync::FailureSwitch`]) in [`sync`]. With the `conformance` feature, `conformance` holds the rules every
-//! implementation of a store port must keep, one suite per port, for adapters' tests.
+//! What the store ports share ([`StoreError`], [`StoreHealth`], [`FencingToken`]) is in [`store`]; what the fakes share
+//! ([`sync::lock`], [`sync::FailureSwitch`]) in [`sync`]. With the `conformance` feature, `conformance` holds the rules
+//! every implementation of a port must keep, one suite per store port and per coordination port ([`Leadership`],
+//! [`RateLimiter`], [`DispatchRate`], [`EventPublisher`]), for adapters' tests.
 //!
 //! Component crates (heartbeat, cron, webhooks, pubsub) and the storage crate depend on this crate and on
 //! nothing else of the workspace.

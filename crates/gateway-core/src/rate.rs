@@ -96,6 +96,24 @@ impl DispatchRate for SlidingWindowRate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conformance::rate::DispatchRateFixture;
+    use crate::conformance::timeline::{ManualTimeline, Timeline};
+
+    /// The in-process log on a manual timeline: the rules land on every window's end exactly.
+    #[derive(Debug, Default)]
+    struct InProcess(ManualTimeline);
+
+    impl DispatchRateFixture for InProcess {
+        fn rate(&self, limit: usize, window: Duration) -> Box<dyn DispatchRate> {
+            Box::new(SlidingWindowRate::new(limit, window))
+        }
+
+        fn timeline(&self) -> &dyn Timeline {
+            &self.0
+        }
+    }
+
+    crate::dispatch_rate_conformance!(Some(Box::<InProcess>::default()));
 
     fn ms(millis: u64) -> Duration {
         Duration::from_millis(millis)

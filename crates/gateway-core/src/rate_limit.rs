@@ -135,6 +135,24 @@ impl RateLimiter for FixedWindowLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conformance::rate_limit::RateLimiterFixture;
+    use crate::conformance::timeline::{ManualTimeline, Timeline};
+
+    /// The in-process limiter on a manual timeline: the rules land on every window's end exactly.
+    #[derive(Debug, Default)]
+    struct InProcess(ManualTimeline);
+
+    impl RateLimiterFixture for InProcess {
+        fn limiter(&self, limit: u32, window: Duration) -> Box<dyn RateLimiter> {
+            Box::new(FixedWindowLimiter::new(limit, window, MAX_LIMITED_AGENTS))
+        }
+
+        fn timeline(&self) -> &dyn Timeline {
+            &self.0
+        }
+    }
+
+    crate::rate_limiter_conformance!(Some(Box::<InProcess>::default()));
 
     fn agent(name: &str) -> AgentId {
         AgentId::new(name).unwrap()

@@ -19,13 +19,9 @@ use std::sync::Arc;
 use crate::cron::InMemoryCronJobStore;
 use crate::ids::AgentId;
 use crate::store::StoreError;
+// Defined beside the store ports' error, since the in-memory stores charge their rows with them too.
+pub use crate::store::{STORED_ROW_CHARGE_BYTES, row_charge};
 use crate::tool_call::InMemoryToolCallStore;
-
-/// What each stored row of an agent is charged beyond the bytes of its JSON: its key, instants and index entries
-/// take disk too (about 200 to 300 bytes a row), so rows with tiny payloads are not free. Below a row's real cost so
-/// that the default quota still holds a month of a reminder a minute; enough that a flood of empty payloads is
-/// bounded by the quota as well as by the rate limit.
-pub const STORED_ROW_CHARGE_BYTES: u64 = 128;
 
 /// The stored bytes of one agent's rows.
 pub trait AgentStorage: Send + Sync + std::fmt::Debug {
@@ -46,11 +42,6 @@ impl AgentStorage for InMemoryAgentStorage {
     fn agent_storage_bytes(&self, agent_id: &AgentId) -> Result<u64, StoreError> {
         Ok(self.jobs.charged_bytes(agent_id)?.saturating_add(self.calls.charged_bytes(agent_id)?))
     }
-}
-
-/// The charge of a row whose JSON is `json_bytes` long.
-pub fn row_charge(json_bytes: usize) -> u64 {
-    u64::try_from(json_bytes).unwrap_or(u64::MAX).saturating_add(STORED_ROW_CHARGE_BYTES)
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
-//! What every store port shares: the error they report, [`StoreError`], and the readiness probe, [`StoreHealth`].
+//! What every store port shares: the error they report, [`StoreError`], the readiness probe, [`StoreHealth`], the
+//! leadership term their leader-only writes carry, [`FencingToken`], and what a stored row of an agent is charged
+//! ([`row_charge`], for the storage quota of [`crate::storage`]).
 //!
 //! The store ports themselves live each beside its in-memory implementation: [`crate::heartbeat`],
 //! [`crate::cron`], [`crate::webhook`], [`crate::liveness`]. Synchronous because Diesel is; async callers go
@@ -6,7 +8,13 @@
 
 use std::fmt::Debug;
 
-use crate::leadership::FencingToken;
+use serde::Serialize;
+
+/// A leadership term. Every leader-only write carries it, and a store refuses writes of an older term than the
+/// newest it has seen ([`StoreError::Fenced`]). [`crate::leadership`], whose port hands terms out, re-exports it; it
+/// is defined here because the store ports and their error take it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct FencingToken(pub u64);
 
 /// A storage failure, as every store port reports it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +50,17 @@ impl From<crate::blocking::BlockingTaskFailed> for StoreError {
     fn from(error: crate::blocking::BlockingTaskFailed) -> Self {
         Self::Unavailable(error.to_string())
     }
+}
+
+/// What each stored row of an agent is charged beyond the bytes of its JSON: its key, instants and index entries
+/// take disk too (about 200 to 300 bytes a row), so rows with tiny payloads are not free. Below a row's real cost so
+/// that the default quota still holds a month of a reminder a minute; enough that a flood of empty payloads is
+/// bounded by the quota as well as by the rate limit.
+pub const STORED_ROW_CHARGE_BYTES: u64 = 128;
+
+/// The charge of a row whose JSON is `json_bytes` long: what the stores' [`crate::AgentStorage`] sums.
+pub fn row_charge(json_bytes: usize) -> u64 {
+    u64::try_from(json_bytes).unwrap_or(u64::MAX).saturating_add(STORED_ROW_CHARGE_BYTES)
 }
 
 /// Readiness probe of a store.

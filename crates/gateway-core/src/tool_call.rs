@@ -108,7 +108,7 @@ impl InMemoryToolCallStore {
         Ok(lock(&self.rows)
             .values()
             .filter(|row| &row.agent_id == agent_id)
-            .map(|row| crate::storage::row_charge(row.result.to_string().len()))
+            .map(|row| crate::store::row_charge(row.result.to_string().len()))
             .sum())
     }
 }

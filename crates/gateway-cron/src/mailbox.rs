@@ -89,8 +89,9 @@ impl Default for MailboxConfig {
     }
 }
 
-/// The mailbox component. Cheap to clone; clones share everything. Run [`Self::run`] once per process: it writes
-/// the receipts and, while this instance leads, prunes.
+/// The mailbox component. Cheap to clone; clones share everything. Run its loop
+/// ([`run`](gateway_core::BackgroundLoop::run)) once per process: it writes the receipts and, while this instance
+/// leads, prunes.
 #[derive(Debug, Clone)]
 pub struct Mailbox {
     inner: Arc<Inner>,
@@ -326,11 +327,6 @@ impl Mailbox {
         let _ = settled.wait_for(|written| *written >= target).await;
     }
 
-    /// Writes receipts until `shutdown` (then the ones still queued), and prunes on the leader.
-    pub async fn run(&self, shutdown: CancellationToken) {
-        tokio::join!(self.write_receipts(&shutdown), self.prune(&shutdown));
-    }
-
     async fn position(&self, agent_id: &AgentId, fire_id: &str) -> Result<Option<i64>, CronError> {
         // A fire_id is `<job_id>:<RFC 3339>`: anything much longer names nothing, and need not reach the store.
         if fire_id.len() > 128 {
@@ -489,7 +485,8 @@ impl BackgroundLoop for Mailbox {
         "mailbox"
     }
 
-    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
-        Mailbox::run(self, shutdown)
+    /// Writes receipts until `shutdown` (then the ones still queued), and prunes on the leader.
+    async fn run(&self, shutdown: CancellationToken) {
+        tokio::join!(self.write_receipts(&shutdown), self.prune(&shutdown));
     }
 }

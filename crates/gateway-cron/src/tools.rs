@@ -15,7 +15,8 @@
 //! first attempt wrote, while it is pending, and answers with it (docs/scheduler.md says why this rather than one
 //! transaction).
 //!
-//! The records are pruned after the retention (`--retention-days`) by [`ReminderTools::run`], on the leader.
+//! The records are pruned after the retention (`--retention-days`) by the loop of [`ReminderTools`]
+//! ([`BackgroundLoop::run`]), on the leader.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -204,7 +205,8 @@ impl Default for ToolConfig {
     }
 }
 
-/// The reminder tools, and the loop that prunes their records. Cheap to clone; run [`Self::run`] once.
+/// The reminder tools, and the loop that prunes their records. Cheap to clone; run its loop
+/// ([`run`](gateway_core::BackgroundLoop::run)) once.
 #[derive(Debug, Clone)]
 pub struct ReminderTools {
     inner: Arc<Inner>,
@@ -364,10 +366,16 @@ impl ReminderTools {
         let calls = Arc::clone(&self.inner.ports.calls);
         pass.run(shutdown, move |cutoff, limit| calls.prune_tool_calls(cutoff, limit)).await
     }
+}
+
+impl BackgroundLoop for ReminderTools {
+    fn name(&self) -> &'static str {
+        "tool_call_retention"
+    }
 
     /// A pass every interval (the first at once), only while leader; failures back off (capped) and never stop
     /// the loop.
-    pub async fn run(&self, shutdown: CancellationToken) {
+    async fn run(&self, shutdown: CancellationToken) {
         let passes = LeaderLoop {
             pass: "pruning tool calls",
             interval: self.inner.config.prune_interval,
@@ -386,16 +394,6 @@ impl ReminderTools {
                 Ok::<_, StoreError>(())
             })
             .await;
-    }
-}
-
-impl BackgroundLoop for ReminderTools {
-    fn name(&self) -> &'static str {
-        "tool_call_retention"
-    }
-
-    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
-        ReminderTools::run(self, shutdown)
     }
 }
 

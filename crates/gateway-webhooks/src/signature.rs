@@ -5,6 +5,8 @@ use gateway_core::{WebhookConfig, WebhookSecret};
 use ring::hmac;
 use time::OffsetDateTime;
 
+// Defined beside the crate's error, which carries it; `standard` reports it too.
+pub use crate::error::SignatureError;
 use crate::standard::{self, StandardHeaders};
 
 /// The header carrying the signature (lowercase, as the `http` crate spells header names).
@@ -15,25 +17,6 @@ pub const DELIVERY_HEADER: &str = "x-observatory-delivery";
 pub const SIGNATURE_PREFIX: &str = "sha256=";
 
 const DIGEST_BYTES: usize = 32;
-
-/// Why a signature header was refused. Kept apart from the response (always `signature_mismatch`) so logs can
-/// say which, without ever showing the header's value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SignatureError {
-    #[error("signature header missing")]
-    Missing,
-    #[error("signature header is not sha256=<64 hex digits>")]
-    Malformed,
-    #[error("signature does not match the body")]
-    Mismatch,
-    /// A Standard Webhooks signature whose timestamp is too far from now (a replay, or a wrong clock).
-    #[error("signature timestamp is outside the tolerance")]
-    Stale,
-    /// The config requires a Standard Webhooks signature (with its timestamp) and the request carries none: the
-    /// `X-Observatory-Signature` scheme alone is refused there, whether it would verify or not.
-    #[error("this webhook requires a Standard Webhooks signature with a timestamp")]
-    TimestampRequired,
-}
 
 /// `sha256=<lowercase hex>` of `body` under `secret`.
 pub fn sign(secret: &WebhookSecret, body: &[u8]) -> String {

@@ -554,7 +554,7 @@ mod tests {
 
     use std::net::Ipv4Addr;
 
-    use gateway_core::{Event, EventPayload, EventPublisher};
+    use gateway_core::{BackgroundLoop, Event, EventPayload, EventPublisher};
     use gateway_pubsub::Bus;
     use http_body_util::BodyExt;
     use time::macros::datetime;
