@@ -6,7 +6,7 @@ use std::sync::Arc;
 use gateway_auth::{Auth, AuthPorts, OperatorToken};
 use gateway_core::{
     CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EventPublisher, HeartbeatStore, InMemoryCapabilityMap,
-    InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter, SingleProcessLeadership, SlidingWindowRate,
+    InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter, SlidingWindowRate, SoleLeadership,
     SystemClock, supervise_loop,
 };
 use gateway_cron::{
@@ -19,7 +19,7 @@ use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
 use gateway_redis::{
     LeadershipConfig, LeadershipPorts, LimiterConfig, RateConfig, RedisDispatchRate, RedisLeadership, RedisRateLimiter,
 };
-use gateway_store::{DieselStore, PeriodicThread, SharedLiveness};
+use gateway_store::{DieselStore, OpenError, PeriodicThread, SharedLiveness};
 use gateway_webhooks::{DeliveryRetention, RetentionPorts, RouterPorts, UreqTransport, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -274,8 +274,12 @@ impl Coordination {
         let heartbeat = config.heartbeat();
         let instance_id = config.instance_id();
         let Some(redis_url) = &config.redis_url else {
+            // Newer than the store's epoch: a database a cluster ran on has one above 1, under which token 1's
+            // leader-only writes would all be refused as fenced.
+            let leadership = SoleLeadership::newer_than(store)
+                .map_err(|error| StartError::Store(OpenError::Connect(format!("read the fencing epoch: {error}"))))?;
             return Ok(Self {
-                leadership: Arc::new(SingleProcessLeadership),
+                leadership: Arc::new(leadership),
                 publisher: Arc::new(bus.clone()),
                 rate: Arc::new(SlidingWindowRate::per_second(config.webhook_max_per_second())),
                 limiter: None,

@@ -32,13 +32,37 @@ pub trait FencingEpoch: Send + Sync + Debug {
     fn newest_token(&self) -> Result<FencingToken, StoreError>;
 }
 
-/// The single-process deployment: always leader, with a fixed token.
+/// The single-process deployment on a store that has only ever had one process: always leader, with token 1.
+/// (A store that a cluster used before has a newer epoch, which would refuse every write of token 1: use
+/// [`SoleLeadership`] there.)
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SingleProcessLeadership;
 
 impl Leadership for SingleProcessLeadership {
     fn current(&self) -> Option<FencingToken> {
         Some(FencingToken(1))
+    }
+}
+
+/// The single-process deployment on any store: always leader, under a token newer than any the store had accepted
+/// when the process started. A gateway started alone on a database that a cluster ran on (its epoch above 1) would
+/// otherwise have every leader-only write refused as fenced: no reminder fired, no agent evicted, no retry sent.
+#[derive(Debug, Clone, Copy)]
+pub struct SoleLeadership {
+    token: FencingToken,
+}
+
+impl SoleLeadership {
+    /// Leads under the token after the store's newest.
+    pub fn newer_than(epoch: &dyn FencingEpoch) -> Result<Self, StoreError> {
+        let FencingToken(newest) = epoch.newest_token()?;
+        Ok(Self { token: FencingToken(newest.saturating_add(1).max(1)) })
+    }
+}
+
+impl Leadership for SoleLeadership {
+    fn current(&self) -> Option<FencingToken> {
+        Some(self.token)
     }
 }
 
@@ -210,6 +234,20 @@ mod tests {
         assert_eq!(gate.admit(FencingToken(5)), Ok(()));
         assert_eq!(gate.newest_token(), Ok(FencingToken(5)));
         assert!(gate.admit(FencingToken(3)).unwrap_err().is_fenced());
+    }
+
+    /// On a store a cluster used (its epoch at 7), a process alone leads under 8: its writes pass the store's
+    /// fencing, where token 1 would have every one refused.
+    #[test]
+    fn a_sole_process_leads_under_a_token_newer_than_the_stores() {
+        let gate = EpochGate::default();
+        gate.admit(FencingToken(7)).unwrap();
+        assert!(gate.admit(SingleProcessLeadership.current().unwrap()).unwrap_err().is_fenced(), "token 1 is refused");
+        let sole = SoleLeadership::newer_than(&gate).unwrap();
+        assert_eq!(sole.current(), Some(FencingToken(8)));
+        assert_eq!(gate.admit(sole.current().unwrap()), Ok(()));
+        let fresh = SoleLeadership::newer_than(&EpochGate::default()).unwrap();
+        assert_eq!(fresh.current(), Some(FencingToken(1)), "a fresh store's epoch is 0: token 1, as before");
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! | [`credential`] | [`AgentCredentialStore`] | [`InMemoryAgentCredentialStore`] |
 //! | [`admin_token`] | [`AdminTokenStore`] | [`InMemoryAdminTokenStore`] |
 //! | [`clock`] | [`Clock`] | [`ManualClock`] (and [`SystemClock`]) |
-//! | [`leadership`] | [`Leadership`], [`FencingEpoch`] | [`SingleProcessLeadership`], [`SwitchableLeadership`], [`EpochGate`] |
+//! | [`leadership`] | [`Leadership`], [`FencingEpoch`] | [`SingleProcessLeadership`], [`SoleLeadership`], [`SwitchableLeadership`], [`EpochGate`] |
 //!
 //! [`intake`] holds the DecisionLog intake, [`DecisionLogIntake`], which reaches the scheduler through its
 //! [`ReminderDesk`] trait.
@@ -91,7 +91,7 @@ pub use intake::{
 };
 pub use interceptor::{AcceptedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor};
 pub use leadership::{
-    EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership, SwitchableLeadership,
+    EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership, SoleLeadership, SwitchableLeadership,
 };
 pub use liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
 pub use mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, Receipt};
