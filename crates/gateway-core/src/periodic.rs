@@ -99,7 +99,13 @@ impl LeaderLoop<'_> {
                 () = shutdown.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            let Some(token) = self.leadership.current() else { continue };
+            // A follower runs no pass, so nothing of this loop is failing: a problem reported while it led (or by
+            // the component's other work, such as recording an attempt during an outage) must not keep the
+            // instance unready once it follows (`/readyz` checks the store itself).
+            let Some(token) = self.leadership.current() else {
+                self.health.recovered();
+                continue;
+            };
             match pass(token).await {
                 Ok(()) => {
                     failures = 0;
@@ -136,6 +142,33 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::*;
+
+    /// A pass that failed while leading leaves the loop degraded; once the instance follows, its next tick reports
+    /// it healthy (it used to stay degraded, and the instance unready, until it led and passed again).
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_that_failed_while_leading_is_healthy_again_once_it_follows() {
+        let health = ComponentHealth::new("test");
+        let leadership = crate::SwitchableLeadership::leading();
+        let shutdown = CancellationToken::new();
+        let runner = LeaderLoop {
+            pass: "test pass",
+            interval: Duration::from_secs(10),
+            first_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            health: &health,
+            leadership: &leadership,
+        };
+        let driver = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(!health.report().healthy, "the first pass failed");
+            leadership.set_leading(false);
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            assert!(health.report().healthy, "{:?}", health.report());
+            shutdown.cancel();
+        };
+        let work = runner.run(&shutdown, |_| async { Err::<(), _>(StoreError::Unavailable("store down".into())) });
+        tokio::join!(work, driver);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn passes_run_at_once_then_every_interval_only_while_leader_and_failures_back_off() {
