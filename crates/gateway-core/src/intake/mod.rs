@@ -1,7 +1,7 @@
 //! The DecisionLog intake: what the gateway does with the body of `POST /gateway/messages`, whoever serves it
 //! (the HTTP binary, an embedder).
 //!
-//! The body goes through the [`SchemaInterceptor`] ([`interceptor`]), which validates it into a typed
+//! The body goes through the [`SchemaInterceptor`](interceptor::SchemaInterceptor), which validates it into a typed
 //! [`DecisionLog`](decision_log::DecisionLog) ([`decision_log`]; valid bodies are read straight into typed fields by
 //! [`direct_json`], several times cheaper than through a JSON value). A valid log has its identity noted in the
 //! capability map, its `schedule_reminder` call (if any) handed to the [`ReminderDesk`] and awaited, and only then
