@@ -220,7 +220,7 @@ pub struct Config {
 
     /// Messages and tool calls per agent per one-minute window; 0 turns the limit off.
     #[arg(long, env = "GATEWAY_AGENT_RATE_LIMIT_PER_MINUTE", value_name = "N",
-          default_value_t = gateway_core::rate_limit::AGENT_RATE_LIMIT_PER_MINUTE,
+          default_value_t = gateway_core::ports::rate_limit::AGENT_RATE_LIMIT_PER_MINUTE,
           value_parser = up_to_u32(MAX_AGENT_RATE_LIMIT_PER_MINUTE))]
     pub agent_rate_limit_per_minute: u32,
 
@@ -707,7 +707,7 @@ impl InstanceId {
         if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
             bytes.copy_from_slice(&std::process::id().to_be_bytes().repeat(2)[..6]);
         }
-        Self(format!("gw-{}", gateway_core::hex::encode(&bytes)))
+        Self(format!("gw-{}", gateway_core::encoding::hex::encode(&bytes)))
     }
 }
 

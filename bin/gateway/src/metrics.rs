@@ -1,15 +1,15 @@
 //! `GET /metrics`: the gateway's series in the Prometheus text format (docs/operations.md, "Metrics").
 //!
-//! Nothing here is a metric object that the hot paths update through a registry: the components count in plain
-//! atomics of their own (`gateway_core::stats`), the router counts requests in a fixed table of histograms indexed
-//! by route and status, and a scrape reads all of it through one [`Collector`] that prometheus-client encodes.
-//! Gauges that need the database (pending jobs, dead letters, due backlog) are counted at scrape time, at most
-//! once per [`STORE_GAUGES_MAX_AGE`], however many scrapes come.
+//! Nothing here is a metric object that the hot paths update through a registry: the components count in plain atomics
+//! of their own (`gateway_core::runtime::stats`), the router counts requests in a fixed table of histograms indexed by
+//! route and status, and a scrape reads all of it through one [`Collector`] that prometheus-client encodes. Gauges that
+//! need the database (pending jobs, dead letters, due backlog) are counted at scrape time, at most once per
+//! [`STORE_GAUGES_MAX_AGE`], however many scrapes come.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway_core::stats::{Counter, DurationHistogram, HistogramSnapshot};
+use gateway_core::runtime::stats::{Counter, DurationHistogram, HistogramSnapshot};
 use gateway_core::{CronJobStore, DeliveryStatus, StoreError, WebhookStore, run_blocking};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};

@@ -77,7 +77,7 @@ pub fn generate_admin_token() -> Result<AdminToken, AuthError> {
     use ring::rand::SecureRandom;
     let mut bytes = [0u8; 32];
     ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| AuthError::NoRandomness)?;
-    Ok(AdminToken::new(gateway_core::hex::encode(&bytes)))
+    Ok(AdminToken::new(gateway_core::encoding::hex::encode(&bytes)))
 }
 
 /// The stored token, or a new one stored now (blocking: call it on the blocking pool).

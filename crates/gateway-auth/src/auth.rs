@@ -5,8 +5,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::credential::MAX_TOKEN_LIFETIME_S;
-use gateway_core::rate_limit::AGENT_RATE_LIMIT_PER_MINUTE;
+use gateway_core::ports::credential::MAX_TOKEN_LIFETIME_S;
+use gateway_core::ports::rate_limit::AGENT_RATE_LIMIT_PER_MINUTE;
 use gateway_core::{
     AdminTokenStore, AgentCredentialStore, AgentId, BackgroundLoop, Clock, ComponentHealth, CredentialId,
     CredentialRecord, Event, EventPayload, EventPublisher, FixedWindowLimiter, IssuedToken, RateLimiter, StoreError,

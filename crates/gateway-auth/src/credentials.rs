@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use gateway_core::stats::Counter;
-use gateway_core::sync::lock;
+use gateway_core::runtime::stats::Counter;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{
     AgentCredentialStore, AgentId, Clock, CompactAgentId, CredentialId, CredentialKey, PresentedToken, StoreError,
     TokenHash, run_blocking,

@@ -36,10 +36,10 @@ pub enum AuthError {
     #[error("the agent has no such credential")]
     UnknownCredential,
     /// A credential's lifetime must be a whole number of seconds from 1 to
-    /// [`gateway_core::credential::MAX_TOKEN_LIFETIME_S`] (ten years).
+    /// [`gateway_core::ports::credential::MAX_TOKEN_LIFETIME_S`] (ten years).
     #[error(
         "expires_in_s: must be an integer from 1 to {max} (ten years)",
-        max = gateway_core::credential::MAX_TOKEN_LIFETIME_S
+        max = gateway_core::ports::credential::MAX_TOKEN_LIFETIME_S
     )]
     InvalidLifetime,
     /// The operating system gave no randomness to make a token from.

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use gateway_core::TokenHash;
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 
 use crate::AuthError;
 use crate::admin_token::OperatorToken;

@@ -21,7 +21,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use tokio::time::Instant;
 
 use crate::address::AddressKey;

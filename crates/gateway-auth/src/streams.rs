@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use gateway_core::AgentId;
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{
     BackgroundLoop, ClaimLease, CronJob, FencingToken, FireCompletion, FireKey, FiredReminder, PendingFire, StoreError,
     Topic, run_blocking,

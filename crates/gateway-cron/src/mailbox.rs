@@ -309,7 +309,7 @@ impl Mailbox {
             }
             Err(_) => {
                 let dropped = inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                let mut last = gateway_core::sync::lock(&inner.last_drop_warning);
+                let mut last = gateway_core::runtime::sync::lock(&inner.last_drop_warning);
                 let now = Instant::now();
                 if last.is_none_or(|at| now.duration_since(at) >= DROP_WARNING_INTERVAL) {
                     *last = Some(now);
@@ -457,7 +457,7 @@ impl Mailbox {
             pass: "pruning the reminder mailbox",
             interval: config.prune_interval,
             first_backoff: config.prune_pause,
-            max_backoff: gateway_core::periodic::MAX_PRUNE_BACKOFF,
+            max_backoff: gateway_core::runtime::periodic::MAX_PRUNE_BACKOFF,
             health: &self.inner.retention_health,
             leadership: self.inner.ports.leadership.as_ref(),
         };

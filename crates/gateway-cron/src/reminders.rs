@@ -11,13 +11,13 @@
 //! an agent whose reminders reach different instances at the same moment at the limit may end up over it by up to
 //! one per instance. docs/scheduler.md.
 //!
-//! The agent's storage quota (`agent_storage_quota_bytes`, [`gateway_core::storage`]) is decided in the same turn:
-//! the reminder is charged when it is accepted (its payload, as the pending row and later as the mailbox entry it
-//! becomes), so a reminder once accepted is never refused when it fires, however full the mailbox is by then. The
-//! same holds for it across instances as for the cap: over by at most one reminder per instance.
+//! The agent's storage quota (`agent_storage_quota_bytes`, [`gateway_core::ports::storage`]) is decided in the same
+//! turn: the reminder is charged when it is accepted (its payload, as the pending row and later as the mailbox entry it
+//! becomes), so a reminder once accepted is never refused when it fires, however full the mailbox is by then. The same
+//! holds for it across instances as for the cap: over by at most one reminder per instance.
 
 use gateway_core::intake::{BoxFuture, ReminderDesk, ReminderRefusal, ScheduledReminder};
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{AgentId, CronJob, ReminderRequest, StoreError};
 use serde_json::{Map, Value};
 use tracing::info;
@@ -71,7 +71,7 @@ impl CronScheduler {
             .await
         }
         .map_err(refusal)?;
-        let needed = gateway_core::storage::row_charge(payload_bytes).saturating_add(reserve);
+        let needed = gateway_core::ports::storage::row_charge(payload_bytes).saturating_add(reserve);
         let over_quota = stored.saturating_add(needed) > quota;
         if pending >= cap || over_quota {
             let held = match idempotency_key {

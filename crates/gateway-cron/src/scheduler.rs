@@ -4,9 +4,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gateway_core::group_commit::GroupCommit;
-use gateway_core::stats::CronStats;
-use gateway_core::sync::lock;
+use gateway_core::runtime::group_commit::GroupCommit;
+use gateway_core::runtime::stats::CronStats;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{
     AgentId, AgentStorage, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership, NewCronJob,
 };
@@ -72,8 +72,8 @@ pub struct CronConfig {
     pub reminder_payload_max_bytes: usize,
     /// Most pending one-time jobs an agent may have; further reminders it asks for are refused.
     pub max_pending_reminders_per_agent: usize,
-    /// Most bytes an agent's stored rows may take ([`gateway_core::storage`]); a reminder or a tool answer that would
-    /// take it past this is refused.
+    /// Most bytes an agent's stored rows may take ([`gateway_core::ports::storage`]); a reminder or a tool answer that
+    /// would take it past this is refused.
     pub agent_storage_quota_bytes: u64,
 }
 
@@ -261,7 +261,7 @@ fn claimer_id() -> String {
         let nanos = time::OffsetDateTime::now_utc().nanosecond();
         bytes[8..].copy_from_slice(&nanos.to_be_bytes());
     }
-    format!("cron-{}", gateway_core::hex::encode(&bytes))
+    format!("cron-{}", gateway_core::encoding::hex::encode(&bytes))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //!
 //! Scheduling and recording are two writes. A crash between them cannot schedule twice: the reminder's
 //! idempotency key is derived from `(agent_id, tool_call_id)`
-//! ([`gateway_core::interceptor::tool_reminder_idempotency_key`]), so the retry's scheduling finds the job the
+//! ([`gateway_core::intake::interceptor::tool_reminder_idempotency_key`]), so the retry's scheduling finds the job the
 //! first attempt wrote, while it is pending, and answers with it (docs/scheduler.md says why this rather than one
 //! transaction).
 //!
@@ -22,11 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::intake::ReminderRefusal;
-use gateway_core::interceptor::tool_reminder_idempotency_key;
-use gateway_core::tool_call::params_hash;
+use gateway_core::intake::interceptor::tool_reminder_idempotency_key;
+use gateway_core::ports::tool_call::params_hash;
 use gateway_core::{
     AgentId, BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, PruningPass, ReminderRequest, StoreError,
-    ToolCallId, ToolCallRecord, ToolCallStore, rfc3339, run_blocking,
+    ToolCallId, ToolCallRecord, ToolCallStore, encoding::rfc3339, run_blocking,
 };
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -380,7 +380,7 @@ impl BackgroundLoop for ReminderTools {
             pass: "pruning tool calls",
             interval: self.inner.config.prune_interval,
             first_backoff: self.inner.config.prune_pause,
-            max_backoff: gateway_core::periodic::MAX_PRUNE_BACKOFF,
+            max_backoff: gateway_core::runtime::periodic::MAX_PRUNE_BACKOFF,
             health: &self.inner.health,
             leadership: self.inner.ports.leadership.as_ref(),
         };

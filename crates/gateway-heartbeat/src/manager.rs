@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::group_commit::GroupCommit;
-use gateway_core::stats::HeartbeatStats;
+use gateway_core::runtime::group_commit::GroupCommit;
+use gateway_core::runtime::stats::HeartbeatStats;
 use gateway_core::{
     AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, CapabilityNotes, Clock, ClusterId, ComponentHealth, Event,
     EventPayload, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, LeaderLoop, Leadership, LivenessMap,
@@ -83,7 +83,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     leadership: Arc<dyn Leadership>,
     health: ComponentHealth,
-    /// Concurrent heartbeats share one store commit (see `gateway_core::group_commit`); it owns the store.
+    /// Concurrent heartbeats share one store commit (see `gateway_core::runtime::group_commit`); it owns the store.
     upserts: Arc<GroupCommit<HeartbeatRecord, ()>>,
     stats: HeartbeatStats,
 }

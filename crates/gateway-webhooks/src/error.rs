@@ -33,8 +33,8 @@ pub enum WebhookError {
     Store(#[from] StoreError),
 }
 
-impl From<gateway_core::blocking::BlockingTaskFailed> for WebhookError {
-    fn from(error: gateway_core::blocking::BlockingTaskFailed) -> Self {
+impl From<gateway_core::runtime::blocking::BlockingTaskFailed> for WebhookError {
+    fn from(error: gateway_core::runtime::blocking::BlockingTaskFailed) -> Self {
         Self::Store(error.into())
     }
 }

@@ -106,7 +106,7 @@ impl BackgroundLoop for DeliveryRetention {
             pass: "pruning webhook deliveries",
             interval: self.config.interval,
             first_backoff: self.config.pause,
-            max_backoff: gateway_core::periodic::MAX_PRUNE_BACKOFF,
+            max_backoff: gateway_core::runtime::periodic::MAX_PRUNE_BACKOFF,
             health: &self.health,
             leadership: self.ports.leadership.as_ref(),
         };

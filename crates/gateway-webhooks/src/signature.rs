@@ -22,7 +22,7 @@ const DIGEST_BYTES: usize = 32;
 pub fn sign(secret: &WebhookSecret, body: &[u8]) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.expose().as_bytes());
     let tag = hmac::sign(&key, body);
-    format!("{SIGNATURE_PREFIX}{}", gateway_core::hex::encode(tag.as_ref()))
+    format!("{SIGNATURE_PREFIX}{}", gateway_core::encoding::hex::encode(tag.as_ref()))
 }
 
 /// Checks a signature header against `body`, in constant time (`ring::hmac::verify`). Upper-case hex and
@@ -38,7 +38,7 @@ fn parse(header: Option<&[u8]>) -> Result<Vec<u8>, SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?;
     let header = std::str::from_utf8(header).map_err(|_| SignatureError::Malformed)?.trim();
     let digest_hex = header.strip_prefix(SIGNATURE_PREFIX).ok_or(SignatureError::Malformed)?;
-    let digest = gateway_core::hex::decode(digest_hex).ok_or(SignatureError::Malformed)?;
+    let digest = gateway_core::encoding::hex::decode(digest_hex).ok_or(SignatureError::Malformed)?;
     if digest.len() != DIGEST_BYTES {
         return Err(SignatureError::Malformed);
     }

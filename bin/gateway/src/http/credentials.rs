@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use gateway_core::credential::MAX_TOKEN_LIFETIME_S;
-use gateway_core::{CredentialId, CredentialRecord, rfc3339};
+use gateway_core::ports::credential::MAX_TOKEN_LIFETIME_S;
+use gateway_core::{CredentialId, CredentialRecord, encoding::rfc3339};
 use http::StatusCode;
 use http::header::{CACHE_CONTROL, HeaderValue};
 use serde_json::{Value, json};

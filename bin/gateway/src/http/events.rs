@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_auth::{Access, AdmittedStream, Caller};
-use gateway_core::stats::Counter;
-use gateway_core::sync::lock;
+use gateway_core::runtime::stats::Counter;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{AgentId, Receipt, Topic};
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use gateway_auth::{Access, Named};
 use gateway_core::AgentId;
 use gateway_core::Rejection;
-use gateway_core::interceptor::RejectedLog;
+use gateway_core::intake::interceptor::RejectedLog;
 use http::StatusCode;
 use serde_json::json;
 

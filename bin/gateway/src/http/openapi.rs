@@ -422,7 +422,7 @@ fn paths() -> Vec<(&'static str, Vec<(&'static str, Operation)>)> {
                                 "type": "object", "additionalProperties": false,
                                 "properties": {"expires_in_s": {
                                     "type": ["integer", "null"], "minimum": 1,
-                                    "maximum": gateway_core::credential::MAX_TOKEN_LIFETIME_S,
+                                    "maximum": gateway_core::ports::credential::MAX_TOKEN_LIFETIME_S,
                                     "description": "Seconds from issue after which the token expires (at most ten years); absent or null: never.",
                                 }},
                             }),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gateway_auth::AddressKey;
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 
 /// `--max-connections-per-address`' default.
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use gateway_auth::Access;
-use gateway_core::{AgentId, MailboxEntry, rfc3339};
+use gateway_core::{AgentId, MailboxEntry, encoding::rfc3339};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 

@@ -301,7 +301,7 @@ fn contain_panics(
     handler: impl Future<Output = Result<Response, ApiError>>,
 ) -> impl Future<Output = Response> {
     // Unwind safety: what a handler shares outlives it behind locks that recover from poisoning
-    // (`gateway_core::sync::lock`) or in the store, whose transactions roll back; the same held for the task a
+    // (`gateway_core::runtime::sync::lock`) or in the store, whose transactions roll back; the same held for the task a
     // handler used to run in, whose panic tokio caught in the same way.
     AssertUnwindSafe(handler).catch_unwind().map(move |outcome| match outcome {
         Ok(Ok(response)) => response,

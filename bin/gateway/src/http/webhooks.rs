@@ -5,7 +5,7 @@
 
 use gateway_core::{
     Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, WebhookConfig, WebhookConfigChange, WebhookSecret,
-    rfc3339,
+    encoding::rfc3339,
 };
 use gateway_webhooks::{DEFAULT_PAGE_SIZE, Inbound, InboundSignature, MAX_PAGE_SIZE, WebhookConfigDraft};
 use http::StatusCode;

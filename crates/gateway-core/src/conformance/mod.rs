@@ -19,11 +19,12 @@
 //! Each suite has a macro that expands to one `#[test]` per rule, in a module named after the port, so adding a
 //! rule to a suite runs it on every backend, and adding a backend is one line per suite:
 //!
-//! ```ignore
-//! mod sqlite {
-//!     gateway_core::cron_store_conformance!(super::sqlite_store());
-//!     gateway_core::webhook_store_conformance!(super::sqlite_store());
+//! ```
+//! mod in_memory {
+//!     gateway_core::cron_store_conformance!(Some(Box::<gateway_core::InMemoryCronJobStore>::default()));
+//!     gateway_core::webhook_store_conformance!(Some(Box::<gateway_core::InMemoryWebhookStore>::default()));
 //! }
+//! # fn main() {}
 //! ```
 //!
 //! The argument is an expression evaluated once per test for a fresh store: an `Option<F>` where `F` dereferences

@@ -1,4 +1,4 @@
-//! Rules every [`DispatchRate`] must keep, the exact sliding window of [`crate::rate`]: in any window at most
+//! Rules every [`DispatchRate`] must keep, the exact sliding window of [`crate::ports::rate`]: in any window at most
 //! `limit` requests start; a refused start is told how long until one may, and waiting that long is enough; the
 //! window slides one start at a time (unlike a token bucket, which would let a second burst follow the first at
 //! once); a cancelled start gives its place back, once, and cancelling one that has left the window frees nothing;

@@ -1,4 +1,4 @@
-//! Rules every [`RateLimiter`] must keep, the fixed window of [`crate::rate_limit`]: an agent's first counted
+//! Rules every [`RateLimiter`] must keep, the fixed window of [`crate::ports::rate_limit`]: an agent's first counted
 //! request opens a window in which at most `limit` of its requests are allowed; agents are counted apart; a refused
 //! request is told when its window ends (never more than a window away, and waiting that long is enough), and is
 //! neither counted in the next window nor moves the end of this one; of many requests at once, exactly `limit` are

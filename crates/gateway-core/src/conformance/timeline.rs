@@ -9,7 +9,7 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::sync::lock;
+use crate::runtime::sync::lock;
 
 /// What a real clock's wait is given beyond an interval an adapter named, so that a clock counting whole
 /// milliseconds (Redis's key expiry) is past the instant rather than on it.

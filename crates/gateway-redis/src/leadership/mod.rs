@@ -25,7 +25,7 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{BackgroundLoop, FencingEpoch, FencingToken, Leadership, StoreError, run_blocking};
 use serde::Serialize;
 use time::OffsetDateTime;

@@ -263,13 +263,13 @@ impl WebhookRouter {
     /// attempts. Returns how many started.
     pub async fn poll_once(&self, token: FencingToken, shutdown: &CancellationToken) -> Result<usize, WebhookError> {
         let inner = &self.inner;
-        if *gateway_core::sync::lock(&inner.released_for) != Some(token) {
+        if *gateway_core::runtime::sync::lock(&inner.released_for) != Some(token) {
             let now = self.now();
             let released = self.store(move |store| store.release_deposed_claims(token, now)).await?;
             if released > 0 {
                 info!(released, term = token.0, "took over webhook deliveries claimed by a deposed leader");
             }
-            *gateway_core::sync::lock(&inner.released_for) = Some(token);
+            *gateway_core::runtime::sync::lock(&inner.released_for) = Some(token);
         }
         let cap = inner.config.max_per_cycle;
         let first = tokio::select! {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use gateway_core::stats::DeliveryStats;
+use gateway_core::runtime::stats::DeliveryStats;
 use gateway_core::{
     Clock, ComponentHealth, Delivery, DeliveryAttempt, DispatchRate, DueDelivery, Event, EventPayload, EventPublisher,
     Leadership, StoreError, Topic, WebhookStore, WebhookTransport, run_blocking,

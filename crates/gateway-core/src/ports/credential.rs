@@ -22,8 +22,9 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::ids::AgentId;
-use crate::store::StoreError;
-use crate::sync::{FailureSwitch, lock};
+use crate::ports::failure::FailureSwitch;
+use crate::ports::store::StoreError;
+use crate::runtime::sync::lock;
 
 /// What every agent token starts with: tells it from the operator's token, and makes one found in a log or a
 /// repository recognizable for what it is.
@@ -95,7 +96,7 @@ impl CredentialId {
     /// The id's bytes.
     /// The id whose bytes `key` is.
     pub fn from_key(key: &CredentialKey) -> Self {
-        Self(crate::hex::encode(key))
+        Self(crate::encoding::hex::encode(key))
     }
 
     pub fn key(&self) -> CredentialKey {
@@ -165,11 +166,11 @@ impl TokenHash {
 
     /// 64 lowercase hex digits, as the store keeps it.
     pub fn to_hex(&self) -> String {
-        crate::hex::encode(&self.0)
+        crate::encoding::hex::encode(&self.0)
     }
 
     pub fn from_hex(text: &str) -> Option<Self> {
-        let bytes = crate::hex::decode(text)?;
+        let bytes = crate::encoding::hex::decode(text)?;
         Some(Self(bytes.try_into().ok()?))
     }
 }
@@ -206,8 +207,8 @@ impl IssuedToken {
         let mut bytes = [0u8; TOKEN_BYTES];
         bytes[..ID_BYTES].copy_from_slice(&CredentialId::generate(at, &random)?);
         random.fill(&mut bytes[ID_BYTES..])?;
-        let credential_id = CredentialId(crate::hex::encode(&bytes[..ID_BYTES]));
-        let token = format!("{TOKEN_PREFIX}{credential_id}_{}", crate::hex::encode(&bytes[ID_BYTES..]));
+        let credential_id = CredentialId(crate::encoding::hex::encode(&bytes[..ID_BYTES]));
+        let token = format!("{TOKEN_PREFIX}{credential_id}_{}", crate::encoding::hex::encode(&bytes[ID_BYTES..]));
         Ok(Self { hash: TokenHash::of(bytes), credential_id, token })
     }
 

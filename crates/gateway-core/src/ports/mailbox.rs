@@ -15,14 +15,14 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
-use crate::event::{Event, EventPayload};
 use crate::ids::AgentId;
-use crate::store::StoreError;
+use crate::ports::event::{Event, EventPayload};
+use crate::ports::store::StoreError;
 
 /// The `fire_id` of one instant of one job: `"<job_id>:<scheduled_for as RFC 3339 UTC>"`. It is also the
 /// reminder event's id, so a refire after a crash carries the same id and consumers can deduplicate.
 pub fn fire_id(job_id: i64, scheduled_for: OffsetDateTime) -> String {
-    format!("{job_id}:{}", crate::rfc3339::format(scheduled_for))
+    format!("{job_id}:{}", crate::encoding::rfc3339::format(scheduled_for))
 }
 
 /// One published fire of one job: what the `reminder` event carried, and what the mailbox keeps.

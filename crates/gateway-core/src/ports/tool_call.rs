@@ -13,8 +13,9 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::ids::{AgentId, ToolCallId};
-use crate::store::{StoreError, StoreHealth};
-use crate::sync::{FailureSwitch, lock};
+use crate::ports::failure::FailureSwitch;
+use crate::ports::store::{StoreError, StoreHealth};
+use crate::runtime::sync::lock;
 
 /// One answered tool call, as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,7 +51,7 @@ pub trait ToolCallStore: Send + Sync + std::fmt::Debug {
 pub fn params_hash(params: &Value) -> String {
     let mut canonical = Vec::new();
     write_canonical(&mut canonical, params);
-    crate::interceptor::sha256_tag(&canonical)
+    crate::intake::interceptor::sha256_tag(&canonical)
 }
 
 fn write_canonical(out: &mut Vec<u8>, value: &Value) {
@@ -108,7 +109,7 @@ impl InMemoryToolCallStore {
         Ok(lock(&self.rows)
             .values()
             .filter(|row| &row.agent_id == agent_id)
-            .map(|row| crate::store::row_charge(row.result.to_string().len()))
+            .map(|row| crate::ports::store::row_charge(row.result.to_string().len()))
             .sum())
     }
 }

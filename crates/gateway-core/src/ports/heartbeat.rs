@@ -8,8 +8,9 @@ use std::sync::Mutex;
 use time::OffsetDateTime;
 
 use crate::ids::{AgentId, ClusterId};
-use crate::store::{StoreError, StoreHealth};
-use crate::sync::{FailureSwitch, lock};
+use crate::ports::failure::FailureSwitch;
+use crate::ports::store::{StoreError, StoreHealth};
+use crate::runtime::sync::lock;
 
 /// One row of `gateway_heartbeats`: the most recent heartbeat of one agent.
 #[derive(Debug, Clone, PartialEq, Eq)]

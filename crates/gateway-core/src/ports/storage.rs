@@ -16,12 +16,12 @@
 
 use std::sync::Arc;
 
-use crate::cron::InMemoryCronJobStore;
 use crate::ids::AgentId;
-use crate::store::StoreError;
+use crate::ports::cron::InMemoryCronJobStore;
+use crate::ports::store::StoreError;
 // Defined beside the store ports' error, since the in-memory stores charge their rows with them too.
-pub use crate::store::{STORED_ROW_CHARGE_BYTES, row_charge};
-use crate::tool_call::InMemoryToolCallStore;
+pub use crate::ports::store::{STORED_ROW_CHARGE_BYTES, row_charge};
+use crate::ports::tool_call::InMemoryToolCallStore;
 
 /// The stored bytes of one agent's rows.
 pub trait AgentStorage: Send + Sync + std::fmt::Debug {

@@ -5,16 +5,16 @@
 //! optional; required fields apply within a present section. A `null` section or optional field counts as
 //! absent. Fields the schema does not name are ignored and not forwarded.
 //!
-//! A valid body is first read directly into typed fields ([`DecisionLog::from_valid_body`], several times
-//! cheaper than building the JSON value); that reading restates the rules only to accept, and leaves every body
-//! it does not accept to the value reading (see [`crate::direct_json`]). Tests hold the two to the same results.
+//! A valid body is first read directly into typed fields ([`DecisionLog::from_valid_body`], several times cheaper than
+//! building the JSON value); that reading restates the rules only to accept, and leaves every body it does not accept
+//! to the value reading (see [`crate::intake::direct_json`]). Tests hold the two to the same results.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
-use crate::direct_json::Object;
 use crate::ids::{AgentId, MAX_ID_BYTES};
+use crate::intake::direct_json::Object;
 
 /// The first way a DecisionLog breaks the schema: a field path and what is wrong with it. Never carries the
 /// offending value, so it is safe to return and to publish.
@@ -156,9 +156,9 @@ impl DecisionLog {
 impl DecisionLog {
     /// The log of a body that is certainly valid, read without a JSON tree; `None` for anything else (not JSON,
     /// a broken rule, a repeated key...), which [`Self::from_json`] then decides and names. See
-    /// [`crate::direct_json`]; each check here is one of `from_json`'s rules.
+    /// [`crate::intake::direct_json`]; each check here is one of `from_json`'s rules.
     pub fn from_valid_body(body: &[u8]) -> Option<Self> {
-        let wire: wire::Log<'_> = crate::direct_json::read(body)?;
+        let wire: wire::Log<'_> = crate::intake::direct_json::read(body)?;
         Some(Self {
             meta: valid_section(wire.meta, wire::Meta::valid)?,
             identity: valid_section(wire.identity, wire::Identity::valid)?,
@@ -224,7 +224,7 @@ mod wire {
         pub(super) fn valid(self) -> Option<super::Meta> {
             Some(super::Meta {
                 trace_id: non_empty(self.trace_id)?,
-                timestamp: crate::rfc3339::parse_utc(&self.timestamp)?,
+                timestamp: crate::encoding::rfc3339::parse_utc(&self.timestamp)?,
                 parent_step_id: self.parent_step_id,
                 cluster_id: self.cluster_id,
             })
@@ -438,7 +438,7 @@ impl Fields<'_> {
 impl Meta {
     fn read(fields: Fields<'_>) -> Result<Self, SchemaViolation> {
         let trace_id = fields.required_string("trace_id")?;
-        let timestamp = crate::rfc3339::parse_utc(&fields.required_string("timestamp")?)
+        let timestamp = crate::encoding::rfc3339::parse_utc(&fields.required_string("timestamp")?)
             .ok_or_else(|| fields.violation("timestamp", "must be an ISO-8601 UTC timestamp"))?;
         Ok(Self {
             trace_id,

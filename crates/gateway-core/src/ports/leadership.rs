@@ -9,9 +9,9 @@
 use std::fmt::Debug;
 use std::sync::Mutex;
 
-pub use crate::store::FencingToken;
-use crate::store::StoreError;
-use crate::sync::lock;
+pub use crate::ports::store::FencingToken;
+use crate::ports::store::StoreError;
+use crate::runtime::sync::lock;
 
 /// "Am I leader, and with which token?" The timed loops (eviction, cron dispatch, webhook poll) only act
 /// while this answers `Some`.

@@ -10,11 +10,11 @@ use std::time::Duration;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::capped_backoff;
-use crate::blocking::run_blocking;
-use crate::health::ComponentHealth;
-use crate::leadership::{FencingToken, Leadership};
-use crate::store::StoreError;
+use crate::ports::leadership::{FencingToken, Leadership};
+use crate::ports::store::StoreError;
+use crate::runtime::backoff::capped_backoff;
+use crate::runtime::blocking::run_blocking;
+use crate::runtime::health::ComponentHealth;
 
 /// An error a leader-only write can end with: was it refused by fencing?
 pub trait MaybeFenced {
@@ -221,10 +221,10 @@ mod fenced_tests {
 
     impl Leadership for Deposable {
         fn current(&self) -> Option<FencingToken> {
-            crate::sync::lock(&self.0).is_empty().then_some(FencingToken(4))
+            crate::runtime::sync::lock(&self.0).is_empty().then_some(FencingToken(4))
         }
         fn fenced(&self, token: FencingToken) {
-            crate::sync::lock(&self.0).push(token);
+            crate::runtime::sync::lock(&self.0).push(token);
         }
     }
 
@@ -251,7 +251,7 @@ mod fenced_tests {
         });
         tokio::join!(work, driver);
         assert_eq!(passes.load(std::sync::atomic::Ordering::SeqCst), 1, "no pass after stepping down");
-        assert_eq!(*crate::sync::lock(&leadership.0), [FencingToken(4)]);
+        assert_eq!(*crate::runtime::sync::lock(&leadership.0), [FencingToken(4)]);
         assert!(health.report().problem.is_none(), "being fenced is not a failure of the component");
     }
 }

@@ -6,8 +6,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::decision_log::{DecisionLog, SchemaViolation};
 use crate::ids::{AgentId, IdempotencyKey, ToolCallId, validate_id};
+use crate::intake::decision_log::{DecisionLog, SchemaViolation};
 
 /// The tool call that asks the gateway for a one-time reminder (FR-10.7).
 pub const SCHEDULE_REMINDER_TOOL: &str = "schedule_reminder";
@@ -36,7 +36,7 @@ pub enum Rejection {
     /// full). The log is not accepted and not published, so the agent retries it, and the reminder's idempotency
     /// key makes the retry schedule it once (`crate::intake`).
     #[error("the log's reminder could not be stored: {0}")]
-    StoreFailed(crate::store::StoreError),
+    StoreFailed(crate::ports::store::StoreError),
 }
 
 /// A well-formed JSON body that broke the DecisionLog schema.
@@ -155,7 +155,7 @@ fn identity_field<'a>(value: &'a Value, field: &str) -> Option<&'a str> {
 /// `sha256:<hex>` of `bytes`, the only trace of a rejected body that leaves the gateway.
 pub fn sha256_tag(bytes: &[u8]) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
-    format!("sha256:{}", crate::hex::encode(digest.as_ref()))
+    format!("sha256:{}", crate::encoding::hex::encode(digest.as_ref()))
 }
 
 fn reminder_request(log: &DecisionLog) -> Option<Result<ReminderRequest, ReminderRequestError>> {

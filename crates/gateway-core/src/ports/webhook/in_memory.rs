@@ -11,9 +11,10 @@ use super::{
     NewWebhookConfig, ReceiptKey, RetryNowOutcome, WebhookConfig, WebhookConfigChange, WebhookStore,
 };
 use crate::ids::IdempotencyKey;
-use crate::leadership::{EpochGate, FencingEpoch, FencingToken};
-use crate::store::{StoreError, StoreHealth};
-use crate::sync::{FailureSwitch, lock};
+use crate::ports::failure::FailureSwitch;
+use crate::ports::leadership::{EpochGate, FencingEpoch, FencingToken};
+use crate::ports::store::{StoreError, StoreHealth};
+use crate::runtime::sync::lock;
 
 #[derive(Debug, Default)]
 struct Tables {
@@ -439,7 +440,7 @@ mod tests {
 
     use super::*;
     use crate::conformance::START;
-    use crate::webhook::WebhookSecret;
+    use crate::ports::webhook::WebhookSecret;
 
     crate::webhook_store_conformance!(Some(Box::<InMemoryWebhookStore>::default()));
 

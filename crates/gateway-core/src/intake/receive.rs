@@ -1,16 +1,6 @@
-//! The DecisionLog intake: what the gateway does with the body of `POST /gateway/messages`, whoever serves it
-//! (the HTTP binary, an embedder).
-//!
-//! The body goes through the [`SchemaInterceptor`]. A valid log has its identity noted in the capability map, its
-//! `schedule_reminder` call (if any) handed to the [`ReminderDesk`] and awaited, and only then is it published on
-//! `gateway:messages` (FR-10.7, docs/requirements.md: the reminder is handed to the scheduler before the log is
-//! published). Whatever happens to the reminder, the log is accepted: a reminder that cannot be scheduled is a
-//! warning in the log, never an error to the agent. A log that breaks the schema is refused, and a
-//! `schema_violation` event carrying only the body's hash is published on `gateway:violations`.
-//!
-//! Here rather than in the binary so that every embedder gets the same rules, and here rather than in a component
-//! crate because it joins three of them (the scheduler, the heartbeat manager's capability map, the bus), which
-//! may not depend on each other: it reaches each through a small trait of this crate (docs/architecture.md).
+//! [`DecisionLogIntake`]: a body inspected (validated, nothing done), then settled (noted, its reminder scheduled,
+//! published), and the [`ReminderDesk`] it schedules reminders through. The module documentation of
+//! [`crate::intake`] says in what order and why.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -18,16 +8,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::capability::CapabilityNotes;
-use crate::clock::Clock;
-use crate::cron::CronJob;
-use crate::decision_log::DecisionLog;
-use crate::event::{Event, EventPayload, EventPublisher, Topic};
 use crate::ids::AgentId;
-use crate::interceptor::{
+use crate::intake::decision_log::DecisionLog;
+use crate::intake::interceptor::{
     AcceptedLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
 };
-use crate::store::StoreError;
+use crate::ports::capability::CapabilityNotes;
+use crate::ports::clock::Clock;
+use crate::ports::cron::CronJob;
+use crate::ports::event::{Event, EventPayload, EventPublisher, Topic};
+use crate::ports::store::StoreError;
 
 /// A boxed future that may move between threads: what a trait object's async method returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -62,7 +52,7 @@ pub enum ReminderRefusal {
     #[error("the agent has {limit} pending reminders, the most allowed")]
     TooManyPending { limit: usize },
     /// Storing the reminder would take the agent's stored bytes past `limit` (`--agent-storage-quota-bytes`, see
-    /// [`crate::storage`]).
+    /// [`crate::ports::storage`]).
     #[error("the agent's stored bytes would pass its quota of {limit}")]
     QuotaExceeded { limit: u64 },
     #[error(transparent)]
@@ -309,8 +299,8 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-    use crate::interceptor::reminder_idempotency_key;
-    use crate::sync::lock;
+    use crate::intake::interceptor::reminder_idempotency_key;
+    use crate::runtime::sync::lock;
     use crate::{CapabilityMap, InMemoryCapabilityMap, ManualClock, RecordingPublisher};
 
     /// A desk that answers with `refusal` (or schedules), and records each request together with how many events

@@ -12,9 +12,9 @@ use std::sync::Mutex;
 use time::{Duration, OffsetDateTime};
 
 use crate::ids::{AgentId, ClusterId};
-use crate::leadership::{EpochGate, FencingEpoch, FencingToken};
-use crate::store::StoreError;
-use crate::sync::lock;
+use crate::ports::leadership::{EpochGate, FencingEpoch, FencingToken};
+use crate::ports::store::StoreError;
+use crate::runtime::sync::lock;
 
 /// An agent the map tracks: where it runs and when the gateway last heard from it.
 #[derive(Debug, Clone, PartialEq, Eq)]

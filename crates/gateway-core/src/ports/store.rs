@@ -1,18 +1,18 @@
 //! What every store port shares: the error they report, [`StoreError`], the readiness probe, [`StoreHealth`], the
 //! leadership term their leader-only writes carry, [`FencingToken`], and what a stored row of an agent is charged
-//! ([`row_charge`], for the storage quota of [`crate::storage`]).
+//! ([`row_charge`], for the storage quota of [`crate::ports::storage`]).
 //!
-//! The store ports themselves live each beside its in-memory implementation: [`crate::heartbeat`],
-//! [`crate::cron`], [`crate::webhook`], [`crate::liveness`]. Synchronous because Diesel is; async callers go
-//! through [`crate::run_blocking`].
+//! The store ports themselves live each beside its in-memory implementation: [`crate::ports::heartbeat`],
+//! [`crate::ports::cron`], [`crate::ports::webhook`], [`crate::ports::liveness`]. Synchronous because Diesel is; async
+//! callers go through [`crate::run_blocking`].
 
 use std::fmt::Debug;
 
 use serde::Serialize;
 
-/// A leadership term. Every leader-only write carries it, and a store refuses writes of an older term than the
-/// newest it has seen ([`StoreError::Fenced`]). [`crate::leadership`], whose port hands terms out, re-exports it; it
-/// is defined here because the store ports and their error take it.
+/// A leadership term. Every leader-only write carries it, and a store refuses writes of an older term than the newest
+/// it has seen ([`StoreError::Fenced`]). [`crate::ports::leadership`], whose port hands terms out, re-exports it; it is
+/// defined here because the store ports and their error take it.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct FencingToken(pub u64);
 
@@ -46,8 +46,8 @@ impl StoreError {
     }
 }
 
-impl From<crate::blocking::BlockingTaskFailed> for StoreError {
-    fn from(error: crate::blocking::BlockingTaskFailed) -> Self {
+impl From<crate::runtime::blocking::BlockingTaskFailed> for StoreError {
+    fn from(error: crate::runtime::blocking::BlockingTaskFailed) -> Self {
         Self::Unavailable(error.to_string())
     }
 }

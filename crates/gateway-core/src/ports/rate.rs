@@ -11,7 +11,7 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::sync::lock;
+use crate::runtime::sync::lock;
 
 /// One recorded start, to take back with [`DispatchRate::cancel`] if the request does not happen after all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

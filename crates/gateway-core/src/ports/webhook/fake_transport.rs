@@ -7,7 +7,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use super::{AttemptOutcome, OutboundRequest, WebhookTransport};
-use crate::sync::lock;
+use crate::runtime::sync::lock;
 
 #[derive(Debug, Default)]
 struct Script {
@@ -104,7 +104,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::webhook::FailureClass;
+    use crate::ports::webhook::FailureClass;
 
     #[test]
     fn fake_transport_scripts_outcomes_and_counts_concurrency() {

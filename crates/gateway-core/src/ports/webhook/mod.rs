@@ -12,8 +12,8 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::ids::IdempotencyKey;
-use crate::leadership::FencingToken;
-use crate::store::StoreError;
+use crate::ports::leadership::FencingToken;
+use crate::ports::store::StoreError;
 
 pub use fake_transport::FakeTransport;
 pub use in_memory::InMemoryWebhookStore;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::sync::lock;
+use crate::runtime::sync::lock;
 
 #[derive(Debug)]
 struct HealthState {

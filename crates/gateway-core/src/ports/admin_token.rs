@@ -12,9 +12,10 @@ use std::sync::Mutex;
 
 use time::OffsetDateTime;
 
-use crate::credential::TokenHash;
-use crate::store::StoreError;
-use crate::sync::{FailureSwitch, lock};
+use crate::ports::credential::TokenHash;
+use crate::ports::failure::FailureSwitch;
+use crate::ports::store::StoreError;
+use crate::runtime::sync::lock;
 
 /// The stored operator token: its hash, never the token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

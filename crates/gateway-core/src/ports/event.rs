@@ -8,9 +8,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
-use crate::decision_log::DecisionLog;
 use crate::ids::{AgentId, ClusterId};
-use crate::sync::{FailureSwitch, lock};
+use crate::intake::decision_log::DecisionLog;
+use crate::ports::failure::FailureSwitch;
+use crate::runtime::sync::lock;
 
 /// A pub/sub topic. The names are part of the contract (docs/api.md).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -130,7 +131,7 @@ fn random_event_id() -> String {
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(prefix);
     bytes[8..].copy_from_slice(&count.to_be_bytes());
-    crate::hex::encode(&bytes)
+    crate::encoding::hex::encode(&bytes)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

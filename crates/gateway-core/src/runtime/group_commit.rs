@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use crate::store::StoreError;
-use crate::sync::lock;
+use crate::ports::store::StoreError;
+use crate::runtime::sync::lock;
 
 /// Writes one group and gives each item its result. Other callers wait for these results: even a panicking
 /// store, or one that answers with the wrong number of results, must not leave them waiting forever.

@@ -6,7 +6,7 @@
 //! This is what a Redis counter with `INCR` and `EXPIRE` keeps, so both adapters answer alike; its price is that an
 //! agent may send up to twice the limit within a minute that straddles two windows, which for a guard against
 //! runaway agents is good enough (the outbound webhook rate, which the contract states per second window, keeps an
-//! exact sliding log instead, see [`crate::rate`]).
+//! exact sliding log instead, see [`crate::ports::rate`]).
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::ids::AgentId;
-use crate::sync::lock;
+use crate::runtime::sync::lock;
 
 /// Requests per agent per window unless configured otherwise (`--agent-rate-limit-per-minute`).
 pub const AGENT_RATE_LIMIT_PER_MINUTE: u32 = 60;

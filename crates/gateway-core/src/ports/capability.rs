@@ -9,8 +9,8 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::ids::AgentId;
-use crate::store::StoreError;
-use crate::sync::lock;
+use crate::ports::store::StoreError;
+use crate::runtime::sync::lock;
 
 /// What the gateway knows of a live agent's capabilities: the identity of its latest accepted DecisionLog.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

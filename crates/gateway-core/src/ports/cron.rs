@@ -7,7 +7,7 @@
 //! deleted, the recurring row advanced), so a claimer that dies after publishing leaves a row that is claimed
 //! again once its lease runs out, and fires again with the same `fire_id`.
 //!
-//! The write that completes fires also records them in the agent's mailbox ([`crate::mailbox`]), so the fake's
+//! The write that completes fires also records them in the agent's mailbox ([`crate::ports::mailbox`]), so the fake's
 //! rows and mailbox live together here.
 
 use std::collections::BTreeMap;
@@ -18,10 +18,11 @@ use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};
 
 use crate::ids::{AgentId, IdempotencyKey};
-use crate::leadership::{EpochGate, FencingEpoch, FencingToken};
-use crate::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxRows, MailboxStore, Receipt};
-use crate::store::{StoreError, StoreHealth};
-use crate::sync::{FailureSwitch, lock};
+use crate::ports::failure::FailureSwitch;
+use crate::ports::leadership::{EpochGate, FencingEpoch, FencingToken};
+use crate::ports::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxRows, MailboxStore, Receipt};
+use crate::ports::store::{StoreError, StoreHealth};
+use crate::runtime::sync::lock;
 
 /// A job to be written; the store assigns the id.
 #[derive(Debug, Clone, PartialEq)]
@@ -272,7 +273,7 @@ impl InMemoryCronJobStore {
         self.failure.check()?;
         let state = lock(&self.state);
         let payload = |payload: &Map<String, Value>| {
-            crate::store::row_charge(serde_json::to_string(payload).map_or(0, |json| json.len()))
+            crate::ports::store::row_charge(serde_json::to_string(payload).map_or(0, |json| json.len()))
         };
         let pending: u64 = state
             .rows
@@ -465,7 +466,7 @@ impl CronJobStore for InMemoryCronJobStore {
         self.completion_failure.check()?;
         let mut state = lock(&self.state);
         self.epoch.admit(token)?;
-        for reminder in crate::mailbox::in_firing_order(fired) {
+        for reminder in crate::ports::mailbox::in_firing_order(fired) {
             state.mailbox.record(reminder);
         }
         let mut completed = 0;

@@ -1,15 +1,9 @@
-//! What the in-memory implementations of the ports share: [`lock`], the one way this workspace takes a mutex, and
-//! [`FailureSwitch`], which makes a fake store fail on demand so tests can drive the error paths.
+//! [`FailureSwitch`]: what makes an in-memory implementation of a port fail on demand, so that tests (this
+//! crate's, and embedders') can drive the error paths of whatever uses it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::store::StoreError;
-
-/// Locks a mutex, ignoring poisoning: every critical section here leaves the data consistent.
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::ports::store::StoreError;
 
 /// A switch tests flip to make a fake store report [`StoreError::Unavailable`].
 #[derive(Debug, Default)]

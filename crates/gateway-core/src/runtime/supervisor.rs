@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::capped_backoff;
+use crate::runtime::backoff::capped_backoff;
 
 /// Pause before the first restart; doubled per panic in a row up to [`RESTART_MAX`].
 pub const RESTART_INITIAL: Duration = Duration::from_millis(100);
