@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use database::{Backend, BenchDatabase};
 use diesel::{Connection, RunQueryDsl};
 use gateway_core::{
-    AgentId, CronJobStore, Event, EventPayload, EventPublisher, PublishError, SingleProcessLeadership, SystemClock,
-    Topic,
+    AgentId, BackgroundLoop, CronJobStore, Event, EventPayload, EventPublisher, PublishError, SingleProcessLeadership,
+    SystemClock, Topic,
 };
 use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_store::{DatabaseUrl, DieselStore};

@@ -47,7 +47,7 @@ fn main() {
         let scheduled_for = at + time::Duration::milliseconds(i64::try_from(n).unwrap());
         let job_id = i64::try_from(n).unwrap() + 1;
         FiredReminder {
-            fire_id: gateway_core::mailbox::fire_id(job_id, scheduled_for),
+            fire_id: gateway_core::ports::mailbox::fire_id(job_id, scheduled_for),
             job_id,
             agent_id: AgentId::new(format!("agent-{}", n % streams)).unwrap(),
             payload: serde_json::json!({"task": "check", "n": n}).as_object().cloned().unwrap(),

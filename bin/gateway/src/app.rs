@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use gateway_auth::{Auth, AuthPorts, OperatorToken};
 use gateway_core::{
-    CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EventPublisher, FixedWindowLimiter, HeartbeatStore,
-    InMemoryCapabilityMap, InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter,
-    SingleProcessLeadership, SlidingWindowRate, SystemClock, supervise_loop,
+    CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EventPublisher, HeartbeatStore, InMemoryCapabilityMap,
+    InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter, SlidingWindowRate, SoleLeadership,
+    SystemClock, supervise_loop,
 };
 use gateway_cron::{
     CronPorts, CronScheduler, Mailbox, MailboxFeed, MailboxFeedConfig, MailboxFeedPorts, MailboxPorts, ReminderTools,
@@ -18,22 +19,18 @@ use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
 use gateway_redis::{
     LeadershipConfig, LeadershipPorts, LimiterConfig, RateConfig, RedisDispatchRate, RedisLeadership, RedisRateLimiter,
 };
-use gateway_store::{DieselStore, PeriodicThread, SharedLiveness};
+use gateway_store::{DieselStore, OpenError, PeriodicThread, SharedLiveness};
 use gateway_webhooks::{DeliveryRetention, RetentionPorts, RouterPorts, UreqTransport, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::StartError;
-use crate::admin_token::{OperatorToken, StoredTokenRefresh};
-use crate::cluster::{Cluster, JobAnnouncements};
+use crate::cluster::{Cluster, JobAnnouncements, RevocationAnnouncements};
 use crate::config::Config;
-use crate::credentials::{CredentialCache, CredentialUpkeep};
-use crate::http::agent_auth::AgentAuth;
-use crate::http::auth::OperatorAuth;
 use crate::http::events::{REMINDER_FRAME_OVERHEAD, StreamLimits};
 use crate::metrics::Metrics;
-use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
+use crate::state::{AppState, MAX_OPERATOR_EVENT_STREAMS};
 
 /// At shutdown, webhook attempts in flight get their timeout plus this to finish and record their outcome.
 pub const WEBHOOK_DRAIN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -75,22 +72,24 @@ impl App {
         let mut threads = Vec::new();
         let bridge_status = coordination.redis.as_ref().map(|redis| redis.bridge.status());
         let bridge = coordination.redis.as_ref().map(|redis| redis.bridge.clone());
-        let credentials = CredentialCache::new(Arc::new(store.clone()), Arc::clone(&clock));
-        let upkeep = CredentialUpkeep {
-            cache: credentials.clone(),
+        let auth = Auth::new(
+            AuthPorts {
+                credentials: Arc::new(store.clone()),
+                admin_tokens: Arc::new(store.clone()),
+                publisher: Arc::clone(&coordination.publisher),
+                limiter: coordination.limiter.clone(),
+                clock: Arc::clone(&clock),
+            },
+            config.auth(operator_token),
+        );
+        loops.spawn(supervise_loop(auth.clone(), stop_loops.clone()));
+        // Revocations announced by any instance (this one's included) reach the credential cache through the bus.
+        let announcements = RevocationAnnouncements {
             bus: bus.clone(),
+            auth: auth.clone(),
             bridge: coordination.redis.as_ref().map(|redis| redis.bridge.status()),
         };
-        loops.spawn(supervise_loop(upkeep, stop_loops.clone()));
-        let operator = match operator_token {
-            OperatorToken::Given(token) => OperatorAuth::new(token.expose()),
-            OperatorToken::Stored(hash) => {
-                let operator = OperatorAuth::from_hash(hash);
-                let refresh = StoredTokenRefresh { store: Arc::new(store.clone()), operator: operator.clone() };
-                loops.spawn(supervise_loop(refresh, stop_loops.clone()));
-                operator
-            }
-        };
+        loops.spawn(supervise_loop(announcements, stop_loops.clone()));
         if let Some(redis) = coordination.redis {
             // Leadership ends with the HTTP side, not after its drain: a leader told to stop gives the lease back
             // at once (compare-and-delete), so a follower takes over within its acquire interval while requests
@@ -100,7 +99,7 @@ impl App {
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
             threads.push(redis.flusher);
         }
-        let Coordination { leadership, publisher, rate, limiter, liveness, heartbeats, capabilities, cluster, .. } =
+        let Coordination { leadership, publisher, rate, liveness, heartbeats, capabilities, cluster, .. } =
             coordination;
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
@@ -190,8 +189,7 @@ impl App {
 
         threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
         let state = AppState {
-            agent_auth: AgentAuth::new(config.agent_auth_required(), credentials, operator.clone(), limiter),
-            operator,
+            auth,
             store,
             bus,
             publisher,
@@ -209,15 +207,10 @@ impl App {
             cluster,
             clock,
             shutdown,
-            event_streams: Arc::new(Semaphore::new(MAX_EVENT_STREAMS)),
             operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
-            streams_per_address: Arc::default(),
-            streams_per_agent: Arc::default(),
             shared_fires: Arc::default(),
             stream_limits: StreamLimits {
                 replay_entry_bytes: config.reminder_payload_max_bytes.saturating_add(REMINDER_FRAME_OVERHEAD),
-                per_address: config.agent_streams_per_address,
-                per_agent: config.agent_streams_per_agent,
                 ..config.stream_limits
             },
             edge: crate::http::edge::Edge::new(config.edge()),
@@ -256,7 +249,8 @@ struct Coordination {
     /// What the components publish through: the bus, or the bridge that also hands events to other instances.
     publisher: Arc<dyn EventPublisher>,
     rate: Arc<dyn DispatchRate>,
-    /// The per-agent limit of messages and tool calls: in this process, or shared through Redis; `None` when off.
+    /// The per-agent limit of messages and tool calls shared through Redis; `None` without Redis (gateway-auth
+    /// then counts in this process) or when the limit is off.
     limiter: Option<Arc<dyn RateLimiter>>,
     liveness: Arc<dyn LivenessMap>,
     /// Where heartbeat rows go: the store, or with a shared liveness map that map, which writes them in the
@@ -280,15 +274,15 @@ impl Coordination {
         let heartbeat = config.heartbeat();
         let instance_id = config.instance_id();
         let Some(redis_url) = &config.redis_url else {
-            let limiter = config.agent_rate_limit().map(|limit| {
-                let limiter: Arc<dyn RateLimiter> = Arc::new(FixedWindowLimiter::per_minute(limit));
-                limiter
-            });
+            // Newer than the store's epoch: a database a cluster ran on has one above 1, under which token 1's
+            // leader-only writes would all be refused as fenced.
+            let leadership = SoleLeadership::newer_than(store)
+                .map_err(|error| StartError::Store(OpenError::Connect(format!("read the fencing epoch: {error}"))))?;
             return Ok(Self {
-                leadership: Arc::new(SingleProcessLeadership),
+                leadership: Arc::new(leadership),
                 publisher: Arc::new(bus.clone()),
                 rate: Arc::new(SlidingWindowRate::per_second(config.webhook_max_per_second())),
-                limiter,
+                limiter: None,
                 liveness: Arc::new(InMemoryLiveness::new(heartbeat.max_tracked_agents)),
                 heartbeats: Arc::new(store.clone()),
                 capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat.max_tracked_agents)),

@@ -1,9 +1,12 @@
 //! What this instance knows of its cluster, for `GET /gateway/cluster` and `/readyz`: its own id, its role, the
-//! current leader and its term, and whether Redis answers.
+//! current leader and its term, and whether Redis answers; and the announcements instances make to each other
+//! through the bus (and the event bridge, with Redis), handed to the component they are for.
 
+use gateway_pubsub::bridge::BridgeStatus;
 use gateway_redis::{RedisLeadership, RedisReachability};
 use serde::Serialize;
 use time::OffsetDateTime;
+use tokio::sync::watch;
 use utoipa::ToSchema;
 
 use crate::config::InstanceId;
@@ -157,6 +160,64 @@ impl gateway_core::BackgroundLoop for JobAnnouncements {
     }
 }
 
+/// Hands the credential revocations announced by any instance (this one's included) to gateway-auth, which reads
+/// each credential again rather than take the announcement on its word. With the event bridge, a reconnect after a
+/// gap, or a subscriber that fell behind, may have missed some: gateway-auth then reads every credential again at
+/// its next use. A supervised loop of every instance.
+#[derive(Debug, Clone)]
+pub struct RevocationAnnouncements {
+    pub bus: gateway_pubsub::Bus,
+    pub auth: gateway_auth::Auth,
+    /// The bridge's subscription state, with Redis.
+    pub bridge: Option<watch::Receiver<BridgeStatus>>,
+}
+
+impl gateway_core::BackgroundLoop for RevocationAnnouncements {
+    fn name(&self) -> &'static str {
+        "revocation_announcements"
+    }
+
+    async fn run(&self, shutdown: tokio_util::sync::CancellationToken) {
+        use gateway_pubsub::Received;
+        let mut revocations = self.bus.subscribe(&gateway_core::Topic::CredentialRevocations);
+        let mut bridge = self.bridge.clone();
+        let mut reconnects = bridge.as_mut().map_or(0, |status| status.borrow_and_update().reconnects);
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return,
+                received = revocations.recv() => match received {
+                    Received::Event(event) => self.auth.revocation_announced(event.json()).await,
+                    Received::Lagged(missed) => {
+                        tracing::warn!(missed, "credential revocations missed; every cached credential is read again");
+                        self.auth.revocations_missed();
+                    }
+                    Received::Closed => return,
+                },
+                changed = changed(&mut bridge) => {
+                    if !changed {
+                        bridge = None;
+                        continue;
+                    }
+                    let now = bridge.as_mut().map_or(reconnects, |status| status.borrow_and_update().reconnects);
+                    if now != reconnects {
+                        reconnects = now;
+                        self.auth.revocations_missed();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Waits for the bridge's status to change; `false` when it never will (no bridge, or the bridge is gone).
+async fn changed(bridge: &mut Option<watch::Receiver<BridgeStatus>>) -> bool {
+    match bridge {
+        Some(status) => status.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
 /// The job id and instant of a `job_scheduled` event.
 fn announced_job(json: &str) -> Option<(i64, OffsetDateTime)> {
     let event: serde_json::Value = serde_json::from_str(json).ok()?;
@@ -168,10 +229,68 @@ fn announced_job(json: &str) -> Option<(i64, OffsetDateTime)> {
 
 #[cfg(test)]
 mod tests {
-    use gateway_core::{Event, EventPayload};
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
+
+    use gateway_auth::{Auth, AuthConfig, AuthError, AuthPorts};
+    use gateway_core::{
+        AgentCredentialStore, AgentId, BackgroundLoop, Event, EventPayload, EventPublisher, InMemoryAdminTokenStore,
+        InMemoryAgentCredentialStore, RecordingPublisher, SystemClock, Topic,
+    };
     use time::macros::datetime;
+    use tokio_util::sync::CancellationToken;
 
     use super::*;
+
+    /// A revocation announced on the bus reaches gateway-auth, which refuses nothing on the announcement's word; once
+    /// the store has the credential revoked, the announcement closes its stream and refuses it without a read.
+    #[tokio::test(start_paused = true)]
+    async fn revocation_announcements_reach_the_credential_cache() {
+        let store = Arc::new(InMemoryAgentCredentialStore::default());
+        let ports = AuthPorts {
+            credentials: store.clone(),
+            admin_tokens: Arc::new(InMemoryAdminTokenStore::default()),
+            publisher: Arc::new(RecordingPublisher::default()),
+            limiter: None,
+            clock: Arc::new(SystemClock),
+        };
+        let auth = Auth::new(ports, AuthConfig::default());
+        let (agent, client) = (AgentId::new("agent-a").unwrap(), IpAddr::from(Ipv4Addr::LOCALHOST));
+        let issued = auth.issue(agent.clone(), None).await.unwrap();
+        assert!(auth.authenticate(Some(issued.token.expose()), client).await.is_ok());
+        let bus = gateway_pubsub::Bus::default();
+        let announcements = RevocationAnnouncements { bus: bus.clone(), auth: auth.clone(), bridge: None };
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { announcements.run(shutdown).await }
+        });
+        while !bus.has_subscribers(&Topic::CredentialRevocations) {
+            tokio::task::yield_now().await;
+        }
+        let event = Event::new(
+            EventPayload::CredentialRevoked { credential_id: issued.token.credential_id.to_string() },
+            OffsetDateTime::now_utc(),
+        );
+        // Not revoked in the store: the event alone refuses nothing.
+        bus.publish(&Topic::CredentialRevocations, &event).unwrap();
+        while !auth.credentials().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let caller = auth.authenticate(Some(issued.token.expose()), client).await.unwrap();
+        assert_eq!(caller.agent_id(), Some(agent.clone()), "a forged revocation refuses nothing");
+        let stream = auth.admit_stream(&caller, &agent, client, &shutdown).unwrap();
+        store.revoke_credential(&agent, &issued.token.credential_id, OffsetDateTime::now_utc()).unwrap();
+        bus.publish(&Topic::CredentialRevocations, &event).unwrap();
+        while !stream.stop().is_cancelled() {
+            tokio::task::yield_now().await;
+        }
+        store.failure.set_failing(true);
+        let refused = auth.authenticate(Some(issued.token.expose()), client).await;
+        assert_eq!(refused.map(drop), Err(AuthError::Refused), "refused without a read");
+        shutdown.cancel();
+        running.await.unwrap();
+    }
 
     #[test]
     fn an_announcement_reads_back_as_its_job_and_instant() {

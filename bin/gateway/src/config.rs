@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use clap::{Parser, ValueEnum};
+/// The operator token (`--admin-token`), gateway-auth's: Debug never shows it.
+pub use gateway_auth::AdminToken;
 use gateway_store::DatabaseUrl;
 
 /// Shortest accepted `--admin-token`: a guessable operator token is an open door.
@@ -136,8 +138,8 @@ pub struct Config {
     /// Most open agent event streams (`agent:<id>:scheduled`) from one client address. Agents behind one reverse
     /// proxy or NAT all come from its address: raise this there (the total stays 1,024).
     #[arg(long, env = "GATEWAY_AGENT_STREAMS_PER_ADDRESS", value_name = "N",
-          default_value_t = crate::http::events::MAX_STREAMS_PER_ADDRESS,
-          value_parser = at_most_usize(crate::state::MAX_EVENT_STREAMS))]
+          default_value_t = gateway_auth::DEFAULT_STREAMS_PER_ADDRESS,
+          value_parser = at_most_usize(gateway_auth::MAX_AGENT_STREAMS))]
     pub agent_streams_per_address: usize,
 
     // The edge (DESIGN.md 14, "Bodies before trust"; http/edge.rs).
@@ -218,7 +220,7 @@ pub struct Config {
 
     /// Messages and tool calls per agent per one-minute window; 0 turns the limit off.
     #[arg(long, env = "GATEWAY_AGENT_RATE_LIMIT_PER_MINUTE", value_name = "N",
-          default_value_t = gateway_core::rate_limit::AGENT_RATE_LIMIT_PER_MINUTE,
+          default_value_t = gateway_core::ports::rate_limit::AGENT_RATE_LIMIT_PER_MINUTE,
           value_parser = up_to_u32(MAX_AGENT_RATE_LIMIT_PER_MINUTE))]
     pub agent_rate_limit_per_minute: u32,
 
@@ -226,8 +228,8 @@ pub struct Config {
     /// Most open agent event streams (`agent:<id>:scheduled`) of one agent on this instance, whatever addresses
     /// they come from; further ones get 429 `too_many_streams`.
     #[arg(long, env = "GATEWAY_AGENT_STREAMS_PER_AGENT", value_name = "N",
-          default_value_t = crate::http::events::MAX_STREAMS_PER_AGENT,
-          value_parser = at_most_usize(crate::state::MAX_EVENT_STREAMS))]
+          default_value_t = gateway_auth::DEFAULT_STREAMS_PER_AGENT,
+          value_parser = at_most_usize(gateway_auth::MAX_AGENT_STREAMS))]
     pub agent_streams_per_agent: usize,
 
     /// Most bytes one agent's stored rows may take: its recorded tool answers, its pending reminders and its
@@ -277,26 +279,6 @@ pub enum AgentAuthMode {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// The operator token. Debug never shows it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AdminToken(String);
-
-impl AdminToken {
-    pub fn new(token: String) -> Self {
-        Self(token)
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("AdminToken(<redacted>)")
-    }
 }
 
 impl Config {
@@ -418,6 +400,19 @@ impl Config {
             loopback_rules: self.agent_auth == AgentAuthMode::Auto && self.listens_on_loopback(),
             max_inflight_body_bytes: self.max_inflight_body_bytes,
             max_connections_per_address: self.max_connections_per_address,
+        }
+    }
+
+    /// gateway-auth's settings: agent tokens as `--agent-auth` resolves against `--listen`, the operator token this
+    /// start found, the per-agent limits.
+    pub fn auth(&self, operator_token: gateway_auth::OperatorToken) -> gateway_auth::AuthConfig {
+        gateway_auth::AuthConfig {
+            agent_tokens_required: self.agent_auth_required(),
+            operator_token,
+            rate_limit_per_minute: self.agent_rate_limit_per_minute,
+            streams_per_address: self.agent_streams_per_address,
+            streams_per_agent: self.agent_streams_per_agent,
+            max_agent_streams: gateway_auth::MAX_AGENT_STREAMS,
         }
     }
 
@@ -712,7 +707,7 @@ impl InstanceId {
         if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
             bytes.copy_from_slice(&std::process::id().to_be_bytes().repeat(2)[..6]);
         }
-        Self(format!("gw-{}", gateway_core::hex::encode(&bytes)))
+        Self(format!("gw-{}", gateway_core::encoding::hex::encode(&bytes)))
     }
 }
 
@@ -741,7 +736,7 @@ fn parse_admin_token(value: &str) -> Result<AdminToken, String> {
     if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err("must not contain whitespace or control characters".to_owned());
     }
-    Ok(AdminToken(token.to_owned()))
+    Ok(AdminToken::new(token.to_owned()))
 }
 
 #[cfg(test)]
@@ -961,7 +956,7 @@ mod tests {
     #[test]
     fn the_per_agent_bounds_default_to_their_constants_and_are_bounded() {
         let defaults = parse(&[]).unwrap();
-        assert_eq!(defaults.agent_streams_per_agent, crate::http::events::MAX_STREAMS_PER_AGENT);
+        assert_eq!(defaults.agent_streams_per_agent, gateway_auth::DEFAULT_STREAMS_PER_AGENT);
         assert_eq!(parse(&["--agent-streams-per-agent=1"]).unwrap().agent_streams_per_agent, 1);
         for refused in ["--agent-streams-per-agent=0", "--agent-streams-per-agent=1025"] {
             assert!(parse(&[refused]).is_err(), "{refused}");
@@ -973,6 +968,20 @@ mod tests {
         for refused in ["--agent-storage-quota-bytes=0", "--agent-storage-quota-bytes=1099511627777"] {
             assert!(parse(&[refused]).is_err(), "{refused}");
         }
+    }
+
+    /// gateway-auth gets the agent-auth mode as resolved against the listener, and the per-agent limits' flags.
+    #[test]
+    fn the_auth_settings_are_the_flags() {
+        let open = parse(&["--listen", "127.0.0.1:0", "--agent-rate-limit-per-minute", "0"]).unwrap();
+        let auth = open.auth(gateway_auth::OperatorToken::Disabled);
+        assert!(!auth.agent_tokens_required);
+        assert_eq!(auth.rate_limit_per_minute, 0);
+        let args = ["--listen", "0.0.0.0:0", "--agent-streams-per-address=3", "--agent-streams-per-agent=2"];
+        let auth = parse(&args).unwrap().auth(gateway_auth::OperatorToken::Disabled);
+        assert!(auth.agent_tokens_required);
+        assert_eq!((auth.rate_limit_per_minute, auth.streams_per_address, auth.streams_per_agent), (60, 3, 2));
+        assert_eq!(auth.max_agent_streams, gateway_auth::MAX_AGENT_STREAMS);
     }
 
     #[test]

@@ -1,23 +1,20 @@
 //! The `gateway` binary as a library: configuration, wiring and the HTTP server, so integration tests and
 //! embedders can start the real server on a listener they bound themselves.
 
-pub mod admin_token;
 pub mod app;
 pub mod cluster;
 pub mod config;
-pub mod credentials;
 pub mod http;
 pub mod metrics;
-pub mod refusals;
 pub mod state;
 pub mod telemetry;
 
+use gateway_auth::{AuthError, OperatorToken};
 use gateway_core::run_blocking;
 use gateway_store::{DieselStore, OpenError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin_token::{AdminTokenError, OperatorToken};
 use crate::app::App;
 use crate::config::{AdminToken, Config};
 
@@ -34,8 +31,8 @@ pub enum StartError {
     Redis(String),
     #[error("start-up task failed: {0}")]
     Task(String),
-    #[error("{0}")]
-    AdminToken(#[from] AdminTokenError),
+    #[error("admin token: {0}")]
+    AdminToken(#[from] AuthError),
 }
 
 impl StartError {
@@ -68,16 +65,17 @@ impl Gateway {
     }
 
     /// Starts with the operator token stored in the database, generating and storing one if there is none yet
-    /// (`admin_token`). Returns the token too when this start generated it: it is shown once, by the caller.
+    /// (gateway-auth). Returns the token too when this start generated it: it is shown once, by the caller.
     pub async fn start_with_stored_token(
         config: &Config,
         shutdown: CancellationToken,
     ) -> Result<(Self, Option<AdminToken>), StartError> {
         let store = Self::open_store(config).await?;
         let reader = store.clone();
-        let resolved = run_blocking(move || admin_token::resolve_stored(&reader, time::OffsetDateTime::now_utc()))
-            .await
-            .map_err(|error| StartError::Task(error.to_string()))??;
+        let resolved =
+            run_blocking(move || gateway_auth::resolve_stored_admin_token(&reader, time::OffsetDateTime::now_utc()))
+                .await
+                .map_err(|error| StartError::Task(error.to_string()))??;
         let gateway = Self::start_on(config, store, resolved.token, shutdown).await?;
         Ok((gateway, resolved.generated))
     }

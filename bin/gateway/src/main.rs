@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use gateway::config::{AdminTokenCommand, Command, Config};
-use gateway::{Gateway, StartError, admin_token, telemetry};
+use gateway::{Gateway, StartError, telemetry};
 use gateway_core::run_blocking;
 use gateway_store::DieselStore;
 use tokio::net::TcpListener;
@@ -72,7 +72,7 @@ async fn rotate(config: &Config) -> Result<(), StartError> {
     let url = config.database_url.clone();
     let token = run_blocking(move || {
         let store = DieselStore::open_for_command(&url)?;
-        Ok::<_, StartError>(admin_token::rotate(&store, time::OffsetDateTime::now_utc())?)
+        Ok::<_, StartError>(gateway_auth::rotate_admin_token(&store, time::OffsetDateTime::now_utc())?)
     })
     .await
     .map_err(|error| StartError::Task(error.to_string()))??;
@@ -80,7 +80,7 @@ async fn rotate(config: &Config) -> Result<(), StartError> {
     let _ = writeln!(stdout, "admin token (rotated, shown once): {}", token.expose());
     let _ = stdout.flush();
     drop(stdout);
-    let refresh = admin_token::REFRESH_INTERVAL.as_secs();
+    let refresh = gateway_auth::ADMIN_TOKEN_REFRESH_INTERVAL.as_secs();
     #[allow(clippy::print_stderr, reason = "what the operator must know about the new token, whatever the log filter")]
     {
         eprintln!(

@@ -1,15 +1,15 @@
 //! `GET /metrics`: the gateway's series in the Prometheus text format (docs/operations.md, "Metrics").
 //!
-//! Nothing here is a metric object that the hot paths update through a registry: the components count in plain
-//! atomics of their own (`gateway_core::stats`), the router counts requests in a fixed table of histograms indexed
-//! by route and status, and a scrape reads all of it through one [`Collector`] that prometheus-client encodes.
-//! Gauges that need the database (pending jobs, dead letters, due backlog) are counted at scrape time, at most
-//! once per [`STORE_GAUGES_MAX_AGE`], however many scrapes come.
+//! Nothing here is a metric object that the hot paths update through a registry: the components count in plain atomics
+//! of their own (`gateway_core::runtime::stats`), the router counts requests in a fixed table of histograms indexed by
+//! route and status, and a scrape reads all of it through one [`Collector`] that prometheus-client encodes. Gauges that
+//! need the database (pending jobs, dead letters, due backlog) are counted at scrape time, at most once per
+//! [`STORE_GAUGES_MAX_AGE`], however many scrapes come.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway_core::stats::{Counter, DurationHistogram, HistogramSnapshot};
+use gateway_core::runtime::stats::{Counter, DurationHistogram, HistogramSnapshot};
 use gateway_core::{CronJobStore, DeliveryStatus, StoreError, WebhookStore, run_blocking};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
@@ -19,7 +19,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::cluster::{Cluster, Role};
-use crate::state::{AppState, MAX_EVENT_STREAMS, MAX_OPERATOR_EVENT_STREAMS};
+use crate::state::{AppState, MAX_OPERATOR_EVENT_STREAMS};
 
 /// The prefix of every series.
 pub const PREFIX: &str = "gateway";
@@ -334,7 +334,7 @@ impl Collector for Scrape {
         )?;
         let open = |total: usize, free: usize| as_i64(total.saturating_sub(free));
         for (scope, count) in [
-            ("agent", open(MAX_EVENT_STREAMS, state.event_streams.available_permits())),
+            ("agent", as_i64(state.auth.open_agent_streams())),
             ("operator", open(MAX_OPERATOR_EVENT_STREAMS, state.operator_event_streams.available_permits())),
         ] {
             ConstGauge::new(count).encode(streams.encode_family(&[("scope", scope)])?)?;
@@ -346,7 +346,7 @@ impl Collector for Scrape {
             state.metrics.lagged_events.get(),
         )?;
 
-        let credentials = state.agent_auth.credentials();
+        let credentials = state.auth.credentials();
         counter(
             &mut encoder,
             "agent_credential_reads",

@@ -1,8 +1,9 @@
-//! What every request handler may use: the components, the bus, the store (for readiness), and the limits on
-//! open event streams.
+//! What every request handler may use: the components, the bus, the store (for readiness), and the limit on open
+//! operator event streams (agent streams are gateway-auth's to count).
 
 use std::sync::Arc;
 
+use gateway_auth::Auth;
 use gateway_core::{Clock, ComponentHealth, DecisionLogIntake, EventPublisher};
 use gateway_cron::{CronScheduler, Mailbox, ReminderTools};
 use gateway_heartbeat::HeartbeatManager;
@@ -13,24 +14,19 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Cluster;
-use crate::http::agent_auth::AgentAuth;
-use crate::http::auth::OperatorAuth;
-use crate::http::events::{StreamLimits, StreamsPerAddress, StreamsPerAgent};
+use crate::http::events::StreamLimits;
 use crate::http::replay::SharedFires;
 use crate::metrics::Metrics;
 
-/// Concurrent `agent:<id>:scheduled` streams; past this, new ones get 503 so streams cannot exhaust memory or
-/// file handles. Each client address may hold `events::MAX_STREAMS_PER_ADDRESS` of them.
-pub const MAX_EVENT_STREAMS: usize = 1024;
 /// Streams of `gateway:*` topics, counted apart: agent topics need no token yet, and a flood of them must not
 /// lock the operator out of their own event streams.
 pub const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
 
 #[derive(Debug)]
 pub struct AppState {
-    pub operator: OperatorAuth,
-    /// Agent tokens (`--agent-auth`) and per-agent rate limits, for the agent-facing handlers.
-    pub agent_auth: AgentAuth,
+    /// Who a caller is and what it may do: agent tokens (`--agent-auth`), the operator token, per-agent rate
+    /// limits and stream caps.
+    pub auth: Auth,
     pub store: DieselStore,
     /// Where subscribers of this instance listen.
     pub bus: Bus,
@@ -59,14 +55,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// Cancelled when shutdown begins: event streams end, in-flight requests finish.
     pub shutdown: CancellationToken,
-    /// Open `agent:<id>:scheduled` streams.
-    pub event_streams: Arc<Semaphore>,
     /// Open `gateway:*` streams.
     pub operator_event_streams: Arc<Semaphore>,
-    /// Open `agent:<id>:scheduled` streams per client address.
-    pub streams_per_address: Arc<StreamsPerAddress>,
-    /// Open `agent:<id>:scheduled` streams per agent.
-    pub streams_per_agent: Arc<StreamsPerAgent>,
     /// The fires agent streams hold, one copy each for all of them.
     pub shared_fires: Arc<SharedFires>,
     pub stream_limits: StreamLimits,
@@ -88,6 +78,7 @@ impl AppState {
             receipts,
             mailbox_retention,
             self.tools.health(),
+            self.auth.health(),
         ]
     }
 }

@@ -5,8 +5,9 @@
 //! freedoms JSON allows (escapes, whitespace, number forms, repeated keys), which is where two readers differ.
 #![allow(clippy::unwrap_used)] // A test fails by panicking.
 
-use gateway_core::credential::{IssuedToken, PresentedToken, TOKEN_CHARS};
-use gateway_core::{AgentId, DecisionLog, IdempotencyKey, Rejection, SchemaInterceptor, hex, rfc3339};
+use gateway_core::encoding::{hex, rfc3339};
+use gateway_core::ports::credential::{IssuedToken, PresentedToken, TOKEN_CHARS};
+use gateway_core::{AgentId, DecisionLog, IdempotencyKey, Rejection, SchemaInterceptor};
 use gateway_testkit::json_text::{assert_each_read_alike, single_changes, style, write};
 use proptest::prelude::*;
 use proptest::sample::select;

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{
-    ClaimLease, CronJob, FencingToken, FireCompletion, FireKey, FiredReminder, PendingFire, StoreError, Topic,
-    run_blocking,
+    BackgroundLoop, ClaimLease, CronJob, FencingToken, FireCompletion, FireKey, FiredReminder, PendingFire, StoreError,
+    Topic, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
@@ -110,10 +110,15 @@ enum Next {
     Immediately,
     At(OffsetDateTime),
 }
-impl CronScheduler {
+
+impl BackgroundLoop for CronScheduler {
+    fn name(&self) -> &'static str {
+        "cron_scheduler"
+    }
+
     /// Fires jobs until `shutdown`. Never returns early: store errors are logged, backed off (capped) and
     /// reported through [`Self::health`]; fires happen only while leadership says so.
-    pub async fn run(&self, shutdown: CancellationToken) {
+    async fn run(&self, shutdown: CancellationToken) {
         let inner = &self.inner;
         let _running = inner.health.start();
         info!(claimer = %inner.owner, "cron scheduler started");
@@ -202,7 +207,9 @@ impl CronScheduler {
         self.finish(&mut state).await;
         info!("cron scheduler stopped");
     }
+}
 
+impl CronScheduler {
     /// One pass: take in a landed reload or write, start a reload if needed, publish the claimed fires that are
     /// due, start the next write (completions of what was published, claims of what is due within the
     /// claim-ahead margin), and say when to look again. Never waits for the store: reloads and writes run on

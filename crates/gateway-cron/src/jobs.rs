@@ -1,7 +1,7 @@
 //! The job API: one-time reminders, recurring jobs, removal and listing. Every call writes the row first and
 //! arms the firing loop after, so a job that was acknowledged survives a crash.
 
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{
     AgentId, CronJob, Event, EventPayload, IdempotencyKey, NewCronJob, PendingFire, StoreError, Topic, run_blocking,
 };
@@ -21,7 +21,7 @@ pub const MAX_DELAY_MS: i64 = 10 * 36_525 * 86_400_000 / 100;
 /// Most jobs one `list` call returns.
 pub const MAX_LIST_LIMIT: usize = 1_000;
 
-pub use gateway_core::mailbox::fire_id;
+pub use gateway_core::ports::mailbox::fire_id;
 
 /// The instants a job fires next: its `next_fire_at`, then (recurring jobs) the following ones, up to
 /// [`PREVIEW_INSTANTS`] in all. Shown by the API so a mistaken expression is seen before it fires.

@@ -89,8 +89,9 @@ impl Default for MailboxConfig {
     }
 }
 
-/// The mailbox component. Cheap to clone; clones share everything. Run [`Self::run`] once per process: it writes
-/// the receipts and, while this instance leads, prunes.
+/// The mailbox component. Cheap to clone; clones share everything. Run its loop
+/// ([`run`](gateway_core::BackgroundLoop::run)) once per process: it writes the receipts and, while this instance
+/// leads, prunes.
 #[derive(Debug, Clone)]
 pub struct Mailbox {
     inner: Arc<Inner>,
@@ -308,7 +309,7 @@ impl Mailbox {
             }
             Err(_) => {
                 let dropped = inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                let mut last = gateway_core::sync::lock(&inner.last_drop_warning);
+                let mut last = gateway_core::runtime::sync::lock(&inner.last_drop_warning);
                 let now = Instant::now();
                 if last.is_none_or(|at| now.duration_since(at) >= DROP_WARNING_INTERVAL) {
                     *last = Some(now);
@@ -324,11 +325,6 @@ impl Mailbox {
         let target = self.inner.queued.load(Ordering::SeqCst);
         let mut settled = self.inner.settled.subscribe();
         let _ = settled.wait_for(|written| *written >= target).await;
-    }
-
-    /// Writes receipts until `shutdown` (then the ones still queued), and prunes on the leader.
-    pub async fn run(&self, shutdown: CancellationToken) {
-        tokio::join!(self.write_receipts(&shutdown), self.prune(&shutdown));
     }
 
     async fn position(&self, agent_id: &AgentId, fire_id: &str) -> Result<Option<i64>, CronError> {
@@ -461,7 +457,7 @@ impl Mailbox {
             pass: "pruning the reminder mailbox",
             interval: config.prune_interval,
             first_backoff: config.prune_pause,
-            max_backoff: gateway_core::periodic::MAX_PRUNE_BACKOFF,
+            max_backoff: gateway_core::runtime::periodic::MAX_PRUNE_BACKOFF,
             health: &self.inner.retention_health,
             leadership: self.inner.ports.leadership.as_ref(),
         };
@@ -489,7 +485,8 @@ impl BackgroundLoop for Mailbox {
         "mailbox"
     }
 
-    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
-        Mailbox::run(self, shutdown)
+    /// Writes receipts until `shutdown` (then the ones still queued), and prunes on the leader.
+    async fn run(&self, shutdown: CancellationToken) {
+        tokio::join!(self.write_receipts(&shutdown), self.prune(&shutdown));
     }
 }

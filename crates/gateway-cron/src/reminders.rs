@@ -7,17 +7,17 @@
 //! payload's size as JSON (`reminder_payload_max_bytes`) and the agent's pending one-time jobs
 //! (`max_pending_reminders_per_agent`). The pending count is read before the insert, outside its transaction
 //! (the insert goes through the group commit that concurrent reminders share), so one agent's reminders take turns
-//! on this instance ([`PendingGates`]) from the count to the commit: the cap is exact on one instance; with several,
+//! on this instance ([`PendingGates`](crate::scheduler::PendingGates)) from the count to the commit: the cap is exact on one instance; with several,
 //! an agent whose reminders reach different instances at the same moment at the limit may end up over it by up to
 //! one per instance. docs/scheduler.md.
 //!
-//! The agent's storage quota (`agent_storage_quota_bytes`, [`gateway_core::storage`]) is decided in the same turn:
-//! the reminder is charged when it is accepted (its payload, as the pending row and later as the mailbox entry it
-//! becomes), so a reminder once accepted is never refused when it fires, however full the mailbox is by then. The
-//! same holds for it across instances as for the cap: over by at most one reminder per instance.
+//! The agent's storage quota (`agent_storage_quota_bytes`, [`gateway_core::ports::storage`]) is decided in the same
+//! turn: the reminder is charged when it is accepted (its payload, as the pending row and later as the mailbox entry it
+//! becomes), so a reminder once accepted is never refused when it fires, however full the mailbox is by then. The same
+//! holds for it across instances as for the cap: over by at most one reminder per instance.
 
 use gateway_core::intake::{BoxFuture, ReminderDesk, ReminderRefusal, ScheduledReminder};
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{AgentId, CronJob, ReminderRequest, StoreError};
 use serde_json::{Map, Value};
 use tracing::info;
@@ -26,50 +26,10 @@ use crate::error::CronError;
 use crate::jobs::MAX_DELAY_MS;
 use crate::scheduler::CronScheduler;
 
-/// Default largest reminder payload, serialized as JSON (`--reminder-payload-max-bytes`).
-pub const DEFAULT_REMINDER_PAYLOAD_MAX_BYTES: usize = 65_536;
-/// Highest accepted `--reminder-payload-max-bytes`: a request body's limit, which no payload can exceed anyway.
-pub const MAX_REMINDER_PAYLOAD_BYTES: usize = 1024 * 1024;
-/// Default most pending one-time jobs per agent (`--max-pending-reminders-per-agent`).
-pub const DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000;
-/// Highest accepted `--max-pending-reminders-per-agent`.
-pub const MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000_000;
-/// Default most bytes an agent's stored rows may take (`--agent-storage-quota-bytes`): 16 MiB.
-pub const DEFAULT_AGENT_STORAGE_QUOTA_BYTES: u64 = 16 * 1024 * 1024;
-/// Highest accepted `--agent-storage-quota-bytes`: 1 TiB, a bound only so that no sum overflows.
-pub const MAX_AGENT_STORAGE_QUOTA_BYTES: u64 = 1 << 40;
 /// What a tool reserves of the quota for its recorded answer before it runs: more than any answer of
 /// `schedule_reminder` or `cancel_reminder` takes (`{"fire_at":"…","job_id":…}` is at most about 70 bytes), plus the
 /// row charge.
 pub const ANSWER_RESERVE_BYTES: u64 = 96 + gateway_core::STORED_ROW_CHARGE_BYTES;
-/// Stripes of [`PendingGates`]: agents that share one wait for each other, which matters only when both schedule
-/// at the same moment.
-const PENDING_GATE_STRIPES: usize = 64;
-
-/// Turns for scheduling an agent's reminder, from counting its pending ones to committing the new one: without
-/// them, concurrent reminders of an agent at its cap all count the same number and all go in.
-#[derive(Debug)]
-pub(crate) struct PendingGates {
-    stripes: Vec<tokio::sync::Mutex<()>>,
-    hasher: std::collections::hash_map::RandomState,
-}
-
-impl Default for PendingGates {
-    fn default() -> Self {
-        Self {
-            stripes: (0..PENDING_GATE_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
-            hasher: std::collections::hash_map::RandomState::new(),
-        }
-    }
-}
-
-impl PendingGates {
-    fn gate(&self, agent_id: &AgentId) -> &tokio::sync::Mutex<()> {
-        use std::hash::BuildHasher;
-        let stripe = usize::try_from(self.hasher.hash_one(agent_id.as_str())).unwrap_or(0) % self.stripes.len();
-        &self.stripes[stripe]
-    }
-}
 
 impl CronScheduler {
     /// Schedules an agent's one-time reminder under the agent limits, and under the request's idempotency key
@@ -111,7 +71,7 @@ impl CronScheduler {
             .await
         }
         .map_err(refusal)?;
-        let needed = gateway_core::storage::row_charge(payload_bytes).saturating_add(reserve);
+        let needed = gateway_core::ports::storage::row_charge(payload_bytes).saturating_add(reserve);
         let over_quota = stored.saturating_add(needed) > quota;
         if pending >= cap || over_quota {
             let held = match idempotency_key {

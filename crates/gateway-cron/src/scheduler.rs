@@ -4,16 +4,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gateway_core::group_commit::GroupCommit;
-use gateway_core::stats::CronStats;
-use gateway_core::sync::lock;
+use gateway_core::runtime::group_commit::GroupCommit;
+use gateway_core::runtime::stats::CronStats;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{
-    AgentStorage, BackgroundLoop, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership,
-    NewCronJob,
+    AgentId, AgentStorage, Clock, ComponentHealth, CronJobInsert, CronJobStore, EventPublisher, Leadership, NewCronJob,
 };
 use time::Duration;
 use tokio::sync::{Notify, watch};
-use tokio_util::sync::CancellationToken;
 
 use crate::window::Window;
 
@@ -44,6 +42,20 @@ pub const DEFAULT_CLAIM_AHEAD: std::time::Duration = std::time::Duration::from_m
 /// Most one-time jobs written in one store call by the group commit of concurrent `schedule_once` calls.
 pub const MAX_INSERT_GROUP: usize = 1_024;
 
+// The agent limits on reminders (`reminders.rs`), which are the scheduler's so that every way in keeps them.
+/// Default largest reminder payload, serialized as JSON (`--reminder-payload-max-bytes`).
+pub const DEFAULT_REMINDER_PAYLOAD_MAX_BYTES: usize = 65_536;
+/// Highest accepted `--reminder-payload-max-bytes`: a request body's limit, which no payload can exceed anyway.
+pub const MAX_REMINDER_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// Default most pending one-time jobs per agent (`--max-pending-reminders-per-agent`).
+pub const DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000;
+/// Highest accepted `--max-pending-reminders-per-agent`.
+pub const MAX_PENDING_REMINDERS_PER_AGENT: usize = 1_000_000;
+/// Default most bytes an agent's stored rows may take (`--agent-storage-quota-bytes`): 16 MiB.
+pub const DEFAULT_AGENT_STORAGE_QUOTA_BYTES: u64 = 16 * 1024 * 1024;
+/// Highest accepted `--agent-storage-quota-bytes`: 1 TiB, a bound only so that no sum overflows.
+pub const MAX_AGENT_STORAGE_QUOTA_BYTES: u64 = 1 << 40;
+
 /// Tuning of the timing engine. The defaults are the constants above.
 #[derive(Debug, Clone)]
 pub struct CronConfig {
@@ -60,8 +72,8 @@ pub struct CronConfig {
     pub reminder_payload_max_bytes: usize,
     /// Most pending one-time jobs an agent may have; further reminders it asks for are refused.
     pub max_pending_reminders_per_agent: usize,
-    /// Most bytes an agent's stored rows may take ([`gateway_core::storage`]); a reminder or a tool answer that would
-    /// take it past this is refused.
+    /// Most bytes an agent's stored rows may take ([`gateway_core::ports::storage`]); a reminder or a tool answer that
+    /// would take it past this is refused.
     pub agent_storage_quota_bytes: u64,
 }
 
@@ -77,9 +89,9 @@ impl Default for CronConfig {
             retry_initial: RETRY_INITIAL,
             retry_max: RETRY_MAX,
             leadership_poll: LEADERSHIP_POLL,
-            reminder_payload_max_bytes: crate::DEFAULT_REMINDER_PAYLOAD_MAX_BYTES,
-            max_pending_reminders_per_agent: crate::DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT,
-            agent_storage_quota_bytes: crate::DEFAULT_AGENT_STORAGE_QUOTA_BYTES,
+            reminder_payload_max_bytes: DEFAULT_REMINDER_PAYLOAD_MAX_BYTES,
+            max_pending_reminders_per_agent: DEFAULT_MAX_PENDING_REMINDERS_PER_AGENT,
+            agent_storage_quota_bytes: DEFAULT_AGENT_STORAGE_QUOTA_BYTES,
         }
     }
 }
@@ -113,8 +125,8 @@ pub struct CronPorts {
 
 /// Durable recurring and one-time jobs. Cloning is cheap and clones share everything.
 ///
-/// The job API ([`Self::schedule_once`], [`Self::add_recurring`], [`Self::remove`], [`Self::list`],
-/// [`Self::job`]) is async and runs its store work on tokio's blocking pool. [`Self::run`] is the loop that
+/// The job API ([`Self::schedule_once`], [`Self::add_recurring`], [`Self::remove`], [`Self::list`], [`Self::job`]) is
+/// async and runs its store work on tokio's blocking pool. [`run`](gateway_core::BackgroundLoop::run) is the loop that
 /// fires jobs; run it once (a second concurrent run would only compete for the same claims).
 #[derive(Debug, Clone)]
 pub struct CronScheduler {
@@ -145,7 +157,36 @@ pub(crate) struct Inner {
     /// microseconds, which is most of the difference between a few thousand and tens of thousands of fires a
     /// second when the loop and `schedule_once` callers write at once.
     pub(crate) writes: Arc<Mutex<()>>,
-    pub(crate) pending_gates: crate::reminders::PendingGates,
+    pub(crate) pending_gates: PendingGates,
+}
+
+/// Stripes of [`PendingGates`]: agents that share one wait for each other, which matters only when both schedule
+/// at the same moment.
+const PENDING_GATE_STRIPES: usize = 64;
+
+/// Turns for scheduling an agent's reminder, from counting its pending ones to committing the new one: without
+/// them, concurrent reminders of an agent at its cap all count the same number and all go in (`reminders.rs`).
+#[derive(Debug)]
+pub(crate) struct PendingGates {
+    stripes: Vec<tokio::sync::Mutex<()>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Default for PendingGates {
+    fn default() -> Self {
+        Self {
+            stripes: (0..PENDING_GATE_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+}
+
+impl PendingGates {
+    pub(crate) fn gate(&self, agent_id: &AgentId) -> &tokio::sync::Mutex<()> {
+        use std::hash::BuildHasher;
+        let stripe = usize::try_from(self.hasher.hash_one(agent_id.as_str())).unwrap_or(0) % self.stripes.len();
+        &self.stripes[stripe]
+    }
 }
 
 impl CronScheduler {
@@ -177,12 +218,13 @@ impl CronScheduler {
                 stats: CronStats::default(),
                 inserts,
                 writes,
-                pending_gates: crate::reminders::PendingGates::default(),
+                pending_gates: PendingGates::default(),
             }),
         }
     }
 
-    /// The loop's readiness: running while [`Self::run`] runs, unhealthy while it cannot reach the store.
+    /// The loop's readiness: running while its loop ([`run`](gateway_core::BackgroundLoop::run)) runs, unhealthy while
+    /// it cannot reach the store.
     pub fn health(&self) -> ComponentHealth {
         self.inner.health.clone()
     }
@@ -199,16 +241,6 @@ impl CronScheduler {
     /// The id this scheduler's claims carry in the database.
     pub fn claimer_id(&self) -> &str {
         &self.inner.owner
-    }
-}
-
-impl BackgroundLoop for CronScheduler {
-    fn name(&self) -> &'static str {
-        "cron_scheduler"
-    }
-
-    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
-        CronScheduler::run(self, shutdown)
     }
 }
 
@@ -229,7 +261,7 @@ fn claimer_id() -> String {
         let nanos = time::OffsetDateTime::now_utc().nanosecond();
         bytes[8..].copy_from_slice(&nanos.to_be_bytes());
     }
-    format!("cron-{}", gateway_core::hex::encode(&bytes))
+    format!("cron-{}", gateway_core::encoding::hex::encode(&bytes))
 }
 
 #[cfg(test)]

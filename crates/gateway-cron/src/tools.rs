@@ -11,21 +11,22 @@
 //!
 //! Scheduling and recording are two writes. A crash between them cannot schedule twice: the reminder's
 //! idempotency key is derived from `(agent_id, tool_call_id)`
-//! ([`gateway_core::interceptor::tool_reminder_idempotency_key`]), so the retry's scheduling finds the job the
+//! ([`gateway_core::intake::interceptor::tool_reminder_idempotency_key`]), so the retry's scheduling finds the job the
 //! first attempt wrote, while it is pending, and answers with it (docs/scheduler.md says why this rather than one
 //! transaction).
 //!
-//! The records are pruned after the retention (`--retention-days`) by [`ReminderTools::run`], on the leader.
+//! The records are pruned after the retention (`--retention-days`) by the loop of [`ReminderTools`]
+//! ([`BackgroundLoop::run`]), on the leader.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::intake::ReminderRefusal;
-use gateway_core::interceptor::tool_reminder_idempotency_key;
-use gateway_core::tool_call::params_hash;
+use gateway_core::intake::interceptor::tool_reminder_idempotency_key;
+use gateway_core::ports::tool_call::params_hash;
 use gateway_core::{
     AgentId, BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, PruningPass, ReminderRequest, StoreError,
-    ToolCallId, ToolCallRecord, ToolCallStore, rfc3339, run_blocking,
+    ToolCallId, ToolCallRecord, ToolCallStore, encoding::rfc3339, run_blocking,
 };
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -204,7 +205,8 @@ impl Default for ToolConfig {
     }
 }
 
-/// The reminder tools, and the loop that prunes their records. Cheap to clone; run [`Self::run`] once.
+/// The reminder tools, and the loop that prunes their records. Cheap to clone; run its loop
+/// ([`run`](gateway_core::BackgroundLoop::run)) once.
 #[derive(Debug, Clone)]
 pub struct ReminderTools {
     inner: Arc<Inner>,
@@ -364,15 +366,21 @@ impl ReminderTools {
         let calls = Arc::clone(&self.inner.ports.calls);
         pass.run(shutdown, move |cutoff, limit| calls.prune_tool_calls(cutoff, limit)).await
     }
+}
+
+impl BackgroundLoop for ReminderTools {
+    fn name(&self) -> &'static str {
+        "tool_call_retention"
+    }
 
     /// A pass every interval (the first at once), only while leader; failures back off (capped) and never stop
     /// the loop.
-    pub async fn run(&self, shutdown: CancellationToken) {
+    async fn run(&self, shutdown: CancellationToken) {
         let passes = LeaderLoop {
             pass: "pruning tool calls",
             interval: self.inner.config.prune_interval,
             first_backoff: self.inner.config.prune_pause,
-            max_backoff: gateway_core::periodic::MAX_PRUNE_BACKOFF,
+            max_backoff: gateway_core::runtime::periodic::MAX_PRUNE_BACKOFF,
             health: &self.inner.health,
             leadership: self.inner.ports.leadership.as_ref(),
         };
@@ -386,16 +394,6 @@ impl ReminderTools {
                 Ok::<_, StoreError>(())
             })
             .await;
-    }
-}
-
-impl BackgroundLoop for ReminderTools {
-    fn name(&self) -> &'static str {
-        "tool_call_retention"
-    }
-
-    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
-        ReminderTools::run(self, shutdown)
     }
 }
 

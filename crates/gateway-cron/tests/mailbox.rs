@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration as StdDuration;
 
 use gateway_core::{
-    AgentId, CronJobStore, FencingToken, FiredReminder, InMemoryCronJobStore, Leadership, MailboxEntry, MailboxQuery,
-    MailboxStore, ManualClock, Receipt, SingleProcessLeadership, SwitchableLeadership,
+    AgentId, BackgroundLoop, CronJobStore, FencingToken, FiredReminder, InMemoryCronJobStore, Leadership, MailboxEntry,
+    MailboxQuery, MailboxStore, ManualClock, Receipt, SingleProcessLeadership, SwitchableLeadership,
 };
 use gateway_cron::{Mailbox, MailboxConfig, MailboxPorts, Replay};
 use serde_json::Map;

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gateway_core::{
-    AgentId, Clock, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, FiredReminder, IdempotencyKey,
-    InMemoryCronJobStore, Leadership, MailboxEntry, MailboxQuery, MailboxStore, ManualClock, NewCronJob, PublishError,
-    SingleProcessLeadership, SwitchableLeadership, Topic,
+    AgentId, BackgroundLoop, Clock, CronJobStore, Event, EventPayload, EventPublisher, FencingToken, FiredReminder,
+    IdempotencyKey, InMemoryCronJobStore, Leadership, MailboxEntry, MailboxQuery, MailboxStore, ManualClock,
+    NewCronJob, PublishError, SingleProcessLeadership, SwitchableLeadership, Topic,
 };
 use gateway_cron::{
     CLAIM_LEASE, CronConfig, CronError, CronPorts, CronScheduler, DEFAULT_CLAIM_AHEAD, LoopProgress, MAX_DELAY_MS,

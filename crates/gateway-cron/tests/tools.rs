@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gateway_core::{
-    AgentId, CapabilityNotes, Clock, CronJobStore, DecisionLogIntake, Event, EventPayload, EventPublisher,
-    InMemoryCronJobStore, InMemoryToolCallStore, IntakePorts, PublishError, ReminderNotScheduled, ReminderRefusal,
-    SingleProcessLeadership, StoreError, ToolCallId, ToolCallRecord, ToolCallStore, Topic,
+    AgentId, BackgroundLoop, CapabilityNotes, Clock, CronJobStore, DecisionLogIntake, Event, EventPayload,
+    EventPublisher, InMemoryCronJobStore, InMemoryToolCallStore, IntakePorts, PublishError, ReminderNotScheduled,
+    ReminderRefusal, SingleProcessLeadership, StoreError, ToolCallId, ToolCallRecord, ToolCallStore, Topic,
 };
 use gateway_cron::{
     CronConfig, CronError, CronPorts, CronScheduler, MAX_LISTED_REMINDERS, ReminderTool, ReminderTools, ToolConfig,

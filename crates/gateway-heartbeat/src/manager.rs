@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gateway_core::group_commit::GroupCommit;
-use gateway_core::stats::HeartbeatStats;
+use gateway_core::runtime::group_commit::GroupCommit;
+use gateway_core::runtime::stats::HeartbeatStats;
 use gateway_core::{
     AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, CapabilityNotes, Clock, ClusterId, ComponentHealth, Event,
     EventPayload, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, LeaderLoop, Leadership, LivenessMap,
@@ -67,8 +67,8 @@ pub struct HeartbeatPorts {
     pub leadership: Arc<dyn Leadership>,
 }
 
-/// Tracks agent liveness. Cheap to clone; clones share everything. Run [`HeartbeatManager::run`] once: heartbeats
-/// are accepted only while it runs.
+/// Tracks agent liveness. Cheap to clone; clones share everything. Run its loop
+/// ([`run`](gateway_core::BackgroundLoop::run)) once: heartbeats are accepted only while it runs.
 #[derive(Debug, Clone)]
 pub struct HeartbeatManager {
     inner: Arc<Inner>,
@@ -83,7 +83,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     leadership: Arc<dyn Leadership>,
     health: ComponentHealth,
-    /// Concurrent heartbeats share one store commit (see `gateway_core::group_commit`); it owns the store.
+    /// Concurrent heartbeats share one store commit (see `gateway_core::runtime::group_commit`); it owns the store.
     upserts: Arc<GroupCommit<HeartbeatRecord, ()>>,
     stats: HeartbeatStats,
 }
@@ -219,29 +219,6 @@ impl HeartbeatManager {
         Ok(evicted)
     }
 
-    /// The eviction loop: a check every interval (the first at start), only while leader, on a blocking thread (a
-    /// shared liveness map is a network store; a million local agents take tens of milliseconds). Runs until
-    /// `shutdown`; while it runs, heartbeats are accepted.
-    pub async fn run(&self, shutdown: CancellationToken) {
-        let checks = LeaderLoop {
-            pass: "eviction check",
-            interval: self.inner.config.check_interval,
-            first_backoff: self.inner.config.check_interval,
-            max_backoff: self.inner.config.check_interval,
-            health: &self.inner.health,
-            leadership: self.inner.leadership.as_ref(),
-        };
-        checks
-            .run(&shutdown, |token| {
-                let manager = self.clone();
-                let now = self.inner.clock.now();
-                async move {
-                    run_blocking(move || manager.check_at(now, token).map(drop)).await.map_err(StoreError::from)?
-                }
-            })
-            .await;
-    }
-
     /// Live agents ordered by id, `limit` at most, starting after `after` (keyset pagination), with their
     /// capabilities.
     pub async fn live_agents(&self, after: Option<AgentId>, limit: usize) -> Result<Vec<LiveAgent>, StoreError> {
@@ -285,8 +262,27 @@ impl BackgroundLoop for HeartbeatManager {
         "heartbeat"
     }
 
-    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
-        HeartbeatManager::run(self, shutdown)
+    /// The eviction loop: a check every interval (the first at start), only while leader, on a blocking thread (a
+    /// shared liveness map is a network store; a million local agents take tens of milliseconds). Runs until
+    /// `shutdown`; while it runs, heartbeats are accepted.
+    async fn run(&self, shutdown: CancellationToken) {
+        let checks = LeaderLoop {
+            pass: "eviction check",
+            interval: self.inner.config.check_interval,
+            first_backoff: self.inner.config.check_interval,
+            max_backoff: self.inner.config.check_interval,
+            health: &self.inner.health,
+            leadership: self.inner.leadership.as_ref(),
+        };
+        checks
+            .run(&shutdown, |token| {
+                let manager = self.clone();
+                let now = self.inner.clock.now();
+                async move {
+                    run_blocking(move || manager.check_at(now, token).map(drop)).await.map_err(StoreError::from)?
+                }
+            })
+            .await;
     }
 }
 

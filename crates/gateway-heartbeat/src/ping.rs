@@ -32,23 +32,23 @@ impl HeartbeatPing {
                 let reason = format!("must be at most {MAX_ID_BYTES} bytes");
                 return Err(HeartbeatError::InvalidField { field: "timestamp", reason });
             }
-            text => text.and_then(gateway_core::rfc3339::parse_utc),
+            text => text.and_then(gateway_core::encoding::rfc3339::parse_utc),
         };
         Ok(Self { agent_id, cluster_id, timestamp })
     }
 
     /// The ping of a body that is certainly valid, read without a JSON tree; `None` for anything else (not JSON,
     /// a refused field, or a shape the direct reading leaves to the other, such as a timestamp that is not a
-    /// string), which [`Self::from_json`] then decides. See `gateway_core::direct_json`.
+    /// string), which [`Self::from_json`] then decides. See `gateway_core::intake::direct_json`.
     pub fn from_valid_body(body: &[u8]) -> Option<Self> {
-        let ping: PingFields<'_> = gateway_core::direct_json::read(body)?;
+        let ping: PingFields<'_> = gateway_core::intake::direct_json::read(body)?;
         if ping.kind != "heartbeat" || ping.timestamp.as_ref().is_some_and(|text| text.len() > MAX_ID_BYTES) {
             return None;
         }
         Some(Self {
             agent_id: AgentId::new(ping.agent_id).ok()?,
             cluster_id: ClusterId::new(ping.cluster_id).ok()?,
-            timestamp: ping.timestamp.as_deref().and_then(gateway_core::rfc3339::parse_utc),
+            timestamp: ping.timestamp.as_deref().and_then(gateway_core::encoding::rfc3339::parse_utc),
         })
     }
 }

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::{
-    AgentId, CapabilityMap, ClusterId, EventPayload, FencingToken, HeartbeatStore, InMemoryCapabilityMap,
-    InMemoryHeartbeatStore, InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal, ManualClock, RecordingPublisher,
-    SingleProcessLeadership, StoreError, Topic,
+    AgentId, BackgroundLoop, CapabilityMap, ClusterId, EventPayload, FencingToken, HeartbeatStore,
+    InMemoryCapabilityMap, InMemoryHeartbeatStore, InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal,
+    ManualClock, RecordingPublisher, SingleProcessLeadership, StoreError, Topic,
 };
 use gateway_heartbeat::{
     CHECK_INTERVAL, EVICTION_THRESHOLD, HeartbeatConfig, HeartbeatError, HeartbeatManager, HeartbeatPing,

@@ -57,7 +57,7 @@ fn field() -> impl Strategy<Value = Option<Value>> {
 fn ping() -> impl Strategy<Value = Value> {
     let kind = prop_oneof![8 => Just(Some(json!("heartbeat"))), 1 => field()];
     let timestamp = prop_oneof![
-        4 => (0i64..4_102_444_800).prop_map(|seconds| Some(json!(gateway_core::rfc3339::format(
+        4 => (0i64..4_102_444_800).prop_map(|seconds| Some(json!(gateway_core::encoding::rfc3339::format(
             time::OffsetDateTime::from_unix_timestamp(seconds).unwrap()
         )))),
         1 => field(),

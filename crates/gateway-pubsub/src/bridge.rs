@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{BackgroundLoop, Clock, Event, EventPublisher, PublishError, Topic, capped_backoff};
 use redis::aio::{MultiplexedConnection, PubSub};
 use ring::hmac;
@@ -660,7 +660,7 @@ fn wire_message(keys: &ClusterKeys, channel: &str, origin: &str, sent_at_ms: u64
         rest.push(b'\n');
     }
     rest.extend_from_slice(json);
-    let mac = gateway_core::hex::encode(sign(keys, channel, &rest).as_ref());
+    let mac = gateway_core::encoding::hex::encode(sign(keys, channel, &rest).as_ref());
     let mut message = Vec::with_capacity(WIRE_VERSION.len() + MAC_HEX_LEN + 2 + rest.len());
     for line in [WIRE_VERSION, &mac] {
         message.extend_from_slice(line.as_bytes());
@@ -690,7 +690,7 @@ impl<'a> WireMessage<'a> {
         }
         let (mac, rest) = split_line(after_version).ok_or(Rejection::Signature)?;
         let mac = std::str::from_utf8(mac).ok().filter(|mac| mac.len() == MAC_HEX_LEN);
-        let mac = mac.and_then(gateway_core::hex::decode).ok_or(Rejection::Signature)?;
+        let mac = mac.and_then(gateway_core::encoding::hex::decode).ok_or(Rejection::Signature)?;
         if !verifies(keys, channel, rest, &mac) {
             return Err(Rejection::Signature);
         }
@@ -1075,7 +1075,7 @@ mod tests {
             /// A signed message whose MAC is right but whose lines are anything: read or refused, never a panic.
             #[test]
             fn a_signed_message_with_any_content_is_read_or_refused(rest in proptest::collection::vec(any::<u8>(), 0..512)) {
-                let mac = gateway_core::hex::encode(sign(&keys(), CHANNEL, &rest).as_ref());
+                let mac = gateway_core::encoding::hex::encode(sign(&keys(), CHANNEL, &rest).as_ref());
                 let message = [format!("{WIRE_VERSION}\n{mac}\n").into_bytes(), rest].concat();
                 let _ = WireMessage::open(&keys(), CHANNEL, &message);
             }

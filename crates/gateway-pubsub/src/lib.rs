@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{Event, EventPublisher, PublishError, Topic};
 use tokio::sync::broadcast;
 

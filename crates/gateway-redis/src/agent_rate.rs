@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{AgentId, FixedWindowLimiter, RateDecision, RateLimiter};
 use redis::Script;
 use tokio::runtime::Handle;
@@ -69,7 +69,7 @@ impl LimiterConfig {
     pub fn per_minute(limit: u32) -> Self {
         Self {
             limit,
-            window: gateway_core::rate_limit::WINDOW,
+            window: gateway_core::ports::rate_limit::WINDOW,
             command_timeout: LIMIT_COMMAND_TIMEOUT,
             probe_interval: LIMIT_PROBE_INTERVAL,
         }
@@ -109,7 +109,7 @@ impl RedisRateLimiter {
             return Err(Error::Config("the limit's window, timeout and probe interval must be positive".into()));
         }
         let fallback =
-            FixedWindowLimiter::new(config.limit, config.window, gateway_core::rate_limit::MAX_LIMITED_AGENTS);
+            FixedWindowLimiter::new(config.limit, config.window, gateway_core::ports::rate_limit::MAX_LIMITED_AGENTS);
         Ok(Self {
             link: AsyncLink::new(redis),
             runtime,
@@ -239,7 +239,7 @@ mod tests {
         let probe = limiter.check(&a, now + LIMIT_PROBE_INTERVAL);
         assert!(matches!(probe, RateDecision::Limited { .. }), "the probe fails and is decided in-process too");
         assert_eq!(limiter.outages(), 1, "still the same outage");
-        let next_window = now + gateway_core::rate_limit::WINDOW + LIMIT_PROBE_INTERVAL;
+        let next_window = now + gateway_core::ports::rate_limit::WINDOW + LIMIT_PROBE_INTERVAL;
         assert_eq!(limiter.check(&a, next_window), RateDecision::Allowed, "a new window opens in-process too");
     }
 }

@@ -20,7 +20,7 @@ use gateway_core::{StoreError, StoreHealth};
 use time::OffsetDateTime;
 
 use crate::database_url::{DatabaseUrl, PostgresUrl};
-use crate::error::{OpenError, classify};
+use crate::error::{FencedError, OpenError, classify};
 use crate::lock::DatabaseLock;
 use crate::recovery::release_stranded_claims;
 
@@ -219,7 +219,7 @@ impl DieselStore {
     pub(crate) fn immediate_fenced<T>(
         &self,
         operation: &str,
-        work: impl FnOnce(&mut AnyConnection<'_>) -> Result<T, crate::fencing::FencedError>,
+        work: impl FnOnce(&mut AnyConnection<'_>) -> Result<T, FencedError>,
     ) -> Result<T, StoreError> {
         self.transaction(operation, work)?.map_err(|error| error.into_store_error(operation))
     }

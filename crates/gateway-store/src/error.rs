@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use gateway_core::StoreError;
+use gateway_core::{FencingToken, StoreError};
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +33,28 @@ pub enum OpenError {
 /// " (pid N)" when the holder's pid is known: it has not always written it yet when a second gateway looks.
 fn pid_suffix(pid: Option<u32>) -> String {
     pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+}
+
+/// What a transaction that may be fenced fails with (`DieselStore::immediate_fenced`, `fencing::admit`).
+#[derive(Debug)]
+pub(crate) enum FencedError {
+    Database(DieselError),
+    Fenced { token: FencingToken, newest: FencingToken },
+}
+
+impl From<DieselError> for FencedError {
+    fn from(error: DieselError) -> Self {
+        Self::Database(error)
+    }
+}
+
+impl FencedError {
+    pub(crate) fn into_store_error(self, operation: &str) -> StoreError {
+        match self {
+            Self::Database(error) => classify(operation, error),
+            Self::Fenced { token, newest } => StoreError::Fenced { token, newest },
+        }
+    }
 }
 
 pub(crate) fn classify(operation: &str, error: DieselError) -> StoreError {

@@ -6,30 +6,8 @@ use diesel::prelude::*;
 use gateway_core::{FencingEpoch, FencingToken, StoreError};
 
 use crate::connection::{AnyConnection, DieselStore};
-use crate::error::classify;
+use crate::error::FencedError;
 use crate::schema::gateway_leader_epoch;
-
-/// What a transaction that may be fenced fails with.
-#[derive(Debug)]
-pub(crate) enum FencedError {
-    Database(diesel::result::Error),
-    Fenced { token: FencingToken, newest: FencingToken },
-}
-
-impl From<diesel::result::Error> for FencedError {
-    fn from(error: diesel::result::Error) -> Self {
-        Self::Database(error)
-    }
-}
-
-impl FencedError {
-    pub(crate) fn into_store_error(self, operation: &str) -> StoreError {
-        match self {
-            Self::Database(error) => classify(operation, error),
-            Self::Fenced { token, newest } => StoreError::Fenced { token, newest },
-        }
-    }
-}
 
 /// Tokens are `u64`; the column is a signed 64-bit integer. Terms never get near 2^63, and saturating keeps the
 /// order if one ever did.

@@ -1,11 +1,4 @@
-//! gateway-store: the Diesel adapters of gateway-core's store ports.
-//!
-//! One [`DieselStore`] implements every store port over a connection pool. SQLite is the embedded default;
-//! PostgreSQL, which several gateways can share, is behind the same type. Both client libraries are bundled, so
-//! no system library is needed. Migrations (one directory per backend, the same tables and columns) are embedded
-//! in the binary and run by [`DieselStore::open`]: on SQLite after taking an exclusive lock on the file (one
-//! gateway per file), and followed by releasing the claims a killed predecessor left; on PostgreSQL under an
-//! advisory lock, so that instances starting together migrate once.
+#![doc = include_str!("../README.md")]
 
 #[macro_use]
 mod connection;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use diesel::prelude::*;
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{
     AgentId, CapabilityEntry, CapabilityMap, ClusterId, FencingToken, HeartbeatRecord, HeartbeatStore, LiveEntry,
     LivenessMap, LivenessRefusal, StoreError,

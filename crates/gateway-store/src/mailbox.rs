@@ -12,7 +12,7 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::sql_types::{Array, BigInt, Text, Timestamp};
 use diesel::sqlite::{Sqlite, SqliteConnection};
-use gateway_core::mailbox::in_firing_order;
+use gateway_core::ports::mailbox::in_firing_order;
 use gateway_core::{AgentId, FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, Receipt, StoreError};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -462,7 +462,7 @@ mod tests {
     fn fire(agent: &str, n: i64) -> FiredReminder {
         let scheduled_for = START + Duration::milliseconds(n);
         FiredReminder {
-            fire_id: gateway_core::mailbox::fire_id(n, scheduled_for),
+            fire_id: gateway_core::ports::mailbox::fire_id(n, scheduled_for),
             job_id: n,
             agent_id: AgentId::new(agent).unwrap(),
             payload: serde_json::json!({"n": n}).as_object().cloned().unwrap(),

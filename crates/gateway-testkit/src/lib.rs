@@ -1,9 +1,4 @@
-//! Support shared by the gateway's integration tests and its benchmarks (benches/): percentiles over a sample,
-//! sizes read from the environment, rates, [`Receiver`], a recording HTTP server for webhook targets, and
-//! [`redis::RedisServer`], a throwaway Redis, [`postgres`], a throwaway PostgreSQL server, and [`json_text`], JSON
-//! bodies written every way a client may write them, for property tests.
-//!
-//! Nothing here is part of the gateway; it is a dev-dependency only.
+#![doc = include_str!("../README.md")]
 
 mod ci;
 mod heavy;

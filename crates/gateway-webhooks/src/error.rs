@@ -1,8 +1,7 @@
-//! The crate's one error type. The binary maps each variant to an HTTP status in one place.
+//! The crate's one error type, and the reason a signature was refused, which it carries. The binary maps each
+//! variant to an HTTP status in one place.
 
 use gateway_core::{DeliveryStatus, StoreError};
-
-use crate::signature::SignatureError;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WebhookError {
@@ -34,8 +33,8 @@ pub enum WebhookError {
     Store(#[from] StoreError),
 }
 
-impl From<gateway_core::blocking::BlockingTaskFailed> for WebhookError {
-    fn from(error: gateway_core::blocking::BlockingTaskFailed) -> Self {
+impl From<gateway_core::runtime::blocking::BlockingTaskFailed> for WebhookError {
+    fn from(error: gateway_core::runtime::blocking::BlockingTaskFailed) -> Self {
         Self::Store(error.into())
     }
 }
@@ -44,4 +43,23 @@ impl gateway_core::MaybeFenced for WebhookError {
     fn is_fenced(&self) -> bool {
         matches!(self, Self::Store(store) if store.is_fenced())
     }
+}
+
+/// Why a signature header was refused. Kept apart from the response (always `signature_mismatch`) so logs can
+/// say which, without ever showing the header's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureError {
+    #[error("signature header missing")]
+    Missing,
+    #[error("signature header is not sha256=<64 hex digits>")]
+    Malformed,
+    #[error("signature does not match the body")]
+    Mismatch,
+    /// A Standard Webhooks signature whose timestamp is too far from now (a replay, or a wrong clock).
+    #[error("signature timestamp is outside the tolerance")]
+    Stale,
+    /// The config requires a Standard Webhooks signature (with its timestamp) and the request carries none: the
+    /// `X-Observatory-Signature` scheme alone is refused there, whether it would verify or not.
+    #[error("this webhook requires a Standard Webhooks signature with a timestamp")]
+    TimestampRequired,
 }

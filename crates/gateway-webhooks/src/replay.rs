@@ -29,7 +29,7 @@ const OBSERVATORY_PREFIX: &str = "x-observatory-signature:";
 /// A prefix and 64 hex digits: always within `ReceiptKey::MAX_BYTES` (the tests hold both prefixes to that).
 fn key(prefix: &str, identity: &[u8]) -> Option<ReceiptKey> {
     let hash = digest::digest(&digest::SHA256, identity);
-    ReceiptKey::new(format!("{prefix}{}", gateway_core::hex::encode(hash.as_ref())))
+    ReceiptKey::new(format!("{prefix}{}", gateway_core::encoding::hex::encode(hash.as_ref())))
 }
 
 /// The receipt keys of a verified request, one per scheme that verified.

@@ -46,7 +46,8 @@ impl Default for RetentionConfig {
     }
 }
 
-/// The pruning loop. Cheap to clone; run [`Self::run`] once (on the leader, when there are several instances).
+/// The pruning loop. Cheap to clone; run its loop ([`run`](gateway_core::BackgroundLoop::run)) once (on the leader,
+/// when there are several instances).
 #[derive(Debug, Clone)]
 pub struct DeliveryRetention {
     ports: RetentionPorts,
@@ -91,15 +92,21 @@ impl DeliveryRetention {
         let store = Arc::clone(&self.ports.store);
         Ok(pass.run(shutdown, move |cutoff, limit| store.prune_inbound_receipts(cutoff, limit)).await?)
     }
+}
+
+impl BackgroundLoop for DeliveryRetention {
+    fn name(&self) -> &'static str {
+        "webhook_retention"
+    }
 
     /// A pass every interval (the first at once), only while leader; failures back off (capped) and never stop
     /// the loop.
-    pub async fn run(&self, shutdown: CancellationToken) {
+    async fn run(&self, shutdown: CancellationToken) {
         let passes = LeaderLoop {
             pass: "pruning webhook deliveries",
             interval: self.config.interval,
             first_backoff: self.config.pause,
-            max_backoff: gateway_core::periodic::MAX_PRUNE_BACKOFF,
+            max_backoff: gateway_core::runtime::periodic::MAX_PRUNE_BACKOFF,
             health: &self.health,
             leadership: self.ports.leadership.as_ref(),
         };
@@ -117,16 +124,6 @@ impl DeliveryRetention {
                 Ok::<_, WebhookError>(())
             })
             .await;
-    }
-}
-
-impl BackgroundLoop for DeliveryRetention {
-    fn name(&self) -> &'static str {
-        "webhook_retention"
-    }
-
-    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
-        DeliveryRetention::run(self, shutdown)
     }
 }
 

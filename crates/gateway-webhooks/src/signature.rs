@@ -5,6 +5,8 @@ use gateway_core::{WebhookConfig, WebhookSecret};
 use ring::hmac;
 use time::OffsetDateTime;
 
+// Defined beside the crate's error, which carries it; `standard` reports it too.
+pub use crate::error::SignatureError;
 use crate::standard::{self, StandardHeaders};
 
 /// The header carrying the signature (lowercase, as the `http` crate spells header names).
@@ -16,30 +18,11 @@ pub const SIGNATURE_PREFIX: &str = "sha256=";
 
 const DIGEST_BYTES: usize = 32;
 
-/// Why a signature header was refused. Kept apart from the response (always `signature_mismatch`) so logs can
-/// say which, without ever showing the header's value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SignatureError {
-    #[error("signature header missing")]
-    Missing,
-    #[error("signature header is not sha256=<64 hex digits>")]
-    Malformed,
-    #[error("signature does not match the body")]
-    Mismatch,
-    /// A Standard Webhooks signature whose timestamp is too far from now (a replay, or a wrong clock).
-    #[error("signature timestamp is outside the tolerance")]
-    Stale,
-    /// The config requires a Standard Webhooks signature (with its timestamp) and the request carries none: the
-    /// `X-Observatory-Signature` scheme alone is refused there, whether it would verify or not.
-    #[error("this webhook requires a Standard Webhooks signature with a timestamp")]
-    TimestampRequired,
-}
-
 /// `sha256=<lowercase hex>` of `body` under `secret`.
 pub fn sign(secret: &WebhookSecret, body: &[u8]) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.expose().as_bytes());
     let tag = hmac::sign(&key, body);
-    format!("{SIGNATURE_PREFIX}{}", gateway_core::hex::encode(tag.as_ref()))
+    format!("{SIGNATURE_PREFIX}{}", gateway_core::encoding::hex::encode(tag.as_ref()))
 }
 
 /// Checks a signature header against `body`, in constant time (`ring::hmac::verify`). Upper-case hex and
@@ -55,7 +38,7 @@ fn parse(header: Option<&[u8]>) -> Result<Vec<u8>, SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?;
     let header = std::str::from_utf8(header).map_err(|_| SignatureError::Malformed)?.trim();
     let digest_hex = header.strip_prefix(SIGNATURE_PREFIX).ok_or(SignatureError::Malformed)?;
-    let digest = gateway_core::hex::decode(digest_hex).ok_or(SignatureError::Malformed)?;
+    let digest = gateway_core::encoding::hex::decode(digest_hex).ok_or(SignatureError::Malformed)?;
     if digest.len() != DIGEST_BYTES {
         return Err(SignatureError::Malformed);
     }

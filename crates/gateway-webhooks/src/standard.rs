@@ -14,7 +14,7 @@ use gateway_core::WebhookSecret;
 use ring::hmac;
 use time::OffsetDateTime;
 
-use crate::signature::SignatureError;
+use crate::error::SignatureError;
 
 /// The message id header: the delivery id, the same across every attempt of a delivery.
 pub const ID_HEADER: &str = "webhook-id";

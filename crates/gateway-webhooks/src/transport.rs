@@ -150,14 +150,14 @@ struct ResolvedNames {
 impl ResolvedNames {
     fn get(&self, uri: &Uri) -> Option<ResolvedSocketAddrs> {
         let host = uri.host()?;
-        let by_host = gateway_core::sync::lock(&self.by_host);
+        let by_host = gateway_core::runtime::sync::lock(&self.by_host);
         let (at, addresses) = by_host.get(&(host.to_owned(), port_of(uri)))?;
         (at.elapsed() < RESOLVED_NAME_TTL).then(|| addresses.clone())
     }
 
     fn put(&self, uri: &Uri, addresses: &ResolvedSocketAddrs) {
         let Some(host) = uri.host() else { return };
-        let mut by_host = gateway_core::sync::lock(&self.by_host);
+        let mut by_host = gateway_core::runtime::sync::lock(&self.by_host);
         if by_host.len() >= MAX_RESOLVED_NAMES {
             let oldest = by_host.iter().min_by_key(|(_, (at, _))| *at).map(|(key, _)| key.clone());
             if let Some(oldest) = oldest {

@@ -144,7 +144,7 @@ proptest! {
             }
             if let Some(digest) = verified.observatory_digest {
                 let expected: Vec<String> = secrets.iter().map(|secret| signature::sign(secret, &body)).collect();
-                let header = format!("sha256={}", gateway_core::hex::encode(&digest));
+                let header = format!("sha256={}", gateway_core::encoding::hex::encode(&digest));
                 prop_assert!(expected.contains(&header));
             }
         }

@@ -68,7 +68,7 @@ static ETAGS: LazyLock<Vec<HeaderValue>> =
 
 fn etag(body: &[u8]) -> HeaderValue {
     let digest = ring::digest::digest(&ring::digest::SHA256, body);
-    let hex = gateway_core::hex::encode(&digest.as_ref()[..16]);
+    let hex = gateway_core::encoding::hex::encode(&digest.as_ref()[..16]);
     HeaderValue::from_str(&format!("\"{hex}\"")).unwrap_or_else(|_| HeaderValue::from_static("\"\""))
 }
 

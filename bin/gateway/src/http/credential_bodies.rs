@@ -2,8 +2,8 @@
 //! (the route table, http/routes.rs, names the `…_doc` functions). The answers' fields are in alphabetical order,
 //! the order they had when built as JSON maps: the same bytes.
 
-use gateway_core::credential::MAX_TOKEN_LIFETIME_S;
-use gateway_core::{AgentId, CredentialId, CredentialRecord, rfc3339};
+use gateway_core::ports::credential::MAX_TOKEN_LIFETIME_S;
+use gateway_core::{AgentId, CredentialId, CredentialRecord, encoding::rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;

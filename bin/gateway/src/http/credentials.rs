@@ -3,11 +3,10 @@
 //! `GET /gateway/agents/{agent_id}/credentials` lists them without tokens,
 //! `DELETE /gateway/agents/{agent_id}/credentials/{credential_id}` revokes one at once.
 
-use gateway_core::credential::MAX_TOKEN_LIFETIME_S;
-use gateway_core::{
-    AgentCredentialStore, AgentId, CredentialId, CredentialRecord, Event, EventPayload, IssuedToken, Topic, rfc3339,
-    run_blocking,
-};
+use std::time::Duration;
+
+use gateway_core::ports::credential::MAX_TOKEN_LIFETIME_S;
+use gateway_core::{CredentialId, encoding::rfc3339};
 use http::StatusCode;
 use http::header::{CACHE_CONTROL, HeaderValue};
 
@@ -29,26 +28,14 @@ pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiEr
     let agent_id = path_agent_id(request.uri().path())?;
     let body = read_body(request).await?;
     let expires_in_s = if body.trim_ascii().is_empty() { None } else { expires_in_s(JsonObject::parse(&body)?)? };
-    let created_at = state.clock.now();
-    let issued = IssuedToken::issue(created_at).map_err(|_| {
-        tracing::error!("the operating system has no randomness source: no agent token issued");
-        ApiError::internal()
-    })?;
-    // To the millisecond, which every backend keeps exactly: the instant answered here is the one listed later.
-    let expires_at = expires_in_s.map(|seconds| {
-        let at = created_at + time::Duration::seconds(seconds);
-        at.replace_nanosecond(at.nanosecond() / 1_000_000 * 1_000_000).unwrap_or(at)
-    });
-    let record = CredentialRecord { expires_at, ..issued.record(agent_id.clone(), created_at) };
-    let store = state.store.clone();
-    run_blocking(move || store.insert_credential(&record)).await.map_err(gateway_core::StoreError::from)??;
-    tracing::info!(%agent_id, credential_id = %issued.credential_id, "agent credential issued");
+    let issued = state.auth.issue(agent_id, expires_in_s.map(Duration::from_secs)).await?;
+    let record = &issued.record;
     let body = IssuedCredential {
-        agent_id: &agent_id,
-        created_at: rfc3339::format(created_at),
-        credential_id: &issued.credential_id,
-        expires_at: expires_at.map(rfc3339::format),
-        token: issued.expose(),
+        agent_id: &record.agent_id,
+        created_at: rfc3339::format(record.created_at),
+        credential_id: &record.credential_id,
+        expires_at: record.expires_at.map(rfc3339::format),
+        token: issued.token.expose(),
     };
     let mut response = json_response(StatusCode::CREATED, &body);
     // The one response that carries the token: no cache along the way may keep it.
@@ -61,11 +48,7 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
     let agent_id = path_agent_id(request.uri().path())?;
     let query = Query::parse(request.uri(), &["limit", "after"])?;
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", CredentialId::parse)?;
-    let store = state.store.clone();
-    let (limit, after) = (page.limit, page.after);
-    let rows = run_blocking(move || store.agent_credentials(&agent_id, after.as_ref(), limit))
-        .await
-        .map_err(gateway_core::StoreError::from)??;
+    let rows = state.auth.credentials_of(agent_id, page.after, page.limit).await?;
     let next_after = next_cursor(&rows, page.limit, |row| row.credential_id.clone());
     let credentials = rows.iter().map(CredentialBody::of).collect();
     Ok(json_response(StatusCode::OK, &CredentialPage { credentials, next_after }))
@@ -79,34 +62,13 @@ pub async fn revoke(state: &AppState, request: &Request) -> Result<Response, Api
     let agent_id = path_agent_id(path)?;
     let unknown = || ApiError::unknown(Reason::UnknownCredential, "credential of this agent");
     let credential_id = path.rsplit('/').next().and_then(CredentialId::parse).ok_or_else(unknown)?;
-    let revoked = revoke_in_store(state, agent_id.clone(), credential_id.clone()).await?.ok_or_else(unknown)?;
-    state.agent_auth.credentials().invalidate(&credential_id);
-    let event =
-        Event::new(EventPayload::CredentialRevoked { credential_id: credential_id.to_string() }, state.clock.now());
-    if let Err(error) = state.publisher.publish(&Topic::CredentialRevocations, &event) {
-        // Other instances then stop trusting it when their cache entries come due (docs/architecture.md).
-        tracing::warn!(%error, %credential_id, "credential revocation not announced to other instances");
-    }
-    tracing::info!(%agent_id, %credential_id, "agent credential revoked");
+    let revoked = state.auth.revoke(agent_id, credential_id).await?;
     Ok(json_response(StatusCode::OK, &RevokedCredential::of(&revoked)))
-}
-
-async fn revoke_in_store(
-    state: &AppState,
-    agent_id: AgentId,
-    credential_id: CredentialId,
-) -> Result<Option<CredentialRecord>, ApiError> {
-    let store = state.store.clone();
-    let at = state.clock.now();
-    let revoked = run_blocking(move || store.revoke_credential(&agent_id, &credential_id, at))
-        .await
-        .map_err(gateway_core::StoreError::from)??;
-    Ok(revoked)
 }
 
 /// The issue body's `expires_in_s`, if any: a whole number of seconds from 1 to [`MAX_TOKEN_LIFETIME_S`], else 422
 /// `invalid_field` naming the field (never the value).
-fn expires_in_s(mut body: JsonObject) -> Result<Option<i64>, ApiError> {
+fn expires_in_s(mut body: JsonObject) -> Result<Option<u64>, ApiError> {
     let invalid = || {
         ApiError::unprocessable(
             Reason::InvalidField,
@@ -121,7 +83,6 @@ fn expires_in_s(mut body: JsonObject) -> Result<Option<i64>, ApiError> {
                 .parse::<u64>()
                 .ok()
                 .filter(|seconds| (1..=MAX_TOKEN_LIFETIME_S).contains(seconds))
-                .and_then(|seconds| i64::try_from(seconds).ok())
                 .ok_or_else(invalid)?,
         ),
     };

@@ -2,7 +2,7 @@
 //! `GET /gateway/cron/jobs/{id}`, `DELETE /gateway/cron/jobs/{id}`, `POST /gateway/cron/jobs/{id}/pause` and
 //! `…/resume`.
 
-use gateway_core::{AgentId, CronJob, rfc3339};
+use gateway_core::{AgentId, CronJob, encoding::rfc3339};
 use gateway_cron::preview;
 use http::StatusCode;
 use serde::{Deserialize, Serialize};

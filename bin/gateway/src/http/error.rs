@@ -8,6 +8,7 @@
 //!   bytes), because "field 5: `MON-FUN` is not a weekday" is what makes the mistake findable; it goes only to the
 //!   operator who sent it and is never logged.
 
+use gateway_auth::{AuthError, StreamCap};
 use gateway_core::StoreError;
 use gateway_cron::CronError;
 use gateway_heartbeat::HeartbeatError;
@@ -192,6 +193,33 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<AuthError> for ApiError {
+    fn from(error: AuthError) -> Self {
+        match error {
+            AuthError::TokenRequired => {
+                Self::unauthorized().with_detail("agent auth is on: send Authorization: Bearer <an agent token>")
+            }
+            AuthError::Refused => Self::unauthorized(),
+            AuthError::Expired => Self::token_expired(),
+            AuthError::TooManyRefusals => Self::too_many_refusals(),
+            AuthError::IdentityMismatch(mismatch) => Self::identity_mismatch(mismatch.to_string()),
+            AuthError::RateLimited { retry_after } => Self::rate_limited(retry_after),
+            // The agent's own cap is the agent's to fix (a 429); the others are the gateway's capacity (a 503).
+            AuthError::TooManyStreams(cap @ StreamCap::Agent) => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, Reason::TooManyStreams).with_detail(cap.to_string())
+            }
+            AuthError::TooManyStreams(cap @ (StreamCap::Address | StreamCap::Instance)) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::TooManyStreams).with_detail(cap.to_string())
+            }
+            AuthError::UnknownCredential => Self::unknown(Reason::UnknownCredential, "credential of this agent"),
+            AuthError::InvalidLifetime => Self::unprocessable(Reason::InvalidField, error.to_string()),
+            // Logged where it happened.
+            AuthError::NoRandomness => Self::internal(),
+            AuthError::Store(store) => store.into(),
+        }
+    }
+}
+
 impl From<HeartbeatError> for ApiError {
     fn from(error: HeartbeatError) -> Self {
         let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
@@ -296,5 +324,94 @@ mod tests {
         }
         assert_eq!(ApiError::rate_limited(Duration::ZERO).retry_after_s, Some(1));
         assert!(!ApiError::unauthorized().into_response().headers().contains_key(http::header::RETRY_AFTER));
+    }
+
+    /// Every refusal of gateway-auth as clients see it: status, reason, detail and `Retry-After`.
+    #[test]
+    fn auth_refusals_keep_their_answers() {
+        use gateway_auth::Mismatch;
+        let answer = |error: AuthError| {
+            let error = ApiError::from(error);
+            (error.status.as_u16(), error.reason, error.detail, error.retry_after_s)
+        };
+        let detail = |text: &str| Some(text.to_owned());
+        let cases = [
+            (
+                AuthError::TokenRequired,
+                (401, "unauthorized", detail("agent auth is on: send Authorization: Bearer <an agent token>"), None),
+            ),
+            (AuthError::Refused, (401, "unauthorized", None, None)),
+            (
+                AuthError::Expired,
+                (401, "token_expired", detail("this agent token has expired: ask the operator for a new one"), None),
+            ),
+            (
+                AuthError::TooManyRefusals,
+                (
+                    429,
+                    "too_many_refusals",
+                    detail(
+                        "this client address presented too many refused agent tokens this second: retry after a second",
+                    ),
+                    Some(1),
+                ),
+            ),
+            (
+                AuthError::IdentityMismatch(Mismatch::OperatorActs),
+                (403, "identity_mismatch", detail("the operator token does not act for agents: use the agent's"), None),
+            ),
+            (
+                AuthError::IdentityMismatch(Mismatch::OtherAgent),
+                (403, "identity_mismatch", detail("the agent named differs from the token's agent"), None),
+            ),
+            (
+                AuthError::IdentityMismatch(Mismatch::Unnamed),
+                (
+                    403,
+                    "identity_mismatch",
+                    detail("identity.agent_id is required with agent auth on, and must be the token's agent"),
+                    None,
+                ),
+            ),
+            (
+                AuthError::RateLimited { retry_after: Duration::from_millis(59_999) },
+                (429, "rate_limited", None, Some(60)),
+            ),
+            (
+                AuthError::TooManyStreams(StreamCap::Agent),
+                (
+                    429,
+                    "too_many_streams",
+                    detail("this agent has as many event streams open as it may: close one first"),
+                    None,
+                ),
+            ),
+            (
+                AuthError::TooManyStreams(StreamCap::Address),
+                (503, "too_many_streams", detail("this client address has as many agent streams open as it may"), None),
+            ),
+            (
+                AuthError::TooManyStreams(StreamCap::Instance),
+                (503, "too_many_streams", detail("the gateway serves as many agent streams as it can"), None),
+            ),
+            (
+                AuthError::UnknownCredential,
+                (404, "unknown_credential", detail("no credential of this agent has this id"), None),
+            ),
+            (
+                AuthError::InvalidLifetime,
+                (
+                    422,
+                    "invalid_field",
+                    detail("expires_in_s: must be an integer from 1 to 315360000 (ten years)"),
+                    None,
+                ),
+            ),
+            (AuthError::NoRandomness, (500, "internal_error", None, None)),
+            (AuthError::Store(StoreError::Unavailable("down".to_owned())), (503, "store_unavailable", None, None)),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(answer(error.clone()), expected, "{error:?}");
+        }
     }
 }

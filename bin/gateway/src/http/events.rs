@@ -16,15 +16,16 @@
 //! reminders"; `replay.rs`), within the same byte budget, and reports every reminder hyper has taken from its
 //! outbox as received.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway_core::stats::Counter;
-use gateway_core::sync::lock;
+use gateway_auth::{Access, AdmittedStream, Caller};
+use gateway_core::runtime::stats::Counter;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{AgentId, Receipt, Topic};
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
@@ -33,11 +34,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::credentials::StreamGuard;
-use crate::http::agent_auth::{Access, Caller};
+use crate::http::auth::bearer_token;
 use crate::http::connection::Connection;
 use crate::http::error::ApiError;
-use crate::http::per_address::AddressKey;
 use crate::http::reason::Reason;
 use crate::http::replay::{self, AgentMailbox, BridgeWatch, SharedFire};
 use crate::http::request::{Query, Request};
@@ -61,12 +60,6 @@ pub const STREAM_BUFFER_BYTES: usize = 2 * 1024 * 1024;
 /// than auto-tuned, which lets a socket take megabytes before its writes block: with it, a client that reads
 /// nothing stops taking data after about 100 KiB on Linux (its own receive window plus this).
 pub const STREAM_SEND_BUFFER: usize = 16 * 1024;
-/// Open `agent:<id>:scheduled` streams from one client address (an IP address; the port does not count).
-pub const MAX_STREAMS_PER_ADDRESS: usize = 32;
-/// Open `agent:<id>:scheduled` streams of one agent, whatever addresses they come from (issue 16: one agent's token
-/// from 33 loopback addresses took all 1,024 slots). An agent needs one; a few more cover reconnects that overlap
-/// with a stream the gateway has not seen close yet, and a handful of processes sharing one identity.
-pub const MAX_STREAMS_PER_AGENT: usize = 8;
 /// The largest piece of a frame handed to hyper at a time: hyper copies what it is handed into its own write
 /// buffer, and pieces this small keep that buffer small however large an event is.
 const WRITE_PIECE: usize = 16 * 1024;
@@ -79,9 +72,6 @@ pub struct StreamLimits {
     pub stall_timeout: Duration,
     pub buffer_bytes: usize,
     pub send_buffer: usize,
-    pub per_address: usize,
-    /// Open streams of one agent on this instance (`--agent-streams-per-agent`).
-    pub per_agent: usize,
     /// The largest frame one replayed reminder can make (the payload limit and the event's other fields): a replay
     /// reads from the mailbox only as many entries as the stream's budget has room for at this size, so a stream
     /// whose client does not read holds no more replayed reminders than live ones.
@@ -99,8 +89,6 @@ impl Default for StreamLimits {
             stall_timeout: STALL_TIMEOUT,
             buffer_bytes: STREAM_BUFFER_BYTES,
             send_buffer: STREAM_SEND_BUFFER,
-            per_address: MAX_STREAMS_PER_ADDRESS,
-            per_agent: MAX_STREAMS_PER_AGENT,
             replay_entry_bytes: gateway_cron::DEFAULT_REMINDER_PAYLOAD_MAX_BYTES + REMINDER_FRAME_OVERHEAD,
         }
     }
@@ -116,73 +104,14 @@ impl StreamLimits {
     }
 }
 
-/// Open agent streams counted by what they share: a client address ([`StreamsPerAddress`]) or an agent
-/// ([`StreamsPerAgent`]). Only keys with an open stream are held, so the map is bounded by the streams themselves.
+/// What a stream holds on to for as long as it is open: its place among the streams it is counted with.
 #[derive(Debug)]
-pub struct OpenStreams<K> {
-    open: Mutex<HashMap<K, usize>>,
-}
-
-impl<K> Default for OpenStreams<K> {
-    fn default() -> Self {
-        Self { open: Mutex::new(HashMap::new()) }
-    }
-}
-
-/// Open agent streams per client address.
-/// Counted per client as connections are: an IPv6 client per /64 (`per_address::AddressKey`).
-pub type StreamsPerAddress = OpenStreams<AddressKey>;
-/// Open streams per agent.
-pub type StreamsPerAgent = OpenStreams<AgentId>;
-
-impl<K: std::hash::Hash + Eq + Clone> OpenStreams<K> {
-    /// A slot for `key`, or `None` when it holds `limit` already.
-    fn acquire(self: &Arc<Self>, key: &K, limit: usize) -> Option<StreamSlot<K>> {
-        let mut open = lock(&self.open);
-        let count = open.entry(key.clone()).or_insert(0);
-        if *count >= limit {
-            if *count == 0 {
-                open.remove(key);
-            }
-            return None;
-        }
-        *count += 1;
-        Some(StreamSlot { streams: Arc::clone(self), key: key.clone() })
-    }
-
-    /// Streams open for `key` right now.
-    pub fn open_for(&self, key: &K) -> usize {
-        lock(&self.open).get(key).copied().unwrap_or(0)
-    }
-}
-
-/// One stream's place in its key's count, given back when dropped.
-#[derive(Debug)]
-struct StreamSlot<K: std::hash::Hash + Eq + Clone> {
-    streams: Arc<OpenStreams<K>>,
-    key: K,
-}
-
-impl<K: std::hash::Hash + Eq + Clone> Drop for StreamSlot<K> {
-    fn drop(&mut self) {
-        let mut open = lock(&self.streams.open);
-        if let Some(count) = open.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.key);
-            }
-        }
-    }
-}
-
-/// What a stream holds on to for as long as it is open.
-#[derive(Debug)]
-struct Slots {
-    _total: OwnedSemaphorePermit,
-    _address: Option<StreamSlot<AddressKey>>,
-    _agent: Option<StreamSlot<AgentId>>,
-    /// A stream opened with an agent's credential, registered to be closed when the credential is revoked.
-    _revocation: Option<StreamGuard>,
+enum Slots {
+    /// An agent's stream: its places in the stream caps and, opened with an agent's credential, its registration to
+    /// be closed when the credential is revoked or expires (gateway-auth).
+    Agent { _admitted: AdmittedStream },
+    /// A `gateway:*` stream.
+    Operator { _permit: OwnedSemaphorePermit },
 }
 
 pub async fn get(state: &AppState, request: &Request, connection: Connection) -> Result<Response, ApiError> {
@@ -193,48 +122,30 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
     };
     let query = Query::parse(request.uri(), &["topic"])?;
     let topic = query.get("topic").and_then(Topic::parse).ok_or_else(invalid_topic)?;
-    let too_many =
-        |detail: &str| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, Reason::TooManyStreams).with_detail(detail);
     let limits = state.stream_limits;
+    let client = connection.peer().ip();
+    let token = bearer_token(request.headers());
     // Stopped at shutdown, or, for a stream opened with an agent's credential, when that credential is revoked.
     let mut stop = state.shutdown.clone();
     let mut observer = false;
     let slots = match &topic {
         Topic::AgentScheduled(agent_id) => {
             // Who is asking comes first: a refused client takes no slot.
-            let caller =
-                state.agent_auth.authorize(request.headers(), connection.peer().ip(), agent_id, Access::Read).await?;
-            // The agent's own cap first: it is what the agent (not the gateway) can fix, hence a 429.
-            let agent = state.streams_per_agent.acquire(agent_id, limits.per_agent).ok_or_else(|| {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, Reason::TooManyStreams)
-                    .with_detail("this agent has as many event streams open as it may: close one first")
-            })?;
-            let address = state
-                .streams_per_address
-                .acquire(&AddressKey::of(connection.peer().ip()), limits.per_address)
-                .ok_or_else(|| too_many("this client address has as many agent streams open as it may"))?;
-            let total = Arc::clone(&state.event_streams)
-                .try_acquire_owned()
-                .map_err(|_| too_many("the gateway serves as many agent streams as it can"))?;
-            let revocation = match &caller {
-                Caller::Agent(verified) => {
-                    let (on_revocation, guard) = state.agent_auth.credentials().stream_stop(verified, &state.shutdown);
-                    stop = on_revocation;
-                    Some(guard)
-                }
-                Caller::Open | Caller::Operator => None,
-            };
+            let caller = state.auth.authorize(token, client, agent_id, Access::Read).await?;
+            let admitted = state.auth.admit_stream(&caller, agent_id, client, &state.shutdown)?;
+            stop = admitted.stop().clone();
             // The operator's token makes an observer (the console's live tail): it sees the agent's reminders,
             // replayed ones too, and marks none received, so the agent still gets each of them replayed.
-            observer = matches!(caller, Caller::Operator) || state.operator.check(request.headers()).is_ok();
-            Slots { _total: total, _address: Some(address), _agent: Some(agent), _revocation: revocation }
+            observer = matches!(caller, Caller::Operator) || state.auth.check_operator(token).is_ok();
+            Slots::Agent { _admitted: admitted }
         }
         _ => {
-            state.operator.check(request.headers())?;
-            let total = Arc::clone(&state.operator_event_streams)
-                .try_acquire_owned()
-                .map_err(|_| too_many("the gateway serves as many gateway:* streams as it can"))?;
-            Slots { _total: total, _address: None, _agent: None, _revocation: None }
+            state.auth.check_operator(token)?;
+            let total = Arc::clone(&state.operator_event_streams).try_acquire_owned().map_err(|_| {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, Reason::TooManyStreams)
+                    .with_detail("the gateway serves as many gateway:* streams as it can")
+            })?;
+            Slots::Operator { _permit: total }
         }
     };
     let mailbox = match &topic {
@@ -709,9 +620,9 @@ pub fn doc() -> crate::http::openapi::Operation {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::net::{IpAddr, Ipv4Addr};
+    use std::net::Ipv4Addr;
 
-    use gateway_core::{Event, EventPayload, EventPublisher};
+    use gateway_core::{BackgroundLoop, Event, EventPayload, EventPublisher};
     use gateway_pubsub::Bus;
     use http_body_util::BodyExt;
     use time::macros::datetime;
@@ -727,8 +638,6 @@ mod tests {
         stall_timeout: Duration::from_secs(30),
         buffer_bytes: 100,
         send_buffer: 4096,
-        per_address: 2,
-        per_agent: 2,
         replay_entry_bytes: 64,
     };
 
@@ -769,12 +678,7 @@ mod tests {
         let connection_aborted = connection_task.abort_handle();
         tokio::spawn(watch.clone().enforce(Duration::from_secs(3600), connection_task));
         let connection = Connection::new(watch);
-        let slots = Slots {
-            _total: Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().unwrap(),
-            _address: None,
-            _agent: None,
-            _revocation: None,
-        };
+        let slots = Slots::Operator { _permit: Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().unwrap() };
         let pumping = tokio::spawn(pump.run(CancellationToken::new(), connection, slots));
         (body, pumping, connection_aborted)
     }
@@ -871,23 +775,6 @@ mod tests {
         drop(body);
         pumping.await.unwrap();
         assert_eq!(bus.subscriber_count(&Topic::Webhooks), 0);
-    }
-
-    #[test]
-    fn a_client_address_holds_at_most_its_share_of_streams() {
-        let streams = Arc::new(StreamsPerAddress::default());
-        let key = |address: Ipv4Addr| AddressKey::of(IpAddr::from(address));
-        let (one, two) = (key(Ipv4Addr::new(10, 0, 0, 1)), key(Ipv4Addr::new(10, 0, 0, 2)));
-        let first = streams.acquire(&one, 2).unwrap();
-        let _second = streams.acquire(&one, 2).unwrap();
-        assert!(streams.acquire(&one, 2).is_none());
-        let _other = streams.acquire(&two, 2).unwrap();
-        drop(first);
-        assert_eq!(streams.open_for(&one), 1);
-        assert!(streams.acquire(&one, 2).is_some());
-        assert_eq!(streams.open_for(&one), 1, "the slot just taken was dropped");
-        drop(_other);
-        assert_eq!(lock(&streams.open).len(), 1, "an address without streams is not held");
     }
 
     /// What an agent's stream needs: the in-memory store (cron jobs and mailbox), the mailbox component with its

@@ -14,6 +14,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::cluster::{ClusterView, Role};
+use crate::http::auth::bearer_token;
 use crate::http::error::ErrorStatus;
 use crate::http::openapi::Operation;
 use crate::http::openapi::fields::literal;
@@ -43,7 +44,7 @@ pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
     }
     not_ready.extend(components.iter().filter(|report| !report.healthy).map(|report| report.component));
     let role = state.cluster.role();
-    let checks = state.operator.check(request.headers()).is_ok().then(|| ReadinessChecks {
+    let checks = state.auth.check_operator(bearer_token(request.headers())).is_ok().then(|| ReadinessChecks {
         components: components.iter().map(ComponentCheck::of).collect(),
         store: StoreCheck { healthy: store_problem.is_none(), problem: store_problem.as_deref() },
     });

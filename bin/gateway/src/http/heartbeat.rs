@@ -3,13 +3,14 @@
 use std::net::IpAddr;
 
 use bytes::Bytes;
+use gateway_auth::{Access, Named};
 use gateway_heartbeat::HeartbeatPing;
 use http::StatusCode;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{ObjectBuilder, SchemaType};
 
-use crate::http::agent_auth::{Access, Named};
+use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
 use crate::http::openapi::Operation;
 use crate::http::openapi::fields::{AgentIdSchema, literal, name_256};
@@ -19,14 +20,14 @@ use crate::http::response::{Response, STATUS_OK, StatusOk, json_bytes};
 use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
-    let caller = state.agent_auth.authenticate(request.headers(), client).await?;
+    let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;
     let body = read_body(request).await?;
     // The direct reading takes the well-formed pings; the value reading decides and names everything else.
     let ping = match HeartbeatPing::from_valid_body(&body) {
         Some(ping) => ping,
         None => HeartbeatPing::from_json(&parse_json(&body)?)?,
     };
-    state.agent_auth.admit(&caller, Named::Agent(&ping.agent_id), Access::Heartbeat).await?;
+    state.auth.admit(&caller, Named::Agent(&ping.agent_id), Access::Heartbeat).await?;
     state.heartbeat.accept(ping).await?;
     Ok(json_bytes(StatusCode::OK, Bytes::from_static(STATUS_OK)))
 }

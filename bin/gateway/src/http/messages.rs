@@ -5,15 +5,16 @@
 use std::net::IpAddr;
 
 use bytes::Bytes;
+use gateway_auth::{Access, Named};
 use gateway_core::AgentId;
 use gateway_core::Rejection;
-use gateway_core::interceptor::RejectedLog;
+use gateway_core::intake::interceptor::RejectedLog;
 use http::StatusCode;
 use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::http::agent_auth::{Access, Named};
+use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
 use crate::http::openapi::Operation;
 use crate::http::openapi::fields::{AgentIdSchema, literal, text_256};
@@ -23,7 +24,7 @@ use crate::http::response::{Response, json_bytes, json_response};
 use crate::state::AppState;
 
 pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
-    let caller = state.agent_auth.authenticate(request.headers(), client).await?;
+    let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;
     let body = read_body(request).await?;
     let inspected = state.intake.inspect(&body);
     // Checked before the log is settled (nothing is done yet): the agent it names must be the caller's with agent
@@ -34,7 +35,7 @@ pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<
         (None, None) if inspected.is_accepted() => Named::Nobody,
         (None, None) => Named::Unreadable,
     };
-    state.agent_auth.admit(&caller, named, Access::Act).await?;
+    state.auth.admit(&caller, named, Access::Act).await?;
     match state.intake.settle(inspected).await {
         Ok(accepted) => Ok(json_bytes(StatusCode::ACCEPTED, accepted_body(accepted.trace_id.as_deref()))),
         Err(Rejection::InvalidJson) => Err(ApiError::invalid_json()),

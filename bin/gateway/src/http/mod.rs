@@ -1,7 +1,6 @@
 //! The HTTP server: accepts connections on a pre-bound listener, routes requests, and drains in-flight requests
 //! on shutdown.
 
-pub mod agent_auth;
 pub mod auth;
 pub mod body_budget;
 pub mod connection;

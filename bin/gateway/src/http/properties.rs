@@ -127,7 +127,7 @@ proptest! {
         let Some(headers) = header(IDEMPOTENCY_KEY_HEADER, key.as_bytes()) else { return Ok(()) };
         let shaped = (1..=255).contains(&key.len())
             && key.bytes().all(|byte| byte.is_ascii_graphic())
-            && !key.starts_with(gateway_core::interceptor::REMINDER_KEY_PREFIX);
+            && !key.starts_with(gateway_core::intake::interceptor::REMINDER_KEY_PREFIX);
         match idempotency_key(&headers) {
             Ok(taken) => {
                 prop_assert!(shaped, "{:?}", key);

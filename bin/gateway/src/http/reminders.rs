@@ -4,13 +4,14 @@
 
 use std::net::IpAddr;
 
-use gateway_core::{AgentId, MailboxEntry, rfc3339};
+use gateway_auth::Access;
+use gateway_core::{AgentId, MailboxEntry, encoding::rfc3339};
 use http::{HeaderMap, StatusCode};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
-use crate::http::agent_auth::Access;
+use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
 use crate::http::openapi::Operation;
 use crate::http::openapi::fields::{AgentIdSchema, NO_CONTROL_CHARACTERS, int64_schema};
@@ -32,7 +33,8 @@ async fn check_mailbox_reader(
     client: IpAddr,
     agent_id: &AgentId,
 ) -> Result<(), ApiError> {
-    state.agent_auth.authorize(headers, client, agent_id, Access::Read).await.map(drop)
+    state.auth.authorize(bearer_token(headers), client, agent_id, Access::Read).await?;
+    Ok(())
 }
 
 /// The agent id of `/gateway/agents/{agent_id}/reminders`, percent-decoded; `None` when the path is not that.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{AgentId, FiredReminder};
 use gateway_cron::{CronError, Mailbox, Replay};
 use gateway_pubsub::PublishedEvent;

@@ -294,7 +294,7 @@ impl Query {
     pub fn instant(&self, name: &'static str) -> Result<Option<OffsetDateTime>, ApiError> {
         self.get(name)
             .map(|text| {
-                gateway_core::rfc3339::parse(text).ok_or_else(|| {
+                gateway_core::encoding::rfc3339::parse(text).ok_or_else(|| {
                     invalid_query(format!("{name} must be an RFC 3339 instant between years 0 and 9999 in UTC"))
                 })
             })
@@ -319,8 +319,8 @@ pub fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<gateway_core:
         |detail: String| ApiError::new(StatusCode::BAD_REQUEST, Reason::InvalidIdempotencyKey).with_detail(detail);
     let text =
         value.to_str().map_err(|_| invalid("Idempotency-Key must be visible ASCII characters only".to_owned()))?;
-    if text.starts_with(gateway_core::interceptor::REMINDER_KEY_PREFIX) {
-        let prefix = gateway_core::interceptor::REMINDER_KEY_PREFIX;
+    if text.starts_with(gateway_core::intake::interceptor::REMINDER_KEY_PREFIX) {
+        let prefix = gateway_core::intake::interceptor::REMINDER_KEY_PREFIX;
         return Err(invalid(format!("Idempotency-Key must not start with {prefix:?} (reserved for agent reminders)")));
     }
     gateway_core::IdempotencyKey::new(text).map(Some).map_err(|error| invalid(format!("Idempotency-Key {error}")))

@@ -19,6 +19,7 @@ use http::StatusCode;
 use http::header::{ALLOW, HeaderValue};
 use hyper::body::Incoming;
 
+use crate::http::auth::bearer_token;
 use crate::http::connection::Connection;
 use crate::http::edge;
 use crate::http::error::ApiError;
@@ -301,7 +302,7 @@ pub fn handle(
     };
     let request = request.map(|body| RequestBody::new(body, &state.edge.bodies));
     // Only event streams look at their connection: the other requests do not pay for a copy of it. The client's
-    // address is what refused agent tokens are counted against (`refusals.rs`).
+    // address is what refused agent tokens are counted against (gateway-auth).
     let client = connection.peer().ip();
     let connection = route.streams().then(|| connection.clone());
     let stats = Arc::clone(&state);
@@ -322,7 +323,7 @@ fn contain_panics(
     handler: impl Future<Output = Result<Response, ApiError>>,
 ) -> impl Future<Output = Response> {
     // Unwind safety: what a handler shares outlives it behind locks that recover from poisoning
-    // (`gateway_core::sync::lock`) or in the store, whose transactions roll back; the same held for the task a
+    // (`gateway_core::runtime::sync::lock`) or in the store, whose transactions roll back; the same held for the task a
     // handler used to run in, whose panic tokio caught in the same way.
     AssertUnwindSafe(handler).catch_unwind().map(move |outcome| match outcome {
         Ok(Ok(response)) => response,
@@ -352,9 +353,9 @@ pub fn refusal(call: &Call) -> Option<Response> {
         return Some(refused.into_response());
     }
     if *access == Access::Operator
-        && let Err(refused) = call.state.operator.check(call.request.headers())
+        && let Err(refused) = call.state.auth.check_operator(bearer_token(call.request.headers()))
     {
-        return Some(refused.into_response());
+        return Some(ApiError::from(refused).into_response());
     }
     None
 }

@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+use gateway_auth::{Access, Named};
 use gateway_core::{AgentId, ToolCallId};
 use gateway_cron::{MAX_DELAY_MS, MAX_LISTED_REMINDERS, ReminderTool, ToolName};
 use http::StatusCode;
@@ -14,7 +15,7 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{AdditionalProperties, ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::http::agent_auth::{Access, Named};
+use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
 use crate::http::openapi::fields::{AgentIdSchema, int64_schema, name_256};
 use crate::http::openapi::{Documented, Operation, replayed_header};
@@ -31,10 +32,10 @@ const FIELDS: [&str; 3] = ["agent_id", "tool_call_id", "params"];
 /// rate limit) come before anything about the call; a body whose agent cannot be read still counts against the
 /// token's agent.
 pub async fn call(state: &AppState, tool_name: &str, request: Request, client: IpAddr) -> Result<Response, ApiError> {
-    let caller = state.agent_auth.authenticate(request.headers(), client).await?;
+    let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;
     let read = read_agent(request).await;
     let named = read.as_ref().map_or(Named::Unreadable, |(_, agent_id)| Named::Agent(agent_id));
-    state.agent_auth.admit(&caller, named, Access::Act).await?;
+    state.auth.admit(&caller, named, Access::Act).await?;
     let (mut body, agent_id) = read?;
     let tool = ToolName::parse(tool_name)?;
     let tool_call_id = required("tool_call_id", body.take_string("tool_call_id")?.filter(|id| !id.is_empty()))?;

@@ -151,7 +151,7 @@ fn a_rotation_replaces_the_token_of_a_running_gateway() {
     // machine: counted from the rotation's commit, polled every 20 ms.
     eventually("the running gateway to refuse the old token", || gateway.status_with(&old) == 401);
     let refused_after = rotated.elapsed();
-    let bound = gateway::admin_token::REFRESH_INTERVAL + Duration::from_millis(500);
+    let bound = gateway_auth::ADMIN_TOKEN_REFRESH_INTERVAL + Duration::from_millis(500);
     assert!(
         refused_after <= bound,
         "the old token was still accepted {refused_after:?} after the rotation ({bound:?})"

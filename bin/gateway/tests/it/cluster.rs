@@ -364,7 +364,7 @@ fn a_paused_leader_wakes_up_deposed_fires_and_claims_nothing_and_steps_down() {
 /// `sha256=<hex>` of `body` under `secret`: an inbound webhook's signature.
 fn signature(secret: &str, body: &[u8]) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
-    format!("sha256={}", gateway_core::hex::encode(hmac::sign(&key, body).as_ref()))
+    format!("sha256={}", gateway_core::encoding::hex::encode(hmac::sign(&key, body).as_ref()))
 }
 
 /// An inbound webhook, signed, to instance `index`.

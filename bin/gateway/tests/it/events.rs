@@ -96,11 +96,11 @@ fn open_raw_stream(address: &str, source: std::net::Ipv4Addr, agent: &str) -> (u
 
 #[test]
 fn agent_streams_are_capped_per_client_address_and_a_closed_one_gives_its_place_back() {
-    use gateway::http::events::MAX_STREAMS_PER_ADDRESS;
+    use gateway_auth::DEFAULT_STREAMS_PER_ADDRESS;
     use std::net::Ipv4Addr;
     let gateway = Gateway::start(&[]);
     let address = gateway.base.trim_start_matches("http://").to_owned();
-    let mut open: Vec<_> = (0..MAX_STREAMS_PER_ADDRESS)
+    let mut open: Vec<_> = (0..DEFAULT_STREAMS_PER_ADDRESS)
         .map(|n| open_raw_stream(&address, Ipv4Addr::LOCALHOST, &format!("agent-{n}")))
         .collect();
     assert!(open.iter().all(|(status, _)| *status == 200));

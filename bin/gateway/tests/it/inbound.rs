@@ -30,7 +30,7 @@ fn agent() -> ureq::Agent {
 
 fn observatory_signature(secret: &str, body: &[u8]) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
-    format!("sha256={}", gateway_core::hex::encode(hmac::sign(&key, body).as_ref()))
+    format!("sha256={}", gateway_core::encoding::hex::encode(hmac::sign(&key, body).as_ref()))
 }
 
 fn unix_now() -> i64 {

@@ -56,7 +56,7 @@ fn a_schema_violation_is_422_and_publishes_only_the_hash() {
     assert!(body["trace_id"].is_string(), "the log's own trace_id comes back");
 
     let event = violations.expect("schema_violation");
-    let expected_hash = gateway_core::interceptor::sha256_tag(raw.as_bytes());
+    let expected_hash = gateway_core::intake::interceptor::sha256_tag(raw.as_bytes());
     assert_eq!(event.data["raw_payload_hash"], expected_hash.as_str());
     assert_eq!(event.data["agent_id"], "agent-7");
     assert_eq!(event.data["capability_version"], "1.4.0");

@@ -121,3 +121,24 @@ fn text_holding_nul_is_refused_on_postgres_not_a_server_error() {
         gateway.operator_patch(&format!("/gateway/webhook-configs/{}", created["id"]), &json!({"secret": "n\0"}));
     assert_eq!((status, refused["reason"].as_str()), (422, Some("invalid_field")), "{refused}");
 }
+
+/// A gateway started alone (no Redis) on a database a cluster ran on, whose fencing epoch is above 1, still does
+/// its timed work: it leads under a token newer than the store's (with token 1 every leader-only write was refused
+/// as fenced, and no reminder ever fired).
+#[test]
+fn a_gateway_alone_on_a_database_a_cluster_used_fires_its_reminders() {
+    let Some(database) = gateway_testkit::postgres::database("it::postgres::after_a_cluster") else { return };
+    // Migrated by a first start; then the epoch a cluster's terms would have left.
+    drop(Gateway::start_on(database.url(), &[]));
+    let mut connection = PgConnection::establish(database.url()).unwrap();
+    diesel::sql_query("UPDATE gateway_leader_epoch SET epoch = 42 WHERE id = 1").execute(&mut connection).unwrap();
+    let gateway = Gateway::start_on(database.url(), &[]);
+    let reminders = gateway.subscribe("agent:agent-after-cluster:scheduled");
+    let call = json!({"agent_id": "agent-after-cluster", "tool_call_id": "c-1",
+                      "params": {"delay_ms": 200, "payload": {"after": "a cluster"}}});
+    let (status, body) = gateway.post_json("/gateway/tools/schedule_reminder", &call);
+    assert_eq!(status, 200, "{body}");
+    let fired = reminders.expect("reminder");
+    assert_eq!(fired.data["payload"], json!({"after": "a cluster"}));
+    assert!(!gateway.logs().contains("fenced"), "{}", gateway.logs());
+}

@@ -163,7 +163,7 @@ fn redact(value: &mut Value) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(redact),
-        Value::String(text) if gateway_core::rfc3339::parse(text).is_some() => *value = json!("[instant]"),
+        Value::String(text) if gateway_core::encoding::rfc3339::parse(text).is_some() => *value = json!("[instant]"),
         _ => {}
     }
 }
@@ -175,7 +175,7 @@ fn fields_cursor(value: &Value) -> bool {
 
 fn signature(secret: &str, body: &[u8]) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
-    format!("sha256={}", gateway_core::hex::encode(hmac::sign(&key, body).as_ref()))
+    format!("sha256={}", gateway_core::encoding::hex::encode(hmac::sign(&key, body).as_ref()))
 }
 
 #[test]

@@ -147,7 +147,7 @@ fn event() -> impl Strategy<Value = Event> {
     .prop_map(|map| map.into_iter().collect::<serde_json::Map<_, _>>());
     let reminder =
         (any::<u32>(), agent.clone(), at.clone(), payload).prop_map(|(job_id, agent_id, scheduled_for, payload)| {
-            let fire_id = format!("{job_id}:{}", gateway_core::rfc3339::format(scheduled_for));
+            let fire_id = format!("{job_id}:{}", gateway_core::encoding::rfc3339::format(scheduled_for));
             EventPayload::Reminder { job_id: i64::from(job_id), agent_id, scheduled_for, payload, fire_id }
         });
     let evicted = (agent, "[!-~]{1,24}", at.clone()).prop_map(|(agent_id, cluster, last_seen)| {

@@ -57,7 +57,7 @@ fn patch_ok(gateway: &Gateway, id: i64, body: &Value) -> Value {
 
 fn observatory_signature(secret: &str, body: &[u8]) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
-    format!("sha256={}", gateway_core::hex::encode(hmac::sign(&key, body).as_ref()))
+    format!("sha256={}", gateway_core::encoding::hex::encode(hmac::sign(&key, body).as_ref()))
 }
 
 fn create_config(gateway: &Gateway, source: &str, target_url: &str, secret: &str) -> Value {

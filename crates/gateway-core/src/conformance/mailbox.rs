@@ -6,7 +6,7 @@
 use serde_json::{Map, json};
 use time::{Duration, OffsetDateTime};
 
-use crate::mailbox::fire_id;
+use crate::ports::mailbox::fire_id;
 use crate::{
     AgentId, CronJob, CronJobStore, FencingEpoch, FencingToken, FireCompletion, FireKey, FiredReminder, MailboxEntry,
     MailboxQuery, MailboxStore, NewCronJob, Receipt, StoreError,

@@ -1,42 +1,66 @@
-//! The rules every implementation of a store port must keep, written once and run against each implementation:
-//! the in-memory fakes in this crate's tests, the database adapters in theirs (through the `conformance` feature).
+//! The rules every implementation of a port must keep, written once and run against each implementation: the
+//! in-memory and in-process ones in this crate's tests, the database, Redis and bus adapters in theirs (through the
+//! `conformance` feature).
 //!
-//! One suite per port: [`heartbeat`], [`cron`], [`mailbox`], [`webhook`], [`liveness`], [`tool_call`], [`credential`],
-//! [`admin_token`], [`storage`] (which writes through the ports it counts, so it takes all of them);
+//! One suite per store port: [`heartbeat`], [`cron`], [`mailbox`], [`webhook`], [`liveness`], [`tool_call`],
+//! [`credential`], [`admin_token`], [`storage`] (which writes through the ports it counts, so it takes all of them);
 //! [`fencing`] holds the rule that spans ports (a token raised through one fences the others). Each rule is a
 //! `pub fn` that takes a fresh, empty store and an instant to start from (rows are due, leases run and agents fall
 //! silent relative to it), drives the store only through its port, and panics when the store breaks the rule; its
 //! documentation says what it proves and what it expects of the store.
 //!
+//! One suite per coordination port, each run against the in-process implementation and the one shared between
+//! instances: [`leadership`] ([`crate::Leadership`]), [`rate_limit`] ([`crate::RateLimiter`]), [`rate`]
+//! ([`crate::DispatchRate`]) and [`event`] ([`crate::EventPublisher`]). Their rules take a fixture instead of a store,
+//! which makes what a rule needs (a limiter of a given limit and window, a subscriber, a change of term) and says
+//! how time passes for the implementation ([`timeline`]): exactly and instantly for an in-process one, on the real
+//! clock, in fractions of a second, for one that keeps its own clock in Redis.
+//!
 //! Each suite has a macro that expands to one `#[test]` per rule, in a module named after the port, so adding a
 //! rule to a suite runs it on every backend, and adding a backend is one line per suite:
 //!
-//! ```ignore
-//! mod sqlite {
-//!     gateway_core::cron_store_conformance!(super::sqlite_store());
-//!     gateway_core::webhook_store_conformance!(super::sqlite_store());
+//! ```
+//! mod in_memory {
+//!     gateway_core::cron_store_conformance!(Some(Box::<gateway_core::InMemoryCronJobStore>::default()));
+//!     gateway_core::webhook_store_conformance!(Some(Box::<gateway_core::InMemoryWebhookStore>::default()));
 //! }
+//! # fn main() {}
 //! ```
 //!
 //! The argument is an expression evaluated once per test for a fresh store: an `Option<F>` where `F` dereferences
 //! to the store (a `Box`, or a fixture that also holds the store's temporary directory). `None` skips the test, for
-//! a backend that is not available where the tests run.
+//! a backend that is not available where the tests run. The coordination suites' macros take the same, `F`
+//! dereferencing to the suite's fixture; for the async suites it is evaluated on the rule's runtime ([`block_on`]).
 
 pub mod admin_token;
 pub mod credential;
 pub mod cron;
+pub mod event;
 pub mod fencing;
 pub mod heartbeat;
+pub mod leadership;
 pub mod liveness;
 pub mod mailbox;
+pub mod rate;
+pub mod rate_limit;
 pub mod storage;
+pub mod timeline;
 pub mod tool_call;
 pub mod webhook;
+
+use std::future::Future;
 
 use time::OffsetDateTime;
 
 /// The instant the suites' macros start every rule from: fixed, so a failure reproduces exactly.
 pub const START: OffsetDateTime = time::macros::datetime!(2026-02-22 12:00:00 UTC);
+
+/// Runs an async rule to its end on a runtime of its own (one thread, with time and I/O): what the macros of the
+/// async suites ([`leadership`], [`event`]) do for each rule. The fixture is made on that runtime, so it may spawn
+/// the tasks an adapter needs (a lease's loop, a bridge's).
+pub fn block_on<F: Future>(rule: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime for the rule").block_on(rule)
+}
 
 /// One `#[test]` per rule of `conformance::$suite`, in a module `$module`, each on a fresh store from `$fixture`.
 #[doc(hidden)]
@@ -242,5 +266,119 @@ macro_rules! __storage_conformance_tests {
                 $crate::conformance::storage::$rule(&parts, $crate::conformance::START);
             }
         )+
+    };
+}
+
+/// One `#[test]` per rule of `conformance::$suite`, in a module `$module`, each on a fresh fixture from `$fixture`
+/// (an `Option<F>` where `F` dereferences to the suite's fixture trait; `None` skips the test).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __fixture_conformance_tests {
+    ($module:ident, $suite:ident, $fixture:expr; $($rule:ident),+ $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $(
+                #[test]
+                fn $rule() {
+                    let Some(fixture) = $fixture else { return };
+                    $crate::conformance::$suite::$rule(&*fixture);
+                }
+            )+
+        }
+    };
+}
+
+/// [`__fixture_conformance_tests`] for async rules: each test makes its fixture and runs its rule on a runtime of
+/// its own ([`block_on`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __async_fixture_conformance_tests {
+    ($module:ident, $suite:ident, $fixture:expr; $($rule:ident),+ $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $(
+                #[test]
+                fn $rule() {
+                    $crate::conformance::block_on(async {
+                        let Some(fixture) = $fixture else { return };
+                        $crate::conformance::$suite::$rule(&*fixture).await;
+                    });
+                }
+            )+
+        }
+    };
+}
+
+/// Every rule of [`conformance::leadership`](crate::conformance::leadership) as a `#[test]`, in a module
+/// `leadership`, each on a runtime of its own. `$fixture`: an `Option<F>` where `F` dereferences to a fresh
+/// [`LeadershipFixture`](crate::conformance::leadership::LeadershipFixture), evaluated on that runtime (so it may
+/// spawn tasks and `.await`).
+#[macro_export]
+macro_rules! leadership_conformance {
+    ($fixture:expr) => {
+        $crate::__async_fixture_conformance_tests!(leadership, leadership, $fixture;
+            a_term_answers_one_token_while_it_lasts,
+            a_deposed_leader_answers_none,
+            a_later_term_never_has_an_older_token,
+            once_fenced_a_token_is_never_answered_again,
+            a_report_about_another_term_changes_nothing,
+        );
+    };
+}
+
+/// Every rule of [`conformance::rate_limit`](crate::conformance::rate_limit) as a `#[test]`, in a module
+/// `rate_limiter`. `$fixture`: an `Option<F>` where `F` dereferences to a
+/// [`RateLimiterFixture`](crate::conformance::rate_limit::RateLimiterFixture).
+#[macro_export]
+macro_rules! rate_limiter_conformance {
+    ($fixture:expr) => {
+        $crate::__fixture_conformance_tests!(rate_limiter, rate_limit, $fixture;
+            the_limit_holds_within_a_window,
+            agents_are_counted_apart,
+            a_refused_request_is_told_when_its_window_ends,
+            refused_requests_do_not_move_the_end_of_the_window,
+            concurrent_requests_allow_exactly_the_limit,
+        );
+    };
+}
+
+/// Every rule of [`conformance::rate`](crate::conformance::rate) as a `#[test]`, in a module `dispatch_rate`.
+/// `$fixture`: an `Option<F>` where `F` dereferences to a
+/// [`DispatchRateFixture`](crate::conformance::rate::DispatchRateFixture).
+#[macro_export]
+macro_rules! dispatch_rate_conformance {
+    ($fixture:expr) => {
+        $crate::__fixture_conformance_tests!(dispatch_rate, rate, $fixture;
+            never_more_than_the_limit_start_in_a_window,
+            a_refused_start_is_told_when_one_may_start,
+            the_window_slides_one_start_at_a_time,
+            a_cancelled_start_gives_its_place_back_once,
+            cancelling_a_start_that_left_the_window_frees_nothing,
+            concurrent_starts_take_exactly_the_limit_with_distinct_tickets,
+        );
+    };
+}
+
+/// Every rule of [`conformance::event`](crate::conformance::event) as a `#[test]`, in a module `event_publisher`,
+/// each on a runtime of its own. `$fixture`: an `Option<F>` where `F` dereferences to a fresh
+/// [`EventPublisherFixture`](crate::conformance::event::EventPublisherFixture), evaluated on that runtime (so it
+/// may spawn tasks and `.await`).
+#[macro_export]
+macro_rules! event_publisher_conformance {
+    ($fixture:expr) => {
+        $crate::__async_fixture_conformance_tests!(event_publisher, event, $fixture;
+            publishing_without_subscribers_is_no_error,
+            a_subscriber_receives_each_event_of_its_topic_once_in_order,
+            subscribers_hear_only_their_topic,
+            every_subscriber_of_a_topic_receives_every_event,
+            a_subscriber_hears_only_what_is_published_after_it_subscribed,
+            a_subscriber_that_falls_behind_is_told_how_many_it_missed,
+            publishing_never_waits_for_a_subscriber_that_does_not_read,
+            may_deliver_is_true_while_a_subscriber_listens,
+        );
     };
 }

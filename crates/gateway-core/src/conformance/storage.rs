@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use time::{Duration, OffsetDateTime};
 
 use crate::conformance::cron::lease;
-use crate::cron::{FireCompletion, FireKey};
+use crate::ports::cron::{FireCompletion, FireKey};
 use crate::{
     AgentId, AgentStorage, CronJobStore, FiredReminder, MailboxStore, NewCronJob, STORED_ROW_CHARGE_BYTES, ToolCallId,
     ToolCallRecord, ToolCallStore,
@@ -109,7 +109,7 @@ pub fn a_fire_moves_the_charge_to_the_mailbox_and_pruning_takes_it_off(parts: &S
     let claimed = parts.jobs.claim_fires(&[job.id, recurring.id], &lease("scheduler", 1, at)).expect("claim");
     assert_eq!(claimed.len(), 2);
     let fired = |job: &crate::CronJob| FiredReminder {
-        fire_id: crate::mailbox::fire_id(job.id, at),
+        fire_id: crate::ports::mailbox::fire_id(job.id, at),
         job_id: job.id,
         agent_id: a.clone(),
         payload: job.payload.clone(),

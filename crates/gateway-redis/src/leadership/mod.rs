@@ -4,8 +4,10 @@
 //! - The lease is the key [`LEADER_KEY`] holding the instance id, taken with `SET gateway:leader <id> NX PX 30000`
 //!   ([`LEASE_TTL`]) and renewed every [`RENEW_INTERVAL`] by a compare-and-pexpire script.
 //! - Every term gets a fencing token: one above the larger of the counter [`EPOCH_KEY`] and the store's newest token
-//!   ([`gateway_core::FencingEpoch`]), so a Redis that lost its data cannot hand out a token the store has seen; it
-//!   is written back to the counter with a compare-and-set. Redis is not trusted with it: a counter that is not a
+//!   ([`gateway_core::FencingEpoch`]), so a Redis that lost its data cannot hand out a token the store has seen, and
+//!   above the instance's own last term (which neither may remember, if no write of it reached the store before
+//!   Redis lost its data), so an instance's token never goes down; it is written back to the counter with a
+//!   compare-and-set. Redis is not trusted with it: a counter that is not a
 //!   number, more than [`MAX_EPOCH_JUMP`] above the store's newest token, or that would take the token past
 //!   `i64::MAX`, is refused with an error log, and no term is opened with it (docs/operations.md, "Leader epoch
 //!   recovery").
@@ -13,7 +15,7 @@
 //!   [`MAX_FAILED_RENEWALS`] failed renewals in a row, well before the TTL could let another instance in; on
 //!   stepping down it deletes the key if it still holds it (compare-and-delete).
 //! - [`Leadership::current`] is a read of local state, cheap enough for every loop cycle; the Redis work is done
-//!   by the adapter's own loop, [`RedisLeadership::run`].
+//!   by the adapter's own loop, its [`BackgroundLoop::run`].
 
 mod lease;
 #[cfg(test)]
@@ -23,7 +25,7 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{BackgroundLoop, FencingEpoch, FencingToken, Leadership, StoreError, run_blocking};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -220,10 +222,10 @@ pub struct ClusterStatus {
 
 /// The `Leadership` port over a Redis lease. Cheap to clone (an `Arc` inside); clones share the lease.
 ///
-/// Build it with [`RedisLeadership::new`], hand clones to the components as their `Arc<dyn Leadership>`, and run
-/// [`RedisLeadership::run`] (under `gateway_core::supervise_loop`) for as long as the process serves: until it
-/// runs, this instance is a follower. Cancelling its `shutdown` gives the lease back, so another instance takes
-/// over at once instead of after the TTL.
+/// Build it with [`RedisLeadership::new`], hand clones to the components as their `Arc<dyn Leadership>`, and run its
+/// loop, [`run`](gateway_core::BackgroundLoop::run) (under `gateway_core::supervise_loop`) for as long as the process
+/// serves: until it runs, this instance is a follower. Cancelling its `shutdown` gives the lease back, so another
+/// instance takes over at once instead of after the TTL.
 #[derive(Debug, Clone)]
 pub struct RedisLeadership {
     core: Arc<Core<RedisLease>>,
@@ -312,6 +314,9 @@ struct State {
     release_pending: bool,
     reachable: Option<bool>,
     terms_started: u64,
+    /// The token of the last term this instance led: its next term's is above it, even when neither Redis (which
+    /// may have lost its data since) nor the store (if no write of that term reached it) remembers it.
+    last_token: FencingToken,
     epoch_refusals: u64,
     /// The last epoch refusal logged, and when.
     refusal_logged: Option<(EpochRefusal, Instant)>,
@@ -362,6 +367,11 @@ pub(crate) fn next_token(raw: Option<&str>, newest: FencingToken) -> Result<Fenc
         Some(next) if next <= limit => Ok(FencingToken(next)),
         _ => Err(EpochRefusal::Overflow { from }),
     }
+}
+
+/// `token`, or the token after `last` when `token` is not above it: a new term is newer than every term before it.
+fn above(token: FencingToken, last: FencingToken) -> Result<FencingToken, EpochRefusal> {
+    if token > last { Ok(token) } else { next_token(None, last) }
 }
 
 /// Why a leader stopped leading.
@@ -564,7 +574,8 @@ impl<B: LeaseBackend> Core<B> {
                 return;
             }
         };
-        let token = match next_token(raw.as_deref(), floor) {
+        let last = lock(&self.state).last_token;
+        let token = match next_token(raw.as_deref(), floor).and_then(|token| above(token, last)) {
             Ok(token) => token,
             Err(refusal) => return self.refuse_epoch(refusal),
         };
@@ -592,6 +603,7 @@ impl<B: LeaseBackend> Core<B> {
         state.lease = Some(Lease { term, valid_until, next_renewal: sent + self.timings.renew_interval });
         state.failed_renewals = 0;
         state.terms_started += 1;
+        state.last_token = state.last_token.max(term.token);
         drop(state);
         info!(instance_id = %self.instance_id, token = term.token.0, store_newest = floor.0, "leadership taken");
     }

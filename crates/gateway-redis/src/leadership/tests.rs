@@ -387,6 +387,27 @@ async fn a_redis_that_lost_its_counter_still_hands_out_a_token_above_the_stores_
     b.stop().await;
 }
 
+/// A leader's token never goes down, even when neither Redis nor the store remembers its last term: Redis lost its
+/// data before any write of that term reached the store (the counter was ahead of the store's newest token, after a
+/// term that never wrote). The next term is above the last one all the same.
+#[tokio::test(start_paused = true)]
+async fn a_new_term_is_above_the_last_one_even_when_redis_and_the_store_have_forgotten_it() {
+    let (redis, store) = (FakeRedis::new(), Arc::new(Store::default()));
+    store.gate.admit(FencingToken(3)).unwrap();
+    // A term under 4 that never wrote (another instance's, deposed), so the counter is ahead of the store.
+    redis.set_epoch(Some("4"));
+    let a = Instance::start("a", &redis, &store);
+    settle().await;
+    assert_eq!(a.core.current(), Some(FencingToken(5)));
+    // Redis restarts empty before any write under 5 reached the store: the next renewal finds the lease gone, and
+    // the instance takes it again at once.
+    redis.flush();
+    advance(s(10) + ms(100)).await;
+    assert_eq!(a.core.current(), Some(FencingToken(6)), "above the last term, not the store's newest + 1");
+    assert_eq!(redis.calls("take").len(), 2);
+    a.stop().await;
+}
+
 #[test]
 fn the_next_token_is_one_above_the_counter_or_the_stores_newest_and_absurd_counters_are_refused() {
     let newest = FencingToken(41);

@@ -3,29 +3,14 @@ use std::time::Duration;
 
 use gateway_core::{BackgroundLoop, EpochGate, FencingEpoch, FencingToken, Leadership};
 use gateway_redis::leadership::{EPOCH_KEY, LEADER_KEY};
-use gateway_redis::{LeadershipConfig, LeadershipPorts, LeaseTimings, RedisLeadership, RedisReachability, Role};
+use gateway_redis::{LeadershipConfig, LeadershipPorts, RedisLeadership, RedisReachability, Role};
 use gateway_testkit::redis::RedisServer;
 use redis::AsyncCommands;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{connection, eventually};
-
-/// The default timings divided by 20 (30 s / 10 s / 20 s become 1.5 s / 0.5 s / 1 s), with a follower trying
-/// every 100 ms.
-fn small() -> LeaseTimings {
-    LeaseTimings {
-        ttl: Duration::from_millis(1500),
-        renew_interval: Duration::from_millis(500),
-        renew_retry: Duration::from_millis(100),
-        step_down_after: Duration::from_millis(1000),
-        max_failed_renewals: 3,
-        acquire_interval: Duration::from_millis(100),
-        clock_drift_margin: Duration::from_millis(50),
-        command_timeout: Duration::from_millis(250),
-    }
-}
+use crate::support::{connection, eventually, small};
 
 struct Instance {
     leadership: RedisLeadership,

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod agent_rate;
+mod conformance;
 mod leadership;
 mod rate;
 mod support;

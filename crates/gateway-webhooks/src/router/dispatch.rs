@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gateway_core::{
-    AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, EventPayload,
-    FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret, WebhookStore, run_blocking,
+    AttemptOutcome, AttemptRecord, BackgroundLoop, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate,
+    EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret, WebhookStore,
+    run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::OwnedSemaphorePermit;
@@ -262,13 +263,13 @@ impl WebhookRouter {
     /// attempts. Returns how many started.
     pub async fn poll_once(&self, token: FencingToken, shutdown: &CancellationToken) -> Result<usize, WebhookError> {
         let inner = &self.inner;
-        if *gateway_core::sync::lock(&inner.released_for) != Some(token) {
+        if *gateway_core::runtime::sync::lock(&inner.released_for) != Some(token) {
             let now = self.now();
             let released = self.store(move |store| store.release_deposed_claims(token, now)).await?;
             if released > 0 {
                 info!(released, term = token.0, "took over webhook deliveries claimed by a deposed leader");
             }
-            *gateway_core::sync::lock(&inner.released_for) = Some(token);
+            *gateway_core::runtime::sync::lock(&inner.released_for) = Some(token);
         }
         let cap = inner.config.max_per_cycle;
         let first = tokio::select! {
@@ -326,10 +327,24 @@ impl WebhookRouter {
         Ok(started)
     }
 
+    /// Waits until no attempt is running or waiting for a slot (attempts record their outcome before they end).
+    /// For a graceful shutdown, cancel the shutdown token first.
+    pub async fn wait_idle(&self) {
+        self.inner.attempts.close();
+        self.inner.attempts.wait().await;
+        self.inner.attempts.reopen();
+    }
+}
+
+impl BackgroundLoop for WebhookRouter {
+    fn name(&self) -> &'static str {
+        "webhook_dispatcher"
+    }
+
     /// The poll loop: a cycle every poll interval (the first at once, so rows that came due while the process
     /// was down go in the first cycle), only while this process is leader. Store failures are logged, mark the
     /// dispatcher degraded and back off (capped); the loop keeps running until `shutdown`.
-    pub async fn run(&self, shutdown: CancellationToken) {
+    async fn run(&self, shutdown: CancellationToken) {
         let inner = &self.inner;
         info!(
             poll_interval_ms = inner.config.poll_interval.as_millis(),
@@ -356,13 +371,5 @@ impl WebhookRouter {
         // Immediate attempts still waiting for a slot or a start give up; their rows stay due in the store.
         inner.stopping.cancel();
         info!("webhook dispatcher stopped");
-    }
-
-    /// Waits until no attempt is running or waiting for a slot (attempts record their outcome before they end).
-    /// For a graceful shutdown, cancel the shutdown token first.
-    pub async fn wait_idle(&self) {
-        self.inner.attempts.close();
-        self.inner.attempts.wait().await;
-        self.inner.attempts.reopen();
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use time::{Duration, OffsetDateTime};
 
 /// At most one log line and one `webhook_signature_failure` event per webhook id per interval.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gateway_core::group_commit::GroupCommit;
+use gateway_core::runtime::group_commit::GroupCommit;
 use gateway_core::{
     AttemptRecord, Clock, Delivery, NewDelivery, StoreError, WebhookConfig, WebhookSecret, WebhookStore,
 };

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use gateway_core::sync::lock;
+use gateway_core::runtime::sync::lock;
 use time::OffsetDateTime;
 
 /// Longest a config created on another instance is unknown here; also the fewest seconds between two reads of the

@@ -26,10 +26,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use gateway_core::stats::DeliveryStats;
+use gateway_core::runtime::stats::DeliveryStats;
 use gateway_core::{
-    BackgroundLoop, Clock, ComponentHealth, Delivery, DeliveryAttempt, DispatchRate, DueDelivery, Event, EventPayload,
-    EventPublisher, Leadership, StoreError, Topic, WebhookStore, WebhookTransport, run_blocking,
+    Clock, ComponentHealth, Delivery, DeliveryAttempt, DispatchRate, DueDelivery, Event, EventPayload, EventPublisher,
+    Leadership, StoreError, Topic, WebhookStore, WebhookTransport, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::Semaphore;
@@ -138,8 +138,8 @@ struct Inner {
     /// Attempts and their outcomes, for metrics.
     stats: DeliveryStats,
     attempts: TaskTracker,
-    /// Cancelled when [`WebhookRouter::run`] stops: immediate attempts still waiting for a slot or the rate give
-    /// up (their rows stay due for the next process).
+    /// Cancelled when the poll loop ([`run`](gateway_core::BackgroundLoop::run)) stops: immediate attempts still
+    /// waiting for a slot or the rate give up (their rows stay due for the next process).
     stopping: CancellationToken,
     /// The leadership term whose poll has released the claims of older terms (see [`WebhookRouter::poll_once`]).
     released_for: std::sync::Mutex<Option<gateway_core::FencingToken>>,
@@ -202,8 +202,8 @@ fn duration_to_time(duration: Duration) -> time::Duration {
 }
 
 impl WebhookRouter {
-    /// A router. Deliveries are attempted as soon as they are enqueued; run [`Self::run`] once for the poll that
-    /// retries them.
+    /// A router. Deliveries are attempted as soon as they are enqueued; run its loop
+    /// ([`run`](gateway_core::BackgroundLoop::run)) once for the poll that retries them.
     pub fn new(ports: RouterPorts, mut config: RouterConfig) -> Self {
         // The binary refuses zeros at start; these keep an embedding caller's mistake from hanging the poll.
         config.max_per_cycle = config.max_per_cycle.clamp(1, Semaphore::MAX_PERMITS);
@@ -235,7 +235,8 @@ impl WebhookRouter {
         }
     }
 
-    /// The dispatcher's readiness: running while [`Self::run`] runs, degraded while it cannot reach the store.
+    /// The dispatcher's readiness: running while its loop ([`run`](gateway_core::BackgroundLoop::run)) runs, degraded
+    /// while it cannot reach the store.
     pub fn health(&self) -> ComponentHealth {
         self.inner.health.clone()
     }
@@ -285,16 +286,6 @@ impl WebhookRouter {
             next_retry_at: delivery.next_retry_at,
             error_detail: delivery.error_detail.clone(),
         });
-    }
-}
-
-impl BackgroundLoop for WebhookRouter {
-    fn name(&self) -> &'static str {
-        "webhook_dispatcher"
-    }
-
-    fn run(&self, shutdown: CancellationToken) -> impl Future<Output = ()> + Send {
-        WebhookRouter::run(self, shutdown)
     }
 }
 

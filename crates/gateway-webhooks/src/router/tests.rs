@@ -1,9 +1,9 @@
 //! The router against gateway-core's fakes: ManualClock for the schedule, tokio's paused time for the loop.
 
 use gateway_core::{
-    AttemptOutcome, DeliveryStatus, FailureClass, FakeTransport, FencingToken, InMemoryWebhookStore, ManualClock,
-    NewDelivery, RecordingPublisher, SlidingWindowRate, SwitchableLeadership, WebhookConfig, WebhookConfigChange,
-    WebhookSecret,
+    AttemptOutcome, BackgroundLoop, DeliveryStatus, FailureClass, FakeTransport, FencingToken, InMemoryWebhookStore,
+    ManualClock, NewDelivery, RecordingPublisher, SlidingWindowRate, SwitchableLeadership, WebhookConfig,
+    WebhookConfigChange, WebhookSecret,
 };
 use serde_json::Value;
 use time::Duration as TimeDuration;

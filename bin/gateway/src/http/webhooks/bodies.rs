@@ -4,7 +4,7 @@
 //! The answers' fields are in alphabetical order, the order they had when the handlers built them as JSON maps:
 //! the same bytes.
 
-use gateway_core::{Delivery, DeliveryAttempt, DeliveryStatus, WebhookConfig, rfc3339};
+use gateway_core::{Delivery, DeliveryAttempt, DeliveryStatus, WebhookConfig, encoding::rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;

@@ -1,0 +1,701 @@
+//! The DecisionLog an agent sends to `POST /gateway/messages`, and its validation.
+//!
+//! Validation builds the typed log straight from the parsed JSON value, field by field, so every error names the
+//! exact field path (`identity.agent_id`) and there is one place that decides what is wrong. Sections are
+//! optional; required fields apply within a present section. A `null` section or optional field counts as
+//! absent. Fields the schema does not name are ignored and not forwarded.
+//!
+//! A valid body is first read directly into typed fields ([`DecisionLog::from_valid_body`], several times cheaper than
+//! building the JSON value); that reading restates the rules only to accept, and leaves every body it does not accept
+//! to the value reading (see [`crate::intake::direct_json`]). Tests hold the two to the same results.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+
+use crate::ids::{AgentId, MAX_ID_BYTES};
+use crate::intake::direct_json::Object;
+
+/// The first way a DecisionLog breaks the schema: a field path and what is wrong with it. Never carries the
+/// offending value, so it is safe to return and to publish.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct SchemaViolation {
+    pub path: String,
+    pub reason: String,
+}
+
+impl SchemaViolation {
+    fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { path: path.into(), reason: reason.into() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DecisionLog {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Meta>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cognition: Option<Cognition>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<Action>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_delta: Option<StateDelta>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control: Option<Control>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Meta {
+    pub trace_id: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub timestamp: OffsetDateTime,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_step_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Identity {
+    pub agent_id: AgentId,
+    pub agent_type: String,
+    pub capability_version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cognition {
+    pub intent: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_chain: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence_score: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strategy_used: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entropy_score: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionStatus {
+    Success,
+    Failure,
+    Pending,
+    Skipped,
+}
+
+impl ActionStatus {
+    fn parse(value: &str) -> Option<Self> {
+        match value {
+            "success" => Some(Self::Success),
+            "failure" => Some(Self::Failure),
+            "pending" => Some(Self::Pending),
+            "skipped" => Some(Self::Skipped),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Action {
+    pub status: ActionStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call: Option<String>,
+    /// A JSON object, or a string that holds JSON (agents send both).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_output_summary: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StateDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub added_to_memory: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_consumed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cumulative_session_cost: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Control {
+    pub hitl_required: bool,
+    /// Any JSON value; the schema leaves its shape to the agent framework.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupt_signal: Option<Value>,
+    pub is_terminal: bool,
+}
+
+impl DecisionLog {
+    /// Validates a parsed JSON document and builds the typed log, or names the first failing field.
+    pub fn from_json(value: &Value) -> Result<Self, SchemaViolation> {
+        let root = value.as_object().ok_or_else(|| SchemaViolation::new("$", "must be a JSON object"))?;
+        Ok(Self {
+            meta: section(root, "meta")?.map(Meta::read).transpose()?,
+            identity: section(root, "identity")?.map(Identity::read).transpose()?,
+            cognition: section(root, "cognition")?.map(Cognition::read).transpose()?,
+            action: section(root, "action")?.map(Action::read).transpose()?,
+            state_delta: section(root, "state_delta")?.map(StateDelta::read).transpose()?,
+            control: section(root, "control")?.map(Control::read).transpose()?,
+        })
+    }
+
+    pub fn trace_id(&self) -> Option<&str> {
+        self.meta.as_ref().map(|meta| meta.trace_id.as_str())
+    }
+
+    pub fn agent_id(&self) -> Option<&AgentId> {
+        self.identity.as_ref().map(|identity| &identity.agent_id)
+    }
+}
+
+impl DecisionLog {
+    /// The log of a body that is certainly valid, read without a JSON tree; `None` for anything else (not JSON,
+    /// a broken rule, a repeated key...), which [`Self::from_json`] then decides and names. See
+    /// [`crate::intake::direct_json`]; each check here is one of `from_json`'s rules.
+    pub fn from_valid_body(body: &[u8]) -> Option<Self> {
+        let wire: wire::Log<'_> = crate::intake::direct_json::read(body)?;
+        Some(Self {
+            meta: valid_section(wire.meta, wire::Meta::valid)?,
+            identity: valid_section(wire.identity, wire::Identity::valid)?,
+            cognition: valid_section(wire.cognition, wire::Cognition::valid)?,
+            action: valid_section(wire.action, wire::Action::valid)?,
+            state_delta: valid_section(wire.state_delta, wire::StateDelta::valid)?,
+            control: wire.control.map(|Object(control)| control.into()),
+        })
+    }
+}
+
+/// An absent section (`Some(None)`), a valid one, or `None` when it breaks a rule.
+fn valid_section<W, T>(section: Option<Object<W>>, valid: impl FnOnce(W) -> Option<T>) -> Option<Option<T>> {
+    match section {
+        None => Some(None),
+        Some(Object(fields)) => valid(fields).map(Some),
+    }
+}
+
+/// The DecisionLog as the direct reading takes it: the types `from_json` accepts (a field that is `null` or
+/// absent is `None`, unknown fields are skipped), with the rules serde cannot state checked in `valid`.
+mod wire {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    use super::{ActionStatus, Object};
+    use crate::ids::{AgentId, MAX_ID_BYTES};
+
+    #[derive(Deserialize)]
+    pub(super) struct Log<'a> {
+        #[serde(borrow)]
+        pub(super) meta: Option<Object<Meta<'a>>>,
+        pub(super) identity: Option<Object<Identity>>,
+        pub(super) cognition: Option<Object<Cognition>>,
+        #[serde(borrow)]
+        pub(super) action: Option<Object<Action<'a>>>,
+        pub(super) state_delta: Option<Object<StateDelta>>,
+        pub(super) control: Option<Object<Control>>,
+    }
+
+    /// `Some(text)` when it is not empty (a required string must not be).
+    fn non_empty(text: String) -> Option<String> {
+        (!text.is_empty()).then_some(text)
+    }
+
+    /// `Some` when a number is absent or finite (numbers must be).
+    fn finite(number: Option<f64>) -> Option<()> {
+        number.is_none_or(f64::is_finite).then_some(())
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Meta<'a> {
+        trace_id: String,
+        #[serde(borrow)]
+        timestamp: Cow<'a, str>,
+        parent_step_id: Option<String>,
+        cluster_id: Option<String>,
+    }
+
+    impl Meta<'_> {
+        pub(super) fn valid(self) -> Option<super::Meta> {
+            Some(super::Meta {
+                trace_id: non_empty(self.trace_id)?,
+                timestamp: crate::encoding::rfc3339::parse_utc(&self.timestamp)?,
+                parent_step_id: self.parent_step_id,
+                cluster_id: self.cluster_id,
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Identity {
+        agent_id: String,
+        agent_type: String,
+        capability_version: String,
+    }
+
+    impl Identity {
+        pub(super) fn valid(self) -> Option<super::Identity> {
+            Some(super::Identity {
+                agent_id: AgentId::new(self.agent_id).ok()?,
+                agent_type: bounded(non_empty(self.agent_type)?)?,
+                capability_version: bounded(non_empty(self.capability_version)?)?,
+            })
+        }
+    }
+
+    /// `Some(text)` when it is at most [`MAX_ID_BYTES`] long (identity strings must be).
+    fn bounded(text: String) -> Option<String> {
+        (text.len() <= MAX_ID_BYTES).then_some(text)
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Cognition {
+        intent: String,
+        reasoning_chain: Option<Vec<String>>,
+        confidence_score: Option<f64>,
+        strategy_used: Option<String>,
+        entropy_score: Option<f64>,
+    }
+
+    impl Cognition {
+        pub(super) fn valid(self) -> Option<super::Cognition> {
+            finite(self.confidence_score)?;
+            finite(self.entropy_score)?;
+            Some(super::Cognition {
+                intent: non_empty(self.intent)?,
+                reasoning_chain: self.reasoning_chain,
+                confidence_score: self.confidence_score,
+                strategy_used: self.strategy_used,
+                entropy_score: self.entropy_score,
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Action<'a> {
+        /// Read as text: serde's derived enum would also take `{"success": null}`.
+        #[serde(borrow)]
+        status: Cow<'a, str>,
+        tool_call: Option<String>,
+        tool_input: Option<Value>,
+        tool_output_summary: Option<String>,
+    }
+
+    impl Action<'_> {
+        pub(super) fn valid(self) -> Option<super::Action> {
+            if !matches!(self.tool_input, None | Some(Value::Object(_) | Value::String(_))) {
+                return None;
+            }
+            Some(super::Action {
+                status: ActionStatus::parse(&self.status)?,
+                tool_call: self.tool_call,
+                tool_input: self.tool_input,
+                tool_output_summary: self.tool_output_summary,
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct StateDelta {
+        added_to_memory: Option<Vec<String>>,
+        tokens_consumed: Option<u64>,
+        cumulative_session_cost: Option<f64>,
+    }
+
+    impl StateDelta {
+        pub(super) fn valid(self) -> Option<super::StateDelta> {
+            finite(self.cumulative_session_cost)?;
+            Some(super::StateDelta {
+                added_to_memory: self.added_to_memory,
+                tokens_consumed: self.tokens_consumed,
+                cumulative_session_cost: self.cumulative_session_cost,
+            })
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Control {
+        hitl_required: Option<bool>,
+        interrupt_signal: Option<Value>,
+        is_terminal: Option<bool>,
+    }
+
+    impl From<Control> for super::Control {
+        fn from(wire: Control) -> Self {
+            Self {
+                hitl_required: wire.hitl_required.unwrap_or(false),
+                interrupt_signal: wire.interrupt_signal,
+                is_terminal: wire.is_terminal.unwrap_or(false),
+            }
+        }
+    }
+}
+
+fn section<'a>(root: &'a Map<String, Value>, name: &'static str) -> Result<Option<Fields<'a>>, SchemaViolation> {
+    match root.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(fields)) => Ok(Some(Fields { section: name, fields })),
+        Some(_) => Err(SchemaViolation::new(name, "must be an object")),
+    }
+}
+
+/// Typed reads from one section, each error carrying `section.field`.
+struct Fields<'a> {
+    section: &'static str,
+    fields: &'a Map<String, Value>,
+}
+
+impl Fields<'_> {
+    fn violation(&self, field: &str, reason: impl Into<String>) -> SchemaViolation {
+        SchemaViolation::new(format!("{}.{field}", self.section), reason)
+    }
+
+    fn present(&self, field: &str) -> Option<&Value> {
+        self.fields.get(field).filter(|value| !value.is_null())
+    }
+
+    fn required(&self, field: &str) -> Result<&Value, SchemaViolation> {
+        self.present(field).ok_or_else(|| self.violation(field, "is required"))
+    }
+
+    fn required_string(&self, field: &str) -> Result<String, SchemaViolation> {
+        match self.required(field)? {
+            Value::String(text) if !text.is_empty() => Ok(text.clone()),
+            Value::String(_) => Err(self.violation(field, "must not be empty")),
+            _ => Err(self.violation(field, "must be a string")),
+        }
+    }
+
+    /// A required string of at most [`MAX_ID_BYTES`]: what is kept of a log beyond its publication (the identity,
+    /// in the capability map) must not grow with what an agent sends.
+    fn bounded_string(&self, field: &str) -> Result<String, SchemaViolation> {
+        let text = self.required_string(field)?;
+        if text.len() > MAX_ID_BYTES {
+            return Err(self.violation(field, format!("must be at most {MAX_ID_BYTES} bytes")));
+        }
+        Ok(text)
+    }
+
+    fn optional_string(&self, field: &str) -> Result<Option<String>, SchemaViolation> {
+        match self.present(field) {
+            None => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text.clone())),
+            Some(_) => Err(self.violation(field, "must be a string")),
+        }
+    }
+
+    fn optional_number(&self, field: &str) -> Result<Option<f64>, SchemaViolation> {
+        match self.present(field) {
+            None => Ok(None),
+            Some(Value::Number(number)) => number
+                .as_f64()
+                .filter(|value| value.is_finite())
+                .map(Some)
+                .ok_or_else(|| self.violation(field, "must be a finite number")),
+            Some(_) => Err(self.violation(field, "must be a number")),
+        }
+    }
+
+    fn optional_count(&self, field: &str) -> Result<Option<u64>, SchemaViolation> {
+        match self.present(field) {
+            None => Ok(None),
+            Some(value) => {
+                value.as_u64().map(Some).ok_or_else(|| self.violation(field, "must be a non-negative integer"))
+            }
+        }
+    }
+
+    fn optional_bool(&self, field: &str) -> Result<Option<bool>, SchemaViolation> {
+        match self.present(field) {
+            None => Ok(None),
+            Some(Value::Bool(flag)) => Ok(Some(*flag)),
+            Some(_) => Err(self.violation(field, "must be a boolean")),
+        }
+    }
+
+    fn optional_string_list(&self, field: &str) -> Result<Option<Vec<String>>, SchemaViolation> {
+        let Some(value) = self.present(field) else { return Ok(None) };
+        let Value::Array(items) = value else {
+            return Err(self.violation(field, "must be an array of strings"));
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| match item {
+                Value::String(text) => Ok(text.clone()),
+                _ => Err(self.violation(&format!("{field}[{index}]"), "must be a string")),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+}
+
+impl Meta {
+    fn read(fields: Fields<'_>) -> Result<Self, SchemaViolation> {
+        let trace_id = fields.required_string("trace_id")?;
+        let timestamp = crate::encoding::rfc3339::parse_utc(&fields.required_string("timestamp")?)
+            .ok_or_else(|| fields.violation("timestamp", "must be an ISO-8601 UTC timestamp"))?;
+        Ok(Self {
+            trace_id,
+            timestamp,
+            parent_step_id: fields.optional_string("parent_step_id")?,
+            cluster_id: fields.optional_string("cluster_id")?,
+        })
+    }
+}
+
+impl Identity {
+    fn read(fields: Fields<'_>) -> Result<Self, SchemaViolation> {
+        let agent_id = AgentId::new(fields.required_string("agent_id")?)
+            .map_err(|error| fields.violation("agent_id", error.to_string()))?;
+        Ok(Self {
+            agent_id,
+            agent_type: fields.bounded_string("agent_type")?,
+            capability_version: fields.bounded_string("capability_version")?,
+        })
+    }
+}
+
+impl Cognition {
+    fn read(fields: Fields<'_>) -> Result<Self, SchemaViolation> {
+        Ok(Self {
+            intent: fields.required_string("intent")?,
+            reasoning_chain: fields.optional_string_list("reasoning_chain")?,
+            confidence_score: fields.optional_number("confidence_score")?,
+            strategy_used: fields.optional_string("strategy_used")?,
+            entropy_score: fields.optional_number("entropy_score")?,
+        })
+    }
+}
+
+impl Action {
+    fn read(fields: Fields<'_>) -> Result<Self, SchemaViolation> {
+        let status = match fields.required("status")? {
+            Value::String(text) => ActionStatus::parse(text),
+            _ => None,
+        }
+        .ok_or_else(|| fields.violation("status", "must be one of success, failure, pending, skipped"))?;
+        let tool_input = match fields.present("tool_input") {
+            None => None,
+            Some(value @ (Value::Object(_) | Value::String(_))) => Some(value.clone()),
+            Some(_) => return Err(fields.violation("tool_input", "must be an object or a string holding JSON")),
+        };
+        Ok(Self {
+            status,
+            tool_call: fields.optional_string("tool_call")?,
+            tool_input,
+            tool_output_summary: fields.optional_string("tool_output_summary")?,
+        })
+    }
+}
+
+impl StateDelta {
+    fn read(fields: Fields<'_>) -> Result<Self, SchemaViolation> {
+        Ok(Self {
+            added_to_memory: fields.optional_string_list("added_to_memory")?,
+            tokens_consumed: fields.optional_count("tokens_consumed")?,
+            cumulative_session_cost: fields.optional_number("cumulative_session_cost")?,
+        })
+    }
+}
+
+impl Control {
+    fn read(fields: Fields<'_>) -> Result<Self, SchemaViolation> {
+        Ok(Self {
+            hitl_required: fields.optional_bool("hitl_required")?.unwrap_or(false),
+            interrupt_signal: fields.present("interrupt_signal").cloned(),
+            is_terminal: fields.optional_bool("is_terminal")?.unwrap_or(false),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn full_log() -> Value {
+        json!({
+            "meta": {"trace_id": "t-1", "timestamp": "2026-02-22T12:00:00Z", "parent_step_id": "s-0", "cluster_id": "mesh-04"},
+            "identity": {"agent_id": "agent-7", "agent_type": "researcher", "capability_version": "1.2.0"},
+            "cognition": {"intent": "summarize", "reasoning_chain": ["a", "b"], "confidence_score": 0.9, "strategy_used": "cot", "entropy_score": 0.1},
+            "action": {"status": "success", "tool_call": "search", "tool_input": {"q": "x"}, "tool_output_summary": "ok"},
+            "state_delta": {"added_to_memory": ["m"], "tokens_consumed": 120, "cumulative_session_cost": 0.02},
+            "control": {"hitl_required": true, "interrupt_signal": null, "is_terminal": false}
+        })
+    }
+
+    fn violation_path(value: Value) -> String {
+        DecisionLog::from_json(&value).unwrap_err().path
+    }
+
+    #[test]
+    fn accepts_a_full_log_and_round_trips_its_fields() {
+        let log = DecisionLog::from_json(&full_log()).unwrap();
+        assert_eq!(log.trace_id(), Some("t-1"));
+        assert_eq!(log.agent_id().unwrap().as_str(), "agent-7");
+        assert_eq!(log.action.as_ref().unwrap().status, ActionStatus::Success);
+        assert_eq!(log.state_delta.as_ref().unwrap().tokens_consumed, Some(120));
+        assert!(log.control.as_ref().unwrap().hitl_required);
+        let back = serde_json::to_value(&log).unwrap();
+        assert_eq!(back["meta"]["timestamp"], "2026-02-22T12:00:00Z");
+        assert_eq!(back["cognition"]["reasoning_chain"], json!(["a", "b"]));
+        assert_eq!(back["action"]["status"], "success");
+    }
+
+    #[test]
+    fn every_section_is_optional() {
+        let log = DecisionLog::from_json(&json!({})).unwrap();
+        assert_eq!(log.trace_id(), None);
+        let log = DecisionLog::from_json(&json!({"meta": null, "action": {"status": "pending"}})).unwrap();
+        assert!(log.meta.is_none());
+    }
+
+    #[test]
+    fn control_defaults_are_false() {
+        let log = DecisionLog::from_json(&json!({"control": {}})).unwrap();
+        let control = log.control.unwrap();
+        assert!(!control.hitl_required && !control.is_terminal);
+    }
+
+    #[test]
+    fn names_the_first_failing_field_path() {
+        let mut log = full_log();
+        log["identity"].as_object_mut().unwrap().remove("agent_id");
+        assert_eq!(violation_path(log), "identity.agent_id");
+
+        let cases = [
+            (json!([1, 2]), "$"),
+            (json!({"meta": "x"}), "meta"),
+            (json!({"meta": {"timestamp": "2026-02-22T12:00:00Z"}}), "meta.trace_id"),
+            (json!({"meta": {"trace_id": "t", "timestamp": "yesterday"}}), "meta.timestamp"),
+            (json!({"meta": {"trace_id": "t", "timestamp": "2026-02-22T12:00:00+02:00"}}), "meta.timestamp"),
+            (json!({"meta": {"trace_id": "", "timestamp": "2026-02-22T12:00:00Z"}}), "meta.trace_id"),
+            (json!({"identity": {"agent_id": "a", "agent_type": "t"}}), "identity.capability_version"),
+            (
+                json!({"identity": {"agent_id": "a\u{7}", "agent_type": "t", "capability_version": "1"}}),
+                "identity.agent_id",
+            ),
+            (
+                json!({"identity": {"agent_id": "a", "agent_type": "t".repeat(257), "capability_version": "1"}}),
+                "identity.agent_type",
+            ),
+            (
+                json!({"identity": {"agent_id": "a", "agent_type": "t", "capability_version": "1".repeat(257)}}),
+                "identity.capability_version",
+            ),
+            (json!({"cognition": {}}), "cognition.intent"),
+            (json!({"cognition": {"intent": "i", "reasoning_chain": ["ok", 3]}}), "cognition.reasoning_chain[1]"),
+            (json!({"cognition": {"intent": "i", "confidence_score": "high"}}), "cognition.confidence_score"),
+            (json!({"action": {}}), "action.status"),
+            (json!({"action": {"status": "done"}}), "action.status"),
+            (json!({"action": {"status": "success", "tool_input": 5}}), "action.tool_input"),
+            (json!({"state_delta": {"tokens_consumed": -1}}), "state_delta.tokens_consumed"),
+            (json!({"state_delta": {"tokens_consumed": 1.5}}), "state_delta.tokens_consumed"),
+            (json!({"control": {"is_terminal": "yes"}}), "control.is_terminal"),
+        ];
+        for (value, path) in cases {
+            assert_eq!(violation_path(value.clone()), path, "for {value}");
+        }
+    }
+
+    /// The direct reading either builds exactly the log `from_json` builds, or leaves the body to it.
+    fn direct_agrees(body: &str) -> Option<DecisionLog> {
+        let direct = DecisionLog::from_valid_body(body.as_bytes());
+        if let Some(log) = &direct {
+            let value: Value = serde_json::from_str(body).unwrap();
+            assert_eq!(DecisionLog::from_json(&value).as_ref(), Ok(log), "{body}");
+        }
+        direct
+    }
+
+    #[test]
+    fn the_direct_reading_takes_valid_logs_and_agrees_with_the_value_reading() {
+        let full = full_log().to_string();
+        assert!(direct_agrees(&full).is_some());
+        assert!(direct_agrees("{}").is_some());
+        assert!(
+            direct_agrees(r#"{"meta":null,"action":{"status":"pending","tool_input":"{\"a\":1}"},"x":[{}]}"#).is_some()
+        );
+        let escaped = r#"{"identity":{"agent_\u0069d":"\u00e9t\u00e9","agent_type":"t","capability_version":"1"}}"#;
+        assert_eq!(direct_agrees(escaped).unwrap().agent_id().unwrap().as_str(), "été");
+        let numbers = r#"{"cognition":{"intent":"i","confidence_score":1,"entropy_score":-0.0},"state_delta":{"tokens_consumed":18446744073709551615,"cumulative_session_cost":1e300}}"#;
+        assert!(direct_agrees(numbers).is_some());
+        // Left to the value reading, which accepts or refuses each as before.
+        let deep_unknown = format!(r#"{{"x":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        let left_over = [
+            r#"{"meta":{"trace_id":"a","timestamp":"2026-02-22T12:00:00Z"},"meta":null}"#.to_owned(),
+            r#"{"action":{"status":{"success":null}}}"#.to_owned(),
+            r#"{"meta":["t","2026-02-22T12:00:00Z"]}"#.to_owned(),
+            r#"[null,null,null,null,null,null]"#.to_owned(),
+            r#"{"cognition":{"intent":"i","confidence_score":1e400}}"#.to_owned(),
+            r#"{"state_delta":{"tokens_consumed":5.0}}"#.to_owned(),
+            r#"{"cognition":{"intent":"i","reasoning_chain":["a",null]}}"#.to_owned(),
+            r#"{"identity":{"agent_id":"a","agent_type":"","capability_version":"1"}}"#.to_owned(),
+            r#"{"meta":{"trace_id":"t","timestamp":"2026-02-22T12:00:00+02:00"}}"#.to_owned(),
+            deep_unknown,
+        ];
+        for body in &left_over {
+            assert!(direct_agrees(body).is_none(), "{body}");
+        }
+        // The repeated key's last value wins in the value reading, as before.
+        let value: Value = serde_json::from_str(&left_over[0]).unwrap();
+        assert!(DecisionLog::from_json(&value).unwrap().meta.is_none());
+    }
+
+    #[test]
+    fn the_direct_reading_refuses_every_violation() {
+        let mut missing_agent = full_log();
+        missing_agent["identity"].as_object_mut().unwrap().remove("agent_id");
+        let cases = [
+            missing_agent,
+            json!({"meta": "x"}),
+            json!({"meta": {"timestamp": "2026-02-22T12:00:00Z"}}),
+            json!({"meta": {"trace_id": "t", "timestamp": "yesterday"}}),
+            json!({"meta": {"trace_id": "", "timestamp": "2026-02-22T12:00:00Z"}}),
+            json!({"meta": {"trace_id": "t", "timestamp": ""}}),
+            json!({"identity": {"agent_id": "a\u{7}", "agent_type": "t", "capability_version": "1"}}),
+            json!({"identity": {"agent_id": "a", "agent_type": "t", "capability_version": null}}),
+            json!({"identity": {"agent_id": "a", "agent_type": "é".repeat(129), "capability_version": "1"}}),
+            json!({"identity": {"agent_id": "a", "agent_type": "t", "capability_version": "v".repeat(257)}}),
+            json!({"cognition": {"intent": ""}}),
+            json!({"cognition": {"intent": "i", "confidence_score": "high"}}),
+            json!({"action": {}}),
+            json!({"action": {"status": "done"}}),
+            json!({"action": {"status": "success", "tool_input": 5}}),
+            json!({"action": {"status": "success", "tool_input": [1]}}),
+            json!({"action": {"status": "success", "tool_call": 5}}),
+            json!({"state_delta": {"tokens_consumed": -1}}),
+            json!({"state_delta": {"added_to_memory": "m"}}),
+            json!({"control": {"is_terminal": "yes"}}),
+            json!({"control": {"hitl_required": 1}}),
+        ];
+        for value in cases {
+            assert!(DecisionLog::from_json(&value).is_err(), "{value}");
+            assert_eq!(direct_agrees(&value.to_string()), None, "{value}");
+        }
+    }
+
+    #[test]
+    fn identity_strings_are_bounded_by_bytes_and_the_bound_itself_is_accepted() {
+        let identity = |agent_type: String| json!({"identity": {"agent_id": "a", "agent_type": agent_type, "capability_version": "1"}});
+        let at_the_bound = identity("t".repeat(MAX_ID_BYTES)).to_string();
+        assert!(direct_agrees(&at_the_bound).is_some());
+        let violation = DecisionLog::from_json(&identity("é".repeat(129))).unwrap_err();
+        assert_eq!(violation.to_string(), "identity.agent_type: must be at most 256 bytes", "258 bytes in 129 chars");
+    }
+
+    #[test]
+    fn violation_message_never_carries_the_value() {
+        let secret = "sk-live-very-secret";
+        let violation = DecisionLog::from_json(&json!({"action": {"status": secret}})).unwrap_err().to_string();
+        assert!(!violation.contains(secret), "{violation}");
+        assert_eq!(violation, "action.status: must be one of success, failure, pending, skipped");
+    }
+}

@@ -1,0 +1,198 @@
+//! The liveness port: which agents are alive, by the gateway's own receipt times (FR-10.1 in
+//! docs/requirements.md), bounded, and — with several instances — shared by all of them, so an agent heartbeating
+//! to any instance is live everywhere and the leader evicts it once.
+//!
+//! [`InMemoryLiveness`] is the single-instance adapter (and the fake): a bounded map in this process. A shared
+//! adapter keeps the same rules in shared storage.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Mutex;
+
+use time::{Duration, OffsetDateTime};
+
+use crate::ids::{AgentId, ClusterId};
+use crate::ports::leadership::{EpochGate, FencingEpoch, FencingToken};
+use crate::ports::store::StoreError;
+use crate::runtime::sync::lock;
+
+/// An agent the map tracks: where it runs and when the gateway last heard from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveEntry {
+    pub agent_id: AgentId,
+    pub cluster_id: ClusterId,
+    /// The gateway's receipt time of its latest heartbeat.
+    pub last_seen: OffsetDateTime,
+}
+
+/// Why a heartbeat was not tracked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LivenessRefusal {
+    /// The map tracks `cap` agents already and this one is not among them.
+    #[error("tracked-agent cap of {cap} reached")]
+    CapacityReached { cap: usize },
+}
+
+/// Where agent liveness is tracked.
+pub trait LivenessMap: Send + Sync + Debug {
+    /// Marks `agent_id` alive at `receipt`. On the request path: it must not block (a shared adapter keeps it in
+    /// this process until [`LivenessMap::flush`]). Refused for an agent not tracked yet once the cap is reached;
+    /// known agents always update.
+    fn record(
+        &self,
+        agent_id: &AgentId,
+        cluster_id: &ClusterId,
+        receipt: OffsetDateTime,
+    ) -> Result<(), LivenessRefusal>;
+
+    /// Makes every receipt recorded so far visible to all instances, or fails. The heartbeat manager calls it
+    /// before it answers a heartbeat, so a 200 means "live everywhere". Blocks on a shared store; the in-process
+    /// map has nothing to do.
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Whether `agent_id` is tracked, as far as this instance knows (cheap, non-blocking): a shared map may not
+    /// know of an agent that heartbeats only to other instances.
+    fn is_live(&self, agent_id: &AgentId) -> bool;
+
+    /// Whether other instances share this map: then what this instance knows is not all there is, and the
+    /// answers that need the whole map ([`LivenessMap::record_if_tracked`], capability entries) take a round trip.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// [`LivenessMap::record`] for an agent `record` refused at the cap because this instance did not know it: if
+    /// the shared map tracks it (it heartbeats to other instances), the receipt is kept like a known agent's and
+    /// the answer is `true`. May block. The in-process map knows every agent it tracks, so it has nothing to add.
+    fn record_if_tracked(
+        &self,
+        _agent_id: &AgentId,
+        _cluster_id: &ClusterId,
+        _receipt: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Tracked agents by id after `after`, at most `limit`. May block on a shared store: call it from a blocking
+    /// thread.
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError>;
+
+    /// Removes every agent last seen more than `threshold` before `now` and returns them, each exactly once
+    /// however many instances ask. A leader-only write: [`StoreError::Fenced`] and nothing removed when `token`
+    /// is older than the newest seen. May block.
+    fn evict_silent(
+        &self,
+        now: OffsetDateTime,
+        threshold: Duration,
+        token: FencingToken,
+    ) -> Result<Vec<LiveEntry>, StoreError>;
+
+    /// How many agents are tracked (a shared adapter may answer from its last look).
+    fn tracked_count(&self) -> usize;
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    cluster_id: ClusterId,
+    last_seen: OffsetDateTime,
+}
+
+/// The liveness map of one process, bounded by `capacity`.
+#[derive(Debug)]
+pub struct InMemoryLiveness {
+    agents: Mutex<HashMap<AgentId, Seen>>,
+    capacity: usize,
+    epoch: EpochGate,
+}
+
+impl InMemoryLiveness {
+    pub fn new(capacity: usize) -> Self {
+        Self { agents: Mutex::new(HashMap::new()), capacity, epoch: EpochGate::default() }
+    }
+}
+
+impl LivenessMap for InMemoryLiveness {
+    fn record(
+        &self,
+        agent_id: &AgentId,
+        cluster_id: &ClusterId,
+        receipt: OffsetDateTime,
+    ) -> Result<(), LivenessRefusal> {
+        let mut agents = lock(&self.agents);
+        // A known agent's heartbeat, the common case, allocates nothing: ids are copied only into a new entry or
+        // a changed cluster.
+        if let Some(known) = agents.get_mut(agent_id) {
+            known.last_seen = receipt;
+            if known.cluster_id != *cluster_id {
+                known.cluster_id = cluster_id.clone();
+            }
+            return Ok(());
+        }
+        if agents.len() >= self.capacity {
+            return Err(LivenessRefusal::CapacityReached { cap: self.capacity });
+        }
+        agents.insert(agent_id.clone(), Seen { cluster_id: cluster_id.clone(), last_seen: receipt });
+        Ok(())
+    }
+
+    fn is_live(&self, agent_id: &AgentId) -> bool {
+        lock(&self.agents).contains_key(agent_id)
+    }
+
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError> {
+        let mut page: Vec<LiveEntry> = lock(&self.agents)
+            .iter()
+            .filter(|(agent_id, _)| after.is_none_or(|after| *agent_id > after))
+            .map(|(agent_id, seen)| LiveEntry {
+                agent_id: agent_id.clone(),
+                cluster_id: seen.cluster_id.clone(),
+                last_seen: seen.last_seen,
+            })
+            .collect();
+        page.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
+        page.truncate(limit);
+        Ok(page)
+    }
+
+    fn evict_silent(
+        &self,
+        now: OffsetDateTime,
+        threshold: Duration,
+        token: FencingToken,
+    ) -> Result<Vec<LiveEntry>, StoreError> {
+        let mut agents = lock(&self.agents);
+        self.epoch.admit(token)?;
+        let mut evicted = Vec::new();
+        agents.retain(|agent_id, seen| {
+            let keep = now - seen.last_seen <= threshold;
+            if !keep {
+                evicted.push(LiveEntry {
+                    agent_id: agent_id.clone(),
+                    cluster_id: seen.cluster_id.clone(),
+                    last_seen: seen.last_seen,
+                });
+            }
+            keep
+        });
+        Ok(evicted)
+    }
+
+    fn tracked_count(&self) -> usize {
+        lock(&self.agents).len()
+    }
+}
+
+impl FencingEpoch for InMemoryLiveness {
+    fn newest_token(&self) -> Result<FencingToken, StoreError> {
+        Ok(self.epoch.newest())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::liveness::CAPACITY;
+
+    crate::liveness_map_conformance!(Some(Box::new(InMemoryLiveness::new(CAPACITY))));
+}

@@ -1,0 +1,179 @@
+//! The dispatch rate port: how many outbound requests may start now (FR-10.12 in docs/requirements.md: "MUST
+//! NOT dispatch more than 5 outbound HTTP requests per second").
+//!
+//! The rule is exact, not averaged: in any one-second window at most `limit` requests start. A token bucket would
+//! let a full bucket go at the end of one second and another at the start of the next; a sliding log of the last
+//! `limit` starts cannot. [`SlidingWindowRate`] is the in-process adapter (and the fake); a cluster-wide adapter
+//! keeps the same log in shared storage.
+
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::runtime::sync::lock;
+
+/// One recorded start, to take back with [`DispatchRate::cancel`] if the request does not happen after all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RateTicket(pub u64);
+
+/// Counts outbound request starts.
+pub trait DispatchRate: Send + Sync + Debug {
+    /// Records a start at `now` (the caller's monotonic time; an adapter with a shared clock may use its own) if
+    /// fewer than the limit started in the second before it; otherwise how long until one may.
+    fn try_start(&self, now: Instant) -> Result<RateTicket, Duration>;
+
+    /// Takes back a start that did not happen (the row it was for was claimed by someone else), so the rate is
+    /// not spent on nothing.
+    fn cancel(&self, ticket: RateTicket);
+
+    /// Whether the log is shared with other processes, so that `try_start` and `cancel` make a round trip: async
+    /// callers then run them on the blocking pool instead of a runtime worker. The in-process log answers at once.
+    fn is_shared(&self) -> bool {
+        false
+    }
+}
+
+/// At most `limit` starts in any window of `window`, in this process.
+#[derive(Debug)]
+pub struct SlidingWindowRate {
+    limit: usize,
+    window: Duration,
+    starts: Mutex<Starts>,
+}
+
+#[derive(Debug, Default)]
+struct Starts {
+    next_ticket: u64,
+    /// The starts of the last `window`, oldest first; never more than `limit`.
+    recent: VecDeque<(Instant, RateTicket)>,
+}
+
+impl SlidingWindowRate {
+    /// `limit` starts per `window` (a limit of zero is taken as one: a dispatcher that can never start is a
+    /// misconfiguration that the binary refuses at start anyway).
+    pub fn new(limit: usize, window: Duration) -> Self {
+        Self { limit: limit.max(1), window, starts: Mutex::new(Starts::default()) }
+    }
+
+    /// `limit` starts per second.
+    pub fn per_second(limit: usize) -> Self {
+        Self::new(limit, Duration::from_secs(1))
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+impl DispatchRate for SlidingWindowRate {
+    fn try_start(&self, now: Instant) -> Result<RateTicket, Duration> {
+        let mut starts = lock(&self.starts);
+        // A start exactly one window ago is outside the window that ends now: windows are half-open.
+        while starts.recent.front().is_some_and(|(at, _)| *at + self.window <= now) {
+            starts.recent.pop_front();
+        }
+        if let Some((oldest, _)) = starts.recent.front().filter(|_| starts.recent.len() >= self.limit) {
+            return Err(*oldest + self.window - now);
+        }
+        let ticket = RateTicket(starts.next_ticket);
+        starts.next_ticket += 1;
+        // Callers read their clock before taking the lock, so a concurrent caller may bring an earlier instant:
+        // keep the log ordered, or the expiry above would stop at the wrong entry.
+        let position = starts.recent.partition_point(|(at, _)| *at <= now);
+        starts.recent.insert(position, (now, ticket));
+        Ok(ticket)
+    }
+
+    fn cancel(&self, ticket: RateTicket) {
+        let mut starts = lock(&self.starts);
+        if let Some(position) = starts.recent.iter().rposition(|(_, held)| *held == ticket) {
+            starts.recent.remove(position);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::rate::DispatchRateFixture;
+    use crate::conformance::timeline::{ManualTimeline, Timeline};
+
+    /// The in-process log on a manual timeline: the rules land on every window's end exactly.
+    #[derive(Debug, Default)]
+    struct InProcess(ManualTimeline);
+
+    impl DispatchRateFixture for InProcess {
+        fn rate(&self, limit: usize, window: Duration) -> Box<dyn DispatchRate> {
+            Box::new(SlidingWindowRate::new(limit, window))
+        }
+
+        fn timeline(&self) -> &dyn Timeline {
+            &self.0
+        }
+    }
+
+    crate::dispatch_rate_conformance!(Some(Box::<InProcess>::default()));
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    #[test]
+    fn never_more_than_the_limit_in_any_window() {
+        let rate = SlidingWindowRate::per_second(5);
+        let start = Instant::now();
+        for _ in 0..5 {
+            assert!(rate.try_start(start).is_ok());
+        }
+        assert_eq!(rate.try_start(start), Err(ms(1000)));
+        assert_eq!(rate.try_start(start + ms(400)), Err(ms(600)));
+        // Exactly one second after the first five, the next five may start; not a moment before.
+        assert_eq!(rate.try_start(start + ms(999)), Err(ms(1)));
+        for _ in 0..5 {
+            assert!(rate.try_start(start + ms(1000)).is_ok());
+        }
+        assert!(rate.try_start(start + ms(1999)).is_err());
+    }
+
+    #[test]
+    fn spread_starts_free_up_one_at_a_time() {
+        let rate = SlidingWindowRate::per_second(2);
+        let start = Instant::now();
+        assert!(rate.try_start(start).is_ok());
+        assert!(rate.try_start(start + ms(300)).is_ok());
+        // The window (start + 0.5 s - 1 s, start + 0.5 s] holds both; the first leaves it at start + 1 s.
+        assert_eq!(rate.try_start(start + ms(500)), Err(ms(500)));
+        assert!(rate.try_start(start + ms(1000)).is_ok());
+        assert_eq!(rate.try_start(start + ms(1000)), Err(ms(300)));
+    }
+
+    #[test]
+    fn a_cancelled_start_gives_its_place_back() {
+        let rate = SlidingWindowRate::per_second(1);
+        let start = Instant::now();
+        let ticket = rate.try_start(start).unwrap();
+        assert!(rate.try_start(start).is_err());
+        rate.cancel(ticket);
+        assert!(rate.try_start(start + ms(1)).is_ok());
+        // Cancelling twice, or a ticket that has left the window, changes nothing.
+        rate.cancel(ticket);
+        assert!(rate.try_start(start + ms(2)).is_err());
+    }
+
+    #[test]
+    fn an_out_of_order_start_keeps_the_log_ordered() {
+        let rate = SlidingWindowRate::per_second(2);
+        let start = Instant::now();
+        assert!(rate.try_start(start + ms(500)).is_ok());
+        assert!(rate.try_start(start).is_ok());
+        // The earlier start expires first.
+        assert_eq!(rate.try_start(start + ms(600)), Err(ms(400)));
+        assert!(rate.try_start(start + ms(1000)).is_ok());
+    }
+
+    #[test]
+    fn a_zero_limit_is_one() {
+        assert_eq!(SlidingWindowRate::per_second(0).limit(), 1);
+    }
+}

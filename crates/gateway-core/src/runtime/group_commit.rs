@@ -1,0 +1,181 @@
+//! Group commit: concurrent callers that each need their own write committed before they return share one
+//! store call.
+//!
+//! One commit per row makes SQLite rewrite the same table and index pages for every row, which caps a single
+//! writer far below what the endpoints can take. So each caller queues its item and awaits its result; one writer
+//! takes everything queued (up to a bound) and writes it in one store call. The heartbeat upserts and the
+//! scheduler's one-time job inserts use it. A 200 or 201 still means the caller's row is committed.
+
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use crate::ports::store::StoreError;
+use crate::runtime::sync::lock;
+
+/// Writes one group and gives each item its result. Other callers wait for these results: even a panicking
+/// store, or one that answers with the wrong number of results, must not leave them waiting forever.
+fn write_shared<T, R>(
+    write: &impl Fn(Vec<T>) -> Result<Vec<R>, StoreError>,
+    items: Vec<T>,
+    count: usize,
+) -> Vec<Result<R, StoreError>> {
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| write(items)))
+        .unwrap_or_else(|_| Err(StoreError::Internal("a grouped store write panicked".to_owned())));
+    match outcome {
+        Ok(results) if results.len() == count => results.into_iter().map(Ok).collect(),
+        Ok(results) => {
+            let error =
+                StoreError::Internal(format!("a grouped write of {count} items returned {} results", results.len()));
+            (0..count).map(|_| Err(error.clone())).collect()
+        }
+        Err(error) => (0..count).map(|_| Err(error.clone())).collect(),
+    }
+}
+
+/// Writes a group in one store call: one result per item, in order.
+type GroupWrite<T, R> = dyn Fn(Vec<T>) -> Result<Vec<R>, StoreError> + Send + Sync;
+
+/// Shares commits among concurrent async callers, who await their result.
+///
+/// A caller queues its item with a one-shot reply; the first caller that finds no writer running starts one on
+/// the blocking pool, which writes groups while anything is queued and then stops. Items that arrive while a
+/// group is being written form the next group. (Callers that each parked a blocking thread until their group was
+/// written, woken all at once when it was, spent a third of the gateway's CPU switching threads at 64 concurrent
+/// heartbeats: that is why callers await a reply instead.)
+pub struct GroupCommit<T, R> {
+    max_group: usize,
+    write: Box<GroupWrite<T, R>>,
+    state: Mutex<Pending<T, R>>,
+}
+
+struct Pending<T, R> {
+    queued: Vec<(T, oneshot::Sender<Result<R, StoreError>>)>,
+    /// A writer is running on the blocking pool (and will look at `queued` again before it stops).
+    writing: bool,
+}
+
+impl<T, R> fmt::Debug for GroupCommit<T, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pending = lock(&self.state);
+        f.debug_struct("GroupCommit")
+            .field("max_group", &self.max_group)
+            .field("queued", &pending.queued.len())
+            .field("writing", &pending.writing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
+    /// `write` gets a group in queue order (at most `max_group` items) and must return one result per item, in
+    /// the same order.
+    pub fn new(max_group: usize, write: impl Fn(Vec<T>) -> Result<Vec<R>, StoreError> + Send + Sync + 'static) -> Self {
+        Self {
+            max_group: max_group.max(1),
+            write: Box::new(write),
+            state: Mutex::new(Pending { queued: Vec::new(), writing: false }),
+        }
+    }
+
+    /// Commits `item`, possibly together with other callers' items, and returns its result. Must be called
+    /// within a tokio runtime (the writer runs on its blocking pool).
+    pub async fn submit(self: &Arc<Self>, item: T) -> Result<R, StoreError> {
+        let (reply, result) = oneshot::channel();
+        let start_writer = {
+            let mut pending = lock(&self.state);
+            pending.queued.push((item, reply));
+            !std::mem::replace(&mut pending.writing, true)
+        };
+        if start_writer {
+            let writer = Arc::clone(self);
+            // Not awaited: the writer answers through the replies, and a writer that dies drops them.
+            drop(tokio::task::spawn_blocking(move || writer.write_while_queued()));
+        }
+        result.await.unwrap_or_else(|_| Err(StoreError::Internal("the group writer stopped".to_owned())))
+    }
+
+    fn write_while_queued(&self) {
+        loop {
+            let group: Vec<_> = {
+                let mut pending = lock(&self.state);
+                if pending.queued.is_empty() {
+                    // Cleared under the lock that `submit` queues under: an item queued after this starts a new
+                    // writer, one queued before it is in this loop's next group.
+                    pending.writing = false;
+                    return;
+                }
+                let take = pending.queued.len().min(self.max_group);
+                pending.queued.drain(..take).collect()
+            };
+            let (items, replies): (Vec<T>, Vec<_>) = group.into_iter().unzip();
+            let count = items.len();
+            for (reply, result) in replies.into_iter().zip(write_shared(&self.write, items, count)) {
+                // The caller may have gone away (its request was cancelled): its item was written all the same.
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn async_callers_each_get_their_own_result_in_fewer_writes() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        // The first write waits at this gate until every caller has queued, so sharing does not depend on timing.
+        let (open_gate, gate) = std::sync::mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let in_first_write = Arc::new(AtomicUsize::new(0));
+        let in_write = Arc::clone(&in_first_write);
+        let group = Arc::new(GroupCommit::<u64, u64>::new(64, move |items: Vec<u64>| {
+            if counted.fetch_add(1, Ordering::Relaxed) == 0 {
+                in_write.store(items.len(), Ordering::SeqCst);
+                let _ = lock(&gate).recv();
+            }
+            assert!(items.len() <= 64);
+            Ok(items.into_iter().map(|item| item * 2).collect())
+        }));
+        let callers: Vec<_> = (0..256u64)
+            .map(|item| {
+                let group = Arc::clone(&group);
+                tokio::spawn(async move { (item, group.submit(item).await) })
+            })
+            .collect();
+        while lock(&group.state).queued.len() + in_first_write.load(Ordering::SeqCst) < 256 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        open_gate.send(()).unwrap();
+        for caller in callers {
+            let (item, doubled) = caller.await.unwrap();
+            assert_eq!(doubled, Ok(item * 2));
+        }
+        assert!(calls.load(Ordering::Relaxed) < 256, "some writes were shared");
+        // The writer answers its callers before it looks at the queue again, so it stops a moment after them.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while lock(&group.state).writing {
+            assert!(std::time::Instant::now() < deadline, "the writer did not stop with nothing queued");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        // A later caller starts a new writer.
+        assert_eq!(group.submit(21).await, Ok(42));
+    }
+
+    #[tokio::test]
+    async fn an_async_group_that_panics_or_miscounts_fails_its_callers() {
+        let panicking = Arc::new(GroupCommit::<u8, ()>::new(8, |_| panic!("adapter bug")));
+        assert!(matches!(panicking.submit(1).await, Err(StoreError::Internal(_))));
+        assert!(matches!(panicking.submit(2).await, Err(StoreError::Internal(_))));
+        let miscounting = Arc::new(GroupCommit::<u8, ()>::new(8, |_| Ok(Vec::new())));
+        assert!(matches!(miscounting.submit(1).await, Err(StoreError::Internal(_))));
+        let failing = Arc::new(GroupCommit::<u8, ()>::new(8, |_| Err(StoreError::Unavailable("locked".to_owned()))));
+        assert_eq!(failing.submit(1).await, Err(StoreError::Unavailable("locked".to_owned())));
+    }
+}
