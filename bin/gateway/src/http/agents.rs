@@ -8,12 +8,12 @@ use time::OffsetDateTime;
 use utoipa::ToSchema;
 
 use crate::http::error::ApiError;
-use crate::http::openapi::Operation;
-use crate::http::openapi::fields::AgentIdSchema;
-use crate::http::reason::Reason;
 use crate::http::request::{Query, Request, next_cursor};
 use crate::http::response::{Response, json_response};
 use crate::state::AppState;
+use gateway_api::Operation;
+use gateway_api::Reason;
+use gateway_api::fields::AgentIdSchema;
 
 pub const DEFAULT_PAGE: usize = 100;
 pub const MAX_PAGE: usize = 1000;

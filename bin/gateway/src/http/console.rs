@@ -16,10 +16,10 @@ use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 
 use crate::http::error::ApiError;
-use crate::http::openapi::Operation;
-use crate::http::reason::Reason;
 use crate::http::request::Request;
 use crate::http::response::Response;
+use gateway_api::Operation;
+use gateway_api::Reason;
 
 /// One embedded file.
 struct Asset {

@@ -10,12 +10,14 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use crate::http::error::ApiError;
-use crate::http::openapi::fields::{AgentIdSchema, int64, int64_schema};
-use crate::http::openapi::{Operation, replayed_header};
-use crate::http::reason::Reason;
 use crate::http::request::{JsonObject, Query, Request, idempotency_key, next_cursor, required};
-use crate::http::response::{Deleted, Response, created_or_replayed, json_response};
+use crate::http::response::{Response, created_or_replayed, json_response};
 use crate::state::AppState;
+use gateway_api::Deleted;
+use gateway_api::Operation;
+use gateway_api::Reason;
+use gateway_api::fields::{AgentIdSchema, int64, int64_schema};
+use gateway_api::openapi::replayed_header;
 
 pub const DEFAULT_PAGE: usize = 100;
 pub const MAX_PAGE: usize = gateway_cron::MAX_LIST_LIMIT;

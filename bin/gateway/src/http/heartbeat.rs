@@ -12,12 +12,14 @@ use utoipa::openapi::schema::{ObjectBuilder, SchemaType};
 
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
-use crate::http::openapi::Operation;
-use crate::http::openapi::fields::{AgentIdSchema, literal, name_256};
-use crate::http::reason::Reason;
 use crate::http::request::{Request, parse_json, read_body};
-use crate::http::response::{Response, STATUS_OK, StatusOk, json_bytes};
+use crate::http::response::{Response, json_bytes};
 use crate::state::AppState;
+use gateway_api::Operation;
+use gateway_api::Reason;
+use gateway_api::fields::{AgentIdSchema, name_256};
+use gateway_api::literal;
+use gateway_api::{STATUS_OK, StatusOk};
 
 pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
     let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;

@@ -16,12 +16,13 @@ use utoipa::ToSchema;
 
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
-use crate::http::openapi::Operation;
-use crate::http::openapi::fields::{AgentIdSchema, literal, text_256};
-use crate::http::reason::Reason;
 use crate::http::request::{Request, read_body};
 use crate::http::response::{Response, json_bytes, json_response};
 use crate::state::AppState;
+use gateway_api::Operation;
+use gateway_api::Reason;
+use gateway_api::fields::{AgentIdSchema, text_256};
+use gateway_api::literal;
 
 pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
     let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;

@@ -13,12 +13,12 @@ use utoipa::ToSchema;
 
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
-use crate::http::openapi::Operation;
-use crate::http::openapi::fields::{AgentIdSchema, NO_CONTROL_CHARACTERS, int64_schema};
-use crate::http::reason::Reason;
 use crate::http::request::{Query, Request, invalid_query};
 use crate::http::response::{Response, json_response};
 use crate::state::AppState;
+use gateway_api::Operation;
+use gateway_api::Reason;
+use gateway_api::fields::{AgentIdSchema, NO_CONTROL_CHARACTERS, int64_schema};
 
 pub const DEFAULT_PAGE: usize = 100;
 pub const MAX_PAGE: usize = 1_000;

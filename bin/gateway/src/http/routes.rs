@@ -7,15 +7,16 @@
 
 use std::future::ready;
 
+use gateway_api as api;
+
 use crate::http::error::ApiError;
-use crate::http::reason::Reason;
 use crate::http::response::text_response;
 use crate::http::router::declare_routes;
 use crate::http::{
-    agents, console, credential_bodies, credentials, cron, events, health, heartbeat, messages, openapi, reminders,
-    tools, webhooks,
+    agents, console, credentials, cron, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
 };
 use crate::metrics;
+use gateway_api::Reason;
 
 fn unknown_webhook() -> ApiError {
     ApiError::unknown(Reason::UnknownWebhook, "webhook config")
@@ -63,34 +64,34 @@ declare_routes! {
     /// `POST /gateway/webhooks/{webhook_id}`: an inbound webhook; its body is the sender's, of any type.
     WebhookInbound "webhook_inbound" template "/gateway/webhooks/{webhook_id}" opaque_body {
         POST Open => webhooks::inbound(&c.state, c.id("webhook_id", unknown_webhook)?, c.request),
-            webhooks::inbound_doc;
+            api::webhooks::inbound_doc;
     }
     /// `/gateway/webhook-configs`: create and list webhook configs.
     WebhookConfigs "webhook_configs" exact "/gateway/webhook-configs" {
-        GET Operator => webhooks::list_configs(&c.state, &c.request), webhooks::list_configs_doc;
-        POST Operator => webhooks::create_config(&c.state, c.request), webhooks::create_config_doc;
+        GET Operator => webhooks::list_configs(&c.state, &c.request), api::webhooks::list_configs_doc;
+        POST Operator => webhooks::create_config(&c.state, c.request), api::webhooks::create_config_doc;
     }
     /// `/gateway/webhook-configs/{id}`: one webhook config.
     WebhookConfig "webhook_config" template "/gateway/webhook-configs/{id}" {
-        GET Operator => webhooks::show_config(&c.state, c.id("id", unknown_webhook)?), webhooks::show_config_doc;
+        GET Operator => webhooks::show_config(&c.state, c.id("id", unknown_webhook)?), api::webhooks::show_config_doc;
         DELETE Operator => webhooks::delete_config(&c.state, c.id("id", unknown_webhook)?),
-            webhooks::delete_config_doc;
+            api::webhooks::delete_config_doc;
         PATCH Operator => webhooks::update_config(&c.state, c.id("id", unknown_webhook)?, c.request),
-            webhooks::update_config_doc;
+            api::webhooks::update_config_doc;
     }
     /// `/gateway/deliveries`: enqueue an outbound webhook; the forensic inspector.
     Deliveries "deliveries" exact "/gateway/deliveries" {
-        GET Operator => webhooks::list_deliveries(&c.state, &c.request), webhooks::list_deliveries_doc;
-        POST Operator => webhooks::enqueue(&c.state, c.request), webhooks::enqueue_doc;
+        GET Operator => webhooks::list_deliveries(&c.state, &c.request), api::webhooks::list_deliveries_doc;
+        POST Operator => webhooks::enqueue(&c.state, c.request), api::webhooks::enqueue_doc;
     }
     /// `GET /gateway/deliveries/{id}`: one delivery with its attempts.
     Delivery "delivery" template "/gateway/deliveries/{id}" {
         GET Operator => webhooks::show_delivery(&c.state, c.id("id", unknown_delivery)?),
-            webhooks::show_delivery_doc;
+            api::webhooks::show_delivery_doc;
     }
     /// `POST /gateway/deliveries/{id}/retry`: "Retry now".
     DeliveryRetry "delivery_retry" template "/gateway/deliveries/{id}/retry" {
-        POST Operator => webhooks::retry(&c.state, c.id("id", unknown_delivery)?), webhooks::retry_doc;
+        POST Operator => webhooks::retry(&c.state, c.id("id", unknown_delivery)?), api::webhooks::retry_doc;
     }
     /// `/gateway/cron/jobs`: create and list cron jobs.
     CronJobs "cron_jobs" exact "/gateway/cron/jobs" {
@@ -119,12 +120,12 @@ declare_routes! {
     }
     /// `/gateway/agents/{agent_id}/credentials`: issue and list an agent's tokens.
     AgentCredentials "agent_credentials" template "/gateway/agents/{agent_id}/credentials" {
-        GET Operator => credentials::list(&c.state, &c.request), credential_bodies::list_doc;
-        POST Operator => credentials::issue(&c.state, c.request), credential_bodies::issue_doc;
+        GET Operator => credentials::list(&c.state, &c.request), api::credentials::list_doc;
+        POST Operator => credentials::issue(&c.state, c.request), api::credentials::issue_doc;
     }
     /// `DELETE /gateway/agents/{agent_id}/credentials/{credential_id}`: revoke a token.
     AgentCredential "agent_credential" template "/gateway/agents/{agent_id}/credentials/{credential_id}" {
-        DELETE Operator => credentials::revoke(&c.state, &c.request), credential_bodies::revoke_doc;
+        DELETE Operator => credentials::revoke(&c.state, &c.request), api::credentials::revoke_doc;
     }
     /// `GET /metrics`: the Prometheus scrape.
     Metrics "metrics" exact "/metrics" {
@@ -149,6 +150,6 @@ declare_routes! {
     }
     /// `GET /openapi.json`: the document of this API, derived from this table.
     OpenApi "openapi" exact "/openapi.json" {
-        GET Open => ready(Ok(openapi::get())), openapi::doc;
+        GET Open => ready(Ok(openapi::get())), api::openapi::doc;
     }
 }

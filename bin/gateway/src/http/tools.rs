@@ -17,12 +17,13 @@ use utoipa::{PartialSchema, ToSchema};
 
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
-use crate::http::openapi::fields::{AgentIdSchema, int64_schema, name_256};
-use crate::http::openapi::{Documented, Operation, replayed_header};
-use crate::http::reason::Reason;
 use crate::http::request::{JsonObject, Request, required};
 use crate::http::response::{IDEMPOTENT_REPLAYED_HEADER, Response, json_response};
 use crate::state::AppState;
+use gateway_api::Reason;
+use gateway_api::fields::{AgentIdSchema, int64_schema, name_256};
+use gateway_api::openapi::replayed_header;
+use gateway_api::{Documented, Operation};
 
 const FIELDS: [&str; 3] = ["agent_id", "tool_call_id", "params"];
 
