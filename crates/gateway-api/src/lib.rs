@@ -1,10 +1,17 @@
 #![doc = include_str!("../README.md")]
 
+pub mod agents;
 pub mod common;
+pub mod console;
 pub mod credentials;
+pub mod cron;
 pub mod fields;
+pub mod heartbeat;
+pub mod messages;
 pub mod openapi;
 mod reason;
+pub mod reminders;
+pub mod tools;
 pub mod webhooks;
 
 pub use common::{Deleted, ErrorBody, STATUS_OK, StatusOk};

@@ -36,11 +36,11 @@ declare_routes! {
 
     /// `POST /gateway/heartbeat`: an agent's heartbeat (FR-10.1..10.4).
     Heartbeat "heartbeat" exact "/gateway/heartbeat" {
-        POST Agent inline => heartbeat::post(&c.state, c.request, c.client), heartbeat::doc;
+        POST Agent inline => heartbeat::post(&c.state, c.request, c.client), api::heartbeat::doc;
     }
     /// `POST /gateway/messages`: a DecisionLog.
     Messages "messages" exact "/gateway/messages" {
-        POST Agent inline => messages::post(&c.state, c.request, c.client), messages::doc;
+        POST Agent inline => messages::post(&c.state, c.request, c.client), api::messages::doc;
     }
     /// `GET /gateway/events?topic=`: Server-Sent Events of one topic.
     Events "events" exact "/gateway/events" {
@@ -51,7 +51,7 @@ declare_routes! {
     }
     /// `GET /gateway/agents`: live agents.
     Agents "agents" exact "/gateway/agents" {
-        GET Operator => agents::list(&c.state, &c.request), agents::list_doc;
+        GET Operator => agents::list(&c.state, &c.request), api::agents::list_doc;
     }
     /// `GET /healthz`: liveness.
     Healthz "healthz" exact "/healthz" {
@@ -95,13 +95,13 @@ declare_routes! {
     }
     /// `/gateway/cron/jobs`: create and list cron jobs.
     CronJobs "cron_jobs" exact "/gateway/cron/jobs" {
-        GET Operator => cron::list(&c.state, &c.request), cron::list_doc;
-        POST Operator => cron::create(&c.state, c.request), cron::create_doc;
+        GET Operator => cron::list(&c.state, &c.request), api::cron::list_doc;
+        POST Operator => cron::create(&c.state, c.request), api::cron::create_doc;
     }
     /// `/gateway/cron/jobs/{id}`: one cron job.
     CronJob "cron_job" template "/gateway/cron/jobs/{id}" {
-        GET Operator => cron::show(&c.state, c.id("id", unknown_job)?), cron::show_doc;
-        DELETE Operator => cron::delete(&c.state, c.id("id", unknown_job)?), cron::delete_doc;
+        GET Operator => cron::show(&c.state, c.id("id", unknown_job)?), api::cron::show_doc;
+        DELETE Operator => cron::delete(&c.state, c.id("id", unknown_job)?), api::cron::delete_doc;
     }
     /// `GET /gateway/cluster`: this instance and its cluster.
     Cluster "cluster" exact "/gateway/cluster" {
@@ -109,14 +109,14 @@ declare_routes! {
     }
     /// `GET /gateway/agents/{agent_id}/reminders`: an agent's retained reminders.
     AgentReminders "agent_reminders" template "/gateway/agents/{agent_id}/reminders" {
-        GET AgentOrOperator => reminders::list(&c.state, &c.request, c.client), reminders::doc;
+        GET AgentOrOperator => reminders::list(&c.state, &c.request, c.client), api::reminders::doc;
     }
     /// `POST /gateway/tools/{tool_name}`: an agent's tool call (the handler decides what is a tool).
     Tool "tool" template "/gateway/tools/{tool_name}" {
         POST Agent => async {
             let name = c.param("tool_name").to_owned();
             tools::call(&c.state, &name, c.request, c.client).await
-        }, tools::doc;
+        }, api::tools::doc;
     }
     /// `/gateway/agents/{agent_id}/credentials`: issue and list an agent's tokens.
     AgentCredentials "agent_credentials" template "/gateway/agents/{agent_id}/credentials" {
@@ -134,19 +134,19 @@ declare_routes! {
     }
     /// `POST /gateway/cron/jobs/{id}/pause`.
     CronJobPause "cron_job_pause" template "/gateway/cron/jobs/{id}/pause" {
-        POST Operator => cron::pause(&c.state, c.id("id", unknown_job)?), cron::pause_doc;
+        POST Operator => cron::pause(&c.state, c.id("id", unknown_job)?), api::cron::pause_doc;
     }
     /// `POST /gateway/cron/jobs/{id}/resume`.
     CronJobResume "cron_job_resume" template "/gateway/cron/jobs/{id}/resume" {
-        POST Operator => cron::resume(&c.state, c.id("id", unknown_job)?), cron::resume_doc;
+        POST Operator => cron::resume(&c.state, c.id("id", unknown_job)?), api::cron::resume_doc;
     }
     /// `GET /`: the operator console's page.
     Console "console" exact "/" {
-        GET Open => ready(Ok(console::page(&c.request))), console::page_doc;
+        GET Open => ready(Ok(console::page(&c.request))), api::console::page_doc;
     }
     /// `GET /console/{asset}`: the console's files (the handler serves only those it embeds).
     ConsoleAsset "console_asset" template "/console/{asset}" {
-        GET Open => ready(console::asset(&c.request)), console::asset_doc;
+        GET Open => ready(console::asset(&c.request)), api::console::asset_doc;
     }
     /// `GET /openapi.json`: the document of this API, derived from this table.
     OpenApi "openapi" exact "/openapi.json" {
