@@ -1,7 +1,8 @@
 //! Every route of the gateway, declared once: its metrics label, its path, and per method who may call it, its
 //! handler and the function that documents it. The router (http/router.rs), the metrics' route labels and
-//! `/openapi.json` (http/openapi) are all derived from this table, so they cannot disagree; adding a route is an
-//! entry here and its handler (with its `…_doc` beside it). [`declare_routes!`] says what an entry may hold.
+//! `/openapi.json` (http/openapi, built by gateway-api) are all derived from this table, so they cannot disagree;
+//! adding a route is an entry here, its handler, and its operation (a `…_doc` function in gateway-api, `api::`
+//! below, beside the endpoint's bodies). [`declare_routes!`] says what an entry may hold.
 //!
 //! The order is the order of the metrics' route labels (and so of their series): new routes go at the end.
 
