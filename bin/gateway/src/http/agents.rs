@@ -1,90 +1,37 @@
 //! `GET /gateway/agents?limit=&after=`: live agents in id order, keyset-paginated.
 
-use gateway_core::{AgentId, CapabilityEntry, ClusterId};
+use gateway_api::agents::{AgentPage, Capabilities, DEFAULT_PAGE, LiveAgentBody, MAX_PAGE};
+use gateway_core::{AgentId, CapabilityEntry};
 use gateway_heartbeat::LiveAgent;
 use http::StatusCode;
-use serde::Serialize;
-use time::OffsetDateTime;
-use utoipa::ToSchema;
 
 use crate::http::error::ApiError;
-use crate::http::openapi::Operation;
-use crate::http::openapi::fields::AgentIdSchema;
-use crate::http::reason::Reason;
 use crate::http::request::{Query, Request, next_cursor};
 use crate::http::response::{Response, json_response};
 use crate::state::AppState;
-
-pub const DEFAULT_PAGE: usize = 100;
-pub const MAX_PAGE: usize = 1000;
+use gateway_api::Reason;
 
 pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     let query = Query::parse(request.uri(), &["limit", "after"])?;
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", |text| AgentId::new(text).ok())?;
     let agents = state.heartbeat.live_agents(page.after, page.limit).await?;
     let next_after = next_cursor(&agents, page.limit, |agent| agent.agent_id.clone());
-    let agents = agents.iter().map(LiveAgentBody::of).collect();
+    let agents = agents.iter().map(live_agent_body).collect();
     Ok(json_response(StatusCode::OK, &AgentPage { agents, next_after }))
 }
 
-// A page of live agents.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AgentPage<'a> {
-    pub agents: Vec<LiveAgentBody<'a>>,
-    #[schema(value_type = Option<String>, required = true)]
-    pub next_after: Option<AgentId>,
-}
-
-// A live agent as the operator API shows it.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(as = LiveAgent)]
-#[serde(deny_unknown_fields)]
-pub struct LiveAgentBody<'a> {
-    #[schema(value_type = String)]
-    pub agent_id: &'a AgentId,
-    #[schema(value_type = String)]
-    pub cluster_id: &'a ClusterId,
-    #[serde(with = "time::serde::rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    pub last_seen: OffsetDateTime,
-    #[schema(inline, required = true)]
-    pub capabilities: Option<Capabilities<'a>>,
-}
-
-// The agent's capability-map entry: the identity of its latest accepted DecisionLog.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Capabilities<'a> {
-    pub agent_type: &'a str,
-    pub capability_version: &'a str,
-    #[serde(with = "time::serde::rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    pub updated_at: OffsetDateTime,
-}
-
-impl<'a> LiveAgentBody<'a> {
-    fn of(agent: &'a LiveAgent) -> Self {
-        Self {
-            agent_id: &agent.agent_id,
-            cluster_id: &agent.cluster_id,
-            last_seen: agent.last_seen,
-            capabilities: agent.capabilities.as_ref().map(|entry: &'a CapabilityEntry| Capabilities {
-                agent_type: &entry.agent_type,
-                capability_version: &entry.capability_version,
-                updated_at: entry.updated_at,
-            }),
-        }
+/// A live agent as the operator API shows it.
+fn live_agent_body(agent: &LiveAgent) -> LiveAgentBody<'_> {
+    LiveAgentBody {
+        agent_id: &agent.agent_id,
+        cluster_id: &agent.cluster_id,
+        last_seen: agent.last_seen,
+        capabilities: agent.capabilities.as_ref().map(|entry: &CapabilityEntry| Capabilities {
+            agent_type: &entry.agent_type,
+            capability_version: &entry.capability_version,
+            updated_at: entry.updated_at,
+        }),
     }
-}
-
-pub fn list_doc() -> Operation {
-    Operation::new("listAgents", "operator", "Live agents")
-        .describe("Live agents in `agent_id` order; pass `next_after` as `after` for the next page.")
-        .limit(DEFAULT_PAGE, MAX_PAGE)
-        .query_of::<AgentIdSchema>("after", "An agent id: the page starts after it.")
-        .answer::<AgentPage<'static>>(200, "A page of live agents.")
-        .error(503, Reason::StoreUnavailable)
 }
 
 /// The agent id of a path `/gateway/agents/{agent_id}/…`, percent-decoded (an id may hold `/`, `:` or spaces,

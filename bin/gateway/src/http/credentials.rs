@@ -5,21 +5,20 @@
 
 use std::time::Duration;
 
+use gateway_api::credentials::{
+    CredentialBody, CredentialPage, DEFAULT_PAGE, IssuedCredential, MAX_PAGE, RevokedCredential,
+};
 use gateway_core::ports::credential::MAX_TOKEN_LIFETIME_S;
 use gateway_core::{CredentialId, encoding::rfc3339};
 use http::StatusCode;
 use http::header::{CACHE_CONTROL, HeaderValue};
 
 use crate::http::agents::path_agent_id;
-use crate::http::credential_bodies::{CredentialBody, CredentialPage, IssuedCredential, RevokedCredential};
 use crate::http::error::ApiError;
-use crate::http::reason::Reason;
 use crate::http::request::{JsonObject, Query, Request, next_cursor, read_body};
 use crate::http::response::{Response, json_response};
 use crate::state::AppState;
-
-pub const DEFAULT_PAGE: usize = 100;
-pub const MAX_PAGE: usize = 1000;
+use gateway_api::Reason;
 
 /// 201 `{"credential_id","token","agent_id","created_at","expires_at"}`. The body is empty, `{}`, or
 /// `{"expires_in_s": N}` (1 to [`MAX_TOKEN_LIFETIME_S`], ten years): the agent is in the path; `expires_at` is null for

@@ -2,23 +2,17 @@
 //! `GET /gateway/cron/jobs/{id}`, `DELETE /gateway/cron/jobs/{id}`, `POST /gateway/cron/jobs/{id}/pause` and
 //! `…/resume`.
 
-use gateway_core::{AgentId, CronJob, encoding::rfc3339};
-use gateway_cron::preview;
+use gateway_core::AgentId;
 use http::StatusCode;
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
-use utoipa::ToSchema;
+use serde_json::Map;
 
 use crate::http::error::ApiError;
-use crate::http::openapi::fields::{AgentIdSchema, int64, int64_schema};
-use crate::http::openapi::{Operation, replayed_header};
-use crate::http::reason::Reason;
 use crate::http::request::{JsonObject, Query, Request, idempotency_key, next_cursor, required};
-use crate::http::response::{Deleted, Response, created_or_replayed, json_response};
+use crate::http::response::{Response, created_or_replayed, json_response};
 use crate::state::AppState;
-
-pub const DEFAULT_PAGE: usize = 100;
-pub const MAX_PAGE: usize = gateway_cron::MAX_LIST_LIMIT;
+use gateway_api::Deleted;
+use gateway_api::Reason;
+use gateway_api::cron::{CronJobBody, CronJobPage, DEFAULT_PAGE, MAX_PAGE};
 
 const FIELDS: [&str; 3] = ["agent_id", "schedule", "payload"];
 
@@ -68,136 +62,3 @@ pub async fn resume(state: &AppState, job_id: i64) -> Result<Response, ApiError>
 }
 
 // The answers' fields are in alphabetical order, the order they had when built as JSON maps: the same bytes.
-
-// A job as the API shows it; recurring jobs carry `preview`, their next instants (the first is `next_fire_at`).
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(as = CronJob)]
-#[serde(deny_unknown_fields)]
-pub struct CronJobBody<'a> {
-    #[schema(value_type = String)]
-    pub agent_id: &'a AgentId,
-    #[schema(schema_with = int64_schema)]
-    pub id: i64,
-    pub is_one_time: bool,
-    #[schema(format = DateTime)]
-    pub next_fire_at: String,
-    /// A paused job does not fire until resumed.
-    pub paused: bool,
-    #[schema(value_type = Object)]
-    pub payload: &'a Map<String, Value>,
-    /// The next instants; recurring jobs only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, format = DateTime)]
-    pub preview: Option<Vec<String>>,
-    /// `null` for a one-time reminder.
-    #[schema(required = true)]
-    pub schedule: Option<&'a str>,
-}
-
-impl<'a> CronJobBody<'a> {
-    fn of(job: &'a CronJob) -> Self {
-        Self {
-            agent_id: &job.agent_id,
-            id: job.id,
-            is_one_time: job.is_one_time,
-            next_fire_at: rfc3339::format(job.next_fire_at),
-            paused: job.paused,
-            payload: &job.payload,
-            preview: (!job.is_one_time).then(|| preview(job).into_iter().map(rfc3339::format).collect()),
-            schedule: job.schedule.as_deref(),
-        }
-    }
-}
-
-// A page of jobs, by ascending id.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CronJobPage<'a> {
-    pub jobs: Vec<CronJobBody<'a>>,
-    #[schema(required = true)]
-    pub next_after_id: Option<i64>,
-}
-
-// `POST /gateway/cron/jobs`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
-pub struct CronJobCreate {
-    #[schema(value_type = AgentIdSchema)]
-    agent_id: String,
-    /// A cron expression (docs/scheduler.md).
-    #[schema(min_length = 1)]
-    schedule: String,
-    /// Absent or `null`: `{}`.
-    #[schema(value_type = Option<Object>)]
-    payload: Option<Map<String, Value>>,
-}
-
-pub fn create_doc() -> Operation {
-    Operation::new("createCronJob", "cron", "Create a recurring job")
-        .idempotency_key()
-        .json_body::<CronJobCreate>(true)
-        .example(json!({"agent_id": "researcher-alpha-9", "schedule": "*/5 * * * *", "payload": {"task": "sweep"}}))
-        .answer::<CronJobBody<'static>>(201, "Created, with a preview of its next instants.")
-        .link(201, "getCronJob", json!({"id": "$response.body#/id"}))
-        .link(201, "deleteCronJob", json!({"id": "$response.body#/id"}))
-        .link(201, "pauseCronJob", json!({"id": "$response.body#/id"}))
-        .link(201, "resumeCronJob", json!({"id": "$response.body#/id"}))
-        .answer_with_headers::<CronJobBody<'static>>(
-            200,
-            "Answered from an earlier request with this `Idempotency-Key`.",
-            replayed_header(),
-        )
-        .errors(422, &[Reason::InvalidSchedule, Reason::MissingRequiredFields, Reason::InvalidField])
-        .error(503, Reason::StoreUnavailable)
-}
-
-pub fn list_doc() -> Operation {
-    Operation::new("listCronJobs", "cron", "Cron jobs and pending reminders")
-        .describe("Ascending id; one-time reminders appear with `is_one_time: true`.")
-        .limit(DEFAULT_PAGE, MAX_PAGE)
-        .query("after_id", "A job id: the page starts after it.", int64())
-        .answer::<CronJobPage<'static>>(200, "A page of jobs.")
-        .error(503, Reason::StoreUnavailable)
-}
-
-pub fn show_doc() -> Operation {
-    Operation::new("getCronJob", "cron", "One cron job")
-        .path_id("id", "The job's id.")
-        .answer::<CronJobBody<'static>>(200, "The job.")
-        .error(404, Reason::UnknownCronJob)
-        .error(503, Reason::StoreUnavailable)
-}
-
-pub fn delete_doc() -> Operation {
-    Operation::new("deleteCronJob", "cron", "Delete a cron job")
-        .describe("A fire already claimed when the delete lands may still be published.")
-        .path_id("id", "The job's id.")
-        .answer::<Deleted>(200, "Deleted.")
-        .error(404, Reason::UnknownCronJob)
-        .error(503, Reason::StoreUnavailable)
-}
-
-pub fn pause_doc() -> Operation {
-    Operation::new("pauseCronJob", "cron", "Pause a cron job")
-        .describe(
-            "A paused job keeps its row and does not fire; pausing a paused job changes nothing. One-time reminders \
-             can be paused too. The body is ignored.",
-        )
-        .path_id("id", "The job's id.")
-        .answer::<CronJobBody<'static>>(200, "The job, paused.")
-        .error(404, Reason::UnknownCronJob)
-        .error(503, Reason::StoreUnavailable)
-}
-
-pub fn resume_doc() -> Operation {
-    Operation::new("resumeCronJob", "cron", "Resume a cron job")
-        .describe(
-            "The job fires again; one whose next instant passed while it was paused fires once at once. Resuming a \
-             running job changes nothing. The body is ignored.",
-        )
-        .path_id("id", "The job's id.")
-        .answer::<CronJobBody<'static>>(200, "The job, running.")
-        .error(404, Reason::UnknownCronJob)
-        .error(503, Reason::StoreUnavailable)
-}

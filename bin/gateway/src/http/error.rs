@@ -8,17 +8,15 @@
 //!   bytes), because "field 5: `MON-FUN` is not a weekday" is what makes the mistake findable; it goes only to the
 //!   operator who sent it and is never logged.
 
+use gateway_api::Reason;
+use gateway_api::common::{ErrorBody, ErrorStatus};
 use gateway_auth::{AuthError, StreamCap};
 use gateway_core::StoreError;
 use gateway_cron::CronError;
 use gateway_heartbeat::HeartbeatError;
 use gateway_webhooks::{SignatureError, WebhookError};
 use http::StatusCode;
-use serde::Serialize;
-use utoipa::ToSchema;
 
-use crate::http::openapi::fields::literal;
-use crate::http::reason::Reason;
 use crate::http::response::{Response, json_response};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,26 +143,6 @@ impl ApiError {
         response
     }
 }
-
-// An error body: `{"status":"error","reason":…}`, and `detail` when there is one. (Its fields are in the order the
-// body had when it was built as a JSON map, alphabetical: the same bytes.)
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(as = Error)]
-#[serde(deny_unknown_fields)]
-pub struct ErrorBody<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub detail: Option<&'a str>,
-    #[schema(value_type = Reason, inline)]
-    pub reason: &'a str,
-    #[schema(inline)]
-    pub status: ErrorStatus,
-}
-
-literal!(
-    /// `"error"`: the `status` of every error body.
-    ErrorStatus = "error"
-);
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {

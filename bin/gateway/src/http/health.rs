@@ -15,12 +15,13 @@ use utoipa::ToSchema;
 
 use crate::cluster::{ClusterView, Role};
 use crate::http::auth::bearer_token;
-use crate::http::error::ErrorStatus;
-use crate::http::openapi::Operation;
-use crate::http::openapi::fields::literal;
 use crate::http::request::Request;
-use crate::http::response::{Response, STATUS_OK, StatusOk, json_bytes, json_response};
+use crate::http::response::{Response, json_bytes, json_response};
 use crate::state::AppState;
+use gateway_api::Operation;
+use gateway_api::common::ErrorStatus;
+use gateway_api::literal;
+use gateway_api::{STATUS_OK, StatusOk};
 
 /// A store that takes longer than this to answer `SELECT 1` is reported not ready.
 pub const STORE_PING_TIMEOUT: Duration = Duration::from_secs(2);

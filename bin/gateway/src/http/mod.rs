@@ -20,7 +20,6 @@ pub const ROUTE_NAMES: &[&str] = routes::Route::LABELS;
 
 mod agents;
 mod console;
-mod credential_bodies;
 mod credentials;
 mod cron;
 pub mod events;

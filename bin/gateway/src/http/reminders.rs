@@ -5,25 +5,16 @@
 use std::net::IpAddr;
 
 use gateway_auth::Access;
-use gateway_core::{AgentId, MailboxEntry, encoding::rfc3339};
+use gateway_core::AgentId;
 use http::{HeaderMap, StatusCode};
-use serde::Serialize;
-use serde_json::{Map, Value, json};
-use utoipa::ToSchema;
 
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
-use crate::http::openapi::Operation;
-use crate::http::openapi::fields::{AgentIdSchema, NO_CONTROL_CHARACTERS, int64_schema};
-use crate::http::reason::Reason;
 use crate::http::request::{Query, Request, invalid_query};
 use crate::http::response::{Response, json_response};
 use crate::state::AppState;
-
-pub const DEFAULT_PAGE: usize = 100;
-pub const MAX_PAGE: usize = 1_000;
-/// Longest `after`: a `fire_id` is a job id and an RFC 3339 instant, well under this.
-const MAX_CURSOR_BYTES: usize = 128;
+use gateway_api::Reason;
+use gateway_api::reminders::{DEFAULT_PAGE, MAX_CURSOR_BYTES, MAX_PAGE, MailboxPage, MailboxReminder};
 
 /// Who may read `agent_id`'s mailbox: whoever may hold its reminder stream (the agent's token or the operator's
 /// while agent auth is on; anyone while it is off).
@@ -60,62 +51,6 @@ pub async fn list(state: &AppState, request: &Request, client: IpAddr) -> Result
     let entries = state.mailbox.reminders_after(agent_id, page.after.as_deref(), page.limit).await?;
     let reminders = entries.iter().map(MailboxReminder::of).collect();
     Ok(json_response(StatusCode::OK, &MailboxPage { reminders }))
-}
-
-// An agent's retained fires, in firing order.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MailboxPage<'a> {
-    #[schema(inline)]
-    pub reminders: Vec<MailboxReminder<'a>>,
-}
-
-// One fire. (Fields in alphabetical order, the order they had when built as a JSON map: the same bytes.)
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MailboxReminder<'a> {
-    pub fire_id: &'a str,
-    #[schema(format = DateTime)]
-    pub fired_at: String,
-    #[schema(schema_with = int64_schema)]
-    pub job_id: i64,
-    #[schema(value_type = Object)]
-    pub payload: &'a Map<String, Value>,
-    #[schema(format = DateTime)]
-    pub scheduled_for: String,
-}
-
-impl<'a> MailboxReminder<'a> {
-    fn of(entry: &'a MailboxEntry) -> Self {
-        let reminder = &entry.reminder;
-        Self {
-            fire_id: &reminder.fire_id,
-            fired_at: rfc3339::format(reminder.fired_at),
-            job_id: reminder.job_id,
-            payload: &reminder.payload,
-            scheduled_for: rfc3339::format(reminder.scheduled_for),
-        }
-    }
-}
-
-pub fn doc() -> Operation {
-    Operation::new("listAgentReminders", "agents", "An agent's retained reminders")
-        .describe("The agent's retained fires (received or not) in firing order; reading marks nothing received.")
-        .parameter_of::<AgentIdSchema>(
-            "path",
-            "agent_id",
-            true,
-            "The agent's id, percent-encoded as one path segment (`ns%3Aagent%2F7`).",
-        )
-        .query(
-            "after",
-            "A `fire_id`: only fires after it.",
-            json!({"type": "string", "minLength": 1, "maxLength": MAX_CURSOR_BYTES, "pattern": NO_CONTROL_CHARACTERS}),
-        )
-        .limit(DEFAULT_PAGE, MAX_PAGE)
-        .answer::<MailboxPage<'static>>(200, "The fires.")
-        .error(404, Reason::UnknownAgent)
-        .error(503, Reason::StoreUnavailable)
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use time::OffsetDateTime;
 
 use crate::http::body_budget::{BodyBudget, Reservation};
 use crate::http::error::ApiError;
-use crate::http::reason::Reason;
+use gateway_api::Reason;
 
 /// Largest accepted request body (the contract's 1 MiB).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;

@@ -1,4 +1,4 @@
-//! Response bodies: JSON documents, and the streaming body of Server-Sent Events.
+//! Responses: JSON documents (the bodies are gateway-api's types), and the streaming body of Server-Sent Events.
 
 use std::convert::Infallible;
 
@@ -9,53 +9,12 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use serde::Serialize;
-use utoipa::ToSchema;
-
-use crate::http::openapi::fields::{int64_schema, literal};
 
 /// Response header set when a create request was answered from an earlier one with the same `Idempotency-Key`.
 pub const IDEMPOTENT_REPLAYED_HEADER: &str = "idempotent-replayed";
 
 pub type ResponseBody = BoxBody<Bytes, Infallible>;
 pub type Response = http::Response<ResponseBody>;
-
-/// The body of every plain success: `{"status":"ok"}` ([`StatusOk`]), serialized once.
-pub const STATUS_OK: &[u8] = br#"{"status":"ok"}"#;
-
-literal!(
-    /// `"ok"`.
-    OkStatus = "ok"
-);
-
-// `{"status":"ok"}`: what [`STATUS_OK`] holds, as a type for its schema.
-#[derive(Debug, Default, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StatusOk {
-    #[schema(inline)]
-    pub status: OkStatus,
-}
-
-literal!(
-    /// `"deleted"`.
-    DeletedStatus = "deleted"
-);
-
-// `{"status":"deleted","id":…}`: what a delete answers.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(as = Deleted)]
-#[serde(deny_unknown_fields)]
-pub struct Deleted {
-    #[schema(inline)]
-    pub status: DeletedStatus,
-    #[schema(schema_with = int64_schema)]
-    pub id: i64,
-}
-
-impl Deleted {
-    pub fn new(id: i64) -> Self {
-        Self { status: DeletedStatus, id }
-    }
-}
 
 pub fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
     // Serializing a JSON value or a plain struct cannot fail: every map key is a string. (`serde_json::to_vec`
@@ -103,14 +62,4 @@ pub fn event_stream(body: impl Body<Data = Bytes, Error = Infallible> + Send + S
     // Reverse proxies (nginx) otherwise buffer the stream and events arrive in bursts.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_plain_success_is_its_type_serialized() {
-        assert_eq!(serde_json::to_vec(&StatusOk::default()).unwrap(), STATUS_OK);
-    }
 }

@@ -23,28 +23,15 @@ use crate::http::auth::bearer_token;
 use crate::http::connection::Connection;
 use crate::http::edge;
 use crate::http::error::ApiError;
-use crate::http::reason::Reason;
 use crate::http::request::{Request, RequestBody};
 use crate::http::response::Response;
 use crate::http::routes::{self, Route};
 use crate::state::AppState;
+use gateway_api::Reason;
 
-/// Who may call an operation. The router checks the operator's token itself ([`Access::Operator`]); the other
-/// kinds are checked by their handlers (an agent's token names the agent the body must name, an event stream
-/// decides per topic), and the document states each kind's security and refusals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Anyone.
-    Open,
-    /// Anyone; the operator's token adds details.
-    OptionalOperator,
-    /// The operator's token (checked by the router, before the handler).
-    Operator,
-    /// The agent the request names, with its own token while agent auth is on; anyone while it is off.
-    Agent,
-    /// That agent's token or the operator's while agent auth is on; anyone while it is off.
-    AgentOrOperator,
-}
+/// Who may call an operation: the API contract's (gateway-api), checked here for the operator and by the
+/// handlers for the others.
+pub use gateway_api::Access;
 
 /// What a handler is given: the state, the request, the client's address, the route it resolved to (for its
 /// path parameters) and, for the routes that hold their connection (event streams), the connection.
@@ -202,16 +189,16 @@ macro_rules! declare_routes {
                 }
             }
 
-            /// Its operations as the OpenAPI document shows them.
-            pub fn documented(
-                self,
-            ) -> Vec<($crate::http::router::Method, $crate::http::router::Access, $crate::http::openapi::Documented)> {
+            /// Its operations as the OpenAPI document shows them (gateway-api builds the document from them).
+            pub fn documented(self) -> Vec<gateway_api::RouteOperation> {
                 match self {
-                    $(Route::$route => vec![$((
-                        $crate::http::router::Method::$method,
-                        $crate::http::router::Access::$access,
-                        $crate::http::openapi::Documented::from($document()),
-                    ),)+],)+
+                    $(Route::$route => vec![$(gateway_api::RouteOperation {
+                        path: $path,
+                        method: stringify!($method),
+                        access: gateway_api::Access::$access,
+                        opaque_body: self.opaque_body(),
+                        documented: gateway_api::Documented::from($document()),
+                    },)+],)+
                 }
             }
         }

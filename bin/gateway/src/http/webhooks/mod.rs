@@ -1,23 +1,22 @@
 //! The webhook endpoints: inbound `POST /gateway/webhooks/{webhook_id}`; the operator's
 //! `/gateway/webhook-configs` (create, list, show, change, delete) and `/gateway/deliveries` (enqueue, the forensic
 //! inspector, one delivery with its attempts, "Retry now"). The rules live in gateway-webhooks; this module
-//! only reads requests and shapes responses.
+//! only reads requests and answers with gateway-api's bodies (whose module also documents these endpoints).
 
-mod bodies;
-mod docs;
-
+use gateway_api::Deleted;
+use gateway_api::webhooks::{
+    Accepted, DeliveryBody, DeliveryDetail, DeliveryPage, DeliverySummary, Duplicate, InboundAccepted,
+    InboundDuplicate, WebhookConfigBody, WebhookConfigList,
+};
 use gateway_core::{DeliveryFilter, DeliveryStatus, WebhookConfigChange, WebhookSecret};
 use gateway_webhooks::{DEFAULT_PAGE_SIZE, Inbound, InboundSignature, MAX_PAGE_SIZE, WebhookConfigDraft};
 use http::StatusCode;
-
-pub use self::bodies::*;
-pub use self::docs::*;
 
 use crate::http::error::ApiError;
 use crate::http::request::{
     JsonObject, MAX_BODY_BYTES, Query, Request, idempotency_key, invalid_query, next_cursor, read_body, required,
 };
-use crate::http::response::{Deleted, Response, created_or_replayed, json_response};
+use crate::http::response::{Response, created_or_replayed, json_response};
 use crate::state::AppState;
 
 const CONFIG_FIELDS: [&str; 8] = [

@@ -1,4 +1,4 @@
-//! How the document shows the webhook endpoints (the route table, http/routes.rs, names these functions).
+//! How the document shows the webhook endpoints (the server's route table names these functions).
 
 use serde_json::json;
 
@@ -6,11 +6,12 @@ use super::bodies::{
     DeliveryBody, DeliveryCreate, DeliveryDetail, DeliveryPage, DeliveryStatusSchema, DeliverySummary, InboundAccepted,
     InboundDuplicate, WebhookConfigBody, WebhookConfigChange, WebhookConfigCreate, WebhookConfigList,
 };
-use super::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
-use crate::http::openapi::fields::{NO_CONTROL_CHARACTERS, int64};
-use crate::http::openapi::{Operation, replayed_header};
-use crate::http::reason::Reason;
-use crate::http::response::Deleted;
+use gateway_webhooks::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+
+use crate::common::Deleted;
+use crate::fields::{NO_CONTROL_CHARACTERS, int64};
+use crate::openapi::replayed_header;
+use crate::{Operation, Reason};
 
 pub fn inbound_doc() -> Operation {
     Operation::new("inboundWebhook", "agents", "Receive an inbound webhook")

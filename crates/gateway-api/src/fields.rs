@@ -78,29 +78,28 @@ impl utoipa::ToSchema for AgentIdSchema {
 /// Declares a string type that always holds one value (a body's `"status":"ok"`, a heartbeat's
 /// `"type":"heartbeat"`): a unit struct that serializes as that value, whose schema is that one value. Fields of it
 /// are `#[schema(inline)]`.
+#[macro_export]
 macro_rules! literal {
     ($(#[doc = $doc:literal])* $name:ident = $value:literal) => {
         $(#[doc = $doc])*
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         pub struct $name;
 
-        impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        impl $crate::__private::serde::Serialize for $name {
+            fn serialize<S: $crate::__private::serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.serialize_str($value)
             }
         }
 
-        impl utoipa::PartialSchema for $name {
-            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-                utoipa::openapi::schema::ObjectBuilder::new()
-                    .schema_type(utoipa::openapi::schema::Type::String)
+        impl $crate::__private::utoipa::PartialSchema for $name {
+            fn schema() -> $crate::__private::utoipa::openapi::RefOr<$crate::__private::utoipa::openapi::schema::Schema> {
+                $crate::__private::utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type($crate::__private::utoipa::openapi::schema::Type::String)
                     .enum_values(Some([$value]))
                     .into()
             }
         }
 
-        impl utoipa::ToSchema for $name {}
+        impl $crate::__private::utoipa::ToSchema for $name {}
     };
 }
-
-pub(crate) use literal;

@@ -1,5 +1,5 @@
-//! The bodies of the agent credential endpoints (http/credentials.rs) and how the document shows those endpoints
-//! (the route table, http/routes.rs, names the `…_doc` functions). The answers' fields are in alphabetical order,
+//! The agent credential endpoints (docs/api.md, "Agent credentials"): their bodies, their page sizes, and how the
+//! document shows them (the server's route table names the `…_doc` functions). The answers' fields are in alphabetical order,
 //! the order they had when built as JSON maps: the same bytes.
 
 use gateway_core::ports::credential::MAX_TOKEN_LIFETIME_S;
@@ -9,10 +9,13 @@ use serde_json::json;
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 
-use crate::http::credentials::{DEFAULT_PAGE, MAX_PAGE};
-use crate::http::openapi::Operation;
-use crate::http::openapi::fields::{AgentIdSchema, credential_id, literal};
-use crate::http::reason::Reason;
+use crate::fields::{AgentIdSchema, credential_id};
+use crate::{Operation, Reason, literal};
+
+/// The page size of an agent's credentials when `limit` is absent.
+pub const DEFAULT_PAGE: usize = 100;
+/// The largest `limit` of an agent's credentials.
+pub const MAX_PAGE: usize = 1000;
 
 // `POST /gateway/agents/{agent_id}/credentials`: empty, `{}`, or the token's lifetime.
 #[derive(Debug, Deserialize, ToSchema)]

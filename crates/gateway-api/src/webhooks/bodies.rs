@@ -13,7 +13,8 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 use utoipa::openapi::schema::{ObjectBuilder, SchemaFormat, SchemaType, Type};
 
-use crate::http::openapi::fields::{int64_schema, literal, name_256, secret, target_url};
+use crate::fields::{int64_schema, name_256, secret, target_url};
+use crate::literal;
 
 literal!(
     /// `"accepted"`.

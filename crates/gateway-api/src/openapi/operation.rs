@@ -13,8 +13,8 @@ use utoipa::ToSchema;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 
-use crate::http::reason::Reason;
-use crate::http::router::Access;
+use crate::Reason;
+use crate::openapi::Access;
 
 /// The schemas an operation refers to, by component name.
 pub type Components = BTreeMap<String, Value>;
@@ -121,7 +121,7 @@ impl Operation {
 
     /// An integer id in the path (any other text is the same 404 as an id that names nothing).
     pub fn path_id(self, name: &str, description: &str) -> Self {
-        self.parameter("path", name, true, description, super::fields::int64())
+        self.parameter("path", name, true, description, crate::fields::int64())
     }
 
     pub fn query(self, name: &str, description: &str, schema: Value) -> Self {

@@ -1,0 +1,59 @@
+//! `GET /gateway/agents?limit=&after=`: a page of live agents, its page sizes, and the operation.
+
+use gateway_core::{AgentId, ClusterId};
+use serde::Serialize;
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+
+use crate::fields::AgentIdSchema;
+use crate::{Operation, Reason};
+
+/// The page size of live agents when `limit` is absent.
+pub const DEFAULT_PAGE: usize = 100;
+/// The largest `limit` of live agents.
+pub const MAX_PAGE: usize = 1000;
+
+// A page of live agents.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentPage<'a> {
+    pub agents: Vec<LiveAgentBody<'a>>,
+    #[schema(value_type = Option<String>, required = true)]
+    pub next_after: Option<AgentId>,
+}
+
+// A live agent as the operator API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = LiveAgent)]
+#[serde(deny_unknown_fields)]
+pub struct LiveAgentBody<'a> {
+    #[schema(value_type = String)]
+    pub agent_id: &'a AgentId,
+    #[schema(value_type = String)]
+    pub cluster_id: &'a ClusterId,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub last_seen: OffsetDateTime,
+    #[schema(inline, required = true)]
+    pub capabilities: Option<Capabilities<'a>>,
+}
+
+// The agent's capability-map entry: the identity of its latest accepted DecisionLog.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities<'a> {
+    pub agent_type: &'a str,
+    pub capability_version: &'a str,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: OffsetDateTime,
+}
+
+pub fn list_doc() -> Operation {
+    Operation::new("listAgents", "operator", "Live agents")
+        .describe("Live agents in `agent_id` order; pass `next_after` as `after` for the next page.")
+        .limit(DEFAULT_PAGE, MAX_PAGE)
+        .query_of::<AgentIdSchema>("after", "An agent id: the page starts after it.")
+        .answer::<AgentPage<'static>>(200, "A page of live agents.")
+        .error(503, Reason::StoreUnavailable)
+}
