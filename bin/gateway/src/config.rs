@@ -240,10 +240,10 @@ pub struct Config {
           value_parser = at_most(gateway_cron::MAX_AGENT_STORAGE_QUOTA_BYTES))]
     pub agent_storage_quota_bytes: u64,
 
-    /// Event stream limits: not a flag (the constants in `http::events`), settable by embedders and by tests that
+    /// Event stream limits: not a flag (the constants in `gateway_pubsub::stream`), settable by embedders and by tests that
     /// cannot wait for the real ones.
     #[arg(skip)]
-    pub stream_limits: crate::http::events::StreamLimits,
+    pub stream_limits: gateway_pubsub::stream::StreamLimits,
 
     /// Without a command, the gateway serves.
     #[command(subcommand)]
