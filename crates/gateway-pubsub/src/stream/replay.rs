@@ -239,12 +239,14 @@ impl<S: ReplaySource> AgentMailbox<S> {
 
 /// The event bridge's state, for the streams of an instance that shares events through Redis: a grown
 /// `reconnects` says events from other instances may have been lost in the gap.
+#[cfg(feature = "redis")]
 #[derive(Debug)]
 pub struct BridgeWatch {
     status: watch::Receiver<BridgeStatus>,
     seen: u64,
 }
 
+#[cfg(feature = "redis")]
 impl BridgeWatch {
     /// Reconnects before the stream existed are no gap of its own.
     pub fn new(status: watch::Receiver<BridgeStatus>) -> Self {
@@ -253,13 +255,25 @@ impl BridgeWatch {
     }
 
     /// Resolves when the bridge has reconnected since the last time this resolved; never once the bridge is gone.
-    pub async fn reconnected(&mut self) {
+    pub(crate) async fn reconnected(&mut self) {
         let seen = self.seen;
         let reconnects = self.status.wait_for(|status| status.reconnects > seen).await.map(|status| status.reconnects);
         match reconnects {
             Ok(reconnects) => self.seen = reconnects,
             Err(_) => std::future::pending().await,
         }
+    }
+}
+
+/// Without the bridge (the `redis` feature off) no stream has one.
+#[cfg(not(feature = "redis"))]
+#[derive(Debug)]
+pub struct BridgeWatch(Infallible);
+
+#[cfg(not(feature = "redis"))]
+impl BridgeWatch {
+    pub(crate) async fn reconnected(&mut self) {
+        match self.0 {}
     }
 }
 
