@@ -166,7 +166,7 @@ fn due_row_query(backend: &database::Backend) {
             println!("  plan ({status}): {}", plan.join(" / "));
         }
     }
-    for window in [gateway_webhooks::router::candidate_window(gateway_webhooks::MAX_PER_CYCLE), 1000] {
+    for window in [gateway_webhooks::router::candidate_window(gateway_webhooks::DEFAULT_MAX_PER_CYCLE), 1000] {
         for _ in 0..200 {
             store.due_deliveries(now, window).unwrap();
         }
@@ -235,7 +235,8 @@ fn end_to_end(backend: &database::Backend) {
     let database = bench_database.url_text();
     let cap_text = cap.to_string();
     // The gateway's default outbound rate (a few per second) would make this a measurement of the limiter.
-    let rate_text = env_size("WEBHOOK_BENCH_MAX_PER_SECOND", gateway::config::MAX_PER_SECOND).to_string();
+    let rate_text =
+        env_size("WEBHOOK_BENCH_MAX_PER_SECOND", gateway::config::WEBHOOK_MAX_PER_SECOND_CEILING).to_string();
     let config = Config::try_parse_from([
         "gateway",
         "--database-url",

@@ -28,9 +28,9 @@ use tokio_util::sync::CancellationToken;
 use crate::StartError;
 use crate::cluster::{Cluster, JobAnnouncements, RevocationAnnouncements};
 use crate::config::Config;
-use crate::http::events::{REMINDER_FRAME_OVERHEAD, StreamLimits};
+use crate::http::events::MAX_OPERATOR_EVENT_STREAMS;
 use crate::metrics::Metrics;
-use crate::state::{AppState, MAX_OPERATOR_EVENT_STREAMS};
+use crate::state::AppState;
 
 /// At shutdown, webhook attempts in flight get their timeout plus this to finish and record their outcome.
 pub const WEBHOOK_DRAIN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -209,10 +209,7 @@ impl App {
             shutdown,
             operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
             shared_fires: Arc::default(),
-            stream_limits: StreamLimits {
-                replay_entry_bytes: config.reminder_payload_max_bytes.saturating_add(REMINDER_FRAME_OVERHEAD),
-                ..config.stream_limits
-            },
+            stream_limits: config.stream_limits.replaying_payloads_up_to(config.reminder_payload_max_bytes),
             edge: crate::http::edge::Edge::new(config.edge()),
             metrics: Metrics::new(crate::http::ROUTE_NAMES),
         };

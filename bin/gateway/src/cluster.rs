@@ -9,7 +9,49 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 use utoipa::ToSchema;
 
-use crate::config::InstanceId;
+/// Longest `--instance-id`.
+pub const MAX_INSTANCE_ID_CHARS: usize = 64;
+
+/// A gateway's name in its cluster: letters, digits, `.`, `_`, `-` (it appears in Redis keys, logs and
+/// `/gateway/cluster`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceId(String);
+
+impl InstanceId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `gw-` and 12 random hex digits.
+    pub fn random() -> Self {
+        use ring::rand::SecureRandom;
+        let mut bytes = [0u8; 6];
+        if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+            bytes.copy_from_slice(&std::process::id().to_be_bytes().repeat(2)[..6]);
+        }
+        Self(format!("gw-{}", gateway_core::encoding::hex::encode(&bytes)))
+    }
+}
+
+impl std::fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl InstanceId {
+    /// An `--instance-id` as given.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        let valid = !value.is_empty()
+            && value.chars().count() <= MAX_INSTANCE_ID_CHARS
+            && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if valid {
+            Ok(Self(value.to_owned()))
+        } else {
+            Err(format!("must be 1 to {MAX_INSTANCE_ID_CHARS} letters, digits, '.', '_' or '-'"))
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

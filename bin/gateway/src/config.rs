@@ -11,38 +11,42 @@ use clap::builder::BoolishValueParser;
 use clap::{Parser, ValueEnum};
 /// The operator token (`--admin-token`), gateway-auth's: Debug never shows it.
 pub use gateway_auth::AdminToken;
+// Parsed here, but what it names is the instance's place in its cluster.
+pub use crate::cluster::InstanceId;
 use gateway_store::DatabaseUrl;
 
 /// Shortest accepted `--admin-token`: a guessable operator token is an open door.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
 // Upper bounds, checked at start: a huge value is a typo, and some (the webhook timeout feeds the claim lease's
-// arithmetic) would overflow later, in a loop, instead of failing now.
+// arithmetic) would overflow later, in a loop, instead of failing now. Named `<FLAG>_CEILING` (`_FLOOR` for a lower
+// bound), apart from the defaults, which are the component crates' `DEFAULT_…` constants: `--webhook-max-per-second`
+// defaults to `gateway_webhooks::DEFAULT_MAX_PER_SECOND` (5) and accepts up to `WEBHOOK_MAX_PER_SECOND_CEILING`.
 /// Longest check or poll period: one day.
-pub const MAX_INTERVAL_MS: u64 = 86_400_000;
+pub const INTERVAL_MS_CEILING: u64 = 86_400_000;
 /// Longest eviction threshold: thirty days.
-pub const MAX_EVICTION_THRESHOLD_S: u64 = 30 * 86_400;
+pub const EVICTION_THRESHOLD_S_CEILING: u64 = 30 * 86_400;
 /// Longest outbound attempt: five minutes (receivers answer in seconds; a slower one is better retried).
-pub const MAX_WEBHOOK_TIMEOUT_MS: u64 = 300_000;
+pub const WEBHOOK_TIMEOUT_MS_CEILING: u64 = 300_000;
 /// Largest liveness map: ten million agents (about 2 GiB of memory).
-pub const MAX_TRACKED_AGENTS: usize = 10_000_000;
+pub const MAX_TRACKED_AGENTS_CEILING: usize = 10_000_000;
 /// Largest poll batch and in-flight cap.
-pub const MAX_PER_CYCLE: usize = 10_000;
+pub const WEBHOOK_MAX_PER_CYCLE_CEILING: usize = 10_000;
 /// Longest retention: a hundred years (a bound only so the arithmetic cannot overflow).
-pub const MAX_RETENTION_DAYS: u64 = 36_500;
+pub const RETENTION_DAYS_CEILING: u64 = 36_500;
 /// Highest outbound rate; the in-process limiter remembers one instant per start of the last second.
-pub const MAX_PER_SECOND: usize = 100_000;
+pub const WEBHOOK_MAX_PER_SECOND_CEILING: usize = 100_000;
 /// Longest `--mailbox-retention-h`: a year. The mailbox keeps every fire of every agent for that long; more is
 /// almost surely days typed as hours.
-pub const MAX_MAILBOX_RETENTION_H: u64 = 8_760;
+pub const MAILBOX_RETENTION_H_CEILING: u64 = 8_760;
 /// Shortest `--leader-lease-ttl-ms`: below it, one slow Redis answer would cost the lease.
-pub const MIN_LEASE_TTL_MS: u64 = 300;
+pub const LEADER_LEASE_TTL_MS_FLOOR: u64 = 300;
 /// Longest `--leader-lease-ttl-ms`: ten minutes without timed work after a leader dies is already a lot.
-pub const MAX_LEASE_TTL_MS: u64 = 600_000;
+pub const LEADER_LEASE_TTL_MS_CEILING: u64 = 600_000;
 /// Largest `--max-inflight-body-bytes`: 64 GiB, more than any machine this runs on should give to bodies.
-pub const MAX_INFLIGHT_BODY_BYTES: u64 = 64 << 30;
+pub const MAX_INFLIGHT_BODY_BYTES_CEILING: u64 = 64 << 30;
 /// Highest `--agent-rate-limit-per-minute`: a thousand a second per agent is no limit any more.
-pub const MAX_AGENT_RATE_LIMIT_PER_MINUTE: u64 = 60_000;
+pub const AGENT_RATE_LIMIT_PER_MINUTE_CEILING: u64 = 60_000;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -69,31 +73,31 @@ pub struct Config {
 
     /// Eviction check period, in milliseconds.
     #[arg(long, env = "GATEWAY_HEARTBEAT_CHECK_INTERVAL_MS", value_name = "MS",
-          default_value_t = millis(gateway_heartbeat::CHECK_INTERVAL), value_parser = at_most(MAX_INTERVAL_MS))]
+          default_value_t = millis(gateway_heartbeat::CHECK_INTERVAL), value_parser = at_most(INTERVAL_MS_CEILING))]
     pub heartbeat_check_interval_ms: u64,
 
     /// Silence, in seconds, after which an agent is evicted.
     #[arg(long, env = "GATEWAY_HEARTBEAT_EVICTION_THRESHOLD_S", value_name = "S",
           default_value_t = gateway_heartbeat::EVICTION_THRESHOLD.as_secs(),
-          value_parser = at_most(MAX_EVICTION_THRESHOLD_S))]
+          value_parser = at_most(EVICTION_THRESHOLD_S_CEILING))]
     pub heartbeat_eviction_threshold_s: u64,
 
     /// Hard cap of the in-memory liveness map.
     #[arg(long, env = "GATEWAY_MAX_TRACKED_AGENTS", value_name = "N",
-          default_value_t = gateway_heartbeat::MAX_TRACKED_AGENTS, value_parser = at_most_usize(MAX_TRACKED_AGENTS))]
+          default_value_t = gateway_heartbeat::DEFAULT_MAX_TRACKED_AGENTS, value_parser = at_most_usize(MAX_TRACKED_AGENTS_CEILING))]
     pub max_tracked_agents: usize,
 
     /// Webhook retry poll period, in milliseconds [default: the webhook crate's POLL_INTERVAL, 5000].
-    #[arg(long, env = "GATEWAY_WEBHOOK_POLL_INTERVAL_MS", value_name = "MS", value_parser = at_most(MAX_INTERVAL_MS))]
+    #[arg(long, env = "GATEWAY_WEBHOOK_POLL_INTERVAL_MS", value_name = "MS", value_parser = at_most(INTERVAL_MS_CEILING))]
     pub webhook_poll_interval_ms: Option<u64>,
 
-    /// Thundering-herd cap: outbound webhook requests per poll cycle and in flight [default: MAX_PER_CYCLE, 5].
-    #[arg(long, env = "GATEWAY_WEBHOOK_MAX_PER_CYCLE", value_name = "N", value_parser = at_most_usize(MAX_PER_CYCLE))]
+    /// Thundering-herd cap: outbound webhook requests per poll cycle and in flight [default: DEFAULT_MAX_PER_CYCLE, 5].
+    #[arg(long, env = "GATEWAY_WEBHOOK_MAX_PER_CYCLE", value_name = "N", value_parser = at_most_usize(WEBHOOK_MAX_PER_CYCLE_CEILING))]
     pub webhook_max_per_cycle: Option<usize>,
 
     /// Outbound webhook requests started in any one second, whatever started them: poll, immediate attempt,
-    /// Retry now, inbound webhook (FR-10.12) [default: MAX_PER_SECOND, 5].
-    #[arg(long, env = "GATEWAY_WEBHOOK_MAX_PER_SECOND", value_name = "N", value_parser = at_most_usize(MAX_PER_SECOND))]
+    /// Retry now, inbound webhook (FR-10.12) [default: DEFAULT_MAX_PER_SECOND, 5].
+    #[arg(long, env = "GATEWAY_WEBHOOK_MAX_PER_SECOND", value_name = "N", value_parser = at_most_usize(WEBHOOK_MAX_PER_SECOND_CEILING))]
     pub webhook_max_per_second: Option<usize>,
 
     /// Delays in seconds after failed attempts 1..5, comma-separated [default: RETRY_SCHEDULE,
@@ -102,7 +106,7 @@ pub struct Config {
     pub webhook_retry_schedule_s: Option<gateway_webhooks::RetrySchedule>,
 
     /// Time limit of one outbound webhook attempt, in milliseconds [default: 10000].
-    #[arg(long, env = "GATEWAY_WEBHOOK_TIMEOUT_MS", value_name = "MS", value_parser = at_most(MAX_WEBHOOK_TIMEOUT_MS))]
+    #[arg(long, env = "GATEWAY_WEBHOOK_TIMEOUT_MS", value_name = "MS", value_parser = at_most(WEBHOOK_TIMEOUT_MS_CEILING))]
     pub webhook_timeout_ms: Option<u64>,
 
     /// Allow outbound webhook targets on loopback/private ranges (turns the SSRF guard off).
@@ -113,14 +117,14 @@ pub struct Config {
     /// Delivered and dead webhook deliveries (with their attempts and idempotency keys), and agents' answered tool
     /// calls, older than this many days are pruned [default: 30].
     #[arg(long, env = "GATEWAY_RETENTION_DAYS", value_name = "DAYS",
-          default_value_t = gateway_webhooks::RETENTION.as_secs() / 86_400, value_parser = at_most(MAX_RETENTION_DAYS))]
+          default_value_t = gateway_webhooks::RETENTION.as_secs() / 86_400, value_parser = at_most(RETENTION_DAYS_CEILING))]
     pub retention_days: u64,
 
     /// Fired reminders stay replayable to their agent's streams (and `GET /gateway/agents/{id}/reminders`) for
     /// this many hours, then are pruned [default: 72].
     #[arg(long, env = "GATEWAY_MAILBOX_RETENTION_H", value_name = "HOURS",
           default_value_t = gateway_cron::MAILBOX_RETENTION.as_secs() / 3_600,
-          value_parser = at_most(MAX_MAILBOX_RETENTION_H))]
+          value_parser = at_most(MAILBOX_RETENTION_H_CEILING))]
     pub mailbox_retention_h: u64,
     /// Largest payload, serialized as JSON, of a reminder an agent asks for (a DecisionLog's schedule_reminder call
     /// or the schedule_reminder tool), in bytes.
@@ -148,7 +152,7 @@ pub struct Config {
     /// 1 MiB (one largest body).
     #[arg(long, env = "GATEWAY_MAX_INFLIGHT_BODY_BYTES", value_name = "BYTES",
           default_value_t = crate::http::body_budget::DEFAULT_MAX_INFLIGHT_BODY_BYTES,
-          value_parser = between_usize(crate::http::request::MAX_BODY_BYTES, usize::try_from(MAX_INFLIGHT_BODY_BYTES).unwrap_or(usize::MAX)))]
+          value_parser = between_usize(crate::http::request::MAX_BODY_BYTES, usize::try_from(MAX_INFLIGHT_BODY_BYTES_CEILING).unwrap_or(usize::MAX)))]
     pub max_inflight_body_bytes: usize,
 
     /// Open connections from one client address (an IPv6 client: its /64); further ones get a 503 and are closed.
@@ -204,13 +208,13 @@ pub struct Config {
     pub redis_client_key_file: Option<PemFile>,
 
     /// This process's name in the cluster [default: random at start].
-    #[arg(long, env = "GATEWAY_INSTANCE_ID", value_name = "ID", value_parser = parse_instance_id)]
+    #[arg(long, env = "GATEWAY_INSTANCE_ID", value_name = "ID", value_parser = InstanceId::parse)]
     pub instance_id: Option<InstanceId>,
 
     /// Leader lease time-to-live with --redis-url, in milliseconds; renewal, step-down and retry times scale with
     /// it (10 s, 20 s and 2 s at the default). Shorter means faster failover for more Redis traffic.
     #[arg(long, env = "GATEWAY_LEADER_LEASE_TTL_MS", value_name = "MS",
-          default_value_t = millis(gateway_redis::leadership::LEASE_TTL), value_parser = between(MIN_LEASE_TTL_MS, MAX_LEASE_TTL_MS))]
+          default_value_t = millis(gateway_redis::leadership::LEASE_TTL), value_parser = between(LEADER_LEASE_TTL_MS_FLOOR, LEADER_LEASE_TTL_MS_CEILING))]
     pub leader_lease_ttl_ms: u64,
 
     /// Whether agents must present their own token (heartbeats, messages, tool calls, their reminder stream):
@@ -221,7 +225,7 @@ pub struct Config {
     /// Messages and tool calls per agent per one-minute window; 0 turns the limit off.
     #[arg(long, env = "GATEWAY_AGENT_RATE_LIMIT_PER_MINUTE", value_name = "N",
           default_value_t = gateway_core::ports::rate_limit::AGENT_RATE_LIMIT_PER_MINUTE,
-          value_parser = up_to_u32(MAX_AGENT_RATE_LIMIT_PER_MINUTE))]
+          value_parser = up_to_u32(AGENT_RATE_LIMIT_PER_MINUTE_CEILING))]
     pub agent_rate_limit_per_minute: u32,
 
     // Per-agent bounds (DESIGN §14: storage, streams).
@@ -240,10 +244,10 @@ pub struct Config {
           value_parser = at_most(gateway_cron::MAX_AGENT_STORAGE_QUOTA_BYTES))]
     pub agent_storage_quota_bytes: u64,
 
-    /// Event stream limits: not a flag (the constants in `http::events`), settable by embedders and by tests that
+    /// Event stream limits: not a flag (the constants in `gateway_pubsub::stream`), settable by embedders and by tests that
     /// cannot wait for the real ones.
     #[arg(skip)]
-    pub stream_limits: crate::http::events::StreamLimits,
+    pub stream_limits: gateway_pubsub::stream::StreamLimits,
 
     /// Without a command, the gateway serves.
     #[command(subcommand)]
@@ -446,7 +450,7 @@ impl Config {
 
     /// `--webhook-max-per-second`, or the webhook crate's constant.
     pub fn webhook_max_per_second(&self) -> usize {
-        self.webhook_max_per_second.unwrap_or(gateway_webhooks::MAX_PER_SECOND)
+        self.webhook_max_per_second.unwrap_or(gateway_webhooks::DEFAULT_MAX_PER_SECOND)
     }
 
     /// How long finished deliveries are kept (`--retention-days`).
@@ -685,47 +689,6 @@ fn parse_pem_certificates(path: &str) -> Result<PemFile, String> {
 
 fn parse_pem_private_key(path: &str) -> Result<PemFile, String> {
     read_pem(path, "PRIVATE KEY")
-}
-
-/// Longest `--instance-id`.
-pub const MAX_INSTANCE_ID_CHARS: usize = 64;
-
-/// A gateway's name in its cluster: letters, digits, `.`, `_`, `-` (it appears in Redis keys, logs and
-/// `/gateway/cluster`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceId(String);
-
-impl InstanceId {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// `gw-` and 12 random hex digits.
-    pub fn random() -> Self {
-        use ring::rand::SecureRandom;
-        let mut bytes = [0u8; 6];
-        if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
-            bytes.copy_from_slice(&std::process::id().to_be_bytes().repeat(2)[..6]);
-        }
-        Self(format!("gw-{}", gateway_core::encoding::hex::encode(&bytes)))
-    }
-}
-
-impl fmt::Display for InstanceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-fn parse_instance_id(value: &str) -> Result<InstanceId, String> {
-    let valid = !value.is_empty()
-        && value.chars().count() <= MAX_INSTANCE_ID_CHARS
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if valid {
-        Ok(InstanceId(value.to_owned()))
-    } else {
-        Err(format!("must be 1 to {MAX_INSTANCE_ID_CHARS} letters, digits, '.', '_' or '-'"))
-    }
 }
 
 fn parse_admin_token(value: &str) -> Result<AdminToken, String> {
@@ -1012,7 +975,7 @@ mod tests {
         assert_eq!(config.mailbox().retention, Duration::from_secs(365 * 86_400));
         assert_eq!(config.webhook_attempt_timeout(), Duration::from_secs(300));
         assert_eq!(config.webhook_max_per_second(), 100_000);
-        assert_eq!(parse(&[]).unwrap().webhook_max_per_second(), gateway_webhooks::MAX_PER_SECOND);
+        assert_eq!(parse(&[]).unwrap().webhook_max_per_second(), gateway_webhooks::DEFAULT_MAX_PER_SECOND);
     }
 
     #[test]

@@ -19,7 +19,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::cluster::{Cluster, Role};
-use crate::state::{AppState, MAX_OPERATOR_EVENT_STREAMS};
+use crate::http::events::MAX_OPERATOR_EVENT_STREAMS;
+use crate::state::AppState;
 
 /// The prefix of every series.
 pub const PREFIX: &str = "gateway";

@@ -13,14 +13,10 @@ use gateway_webhooks::{DeliveryRetention, WebhookRouter};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::Cluster;
-use crate::http::events::StreamLimits;
-use crate::http::replay::SharedFires;
-use crate::metrics::Metrics;
+use gateway_pubsub::stream::{SharedFires, StreamLimits};
 
-/// Streams of `gateway:*` topics, counted apart: agent topics need no token yet, and a flood of them must not
-/// lock the operator out of their own event streams.
-pub const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
+use crate::cluster::Cluster;
+use crate::metrics::Metrics;
 
 #[derive(Debug)]
 pub struct AppState {

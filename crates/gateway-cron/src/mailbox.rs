@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use gateway_core::{
-    AgentId, BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, MailboxEntry, MailboxQuery, MailboxStore,
-    PruningPass, Receipt, StoreError, run_blocking,
+    AgentId, BackgroundLoop, Clock, ComponentHealth, FiredReminder, LeaderLoop, Leadership, MailboxEntry, MailboxQuery,
+    MailboxStore, PruningPass, Receipt, StoreError, run_blocking,
 };
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
@@ -471,6 +471,29 @@ impl Mailbox {
                 Ok::<_, CronError>(())
             })
             .await;
+    }
+}
+
+/// What agent streams replay (gateway-pubsub's event stream reads the mailbox through this port).
+impl gateway_core::ReplaySource for Mailbox {
+    type Cursor = Replay;
+    type Error = CronError;
+
+    async fn replay(&self, agent_id: AgentId, last_event_id: Option<&str>) -> Result<Replay, CronError> {
+        Mailbox::replay(self, agent_id, last_event_id).await
+    }
+
+    fn unreceived(&self, agent_id: AgentId) -> Replay {
+        Replay::unreceived(agent_id)
+    }
+
+    async fn next_page(&self, replay: &mut Replay, limit: usize) -> Result<Vec<FiredReminder>, CronError> {
+        let page = Mailbox::next_page(self, replay, limit).await?;
+        Ok(page.into_iter().map(|entry| entry.reminder).collect())
+    }
+
+    fn received(&self, receipt: Receipt) {
+        Mailbox::received(self, receipt);
     }
 }
 

@@ -15,4 +15,4 @@ pub const EVICTION_THRESHOLD: Duration = Duration::from_secs(90);
 /// How often the eviction check runs (FR-10.2; `--heartbeat-check-interval-ms`).
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(30_000);
 /// Hard cap of the liveness map (`--max-tracked-agents`): a flood of made-up agent ids cannot exhaust memory.
-pub const MAX_TRACKED_AGENTS: usize = 100_000;
+pub const DEFAULT_MAX_TRACKED_AGENTS: usize = 100_000;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::{CHECK_INTERVAL, EVICTION_THRESHOLD, HeartbeatError, HeartbeatPing, MAX_TRACKED_AGENTS};
+use crate::{CHECK_INTERVAL, DEFAULT_MAX_TRACKED_AGENTS, EVICTION_THRESHOLD, HeartbeatError, HeartbeatPing};
 
 /// Most heartbeat rows written in one store transaction.
 pub const MAX_UPSERT_GROUP: usize = 512;
@@ -31,7 +31,7 @@ impl Default for HeartbeatConfig {
         Self {
             eviction_threshold: EVICTION_THRESHOLD,
             check_interval: CHECK_INTERVAL,
-            max_tracked_agents: MAX_TRACKED_AGENTS,
+            max_tracked_agents: DEFAULT_MAX_TRACKED_AGENTS,
         }
     }
 }

@@ -2,6 +2,8 @@
 
 #[cfg(feature = "redis")]
 pub mod bridge;
+#[cfg(feature = "stream")]
+pub mod stream;
 
 use std::collections::HashMap;
 use std::ops::Range;

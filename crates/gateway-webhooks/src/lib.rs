@@ -18,8 +18,9 @@ pub use replay::INBOUND_REPLAY_WINDOW;
 pub use retention::{DeliveryRetention, RETENTION, RetentionConfig, RetentionPorts};
 pub use retry::{MAX_ATTEMPTS, RETRY_SCHEDULE, RetrySchedule, ScheduleError};
 pub use router::{
-    ATTEMPT_TIMEOUT, CONFIG_IDS_REFRESH_INTERVAL, DeliveryDetail, ENQUEUE_SAFETY_NET, Enqueued, Inbound, MAX_PER_CYCLE,
-    MAX_PER_SECOND, POLL_INTERVAL, RouterConfig, RouterPorts, SIGNATURE_FAILURE_REPORT_INTERVAL, WebhookRouter,
+    ATTEMPT_TIMEOUT, CONFIG_IDS_REFRESH_INTERVAL, DEFAULT_MAX_PER_CYCLE, DEFAULT_MAX_PER_SECOND, DeliveryDetail,
+    ENQUEUE_SAFETY_NET, Enqueued, Inbound, POLL_INTERVAL, RouterConfig, RouterPorts, SIGNATURE_FAILURE_REPORT_INTERVAL,
+    WebhookRouter,
 };
 pub use signature::{
     DELIVERY_HEADER, InboundSignature, SECRET_ROTATION_GRACE, SIGNATURE_HEADER, SignatureError, Verified,

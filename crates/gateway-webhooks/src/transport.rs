@@ -47,7 +47,11 @@ pub struct TransportSettings {
 
 impl Default for TransportSettings {
     fn default() -> Self {
-        Self { timeout: crate::ATTEMPT_TIMEOUT, allow_private_targets: false, max_in_flight: crate::MAX_PER_CYCLE }
+        Self {
+            timeout: crate::ATTEMPT_TIMEOUT,
+            allow_private_targets: false,
+            max_in_flight: crate::DEFAULT_MAX_PER_CYCLE,
+        }
     }
 }
 

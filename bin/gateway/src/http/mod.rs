@@ -30,7 +30,6 @@ pub mod openapi;
 #[cfg(test)]
 mod properties;
 mod reminders;
-pub mod replay;
 mod tools;
 mod webhooks;
 

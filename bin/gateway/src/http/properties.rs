@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::http::agents::path_agent_id;
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
-use crate::http::replay::last_event_id;
+use crate::http::events::last_event_id;
 use crate::http::request::{IDEMPOTENCY_KEY_HEADER, JsonObject, Query, idempotency_key};
 
 const KNOWN: [&str; 4] = ["limit", "after", "from", "session_id"];

@@ -150,7 +150,7 @@ fn a_stream_delivers_every_event_in_order() {
 #[test]
 fn a_client_that_never_reads_is_disconnected_and_its_place_given_back() {
     use clap::Parser;
-    use gateway::http::events::StreamLimits;
+    use gateway_pubsub::stream::StreamLimits;
     use std::io::Read;
     use std::net::Ipv4Addr;
 

@@ -7,6 +7,9 @@
 //! [`capability`], [`credential`], [`admin_token`]. What they share is in [`store`] (the error, the readiness
 //! probe, the fencing token, what a stored row is charged); [`failure`] makes a fake fail on demand.
 //!
+//! [`replay`] is the mailbox as agent streams replay it: asynchronous, implemented by gateway-cron's `Mailbox` and
+//! read by gateway-pubsub's event stream, so that neither component depends on the other.
+//!
 //! Coordination ports, implemented across instances by gateway-redis and gateway-pubsub: [`leadership`] (with the
 //! fencing epoch a store keeps), [`rate_limit`] (per-agent limits), [`rate`] (the outbound dispatch rate) and
 //! [`event`] (topics, events and their publisher). And [`clock`], the time every component reads.
@@ -28,6 +31,7 @@ pub mod liveness;
 pub mod mailbox;
 pub mod rate;
 pub mod rate_limit;
+pub mod replay;
 pub mod storage;
 pub mod store;
 pub mod tool_call;

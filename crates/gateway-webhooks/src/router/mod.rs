@@ -52,7 +52,7 @@ use crate::retry::RetrySchedule;
 pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
 /// Most attempts the poll starts per cycle, and most attempts in flight at once (FR-10.12; default of
 /// `--webhook-max-per-cycle`).
-pub const MAX_PER_CYCLE: usize = 5;
+pub const DEFAULT_MAX_PER_CYCLE: usize = 5;
 /// One attempt's time limit (default of `--webhook-timeout-ms`).
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A new delivery's `next_retry_at` is this long after `created_at` (FR-10.8): the immediate attempt normally
@@ -77,7 +77,7 @@ pub(crate) const RECORD_FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Outbound requests that may start in any one second, all causes together (FR-10.12; default of
 /// `--webhook-max-per-second`). The binary hands it to the [`DispatchRate`] adapter it wires.
-pub const MAX_PER_SECOND: usize = 5;
+pub const DEFAULT_MAX_PER_SECOND: usize = 5;
 
 /// The router's tunables; the defaults are the constants of docs/requirements.md.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +93,7 @@ impl Default for RouterConfig {
     fn default() -> Self {
         Self {
             poll_interval: POLL_INTERVAL,
-            max_per_cycle: MAX_PER_CYCLE,
+            max_per_cycle: DEFAULT_MAX_PER_CYCLE,
             retry_schedule: RetrySchedule::default(),
             attempt_timeout: ATTEMPT_TIMEOUT,
         }

@@ -53,7 +53,7 @@ impl Harness {
             publisher: publisher.clone(),
             clock: Arc::new(clock.clone()),
             leadership: leadership.clone(),
-            rate: Arc::new(SlidingWindowRate::per_second(MAX_PER_SECOND)),
+            rate: Arc::new(SlidingWindowRate::per_second(DEFAULT_MAX_PER_SECOND)),
         };
         let router = WebhookRouter::new(ports, settings);
         Self { router, store, transport, publisher, leadership, clock, shutdown }
@@ -786,7 +786,7 @@ fn timed_harness() -> (Harness, Arc<TimedTransport>) {
         publisher: h.publisher.clone(),
         clock: Arc::new(h.clock.clone()),
         leadership: h.leadership.clone(),
-        rate: Arc::new(SlidingWindowRate::per_second(MAX_PER_SECOND)),
+        rate: Arc::new(SlidingWindowRate::per_second(DEFAULT_MAX_PER_SECOND)),
     };
     h.router = WebhookRouter::new(ports, RouterConfig::default());
     (h, transport)
@@ -813,7 +813,7 @@ async fn a_burst_of_twelve_enqueues_goes_five_then_five_then_two_oldest_first() 
         order[group].sort_unstable();
     }
     assert_eq!(order, ids, "oldest first");
-    assert_within_rate(&starts, MAX_PER_SECOND);
+    assert_within_rate(&starts, DEFAULT_MAX_PER_SECOND);
     assert!(h.store.deliveries().iter().all(|row| row.status == DeliveryStatus::Delivered));
 }
 
@@ -836,7 +836,7 @@ async fn the_poll_retry_now_and_immediate_attempts_share_one_rate() {
     poll.await.unwrap();
     h.router.wait_idle().await;
     let starts = transport.starts();
-    assert_within_rate(&starts, MAX_PER_SECOND);
+    assert_within_rate(&starts, DEFAULT_MAX_PER_SECOND);
     let mut delivered: Vec<i64> = starts.iter().map(|(id, _)| *id).collect();
     delivered.sort_unstable();
     delivered.dedup();
@@ -884,7 +884,7 @@ async fn a_poll_fenced_by_a_newer_leader_claims_nothing_and_steps_down() {
         publisher: h.publisher.clone(),
         clock: Arc::new(h.clock.clone()),
         leadership: leadership.clone(),
-        rate: Arc::new(SlidingWindowRate::per_second(MAX_PER_SECOND)),
+        rate: Arc::new(SlidingWindowRate::per_second(DEFAULT_MAX_PER_SECOND)),
     };
     h.router = WebhookRouter::new(ports, RouterConfig::default());
     let config = h.config().await;

@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway_core::runtime::sync::lock;
-use gateway_core::{AgentId, FiredReminder};
-use gateway_cron::{CronError, Mailbox, Replay};
-use gateway_pubsub::PublishedEvent;
-use gateway_pubsub::bridge::BridgeStatus;
-use http::HeaderMap;
+use gateway_core::{AgentId, FiredReminder, ReplaySource};
+#[cfg(feature = "redis")]
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use super::outbox::Receipts;
+use crate::PublishedEvent;
+#[cfg(feature = "redis")]
+use crate::bridge::BridgeStatus;
 
 /// After connecting, a stream reads its agent's unreceived fires again this long after, and again after the second
 /// delay: a fire published just before the stream subscribed reaches the mailbox only when its completion is
@@ -24,11 +26,6 @@ pub const CATCH_UPS_AFTER_CONNECT: [Duration; 2] = [Duration::from_secs(1), Dura
 /// or a fire a catch-up finds unreceived because its receipt is still queued. More than the bus queues for one
 /// subscriber (1,024 events), which bounds how far back a live duplicate can be.
 pub const SENT_REMEMBERED: usize = 4_096;
-
-/// The `Last-Event-ID` request header; a header that is not visible ASCII names no fire (so: everything retained).
-pub fn last_event_id(headers: &HeaderMap) -> Option<String> {
-    headers.get("last-event-id").map(|value| value.to_str().map(str::to_owned).unwrap_or_default())
-}
 
 /// The frame of a replayed fire: the frame its live event had, byte for byte.
 pub fn frame(reminder: &FiredReminder) -> Bytes {
@@ -130,12 +127,15 @@ pub const CATCH_UP_RETRY: Duration = Duration::from_secs(5);
 
 /// What one agent stream keeps about its mailbox.
 #[derive(Debug)]
-pub struct AgentMailbox {
-    pub mailbox: Mailbox,
+pub struct AgentMailbox<S: ReplaySource> {
+    pub(crate) source: S,
     /// Where the stream gets the one copy of each fire that every stream of the process holds.
-    pub fires: Arc<SharedFires>,
-    pub agent_id: AgentId,
-    pub last_event_id: Option<String>,
+    pub(crate) fires: Arc<SharedFires>,
+    pub(crate) agent_id: AgentId,
+    last_event_id: Option<String>,
+    /// Opened with the operator's token (the console's live tail): the stream sees the agent's reminders, replayed
+    /// ones too, and marks none received, so the agent still gets each of them replayed.
+    observer: bool,
     sent: SentFires,
     /// The fire this stream sent last.
     last_sent: Option<String>,
@@ -146,13 +146,16 @@ pub struct AgentMailbox {
     missed_after: Option<(Instant, Option<String>)>,
 }
 
-impl AgentMailbox {
-    pub fn new(mailbox: Mailbox, fires: Arc<SharedFires>, agent_id: AgentId, last_event_id: Option<String>) -> Self {
+impl<S: ReplaySource> AgentMailbox<S> {
+    /// The mailbox of `agent_id`'s stream, replayed from `source` after `last_event_id` (the `Last-Event-ID` the
+    /// client sent; see [`ReplaySource`]), each fire shared through `fires` while the stream holds it.
+    pub fn new(source: S, fires: Arc<SharedFires>, agent_id: AgentId, last_event_id: Option<String>) -> Self {
         Self {
-            mailbox,
+            source,
             fires,
             agent_id,
             last_event_id,
+            observer: false,
             sent: SentFires::default(),
             last_sent: None,
             catch_ups: Vec::new(),
@@ -160,13 +163,26 @@ impl AgentMailbox {
         }
     }
 
+    /// The stream is an observer's: it marks nothing received.
+    #[must_use]
+    pub fn observed(self) -> Self {
+        Self { observer: true, ..self }
+    }
+
+    /// Where the stream reports what its client has taken; `None` for an observer.
+    pub(crate) fn receipts(&self) -> Option<Receipts> {
+        let source = self.source.clone();
+        let received = Box::new(move |receipt| source.received(receipt));
+        (!self.observer).then(|| Receipts { received, agent_id: self.agent_id.clone() })
+    }
+
     /// Where the stream's first replay starts.
-    pub async fn replay(&self) -> Result<Replay, CronError> {
-        self.mailbox.replay(self.agent_id.clone(), self.last_event_id.as_deref()).await
+    pub(crate) async fn replay(&self) -> Result<S::Cursor, S::Error> {
+        self.source.replay(self.agent_id.clone(), self.last_event_id.as_deref()).await
     }
 
     /// The first replay is done: the catch-ups after connecting are due from now.
-    pub fn replayed(&mut self) {
+    pub(crate) fn replayed(&mut self) {
         let now = Instant::now();
         self.catch_ups.extend(CATCH_UPS_AFTER_CONNECT.iter().map(|delay| now + *delay));
     }
@@ -174,26 +190,26 @@ impl AgentMailbox {
     /// The stream skipped events, or the event bridge lost some: catch up at once, on everything fired after the
     /// last fire it sent. Not only the unreceived ones: another stream of the same agent may have received what this
     /// one missed.
-    pub fn missed_events(&mut self) {
+    pub(crate) fn missed_events(&mut self) {
         if self.missed_after.is_none() {
             self.missed_after = Some((Instant::now(), self.last_sent.clone()));
         }
     }
 
     /// A read of the mailbox failed: try again a little later.
-    pub fn read_failed(&mut self) {
+    pub(crate) fn read_failed(&mut self) {
         self.catch_ups.push(Instant::now() + CATCH_UP_RETRY);
     }
 
     /// When the next catch-up is due.
-    pub fn next_catch_up(&self) -> Option<Instant> {
+    pub(crate) fn next_catch_up(&self) -> Option<Instant> {
         let missed = self.missed_after.as_ref().map(|(due, _)| *due);
         self.catch_ups.iter().copied().chain(missed).min()
     }
 
     /// The replay of the catch-up due now, which stands for every one due by now: after missed events, the
     /// unreceived fires up to the last one sent and every fire after it; otherwise the unreceived fires.
-    pub async fn due_catch_up(&mut self) -> Result<Replay, CronError> {
+    pub(crate) async fn due_catch_up(&mut self) -> Result<S::Cursor, S::Error> {
         let now = Instant::now();
         self.catch_ups.retain(|due| *due > now);
         let after = match self.missed_after.take() {
@@ -203,19 +219,19 @@ impl AgentMailbox {
                 None
             }
         };
-        let Some(fire_id) = after else { return Ok(Replay::unreceived(self.agent_id.clone())) };
-        let replay = self.mailbox.replay(self.agent_id.clone(), Some(&fire_id)).await;
+        let Some(fire_id) = after else { return Ok(self.source.unreceived(self.agent_id.clone())) };
+        let replay = self.source.replay(self.agent_id.clone(), Some(&fire_id)).await;
         if replay.is_err() {
             self.missed_after = Some((now + CATCH_UP_RETRY, Some(fire_id)));
         }
         replay
     }
 
-    pub fn was_sent(&self, fire_id: &str) -> bool {
+    pub(crate) fn was_sent(&self, fire_id: &str) -> bool {
         self.sent.contains(fire_id)
     }
 
-    pub fn sent(&mut self, fire_id: &str) {
+    pub(crate) fn sent(&mut self, fire_id: &str) {
         self.sent.insert(fire_id);
         self.last_sent = Some(fire_id.to_owned());
     }
@@ -223,12 +239,14 @@ impl AgentMailbox {
 
 /// The event bridge's state, for the streams of an instance that shares events through Redis: a grown
 /// `reconnects` says events from other instances may have been lost in the gap.
+#[cfg(feature = "redis")]
 #[derive(Debug)]
 pub struct BridgeWatch {
     status: watch::Receiver<BridgeStatus>,
     seen: u64,
 }
 
+#[cfg(feature = "redis")]
 impl BridgeWatch {
     /// Reconnects before the stream existed are no gap of its own.
     pub fn new(status: watch::Receiver<BridgeStatus>) -> Self {
@@ -237,13 +255,25 @@ impl BridgeWatch {
     }
 
     /// Resolves when the bridge has reconnected since the last time this resolved; never once the bridge is gone.
-    pub async fn reconnected(&mut self) {
+    pub(crate) async fn reconnected(&mut self) {
         let seen = self.seen;
         let reconnects = self.status.wait_for(|status| status.reconnects > seen).await.map(|status| status.reconnects);
         match reconnects {
             Ok(reconnects) => self.seen = reconnects,
             Err(_) => std::future::pending().await,
         }
+    }
+}
+
+/// Without the bridge (the `redis` feature off) no stream has one.
+#[cfg(not(feature = "redis"))]
+#[derive(Debug)]
+pub struct BridgeWatch(Infallible);
+
+#[cfg(not(feature = "redis"))]
+impl BridgeWatch {
+    pub(crate) async fn reconnected(&mut self) {
+        match self.0 {}
     }
 }
 
@@ -276,7 +306,7 @@ impl SentFires {
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderValue;
+    #![allow(clippy::unwrap_used)]
 
     use super::*;
 
@@ -297,7 +327,7 @@ mod tests {
         let mut payload = serde_json::Map::new();
         payload.insert("note".into(), serde_json::Value::String("x".repeat(1_000)));
         FiredReminder {
-            fire_id: gateway_cron::fire_id(n, at),
+            fire_id: gateway_core::ports::mailbox::fire_id(n, at),
             job_id: n,
             agent_id: AgentId::new("agent-7").unwrap(),
             payload,
@@ -354,15 +384,5 @@ mod tests {
         for fire in &held {
             assert!(Arc::ptr_eq(fire, &fires.replayed((*fire.reminder).clone())), "held fires stay shared");
         }
-    }
-
-    #[test]
-    fn a_last_event_id_that_is_not_text_names_no_fire() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(last_event_id(&headers), None);
-        headers.insert("last-event-id", HeaderValue::from_static("7:2026-02-22T12:00:05Z"));
-        assert_eq!(last_event_id(&headers).as_deref(), Some("7:2026-02-22T12:00:05Z"));
-        headers.insert("last-event-id", HeaderValue::from_bytes(b"\xff\xfe").unwrap());
-        assert_eq!(last_event_id(&headers).as_deref(), Some(""));
     }
 }
