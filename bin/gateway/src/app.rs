@@ -213,7 +213,7 @@ impl App {
                 replay_entry_bytes: config.reminder_payload_max_bytes.saturating_add(REMINDER_FRAME_OVERHEAD),
                 ..config.stream_limits
             },
-            edge: crate::http::edge::Edge::new(config.edge()),
+            edge: gateway_edge::Edge::new(config.edge()),
             metrics: Metrics::new(crate::http::ROUTE_NAMES),
         };
         Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })

@@ -27,6 +27,7 @@ use gateway_auth::{Access, AdmittedStream, Caller};
 use gateway_core::runtime::stats::Counter;
 use gateway_core::runtime::sync::lock;
 use gateway_core::{AgentId, Receipt, Topic};
+use gateway_edge::Connection;
 use gateway_pubsub::{Received, Subscription};
 use http::StatusCode;
 use http_body::{Body, Frame};
@@ -35,7 +36,6 @@ use tokio::time::{Instant, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::http::auth::bearer_token;
-use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::reason::Reason;
 use crate::http::replay::{self, AgentMailbox, BridgeWatch, SharedFire};
@@ -628,9 +628,9 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-    use crate::http::head_timeout::HeadWatch;
     use crate::http::replay::SharedFires;
     use gateway_core::FiredReminder;
+    use gateway_edge::HeadWatch;
 
     const LIMITS: StreamLimits = StreamLimits {
         keep_alive: Duration::from_secs(15),
