@@ -210,7 +210,7 @@ impl App {
             operator_event_streams: Arc::new(Semaphore::new(MAX_OPERATOR_EVENT_STREAMS)),
             shared_fires: Arc::default(),
             stream_limits: config.stream_limits.replaying_payloads_up_to(config.reminder_payload_max_bytes),
-            edge: crate::http::edge::Edge::new(config.edge()),
+            edge: gateway_edge::Edge::new(config.edge()),
             metrics: Metrics::new(crate::http::ROUTE_NAMES),
         };
         Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })

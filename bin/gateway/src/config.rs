@@ -146,20 +146,20 @@ pub struct Config {
           value_parser = at_most_usize(gateway_auth::MAX_AGENT_STREAMS))]
     pub agent_streams_per_address: usize,
 
-    // The edge (DESIGN.md 14, "Bodies before trust"; http/edge.rs).
+    // The edge (DESIGN.md 14, "Bodies before trust"; gateway-edge).
     /// Request-body bytes being read at once, process-wide: a declared Content-Length counts whole before the
     /// first byte, a chunked body as it arrives; a request that would pass it gets 503 `overloaded`. At least
     /// 1 MiB (one largest body).
     #[arg(long, env = "GATEWAY_MAX_INFLIGHT_BODY_BYTES", value_name = "BYTES",
-          default_value_t = crate::http::body_budget::DEFAULT_MAX_INFLIGHT_BODY_BYTES,
+          default_value_t = gateway_edge::DEFAULT_MAX_INFLIGHT_BODY_BYTES,
           value_parser = between_usize(crate::http::request::MAX_BODY_BYTES, usize::try_from(MAX_INFLIGHT_BODY_BYTES_CEILING).unwrap_or(usize::MAX)))]
     pub max_inflight_body_bytes: usize,
 
     /// Open connections from one client address (an IPv6 client: its /64); further ones get a 503 and are closed.
     /// Behind a reverse proxy every client has the proxy's address: raise it there (the total stays 10,000).
     #[arg(long, env = "GATEWAY_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N",
-          default_value_t = crate::http::per_address::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
-          value_parser = at_most_usize(crate::http::MAX_CONNECTIONS))]
+          default_value_t = gateway_edge::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+          value_parser = at_most_usize(gateway_edge::MAX_CONNECTIONS))]
     pub max_connections_per_address: usize,
 
     /// Log format.
@@ -399,8 +399,8 @@ impl Config {
     /// machine can connect (`--agent-auth auto` on loopback), since a browser on this machine can connect too.
     /// `--agent-auth off` turns them off with the rest: it is the operator's word that something in front (a
     /// proxy that authenticates, forwarding its public name as Host) decides who gets in.
-    pub fn edge(&self) -> crate::http::edge::EdgeConfig {
-        crate::http::edge::EdgeConfig {
+    pub fn edge(&self) -> gateway_edge::EdgeConfig {
+        gateway_edge::EdgeConfig {
             loopback_rules: self.agent_auth == AgentAuthMode::Auto && self.listens_on_loopback(),
             max_inflight_body_bytes: self.max_inflight_body_bytes,
             max_connections_per_address: self.max_connections_per_address,

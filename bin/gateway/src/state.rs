@@ -56,8 +56,8 @@ pub struct AppState {
     /// The fires agent streams hold, one copy each for all of them.
     pub shared_fires: Arc<SharedFires>,
     pub stream_limits: StreamLimits,
-    /// The edge: request-body budget, connections per address, the loopback rules (http/edge.rs).
-    pub edge: crate::http::edge::Edge,
+    /// The edge: request-body budget, connections per address, the loopback rules (gateway-edge).
+    pub edge: gateway_edge::Edge,
     /// What `GET /metrics` reads besides the components' own counts.
     pub metrics: Metrics,
 }

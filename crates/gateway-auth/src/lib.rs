@@ -1,7 +1,6 @@
 #![doc = include_str!("../README.md")]
 
 mod access;
-mod address;
 mod admin_token;
 mod auth;
 mod credentials;
@@ -11,7 +10,6 @@ mod refusals;
 mod streams;
 
 pub use access::{Access, Caller, Named};
-pub use address::AddressKey;
 pub use admin_token::{
     ADMIN_TOKEN_REFRESH_INTERVAL, AdminToken, OperatorToken, ResolvedAdminToken, generate_admin_token,
     resolve_stored_admin_token, rotate_admin_token,
@@ -23,6 +21,7 @@ pub use credentials::{
     REVOCATION_POLL_INTERVAL, StreamGuard, Verdict, Verified,
 };
 pub use error::{AuthError, Mismatch};
+pub use gateway_core::AddressKey;
 pub use operator::OperatorAuth;
 pub use refusals::{MAX_REFUSAL_ADDRESSES, MAX_REFUSALS_PER_SECOND, RefusalThrottle};
 pub use streams::{

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gateway_core::runtime::sync::lock;
 use tokio::time::Instant;
 
-use crate::address::AddressKey;
+use gateway_core::AddressKey;
 
 /// Refused tokens one client address may present in one second: once it has, every agent token it presents is
 /// refused ([`crate::AuthError::TooManyRefusals`]) for the rest of the second.

@@ -14,8 +14,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::AuthError;
-use crate::address::AddressKey;
 use crate::credentials::StreamGuard;
+use gateway_core::AddressKey;
 
 /// Open agent streams from one client address (an IP address; the port does not count) unless configured otherwise
 /// (`--agent-streams-per-address`).

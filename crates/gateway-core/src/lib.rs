@@ -53,6 +53,7 @@ pub use ports::webhook::{
 };
 
 // What every component calls to run its work.
+pub use runtime::address::AddressKey;
 pub use runtime::backoff::capped_backoff;
 pub use runtime::blocking::run_blocking;
 pub use runtime::group_commit::GroupCommit;

@@ -13,6 +13,7 @@ use gateway_api::common::{ErrorBody, ErrorStatus};
 use gateway_auth::{AuthError, StreamCap};
 use gateway_core::StoreError;
 use gateway_cron::CronError;
+use gateway_edge::Refusal;
 use gateway_heartbeat::HeartbeatError;
 use gateway_webhooks::{SignatureError, WebhookError};
 use http::StatusCode;
@@ -141,6 +142,17 @@ impl ApiError {
             response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
         }
         response
+    }
+}
+
+/// The edge's refusals (gateway-edge), before any route saw the request.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::MisdirectedRequest => Self::misdirected_request(),
+            Refusal::CrossOrigin => Self::cross_origin(),
+            Refusal::Overloaded => Self::overloaded(),
+        }
     }
 }
 
@@ -290,6 +302,17 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn the_edges_refusals_are_421_403_and_503_overloaded_with_retry_after() {
+        let answer = |refusal| {
+            let error = ApiError::from(refusal);
+            (error.status.as_u16(), error.reason, error.retry_after_s)
+        };
+        assert_eq!(answer(Refusal::Overloaded), (503, "overloaded", Some(1)));
+        assert_eq!(answer(Refusal::MisdirectedRequest), (421, "misdirected_request", None));
+        assert_eq!(answer(Refusal::CrossOrigin), (403, "cross_origin", None));
+    }
 
     #[test]
     fn a_429_says_when_to_retry_in_whole_seconds_rounded_up() {

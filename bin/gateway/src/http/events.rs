@@ -14,13 +14,13 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use gateway_auth::{Access, AdmittedStream, Caller};
 use gateway_core::Topic;
+use gateway_edge::Connection;
 use gateway_pubsub::stream::{self, AgentMailbox, BridgeWatch, Ended, StreamReader};
 use http::{HeaderMap, StatusCode};
 use http_body::{Body, Frame};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::http::auth::bearer_token;
-use crate::http::connection::Connection;
 use crate::http::error::ApiError;
 use crate::http::reason::Reason;
 use crate::http::request::{Query, Request};

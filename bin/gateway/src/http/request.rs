@@ -12,6 +12,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
+use gateway_edge::{BodyBudget, Reservation};
 use http::StatusCode;
 use http::header::CONTENT_LENGTH;
 use http_body::Body;
@@ -22,7 +23,6 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
-use crate::http::body_budget::{BodyBudget, Reservation};
 use crate::http::error::ApiError;
 use gateway_api::Reason;
 

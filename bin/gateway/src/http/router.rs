@@ -1,5 +1,13 @@
-//! Routing: the edge's checks on who sent a request (421, 403: http/edge.rs), path → route (404), method (405 with
-//! `Allow`), a non-JSON body (415), operator token (401), handler; the edge's headers on every answer.
+//! Routing: the edge's checks on who sent a request (421, 403: gateway-edge), path → route (404), method (405 with
+//! `Allow`), a non-JSON body (415), operator token (401), handler; the API's headers on every answer.
+//!
+//! Two rules of the API are here rather than in gateway-edge, which knows no API:
+//! - A JSON endpoint refuses a body that says it is something else (415 `unsupported_media_type`): a form or a
+//!   `text/plain` body is what a browser can send cross-site without asking first, so refusing it closes CSRF on
+//!   any listener. A body without `Content-Type` is still read as JSON (existing clients send none).
+//! - Every answer carries `X-Content-Type-Options: nosniff`, and `Cache-Control: no-store` unless its handler set
+//!   its own (the console's files are revalidated by ETag): answers carry tokens, agents' reminders and
+//!   deliveries' payloads, which no browser or proxy cache should keep.
 //!
 //! The routes themselves are declared once, in http/routes.rs, with [`declare_routes!`]: from that one table come
 //! the router's path matching, methods and access checks, the handlers' dispatch, the metrics' route labels and
@@ -14,14 +22,13 @@ use std::time::Instant;
 use futures_util::FutureExt;
 use futures_util::future::{self, Either};
 
+use gateway_edge::Connection;
 pub use http::Method;
-use http::StatusCode;
-use http::header::{ALLOW, HeaderValue};
+use http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
+use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
 
 use crate::http::auth::bearer_token;
-use crate::http::connection::Connection;
-use crate::http::edge;
 use crate::http::error::ApiError;
 use crate::http::request::{Request, RequestBody};
 use crate::http::response::Response;
@@ -257,7 +264,7 @@ fn label_index(route: Option<Route>) -> usize {
     route.map_or(Route::ALL.len(), |route| route as usize)
 }
 
-/// Runs one request: the edge's checks on who sent it (421, 403 `cross_origin`: http/edge.rs), the route (404),
+/// Runs one request: the edge's checks on who sent it (421, 403 `cross_origin`: gateway-edge), the route (404),
 /// then the route's checks and handler (`routes::run`); every answer gets the edge's headers. A handler that panics costs one 500 and an error log,
 /// not the connection: the panic is caught at the handler's future, which runs on the connection's task (a task
 /// per request was a tenth of a request's instructions, see docs/benchmarks.md).
@@ -275,12 +282,13 @@ pub fn handle(
     let admitted = state
         .edge
         .check_caller(request.uri(), request.headers())
+        .map_err(ApiError::from)
         .and_then(|()| resolved.ok_or_else(ApiError::not_found));
     let route = match admitted {
         Ok(route) => route,
         Err(refusal) => {
             let mut response = refusal.into_response();
-            edge::stamp(&mut response);
+            stamp(&mut response);
             let status = response.status().as_u16();
             tracing::debug!(%method, path = request.uri().path(), status, "request");
             state.metrics.http.observe(label_index(resolved), status, started.elapsed());
@@ -295,7 +303,7 @@ pub fn handle(
     let stats = Arc::clone(&state);
     let call = Call { state, request, client, route, connection };
     Either::Right(contain_panics(method.clone(), route, routes::run(call)).map(move |mut response| {
-        edge::stamp(&mut response);
+        stamp(&mut response);
         let status = response.status().as_u16();
         stats.metrics.http.observe(label_index(Some(route)), status, started.elapsed());
         tracing::debug!(%method, ?route, status, "request");
@@ -336,7 +344,7 @@ pub fn refusal(call: &Call) -> Option<Response> {
     };
     let json_body =
         !call.route.opaque_body() && call.request.body().is_present() && call.request.method() != Method::GET;
-    if json_body && let Err(refused) = edge::check_json_content_type(call.request.headers()) {
+    if json_body && let Err(refused) = check_json_content_type(call.request.headers()) {
         return Some(refused.into_response());
     }
     if *access == Access::Operator
@@ -354,6 +362,38 @@ fn method_not_allowed(operations: &[(Method, Access)]) -> Response {
         response.headers_mut().insert(ALLOW, value);
     }
     response
+}
+
+/// 415 `unsupported_media_type` when a `Content-Type` of `headers` is not JSON.
+pub fn check_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    if headers.get_all(CONTENT_TYPE).iter().all(|value| is_json_media_type(value.as_bytes())) {
+        Ok(())
+    } else {
+        Err(ApiError::unsupported_media_type())
+    }
+}
+
+/// `application/json` or `application/<anything>+json`, with any parameters (`; charset=utf-8`), ASCII case
+/// aside.
+pub fn is_json_media_type(value: &[u8]) -> bool {
+    let essence = value.split(|byte| *byte == b';').next().unwrap_or_default().trim_ascii();
+    let Some(slash) = essence.iter().position(|byte| *byte == b'/') else { return false };
+    let (kind, subtype) = (&essence[..slash], &essence[slash + 1..]);
+    let suffix = b"+json";
+    kind.eq_ignore_ascii_case(b"application")
+        && (subtype.eq_ignore_ascii_case(b"json")
+            || (subtype.len() > suffix.len()
+                && subtype[subtype.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                && subtype[..subtype.len() - suffix.len()].iter().all(|byte| byte.is_ascii_graphic())))
+}
+
+/// The headers every answer carries (see the module's documentation).
+pub fn stamp(response: &mut Response) {
+    let headers = response.headers_mut();
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if !headers.contains_key(CACHE_CONTROL) {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
 }
 
 #[cfg(test)]
@@ -507,5 +547,60 @@ mod tests {
         assert_eq!(found, [("agent_id".to_owned(), "a%2Fb".to_owned()), ("credential_id".to_owned(), "c1".to_owned())]);
         assert!(!walk("/gateway/cron/jobs/{id}", "/gateway/cron/jobs/1/pause", |_, _| {}));
         assert!(walk("/gateway/cron/jobs/{id}/pause", "/gateway/cron/jobs//pause", |_, _| {}));
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(http::HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn json_and_json_suffixes_are_json_and_forms_and_text_are_not() {
+        for json in [
+            "application/json",
+            "Application/JSON",
+            "application/json; charset=utf-8",
+            "application/json;charset=UTF-8",
+            " application/json ",
+            "application/merge-patch+json",
+            "application/vnd.api+json; ext=x",
+        ] {
+            assert!(is_json_media_type(json.as_bytes()), "{json}");
+        }
+        for other in [
+            "",
+            "text/plain",
+            "text/plain; charset=utf-8",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "application/+json",
+            "text/json",
+            "application",
+            "json",
+            "application/json+xml",
+        ] {
+            assert!(!is_json_media_type(other.as_bytes()), "{other}");
+        }
+        let mut headers = headers(&[("content-type", "application/json")]);
+        assert!(check_json_content_type(&headers).is_ok());
+        headers.append(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert_eq!(check_json_content_type(&headers).unwrap_err().status.as_u16(), 415);
+        assert!(check_json_content_type(&HeaderMap::new()).is_ok(), "no Content-Type is read as JSON");
+    }
+
+    #[test]
+    fn every_answer_is_nosniff_and_not_stored_unless_its_handler_said_how_to_cache_it() {
+        let mut json = crate::http::response::json_bytes(StatusCode::OK, bytes::Bytes::from_static(b"{}"));
+        stamp(&mut json);
+        assert_eq!(json.headers()[X_CONTENT_TYPE_OPTIONS], "nosniff");
+        assert_eq!(json.headers()[CACHE_CONTROL], "no-store");
+        let mut revalidated = crate::http::response::json_bytes(StatusCode::OK, bytes::Bytes::new());
+        revalidated.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        stamp(&mut revalidated);
+        assert_eq!(revalidated.headers()[CACHE_CONTROL], "no-cache");
     }
 }

@@ -1,8 +1,8 @@
-//! Open connections per client address (`--max-connections-per-address`): one host cannot take the whole
-//! connection cap (10,080 idle sockets from one machine once made `/healthz` time out for everyone else).
+//! Open connections per client address (the gateway's `--max-connections-per-address`): one host cannot take the
+//! whole connection cap (10,080 idle sockets from one machine once made `/healthz` time out for everyone else).
 //!
-//! Clients are counted as every per-address count counts them ([`gateway_auth::AddressKey`]): an IPv4 address is one
-//! client, an IPv6 client is its /64.
+//! Clients are counted as every per-address count counts them ([`gateway_core::AddressKey`]): an IPv4 address is
+//! one client, an IPv6 client is its /64.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gateway_auth::AddressKey;
+use gateway_core::AddressKey;
 use gateway_core::runtime::sync::lock;
 
-/// `--max-connections-per-address`' default.
+/// The default cap of open connections per client address (`--max-connections-per-address`).
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
 /// Refused connections are logged at most this often (with how many since the last line): a client hammering at
 /// its cap must not flood the log.
@@ -60,7 +60,6 @@ impl ConnectionsPerAddress {
     }
 
     /// Connections open from `address`'s group right now.
-    #[cfg(test)]
     pub fn open_from(&self, address: IpAddr) -> usize {
         lock(&self.open).get(&AddressKey::of(address)).copied().unwrap_or(0)
     }
@@ -103,18 +102,6 @@ impl Drop for AddressSlot {
     }
 }
 
-/// What a refused connection is sent, in one non-blocking write, before it is closed: a complete answer that needs
-/// no request parsed (HTTP/1.1 allows an answer before the request), so a client learns why.
-pub const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
-content-type: application/json\r\n\
-content-length: 50\r\n\
-retry-after: 1\r\n\
-x-content-type-options: nosniff\r\n\
-cache-control: no-store\r\n\
-connection: close\r\n\
-\r\n\
-{\"status\":\"error\",\"reason\":\"too_many_connections\"}";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,19 +125,5 @@ mod tests {
         drop(_second);
         assert_eq!(connections.open_from(ip("2001:db8::9")), 0);
         assert!(lock(&connections.open).len() == 1, "an address with no connection is forgotten");
-    }
-
-    #[test]
-    fn the_refusal_is_a_complete_answer() {
-        let text = std::str::from_utf8(REFUSAL).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        let length: usize = head
-            .lines()
-            .find_map(|line| line.strip_prefix("content-length: "))
-            .and_then(|value| value.parse().ok())
-            .unwrap();
-        assert_eq!(body.len(), length);
-        let parsed: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert_eq!(parsed["reason"], "too_many_connections");
     }
 }

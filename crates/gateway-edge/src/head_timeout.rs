@@ -3,7 +3,7 @@
 //!
 //! hyper can enforce this itself (`header_read_timeout`), but it arms a fresh timer for every request and polls
 //! the connection once more per request to start it: about 1,600 instructions of every request (see
-//! docs/benchmarks.md). Here each connection has one watcher task that sleeps until the earliest moment the
+//! the gateway's docs/benchmarks.md). Here each connection has one watcher task that sleeps until the earliest moment the
 //! connection could be over time and only then looks; a request costs two atomic updates and a clock read.
 
 use std::net::SocketAddr;
@@ -17,6 +17,10 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+/// A client must send its request head within this time of connecting, and of its previous answer (slowloris
+/// guard): an idle socket costs a place among [`MAX_CONNECTIONS`](crate::MAX_CONNECTIONS), so it is not kept long.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether one connection is busy with a request or, since when, waiting for the next head. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -41,7 +45,7 @@ struct Shared {
 
 impl HeadWatch {
     #[cfg(test)]
-    pub fn new() -> Self {
+    fn new() -> Self {
         Self::for_peer(SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
@@ -173,7 +177,6 @@ impl<B: Body + Unpin> Body for BusyBody<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::HEADER_READ_TIMEOUT;
 
     const LIMIT: Duration = HEADER_READ_TIMEOUT;
 

@@ -1,5 +1,6 @@
-//! Who a client is, as every per-address count sees it: the refused tokens of [`crate::refusals`], the agent streams
-//! of [`crate::streams`], and the binary's connections per address.
+//! Who a client is, as every per-address count sees it: gateway-auth's refused tokens and agent streams per
+//! address, and gateway-edge's connections per address. One definition, so that the counts agree on who a client
+//! is.
 //!
 //! An IPv4 address is one client; an IPv6 client is its /64, the smallest block a site is given and so the
 //! addresses one host can pick from at will; an IPv4-mapped IPv6 address is the IPv4 address it maps.

@@ -1,5 +1,6 @@
 //! What a request handler may know and do about the connection it arrived on: the client's address, closing
-//! the connection, and the socket's send buffer (event streams, docs/architecture.md "Stream memory").
+//! the connection, and the socket's send buffer (event streams, the gateway's docs/architecture.md "Stream
+//! memory").
 
 use std::io;
 use std::net::SocketAddr;
@@ -9,7 +10,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::http::head_timeout::HeadWatch;
+use crate::head_timeout::{Busy, HeadWatch};
 
 /// The connection a request arrived on: a pointer to its watcher's state, which holds the rest (the size of a
 /// request's future, which hyper moves several times, grows by one pointer for it). Cheap to clone.
@@ -21,6 +22,13 @@ pub struct Connection {
 impl Connection {
     pub fn new(watch: HeadWatch) -> Self {
         Self { watch }
+    }
+
+    /// Marks a request head as received: the connection is busy, and so exempt from the head deadline, until the
+    /// returned guard is dropped (wrap the response body in a [`BusyBody`](crate::BusyBody) to drop it when the
+    /// response has been sent).
+    pub fn busy(&self) -> Busy {
+        self.watch.busy()
     }
 
     /// The client's address (the proxy's, behind a reverse proxy).
