@@ -160,7 +160,7 @@ impl Operation {
             .error(503, Reason::Overloaded)
     }
 
-    /// The edge's refusals (http/edge.rs), which any operation may meet: on a loopback listener without agent auth
+    /// The edge's refusals (gateway-edge), which any operation may meet: on a loopback listener without agent auth
     /// a foreign `Host` (421) or `Origin` (403); on every method that may carry a body, except where the route
     /// takes any body (the inbound webhook), a body that is not JSON (415).
     pub(super) fn at_the_edge(self, method: &str, any_body: bool) -> Self {
