@@ -29,8 +29,8 @@ use crate::StartError;
 use crate::cluster::{Cluster, JobAnnouncements, RevocationAnnouncements};
 use crate::config::Config;
 use crate::http::events::MAX_OPERATOR_EVENT_STREAMS;
-use crate::metrics::Metrics;
 use crate::state::AppState;
+use crate::stats::Metrics;
 
 /// At shutdown, webhook attempts in flight get their timeout plus this to finish and record their outcome.
 pub const WEBHOOK_DRAIN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);

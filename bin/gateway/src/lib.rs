@@ -7,6 +7,7 @@ pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod state;
+pub mod stats;
 pub mod telemetry;
 
 use gateway_auth::{AuthError, OperatorToken};

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use gateway_pubsub::stream::{SharedFires, StreamLimits};
 
 use crate::cluster::Cluster;
-use crate::metrics::Metrics;
+use crate::stats::Metrics;
 
 #[derive(Debug)]
 pub struct AppState {

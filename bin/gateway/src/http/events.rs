@@ -22,10 +22,10 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
-use crate::http::reason::Reason;
 use crate::http::request::{Query, Request};
 use crate::http::response::{Response, event_stream};
 use crate::state::AppState;
+use gateway_api::Reason;
 
 /// Streams of `gateway:*` topics, counted apart: agent topics need no token yet, and a flood of them must not
 /// lock the operator out of their own event streams.
@@ -160,9 +160,9 @@ struct ServerSentEvent {
 }
 
 /// How the document shows `GET /gateway/events` (the route table, http/routes.rs, names it).
-pub fn doc() -> crate::http::openapi::Operation {
+pub fn doc() -> gateway_api::openapi::Operation {
     use serde_json::json;
-    crate::http::openapi::Operation::new("events", "agents", "Server-Sent Events of one topic")
+    gateway_api::openapi::Operation::new("events", "agents", "Server-Sent Events of one topic")
         .describe(
             "`gateway:*` topics need the operator token; `agent:<agent_id>:scheduled` needs, with agent auth on, \
              that agent's token or the operator's, and first replays the agent's mailbox. The stream does not end \
@@ -190,7 +190,7 @@ pub fn doc() -> crate::http::openapi::Operation {
             json!({
                 "description": "The stream: `id:`, `event:` and `data:` (the event's JSON) lines per event.",
                 // Without OpenAPI 3.2's `itemSchema`, the schema of an event stream describes one event.
-                "content": {"text/event-stream": {"schema": crate::http::openapi::reference("ServerSentEvent")}},
+                "content": {"text/event-stream": {"schema": gateway_api::openapi::reference("ServerSentEvent")}},
             }),
         )
         .error(429, Reason::TooManyStreams)

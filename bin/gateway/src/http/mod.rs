@@ -3,9 +3,9 @@
 
 pub mod auth;
 pub mod error;
-pub mod reason;
 pub mod request;
 pub mod response;
+mod route_table;
 mod router;
 mod routes;
 

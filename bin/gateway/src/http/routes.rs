@@ -12,7 +12,7 @@ use gateway_api as api;
 
 use crate::http::error::ApiError;
 use crate::http::response::text_response;
-use crate::http::router::declare_routes;
+use crate::http::route_table::declare_routes;
 use crate::http::{
     agents, console, credentials, cron, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
 };
@@ -151,6 +151,13 @@ declare_routes! {
     }
     /// `GET /openapi.json`: the document of this API, derived from this table.
     OpenApi "openapi" exact "/openapi.json" {
-        GET Open => ready(Ok(openapi::get())), api::openapi::doc;
+        GET Open => ready(Ok(openapi::get(Route::operations_documented))), api::openapi::doc;
+    }
+}
+
+impl Route {
+    /// Every method of every route as the document shows it, in the table's order.
+    pub fn operations_documented() -> Vec<gateway_api::RouteOperation> {
+        Route::ALL.iter().flat_map(|route| route.documented()).collect()
     }
 }

@@ -405,7 +405,7 @@ fn every_routes_answers_match_their_snapshots() {
     r.anyone("console_asset", "GET", "/console/app.js", None);
     r.anyone("console_asset", "GET", "/console/nothing.js", None);
     r.anyone("openapi", "GET", "/openapi.json", None);
-    r.anyone(gateway::metrics::UNMATCHED_ROUTE, "GET", "/gateway/nothing", None);
+    r.anyone(gateway::stats::UNMATCHED_ROUTE, "GET", "/gateway/nothing", None);
 
     // Every route is snapshotted: the labels are the route table's.
     let labels: Vec<&str> = gateway::http::ROUTE_NAMES.to_vec();

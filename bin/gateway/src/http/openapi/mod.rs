@@ -2,28 +2,28 @@
 //! table (http/routes.rs): every route's path, methods, who may call each and its operation. So the document and
 //! the router cannot disagree. It is built once, at the first request, and served as the same bytes after.
 
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
+use gateway_api::RouteOperation;
 use http::StatusCode;
 use serde_json::Value;
 
-pub use gateway_api::openapi::{Operation, reference};
-
 use crate::http::response::{Response, json_bytes};
-use crate::http::routes::Route;
 
-static DOCUMENT: LazyLock<Bytes> =
-    LazyLock::new(|| Bytes::from(serde_json::to_vec(&document()).unwrap_or_else(|_| b"{}".to_vec())));
+static DOCUMENT: OnceLock<Bytes> = OnceLock::new();
 
-/// `GET /openapi.json`, for anyone: it describes the API, not the gateway's data.
-pub fn get() -> Response {
-    json_bytes(StatusCode::OK, DOCUMENT.clone())
+/// `GET /openapi.json`, for anyone: it describes the API, not the gateway's data. `operations` are the route
+/// table's (the table passes them, so that this module need not know it), read at the first request.
+pub fn get(operations: impl FnOnce() -> Vec<RouteOperation>) -> Response {
+    let document = DOCUMENT
+        .get_or_init(|| Bytes::from(serde_json::to_vec(&document(operations())).unwrap_or_else(|_| b"{}".to_vec())));
+    json_bytes(StatusCode::OK, document.clone())
 }
 
-/// The whole document: every method of every route of the route table, in its order.
-pub fn document() -> Value {
-    gateway_api::openapi::document(Route::ALL.iter().flat_map(|route| route.documented()))
+/// The whole document of `operations`, in their order.
+pub fn document(operations: Vec<RouteOperation>) -> Value {
+    gateway_api::openapi::document(operations)
 }
 
 #[cfg(test)]
@@ -31,6 +31,11 @@ mod tests {
     use gateway_api::Reason;
 
     use super::*;
+    use crate::http::routes::Route;
+
+    fn document() -> Value {
+        super::document(Route::operations_documented())
+    }
 
     /// Every `$ref` in `value`.
     fn references(value: &Value, found: &mut Vec<String>) {
@@ -50,9 +55,14 @@ mod tests {
 
     #[test]
     fn the_document_parses_as_openapi_3_1_and_its_references_resolve() {
-        let served: Value = serde_json::from_slice(&DOCUMENT).unwrap();
+        get(Route::operations_documented);
+        let served: Value = serde_json::from_slice(DOCUMENT.get().unwrap()).unwrap();
         assert_eq!(served, document());
-        let spec = oas3::from_json(String::from_utf8(DOCUMENT.to_vec()).unwrap()).unwrap();
+        let spec = oas3::from_json(
+            String::from_utf8(DOCUMENT.get_or_init(|| Bytes::from(serde_json::to_vec(&document()).unwrap())).to_vec())
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(spec.validate_version().unwrap().minor, 1);
         let mut found = Vec::new();
         references(&served, &mut found);
