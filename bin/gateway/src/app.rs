@@ -33,11 +33,11 @@ use crate::state::AppState;
 use crate::stats::Metrics;
 
 /// At shutdown, webhook attempts in flight get their timeout plus this to finish and record their outcome.
-pub const WEBHOOK_DRAIN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const WEBHOOK_DRAIN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The running application: shared state plus its background loops.
 #[derive(Debug)]
-pub struct App {
+pub(crate) struct App {
     state: Arc<AppState>,
     loops: JoinSet<()>,
     /// The loops' own stop signal, cancelled only after HTTP has drained: a request still in flight when
@@ -51,7 +51,7 @@ pub struct App {
 impl App {
     /// Builds the components on `store` and spawns their loops. `shutdown` ends the HTTP side (event streams
     /// included); the loops run until [`App::stop`].
-    pub fn start(
+    pub(crate) fn start(
         config: &Config,
         store: DieselStore,
         operator_token: OperatorToken,
@@ -192,8 +192,6 @@ impl App {
             auth,
             store,
             bus,
-            publisher,
-            bridged: config.redis_url.is_some(),
             bridge_status,
             bridge,
             feed,
@@ -216,12 +214,12 @@ impl App {
         Ok(Self { state: Arc::new(state), loops, stop_loops, store_threads: threads })
     }
 
-    pub fn state(&self) -> Arc<AppState> {
+    pub(crate) fn state(&self) -> Arc<AppState> {
         Arc::clone(&self.state)
     }
 
     /// Stops the loops and waits for each to finish.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         self.stop_loops.cancel();
         while let Some(outcome) = self.loops.join_next().await {
             if let Err(error) = outcome {

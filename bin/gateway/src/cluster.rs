@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use utoipa::ToSchema;
 
 /// Longest `--instance-id`.
-pub const MAX_INSTANCE_ID_CHARS: usize = 64;
+pub(crate) const MAX_INSTANCE_ID_CHARS: usize = 64;
 
 /// A gateway's name in its cluster: letters, digits, `.`, `_`, `-` (it appears in Redis keys, logs and
 /// `/gateway/cluster`).
@@ -55,7 +55,7 @@ impl InstanceId {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Role {
+pub(crate) enum Role {
     /// Coordinated through Redis, and holding the lease.
     Leader,
     /// Coordinated through Redis; another instance (or none, for now) holds the lease.
@@ -75,7 +75,7 @@ impl From<gateway_redis::Role> for Role {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum RedisState {
+pub(crate) enum RedisState {
     Ok,
     Unreachable,
     None,
@@ -86,7 +86,7 @@ pub enum RedisState {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LeaderView {
+pub(crate) struct LeaderView {
     // The leader's fencing token; `null` for the moment while a new term is being opened.
     #[schema(required = true)]
     pub epoch: Option<u64>,
@@ -99,7 +99,7 @@ pub struct LeaderView {
 // The body of `GET /gateway/cluster`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ClusterView {
+pub(crate) struct ClusterView {
     pub instance_id: String,
     // `null` while no instance leads (an election in progress, or Redis unreachable).
     #[schema(inline, required = true)]
@@ -111,7 +111,7 @@ pub struct ClusterView {
 
 /// How this instance is coordinated: alone, or through a Redis lease.
 #[derive(Debug, Clone)]
-pub enum Cluster {
+pub(crate) enum Cluster {
     /// No Redis: always its own leader, under term 1, since it started.
     Single {
         instance_id: InstanceId,
@@ -122,7 +122,7 @@ pub enum Cluster {
 
 impl Cluster {
     /// This instance's role right now, without asking Redis.
-    pub fn role(&self) -> Role {
+    pub(crate) fn role(&self) -> Role {
         match self {
             Self::Single { .. } => Role::Single,
             Self::Redis(leadership) => leadership.role().into(),
@@ -130,7 +130,7 @@ impl Cluster {
     }
 
     /// The fencing token this instance leads under (a local read): 1 for a single process, none while a follower.
-    pub fn epoch(&self) -> Option<u64> {
+    pub(crate) fn epoch(&self) -> Option<u64> {
         match self {
             Self::Single { .. } => Some(1),
             Self::Redis(leadership) => leadership.term().map(|term| term.token.0),
@@ -138,7 +138,7 @@ impl Cluster {
     }
 
     /// The whole view; with Redis, the leader is asked of Redis (bounded by the lease's command timeout).
-    pub async fn view(&self) -> ClusterView {
+    pub(crate) async fn view(&self) -> ClusterView {
         match self {
             Self::Single { instance_id, since } => ClusterView {
                 instance_id: instance_id.to_string(),
@@ -170,7 +170,7 @@ impl Cluster {
 /// which arms them if it leads: a short reminder accepted by a follower then fires on time, not at the leader's
 /// next refill. A supervised loop of every instance with Redis, since any of them may lead.
 #[derive(Debug, Clone)]
-pub struct JobAnnouncements {
+pub(crate) struct JobAnnouncements {
     pub bus: gateway_pubsub::Bus,
     pub cron: gateway_cron::CronScheduler,
 }
@@ -207,7 +207,7 @@ impl gateway_core::BackgroundLoop for JobAnnouncements {
 /// gap, or a subscriber that fell behind, may have missed some: gateway-auth then reads every credential again at
 /// its next use. A supervised loop of every instance.
 #[derive(Debug, Clone)]
-pub struct RevocationAnnouncements {
+pub(crate) struct RevocationAnnouncements {
     pub bus: gateway_pubsub::Bus,
     pub auth: gateway_auth::Auth,
     /// The bridge's subscription state, with Redis.

@@ -1,14 +1,24 @@
 //! The `gateway` binary as a library: configuration, wiring and the HTTP server, so integration tests and
 //! embedders can start the real server on a listener they bound themselves.
 
-pub mod app;
-pub mod cluster;
+// What the library shows is what main.rs, the integration tests and the benchmarks use: the flags, starting a
+// gateway, tracing's set-up and the route labels of /metrics. The rest is the binary's own (`pub(crate)`, which the
+// `unreachable_pub` lint keeps so).
+#![warn(unreachable_pub)]
+
+mod app;
+mod cluster;
 pub mod config;
-pub mod http;
-pub mod metrics;
-pub mod state;
-pub mod stats;
+mod http;
+mod metrics;
+mod state;
+mod stats;
 pub mod telemetry;
+
+/// The `route` label of each route in `GET /metrics`, in the route table's order, the unmatched label last.
+pub use http::ROUTE_NAMES;
+/// The `route` label of requests whose path names no route.
+pub use stats::UNMATCHED_ROUTE;
 
 use gateway_auth::{AuthError, OperatorToken};
 use gateway_core::run_blocking;

@@ -24,17 +24,17 @@ use crate::state::AppState;
 use crate::stats::StoreGauges;
 
 /// The prefix of every series.
-pub const PREFIX: &str = "gateway";
+pub(crate) const PREFIX: &str = "gateway";
 /// The `Content-Type` of a scrape: what prometheus-client's text encoder writes (OpenMetrics text, which
 /// Prometheus asks for first).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The database gauges are counted again only when a scrape finds them older than this.
-pub const STORE_GAUGES_MAX_AGE: Duration = Duration::from_secs(1);
+pub(crate) const STORE_GAUGES_MAX_AGE: Duration = Duration::from_secs(1);
 /// A count that takes longer than this is left out of the scrape (the other series are still served).
-pub const STORE_GAUGES_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const STORE_GAUGES_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How the document shows `GET /metrics` (the route table, http/routes.rs, names it).
-pub fn doc() -> gateway_api::openapi::Operation {
+pub(crate) fn doc() -> gateway_api::openapi::Operation {
     gateway_api::openapi::Operation::new("metrics", "operator", "The Prometheus scrape")
         .describe("Requests, heartbeats, fires, deliveries, streams and the leader role (docs/operations.md).")
         .raw_answer(
@@ -47,7 +47,7 @@ pub fn doc() -> gateway_api::openapi::Operation {
 }
 
 /// The body of `GET /metrics`.
-pub async fn scrape(state: &Arc<AppState>) -> String {
+pub(crate) async fn scrape(state: &Arc<AppState>) -> String {
     let store = store_gauges(state).await;
     let mut registry = Registry::with_prefix(PREFIX);
     registry.register_collector(Box::new(Scrape { state: Arc::clone(state), store }));

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use gateway_auth::Auth;
-use gateway_core::{Clock, ComponentHealth, DecisionLogIntake, EventPublisher};
+use gateway_core::{Clock, ComponentHealth, DecisionLogIntake};
 use gateway_cron::{CronScheduler, Mailbox, ReminderTools};
 use gateway_heartbeat::HeartbeatManager;
 use gateway_pubsub::Bus;
@@ -19,17 +19,13 @@ use crate::cluster::Cluster;
 use crate::stats::Metrics;
 
 #[derive(Debug)]
-pub struct AppState {
+pub(crate) struct AppState {
     /// Who a caller is and what it may do: agent tokens (`--agent-auth`), the operator token, per-agent rate
     /// limits and stream caps.
     pub auth: Auth,
     pub store: DieselStore,
     /// Where subscribers of this instance listen.
     pub bus: Bus,
-    /// Where events are published: the bus, or with Redis the bridge that also carries them to other instances.
-    pub publisher: Arc<dyn EventPublisher>,
-    /// Events also reach other instances: an event nobody here listens to may still have subscribers there.
-    pub bridged: bool,
     /// With Redis: the event bridge's state, whose reconnects make agent streams catch up from the mailbox.
     pub bridge_status: Option<tokio::sync::watch::Receiver<gateway_pubsub::bridge::BridgeStatus>>,
     /// With Redis: the event bridge, for its counters.
@@ -64,7 +60,7 @@ pub struct AppState {
 
 impl AppState {
     /// The loops `/readyz` reports on.
-    pub fn components(&self) -> Vec<ComponentHealth> {
+    pub(crate) fn components(&self) -> Vec<ComponentHealth> {
         let [receipts, mailbox_retention] = self.mailbox.health();
         vec![
             self.heartbeat.health(),

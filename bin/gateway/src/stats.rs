@@ -38,19 +38,19 @@ const LATENCY_BOUNDS: &[Duration] = &[
 /// Requests by route and status, each cell a latency histogram (its count is the request counter). `routes` are
 /// the router's route names, the last of them [`UNMATCHED_ROUTE`].
 #[derive(Debug)]
-pub struct HttpStats {
+pub(crate) struct HttpStats {
     routes: &'static [&'static str],
     cells: Box<[DurationHistogram]>,
 }
 
 impl HttpStats {
-    pub fn new(routes: &'static [&'static str]) -> Self {
+    pub(crate) fn new(routes: &'static [&'static str]) -> Self {
         let cells = (0..routes.len() * (STATUSES.len() + 1)).map(|_| DurationHistogram::new(LATENCY_BOUNDS)).collect();
         Self { routes, cells }
     }
 
     /// Counts one answered request of route `route` (an index into the route names).
-    pub fn observe(&self, route: usize, status: u16, latency: Duration) {
+    pub(crate) fn observe(&self, route: usize, status: u16, latency: Duration) {
         let status = STATUSES.iter().position(|known| *known == status).unwrap_or(STATUSES.len());
         if let Some(cell) = self.cells.get(route * (STATUSES.len() + 1) + status) {
             cell.observe(latency);
@@ -70,7 +70,7 @@ impl HttpStats {
 
 /// What the binary itself counts, beside what the components count.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     pub http: HttpStats,
     /// Events that event streams could not deliver (their client read too slowly, or the bus overflowed).
     pub lagged_events: Arc<Counter>,
@@ -79,7 +79,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(routes: &'static [&'static str]) -> Self {
+    pub(crate) fn new(routes: &'static [&'static str]) -> Self {
         Self {
             http: HttpStats::new(routes),
             lagged_events: Arc::new(Counter::new()),

@@ -11,7 +11,7 @@ use crate::http::response::{Response, json_response};
 use crate::state::AppState;
 use gateway_api::Reason;
 
-pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+pub(super) async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     let query = Query::parse(request.uri(), &["limit", "after"])?;
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", |text| AgentId::new(text).ok())?;
     let agents = state.heartbeat.live_agents(page.after, page.limit).await?;
@@ -36,7 +36,7 @@ fn live_agent_body(agent: &LiveAgent) -> LiveAgentBody<'_> {
 
 /// The agent id of a path `/gateway/agents/{agent_id}/…`, percent-decoded (an id may hold `/`, `:` or spaces,
 /// which a path carries as `%2F`, `%3A`, `%20`); 422 `invalid_field` when it is not a valid agent id.
-pub fn path_agent_id(path: &str) -> Result<AgentId, ApiError> {
+pub(super) fn path_agent_id(path: &str) -> Result<AgentId, ApiError> {
     let invalid = |rule: &str| ApiError::unprocessable(Reason::InvalidField, format!("agent_id (in the path): {rule}"));
     let segment = path.strip_prefix("/gateway/agents/").and_then(|rest| rest.split('/').next()).unwrap_or_default();
     let decoded = percent_encoding::percent_decode_str(segment)

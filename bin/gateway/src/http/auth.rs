@@ -5,7 +5,7 @@ use http::header::AUTHORIZATION;
 
 /// The token of an `Authorization: Bearer <token>` header (the scheme in any case), if there is one. Read as bytes:
 /// every agent request with agent auth on goes through here.
-pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let (scheme, token) = headers.get(AUTHORIZATION)?.as_bytes().split_at_checked(b"bearer ".len())?;
     if !scheme.eq_ignore_ascii_case(b"bearer ") {
         return None;

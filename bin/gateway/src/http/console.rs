@@ -52,7 +52,7 @@ const PAGE: Asset = Asset {
 
 /// Scripts and styles from the gateway only, no inline script or style attribute, no plugin, no frame, no form
 /// posted anywhere, API calls and event streams to the gateway only.
-pub const CONTENT_SECURITY_POLICY_VALUE: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+pub(super) const CONTENT_SECURITY_POLICY_VALUE: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
      img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
 
@@ -71,12 +71,12 @@ fn etag(body: &[u8]) -> HeaderValue {
 }
 
 /// `GET /`.
-pub fn page(request: &Request) -> Response {
+pub(super) fn page(request: &Request) -> Response {
     serve(&PAGE, &ETAGS[ASSETS.len()], request.headers())
 }
 
 /// `GET /console/<name>`: 404 `not_found` for a name not on the list.
-pub fn asset(request: &Request) -> Result<Response, ApiError> {
+pub(super) fn asset(request: &Request) -> Result<Response, ApiError> {
     let name = request.uri().path().strip_prefix("/console/").unwrap_or_default();
     let index = ASSETS.iter().position(|asset| asset.name == name).ok_or_else(ApiError::not_found)?;
     Ok(serve(&ASSETS[index], &ETAGS[index], request.headers()))

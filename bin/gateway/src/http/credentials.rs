@@ -23,7 +23,7 @@ use gateway_api::Reason;
 /// 201 `{"credential_id","token","agent_id","created_at","expires_at"}`. The body is empty, `{}`, or
 /// `{"expires_in_s": N}` (1 to [`MAX_TOKEN_LIFETIME_S`], ten years): the agent is in the path; `expires_at` is null for
 /// a token that never expires.
-pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiError> {
+pub(super) async fn issue(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let agent_id = path_agent_id(request.uri().path())?;
     let body = read_body(request).await?;
     let expires_in_s = if body.trim_ascii().is_empty() { None } else { expires_in_s(JsonObject::parse(&body)?)? };
@@ -43,7 +43,7 @@ pub async fn issue(state: &AppState, request: Request) -> Result<Response, ApiEr
 }
 
 /// `?limit=&after=` → `{"credentials":[…],"next_after":…}`, oldest first, revoked ones included, never a token.
-pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+pub(super) async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     let agent_id = path_agent_id(request.uri().path())?;
     let query = Query::parse(request.uri(), &["limit", "after"])?;
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", CredentialId::parse)?;
@@ -56,7 +56,7 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
 /// 200 `{"status":"revoked","credential_id","agent_id","revoked_at"}`, also for a credential revoked before (with
 /// its first `revoked_at`); 404 `unknown_credential` when the agent has no such credential. The credential stops
 /// authenticating on this instance before the answer, and on the others when the revocation event reaches them.
-pub async fn revoke(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+pub(super) async fn revoke(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     let path = request.uri().path();
     let agent_id = path_agent_id(path)?;
     let unknown = || ApiError::unknown(Reason::UnknownCredential, "credential of this agent");

@@ -18,7 +18,7 @@ const FIELDS: [&str; 3] = ["agent_id", "schedule", "payload"];
 
 /// `{agent_id, schedule, payload}` → 201 with the job, its `next_fire_at` and a preview of its next instants
 /// (200 and `Idempotent-Replayed: true` when an `Idempotency-Key` repeats an earlier request).
-pub async fn create(state: &AppState, request: Request) -> Result<Response, ApiError> {
+pub(super) async fn create(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let idempotency_key = idempotency_key(request.headers())?;
     let mut body = JsonObject::read(request).await?;
     let agent_id = required("agent_id", body.take_string("agent_id")?.filter(|id| !id.is_empty()))?;
@@ -32,7 +32,7 @@ pub async fn create(state: &AppState, request: Request) -> Result<Response, ApiE
 }
 
 /// `?limit=&after_id=` → `{"jobs": [...], "next_after_id": id|null}`, by ascending id.
-pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+pub(super) async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     let query = Query::parse(request.uri(), &["limit", "after_id"])?;
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after_id", |text| text.parse::<i64>().ok())?;
     let jobs = state.cron.list(page.after, page.limit).await?;
@@ -41,23 +41,23 @@ pub async fn list(state: &AppState, request: &Request) -> Result<Response, ApiEr
     Ok(json_response(StatusCode::OK, &CronJobPage { jobs, next_after_id }))
 }
 
-pub async fn show(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
+pub(super) async fn show(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &CronJobBody::of(&state.cron.job(job_id).await?)))
 }
 
-pub async fn delete(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
+pub(super) async fn delete(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
     state.cron.remove(job_id).await?;
     Ok(json_response(StatusCode::OK, &Deleted::new(job_id)))
 }
 
 /// `POST /gateway/cron/jobs/{id}/pause` (any body, ignored) → 200 with the job, now paused; idempotent.
-pub async fn pause(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
+pub(super) async fn pause(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &CronJobBody::of(&state.cron.pause(job_id).await?)))
 }
 
 /// `POST /gateway/cron/jobs/{id}/resume` (any body, ignored) → 200 with the job, running again; idempotent. A job
 /// whose `next_fire_at` has passed fires once at once.
-pub async fn resume(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
+pub(super) async fn resume(state: &AppState, job_id: i64) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &CronJobBody::of(&state.cron.resume(job_id).await?)))
 }
 

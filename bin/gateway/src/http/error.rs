@@ -21,7 +21,7 @@ use http::StatusCode;
 use crate::http::response::{Response, json_response};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub status: StatusCode,
     /// A [`Reason`]'s name: every constructor takes a [`Reason`].
     pub reason: &'static str,
@@ -34,42 +34,42 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, reason: Reason) -> Self {
+    pub(crate) fn new(status: StatusCode, reason: Reason) -> Self {
         Self { status, reason: reason.as_str(), detail: None, retry_after_s: None, close_connection: false }
     }
 
-    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+    pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(detail.into());
         self
     }
 
     /// 422 with a detail: the body parsed but a field breaks a rule.
-    pub fn unprocessable(reason: Reason, detail: impl Into<String>) -> Self {
+    pub(crate) fn unprocessable(reason: Reason, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, reason).with_detail(detail)
     }
 
     /// 404 for a path that names no route.
-    pub fn not_found() -> Self {
+    pub(crate) fn not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, Reason::NotFound).with_detail("no such route")
     }
 
     /// 404 for an id that names nothing of its kind (or is not an id at all).
-    pub fn unknown(reason: Reason, kind: &str) -> Self {
+    pub(crate) fn unknown(reason: Reason, kind: &str) -> Self {
         Self::new(StatusCode::NOT_FOUND, reason).with_detail(format!("no {kind} has this id"))
     }
 
-    pub fn unauthorized() -> Self {
+    pub(crate) fn unauthorized() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, Reason::Unauthorized)
     }
 
     /// 401: the agent token's credential has expired (it was issued with `expires_in_s`): a new token is needed.
-    pub fn token_expired() -> Self {
+    pub(crate) fn token_expired() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, Reason::TokenExpired)
             .with_detail("this agent token has expired: ask the operator for a new one")
     }
 
     /// 429 with `Retry-After: 1`: this client address presented too many refused agent tokens this second.
-    pub fn too_many_refusals() -> Self {
+    pub(crate) fn too_many_refusals() -> Self {
         Self {
             retry_after_s: Some(1),
             ..Self::new(StatusCode::TOO_MANY_REQUESTS, Reason::TooManyRefusals).with_detail(
@@ -79,20 +79,20 @@ impl ApiError {
     }
 
     /// 403: the caller authenticated as one agent and acts as another (or as none, where an agent must be named).
-    pub fn identity_mismatch(detail: impl Into<String>) -> Self {
+    pub(crate) fn identity_mismatch(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, Reason::IdentityMismatch).with_detail(detail)
     }
 
     /// 429 with `Retry-After`: the agent's window ends in `retry_after`, given in whole seconds rounded up (at
     /// least 1, so a client that waits that long is let through).
-    pub fn rate_limited(retry_after: std::time::Duration) -> Self {
+    pub(crate) fn rate_limited(retry_after: std::time::Duration) -> Self {
         let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
         Self { retry_after_s: Some(seconds.max(1)), ..Self::new(StatusCode::TOO_MANY_REQUESTS, Reason::RateLimited) }
     }
 
     /// 503 with `Retry-After: 1`: the request bodies being read already hold `--max-inflight-body-bytes`, and
     /// this one's would pass it. Nothing of it was read (or what was is dropped), so the connection closes.
-    pub fn overloaded() -> Self {
+    pub(crate) fn overloaded() -> Self {
         Self {
             retry_after_s: Some(1),
             close_connection: true,
@@ -103,36 +103,36 @@ impl ApiError {
 
     /// 421: on a loopback listener without agent auth, the request names another host than this machine (a page
     /// that rebound its own name to 127.0.0.1, or a proxy forwarding the public name).
-    pub fn misdirected_request() -> Self {
+    pub(crate) fn misdirected_request() -> Self {
         Self::new(StatusCode::MISDIRECTED_REQUEST, Reason::MisdirectedRequest)
             .with_detail("on a loopback listener without agent auth, Host must be localhost, 127.0.0.0/8 or [::1]")
     }
 
     /// 403: on a loopback listener without agent auth, a web page of another origin sent the request.
-    pub fn cross_origin() -> Self {
+    pub(crate) fn cross_origin() -> Self {
         Self::new(StatusCode::FORBIDDEN, Reason::CrossOrigin)
             .with_detail("on a loopback listener without agent auth, Origin must be the gateway's own")
     }
 
     /// 415: a body whose `Content-Type` is present and not JSON, on an endpoint that reads JSON.
-    pub fn unsupported_media_type() -> Self {
+    pub(crate) fn unsupported_media_type() -> Self {
         Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, Reason::UnsupportedMediaType)
             .with_detail("the body must be application/json (or absent Content-Type)")
     }
 
-    pub fn invalid_json() -> Self {
+    pub(crate) fn invalid_json() -> Self {
         Self::new(StatusCode::BAD_REQUEST, Reason::InvalidJson)
     }
 
-    pub fn payload_too_large(limit: usize) -> Self {
+    pub(crate) fn payload_too_large(limit: usize) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, Reason::PayloadTooLarge).with_detail(format!("limit is {limit} bytes"))
     }
 
-    pub fn internal() -> Self {
+    pub(crate) fn internal() -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, Reason::InternalError)
     }
 
-    pub fn into_response(self) -> Response {
+    pub(crate) fn into_response(self) -> Response {
         let body = ErrorBody { detail: self.detail.as_deref(), reason: self.reason, status: ErrorStatus };
         let mut response = json_response(self.status, &body);
         if let Some(seconds) = self.retry_after_s {

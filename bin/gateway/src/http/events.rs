@@ -29,10 +29,10 @@ use gateway_api::Reason;
 
 /// Streams of `gateway:*` topics, counted apart: agent topics need no token yet, and a flood of them must not
 /// lock the operator out of their own event streams.
-pub const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
+pub(crate) const MAX_OPERATOR_EVENT_STREAMS: usize = 64;
 
 /// The `Last-Event-ID` request header; a header that is not visible ASCII names no fire (so: everything retained).
-pub fn last_event_id(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Option<String> {
     headers.get("last-event-id").map(|value| value.to_str().map(str::to_owned).unwrap_or_default())
 }
 
@@ -46,7 +46,7 @@ enum Slots {
     Operator { _permit: OwnedSemaphorePermit },
 }
 
-pub async fn get(state: &AppState, request: &Request, connection: Connection) -> Result<Response, ApiError> {
+pub(crate) async fn get(state: &AppState, request: &Request, connection: Connection) -> Result<Response, ApiError> {
     let invalid_topic = || {
         ApiError::new(StatusCode::BAD_REQUEST, Reason::InvalidTopic).with_detail(
             "topic must be gateway:messages, gateway:violations, gateway:webhooks, gateway:agents or agent:<agent_id>:scheduled",
@@ -117,7 +117,7 @@ pub async fn get(state: &AppState, request: &Request, connection: Connection) ->
 /// The response body of a stream: what its pump queued, handed to hyper as hyper asks for it (hyper asks only while
 /// the socket takes what it wrote, which is what tells a stalled client).
 #[derive(Debug)]
-pub struct StreamBody {
+pub(crate) struct StreamBody {
     reader: StreamReader,
 }
 
@@ -160,7 +160,7 @@ struct ServerSentEvent {
 }
 
 /// How the document shows `GET /gateway/events` (the route table, http/routes.rs, names it).
-pub fn doc() -> gateway_api::openapi::Operation {
+pub(crate) fn doc() -> gateway_api::openapi::Operation {
     use serde_json::json;
     gateway_api::openapi::Operation::new("events", "agents", "Server-Sent Events of one topic")
         .describe(

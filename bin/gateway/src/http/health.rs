@@ -24,13 +24,13 @@ use gateway_api::literal;
 use gateway_api::{STATUS_OK, StatusOk};
 
 /// A store that takes longer than this to answer `SELECT 1` is reported not ready.
-pub const STORE_PING_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const STORE_PING_TIMEOUT: Duration = Duration::from_secs(2);
 
-pub fn live() -> Response {
+pub(super) fn live() -> Response {
     json_bytes(StatusCode::OK, Bytes::from_static(STATUS_OK))
 }
 
-pub async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
+pub(super) async fn ready(state: &Arc<AppState>, request: &Request) -> Response {
     let store = state.store.clone();
     let store_problem = match tokio::time::timeout(STORE_PING_TIMEOUT, run_blocking(move || store.ping())).await {
         Ok(Ok(Ok(()))) => None,
@@ -72,7 +72,7 @@ literal!(
 // `/readyz` when the store answers and every loop runs.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Ready<'a> {
+pub(super) struct Ready<'a> {
     // With the operator's token only.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -85,7 +85,7 @@ pub struct Ready<'a> {
 // `/readyz` when something is not ready: `not_ready` names what.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NotReady<'a> {
+pub(super) struct NotReady<'a> {
     // With the operator's token only.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -101,7 +101,7 @@ pub struct NotReady<'a> {
 // What was checked, for the operator: the reasons can carry paths and internals.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReadinessChecks<'a> {
+pub(super) struct ReadinessChecks<'a> {
     #[schema(inline)]
     pub components: Vec<ComponentCheck<'a>>,
     #[schema(inline)]
@@ -110,7 +110,7 @@ pub struct ReadinessChecks<'a> {
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StoreCheck<'a> {
+pub(super) struct StoreCheck<'a> {
     pub healthy: bool,
     #[schema(required = true)]
     pub problem: Option<&'a str>,
@@ -119,7 +119,7 @@ pub struct StoreCheck<'a> {
 // One component's loop.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ComponentCheck<'a> {
+pub(super) struct ComponentCheck<'a> {
     pub component: &'a str,
     pub healthy: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -140,15 +140,15 @@ impl<'a> ComponentCheck<'a> {
 }
 
 /// `GET /gateway/cluster` (operator): this instance, its role, the leader and its term, Redis reachability.
-pub async fn cluster(state: &AppState) -> Response {
+pub(super) async fn cluster(state: &AppState) -> Response {
     json_response(StatusCode::OK, &state.cluster.view().await)
 }
 
-pub fn live_doc() -> Operation {
+pub(super) fn live_doc() -> Operation {
     Operation::new("liveness", "probes", "Liveness").answer::<StatusOk>(200, "The process answers.")
 }
 
-pub fn ready_doc() -> Operation {
+pub(super) fn ready_doc() -> Operation {
     Operation::new("readiness", "probes", "Readiness")
         .describe(
             "With the operator token the body adds `checks` (an invalid token is not refused: it just adds nothing).",
@@ -157,7 +157,7 @@ pub fn ready_doc() -> Operation {
         .answer::<NotReady<'static>>(503, "Not ready: `not_ready` names what.")
 }
 
-pub fn cluster_doc() -> Operation {
+pub(super) fn cluster_doc() -> Operation {
     Operation::new("getCluster", "operator", "This instance and its cluster")
         .answer::<ClusterView>(200, "This instance, its role, the leader and its term, Redis reachability.")
 }

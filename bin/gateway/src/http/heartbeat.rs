@@ -14,7 +14,7 @@ use crate::http::response::{Response, json_bytes};
 use crate::state::AppState;
 use gateway_api::STATUS_OK;
 
-pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
+pub(super) async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
     let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;
     let body = read_body(request).await?;
     // The direct reading takes the well-formed pings; the value reading decides and names everything else.

@@ -18,7 +18,7 @@ use crate::http::response::{Response, json_bytes, json_response};
 use crate::state::AppState;
 use gateway_api::messages::{MessageRejected, RejectedStatus, SchemaViolation};
 
-pub async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
+pub(super) async fn post(state: &AppState, request: Request, client: IpAddr) -> Result<Response, ApiError> {
     let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;
     let body = read_body(request).await?;
     let inspected = state.intake.inspect(&body);

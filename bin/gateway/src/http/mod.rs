@@ -1,10 +1,10 @@
 //! The HTTP server: accepts connections on a pre-bound listener, routes requests, and drains in-flight requests
 //! on shutdown.
 
-pub mod auth;
-pub mod error;
-pub mod request;
-pub mod response;
+pub(crate) mod auth;
+pub(crate) mod error;
+pub(crate) mod request;
+pub(crate) mod response;
 mod route_table;
 mod router;
 mod routes;
@@ -17,11 +17,11 @@ mod agents;
 mod console;
 mod credentials;
 mod cron;
-pub mod events;
+pub(crate) mod events;
 mod health;
 mod heartbeat;
 mod messages;
-pub mod openapi;
+pub(crate) mod openapi;
 #[cfg(test)]
 mod properties;
 mod reminders;
@@ -45,14 +45,14 @@ use crate::state::AppState;
 /// hyper's read and write buffer of a connection: the largest request head, and what hyper copies of a response
 /// before writing it. Small, because an event stream whose client has stopped reading keeps it full for as long as
 /// the stream is open (docs/architecture.md, "Stream memory"); hyper's default is about 400 KiB.
-pub const CONNECTION_BUFFER_BYTES: usize = 32 * 1024;
+pub(crate) const CONNECTION_BUFFER_BYTES: usize = 32 * 1024;
 /// How long shutdown waits for in-flight requests before closing what is left.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// What a connection refused for its address's cap (`--max-connections-per-address`, gateway-edge) is sent before
 /// it is closed: a complete answer that needs no request parsed (HTTP/1.1 allows an answer before the request), so
 /// a client learns why.
-pub const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+pub(crate) const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
 content-type: application/json\r\n\
 content-length: 50\r\n\
 retry-after: 1\r\n\
@@ -64,7 +64,7 @@ connection: close\r\n\
 
 /// Serves until `shutdown` is cancelled, then stops accepting and lets in-flight requests finish. The connection
 /// caps and the head deadline are gateway-edge's; each request goes to the router.
-pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: CancellationToken) {
+pub(crate) async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: CancellationToken) {
     let graceful = GracefulShutdown::new();
     let mut listener = Listener::new(listener, &state.edge);
     loop {

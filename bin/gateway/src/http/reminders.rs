@@ -29,11 +29,11 @@ async fn check_mailbox_reader(
 }
 
 /// The agent id of `/gateway/agents/{agent_id}/reminders`, percent-decoded; `None` when the path is not that.
-pub fn agent_of(path: &str) -> Option<&str> {
+pub(super) fn agent_of(path: &str) -> Option<&str> {
     path.strip_prefix("/gateway/agents/")?.strip_suffix("/reminders").filter(|agent| !agent.contains('/'))
 }
 
-pub async fn list(state: &AppState, request: &Request, client: IpAddr) -> Result<Response, ApiError> {
+pub(super) async fn list(state: &AppState, request: &Request, client: IpAddr) -> Result<Response, ApiError> {
     let unknown_agent = || ApiError::unknown(Reason::UnknownAgent, "agent");
     let raw = agent_of(request.uri().path()).ok_or_else(unknown_agent)?;
     let decoded = percent_encoding::percent_decode_str(raw).decode_utf8().map_err(|_| unknown_agent())?;

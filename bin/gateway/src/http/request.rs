@@ -27,17 +27,17 @@ use crate::http::error::ApiError;
 use gateway_api::Reason;
 
 /// Largest accepted request body (the contract's 1 MiB).
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// A client that has not sent its whole body by then is cut off, so slow senders cannot hold connections.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Request header naming a create request's idempotency key.
-pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+pub(crate) const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 
-pub type Request = http::Request<RequestBody>;
+pub(crate) type Request = http::Request<RequestBody>;
 
 /// A request's body as hyper delivers it, with the budget its bytes are read against.
 #[derive(Debug)]
-pub struct RequestBody {
+pub(crate) struct RequestBody {
     incoming: Incoming,
     /// `None` for a body known to be empty (no `Content-Length` or 0, not chunked): there is nothing to count, and
     /// a request without a body (most `GET`s) costs the budget nothing.
@@ -45,13 +45,13 @@ pub struct RequestBody {
 }
 
 impl RequestBody {
-    pub fn new(incoming: Incoming, budget: &Arc<BodyBudget>) -> Self {
+    pub(crate) fn new(incoming: Incoming, budget: &Arc<BodyBudget>) -> Self {
         let budget = (!incoming.is_end_stream()).then(|| Arc::clone(budget));
         Self { incoming, budget }
     }
 
     /// Whether the request has a body to read (one that may still turn out empty: `chunked` with no chunk).
-    pub fn is_present(&self) -> bool {
+    pub(crate) fn is_present(&self) -> bool {
         self.budget.is_some()
     }
 }
@@ -61,7 +61,7 @@ impl RequestBody {
 ///
 /// The head is looked at and dropped before the returned future, which so holds only the body: handlers' futures
 /// hold it while they await it, and hyper moves those several times per request.
-pub fn read_body(request: Request) -> impl Future<Output = Result<Bytes, ApiError>> {
+pub(crate) fn read_body(request: Request) -> impl Future<Output = Result<Bytes, ApiError>> {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
@@ -148,7 +148,7 @@ impl AsRef<[u8]> for ReadBody {
 }
 
 /// `body` as a JSON value; 400 `invalid_json` when it is not one.
-pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body).map_err(|_| ApiError::invalid_json())
 }
 
@@ -156,17 +156,17 @@ pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
 /// whatever is left: an unknown field is a typo the client should hear about, not something silently dropped.
 /// Each field is kept as the client's exact text until it is taken, so a payload can be stored byte for byte.
 #[derive(Debug)]
-pub struct JsonObject {
+pub(crate) struct JsonObject {
     fields: BTreeMap<String, Box<RawValue>>,
 }
 
 impl JsonObject {
     /// 400 `invalid_json` when the body is not JSON; 422 `invalid_field` when it is JSON but not an object.
-    pub async fn read(request: Request) -> Result<Self, ApiError> {
+    pub(crate) async fn read(request: Request) -> Result<Self, ApiError> {
         Self::parse(&read_body(request).await?)
     }
 
-    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Self, ApiError> {
         match serde_json::from_slice::<BTreeMap<String, Box<RawValue>>>(body) {
             Ok(fields) => Ok(Self { fields }),
             Err(error) if error.is_data() => {
@@ -177,7 +177,7 @@ impl JsonObject {
     }
 
     /// The field's exact JSON text, if present.
-    pub fn take_raw(&mut self, field: &'static str) -> Option<Box<RawValue>> {
+    pub(crate) fn take_raw(&mut self, field: &'static str) -> Option<Box<RawValue>> {
         self.fields.remove(field)
     }
 
@@ -192,24 +192,24 @@ impl JsonObject {
             .map_err(|_| ApiError::unprocessable(Reason::InvalidField, format!("{field}: expected {expected}")))
     }
 
-    pub fn take_string(&mut self, field: &'static str) -> Result<Option<String>, ApiError> {
+    pub(crate) fn take_string(&mut self, field: &'static str) -> Result<Option<String>, ApiError> {
         self.take_as(field, "a string")
     }
 
-    pub fn take_i64(&mut self, field: &'static str) -> Result<Option<i64>, ApiError> {
+    pub(crate) fn take_i64(&mut self, field: &'static str) -> Result<Option<i64>, ApiError> {
         self.take_as(field, "an integer")
     }
 
-    pub fn take_bool(&mut self, field: &'static str) -> Result<Option<bool>, ApiError> {
+    pub(crate) fn take_bool(&mut self, field: &'static str) -> Result<Option<bool>, ApiError> {
         self.take_as(field, "true or false")
     }
 
-    pub fn take_object(&mut self, field: &'static str) -> Result<Option<Map<String, Value>>, ApiError> {
+    pub(crate) fn take_object(&mut self, field: &'static str) -> Result<Option<Map<String, Value>>, ApiError> {
         self.take_as(field, "a JSON object")
     }
 
     /// 422 `invalid_field` naming the first field nobody took, and the fields the endpoint knows.
-    pub fn finish(self, known: &[&str]) -> Result<(), ApiError> {
+    pub(crate) fn finish(self, known: &[&str]) -> Result<(), ApiError> {
         match self.fields.keys().next() {
             None => Ok(()),
             Some(unknown) => Err(ApiError::unprocessable(
@@ -221,7 +221,7 @@ impl JsonObject {
 }
 
 /// A required field's value, or 422 `missing_required_fields` naming it.
-pub fn required<T>(field: &'static str, value: Option<T>) -> Result<T, ApiError> {
+pub(crate) fn required<T>(field: &'static str, value: Option<T>) -> Result<T, ApiError> {
     value.ok_or_else(|| ApiError::unprocessable(Reason::MissingRequiredFields, format!("{field} is required")))
 }
 
@@ -234,19 +234,19 @@ fn quoted_name(name: &str) -> String {
 
 /// A query string with only the parameters an endpoint knows, each at most once (400 `invalid_query` otherwise).
 #[derive(Debug, Default)]
-pub struct Query {
+pub(crate) struct Query {
     params: BTreeMap<String, String>,
 }
 
 /// One page of a keyset-paginated list: at most `limit` items after the cursor `after`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Page<K> {
+pub(crate) struct Page<K> {
     pub limit: usize,
     pub after: Option<K>,
 }
 
 impl Query {
-    pub fn parse(uri: &http::Uri, known: &[&str]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(uri: &http::Uri, known: &[&str]) -> Result<Self, ApiError> {
         let mut params = BTreeMap::new();
         for (name, value) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
             if !known.contains(&name.as_ref()) {
@@ -263,12 +263,12 @@ impl Query {
         Ok(Self { params })
     }
 
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.params.get(name).map(String::as_str)
     }
 
     /// `limit` (1..=`max`, `default` when absent) and the cursor parameter `after`, read by `cursor`.
-    pub fn page<K>(
+    pub(crate) fn page<K>(
         &self,
         default: usize,
         max: usize,
@@ -291,7 +291,7 @@ impl Query {
     }
 
     /// An RFC 3339 instant, in UTC; 400 when it is not one or cannot be represented in UTC.
-    pub fn instant(&self, name: &'static str) -> Result<Option<OffsetDateTime>, ApiError> {
+    pub(crate) fn instant(&self, name: &'static str) -> Result<Option<OffsetDateTime>, ApiError> {
         self.get(name)
             .map(|text| {
                 gateway_core::encoding::rfc3339::parse(text).ok_or_else(|| {
@@ -303,17 +303,17 @@ impl Query {
 }
 
 /// The next page's cursor: the last item's key when the page is full (there may be more), else `None`.
-pub fn next_cursor<T, K>(items: &[T], limit: usize, key: impl FnOnce(&T) -> K) -> Option<K> {
+pub(crate) fn next_cursor<T, K>(items: &[T], limit: usize, key: impl FnOnce(&T) -> K) -> Option<K> {
     if items.len() == limit { items.last().map(key) } else { None }
 }
 
-pub fn invalid_query(detail: impl Into<String>) -> ApiError {
+pub(crate) fn invalid_query(detail: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, Reason::InvalidQuery).with_detail(detail)
 }
 
 /// The `Idempotency-Key` header, if present; 400 `invalid_idempotency_key` when it is not 1 to 255 visible
 /// ASCII characters, or starts with the prefix reserved for reminders scheduled from DecisionLogs.
-pub fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<gateway_core::IdempotencyKey>, ApiError> {
+pub(crate) fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<gateway_core::IdempotencyKey>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else { return Ok(None) };
     let invalid =
         |detail: String| ApiError::new(StatusCode::BAD_REQUEST, Reason::InvalidIdempotencyKey).with_detail(detail);

@@ -11,19 +11,19 @@ use http_body_util::combinators::BoxBody;
 use serde::Serialize;
 
 /// Response header set when a create request was answered from an earlier one with the same `Idempotency-Key`.
-pub const IDEMPOTENT_REPLAYED_HEADER: &str = "idempotent-replayed";
+pub(crate) const IDEMPOTENT_REPLAYED_HEADER: &str = "idempotent-replayed";
 
-pub type ResponseBody = BoxBody<Bytes, Infallible>;
-pub type Response = http::Response<ResponseBody>;
+pub(crate) type ResponseBody = BoxBody<Bytes, Infallible>;
+pub(crate) type Response = http::Response<ResponseBody>;
 
-pub fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
     // Serializing a JSON value or a plain struct cannot fail: every map key is a string. (`serde_json::to_vec`
     // rather than `Value`'s `Display`: the formatter machinery cost more than the rest of a 200.)
     json_bytes(status, Bytes::from(serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec())))
 }
 
 /// A response whose JSON body is already serialized (static bodies cost no serialization at all).
-pub fn json_bytes(status: StatusCode, body: Bytes) -> Response {
+pub(crate) fn json_bytes(status: StatusCode, body: Bytes) -> Response {
     let mut response = http::Response::new(full(body));
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -32,7 +32,7 @@ pub fn json_bytes(status: StatusCode, body: Bytes) -> Response {
 
 /// 201 for a create request that created; 200 with `Idempotent-Replayed: true` for one answered from an earlier
 /// request with the same `Idempotency-Key`.
-pub fn created_or_replayed(body: &impl Serialize, replayed: bool) -> Response {
+pub(crate) fn created_or_replayed(body: &impl Serialize, replayed: bool) -> Response {
     if !replayed {
         return json_response(StatusCode::CREATED, body);
     }
@@ -42,7 +42,7 @@ pub fn created_or_replayed(body: &impl Serialize, replayed: bool) -> Response {
 }
 
 /// A 200 with a text body of `content_type` (a metrics scrape).
-pub fn text_response(content_type: &'static str, body: String) -> Response {
+pub(crate) fn text_response(content_type: &'static str, body: String) -> Response {
     let mut response = http::Response::new(full(Bytes::from(body)));
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
@@ -53,7 +53,7 @@ fn full(bytes: Bytes) -> ResponseBody {
 }
 
 /// A Server-Sent Events response whose body is `body`.
-pub fn event_stream(body: impl Body<Data = Bytes, Error = Infallible> + Send + Sync + 'static) -> Response {
+pub(crate) fn event_stream(body: impl Body<Data = Bytes, Error = Infallible> + Send + Sync + 'static) -> Response {
     let mut response = http::Response::new(body.boxed());
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

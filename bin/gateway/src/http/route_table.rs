@@ -7,8 +7,8 @@
 use http::header::{ALLOW, CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, StatusCode};
 
-pub use gateway_api::Access;
-pub use http::Method;
+pub(super) use gateway_api::Access;
+pub(super) use http::Method;
 
 use gateway_api::Reason;
 
@@ -86,17 +86,17 @@ macro_rules! declare_routes {
         /// What a handler is given: the state, the request, the client's address, the route it resolved to (for its
         /// path parameters) and, for the routes that hold their connection (event streams), the connection.
         #[derive(Debug)]
-        pub struct Call {
-            pub state: std::sync::Arc<$crate::state::AppState>,
-            pub request: $crate::http::request::Request,
-            pub client: std::net::IpAddr,
+        pub(crate) struct Call {
+            pub(crate) state: std::sync::Arc<$crate::state::AppState>,
+            pub(crate) request: $crate::http::request::Request,
+            pub(crate) client: std::net::IpAddr,
             route: Route,
             connection: Option<gateway_edge::Connection>,
         }
 
         impl Call {
             /// A call of `route`, which the router resolved the request's path to.
-            pub fn new(
+            pub(crate) fn new(
                 state: std::sync::Arc<$crate::state::AppState>,
                 request: $crate::http::request::Request,
                 client: std::net::IpAddr,
@@ -107,12 +107,12 @@ macro_rules! declare_routes {
             }
 
             /// The route the request resolved to.
-            pub fn route(&self) -> Route {
+            pub(crate) fn route(&self) -> Route {
                 self.route
             }
 
             /// The text of the path parameter `{name}` of the route's path (empty when the route has none of that name).
-            pub fn param(&self, name: &str) -> &str {
+            pub(crate) fn param(&self, name: &str) -> &str {
                 let mut value = "";
                 $crate::http::route_table::walk(self.route.path(), self.request.uri().path(), |parameter, segment| {
                     if parameter == name {
@@ -124,68 +124,68 @@ macro_rules! declare_routes {
 
             /// The integer id `{name}`: text that is not an `i64` gets the same 404 (`unknown`) as an id that names
             /// nothing: one not-found shape per kind of thing, whatever the id looks like.
-            pub fn id(&self, name: &str, unknown: fn() -> $crate::http::error::ApiError) -> Result<i64, $crate::http::error::ApiError> {
+            pub(crate) fn id(&self, name: &str, unknown: fn() -> $crate::http::error::ApiError) -> Result<i64, $crate::http::error::ApiError> {
                 self.param(name).parse().map_err(|_| unknown())
             }
 
             /// The connection, for the routes declared `stream`.
-            pub fn connection(&mut self) -> Result<gateway_edge::Connection, $crate::http::error::ApiError> {
+            pub(crate) fn connection(&mut self) -> Result<gateway_edge::Connection, $crate::http::error::ApiError> {
                 self.connection.take().ok_or_else($crate::http::error::ApiError::internal)
             }
         }
         /// A route of the gateway: a path (or a path template) and the methods it serves.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum Route {
+        pub(crate) enum Route {
             $($(#[doc = $doc])* $route,)+
         }
 
         impl Route {
             /// Every route, in declaration order.
-            pub const ALL: &'static [Route] = &[$(Route::$route,)+];
+            pub(crate) const ALL: &'static [Route] = &[$(Route::$route,)+];
 
             /// The `route` label of each route in `GET /metrics`, in declaration order, then the label of paths
             /// that name no route: the router's own names, never the path, so the label's values are this list
             /// and no more.
-            pub const LABELS: &'static [&'static str] = &[$($label,)+ $crate::stats::UNMATCHED_ROUTE];
+            pub(crate) const LABELS: &'static [&'static str] = &[$($label,)+ $crate::stats::UNMATCHED_ROUTE];
 
             /// The routes whose paths are templates, matched in this order after the exact paths.
-            pub const TEMPLATES: &'static [Route] = declare_routes!(@templates [] $($shape $path $route)+);
+            pub(crate) const TEMPLATES: &'static [Route] = declare_routes!(@templates [] $($shape $path $route)+);
 
             /// The route of an exact path.
-            pub fn exact(path: &str) -> Option<Route> {
+            pub(crate) fn exact(path: &str) -> Option<Route> {
                 declare_routes!(@exact path [] $($shape $path $route)+)
             }
 
             /// Its path, as the document shows it: `{name}` for each parameter.
-            pub const fn path(self) -> &'static str {
+            pub(crate) const fn path(self) -> &'static str {
                 match self {
                     $(Route::$route => $path,)+
                 }
             }
 
             /// Whether it takes any body, not only JSON (no 415).
-            pub const fn opaque_body(self) -> bool {
+            pub(crate) const fn opaque_body(self) -> bool {
                 match self {
                     $(Route::$route => declare_routes!(@opaque_body $($opaque)?),)+
                 }
             }
 
             /// Whether a handler of it holds the request's connection.
-            pub const fn streams(self) -> bool {
+            pub(crate) const fn streams(self) -> bool {
                 match self {
                     $(Route::$route => false $(|| declare_routes!(@stream $($modifier)*))+,)+
                 }
             }
 
             /// The methods it serves, in declaration order (the `Allow` of a 405), with who may call each.
-            pub fn operations(self) -> &'static [($crate::http::route_table::Method, $crate::http::route_table::Access)] {
+            pub(crate) fn operations(self) -> &'static [($crate::http::route_table::Method, $crate::http::route_table::Access)] {
                 match self {
                     $(Route::$route => &[$(($crate::http::route_table::Method::$method, $crate::http::route_table::Access::$access),)+],)+
                 }
             }
 
             /// Its operations as the OpenAPI document shows them (gateway-api builds the document from them).
-            pub fn documented(self) -> Vec<gateway_api::RouteOperation> {
+            pub(crate) fn documented(self) -> Vec<gateway_api::RouteOperation> {
                 match self {
                     $(Route::$route => vec![$(gateway_api::RouteOperation {
                         path: $path,
@@ -203,7 +203,7 @@ macro_rules! declare_routes {
         /// One `async fn`, and the handlers use the call as it was passed: the future of every request is this
         /// one's, which hyper moves several times, so it holds the call once and is not wrapped in another (either
         /// cost a heartbeat about 200 instructions more, in copies).
-        pub async fn run(
+        pub(crate) async fn run(
             #[allow(unused_mut)] mut $c: Call,
         ) -> Result<$crate::http::response::Response, $crate::http::error::ApiError> {
             if let Some(refusal) = $crate::http::route_table::refusal($c.route().operations(), $c.route().opaque_body(), &$c.request, &$c.state) {
@@ -240,7 +240,7 @@ pub(crate) fn walk<'p>(template: &str, mut path: &'p str, mut parameter: impl Fn
 
 /// The route's checks, in the order docs/architecture.md states (405, 415, 401): the answer the call gets instead
 /// of its handler's, if it is refused.
-pub fn refusal(
+pub(super) fn refusal(
     operations: &[(Method, Access)],
     opaque_body: bool,
     request: &Request,
@@ -271,7 +271,7 @@ fn method_not_allowed(operations: &[(Method, Access)]) -> Response {
 }
 
 /// 415 `unsupported_media_type` when a `Content-Type` of `headers` is not JSON.
-pub fn check_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn check_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     if headers.get_all(CONTENT_TYPE).iter().all(|value| is_json_media_type(value.as_bytes())) {
         Ok(())
     } else {
@@ -281,7 +281,7 @@ pub fn check_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
 
 /// `application/json` or `application/<anything>+json`, with any parameters (`; charset=utf-8`), ASCII case
 /// aside.
-pub fn is_json_media_type(value: &[u8]) -> bool {
+pub(super) fn is_json_media_type(value: &[u8]) -> bool {
     let essence = value.split(|byte| *byte == b';').next().unwrap_or_default().trim_ascii();
     let Some(slash) = essence.iter().position(|byte| *byte == b'/') else { return false };
     let (kind, subtype) = (&essence[..slash], &essence[slash + 1..]);

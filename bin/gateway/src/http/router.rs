@@ -34,7 +34,7 @@ use crate::http::routes::{self, Call, Route};
 use crate::state::AppState;
 
 /// The route of `path`: an exact path by a `match` on its text, else the first template it fits.
-pub fn resolve(path: &str) -> Option<Route> {
+pub(super) fn resolve(path: &str) -> Option<Route> {
     Route::exact(path).or_else(|| Route::TEMPLATES.iter().copied().find(|route| fits(*route, path)))
 }
 
@@ -53,7 +53,7 @@ fn label_index(route: Option<Route>) -> usize {
 ///
 /// Built from combinators rather than `async fn`s: an `async fn` keeps its arguments beside the futures it makes
 /// of them, which more than doubled the future hyper moves several times per request.
-pub fn handle(
+pub(super) fn handle(
     state: Arc<AppState>,
     connection: &Connection,
     request: http::Request<Incoming>,
@@ -117,7 +117,7 @@ fn contain_panics(
     })
 }
 /// The headers every answer carries (see the module's documentation).
-pub fn stamp(response: &mut Response) {
+pub(super) fn stamp(response: &mut Response) {
     let headers = response.headers_mut();
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     if !headers.contains_key(CACHE_CONTROL) {

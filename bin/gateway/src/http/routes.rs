@@ -157,7 +157,7 @@ declare_routes! {
 
 impl Route {
     /// Every method of every route as the document shows it, in the table's order.
-    pub fn operations_documented() -> Vec<gateway_api::RouteOperation> {
+    pub(super) fn operations_documented() -> Vec<gateway_api::RouteOperation> {
         Route::ALL.iter().flat_map(|route| route.documented()).collect()
     }
 }

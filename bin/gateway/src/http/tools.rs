@@ -26,7 +26,12 @@ const FIELDS: [&str; 3] = ["agent_id", "tool_call_id", "params"];
 /// read, and the agent is read first, so that checks about the caller (the agent is the token's, it is within its
 /// rate limit) come before anything about the call; a body whose agent cannot be read still counts against the
 /// token's agent.
-pub async fn call(state: &AppState, tool_name: &str, request: Request, client: IpAddr) -> Result<Response, ApiError> {
+pub(super) async fn call(
+    state: &AppState,
+    tool_name: &str,
+    request: Request,
+    client: IpAddr,
+) -> Result<Response, ApiError> {
     let caller = state.auth.authenticate(bearer_token(request.headers()), client).await?;
     let read = read_agent(request).await;
     let named = read.as_ref().map_or(Named::Unreadable, |(_, agent_id)| Named::Agent(agent_id));

@@ -405,10 +405,10 @@ fn every_routes_answers_match_their_snapshots() {
     r.anyone("console_asset", "GET", "/console/app.js", None);
     r.anyone("console_asset", "GET", "/console/nothing.js", None);
     r.anyone("openapi", "GET", "/openapi.json", None);
-    r.anyone(gateway::stats::UNMATCHED_ROUTE, "GET", "/gateway/nothing", None);
+    r.anyone(gateway::UNMATCHED_ROUTE, "GET", "/gateway/nothing", None);
 
     // Every route is snapshotted: the labels are the route table's.
-    let labels: Vec<&str> = gateway::http::ROUTE_NAMES.to_vec();
+    let labels: Vec<&str> = gateway::ROUTE_NAMES.to_vec();
     let recorded: Vec<&str> = recorder.routes.keys().copied().collect();
     let mut expected = labels.clone();
     expected.sort_unstable();

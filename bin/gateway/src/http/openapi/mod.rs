@@ -15,14 +15,14 @@ static DOCUMENT: OnceLock<Bytes> = OnceLock::new();
 
 /// `GET /openapi.json`, for anyone: it describes the API, not the gateway's data. `operations` are the route
 /// table's (the table passes them, so that this module need not know it), read at the first request.
-pub fn get(operations: impl FnOnce() -> Vec<RouteOperation>) -> Response {
+pub(crate) fn get(operations: impl FnOnce() -> Vec<RouteOperation>) -> Response {
     let document = DOCUMENT
         .get_or_init(|| Bytes::from(serde_json::to_vec(&document(operations())).unwrap_or_else(|_| b"{}".to_vec())));
     json_bytes(StatusCode::OK, document.clone())
 }
 
 /// The whole document of `operations`, in their order.
-pub fn document(operations: Vec<RouteOperation>) -> Value {
+pub(crate) fn document(operations: Vec<RouteOperation>) -> Value {
     gateway_api::openapi::document(operations)
 }
 

@@ -48,7 +48,7 @@ const INSPECTOR_PARAMETERS: [&str; 6] = ["session_id", "status", "from", "to", "
 /// Anyone can reach this, so nothing is read before it is known to be worth reading (DESIGN.md §14): a declared
 /// length over the limit is 413 and an id that names no config 404, both before a byte of the body is read (the
 /// body is then dropped unread and the connection closed after the answer, not drained).
-pub async fn inbound(state: &AppState, webhook_id: i64, request: Request) -> Result<Response, ApiError> {
+pub(super) async fn inbound(state: &AppState, webhook_id: i64, request: Request) -> Result<Response, ApiError> {
     refuse_declared_oversize(request.headers())?;
     let config = state.webhooks.inbound_config(webhook_id).await?;
     let signature = InboundSignature::from_headers(request.headers());
@@ -76,7 +76,7 @@ fn refuse_declared_oversize(headers: &http::HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-pub async fn create_config(state: &AppState, request: Request) -> Result<Response, ApiError> {
+pub(super) async fn create_config(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let mut body = JsonObject::read(request).await?;
     let mut text = |field| required(field, body.take_string(field)?);
     let draft = WebhookConfigDraft {
@@ -94,14 +94,14 @@ pub async fn create_config(state: &AppState, request: Request) -> Result<Respons
     Ok(json_response(StatusCode::CREATED, &WebhookConfigBody::of(&created)))
 }
 
-pub async fn list_configs(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+pub(super) async fn list_configs(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     Query::parse(request.uri(), &[])?;
     let configs = state.webhooks.configs().await?;
     let webhook_configs = configs.iter().map(WebhookConfigBody::of).collect();
     Ok(json_response(StatusCode::OK, &WebhookConfigList { webhook_configs }))
 }
 
-pub async fn show_config(state: &AppState, id: i64) -> Result<Response, ApiError> {
+pub(super) async fn show_config(state: &AppState, id: i64) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &WebhookConfigBody::of(&state.webhooks.config(id).await?)))
 }
 
@@ -109,7 +109,7 @@ pub async fn show_config(state: &AppState, id: i64) -> Result<Response, ApiError
 /// `inbound_secret`, `inbound_require_timestamp`, `revoke_previous` (at least one, each checked as on create) → 200
 /// with the config as `GET` shows it; the id and the deliveries stay. `revoke_previous: true` ends the grace of
 /// every previous secret at once (a leaked secret).
-pub async fn update_config(state: &AppState, id: i64, request: Request) -> Result<Response, ApiError> {
+pub(super) async fn update_config(state: &AppState, id: i64, request: Request) -> Result<Response, ApiError> {
     let mut body = JsonObject::read(request).await?;
     let change = WebhookConfigChange {
         target_url: body.take_string("target_url")?,
@@ -125,14 +125,14 @@ pub async fn update_config(state: &AppState, id: i64, request: Request) -> Resul
     Ok(json_response(StatusCode::OK, &WebhookConfigBody::of(&updated)))
 }
 
-pub async fn delete_config(state: &AppState, id: i64) -> Result<Response, ApiError> {
+pub(super) async fn delete_config(state: &AppState, id: i64) -> Result<Response, ApiError> {
     state.webhooks.delete_config(id).await?;
     Ok(json_response(StatusCode::OK, &Deleted::new(id)))
 }
 
 /// `{webhook_id, session_id, payload}`; the payload is kept as the client's exact JSON text, which is what is
 /// signed and sent.
-pub async fn enqueue(state: &AppState, request: Request) -> Result<Response, ApiError> {
+pub(super) async fn enqueue(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let idempotency_key = idempotency_key(request.headers())?;
     let mut body = JsonObject::read(request).await?;
     let webhook_id = required("webhook_id", body.take_i64("webhook_id")?)?;
@@ -148,7 +148,7 @@ pub async fn enqueue(state: &AppState, request: Request) -> Result<Response, Api
 /// `{"deliveries": [...], "next_after_id": id|null}`, ascending id; `from` is inclusive, `to` exclusive, both on
 /// `created_at`. Payloads are left out of the list (a page of 500 could be 500 MiB); `GET
 /// /gateway/deliveries/{id}` has them.
-pub async fn list_deliveries(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+pub(super) async fn list_deliveries(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     let query = Query::parse(request.uri(), &INSPECTOR_PARAMETERS)?;
     let page = query.page(DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, "after_id", |text| text.parse::<i64>().ok())?;
     let status = query
@@ -182,13 +182,13 @@ pub async fn list_deliveries(state: &AppState, request: &Request) -> Result<Resp
     Ok(json_response(StatusCode::OK, &DeliveryPage { deliveries, next_after_id }))
 }
 
-pub async fn show_delivery(state: &AppState, id: i64) -> Result<Response, ApiError> {
+pub(super) async fn show_delivery(state: &AppState, id: i64) -> Result<Response, ApiError> {
     let detail = state.webhooks.delivery(id).await?;
     Ok(json_response(StatusCode::OK, &DeliveryDetail::of(&detail.delivery, &detail.attempts)))
 }
 
 /// "Retry now": 200 with the reset row; 409 `retry_not_allowed` unless the delivery is failed or dead.
-pub async fn retry(state: &AppState, id: i64) -> Result<Response, ApiError> {
+pub(super) async fn retry(state: &AppState, id: i64) -> Result<Response, ApiError> {
     let delivery = state.webhooks.retry_now(id).await?;
     Ok(json_response(StatusCode::OK, &DeliverySummary::of(&delivery)))
 }
