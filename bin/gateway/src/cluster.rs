@@ -18,12 +18,12 @@ pub(crate) const MAX_INSTANCE_ID_CHARS: usize = 64;
 pub struct InstanceId(String);
 
 impl InstanceId {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// `gw-` and 12 random hex digits.
-    pub fn random() -> Self {
+    pub(crate) fn random() -> Self {
         use ring::rand::SecureRandom;
         let mut bytes = [0u8; 6];
         if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
@@ -41,7 +41,7 @@ impl std::fmt::Display for InstanceId {
 
 impl InstanceId {
     /// An `--instance-id` as given.
-    pub fn parse(value: &str) -> Result<Self, String> {
+    pub(crate) fn parse(value: &str) -> Result<Self, String> {
         let valid = !value.is_empty()
             && value.chars().count() <= MAX_INSTANCE_ID_CHARS
             && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
@@ -89,24 +89,24 @@ pub(crate) enum RedisState {
 pub(crate) struct LeaderView {
     // The leader's fencing token; `null` for the moment while a new term is being opened.
     #[schema(required = true)]
-    pub epoch: Option<u64>,
-    pub instance_id: String,
+    pub(crate) epoch: Option<u64>,
+    pub(crate) instance_id: String,
     #[serde(with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime, required = true)]
-    pub since: Option<OffsetDateTime>,
+    pub(crate) since: Option<OffsetDateTime>,
 }
 
 // The body of `GET /gateway/cluster`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClusterView {
-    pub instance_id: String,
+    pub(crate) instance_id: String,
     // `null` while no instance leads (an election in progress, or Redis unreachable).
     #[schema(inline, required = true)]
-    pub leader: Option<LeaderView>,
+    pub(crate) leader: Option<LeaderView>,
     #[schema(inline)]
-    pub redis: RedisState,
-    pub role: Role,
+    pub(crate) redis: RedisState,
+    pub(crate) role: Role,
 }
 
 /// How this instance is coordinated: alone, or through a Redis lease.
@@ -171,8 +171,8 @@ impl Cluster {
 /// next refill. A supervised loop of every instance with Redis, since any of them may lead.
 #[derive(Debug, Clone)]
 pub(crate) struct JobAnnouncements {
-    pub bus: gateway_pubsub::Bus,
-    pub cron: gateway_cron::CronScheduler,
+    pub(crate) bus: gateway_pubsub::Bus,
+    pub(crate) cron: gateway_cron::CronScheduler,
 }
 
 impl gateway_core::BackgroundLoop for JobAnnouncements {
@@ -208,10 +208,10 @@ impl gateway_core::BackgroundLoop for JobAnnouncements {
 /// its next use. A supervised loop of every instance.
 #[derive(Debug, Clone)]
 pub(crate) struct RevocationAnnouncements {
-    pub bus: gateway_pubsub::Bus,
-    pub auth: gateway_auth::Auth,
+    pub(crate) bus: gateway_pubsub::Bus,
+    pub(crate) auth: gateway_auth::Auth,
     /// The bridge's subscription state, with Redis.
-    pub bridge: Option<watch::Receiver<BridgeStatus>>,
+    pub(crate) bridge: Option<watch::Receiver<BridgeStatus>>,
 }
 
 impl gateway_core::BackgroundLoop for RevocationAnnouncements {

@@ -22,40 +22,40 @@ use crate::stats::Metrics;
 pub(crate) struct AppState {
     /// Who a caller is and what it may do: agent tokens (`--agent-auth`), the operator token, per-agent rate
     /// limits and stream caps.
-    pub auth: Auth,
-    pub store: DieselStore,
+    pub(crate) auth: Auth,
+    pub(crate) store: DieselStore,
     /// Where subscribers of this instance listen.
-    pub bus: Bus,
+    pub(crate) bus: Bus,
     /// With Redis: the event bridge's state, whose reconnects make agent streams catch up from the mailbox.
-    pub bridge_status: Option<tokio::sync::watch::Receiver<gateway_pubsub::bridge::BridgeStatus>>,
+    pub(crate) bridge_status: Option<tokio::sync::watch::Receiver<gateway_pubsub::bridge::BridgeStatus>>,
     /// With Redis: the event bridge, for its counters.
-    pub bridge: Option<gateway_pubsub::bridge::RedisBridge>,
+    pub(crate) bridge: Option<gateway_pubsub::bridge::RedisBridge>,
     /// With Redis: what hands every recorded fire to this instance's streams, for its counters.
-    pub feed: Option<gateway_cron::MailboxFeed>,
-    pub heartbeat: HeartbeatManager,
-    pub webhooks: WebhookRouter,
-    pub cron: CronScheduler,
+    pub(crate) feed: Option<gateway_cron::MailboxFeed>,
+    pub(crate) heartbeat: HeartbeatManager,
+    pub(crate) webhooks: WebhookRouter,
+    pub(crate) cron: CronScheduler,
     /// Fired reminders kept for their agents: what agent streams replay.
-    pub mailbox: Mailbox,
+    pub(crate) mailbox: Mailbox,
     /// What `POST /gateway/messages` hands each body to.
-    pub intake: DecisionLogIntake,
+    pub(crate) intake: DecisionLogIntake,
     /// The agents' reminder tools (`POST /gateway/tools/{tool_name}`).
-    pub tools: ReminderTools,
-    pub retention: DeliveryRetention,
+    pub(crate) tools: ReminderTools,
+    pub(crate) retention: DeliveryRetention,
     /// This instance's place in its cluster (`/gateway/cluster`, `/readyz`).
-    pub cluster: Cluster,
-    pub clock: Arc<dyn Clock>,
+    pub(crate) cluster: Cluster,
+    pub(crate) clock: Arc<dyn Clock>,
     /// Cancelled when shutdown begins: event streams end, in-flight requests finish.
-    pub shutdown: CancellationToken,
+    pub(crate) shutdown: CancellationToken,
     /// Open `gateway:*` streams.
-    pub operator_event_streams: Arc<Semaphore>,
+    pub(crate) operator_event_streams: Arc<Semaphore>,
     /// The fires agent streams hold, one copy each for all of them.
-    pub shared_fires: Arc<SharedFires>,
-    pub stream_limits: StreamLimits,
+    pub(crate) shared_fires: Arc<SharedFires>,
+    pub(crate) stream_limits: StreamLimits,
     /// The edge: request-body budget, connections per address, the loopback rules (gateway-edge).
-    pub edge: gateway_edge::Edge,
+    pub(crate) edge: gateway_edge::Edge,
     /// What `GET /metrics` reads besides the components' own counts.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
 }
 
 impl AppState {

@@ -71,9 +71,9 @@ impl HttpStats {
 /// What the binary itself counts, beside what the components count.
 #[derive(Debug)]
 pub(crate) struct Metrics {
-    pub http: HttpStats,
+    pub(crate) http: HttpStats,
     /// Events that event streams could not deliver (their client read too slowly, or the bus overflowed).
-    pub lagged_events: Arc<Counter>,
+    pub(crate) lagged_events: Arc<Counter>,
     /// The database gauges and when they were counted; the lock also makes concurrent scrapes share one count.
     pub(crate) store_gauges: tokio::sync::Mutex<Option<(Instant, StoreGauges)>>,
 }

@@ -22,15 +22,15 @@ use crate::http::response::{Response, json_response};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApiError {
-    pub status: StatusCode,
+    pub(crate) status: StatusCode,
     /// A [`Reason`]'s name: every constructor takes a [`Reason`].
-    pub reason: &'static str,
-    pub detail: Option<String>,
+    pub(crate) reason: &'static str,
+    pub(crate) detail: Option<String>,
     /// Whole seconds for a `Retry-After` header (a 429, a 503 `overloaded`).
-    pub retry_after_s: Option<u64>,
+    pub(crate) retry_after_s: Option<u64>,
     /// `Connection: close` with the answer: the request's body was left unread, so the connection cannot carry
     /// another request.
-    pub close_connection: bool,
+    pub(crate) close_connection: bool,
 }
 
 impl ApiError {

@@ -76,10 +76,10 @@ pub(super) struct Ready<'a> {
     // With the operator's token only.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub checks: Option<ReadinessChecks<'a>>,
-    pub role: Role,
+    pub(crate) checks: Option<ReadinessChecks<'a>>,
+    pub(crate) role: Role,
     #[schema(inline)]
-    pub status: ReadyStatus,
+    pub(crate) status: ReadyStatus,
 }
 
 // `/readyz` when something is not ready: `not_ready` names what.
@@ -89,13 +89,13 @@ pub(super) struct NotReady<'a> {
     // With the operator's token only.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub checks: Option<ReadinessChecks<'a>>,
-    pub not_ready: Vec<&'a str>,
+    pub(crate) checks: Option<ReadinessChecks<'a>>,
+    pub(crate) not_ready: Vec<&'a str>,
     #[schema(inline)]
-    pub reason: NotReadyReason,
-    pub role: Role,
+    pub(crate) reason: NotReadyReason,
+    pub(crate) role: Role,
     #[schema(inline)]
-    pub status: ErrorStatus,
+    pub(crate) status: ErrorStatus,
 }
 
 // What was checked, for the operator: the reasons can carry paths and internals.
@@ -103,29 +103,29 @@ pub(super) struct NotReady<'a> {
 #[serde(deny_unknown_fields)]
 pub(super) struct ReadinessChecks<'a> {
     #[schema(inline)]
-    pub components: Vec<ComponentCheck<'a>>,
+    pub(crate) components: Vec<ComponentCheck<'a>>,
     #[schema(inline)]
-    pub store: StoreCheck<'a>,
+    pub(crate) store: StoreCheck<'a>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct StoreCheck<'a> {
-    pub healthy: bool,
+    pub(crate) healthy: bool,
     #[schema(required = true)]
-    pub problem: Option<&'a str>,
+    pub(crate) problem: Option<&'a str>,
 }
 
 // One component's loop.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ComponentCheck<'a> {
-    pub component: &'a str,
-    pub healthy: bool,
+    pub(crate) component: &'a str,
+    pub(crate) healthy: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub problem: Option<&'a str>,
-    pub running: bool,
+    pub(crate) problem: Option<&'a str>,
+    pub(crate) running: bool,
 }
 
 impl<'a> ComponentCheck<'a> {

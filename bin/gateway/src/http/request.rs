@@ -241,8 +241,8 @@ pub(crate) struct Query {
 /// One page of a keyset-paginated list: at most `limit` items after the cursor `after`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Page<K> {
-    pub limit: usize,
-    pub after: Option<K>,
+    pub(crate) limit: usize,
+    pub(crate) after: Option<K>,
 }
 
 impl Query {
