@@ -810,7 +810,11 @@ fn mailbox_total(database_url: &str, agents: &[String]) -> i64 {
 
 /// `agent_id`'s reminders as the agent reads them (`GET /gateway/agents/{id}/reminders`, through instance `index`):
 /// `(fire_id, scheduled_for, fired_at)` each.
-pub(crate) fn agent_reminders(cluster: &Cluster, index: usize, agent_id: &str) -> Vec<(String, OffsetDateTime, OffsetDateTime)> {
+pub(crate) fn agent_reminders(
+    cluster: &Cluster,
+    index: usize,
+    agent_id: &str,
+) -> Vec<(String, OffsetDateTime, OffsetDateTime)> {
     let (status, body) = cluster.gateway(index).operator_get(&format!("/gateway/agents/{agent_id}/reminders"));
     assert_eq!(status, 200, "{agent_id}'s reminders through {}: {body}", cluster.id(index));
     let instant = |value: &Value| {

@@ -190,8 +190,8 @@ fn ten_instances_agree_list_every_agent_evict_and_remind_once_and_lose_nothing_w
     let due = |n: usize| -> Instant {
         let quarter = reminder_count / 4;
         if n < quarter {
-            kill_at - Duration::from_millis(2_500) + Duration::from_millis(2_000) * u32::try_from(n).unwrap()
-                / u32::try_from(quarter).unwrap()
+            kill_at - Duration::from_millis(2_500)
+                + Duration::from_millis(2_000) * u32::try_from(n).unwrap() / u32::try_from(quarter).unwrap()
         } else if n < quarter + 4 {
             kill_at + Duration::from_millis(10 * (n - quarter + 1) as u64)
         } else {
