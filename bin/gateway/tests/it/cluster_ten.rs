@@ -183,8 +183,9 @@ fn ten_instances_agree_list_every_agent_evict_and_remind_once_and_lose_nothing_w
     // Reminders, scheduled through every instance (the doomed ones too: what they acknowledged must not be lost),
     // each awaited by a subscriber on a survivor other than the instance it goes through. Due around the kill:
     // a few before it (the first leader fires them), none in its last half second (a fire published but not yet
-    // completed would be fired again, under the same id, by the next leader), four 10–40 ms after it (claimed by
-    // the dying leader, 50 ms ahead), the rest over the TTL after it.
+    // completed would be fired again, under the same id, by the next leader), four 30–45 ms after it (claimed by
+    // the dying leader, 50 ms ahead, and left for the next: 30 ms is the kill's margin for being late), the rest
+    // over the TTL after it.
     let kill_at = Instant::now() + SCHEDULING_TIME;
     let ttl = cluster.ttl;
     let due = |n: usize| -> Instant {
@@ -193,7 +194,7 @@ fn ten_instances_agree_list_every_agent_evict_and_remind_once_and_lose_nothing_w
             kill_at - Duration::from_millis(2_500)
                 + Duration::from_millis(2_000) * u32::try_from(n).unwrap() / u32::try_from(quarter).unwrap()
         } else if n < quarter + 4 {
-            kill_at + Duration::from_millis(10 * (n - quarter + 1) as u64)
+            kill_at + Duration::from_millis(25 + 5 * (n - quarter + 1) as u64)
         } else {
             kill_at + ttl.mul_f64((n - quarter - 3) as f64 / (reminder_count - quarter - 3) as f64)
         }
@@ -214,10 +215,11 @@ fn ten_instances_agree_list_every_agent_evict_and_remind_once_and_lose_nothing_w
     for (index, agent) in late_silent.iter().enumerate() {
         beat_once(&cluster, index, agent);
     }
+    // Asked before the kill, not at it: ten answers take longer than the kill's margin.
+    assert_eq!(cluster.leader(), Some(leader), "leadership moved before the kill\n{}", cluster.story());
     thread::sleep(kill_at.saturating_duration_since(Instant::now()));
 
     // The leader and two followers, killed at the same instant.
-    assert_eq!(cluster.leader(), Some(leader), "leadership moved before the kill\n{}", cluster.story());
     {
         let mut bases = bases.lock().unwrap();
         for index in &doomed {
@@ -294,14 +296,29 @@ fn ten_instances_agree_list_every_agent_evict_and_remind_once_and_lose_nothing_w
         assert_eq!(listed_ids, [fire_id.as_str()], "{}'s reminders as the API lists them", reminder.agent);
         fire_ids.insert(job, fire_id);
     }
-    // ... and fired once in the whole cluster, by the instances' logs (the killed ones' included).
+    // ... and fired once in the whole cluster, by the instances' logs (the killed ones' included): one line, or,
+    // when the kill came late enough for the dying leader to publish one of the reminders due just after it, its
+    // line and the next leader's under the same fire id (a publish the dead term did not complete, sent again: a
+    // subscriber gets it once, which is checked above). Anything else is a reminder fired twice.
     let fires = cluster.fires_by_job();
+    let mut republished = 0;
     for (job, fire_id) in &fire_ids {
         let logged: Vec<(&str, &str)> = fires
             .get(job)
             .map(|fires| fires.iter().map(|fire| (cluster.id(fire.instance), fire.fire_id.as_str())).collect())
             .unwrap_or_default();
-        assert_eq!(logged.len(), 1, "job {job} ({fire_id}) fired {} times: {logged:?}", logged.len());
+        match &logged[..] {
+            [(_, id)] if id == fire_id => {}
+            [(one, first), (other, second)]
+                if first == fire_id
+                    && second == fire_id
+                    && BTreeSet::from([*one, *other])
+                        == BTreeSet::from([cluster.id(leader), cluster.id(new_leader)]) =>
+            {
+                republished += 1;
+            }
+            _ => panic!("job {job} ({fire_id}) fired {} times: {logged:?}", logged.len()),
+        }
     }
     let fired_by_first = fire_ids.keys().filter(|job| fires[*job][0].instance == leader).count();
 
@@ -364,7 +381,8 @@ fn ten_instances_agree_list_every_agent_evict_and_remind_once_and_lose_nothing_w
         "ten instances (TTL {}): started in {}; {} live agents listed by all ten; {} silent agents evicted once each \
          ({} by the first leader, {} by the next); {} reminders acknowledged ({} while nobody led), each received \
          once on another instance ({} fired by the first leader); killed {} together, a new leader ({}) after {}; \
-         {unanswered} heartbeats unanswered by the dying; whole run {:.1} s",
+         {republished} published by the dying leader and again by the next; {unanswered} heartbeats unanswered by \
+         the dying; whole run {:.1} s",
         millis(cluster.ttl),
         millis(started),
         live.len(),
