@@ -59,7 +59,7 @@ fn start(test: &str, extra_args: &[&str]) -> Option<Cluster> {
 }
 
 /// Polls `condition` until it holds; panics naming `what` after `within`.
-fn wait_until(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
     while !condition() {
         assert!(Instant::now() < deadline, "timed out after {within:?} waiting for: {what}");
@@ -69,7 +69,7 @@ fn wait_until(what: &str, within: Duration, mut condition: impl FnMut() -> bool)
 
 /// Every instance's own answer: `leader` says it leads, the others that they follow, all name `leader` with the
 /// same epoch, and Redis answers.
-fn assert_one_leader(cluster: &Cluster, leader: usize) {
+pub(crate) fn assert_one_leader(cluster: &Cluster, leader: usize) {
     let views = cluster.views();
     let epoch = &cluster.view(leader)["leader"]["epoch"];
     assert!(epoch.as_u64().is_some_and(|epoch| epoch > 0), "the leader's epoch: {views:?}");
@@ -161,7 +161,7 @@ fn enqueued(cluster: &Cluster, index: usize, webhook: i64, payload: &Value) -> i
     body["id"].as_i64().unwrap()
 }
 
-fn millis(duration: Duration) -> String {
+pub(crate) fn millis(duration: Duration) -> String {
     format!("{} ms", duration.as_millis())
 }
 
@@ -381,7 +381,7 @@ fn inbound(cluster: &Cluster, index: usize, webhook: i64, body: &str) -> (u16, V
     (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap_or(Value::Null))
 }
 
-fn heartbeat(agent_id: &str) -> Value {
+pub(crate) fn heartbeat(agent_id: &str) -> Value {
     json!({"type": "heartbeat", "agent_id": agent_id, "cluster_id": "failover", "timestamp": "2026-02-22T12:00:00Z"})
 }
 
@@ -479,7 +479,7 @@ fn while_redis_is_down_nobody_leads_http_serves_nothing_fires_and_due_reminders_
 }
 
 /// The agent ids `GET /gateway/agents` lists on instance `index`.
-fn listed(cluster: &Cluster, index: usize) -> BTreeSet<String> {
+pub(crate) fn listed(cluster: &Cluster, index: usize) -> BTreeSet<String> {
     let (status, body) = cluster.gateway(index).operator_get("/gateway/agents?limit=1000");
     assert_eq!(status, 200, "{body}");
     body["agents"].as_array().unwrap().iter().map(|agent| agent["agent_id"].as_str().unwrap().to_owned()).collect()
@@ -810,7 +810,11 @@ fn mailbox_total(database_url: &str, agents: &[String]) -> i64 {
 
 /// `agent_id`'s reminders as the agent reads them (`GET /gateway/agents/{id}/reminders`, through instance `index`):
 /// `(fire_id, scheduled_for, fired_at)` each.
-fn agent_reminders(cluster: &Cluster, index: usize, agent_id: &str) -> Vec<(String, OffsetDateTime, OffsetDateTime)> {
+pub(crate) fn agent_reminders(
+    cluster: &Cluster,
+    index: usize,
+    agent_id: &str,
+) -> Vec<(String, OffsetDateTime, OffsetDateTime)> {
     let (status, body) = cluster.gateway(index).operator_get(&format!("/gateway/agents/{agent_id}/reminders"));
     assert_eq!(status, 200, "{agent_id}'s reminders through {}: {body}", cluster.id(index));
     let instant = |value: &Value| {

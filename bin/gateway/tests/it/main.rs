@@ -11,6 +11,7 @@ mod agent_auth;
 mod agent_client;
 mod agent_limits;
 mod cluster;
+mod cluster_ten;
 mod cluster_trust;
 mod config;
 mod console;
