@@ -132,7 +132,9 @@ pub fn run(gateway_binary: &Path, pinning: &Pinning, postgres: &TempPostgres, po
         command.args(["--max-tracked-agents", &(config.agents * 2).to_string()]);
         let log = logs.path().join(format!("{instance_id}.log"));
         // Every pass's line; the info lines of evictions are what an operator's default `info` writes too.
-        command.env("RUST_LOG", "warn,gateway_heartbeat=debug").stderr(File::create(&log).unwrap());
+        command
+            .env("RUST_LOG", "warn,gateway_heartbeat=debug,gateway_store::liveness=debug")
+            .stderr(File::create(&log).unwrap());
         let gateway = Server::spawn(&format!("gateway {instance_id}"), &mut command, "gateway listening on http://");
         wait_ready(&gateway);
         gateways.push((instance_id, gateway, log));
@@ -186,6 +188,7 @@ pub fn run(gateway_binary: &Path, pinning: &Pinning, postgres: &TempPostgres, po
     println!("after the fill: {}", memory(&gateways));
     let mut admin = PgConnection::establish(database.url()).unwrap();
     println!("after the fill: {}", sizes(&mut admin));
+    println!("after the fill: PostgreSQL checkpoints: {}", checkpoints(&mut admin));
     explain_eviction(&mut admin);
 
     // 2. and 3. The steady load until the crowd's pass is over and SETTLE more.
@@ -268,6 +271,12 @@ pub fn run(gateway_binary: &Path, pinning: &Pinning, postgres: &TempPostgres, po
             pass.total_ms
         );
     }
+    println!("the leader's store side of those passes (s since start, flush ms, transaction ms):");
+    for (at, flush_ms, transaction_ms) in store_passes(leader_log, base_wall).iter().filter(|line| line.0 >= filled_us)
+    {
+        println!("  {:>7.2} s  {flush_ms:>9.2}  {transaction_ms:>9.2}", *at as f64 / 1e6);
+    }
+    println!("PostgreSQL checkpoints: {}", checkpoints(&mut admin));
     let quiet: Vec<Pass> =
         all_passes.iter().copied().filter(|pass| pass.evicted == 0 && pass.began_us >= filled_us).collect();
     let crowd: Vec<Pass> = all_passes.iter().copied().filter(|pass| pass.evicted > 0).collect();
@@ -402,6 +411,55 @@ fn passes(log: &Path, base_wall: SystemTime) -> Vec<Pass> {
             })
         })
         .collect()
+}
+
+/// The `evict silent agents` lines of a JSON log: when each ended (µs since `base_wall`), its flush and its
+/// transaction in ms.
+fn store_passes(log: &Path, base_wall: SystemTime) -> Vec<(u64, f64, f64)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|line| line.contains("\"evict silent agents\""))
+        .filter_map(|line| {
+            let line: Value = serde_json::from_str(line).ok()?;
+            let at = time::OffsetDateTime::parse(
+                line["timestamp"].as_str()?,
+                &time::format_description::well_known::Rfc3339,
+            )
+            .ok()?;
+            let ended = SystemTime::from(at).duration_since(base_wall).unwrap_or_default();
+            Some((micros(ended), line["flush_ms"].as_f64()?, line["transaction_ms"].as_f64()?))
+        })
+        .collect()
+}
+
+#[derive(QueryableByName)]
+struct Checkpoints {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    timed: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    requested: i64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    write_ms: f64,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    sync_ms: f64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    buffers: i64,
+}
+
+/// Checkpoints since the server started: each flushes the dirty pages, and the first write of each page after
+/// one logs the whole page (`full_page_writes`), which is what slows commits right after a bulk load.
+fn checkpoints(admin: &mut PgConnection) -> String {
+    let _ = diesel::sql_query("SELECT pg_stat_clear_snapshot()").execute(admin);
+    let found: Checkpoints = diesel::sql_query(
+        "SELECT checkpoints_timed AS timed, checkpoints_req AS requested, checkpoint_write_time AS write_ms, \
+             checkpoint_sync_time AS sync_ms, buffers_checkpoint AS buffers FROM pg_stat_bgwriter",
+    )
+    .get_result(admin)
+    .unwrap();
+    format!(
+        "{} timed, {} requested (WAL size), {} buffers written, write {:.0} ms, sync {:.0} ms",
+        found.timed, found.requested, found.buffers, found.write_ms, found.sync_ms
+    )
 }
 
 /// Sends the plan's heartbeats over `connections` keep-alive connections, half to each instance; returns every
