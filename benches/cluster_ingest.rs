@@ -15,7 +15,7 @@
 //! PostgreSQL's WAL flushes and deadlocks, and prints the warnings the gateways logged.
 //!
 //! Run: `cargo build --release -p gateway && cargo bench -p gateway-benches --bench cluster-ingest` (or
-//! `just bench cluster-ingest`). Needs PostgreSQL's server binaries and `redis-server`; without them it says so in
+//! `just bench cluster-ingest`); with `-- million`, the million-agent mode instead (cluster_million.rs). Needs PostgreSQL's server binaries and `redis-server`; without them it says so in
 //! one line and measures nothing.
 //!
 //! Pinning: the gateways, PostgreSQL (the postmaster and every process it starts) and Redis run on
@@ -31,6 +31,8 @@
 // A benchmark reports on stdout and may panic on a broken setup.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
+#[path = "cluster_million.rs"]
+mod cluster_million;
 #[path = "http_load.rs"]
 mod http_load;
 
@@ -64,6 +66,7 @@ fn main() {
     if !std::env::args().any(|argument| argument == "--bench") {
         return;
     }
+    let million = std::env::args().any(|argument| argument == "million");
     let gateway_binary = gateway_binary();
     // Before any thread exists: threads inherit the CPUs of the thread that starts them.
     let pinning = Pinning::from_env(ENV_PREFIX);
@@ -86,6 +89,10 @@ fn main() {
     let postmaster = postgres.postmaster_pid().expect("PostgreSQL runs: its postmaster.pid is there");
     pinning.pin_started(postmaster);
     println!("PostgreSQL: postmaster pid {postmaster}, CPUs {}", http_load::allowed_cpus(&postmaster.to_string()));
+    if million {
+        cluster_million::run(&gateway_binary, &pinning, &postgres, postmaster);
+        return;
+    }
 
     let bench = Bench { gateway_binary, pinning, settings, spread, postgres, postmaster };
     let setups = [

@@ -166,6 +166,13 @@ impl Collector for Scrape {
             as_i64(state.heartbeat.tracked_count()),
         )?;
         counter(&mut encoder, "agents_evicted", "Agents evicted by this instance's checks", heartbeat.evicted.get())?;
+        let passes = encoder.encode_descriptor(
+            "agent_eviction_pass_duration",
+            "How long each eviction pass of this instance took, its announcements included (only the leader evicts)",
+            seconds,
+            MetricType::Histogram,
+        )?;
+        histogram(passes, &heartbeat.eviction_passes.snapshot())?;
 
         let cron = state.cron.stats();
         counter(

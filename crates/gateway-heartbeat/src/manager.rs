@@ -1,7 +1,7 @@
 //! The HeartbeatManager and its eviction loop.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gateway_core::runtime::group_commit::GroupCommit;
 use gateway_core::runtime::stats::HeartbeatStats;
@@ -188,6 +188,7 @@ impl HeartbeatManager {
     /// to the pass.
     fn check_at(&self, now: OffsetDateTime, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
         let threshold = time::Duration::try_from(self.inner.config.eviction_threshold).unwrap_or(time::Duration::MAX);
+        let began = Instant::now();
         let evicted: Vec<EvictedAgent> = self
             .inner
             .liveness
@@ -199,6 +200,7 @@ impl HeartbeatManager {
                 last_seen: entry.last_seen,
             })
             .collect();
+        let stored = began.elapsed();
         self.inner.stats.evicted.add(u64::try_from(evicted.len()).unwrap_or(u64::MAX));
         // Outside any lock of the map: heartbeats keep flowing while evictions are announced.
         for agent in &evicted {
@@ -216,6 +218,16 @@ impl HeartbeatManager {
             }
             tracing::info!(agent_id = %agent.agent_id, last_seen = %agent.last_seen, "agent evicted");
         }
+        // The whole pass, announcements included: what an operator sizing the fleet or the check interval needs,
+        // and what tells a slow store (`store_ms`) from a crowd of announcements.
+        let took = began.elapsed();
+        self.inner.stats.eviction_passes.observe(took);
+        tracing::debug!(
+            evicted = evicted.len(),
+            store_ms = stored.as_secs_f64() * 1e3,
+            total_ms = took.as_secs_f64() * 1e3,
+            "eviction pass"
+        );
         Ok(evicted)
     }
 

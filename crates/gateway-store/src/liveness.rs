@@ -297,7 +297,9 @@ impl LivenessMap for SharedLiveness {
     ) -> Result<Vec<LiveEntry>, StoreError> {
         use gateway_live_agents::dsl;
         // This instance's own receipts first: an agent must not be evicted for a heartbeat still in memory here.
+        let began = std::time::Instant::now();
         self.flush()?;
+        let flushed = began.elapsed();
         let cutoff = to_db(now.checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH));
         let evicted: Vec<LiveRow> = self.inner.store.immediate_fenced("evict silent agents", |connection| {
             admit(connection, token)?;
@@ -321,6 +323,14 @@ impl LivenessMap for SharedLiveness {
             }
             Ok(rows)
         })?;
+        // Which half of a slow pass was slow: waiting for a heartbeat group's commit (the flush takes its turn),
+        // or the fenced transaction itself.
+        tracing::debug!(
+            flush_ms = flushed.as_secs_f64() * 1e3,
+            transaction_ms = (began.elapsed() - flushed).as_secs_f64() * 1e3,
+            evicted = evicted.len(),
+            "evict silent agents"
+        );
         let evicted: Vec<LiveEntry> = evicted.into_iter().map(LiveRow::into_entry).collect::<Result<_, _>>()?;
         let mut local = lock(&self.inner.local);
         for entry in &evicted {

@@ -18,6 +18,7 @@ const FAMILIES: &[(&str, &str)] = &[
     ("gateway_heartbeats_accepted", "counter"),
     ("gateway_agents_live", "gauge"),
     ("gateway_agents_evicted", "counter"),
+    ("gateway_agent_eviction_pass_duration_seconds", "histogram"),
     ("gateway_cron_fires", "counter"),
     ("gateway_cron_fire_lateness_seconds", "histogram"),
     ("gateway_cron_jobs_pending", "gauge"),

@@ -114,13 +114,44 @@ pub const LATENESS_BOUNDS: &[Duration] = &[
     Duration::from_secs(300),
 ];
 
+/// Bounds for how long one eviction pass takes: a pass that finds nobody silent is an index probe (well under a
+/// millisecond to a few); one that evicts a crowd writes and announces every agent, seconds for 100,000.
+pub const EVICTION_PASS_BOUNDS: &[Duration] = &[
+    Duration::from_millis(1),
+    Duration::from_millis(2),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
+    Duration::from_secs(30),
+];
+
 /// What the heartbeat manager counts.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct HeartbeatStats {
     /// Heartbeats accepted (their row committed).
     pub accepted: Counter,
     /// Agents evicted by this instance's checks.
     pub evicted: Counter,
+    /// How long each of this instance's eviction passes took, from the pass's start to its last announcement.
+    pub eviction_passes: DurationHistogram,
+}
+
+impl Default for HeartbeatStats {
+    fn default() -> Self {
+        Self {
+            accepted: Counter::new(),
+            evicted: Counter::new(),
+            eviction_passes: DurationHistogram::new(EVICTION_PASS_BOUNDS),
+        }
+    }
 }
 
 /// What the cron scheduler counts.
