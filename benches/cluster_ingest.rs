@@ -33,6 +33,8 @@
 
 #[path = "http_load.rs"]
 mod http_load;
+#[path = "ingest_table.rs"]
+mod table;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -40,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use diesel::{Connection as _, PgConnection, QueryableByName, RunQueryDsl as _};
-use gateway_testkit::postgres::TempPostgres;
+use gateway_testkit::postgres::{TempDatabase, TempPostgres};
 use gateway_testkit::redis::RedisServer;
 use http_load::{Load, Measured, Pinning, Server, Settings, Spread, Watched, age, gateway_binary};
 use serde_json::Value;
@@ -88,6 +90,10 @@ fn main() {
     println!("PostgreSQL: postmaster pid {postmaster}, CPUs {}", http_load::allowed_cpus(&postmaster.to_string()));
 
     let bench = Bench { gateway_binary, pinning, settings, spread, postgres, postmaster };
+    if std::env::var_os(format!("{ENV_PREFIX}_TABLE")).is_some() {
+        bench.table();
+        return;
+    }
     let setups = [
         Setup { name: "SQLite", database: Database::Sqlite, redis: false, instances: 1 },
         Setup { name: "PostgreSQL", database: Database::Postgres, redis: false, instances: 1 },
@@ -129,6 +135,21 @@ struct Bench {
 enum Database {
     Sqlite,
     Postgres,
+}
+
+/// A setup's servers, running.
+struct Started {
+    title: String,
+    _logs: tempfile::TempDir,
+    _sqlite_dir: tempfile::TempDir,
+    postgres_database: Option<TempDatabase>,
+    redis: Option<RedisServer>,
+    /// Instance id, server, log file.
+    gateways: Vec<(String, Server, PathBuf)>,
+    watched: Vec<Watched>,
+    /// `pg_stat_wal.wal_sync` and the database's committed transactions when the setup started.
+    wal_before: Option<i64>,
+    commits_before: Option<i64>,
 }
 
 struct Setup {
@@ -186,7 +207,8 @@ fn per_request_of_others(measured: &Measured) -> String {
 }
 
 impl Bench {
-    fn run(&self, setup: &Setup) -> Outcome {
+    /// Starts a setup's servers: a fresh database (and Redis), its gateways, each ready.
+    fn start(&self, setup: &Setup) -> Started {
         let title =
             format!("{}, {} instance{}", setup.name, setup.instances, if setup.instances > 1 { "s" } else { "" });
         println!();
@@ -208,6 +230,7 @@ impl Bench {
             redis
         });
         let wal_before = postgres_database.as_ref().map(|_| self.wal_flushes());
+        let commits_before = postgres_database.as_ref().map(|database| self.commits(database.name()));
 
         let mut watched = Vec::new();
         let mut gateways = Vec::new();
@@ -234,6 +257,31 @@ impl Bench {
         if let Some(pid) = redis.as_ref().and_then(RedisServer::pid) {
             watched.push(Watched { name: "redis".to_owned(), pid });
         }
+        Started {
+            title,
+            _logs: logs,
+            _sqlite_dir: sqlite_dir,
+            postgres_database,
+            redis,
+            gateways,
+            watched,
+            wal_before,
+            commits_before,
+        }
+    }
+
+    fn run(&self, setup: &Setup) -> Outcome {
+        let Started {
+            title,
+            _logs,
+            _sqlite_dir,
+            postgres_database,
+            redis,
+            gateways,
+            watched,
+            wal_before,
+            commits_before: _,
+        } = self.start(setup);
         let servers: Vec<_> = gateways.iter().map(|(_, gateway, _)| gateway.address).collect();
         let load = Load {
             path: "/gateway/heartbeat",
@@ -296,6 +344,22 @@ impl Bench {
         // The server's own statistics, not ones this connection might still hold.
         diesel::sql_query("SELECT pg_stat_clear_snapshot()").execute(&mut admin).unwrap();
         diesel::sql_query("SELECT wal_sync AS count FROM pg_stat_wal").get_result::<Count>(&mut admin).unwrap().count
+    }
+
+    /// Transactions committed in `database` so far (each statement outside a transaction counts as one).
+    fn commits(&self, database: &str) -> i64 {
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            count: i64,
+        }
+        let mut admin = self.admin();
+        diesel::sql_query("SELECT pg_stat_clear_snapshot()").execute(&mut admin).unwrap();
+        diesel::sql_query("SELECT xact_commit AS count FROM pg_stat_database WHERE datname = $1")
+            .bind::<diesel::sql_types::Text, _>(database)
+            .get_result::<Count>(&mut admin)
+            .unwrap()
+            .count
     }
 
     fn deadlocks(&self, database: &str) -> i64 {
