@@ -87,7 +87,8 @@ impl Bench {
             println!("cluster-ingest table: skipped (wrk not found: Debian package `wrk`)");
             return;
         }
-        let group = gateway_testkit::env_size(&format!("{ENV_PREFIX}_CEILING_GROUP"), self.settings.connections as usize);
+        let group =
+            gateway_testkit::env_size(&format!("{ENV_PREFIX}_CEILING_GROUP"), self.settings.connections as usize);
         println!("wrk: {script}, {} connections, {} agents", self.settings.connections, self.settings.agents);
         println!("ceiling: groups of {group} ({ENV_PREFIX}_CEILING_GROUP), one writer, on the servers' CPUs");
         let setups = [
@@ -197,8 +198,9 @@ impl Bench {
             .iter()
             .zip(before)
             .map(|(process, before)| {
-                let used =
-                    http_load::tree_cpu_time(process.pid).zip(before).map(|(after, before)| after.saturating_sub(before));
+                let used = http_load::tree_cpu_time(process.pid)
+                    .zip(before)
+                    .map(|(after, before)| after.saturating_sub(before));
                 (process.name.clone(), used)
             })
             .collect();
@@ -219,7 +221,10 @@ impl Bench {
             requests,
             p50: field("50%").unwrap_or_default(),
             p99: field("99%").unwrap_or_default(),
-            failures: format!("{non_2xx} non-2xx{}", socket_errors.map_or(String::new(), |errors| format!("; {errors}"))),
+            failures: format!(
+                "{non_2xx} non-2xx{}",
+                socket_errors.map_or(String::new(), |errors| format!("; {errors}"))
+            ),
             cpu,
             elapsed: duration,
         }

@@ -435,10 +435,8 @@ fn write_rows_postgres(
 ) -> QueryResult<()> {
     let beats = latest_rows(heartbeats);
     match (beats.is_empty(), receipts.is_empty()) {
-        (false, false) => {
-            UnnestAgentRows::<RowsAndReceipts>::new(vec![Columns::of(&beats), Columns::of(receipts)])
-                .execute(connection)?
-        }
+        (false, false) => UnnestAgentRows::<RowsAndReceipts>::new(vec![Columns::of(&beats), Columns::of(receipts)])
+            .execute(connection)?,
         (false, true) => UnnestAgentRows::<HeartbeatRows>::new(vec![Columns::of(&beats)]).execute(connection)?,
         (true, false) => UnnestAgentRows::<ReceiptRows>::new(vec![Columns::of(receipts)]).execute(connection)?,
         (true, true) => 0,
