@@ -106,7 +106,9 @@ impl Bench {
             let started = self.start(setup);
             let address = started.gateways[0].1.address;
             self.wrk(script, address, self.settings.warmup, &[]);
+            let window = Window::open(self.postmaster);
             let run = self.wrk(script, address, self.settings.duration, &started.watched);
+            println!("  {}", window.close().describe());
             println!(
                 "{}: {:.0} heartbeats/s, p50 {}, p99 {}, failures: {}; gateway CPU {} per heartbeat, PostgreSQL + \
                  Redis {}",

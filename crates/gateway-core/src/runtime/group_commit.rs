@@ -63,7 +63,7 @@ pub struct GroupCommit<T, R> {
 }
 
 /// How long, at most, a writer waits for callers to come back, as a share of the last group's write time.
-pub const LINGER_SHARE: f64 = 0.5;
+pub const LINGER_SHARE: f64 = 1.0;
 /// The longest wait, whatever the write time.
 pub const MAX_LINGER: Duration = Duration::from_millis(1);
 
