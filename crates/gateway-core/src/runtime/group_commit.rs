@@ -191,7 +191,7 @@ mod tests {
             })
             .collect();
         while lock(&group.state).queued.len() + in_first_write.load(Ordering::SeqCst) < 256 {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         open_gate.send(()).unwrap();
         for caller in callers {
@@ -200,10 +200,10 @@ mod tests {
         }
         assert!(calls.load(Ordering::Relaxed) < 256, "some writes were shared");
         // The writer answers its callers before it looks at the queue again, so it stops a moment after them.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(10);
         while lock(&group.state).writing {
-            assert!(std::time::Instant::now() < deadline, "the writer did not stop with nothing queued");
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            assert!(Instant::now() < deadline, "the writer did not stop with nothing queued");
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // A later caller starts a new writer.
         assert_eq!(group.submit(21).await, Ok(42));
