@@ -28,6 +28,9 @@
 //! `CLUSTER_BENCH_SPREAD`: with two instances, `fleet` (default: every agent heartbeats to both instances, the
 //! second one's connections half the fleet ahead), `sticky` (each agent always to the same instance) or
 //! `lockstep` (both instances get the same agents at about the same moment). Results: docs/benchmarks.md.
+//!
+//! `CLUSTER_BENCH_TABLE=1` runs issue 18's table instead (ingest_table.rs, `just bench-table`): the three
+//! one-instance setups driven by wrk, each PostgreSQL figure beside its ceiling.
 // A benchmark reports on stdout and may panic on a broken setup.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
