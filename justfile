@@ -23,3 +23,10 @@ ci:
 bench name="" *args:
     cargo build --release -p gateway
     cargo bench -p gateway-benches {{ if name == "" { "" } else { "--bench " + name } }} {{ if args == "" { "" } else { "-- " + args } }}
+
+# Issue 18's table: heartbeats/s on SQLite, PostgreSQL and PostgreSQL + Redis (one instance each) with wrk, their
+# ratios to SQLite, and the PostgreSQL ceiling beside each (benches/ingest_table.rs). Servers on CPU 0, wrk on CPU 1.
+bench-table:
+    cargo build --release -p gateway
+    CLUSTER_BENCH_TABLE=1 CLUSTER_BENCH_CONNECTIONS=32 CLUSTER_BENCH_AGENTS=100000 CLUSTER_BENCH_SERVER_CPUS=0 \
+      CLUSTER_BENCH_CLIENT_CPUS=1 cargo bench -p gateway-benches --bench cluster-ingest

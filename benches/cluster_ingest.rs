@@ -28,6 +28,9 @@
 //! `CLUSTER_BENCH_SPREAD`: with two instances, `fleet` (default: every agent heartbeats to both instances, the
 //! second one's connections half the fleet ahead), `sticky` (each agent always to the same instance) or
 //! `lockstep` (both instances get the same agents at about the same moment). Results: docs/benchmarks.md.
+//!
+//! `CLUSTER_BENCH_TABLE=1` runs issue 18's table instead (ingest_table.rs, `just bench-table`): the three
+//! one-instance setups driven by wrk, each PostgreSQL figure beside its ceiling.
 // A benchmark reports on stdout and may panic on a broken setup.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
@@ -35,6 +38,8 @@
 mod cluster_million;
 #[path = "http_load.rs"]
 mod http_load;
+#[path = "ingest_table.rs"]
+mod table;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -42,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use diesel::{Connection as _, PgConnection, QueryableByName, RunQueryDsl as _};
-use gateway_testkit::postgres::TempPostgres;
+use gateway_testkit::postgres::{TempDatabase, TempPostgres};
 use gateway_testkit::redis::RedisServer;
 use http_load::{Load, Measured, Pinning, Server, Settings, Spread, Watched, age, gateway_binary};
 use serde_json::Value;
@@ -95,6 +100,10 @@ fn main() {
     }
 
     let bench = Bench { gateway_binary, pinning, settings, spread, postgres, postmaster };
+    if std::env::var_os(format!("{ENV_PREFIX}_TABLE")).is_some() {
+        bench.table();
+        return;
+    }
     let setups = [
         Setup { name: "SQLite", database: Database::Sqlite, redis: false, instances: 1 },
         Setup { name: "PostgreSQL", database: Database::Postgres, redis: false, instances: 1 },
@@ -136,6 +145,21 @@ struct Bench {
 enum Database {
     Sqlite,
     Postgres,
+}
+
+/// A setup's servers, running.
+struct Started {
+    title: String,
+    _logs: tempfile::TempDir,
+    _sqlite_dir: tempfile::TempDir,
+    postgres_database: Option<TempDatabase>,
+    redis: Option<RedisServer>,
+    /// Instance id, server, log file.
+    gateways: Vec<(String, Server, PathBuf)>,
+    watched: Vec<Watched>,
+    /// `pg_stat_wal.wal_sync` and the database's committed transactions when the setup started.
+    wal_before: Option<i64>,
+    commits_before: Option<i64>,
 }
 
 struct Setup {
@@ -193,7 +217,8 @@ fn per_request_of_others(measured: &Measured) -> String {
 }
 
 impl Bench {
-    fn run(&self, setup: &Setup) -> Outcome {
+    /// Starts a setup's servers: a fresh database (and Redis), its gateways, each ready.
+    fn start(&self, setup: &Setup) -> Started {
         let title =
             format!("{}, {} instance{}", setup.name, setup.instances, if setup.instances > 1 { "s" } else { "" });
         println!();
@@ -215,6 +240,7 @@ impl Bench {
             redis
         });
         let wal_before = postgres_database.as_ref().map(|_| self.wal_flushes());
+        let commits_before = postgres_database.as_ref().map(|database| self.commits(database.name()));
 
         let mut watched = Vec::new();
         let mut gateways = Vec::new();
@@ -241,6 +267,31 @@ impl Bench {
         if let Some(pid) = redis.as_ref().and_then(RedisServer::pid) {
             watched.push(Watched { name: "redis".to_owned(), pid });
         }
+        Started {
+            title,
+            _logs: logs,
+            _sqlite_dir: sqlite_dir,
+            postgres_database,
+            redis,
+            gateways,
+            watched,
+            wal_before,
+            commits_before,
+        }
+    }
+
+    fn run(&self, setup: &Setup) -> Outcome {
+        let Started {
+            title,
+            _logs,
+            _sqlite_dir,
+            postgres_database,
+            redis,
+            gateways,
+            watched,
+            wal_before,
+            commits_before: _,
+        } = self.start(setup);
         let servers: Vec<_> = gateways.iter().map(|(_, gateway, _)| gateway.address).collect();
         let load = Load {
             path: "/gateway/heartbeat",
@@ -303,6 +354,22 @@ impl Bench {
         // The server's own statistics, not ones this connection might still hold.
         diesel::sql_query("SELECT pg_stat_clear_snapshot()").execute(&mut admin).unwrap();
         diesel::sql_query("SELECT wal_sync AS count FROM pg_stat_wal").get_result::<Count>(&mut admin).unwrap().count
+    }
+
+    /// Transactions committed in `database` so far (each statement outside a transaction counts as one).
+    fn commits(&self, database: &str) -> i64 {
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            count: i64,
+        }
+        let mut admin = self.admin();
+        diesel::sql_query("SELECT pg_stat_clear_snapshot()").execute(&mut admin).unwrap();
+        diesel::sql_query("SELECT xact_commit AS count FROM pg_stat_database WHERE datname = $1")
+            .bind::<diesel::sql_types::Text, _>(database)
+            .get_result::<Count>(&mut admin)
+            .unwrap()
+            .count
     }
 
     fn deadlocks(&self, database: &str) -> i64 {

@@ -1,14 +1,17 @@
 //! `HeartbeatStore` over `gateway_heartbeats`.
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
 
-use diesel::pg::Pg;
+use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
-use diesel::sql_types::{Text, Timestamp};
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::sql_types::{Array, Text, Timestamp};
 use diesel::sqlite::Sqlite;
 use gateway_core::{AgentId, ClusterId, HeartbeatRecord, HeartbeatStore, StoreError};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
+use crate::batch::push_sql_with_binds;
 use crate::connection::{AnyConnection, DieselStore};
 use crate::schema::gateway_heartbeats;
 use crate::timestamp::{from_db, to_db};
@@ -26,7 +29,17 @@ struct HeartbeatRow {
 
 impl HeartbeatStore for DieselStore {
     fn upsert_heartbeats(&self, records: &[HeartbeatRecord]) -> Result<(), StoreError> {
-        self.immediate("upsert heartbeats", |connection| write_heartbeats(connection, records))
+        if self.is_sqlite() {
+            return self.immediate("upsert heartbeats", |connection| write_heartbeats(connection, records));
+        }
+        // One statement, atomic and durable on its own: no BEGIN and COMMIT round trips around it.
+        let rows = latest_rows(records);
+        self.with_connection("upsert heartbeats", |connection| match connection {
+            AnyConnection::Postgres(c) if !rows.is_empty() => {
+                UnnestAgentRows::<HeartbeatRows>::new(vec![Columns::of(&rows)]).execute(&mut **c).map(drop)
+            }
+            _ => write_heartbeats(connection, records),
+        })
     }
 
     fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError> {
@@ -50,6 +63,12 @@ impl HeartbeatStore for DieselStore {
 
 /// Upserts `records` inside the caller's transaction (the shared liveness map writes its receipts in the same one).
 pub(crate) fn write_heartbeats(connection: &mut AnyConnection<'_>, records: &[HeartbeatRecord]) -> QueryResult<()> {
+    let rows = latest_rows(records);
+    upsert_agent_rows(connection, &HEARTBEAT_UPSERT, &rows)
+}
+
+/// The rows a group of heartbeats writes, one per agent, in agent id order.
+pub(crate) fn latest_rows(records: &[HeartbeatRecord]) -> Vec<AgentRow<'_>> {
     // The last record of an agent wins, so only it is written: one row per agent per statement is also what
     // PostgreSQL requires of a multi-row upsert.
     let mut latest: HashMap<&str, &HeartbeatRecord> = HashMap::with_capacity(records.len());
@@ -60,9 +79,7 @@ pub(crate) fn write_heartbeats(connection: &mut AnyConnection<'_>, records: &[He
     // In one order, whatever the hash map's: two PostgreSQL transactions that upsert overlapping agents lock
     // their rows in the same order, so they queue instead of deadlocking.
     rows.sort_unstable_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
-    let rows: Vec<AgentRow<'_>> =
-        rows.iter().map(|record| (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at)).collect();
-    upsert_agent_rows(connection, &HEARTBEAT_UPSERT, &rows)
+    rows.iter().map(|record| (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at)).collect()
 }
 
 const HEARTBEAT_UPSERT: AgentRowsUpsert = AgentRowsUpsert {
@@ -117,6 +134,79 @@ impl AgentRowsUpsert {
         format!("{} VALUES {} {}", self.insert, values.join(", "), self.on_conflict)
     }
 }
+
+/// PostgreSQL's statement for groups of [`AgentRow`]s: each column of a group is one array parameter, `unnest`ed,
+/// so the text is the same for any group size and the statement is prepared once per connection (a text that
+/// changes with the row count is parsed and planned by the server at every group: about half its CPU per
+/// heartbeat group, measured with benches/ingest_table.rs). `K` gives the text; each kind is its own prepared
+/// statement.
+pub(crate) struct UnnestAgentRows<'a, K> {
+    /// One set of columns per `unnest($, $, $)` of the text, in order.
+    sets: Vec<Columns<'a>>,
+    kind: PhantomData<K>,
+}
+
+/// The text of an [`UnnestAgentRows`]: `$` for each parameter, three per set of rows (agent ids, cluster ids,
+/// instants), each set inserted in the order sent (`WITH ORDINALITY … ORDER BY`): the rows are sorted by agent id,
+/// and every writer of them locks them in that order.
+pub(crate) trait AgentRowsSql: 'static {
+    const SQL: &'static str;
+}
+
+/// The heartbeat rows alone.
+pub(crate) struct HeartbeatRows;
+
+impl AgentRowsSql for HeartbeatRows {
+    const SQL: &'static str = "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at) \
+         SELECT agent_id, cluster_id, at FROM unnest($, $, $) WITH ORDINALITY AS sent (agent_id, cluster_id, at, n) \
+         ORDER BY n \
+         ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at";
+}
+
+/// A group's columns.
+pub(crate) struct Columns<'a> {
+    agent_id: Vec<&'a str>,
+    cluster_id: Vec<&'a str>,
+    at: Vec<PrimitiveDateTime>,
+}
+
+impl<'a> Columns<'a> {
+    pub(crate) fn of(rows: &[AgentRow<'a>]) -> Self {
+        Self {
+            agent_id: rows.iter().map(|row| row.0).collect(),
+            cluster_id: rows.iter().map(|row| row.1).collect(),
+            at: rows.iter().map(|row| to_db(row.2)).collect(),
+        }
+    }
+}
+
+impl<'a, K: AgentRowsSql> UnnestAgentRows<'a, K> {
+    pub(crate) fn new(sets: Vec<Columns<'a>>) -> Self {
+        Self { sets, kind: PhantomData }
+    }
+}
+
+impl<K: AgentRowsSql> QueryFragment<Pg> for UnnestAgentRows<'_, K> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        push_sql_with_binds(&mut out, K::SQL, |index, out| {
+            let set = self.sets.get(index / 3).ok_or_else(|| {
+                diesel::result::Error::QueryBuilderError("more parameters than sets of agent rows".into())
+            })?;
+            match index % 3 {
+                0 => out.push_bind_param::<Array<Text>, _>(&set.agent_id),
+                1 => out.push_bind_param::<Array<Text>, _>(&set.cluster_id),
+                _ => out.push_bind_param::<Array<Timestamp>, _>(&set.at),
+            }
+        })
+    }
+}
+
+impl<K: AgentRowsSql> QueryId for UnnestAgentRows<'_, K> {
+    type QueryId = UnnestAgentRows<'static, K>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<K: AgentRowsSql> RunQueryDsl<PgConnection> for UnnestAgentRows<'_, K> {}
 
 /// Binds the chunk's rows in the statement's parameter order.
 fn bind_rows<'a, DB>(

@@ -24,7 +24,10 @@ use time::{OffsetDateTime, PrimitiveDateTime};
 use crate::background::PeriodicThread;
 use crate::connection::{AnyConnection, DieselStore};
 use crate::fencing::admit;
-use crate::heartbeat::{AgentRow, AgentRowsUpsert, upsert_agent_rows, write_heartbeats};
+use crate::heartbeat::{
+    AgentRow, AgentRowsSql, AgentRowsUpsert, Columns, HeartbeatRows, UnnestAgentRows, latest_rows, upsert_agent_rows,
+    write_heartbeats,
+};
 use crate::schema::gateway_live_agents;
 use crate::timestamp::{from_db, to_db};
 
@@ -170,14 +173,26 @@ impl SharedLiveness {
         rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut entries: Vec<(&AgentId, &CapabilityEntry)> = capabilities.iter().collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let written = self.inner.store.immediate("share liveness", |connection| {
-            write_heartbeats(connection, heartbeats)?;
-            upsert_agent_rows(connection, &RECEIPT_UPSERT, &rows)?;
+        let work = |connection: &mut AnyConnection<'_>| {
+            match connection {
+                AnyConnection::Postgres(c) => write_rows_postgres(c, heartbeats, &rows)?,
+                AnyConnection::Sqlite(_) => {
+                    write_heartbeats(connection, heartbeats)?;
+                    upsert_agent_rows(connection, &RECEIPT_UPSERT, &rows)?;
+                }
+            }
             for (agent_id, entry) in &entries {
                 update_capabilities(connection, agent_id, entry)?;
             }
             Ok(())
-        });
+        };
+        // On PostgreSQL the rows and the receipts are one statement, atomic and durable on its own: a transaction
+        // (two more round trips) only when capability entries go with it.
+        let written = if entries.is_empty() && !self.inner.store.is_sqlite() {
+            self.inner.store.with_connection("share liveness", work)
+        } else {
+            self.inner.store.immediate("share liveness", work)
+        };
         if let Err(error) = written {
             // Kept for the next flush, under whatever arrived meanwhile if that is newer.
             let mut local = lock(&self.inner.local);
@@ -421,6 +436,57 @@ const RECEIPT_UPSERT: AgentRowsUpsert = AgentRowsUpsert {
          received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
              THEN excluded.received_at ELSE gateway_live_agents.received_at END",
 };
+
+/// A group's heartbeat rows and receipts on PostgreSQL, in one statement when there are both.
+fn write_rows_postgres(
+    connection: &mut PgConnection,
+    heartbeats: &[HeartbeatRecord],
+    receipts: &[AgentRow<'_>],
+) -> QueryResult<()> {
+    let beats = latest_rows(heartbeats);
+    match (beats.is_empty(), receipts.is_empty()) {
+        (false, false) => UnnestAgentRows::<RowsAndReceipts>::new(vec![Columns::of(&beats), Columns::of(receipts)])
+            .execute(connection)?,
+        (false, true) => UnnestAgentRows::<HeartbeatRows>::new(vec![Columns::of(&beats)]).execute(connection)?,
+        (true, false) => UnnestAgentRows::<ReceiptRows>::new(vec![Columns::of(receipts)]).execute(connection)?,
+        (true, true) => 0,
+    };
+    Ok(())
+}
+
+/// [`RECEIPT_UPSERT`] on PostgreSQL.
+struct ReceiptRows;
+
+impl AgentRowsSql for ReceiptRows {
+    const SQL: &'static str = "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at) \
+         SELECT agent_id, cluster_id, at FROM unnest($, $, $) WITH ORDINALITY AS sent (agent_id, cluster_id, at, n) \
+         ORDER BY n \
+         ON CONFLICT (agent_id) DO UPDATE SET \
+         cluster_id = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
+             THEN excluded.cluster_id ELSE gateway_live_agents.cluster_id END, \
+         received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
+             THEN excluded.received_at ELSE gateway_live_agents.received_at END";
+}
+
+/// The heartbeat rows and the receipts in one statement. PostgreSQL runs a data-modifying `WITH` that the main
+/// statement does not read after the main statement: receipts are locked first, then rows, by every instance
+/// alike, each set in agent id order.
+struct RowsAndReceipts;
+
+impl AgentRowsSql for RowsAndReceipts {
+    const SQL: &'static str = "WITH beats AS (INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at) \
+         SELECT agent_id, cluster_id, at FROM unnest($, $, $) WITH ORDINALITY AS sent (agent_id, cluster_id, at, n) \
+         ORDER BY n \
+         ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at) \
+         INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at) \
+         SELECT agent_id, cluster_id, at FROM unnest($, $, $) WITH ORDINALITY AS sent (agent_id, cluster_id, at, n) \
+         ORDER BY n \
+         ON CONFLICT (agent_id) DO UPDATE SET \
+         cluster_id = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
+             THEN excluded.cluster_id ELSE gateway_live_agents.cluster_id END, \
+         received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
+             THEN excluded.received_at ELSE gateway_live_agents.received_at END";
+}
 
 /// Sets a live agent's entry; an agent without a row (never live, or evicted) gets none.
 fn update_capabilities(

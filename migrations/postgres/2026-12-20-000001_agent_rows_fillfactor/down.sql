@@ -1,0 +1,2 @@
+ALTER TABLE gateway_heartbeats RESET (fillfactor);
+ALTER TABLE gateway_live_agents RESET (fillfactor);
