@@ -283,6 +283,7 @@ impl CronScheduler {
     fn start_refill(&self, now: OffsetDateTime) -> Refill {
         let before = now + duration(self.inner.config.lookahead);
         let limit = self.inner.config.window_capacity.max(1);
+        lock(&self.inner.window).reload_started();
         let rows = InFlight::start(&self.inner, move |inner| inner.store.pending_fires(before, limit));
         Refill { started: now, before, limit, rows }
     }
