@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use database::{Backend, BenchDatabase};
 use diesel::{Connection, RunQueryDsl};
 use gateway_core::{
-    StoreError as StoreErr, AgentId, BackgroundLoop, CronJobStore, Event, EventPayload, EventPublisher, PublishError, SingleProcessLeadership,
-    SystemClock, Topic,
+    AgentId, BackgroundLoop, CronJobStore, Event, EventPayload, EventPublisher, PublishError, SingleProcessLeadership,
+    StoreError as StoreErr, SystemClock, Topic,
 };
 use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_store::{DatabaseUrl, DieselStore};
@@ -90,7 +90,6 @@ fn summary(lateness: &Sample<i64>) -> String {
     )
 }
 
-
 /// `CRON_BENCH_TRACE=<file>`: the store calls of the scheduler, timed (`call start_ms duration_ms rows`), and the
 /// progress every 10 ms (`progress at_ms scheduled fired`), to see where a run's time goes.
 #[derive(Debug)]
@@ -111,10 +110,16 @@ impl TracedStore {
 }
 
 impl CronJobStore for TracedStore {
+    fn single_writer(&self) -> bool {
+        self.inner.single_writer()
+    }
     fn insert_cron_job(&self, job: &gateway_core::NewCronJob) -> Result<gateway_core::CronJob, StoreErr> {
         self.inner.insert_cron_job(job)
     }
-    fn insert_cron_jobs(&self, jobs: &[gateway_core::NewCronJob]) -> Result<Vec<gateway_core::CronJobInsert>, StoreErr> {
+    fn insert_cron_jobs(
+        &self,
+        jobs: &[gateway_core::NewCronJob],
+    ) -> Result<Vec<gateway_core::CronJobInsert>, StoreErr> {
         self.timed("insert", jobs.len(), || self.inner.insert_cron_jobs(jobs))
     }
     fn cron_job(&self, id: i64) -> Result<Option<gateway_core::CronJob>, StoreErr> {
@@ -155,7 +160,11 @@ impl CronJobStore for TracedStore {
             rows
         })
     }
-    fn claim_fires(&self, job_ids: &[i64], lease: &gateway_core::ClaimLease) -> Result<Vec<gateway_core::CronJob>, StoreErr> {
+    fn claim_fires(
+        &self,
+        job_ids: &[i64],
+        lease: &gateway_core::ClaimLease,
+    ) -> Result<Vec<gateway_core::CronJob>, StoreErr> {
         self.timed("claim", job_ids.len(), || self.inner.claim_fires(job_ids, lease))
     }
     fn complete_fires(
@@ -175,7 +184,13 @@ impl CronJobStore for TracedStore {
         job_ids: &[i64],
         lease: &gateway_core::ClaimLease,
     ) -> Result<(usize, Vec<gateway_core::CronJob>), StoreErr> {
-        let name = if completions.is_empty() { "claim+" } else if job_ids.is_empty() { "complete+" } else { "both" };
+        let name = if completions.is_empty() {
+            "claim+"
+        } else if job_ids.is_empty() {
+            "complete+"
+        } else {
+            "both"
+        };
         self.timed(name, completions.len().max(job_ids.len()), || {
             self.inner.complete_and_claim(owner, completions, fired, job_ids, lease)
         })

@@ -353,7 +353,15 @@ mod tests {
             assert!(window.needs_refill(missed), "trimmed: {trimmed}");
             // A reload with nothing dropped meanwhile vouches for its whole span.
             window.reload_started();
-            window.refill(missed, missed + Duration::seconds(30), &[], 10, Duration::seconds(60), &HashSet::new(), TERM);
+            window.refill(
+                missed,
+                missed + Duration::seconds(30),
+                &[],
+                10,
+                Duration::seconds(60),
+                &HashSet::new(),
+                TERM,
+            );
             assert_eq!(window.horizon, missed + Duration::seconds(30));
         }
     }
