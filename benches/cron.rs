@@ -24,7 +24,7 @@ use database::{Backend, BenchDatabase};
 use diesel::{Connection, RunQueryDsl};
 use gateway_core::{
     AgentId, BackgroundLoop, CronJobStore, Event, EventPayload, EventPublisher, PublishError, SingleProcessLeadership,
-    SystemClock, Topic,
+    StoreError as StoreErr, SystemClock, Topic,
 };
 use gateway_cron::{CronConfig, CronPorts, CronScheduler};
 use gateway_store::{DatabaseUrl, DieselStore};
@@ -35,6 +35,11 @@ use tokio_util::sync::CancellationToken;
 
 #[path = "database.rs"]
 mod database;
+
+/// The scheduler runs in this process, so it gets the allocator the gateway binary ships with (bin/gateway's
+/// main.rs), as in webhooks.rs: with glibc's, malloc and free were 12 % of this benchmark's CPU.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Records how late each reminder is published, against its `scheduled_for`.
 #[derive(Debug, Default)]
@@ -90,6 +95,113 @@ fn summary(lateness: &Sample<i64>) -> String {
     )
 }
 
+/// `CRON_BENCH_TRACE=<file>`: the store calls of the scheduler, timed (`call start_ms duration_ms rows`), and the
+/// progress every 10 ms (`progress at_ms scheduled fired`), to see where a run's time goes.
+#[derive(Debug)]
+struct TracedStore {
+    inner: DieselStore,
+    started: Instant,
+    calls: Mutex<Vec<(&'static str, f64, f64, usize)>>,
+}
+
+impl TracedStore {
+    fn timed<T>(&self, call: &'static str, rows: usize, work: impl FnOnce() -> T) -> T {
+        let begun = Instant::now();
+        let outcome = work();
+        let at = (begun - self.started).as_secs_f64() * 1e3;
+        self.calls.lock().unwrap().push((call, at, begun.elapsed().as_secs_f64() * 1e3, rows));
+        outcome
+    }
+}
+
+impl CronJobStore for TracedStore {
+    fn single_writer(&self) -> bool {
+        self.inner.single_writer()
+    }
+    fn insert_cron_job(&self, job: &gateway_core::NewCronJob) -> Result<gateway_core::CronJob, StoreErr> {
+        self.inner.insert_cron_job(job)
+    }
+    fn insert_cron_jobs(
+        &self,
+        jobs: &[gateway_core::NewCronJob],
+    ) -> Result<Vec<gateway_core::CronJobInsert>, StoreErr> {
+        self.timed("insert", jobs.len(), || self.inner.insert_cron_jobs(jobs))
+    }
+    fn cron_job(&self, id: i64) -> Result<Option<gateway_core::CronJob>, StoreErr> {
+        self.inner.cron_job(id)
+    }
+    fn cron_job_by_idempotency_key(
+        &self,
+        key: &gateway_core::IdempotencyKey,
+    ) -> Result<Option<gateway_core::CronJob>, StoreErr> {
+        self.inner.cron_job_by_idempotency_key(key)
+    }
+    fn list_cron_jobs(&self, after_id: Option<i64>, limit: usize) -> Result<Vec<gateway_core::CronJob>, StoreErr> {
+        self.inner.list_cron_jobs(after_id, limit)
+    }
+    fn delete_cron_job(&self, id: i64) -> Result<bool, StoreErr> {
+        self.inner.delete_cron_job(id)
+    }
+    fn set_cron_job_paused(&self, id: i64, paused: bool) -> Result<Option<gateway_core::CronJob>, StoreErr> {
+        self.inner.set_cron_job_paused(id, paused)
+    }
+    fn count_cron_jobs(&self) -> Result<u64, StoreErr> {
+        self.inner.count_cron_jobs()
+    }
+    fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreErr> {
+        self.inner.count_one_time_jobs(agent_id)
+    }
+    fn one_time_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<gateway_core::CronJob>, StoreErr> {
+        self.inner.one_time_jobs_of(agent_id, limit)
+    }
+    fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: OffsetDateTime) -> Result<bool, StoreErr> {
+        self.inner.delete_one_time_job(id, agent_id, now)
+    }
+    fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<gateway_core::PendingFire>, StoreErr> {
+        let mut count = 0;
+        self.timed("pending", limit, || {
+            let rows = self.inner.pending_fires(before, limit);
+            count = rows.as_ref().map_or(0, Vec::len);
+            rows
+        })
+    }
+    fn claim_fires(
+        &self,
+        job_ids: &[i64],
+        lease: &gateway_core::ClaimLease,
+    ) -> Result<Vec<gateway_core::CronJob>, StoreErr> {
+        self.timed("claim", job_ids.len(), || self.inner.claim_fires(job_ids, lease))
+    }
+    fn complete_fires(
+        &self,
+        owner: &str,
+        token: gateway_core::FencingToken,
+        completions: &[gateway_core::FireCompletion],
+        fired: &[gateway_core::FiredReminder],
+    ) -> Result<usize, StoreErr> {
+        self.timed("complete", completions.len(), || self.inner.complete_fires(owner, token, completions, fired))
+    }
+    fn complete_and_claim(
+        &self,
+        owner: &str,
+        completions: &[gateway_core::FireCompletion],
+        fired: &[gateway_core::FiredReminder],
+        job_ids: &[i64],
+        lease: &gateway_core::ClaimLease,
+    ) -> Result<(usize, Vec<gateway_core::CronJob>), StoreErr> {
+        let name = if completions.is_empty() {
+            "claim+"
+        } else if job_ids.is_empty() {
+            "complete+"
+        } else {
+            "both"
+        };
+        self.timed(name, completions.len().max(job_ids.len()), || {
+            self.inner.complete_and_claim(owner, completions, fired, job_ids, lease)
+        })
+    }
+}
+
 fn open(dir: &tempfile::TempDir) -> DieselStore {
     DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("bench.db"))).unwrap()
 }
@@ -101,8 +213,17 @@ fn open_fresh(backend: &Backend, scenario: &str) -> (BenchDatabase, DieselStore)
 }
 
 fn start(store: &DieselStore, recorder: &Arc<LatenessRecorder>, shutdown: &CancellationToken) -> CronScheduler {
+    start_with(store, Arc::new(store.clone()), recorder, shutdown)
+}
+
+fn start_with(
+    store: &DieselStore,
+    jobs: Arc<dyn CronJobStore>,
+    recorder: &Arc<LatenessRecorder>,
+    shutdown: &CancellationToken,
+) -> CronScheduler {
     let ports = CronPorts {
-        store: Arc::new(store.clone()),
+        store: jobs,
         storage: Arc::new(store.clone()),
         publisher: Arc::clone(recorder) as Arc<dyn EventPublisher>,
         clock: Arc::new(SystemClock),
@@ -146,6 +267,9 @@ fn remaining_rows(store: &DieselStore) -> usize {
     store.pending_fires(OffsetDateTime::now_utc() + time::Duration::days(36_600), 1).unwrap().len()
 }
 
+/// Jobs scheduled so far by [`produce`], for the trace.
+static SCHEDULED: AtomicUsize = AtomicUsize::new(0);
+
 /// Schedules `count` jobs from `producers` concurrent tasks, each job due `delay_of(i)` ms after its call.
 async fn produce(
     scheduler: &CronScheduler,
@@ -162,6 +286,7 @@ async fn produce(
             for index in (producer..count).step_by(producers) {
                 let payload = json!({"n": index}).as_object().cloned().unwrap_or_default();
                 scheduler.schedule_once(agent.clone(), delay_of(index), payload).await.unwrap();
+                SCHEDULED.fetch_add(1, Ordering::Relaxed);
             }
         });
     }
@@ -174,7 +299,25 @@ async fn throughput(backend: &Backend, jobs: usize) {
     let (_database, store) = open_fresh(backend, "cron_throughput");
     let recorder = Arc::new(LatenessRecorder::default());
     let shutdown = CancellationToken::new();
-    let scheduler = start(&store, &recorder, &shutdown);
+    let trace = std::env::var_os("CRON_BENCH_TRACE");
+    let traced = Arc::new(TracedStore { inner: store.clone(), started: Instant::now(), calls: Mutex::default() });
+    let scheduler = if trace.is_some() {
+        start_with(&store, Arc::clone(&traced) as Arc<dyn CronJobStore>, &recorder, &shutdown)
+    } else {
+        start(&store, &recorder, &shutdown)
+    };
+    let progress = Arc::new(Mutex::new(Vec::new()));
+    if trace.is_some() {
+        let (traced, recorder, progress, shutdown) =
+            (Arc::clone(&traced), Arc::clone(&recorder), Arc::clone(&progress), shutdown.clone());
+        tokio::spawn(async move {
+            while !shutdown.is_cancelled() {
+                let at = traced.started.elapsed().as_secs_f64() * 1e3;
+                progress.lock().unwrap().push((at, SCHEDULED.load(Ordering::Relaxed), recorder.fired()));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
     let started = Instant::now();
     produce(&scheduler, jobs, producers(), |_| 1).await;
     let scheduled = started.elapsed();
@@ -182,6 +325,16 @@ async fn throughput(backend: &Backend, jobs: usize) {
     wait_until("every row deleted", Duration::from_secs(600), || remaining_rows(&store) == 0).await;
     let total = started.elapsed();
     shutdown.cancel();
+    if let Some(path) = trace {
+        let mut text = String::new();
+        for (call, at, took, rows) in traced.calls.lock().unwrap().iter() {
+            text.push_str(&format!("{call} {at:.3} {took:.3} {rows}\n"));
+        }
+        for (at, scheduled, fired) in progress.lock().unwrap().iter() {
+            text.push_str(&format!("progress {at:.3} {scheduled} {fired}\n"));
+        }
+        std::fs::write(path, text).unwrap();
+    }
     println!(
         "## throughput: {jobs} one-time jobs (delay 1 ms), {} concurrent callers, {}",
         producers(),

@@ -283,6 +283,7 @@ impl CronScheduler {
     fn start_refill(&self, now: OffsetDateTime) -> Refill {
         let before = now + duration(self.inner.config.lookahead);
         let limit = self.inner.config.window_capacity.max(1);
+        lock(&self.inner.window).reload_started();
         let rows = InFlight::start(&self.inner, move |inner| inner.store.pending_fires(before, limit));
         Refill { started: now, before, limit, rows }
     }
@@ -309,7 +310,7 @@ impl CronScheduler {
         let expires_at = lease.expires_at;
         let writing = completions.clone();
         let outcome = InFlight::start(&self.inner, move |inner| {
-            let _writing = lock(&inner.writes);
+            let _writing = inner.writes.take();
             inner.store.complete_and_claim(&inner.owner, &writing, &fired, &due, &lease)
         });
         Write { completions, claiming, expires_at, outcome }
@@ -434,7 +435,7 @@ impl CronScheduler {
         let count = u64::try_from(completions.len()).unwrap_or(u64::MAX);
         let writer = Arc::clone(&self.inner);
         let written = run_blocking(move || {
-            let _writing = lock(&writer.writes);
+            let _writing = writer.writes.take();
             writer.store.complete_fires(&writer.owner, token, &completions, &fired).map(|count| (count, completions))
         })
         .await;

@@ -141,7 +141,7 @@ impl CronScheduler {
             idempotency_key: idempotency_key.clone(),
         };
         let inserted = {
-            let _writing = lock(&self.inner.writes);
+            let _writing = self.inner.writes.take();
             self.inner.store.insert_cron_job(&new_job)
         };
         let job = match (inserted, &idempotency_key) {
@@ -164,7 +164,7 @@ impl CronScheduler {
     pub async fn remove(&self, job_id: i64) -> Result<(), CronError> {
         let deleted = self
             .blocking(move |scheduler| {
-                let _writing = lock(&scheduler.inner.writes);
+                let _writing = scheduler.inner.writes.take();
                 Ok(scheduler.inner.store.delete_cron_job(job_id)?)
             })
             .await?;
@@ -199,7 +199,7 @@ impl CronScheduler {
 
     async fn set_paused(&self, job_id: i64, paused: bool) -> Result<CronJob, CronError> {
         self.blocking(move |scheduler| {
-            let _writing = lock(&scheduler.inner.writes);
+            let _writing = scheduler.inner.writes.take();
             scheduler.inner.store.set_cron_job_paused(job_id, paused)?.ok_or(CronError::NotFound(job_id))
         })
         .await

@@ -17,7 +17,6 @@
 //! holds for it across instances as for the cap: over by at most one reminder per instance.
 
 use gateway_core::intake::{BoxFuture, ReminderDesk, ReminderRefusal, ScheduledReminder};
-use gateway_core::runtime::sync::lock;
 use gateway_core::{AgentId, CronJob, ReminderRequest, StoreError};
 use serde_json::{Map, Value};
 use tracing::info;
@@ -102,7 +101,7 @@ impl CronScheduler {
         let log_agent = agent_id.clone();
         let cancelled = self
             .blocking(move |scheduler| {
-                let _writing = lock(&scheduler.inner.writes);
+                let _writing = scheduler.inner.writes.take();
                 Ok(scheduler.inner.store.delete_one_time_job(job_id, &agent_id, now)?)
             })
             .await?;

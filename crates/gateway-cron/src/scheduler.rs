@@ -152,12 +152,29 @@ pub(crate) struct Inner {
     pub(crate) stats: CronStats,
     /// Shares commits between concurrent `schedule_once` calls.
     pub(crate) inserts: Arc<GroupCommit<NewCronJob, CronJobInsert>>,
-    /// Serializes this scheduler's writes. SQLite has one writer at a time, and a connection that finds the
-    /// write lock taken sleeps in SQLite's busy handler for a millisecond or more; queueing here instead costs
-    /// microseconds, which is most of the difference between a few thousand and tens of thousands of fires a
-    /// second when the loop and `schedule_once` callers write at once.
-    pub(crate) writes: Arc<Mutex<()>>,
+    /// Serializes this scheduler's writes on a single-writer store ([`WriteTurns`]).
+    pub(crate) writes: Arc<WriteTurns>,
     pub(crate) pending_gates: PendingGates,
+}
+
+/// Turns for this scheduler's writes, taken only when the store has one writer at a time
+/// ([`CronJobStore::single_writer`]). On SQLite a connection that finds the write lock taken sleeps in SQLite's busy
+/// handler for a millisecond or more; queueing here instead costs microseconds, which is most of the difference
+/// between a few thousand and tens of thousands of fires a second when the loop and `schedule_once` callers write
+/// at once. On PostgreSQL the same queue made a group of inserts wait for the loop's transaction and the other way
+/// round, each a durable commit the server would have flushed together: half the cron throughput.
+#[derive(Debug)]
+pub(crate) struct WriteTurns(Option<Mutex<()>>);
+
+impl WriteTurns {
+    fn new(single_writer: bool) -> Self {
+        Self(single_writer.then(|| Mutex::new(())))
+    }
+
+    /// Waits for this scheduler's turn to write, if writes take turns; hold the guard for the write.
+    pub(crate) fn take(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        self.0.as_ref().map(lock)
+    }
 }
 
 /// Stripes of [`PendingGates`]: agents that share one wait for each other, which matters only when both schedule
@@ -193,11 +210,11 @@ impl CronScheduler {
     pub fn new(ports: CronPorts, config: CronConfig) -> Self {
         let CronPorts { store, storage, publisher, clock, leadership } = ports;
         let window = Mutex::new(Window::new(config.window_capacity, duration(config.claim_ahead)));
-        let writes = Arc::new(Mutex::new(()));
+        let writes = Arc::new(WriteTurns::new(store.single_writer()));
         let inserts = Arc::new(GroupCommit::new(MAX_INSERT_GROUP, {
             let (store, writes) = (Arc::clone(&store), Arc::clone(&writes));
             move |jobs: Vec<NewCronJob>| {
-                let _writing = lock(&writes);
+                let _writing = writes.take();
                 store.insert_cron_jobs(&jobs)
             }
         }));

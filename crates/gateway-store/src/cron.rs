@@ -254,6 +254,10 @@ fn limit_to_db(limit: usize) -> i64 {
 }
 
 impl CronJobStore for DieselStore {
+    fn single_writer(&self) -> bool {
+        self.is_sqlite()
+    }
+
     fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError> {
         let row = NewCronJobRow::of(job);
         let stored = self.with_connection("insert cron job", |connection| row.insert(connection))?;

@@ -141,6 +141,11 @@ impl FireCompletion {
 /// the claim does not change. The check and the write are one atomic step, so one instant of one job has at
 /// most one unexpired claim. A completion applies only while the row is still claimed by the same owner.
 pub trait CronJobStore: Send + Sync + std::fmt::Debug {
+    /// Whether the store takes one write at a time (SQLite): a scheduler then queues its own writes rather than
+    /// have them wait on the store's lock. A store whose writes run side by side (PostgreSQL) says `false`.
+    fn single_writer(&self) -> bool {
+        true
+    }
     /// Writes one job; [`StoreError::Conflict`] when its idempotency key is already held by a row.
     fn insert_cron_job(&self, job: &NewCronJob) -> Result<CronJob, StoreError>;
     /// Inserts `jobs` and returns one outcome per job, in the same order. A job whose idempotency key is already
