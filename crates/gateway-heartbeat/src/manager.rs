@@ -93,15 +93,20 @@ impl HeartbeatManager {
         let HeartbeatPorts { liveness, store, capabilities, publisher, clock, leadership } = ports;
         let shared = Arc::clone(&liveness);
         let flush_after_rows = !store.writes_receipts();
-        let upserts = Arc::new(GroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
-            store.upsert_heartbeats(&records)?;
-            // These heartbeats' receipts were recorded before they were queued: after the flush they are live on
-            // every instance. A store that wrote them with the rows has done it already.
-            if flush_after_rows {
-                shared.flush()?;
-            }
-            Ok(vec![(); records.len()])
-        }));
+        let upserts = Arc::new(
+            GroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
+                store.upsert_heartbeats(&records)?;
+                // These heartbeats' receipts were recorded before they were queued: after the flush they are live on
+                // every instance. A store that wrote them with the rows has done it already.
+                if flush_after_rows {
+                    shared.flush()?;
+                }
+                Ok(vec![(); records.len()])
+            })
+            // Every agent's connection sends its next heartbeat once answered: without the wait, callers split into
+            // two cohorts that each pay a commit (docs/benchmarks.md, issue 18).
+            .lingering(),
+        );
         let inner = Inner {
             liveness,
             config,
