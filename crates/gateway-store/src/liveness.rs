@@ -454,18 +454,26 @@ fn write_rows_postgres(
     Ok(())
 }
 
-/// [`RECEIPT_UPSERT`] on PostgreSQL.
-struct ReceiptRows;
-
-impl AgentRowsSql for ReceiptRows {
-    const SQL: &'static str = "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at) \
+/// The receipts' upsert on PostgreSQL, a literal so that [`RowsAndReceipts`] is this same text after its `WITH`: a
+/// receipt never moves an agent's instant back, alone or with the rows.
+macro_rules! receipts_upsert {
+    () => {
+        "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at) \
          SELECT agent_id, cluster_id, at FROM unnest($, $, $) WITH ORDINALITY AS sent (agent_id, cluster_id, at, n) \
          ORDER BY n \
          ON CONFLICT (agent_id) DO UPDATE SET \
          cluster_id = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
              THEN excluded.cluster_id ELSE gateway_live_agents.cluster_id END, \
          received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
-             THEN excluded.received_at ELSE gateway_live_agents.received_at END";
+             THEN excluded.received_at ELSE gateway_live_agents.received_at END"
+    };
+}
+
+/// [`RECEIPT_UPSERT`] on PostgreSQL.
+struct ReceiptRows;
+
+impl AgentRowsSql for ReceiptRows {
+    const SQL: &'static str = receipts_upsert!();
 }
 
 /// The heartbeat rows and the receipts in one statement. PostgreSQL runs a data-modifying `WITH` that the main
@@ -474,18 +482,13 @@ impl AgentRowsSql for ReceiptRows {
 struct RowsAndReceipts;
 
 impl AgentRowsSql for RowsAndReceipts {
-    const SQL: &'static str = "WITH beats AS (INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at) \
+    const SQL: &'static str = concat!(
+        "WITH beats AS (INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at) \
          SELECT agent_id, cluster_id, at FROM unnest($, $, $) WITH ORDINALITY AS sent (agent_id, cluster_id, at, n) \
          ORDER BY n \
-         ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at) \
-         INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at) \
-         SELECT agent_id, cluster_id, at FROM unnest($, $, $) WITH ORDINALITY AS sent (agent_id, cluster_id, at, n) \
-         ORDER BY n \
-         ON CONFLICT (agent_id) DO UPDATE SET \
-         cluster_id = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
-             THEN excluded.cluster_id ELSE gateway_live_agents.cluster_id END, \
-         received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
-             THEN excluded.received_at ELSE gateway_live_agents.received_at END";
+         ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at) ",
+        receipts_upsert!()
+    );
 }
 
 /// Sets a live agent's entry; an agent without a row (never live, or evicted) gets none.
