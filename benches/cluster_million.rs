@@ -38,12 +38,12 @@ use diesel::{Connection as _, PgConnection, QueryableByName, RunQueryDsl as _};
 use gateway_testkit::postgres::TempPostgres;
 use gateway_testkit::redis::RedisServer;
 use gateway_testkit::{Sample, env_size};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
-use crate::http_load::{Pinning, Server, tree_cpu_time};
+use crate::http_load::{Pinning, Server, answer, tree_cpu_time};
 use crate::{ADMIN_TOKEN, get, machine_state, print_log_summary, wait_ready};
 
 struct Config {
@@ -534,13 +534,7 @@ async fn connection_loop(
             .body(Full::new(Bytes::from(body)))
             .unwrap();
         let sent = Instant::now();
-        let status = match sender.send_request(request).await {
-            Ok(response) => {
-                let status = response.status();
-                response.into_body().collect().await.is_ok().then_some(status)
-            }
-            Err(_) => None,
-        };
+        let status = answer(&mut sender, request).await;
         let ok = status.is_some_and(|status| status.is_success());
         shots.push(Shot {
             sent_us: micros(sent.duration_since(base)),

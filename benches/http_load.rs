@@ -374,13 +374,7 @@ async fn connection_loop(
         if sent >= stop {
             return measured;
         }
-        let status = match sender.send_request(request).await {
-            Ok(response) => {
-                let status = response.status();
-                response.into_body().collect().await.is_ok().then_some(status)
-            }
-            Err(_) => None,
-        };
+        let status = answer(&mut sender, request).await;
         let ok = status.is_some_and(|status| status.is_success());
         measured.answered += u64::from(ok);
         if sent >= measure_from {
@@ -495,5 +489,19 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Sends `request` and reads its whole answer: its status, or `None` when the request or the body failed.
+pub async fn answer(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    request: hyper::Request<Full<Bytes>>,
+) -> Option<hyper::StatusCode> {
+    match sender.send_request(request).await {
+        Ok(response) => {
+            let status = response.status();
+            response.into_body().collect().await.is_ok().then_some(status)
+        }
+        Err(_) => None,
     }
 }
