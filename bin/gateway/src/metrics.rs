@@ -23,11 +23,12 @@ use crate::http::events::MAX_OPERATOR_EVENT_STREAMS;
 use crate::state::AppState;
 use crate::stats::StoreGauges;
 
+mod exposition;
+
+pub(crate) use exposition::Exposition;
+
 /// The prefix of every series.
 pub(crate) const PREFIX: &str = "gateway";
-/// The `Content-Type` of a scrape: what prometheus-client's text encoder writes (OpenMetrics text, which
-/// Prometheus asks for first).
-pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The database gauges are counted again only when a scrape finds them older than this.
 pub(crate) const STORE_GAUGES_MAX_AGE: Duration = Duration::from_secs(1);
 /// A count that takes longer than this is left out of the scrape (the other series are still served).
@@ -40,14 +41,35 @@ pub(crate) fn doc() -> gateway_api::openapi::Operation {
         .raw_answer(
             200,
             serde_json::json!({
-                "description": "The OpenMetrics text exposition.",
-                "content": {"application/openmetrics-text": {"schema": {"type": "string"}}},
+                "description": "The OpenMetrics text exposition, or the classic Prometheus text format when the \
+                                `Accept` header prefers `text/plain` (`version=0.0.4`).",
+                "content": {
+                    "application/openmetrics-text": {"schema": {"type": "string"}},
+                    "text/plain": {"schema": {"type": "string"}},
+                },
             }),
         )
 }
 
-/// The body of `GET /metrics`.
-pub(crate) async fn scrape(state: &Arc<AppState>) -> String {
+/// `GET /metrics` in the format the scrape's `Accept` header prefers.
+pub(crate) async fn response(
+    state: &Arc<AppState>,
+    accept: Option<&http::HeaderValue>,
+) -> crate::http::response::Response {
+    let format = Exposition::negotiate(accept);
+    let openmetrics = scrape(state).await;
+    let body = match format {
+        Exposition::OpenMetrics => openmetrics,
+        Exposition::Classic => exposition::classic_from_openmetrics(&openmetrics),
+    };
+    let mut response = crate::http::response::text_response(format.content_type(), body);
+    // Caches between the scraper and us must keep the two formats apart.
+    response.headers_mut().insert(http::header::VARY, http::HeaderValue::from_static("accept"));
+    response
+}
+
+/// The OpenMetrics body of `GET /metrics`.
+async fn scrape(state: &Arc<AppState>) -> String {
     let store = store_gauges(state).await;
     let mut registry = Registry::with_prefix(PREFIX);
     registry.register_collector(Box::new(Scrape { state: Arc::clone(state), store }));

@@ -11,7 +11,6 @@ use std::future::ready;
 use gateway_api as api;
 
 use crate::http::error::ApiError;
-use crate::http::response::text_response;
 use crate::http::route_table::declare_routes;
 use crate::http::{
     agents, console, credentials, cron, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
@@ -130,7 +129,7 @@ declare_routes! {
     }
     /// `GET /metrics`: the Prometheus scrape.
     Metrics "metrics" exact "/metrics" {
-        GET Operator => async { Ok(text_response(metrics::CONTENT_TYPE, metrics::scrape(&c.state).await)) },
+        GET Operator => async { Ok(metrics::response(&c.state, c.request.headers().get(http::header::ACCEPT)).await) },
             metrics::doc;
     }
     /// `POST /gateway/cron/jobs/{id}/pause`.

@@ -30,6 +30,7 @@ mod metrics;
 mod openapi;
 mod operator;
 mod postgres;
+mod prometheus;
 mod rate;
 mod retention;
 mod robustness;
