@@ -305,6 +305,8 @@ fn open_sqlite(database: &std::path::Path) -> Result<(DieselStore, usize), OpenE
     // SQLite only, and only under the lock: see `recovery` for why a shared database must never do this.
     // Failing here does not stop the start: the claims would only wait for their leases, as before.
     match setup.immediate_transaction(|connection| release_stranded_claims(connection, OffsetDateTime::now_utc())) {
+        // A clean start (a fresh database, or a process that stopped gracefully) released nothing: nothing to say.
+        Ok(released) if released.is_empty() => {}
         Ok(released) => tracing::info!(
             cron_claims = released.cron_claims,
             delivery_attempts_in_flight = released.delivery_attempts_in_flight,

@@ -24,6 +24,13 @@ pub(crate) struct Released {
     pub(crate) deliveries_never_attempted: usize,
 }
 
+impl Released {
+    /// Nothing was left claimed: the previous process stopped cleanly, or there was none.
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// Releases every claim in the database as of `now`. Run it in one IMMEDIATE transaction, before any loop
 /// reads the tables.
 pub(crate) fn release_stranded_claims(connection: &mut SqliteConnection, now: OffsetDateTime) -> QueryResult<Released> {

@@ -87,3 +87,15 @@ fn new_connections_are_refused_while_in_flight_requests_drain() {
     let status = gateway.wait();
     assert!(status.success(), "exit status {status:?}; logs:\n{}", gateway.logs());
 }
+
+#[test]
+fn a_clean_start_says_nothing_about_claims_left_by_a_previous_process() {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    for start in ["a fresh database", "after a graceful stop"] {
+        let mut gateway = Gateway::start_in(Arc::clone(&dir), &[]);
+        gateway.terminate();
+        let logs = gateway.logs_after_exit();
+        assert!(logs.contains("cron scheduler started"), "{start}: the log is captured: {logs}");
+        assert!(!logs.contains("released claims"), "{start}: nothing was left claimed: {logs}");
+    }
+}
