@@ -2,7 +2,7 @@
 
 import { h, replace, table, empty } from './dom.js';
 import { api, errorAlert, query } from './api.js';
-import { number, when } from './format.js';
+import { clock, number, when } from './format.js';
 
 const PAGE = 100;
 const MAX_PAGE = 1000;
@@ -33,7 +33,7 @@ export function render(main, _route, context) {
       : agents;
     more.hidden = next === null;
     count.textContent = `${number(agents.length)} live agent${agents.length === 1 ? '' : 's'}${next !== null ? ' shown (more to load)' : ''}` +
-      ` · updated ${new Date().toLocaleTimeString()}`;
+      ` · updated ${clock()}`;
     if (agents.length === 0) {
       replace(body, empty('No live agents', 'An agent appears here after its first heartbeat (POST /gateway/heartbeat).'));
       return;

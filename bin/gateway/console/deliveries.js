@@ -3,7 +3,7 @@
 
 import { h, replace, table, empty, field, copyText } from './dom.js';
 import { api, errorAlert, query, describe, ApiError } from './api.js';
-import { badge, localToRfc3339, number, rfc3339ToLocal, when } from './format.js';
+import { badge, clock, localToRfc3339, number, rfc3339ToLocal, when } from './format.js';
 
 const STATUSES = ['pending', 'delivered', 'failed', 'dead'];
 const LIMITS = [25, 100, 500];
@@ -238,7 +238,7 @@ export function renderDead(main, _route, context) {
   );
   const draw = () => {
     more.hidden = next === null;
-    count.textContent = `${number(rows.length)} dead${next !== null ? ' shown (more to load)' : ''} · updated ${new Date().toLocaleTimeString()}`;
+    count.textContent = `${number(rows.length)} dead${next !== null ? ' shown (more to load)' : ''} · updated ${clock()}`;
     if (rows.length === 0) {
       replace(body, empty('No dead letters — good.', 'A delivery lands here after its last retry fails.'));
       return;

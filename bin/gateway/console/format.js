@@ -34,9 +34,14 @@ function zone(date) {
   return `UTC${sign}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
 }
 
+/** The browser's local time of day, 24-hour, with the zone: `14:05:09 UTC+01:00` (every "updated at" line). */
+export function clock(date = new Date()) {
+  return `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())} ${zone(date)}`;
+}
+
 /**
- * The browser's local time to the second; `precise` adds the milliseconds (when the instant has them) and the
- * zone's UTC offset.
+ * The browser's local date and time to the second, 24-hour, with the zone's UTC offset (one format everywhere in
+ * the console); `precise` adds the milliseconds when the instant has them.
  */
 export function absolute(iso, { precise = false } = {}) {
   const date = new Date(iso);
@@ -44,7 +49,7 @@ export function absolute(iso, { precise = false } = {}) {
   const ms = date.getMilliseconds();
   const text = `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())} ` +
     `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
-  return precise ? `${text}${ms ? `.${pad(ms, 3)}` : ''} ${zone(date)}` : text;
+  return `${text}${precise && ms ? `.${pad(ms, 3)}` : ''} ${zone(date)}`;
 }
 
 /**

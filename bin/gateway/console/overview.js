@@ -2,7 +2,7 @@
 
 import { h, replace, table } from './dom.js';
 import { api, errorAlert, query } from './api.js';
-import { badge, number, when } from './format.js';
+import { badge, clock, number, when } from './format.js';
 
 const REFRESH_MS = 5000;
 /** Counts are read as one page of a list: past it the console says "at least". */
@@ -36,11 +36,11 @@ export function render(main, _route, context) {
         api('GET', '/readyz', { signal: context.signal, accept: [503] }),
       ]);
       replace(body, view({ agents, jobs, counts, cluster, ready }));
-      updated.textContent = `Updated ${new Date().toLocaleTimeString()} · every ${REFRESH_MS / 1000} s`;
+      updated.textContent = `Updated ${clock()} · every ${REFRESH_MS / 1000} s`;
     } catch (error) {
       if (context.signal.aborted) return;
       replace(body, errorAlert(error, 'Could not load the overview'));
-      updated.textContent = `Failed at ${new Date().toLocaleTimeString()}; retrying`;
+      updated.textContent = `Failed at ${clock()}; retrying`;
     }
   };
   refresh.addEventListener('click', load);

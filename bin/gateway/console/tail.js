@@ -2,7 +2,7 @@
 
 import { h, replace, empty, field } from './dom.js';
 import { token, describe, reportUnauthorized, ApiError } from './api.js';
-import { badge, compactJson } from './format.js';
+import { badge, clock, compactJson } from './format.js';
 import { readEventStream } from './sse.js';
 
 const TOPICS = ['gateway:messages', 'gateway:webhooks', 'gateway:agents', 'gateway:violations'];
@@ -98,7 +98,7 @@ export function render(main, route, context) {
       { 'data-testid': 'tail-event', dataset: { eventType: event.type } },
       h('div', { class: 'meta' },
         h('time', { class: 'muted mono', datetime: published.toISOString(), title: published.toISOString() },
-          published.toLocaleTimeString()),
+          clock(published)),
         badge(event.type, TONES[event.type] ?? ''),
         event.id ? h('span', { class: 'mono muted' }, `id ${event.id}`) : null),
       h('details', {}, h('summary', {}, summary), h('pre', { class: 'code' }, pretty)),

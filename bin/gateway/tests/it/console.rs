@@ -268,6 +268,13 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     b.wait_text("[data-testid=card-dead-value]", |text| text == "0").await;
     b.wait_text("[data-testid=card-agents-value]", |text| text == "1").await;
     b.screenshot(&shots, "overview").await;
+    // One time format everywhere, 24-hour with the zone, whatever the browser's locale (en-US here, whose own
+    // time format is 12-hour).
+    let updated = b.wait_text(".updated", |text| text.starts_with("Updated")).await;
+    assert!(is_clock_with_zone(updated.trim_start_matches("Updated ").get(..18).unwrap_or_default()), "{updated}");
+    let page = b.script("return document.body.innerText").await;
+    let page = page.as_str().unwrap_or_default();
+    assert!(!(page.contains(" AM") || page.contains(" PM")), "a 12-hour time on the page: {page}");
 
     // A narrow screen: the page does not scroll sideways (wide tables scroll inside their own box).
     b.client.set_window_size(420, 800).await.unwrap();
@@ -295,6 +302,17 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     if let Some(target) = std::env::var_os(SCREENSHOTS_ENV) {
         copy_screenshots(&shots, Path::new(&target));
     }
+}
+
+/// `14:05:09 UTC+01:00`: the console's one time-of-day format.
+fn is_clock_with_zone(text: &str) -> bool {
+    let shape = "00:00:00 UTC+00:00";
+    text.len() == shape.len()
+        && text.bytes().zip(shape.bytes()).all(|(byte, expected)| match expected {
+            b'0' => byte.is_ascii_digit(),
+            b'+' => byte == b'+' || byte == b'-',
+            _ => byte == expected,
+        })
 }
 
 /// The live tail's SSE parser (console/sse.js), in the browser that runs it: every line ending the format allows
