@@ -32,6 +32,7 @@ mod operator;
 mod postgres;
 mod prometheus;
 mod rate;
+mod readme;
 mod retention;
 mod robustness;
 mod snapshots;
