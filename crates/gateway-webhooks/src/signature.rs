@@ -180,6 +180,16 @@ mod tests {
         assert_eq!(sign(&WebhookSecret::new(GITHUB_SECRET), GITHUB_BODY), GITHUB_SIGNATURE);
     }
 
+    /// docs/webhooks.md's table: this scheme keys with a `whsec_` secret's text as written (GitHub's verifiers
+    /// know no prefix), where the Standard Webhooks scheme keys with the bytes it decodes to.
+    #[test]
+    fn a_whsec_secret_keys_this_scheme_with_its_literal_text() {
+        let text = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let literal = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, text.as_bytes()), GITHUB_BODY);
+        let expected = format!("{SIGNATURE_PREFIX}{}", gateway_core::encoding::hex::encode(literal.as_ref()));
+        assert_eq!(sign(&WebhookSecret::new(text), GITHUB_BODY), expected);
+    }
+
     #[test]
     fn verifies_githubs_published_vector() {
         let secret = WebhookSecret::new(GITHUB_SECRET);
