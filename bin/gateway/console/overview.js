@@ -94,7 +94,7 @@ function view({ agents, jobs, counts, cluster, ready }) {
       h(
         'section',
         { class: 'panel', 'aria-labelledby': 'cluster-title' },
-        h('h2', { id: 'cluster-title' }, 'Leadership and readiness'),
+        h('h2', { id: 'cluster-title' }, 'Leadership, members and readiness'),
         h(
           'dl',
           { class: 'props' },
@@ -110,10 +110,40 @@ function view({ agents, jobs, counts, cluster, ready }) {
             ready.status === 'ready' ? 'ok' : 'bad'),
           ready.not_ready ? ` ${ready.not_ready.join(', ')}` : ''),
         ),
+        members(cluster),
         checks(ready.checks),
       ),
     ),
   ];
+}
+
+/** The instances heard from within the lease TTL (30 s by default): a dead one is gone from here after it. */
+function members(cluster) {
+  const list = cluster.members ?? [];
+  const now = Date.now();
+  return h(
+    'div',
+    { class: 'checks' },
+    h('h2', { id: 'members-title' }, `Members (${number(list.length)})`),
+    table(
+      [['Instance'], ['Role'], ['Epoch', 'num'], ['Version'], ['Last heard'], ['Started']],
+      list.map((member) => h(
+        'tr',
+        { 'data-testid': 'member-row', dataset: { instanceId: member.instance_id } },
+        h('td', { class: 'mono' }, member.instance_id, member.instance_id === cluster.instance_id
+          ? h('span', { class: 'muted' }, ' (this one)') : null),
+        h('td', {}, badge(member.role)),
+        h('td', { class: 'num mono' }, member.epoch == null ? '—' : String(member.epoch)),
+        h('td', { class: 'mono' }, member.version),
+        h('td', {}, when(member.last_heard_at, { now })),
+        h('td', {}, member.started_at ? when(member.started_at, { now }) : '—'),
+      )),
+      { 'data-testid': 'members-table', 'aria-labelledby': 'members-title' },
+    ),
+    h('p', { class: 'muted' }, cluster.redis === 'unreachable'
+      ? 'Redis is unreachable: only this instance is known.'
+      : 'Instances heard from within the lease TTL (30 s by default); a stopped one leaves at once, a dead one after the TTL.'),
+  );
 }
 
 function card(label, value, href, testid, sub, tone) {
