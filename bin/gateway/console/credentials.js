@@ -4,7 +4,7 @@
 
 import { h, replace, table, empty, field, copyText } from './dom.js';
 import { api, errorAlert, query, ApiError } from './api.js';
-import { badge, number, when } from './format.js';
+import { absolute, badge, number, relative, when } from './format.js';
 
 const PAGE = 100;
 /** The lifetimes offered; the API takes any number of seconds up to ten years. */
@@ -194,7 +194,9 @@ function showToken(issued, onClosed) {
     { class: 'token-dialog', 'aria-labelledby': 'token-title', 'data-testid': 'token-dialog' },
     h('h2', { id: 'token-title' }, 'New token for ', h('code', {}, issued.agent_id)),
     h('p', {}, h('strong', {}, 'Shown this once.'), ' The gateway keeps only its hash: copy it now into the agent\'s secret store. ',
-      issued.expires_at ? ['It expires ', when(issued.expires_at, { precise: true }), '.'] : 'It never expires.'),
+      issued.expires_at
+        ? `It expires ${relative(issued.expires_at)}, at ${absolute(issued.expires_at, { precise: true })}.`
+        : 'It never expires.'),
     h('div', { class: 'token-line' }, text, copy),
     h('p', { class: 'muted' }, 'Credential ', h('code', {}, issued.credential_id),
       '. The agent sends it as Authorization: Bearer <token> on heartbeats, messages, tools and its streams.'),

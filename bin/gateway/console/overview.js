@@ -2,7 +2,7 @@
 
 import { h, replace, table } from './dom.js';
 import { api, errorAlert, query } from './api.js';
-import { badge, number, when } from './format.js';
+import { absolute, badge, number, relative, when } from './format.js';
 
 const REFRESH_MS = 5000;
 /** Counts are read as one page of a list: past it the console says "at least". */
@@ -126,7 +126,7 @@ function members(cluster) {
     { class: 'checks' },
     h('h2', { id: 'members-title' }, `Members (${number(list.length)})`),
     table(
-      [['Instance'], ['Role'], ['Epoch', 'num'], ['Version'], ['Last heard'], ['Started']],
+      [['Instance'], ['Role'], ['Epoch', 'num'], ['Version'], ['Last heard'], ['Up for']],
       list.map((member) => h(
         'tr',
         { 'data-testid': 'member-row', dataset: { instanceId: member.instance_id } },
@@ -135,8 +135,9 @@ function members(cluster) {
         h('td', {}, badge(member.role)),
         h('td', { class: 'num mono' }, member.epoch == null ? '—' : String(member.epoch)),
         h('td', { class: 'mono' }, member.version),
-        h('td', {}, when(member.last_heard_at, { now })),
-        h('td', {}, member.started_at ? when(member.started_at, { now }) : '—'),
+        h('td', { title: absolute(member.last_heard_at, { precise: true }) }, relative(member.last_heard_at, now)),
+        h('td', { title: member.started_at ? absolute(member.started_at, { precise: true }) : '' },
+          member.started_at ? relative(member.started_at, now).replace(/ ago$/, '') : '—'),
       )),
       { 'data-testid': 'members-table', 'aria-labelledby': 'members-title' },
     ),
