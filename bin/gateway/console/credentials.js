@@ -118,7 +118,7 @@ function credentialsTable(agentId, credentials, context, reload) {
   const now = Date.now();
   const active = credentials.filter((credential) => state(credential, now)[0] === 'active').length;
   return [
-    h('h2', {}, `${number(credentials.length)} credential${credentials.length === 1 ? '' : 's'} of `, h('code', {}, agentId),
+    h('h2', { class: 'list-title' }, `${number(credentials.length)} credential${credentials.length === 1 ? '' : 's'} of `, h('code', {}, agentId),
       h('span', { class: 'muted' }, ` · ${number(active)} active`)),
     table(
       [['Credential'], ['State'], ['Issued'], ['Expires'], ['Revoked'], ['', 'actions']],
