@@ -130,7 +130,7 @@ function members(cluster) {
       list.map((member) => h(
         'tr',
         { 'data-testid': 'member-row', dataset: { instanceId: member.instance_id } },
-        h('td', { class: 'mono' }, member.instance_id, member.instance_id === cluster.instance_id
+        h('td', { class: 'mono nowrap' }, member.instance_id, member.instance_id === cluster.instance_id
           ? h('span', { class: 'muted' }, ' (this one)') : null),
         h('td', {}, badge(member.role)),
         h('td', { class: 'num mono' }, member.epoch == null ? '—' : String(member.epoch)),
