@@ -6,6 +6,7 @@ import { badge } from './format.js';
 import * as overview from './overview.js';
 import * as agents from './agents.js';
 import * as cron from './cron.js';
+import * as credentials from './credentials.js';
 import * as deliveries from './deliveries.js';
 import * as tail from './tail.js';
 
@@ -13,6 +14,7 @@ const VIEWS = {
   overview: overview.render,
   agents: agents.render,
   cron: cron.render,
+  credentials: credentials.render,
   deliveries: deliveries.renderList,
   delivery: deliveries.renderDetail,
   dead: deliveries.renderDead,

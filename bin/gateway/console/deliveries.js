@@ -12,6 +12,42 @@ const WATCH_MS = 60000;
 const WATCH_EVERY_MS = 1000;
 
 // ---------------------------------------------------------------------------------------------------------------
+// Webhook names
+
+/**
+ * The webhook configs by id, for naming a delivery's config instead of showing a bare number. One list request per
+ * view; a failure (or a config deleted since) leaves the number alone.
+ */
+async function webhookNames(signal) {
+  try {
+    const list = await api('GET', '/gateway/webhook-configs', { signal });
+    return new Map(list.webhook_configs.map((config) => [config.id, config]));
+  } catch {
+    return new Map();
+  }
+}
+
+/** The target URL's host, or the URL itself when it does not parse. */
+function host(url) {
+  try {
+    return new URL(url).host;
+  } catch {
+    return url ?? '';
+  }
+}
+
+/** A config as operators know it: `github · pull_request.opened → hooks.example.com`, its id beside it. */
+function webhookCell(id, names) {
+  const config = names.get(id);
+  return h('td', { class: 'webhook', 'data-testid': 'webhook-name' },
+    config
+      ? [h('span', {}, `${config.source_identifier} · ${config.event_type}`),
+        h('span', { class: 'muted' }, ` → ${host(config.target_url)} `)]
+      : null,
+    h('span', { class: 'mono muted' }, `#${id}`));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // The inspector
 
 export function renderList(main, route, context) {
@@ -69,13 +105,16 @@ export function renderList(main, route, context) {
 
   (async () => {
     try {
-      const page = await api('GET', `/gateway/deliveries${query(filters)}`, { signal: context.signal });
+      const [page, names] = await Promise.all([
+        api('GET', `/gateway/deliveries${query(filters)}`, { signal: context.signal }),
+        webhookNames(context.signal),
+      ]);
       if (page.deliveries.length === 0) {
         replace(body, filters.after_id
           ? empty('No more deliveries', 'This was the last page.')
           : empty('No deliveries match', 'Change the filters, or enqueue one with POST /gateway/deliveries.'));
       } else {
-        replace(body, deliveriesTable(page.deliveries));
+        replace(body, deliveriesTable(page.deliveries, names));
       }
       const first = h('a', { href: `#/deliveries${query({ ...filters, after_id: '' })}`, class: 'button ghost small' }, 'First page');
       const nextPage = h('a', {
@@ -95,16 +134,16 @@ export function renderList(main, route, context) {
   })();
 }
 
-function deliveriesTable(deliveries) {
+function deliveriesTable(deliveries, names) {
   const now = Date.now();
   return table(
-    [['ID', 'num'], ['Webhook', 'num'], ['Session'], ['Status'], ['Attempts', 'num'], ['Created'], ['Last attempt'],
+    [['ID', 'num'], ['Webhook'], ['Session'], ['Status'], ['Attempts', 'num'], ['Created'], ['Last attempt'],
       ['Next retry'], ['Last error'], ['Bytes', 'num']],
     deliveries.map((delivery) => h(
       'tr',
       { 'data-testid': 'delivery-row', dataset: { deliveryId: delivery.id } },
       h('td', { class: 'num mono' }, h('a', { href: `#/deliveries/${delivery.id}` }, `#${delivery.id}`)),
-      h('td', { class: 'num mono' }, String(delivery.webhook_id)),
+      webhookCell(delivery.webhook_id, names),
       h('td', { class: 'mono' }, delivery.session_id),
       h('td', {}, badge(delivery.status)),
       h('td', { class: 'num' }, number(delivery.attempt_count)),
@@ -174,9 +213,10 @@ function detail(delivery, config, context, reload, notice) {
       retryResult,
       h('dl', { class: 'props' },
         h('dt', {}, 'Webhook config'),
-        h('dd', {}, h('span', { class: 'mono' }, `#${delivery.webhook_id}`), config
-          ? h('span', { class: 'muted' }, ` ${config.source_identifier} · ${config.event_type} → ${config.agent_intent} (${config.target_session})`)
-          : null),
+        h('dd', { 'data-testid': 'webhook-name' }, config
+          ? [h('strong', {}, `${config.source_identifier} · ${config.event_type}`),
+            h('span', { class: 'muted' }, ` → ${host(config.target_url)} · ${config.agent_intent} (${config.target_session}) `)]
+          : null, h('span', { class: 'mono muted' }, `#${delivery.webhook_id}`)),
         h('dt', {}, 'Session'), h('dd', { class: 'mono' }, delivery.session_id),
         h('dt', {}, 'Target'), h('dd', { class: 'mono' }, delivery.target_url),
         h('dt', {}, 'Created'), h('dd', {}, when(delivery.created_at, { now, precise: true })),
@@ -226,6 +266,7 @@ function detail(delivery, config, context, reload, notice) {
 
 export function renderDead(main, _route, context) {
   let rows = [];
+  let names = new Map();
   let next = null;
   const body = h('div', {}, h('div', { class: 'empty' }, 'Loading…'));
   const count = h('span', { class: 'muted' });
@@ -245,14 +286,18 @@ export function renderDead(main, _route, context) {
     }
     const now = Date.now();
     replace(body, table(
-      [['ID', 'num'], ['Webhook', 'num'], ['Session'], ['Status'], ['Attempts', 'num'], ['Last attempt'], ['Last error'], ['Target'], ['', 'actions']],
-      rows.map((delivery) => deadRow(delivery, now, context)),
+      [['ID', 'num'], ['Webhook'], ['Session'], ['Status'], ['Attempts', 'num'], ['Last attempt'], ['Last error'], ['Target'], ['', 'actions']],
+      rows.map((delivery) => deadRow(delivery, now, names, context)),
       { 'data-testid': 'dead-table' },
     ));
   };
   const load = async () => {
     try {
-      const page = await api('GET', `/gateway/deliveries${query({ status: 'dead', limit: 100 })}`, { signal: context.signal });
+      const [page, configs] = await Promise.all([
+        api('GET', `/gateway/deliveries${query({ status: 'dead', limit: 100 })}`, { signal: context.signal }),
+        webhookNames(context.signal),
+      ]);
+      names = configs;
       rows = page.deliveries;
       next = page.next_after_id;
       draw();
@@ -277,26 +322,33 @@ export function renderDead(main, _route, context) {
   load();
 }
 
-function deadRow(delivery, now, context) {
+function deadRow(delivery, now, names, context) {
   const status = h('span', {}, badge(delivery.status));
+  const attempts = h('td', { class: 'num', 'data-testid': 'attempts' });
+  const lastAttempt = h('td', {});
+  const lastError = h('td', { class: 'mono', 'data-testid': 'last-error' });
+  // The cells that change when the delivery does: drawn from the row's delivery as the gateway last answered it,
+  // so after "Retry now" the row says what the API says, not what the dead letter said.
+  const show = (current, at = Date.now()) => {
+    replace(status, badge(current.status));
+    replace(attempts, number(current.attempt_count));
+    replace(lastAttempt, when(current.last_attempted_at, { now: at }));
+    replace(lastError, current.error_detail ?? '');
+  };
+  show(delivery, now);
   const result = h('div', { class: 'inline-result', 'aria-live': 'polite', 'data-testid': 'retry-result' });
   const retry = h('button', { type: 'button', class: 'button small', 'data-testid': 'retry' }, 'Retry now');
-  retry.addEventListener('click', () => retryNow(delivery.id, {
-    button: retry,
-    result,
-    context,
-    onStatus: (current) => replace(status, badge(current)),
-  }));
+  retry.addEventListener('click', () => retryNow(delivery.id, { button: retry, result, context, onDelivery: show }));
   return h(
     'tr',
     { 'data-testid': 'dead-row', dataset: { deliveryId: delivery.id } },
     h('td', { class: 'num mono' }, h('a', { href: `#/deliveries/${delivery.id}` }, `#${delivery.id}`)),
-    h('td', { class: 'num mono' }, String(delivery.webhook_id)),
+    webhookCell(delivery.webhook_id, names),
     h('td', { class: 'mono' }, delivery.session_id),
-    h('td', {}, status),
-    h('td', { class: 'num' }, number(delivery.attempt_count)),
-    h('td', {}, when(delivery.last_attempted_at, { now })),
-    h('td', { class: 'mono' }, delivery.error_detail ?? ''),
+    h('td', { 'data-testid': 'status-cell' }, status),
+    attempts,
+    lastAttempt,
+    lastError,
     h('td', { class: 'mono' }, h('span', { class: 'truncate', title: delivery.target_url }, delivery.target_url)),
     h('td', { class: 'actions' }, retry, result),
   );
@@ -306,7 +358,7 @@ function deadRow(delivery, now, context) {
  * "Retry now": resets the delivery, then watches it until its first new attempt has an outcome, saying what
  * happened in `result`.
  */
-async function retryNow(id, { button, result, context, onStatus = () => {}, onSettled }) {
+async function retryNow(id, { button, result, context, onDelivery = () => {}, onSettled }) {
   button.disabled = true;
   result.className = 'inline-result';
   replace(result, 'Retrying…');
@@ -318,6 +370,8 @@ async function retryNow(id, { button, result, context, onStatus = () => {}, onSe
     button.disabled = false;
     result.className = 'inline-result error';
     const reason = error instanceof ApiError ? error.reason : null;
+    // Whatever the refusal, the row shows the delivery as it is now (someone else may have retried it).
+    api('GET', `/gateway/deliveries/${id}`, { signal: context.signal }).then(onDelivery).catch(() => {});
     if (reason === 'retry_not_allowed') {
       replace(result, 'Not retried (409): only a dead or failed delivery can be retried, and this one is now pending or ' +
         'delivered — someone may have retried it already. Refresh to see where it stands.');
@@ -329,7 +383,7 @@ async function retryNow(id, { button, result, context, onStatus = () => {}, onSe
     }
     return;
   }
-  onStatus(reset.status);
+  onDelivery(reset);
   replace(result, 'Reset to pending; its first attempt is going out…');
   const deadline = Date.now() + WATCH_MS;
   while (!context.signal.aborted && Date.now() < deadline) {
@@ -341,7 +395,7 @@ async function retryNow(id, { button, result, context, onStatus = () => {}, onSe
     } catch {
       continue;
     }
-    onStatus(current.status);
+    onDelivery(current);
     if (current.status === 'pending' && current.attempt_count === 0) continue;
     if (current.status === 'delivered') {
       result.className = 'inline-result success';

@@ -2,7 +2,7 @@
 
 import { h, replace, table } from './dom.js';
 import { api, errorAlert, query } from './api.js';
-import { badge, clock, number, when } from './format.js';
+import { absolute, badge, clock, number, relative, when } from './format.js';
 
 const REFRESH_MS = 5000;
 /** Counts are read as one page of a list: past it the console says "at least". */
@@ -94,7 +94,7 @@ function view({ agents, jobs, counts, cluster, ready }) {
       h(
         'section',
         { class: 'panel', 'aria-labelledby': 'cluster-title' },
-        h('h2', { id: 'cluster-title' }, 'Leadership and readiness'),
+        h('h2', { id: 'cluster-title' }, 'Leadership, members and readiness'),
         h(
           'dl',
           { class: 'props' },
@@ -110,10 +110,41 @@ function view({ agents, jobs, counts, cluster, ready }) {
             ready.status === 'ready' ? 'ok' : 'bad'),
           ready.not_ready ? ` ${ready.not_ready.join(', ')}` : ''),
         ),
+        members(cluster),
         checks(ready.checks),
       ),
     ),
   ];
+}
+
+/** The instances heard from within the lease TTL (30 s by default): a dead one is gone from here after it. */
+function members(cluster) {
+  const list = cluster.members ?? [];
+  const now = Date.now();
+  return h(
+    'div',
+    { class: 'checks' },
+    h('h2', { id: 'members-title' }, `Members (${number(list.length)})`),
+    table(
+      [['Instance'], ['Role'], ['Epoch', 'num'], ['Version'], ['Last heard'], ['Up for']],
+      list.map((member) => h(
+        'tr',
+        { 'data-testid': 'member-row', dataset: { instanceId: member.instance_id } },
+        h('td', { class: 'mono nowrap' }, member.instance_id, member.instance_id === cluster.instance_id
+          ? h('span', { class: 'muted' }, ' (this one)') : null),
+        h('td', {}, badge(member.role)),
+        h('td', { class: 'num mono' }, member.epoch == null ? '—' : String(member.epoch)),
+        h('td', { class: 'mono' }, member.version),
+        h('td', { title: absolute(member.last_heard_at, { precise: true }) }, relative(member.last_heard_at, now)),
+        h('td', { title: member.started_at ? absolute(member.started_at, { precise: true }) : '' },
+          member.started_at ? relative(member.started_at, now).replace(/ ago$/, '') : '—'),
+      )),
+      { 'data-testid': 'members-table', 'aria-labelledby': 'members-title' },
+    ),
+    h('p', { class: 'muted' }, cluster.redis === 'unreachable'
+      ? 'Redis is unreachable: only this instance is known.'
+      : 'Instances heard from within the lease TTL (30 s by default); a stopped one leaves at once, a dead one after the TTL.'),
+  );
 }
 
 function card(label, value, href, testid, sub, tone) {

@@ -17,7 +17,8 @@ use gateway_heartbeat::{HeartbeatManager, HeartbeatPorts};
 use gateway_pubsub::Bus;
 use gateway_pubsub::bridge::{BridgeConfig, BridgePorts, RedisBridge};
 use gateway_redis::{
-    LeadershipConfig, LeadershipPorts, LimiterConfig, RateConfig, RedisDispatchRate, RedisLeadership, RedisRateLimiter,
+    LeadershipConfig, LeadershipPorts, LimiterConfig, RateConfig, RedisDispatchRate, RedisLeadership, RedisMembers,
+    RedisRateLimiter,
 };
 use gateway_store::{DieselStore, OpenError, PeriodicThread, SharedLiveness};
 use gateway_webhooks::{DeliveryRetention, RetentionPorts, RouterPorts, UreqTransport, WebhookRouter};
@@ -96,6 +97,8 @@ impl App {
             // still in flight here finish (up to the 30 s grace). The leader-only loops see no term from then on
             // and stop their timed work; the new term takes over their claims at once.
             loops.spawn(supervise_loop(redis.leadership, shutdown.clone()));
+            // Leaves the registry with the lease: an instance that is stopping is no longer a member.
+            loops.spawn(supervise_loop(redis.members, shutdown.clone()));
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
             threads.push(redis.flusher);
         }
@@ -259,6 +262,8 @@ struct Coordination {
 
 struct RedisLoops {
     leadership: RedisLeadership,
+    /// Records this instance in the cluster's member registry; leaves it at shutdown.
+    members: RedisMembers,
     bridge: RedisBridge,
     /// Writes the shared liveness map's kept entries; stopped (by drop) after the loops, before the store closes.
     flusher: PeriodicThread,
@@ -314,6 +319,13 @@ impl Coordination {
                 Some(Arc::new(limiter) as Arc<dyn RateLimiter>)
             }
         };
+        let members = RedisMembers::new(
+            client.clone(),
+            &leadership,
+            crate::cluster::VERSION,
+            clock.now(),
+            config.lease_timings(),
+        );
         let rate = RedisDispatchRate::new(
             client,
             RateConfig::per_second(instance_id.as_str(), config.webhook_max_per_second()),
@@ -329,8 +341,8 @@ impl Coordination {
             liveness: Arc::new(shared.clone()),
             heartbeats: Arc::new(shared.clone()),
             capabilities: Arc::new(shared),
-            cluster: Cluster::Redis(leadership.clone()),
-            redis: Some(RedisLoops { leadership, bridge, flusher }),
+            cluster: Cluster::Redis { leadership: leadership.clone(), members: members.clone(), since: clock.now() },
+            redis: Some(RedisLoops { leadership, members, bridge, flusher }),
         })
     }
 }

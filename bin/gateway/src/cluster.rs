@@ -3,11 +3,14 @@
 //! through the bus (and the event bridge, with Redis), handed to the component they are for.
 
 use gateway_pubsub::bridge::BridgeStatus;
-use gateway_redis::{RedisLeadership, RedisReachability};
+use gateway_redis::{RedisLeadership, RedisMembers, RedisReachability};
 use serde::Serialize;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 use utoipa::ToSchema;
+
+/// The gateway's version, as `members` shows it.
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Longest `--instance-id`.
 pub(crate) const MAX_INSTANCE_ID_CHARS: usize = 64;
@@ -96,6 +99,29 @@ pub(crate) struct LeaderView {
     pub(crate) since: Option<OffsetDateTime>,
 }
 
+// One instance heard from within the window (the lease TTL, 30 s by default), as `GET /gateway/cluster` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MemberView {
+    // The fencing token it leads under; `null` for a follower.
+    #[schema(required = true)]
+    pub(crate) epoch: Option<u64>,
+    pub(crate) instance_id: String,
+    // When it last recorded itself (Redis's clock; this instance's for `single`).
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) last_heard_at: OffsetDateTime,
+    // The instance holding the lease is `leader`, every other member `follower`; `single` without Redis.
+    #[schema(inline)]
+    pub(crate) role: Role,
+    // When it started, by its own clock; `null` when its record does not say.
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime, required = true)]
+    pub(crate) started_at: Option<OffsetDateTime>,
+    // The gateway version it runs.
+    pub(crate) version: String,
+}
+
 // The body of `GET /gateway/cluster`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -104,6 +130,9 @@ pub(crate) struct ClusterView {
     // `null` while no instance leads (an election in progress, or Redis unreachable).
     #[schema(inline, required = true)]
     pub(crate) leader: Option<LeaderView>,
+    // The instances heard from lately, by instance id; while Redis is unreachable, this instance alone.
+    #[schema(inline)]
+    pub(crate) members: Vec<MemberView>,
     #[schema(inline)]
     pub(crate) redis: RedisState,
     pub(crate) role: Role,
@@ -117,7 +146,11 @@ pub(crate) enum Cluster {
         instance_id: InstanceId,
         since: OffsetDateTime,
     },
-    Redis(RedisLeadership),
+    Redis {
+        leadership: RedisLeadership,
+        members: RedisMembers,
+        since: OffsetDateTime,
+    },
 }
 
 impl Cluster {
@@ -125,7 +158,7 @@ impl Cluster {
     pub(crate) fn role(&self) -> Role {
         match self {
             Self::Single { .. } => Role::Single,
-            Self::Redis(leadership) => leadership.role().into(),
+            Self::Redis { leadership, .. } => leadership.role().into(),
         }
     }
 
@@ -133,7 +166,7 @@ impl Cluster {
     pub(crate) fn epoch(&self) -> Option<u64> {
         match self {
             Self::Single { .. } => Some(1),
-            Self::Redis(leadership) => leadership.term().map(|term| term.token.0),
+            Self::Redis { leadership, .. } => leadership.term().map(|term| term.token.0),
         }
     }
 
@@ -144,18 +177,54 @@ impl Cluster {
                 instance_id: instance_id.to_string(),
                 role: Role::Single,
                 leader: Some(LeaderView { instance_id: instance_id.to_string(), epoch: Some(1), since: Some(*since) }),
+                members: vec![MemberView {
+                    epoch: Some(1),
+                    instance_id: instance_id.to_string(),
+                    last_heard_at: OffsetDateTime::now_utc(),
+                    role: Role::Single,
+                    started_at: Some(*since),
+                    version: VERSION.to_owned(),
+                }],
                 redis: RedisState::None,
             },
-            Self::Redis(leadership) => {
-                let status = leadership.cluster_status().await;
+            Self::Redis { leadership, members, since } => {
+                let (status, heard) = tokio::join!(leadership.cluster_status(), members.members());
+                let leader = status.leader.map(|leader| LeaderView {
+                    instance_id: leader.instance_id,
+                    epoch: leader.epoch.map(|token| token.0),
+                    since: leader.since,
+                });
+                let role: Role = status.role.into();
+                let members = match heard {
+                    Ok(heard) => heard
+                        .into_iter()
+                        .map(|member| {
+                            let leads = leader.as_ref().filter(|leader| leader.instance_id == member.instance_id);
+                            MemberView {
+                                epoch: leads.and_then(|leader| leader.epoch),
+                                role: if leads.is_some() { Role::Leader } else { Role::Follower },
+                                instance_id: member.instance_id,
+                                last_heard_at: member.last_heard_at,
+                                started_at: member.started_at,
+                                version: member.version,
+                            }
+                        })
+                        .collect(),
+                    // Unreachable: only what this instance knows of itself.
+                    Err(_) => vec![MemberView {
+                        epoch: leadership.term().map(|term| term.token.0),
+                        instance_id: status.instance_id.clone(),
+                        last_heard_at: OffsetDateTime::now_utc(),
+                        role,
+                        started_at: Some(*since),
+                        version: VERSION.to_owned(),
+                    }],
+                };
                 ClusterView {
                     instance_id: status.instance_id,
-                    role: status.role.into(),
-                    leader: status.leader.map(|leader| LeaderView {
-                        instance_id: leader.instance_id,
-                        epoch: leader.epoch.map(|token| token.0),
-                        since: leader.since,
-                    }),
+                    role,
+                    leader,
+                    members,
                     redis: match status.redis {
                         RedisReachability::Ok => RedisState::Ok,
                         RedisReachability::Unreachable => RedisState::Unreachable,

@@ -316,7 +316,7 @@ impl Collector for Scrape {
             "The fencing token (term) this instance leads under; 0 while it does not lead",
             state.cluster.epoch().map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX)),
         )?;
-        if let Cluster::Redis(leadership) = &state.cluster {
+        if let Cluster::Redis { leadership, .. } = &state.cluster {
             counter(
                 &mut encoder,
                 "leader_epoch_refusals",

@@ -37,6 +37,7 @@ const ASSETS: &[Asset] = &[
     Asset { name: "overview.js", content_type: JS, body: include_bytes!("../../console/overview.js") },
     Asset { name: "agents.js", content_type: JS, body: include_bytes!("../../console/agents.js") },
     Asset { name: "cron.js", content_type: JS, body: include_bytes!("../../console/cron.js") },
+    Asset { name: "credentials.js", content_type: JS, body: include_bytes!("../../console/credentials.js") },
     Asset { name: "deliveries.js", content_type: JS, body: include_bytes!("../../console/deliveries.js") },
     Asset { name: "tail.js", content_type: JS, body: include_bytes!("../../console/tail.js") },
     Asset { name: "favicon.svg", content_type: "image/svg+xml", body: include_bytes!("../../console/favicon.svg") },

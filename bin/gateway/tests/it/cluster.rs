@@ -1138,3 +1138,50 @@ fn a_credential_revoked_on_one_instance_is_refused_by_the_others_by_event_and_by
     assert!(stream.ended_within(Duration::from_secs(5)), "the stream opened with it is closed by the poll");
     eprintln!("revocation reached the other instances in {by_event:?} by event, {by_poll:?} by poll");
 }
+
+/// `GET /gateway/cluster` lists the members heard from within the lease TTL on every instance: each lists both,
+/// the leader as `leader` with its epoch, the other as `follower`, their version; a killed follower drops out of the
+/// survivor's list once its last record is a TTL old (docs/operations.md, "Cluster members").
+#[test]
+fn each_instance_lists_every_member_and_a_killed_one_drops_out_after_the_ttl() {
+    let _turn = one_at_a_time();
+    let test = "each_instance_lists_every_member_and_a_killed_one_drops_out_after_the_ttl";
+    let Some(mut cluster) = Cluster::start(&format!("it::cluster::{test}"), 2, &CLUSTER_ARGS) else {
+        return;
+    };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    let follower = cluster.others(leader)[0];
+    let members = |view: &Value| -> Vec<(String, String)> {
+        view["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|member| {
+                (member["instance_id"].as_str().unwrap().to_owned(), member["role"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    let mut both = vec![
+        (cluster.id(leader).to_owned(), "leader".to_owned()),
+        (cluster.id(follower).to_owned(), "follower".to_owned()),
+    ];
+    both.sort();
+    for index in [leader, follower] {
+        wait_until("both members listed", cluster.patience(), || members(&cluster.view(index)) == both);
+    }
+    let view = cluster.view(follower);
+    for member in view["members"].as_array().unwrap() {
+        assert_eq!(member["version"], env!("CARGO_PKG_VERSION"), "{view}");
+        let epoch = if member["role"] == "leader" { view["leader"]["epoch"].clone() } else { Value::Null };
+        assert_eq!(member["epoch"], epoch, "{view}");
+        assert!(member["last_heard_at"].as_str().is_some_and(|at| !at.is_empty()), "{view}");
+    }
+
+    let killed = Instant::now();
+    cluster.kill(follower);
+    let alone = vec![(cluster.id(leader).to_owned(), "leader".to_owned())];
+    wait_until("the killed follower to drop out", cluster.patience(), || members(&cluster.view(leader)) == alone);
+    // Not before its last record could be a TTL old: a member is listed for the TTL, not forgotten at once.
+    let gone_after = killed.elapsed();
+    assert!(gone_after >= cluster.ttl - cluster.timings.renew_interval * 2, "dropped out after {gone_after:?}");
+}

@@ -135,9 +135,62 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     b.wait_text("[data-testid=agent-row][data-agent-id=researcher-alpha-9]", |text| text.contains("mesh-04")).await;
     b.screenshot(&shots, "agents").await;
 
-    // Overview: the agent is counted.
+    // Overview: the agent is counted, and the cluster's one member (this instance, `single`) is listed.
     b.goto(&gateway.url("/#/overview")).await;
     b.wait_text("[data-testid=card-agents-value]", |text| text == "1").await;
+    let (_, cluster) = gateway.operator_get("/gateway/cluster");
+    let member = format!("[data-testid=member-row][data-instance-id='{}']", cluster["instance_id"].as_str().unwrap());
+    b.wait_text(&member, |text| text.contains("single") && text.contains(env!("CARGO_PKG_VERSION"))).await;
+    assert_eq!(b.script("return document.querySelectorAll('[data-testid=member-row]').length").await, json!(1));
+
+    // Agent credentials: a token issued is shown once in a dialog, copied through the clipboard API, and gone from
+    // the page (and never in storage) once the dialog closes; the list shows it with its expiry; revoked after a
+    // confirmation, the gateway has it revoked.
+    b.goto(&gateway.url("/#/credentials?agent_id=researcher-alpha-9")).await;
+    b.wait_text("[data-testid=empty]", |text| text.contains("No credentials for researcher-alpha-9")).await;
+    // Headless Chromium refuses the clipboard without a user's permission: the test stands in for it and keeps
+    // what the page wrote.
+    b.script(
+        "Object.defineProperty(navigator, 'clipboard', { configurable: true, value: { writeText: (text) => \
+         { window.copiedText = text; return Promise.resolve(); } } }); return null",
+    )
+    .await;
+    b.select("[data-testid=credentials-lifetime]", "2592000").await;
+    b.click("[data-testid=credentials-issue]").await;
+    b.wait_until(
+        "the token dialog",
+        "return document.querySelector('dialog[data-testid=token-dialog]')?.open === true",
+    )
+    .await;
+    let token = b.script("return document.querySelector('[data-testid=token-value]').value").await;
+    let token = token.as_str().unwrap().to_owned();
+    assert!(token.starts_with("agt_"), "{token}");
+    b.click("[data-testid=token-copy]").await;
+    b.wait_text("[data-testid=token-copy]", |text| text == "Copied").await;
+    assert_eq!(b.script("return window.copiedText").await, json!(token), "the copy button copies the token");
+    b.screenshot(&shots, "credential-issued").await;
+    b.click("[data-testid=token-close]").await;
+    b.wait_until("the dialog gone", "return document.querySelector('dialog') === null").await;
+    let still_there = b
+        .script(&format!(
+            "const t = {token:?}; return document.documentElement.outerHTML.includes(t) || \
+             JSON.stringify(sessionStorage).includes(t) || JSON.stringify(localStorage).includes(t) || \
+             location.href.includes(t)"
+        ))
+        .await;
+    assert_eq!(still_there, json!(false), "the token is gone from the page once its dialog is closed");
+    let (_, listed) = gateway.operator_get("/gateway/agents/researcher-alpha-9/credentials");
+    let credential = &listed["credentials"][0];
+    let credential_row =
+        format!("[data-testid=credential-row][data-credential-id='{}']", credential["credential_id"].as_str().unwrap());
+    b.wait_text(&credential_row, |text| text.contains("active")).await;
+    assert!(credential["expires_at"].is_string(), "issued with the 30 days chosen: {credential}");
+    b.screenshot(&shots, "credentials").await;
+    b.click(&format!("{credential_row} [data-testid=revoke]")).await;
+    b.click(&format!("{credential_row} [data-testid=confirm-revoke]")).await;
+    b.wait_text(&credential_row, |text| text.contains("revoked")).await;
+    let (_, listed) = gateway.operator_get("/gateway/agents/researcher-alpha-9/credentials");
+    assert!(listed["credentials"][0]["revoked_at"].is_string(), "{listed}");
 
     // Cron: a created job shows the next instants the gateway computed, is paused and resumed, then deleted after
     // a confirmation.
@@ -182,6 +235,11 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     let row = format!("[data-testid=dead-row][data-delivery-id='{delivery_id}']");
     let shown = b.wait_text(&row, |text| text.contains("http_500")).await;
     assert!(shown.contains("<b>sess-42</b>"), "the session id shows as the text it is: {shown:?}");
+    // The webhook by its name and target host, its id beside it.
+    let webhook = b.wait_text(&format!("{row} [data-testid=webhook-name]"), |text| !text.is_empty()).await;
+    let host = receiver.url("/").split('/').nth(2).unwrap().to_owned();
+    assert!(webhook.contains("github · pull_request.opened") && webhook.contains(&host), "{webhook:?}");
+    assert!(webhook.contains(&format!("#{}", config["id"])), "{webhook:?}");
     b.screenshot(&shots, "dead-letters").await;
     receiver.set(Behaviour::Status(200));
     let (status, _) = gateway.operator_post(&format!("/gateway/deliveries/{other_id}/retry"), &json!({}));
@@ -198,7 +256,17 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     b.click(&format!("{row} [data-testid=retry]")).await;
     b.wait_text(&format!("{row} [data-testid=retry-result]"), |text| text.contains("Delivered on attempt 1")).await;
     b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "delivered").await;
-    assert_eq!(gateway.operator_get(&format!("/gateway/deliveries/{delivery_id}")).1["status"], "delivered");
+    let now = gateway.operator_get(&format!("/gateway/deliveries/{delivery_id}")).1;
+    assert_eq!(now["status"], "delivered");
+    // The whole row follows the delivery the API answers with, not just its status: one attempt, no error.
+    assert_eq!(now["attempt_count"], 1, "{now}");
+    assert_eq!(now["error_detail"], Value::Null, "{now}");
+    b.wait_text(&format!("{row} [data-testid=attempts]"), |text| text == "1").await;
+    b.wait_text(&format!("{row} [data-testid=last-error]"), str::is_empty).await;
+    // The other row, refused with 409, shows where the delivery now stands too.
+    b.wait_text(&format!("{other_row} [data-testid=status]"), |text| text == "delivered").await;
+    b.wait_text(&format!("{other_row} [data-testid=last-error]"), str::is_empty).await;
+    b.screenshot(&shots, "dead-letters-after-retry").await;
 
     // The inspector: filtered by session and status through its form (the filters land in the address), a session
     // with no deliveries, then the delivery with its seven attempts and its payload, as text.
@@ -209,7 +277,8 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     b.select("[data-testid=filter-status]", "delivered").await;
     b.click("[data-testid=filter-apply]").await;
     let listed = format!("[data-testid=delivery-row][data-delivery-id='{delivery_id}']");
-    b.wait_text(&listed, |text| text.contains("delivered")).await;
+    let listed_text = b.wait_text(&listed, |text| text.contains("delivered")).await;
+    assert!(listed_text.contains("github · pull_request.opened"), "the webhook by name: {listed_text:?}");
     let address = b.script("return location.hash").await;
     assert_eq!(address, json!("#/deliveries?session_id=%3Cb%3Esess-42%3C%2Fb%3E&status=delivered"));
     b.screenshot(&shots, "deliveries").await;

@@ -5,5 +5,6 @@
 mod agent_rate;
 mod conformance;
 mod leadership;
+mod members;
 mod rate;
 mod support;

@@ -1,0 +1,214 @@
+// Agent credentials: issue a token (shown once, in a dialog with a copy button), list an agent's credentials with
+// their expiry and state, revoke one after a confirmation. The token is in the page only while its dialog is open
+// (never in storage or the address); closing the dialog empties the field and removes it from the page.
+
+import { h, replace, table, empty, field, copyText } from './dom.js';
+import { api, errorAlert, query, ApiError } from './api.js';
+import { absolute, badge, number, relative, when } from './format.js';
+
+const PAGE = 100;
+/** The lifetimes offered; the API takes any number of seconds up to ten years. */
+const LIFETIMES = [
+  ['', 'never expires'],
+  [String(24 * 3600), '1 day'],
+  [String(30 * 24 * 3600), '30 days'],
+  [String(90 * 24 * 3600), '90 days'],
+  [String(365 * 24 * 3600), '1 year'],
+];
+
+export function render(main, route, context) {
+  const agentId = route.params.get('agent_id') ?? '';
+  const agentInput = h('input', {
+    type: 'text', value: agentId, autocomplete: 'off', spellcheck: 'false', required: true, list: 'live-agents',
+    'data-testid': 'credentials-agent',
+  });
+  const liveAgents = h('datalist', { id: 'live-agents' });
+  const lifetime = h('select', { 'data-testid': 'credentials-lifetime' },
+    LIFETIMES.map(([value, label]) => h('option', { value }, label)));
+  const show = h('button', { type: 'submit', class: 'button ghost', 'data-testid': 'credentials-show' }, 'Show credentials');
+  const issue = h('button', { type: 'button', class: 'button', 'data-testid': 'credentials-issue' }, 'Issue a token');
+  const notice = h('div', { 'aria-live': 'polite', 'data-testid': 'credentials-notice' });
+  const form = h(
+    'form',
+    { class: 'filters', novalidate: true },
+    field('Agent id', agentInput, { id: 'credentials-agent', help: 'Live agents are offered as you type.' }),
+    field('Lifetime of a new token', lifetime, { id: 'credentials-lifetime' }),
+    show,
+    issue,
+  );
+  const body = h('div', {});
+  main.append(
+    h('div', { class: 'view-head' }, h('h1', {}, 'Agent credentials'),
+      h('span', { class: 'hint' }, 'Tokens agents authenticate with (--agent-auth). A token is shown once; the gateway keeps its hash.')),
+    h('section', { class: 'panel', 'aria-label': 'Agent' }, form, liveAgents, notice),
+    h('section', { class: 'panel flush', 'aria-label': 'Credentials' }, body),
+  );
+
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const agent = agentInput.value.trim();
+    if (!agent) {
+      agentInput.focus();
+      return;
+    }
+    location.hash = `#/credentials${query({ agent_id: agent })}`;
+  });
+
+  issue.addEventListener('click', async () => {
+    const agent = agentInput.value.trim();
+    if (!agent) {
+      replace(notice, h('div', { class: 'alert error', role: 'alert' }, 'Name the agent first.'));
+      agentInput.focus();
+      return;
+    }
+    issue.disabled = true;
+    replace(notice);
+    try {
+      const body = lifetime.value ? { expires_in_s: Number(lifetime.value) } : {};
+      const issued = await api('POST', `/gateway/agents/${encodeURIComponent(agent)}/credentials`, { body, signal: context.signal });
+      showToken(issued, () => {
+        if (agent === agentId) load();
+        else location.hash = `#/credentials${query({ agent_id: agent })}`;
+      });
+    } catch (error) {
+      if (!context.signal.aborted) replace(notice, errorAlert(error, 'Not issued'));
+    } finally {
+      issue.disabled = false;
+    }
+  });
+
+  // Live agents, to pick from (a convenience: an agent need not be live to get a token).
+  api('GET', `/gateway/agents${query({ limit: 1000 })}`, { signal: context.signal })
+    .then((page) => replace(liveAgents, page.agents.map((agent) => h('option', { value: agent.agent_id }))))
+    .catch(() => {});
+
+  const load = async () => {
+    if (!agentId) {
+      replace(body, empty('No agent chosen', 'Name an agent above to see its credentials, or issue it a token.'));
+      return;
+    }
+    try {
+      let credentials = [];
+      let after = null;
+      // Every page: an agent has a handful of credentials, rarely more than a page.
+      do {
+        const page = await api('GET', `/gateway/agents/${encodeURIComponent(agentId)}/credentials${query({ limit: PAGE, after })}`,
+          { signal: context.signal });
+        credentials = credentials.concat(page.credentials);
+        after = page.next_after;
+      } while (after !== null && !context.signal.aborted);
+      replace(body, credentials.length === 0
+        ? empty(`No credentials for ${agentId}`, 'Issue a token above; the agent then sends it as Authorization: Bearer.')
+        : credentialsTable(agentId, credentials, context, load));
+    } catch (error) {
+      if (!context.signal.aborted) replace(body, errorAlert(error, 'Could not load the credentials'));
+    }
+  };
+  load();
+}
+
+/** A credential's state now: revoked, expired or active. */
+function state(credential, now) {
+  if (credential.revoked_at) return ['revoked', 'bad'];
+  if (credential.expires_at && Date.parse(credential.expires_at) <= now) return ['expired', 'warn'];
+  return ['active', 'ok'];
+}
+
+function credentialsTable(agentId, credentials, context, reload) {
+  const now = Date.now();
+  const active = credentials.filter((credential) => state(credential, now)[0] === 'active').length;
+  return [
+    h('h2', { class: 'list-title' }, `${number(credentials.length)} credential${credentials.length === 1 ? '' : 's'} of `, h('code', {}, agentId),
+      h('span', { class: 'muted' }, ` · ${number(active)} active`)),
+    table(
+      [['Credential'], ['State'], ['Issued'], ['Expires'], ['Revoked'], ['', 'actions']],
+      credentials.map((credential) => credentialRow(agentId, credential, now, context, reload)),
+      { 'data-testid': 'credentials-table' },
+    ),
+  ];
+}
+
+function credentialRow(agentId, credential, now, context, reload) {
+  const [label, tone] = state(credential, now);
+  const actions = h('td', { class: 'actions' });
+  const result = h('div', { class: 'inline-result', 'aria-live': 'polite', 'data-testid': 'revoke-result' });
+  const showActions = () => {
+    if (credential.revoked_at) {
+      replace(actions, result);
+      return;
+    }
+    const revoke = h('button', { type: 'button', class: 'button danger small', 'data-testid': 'revoke' }, 'Revoke');
+    revoke.addEventListener('click', confirmRevoke);
+    replace(actions, revoke, result);
+  };
+  const confirmRevoke = () => {
+    const yes = h('button', { type: 'button', class: 'button danger solid small', 'data-testid': 'confirm-revoke' }, 'Revoke now');
+    const no = h('button', { type: 'button', class: 'button ghost small' }, 'Cancel');
+    no.addEventListener('click', showActions);
+    yes.addEventListener('click', async () => {
+      yes.disabled = true;
+      no.disabled = true;
+      try {
+        await api('DELETE', `/gateway/agents/${encodeURIComponent(agentId)}/credentials/${encodeURIComponent(credential.credential_id)}`,
+          { signal: context.signal });
+        reload();
+      } catch (error) {
+        if (context.signal.aborted) return;
+        showActions();
+        result.className = 'inline-result error';
+        replace(result, error instanceof ApiError && error.status === 404
+          ? 'Not revoked (404): this agent has no such credential any more.'
+          : errorAlert(error, 'Not revoked'));
+      }
+    });
+    replace(actions, h('span', { class: 'muted' }, 'It stops working at once. Sure?'), yes, no);
+    no.focus();
+  };
+  showActions();
+  return h(
+    'tr',
+    { 'data-testid': 'credential-row', dataset: { credentialId: credential.credential_id } },
+    h('td', { class: 'mono' }, credential.credential_id),
+    h('td', {}, badge(label, tone)),
+    h('td', {}, when(credential.created_at, { now })),
+    h('td', {}, credential.expires_at ? when(credential.expires_at, { now }) : h('span', { class: 'muted' }, 'never')),
+    h('td', {}, credential.revoked_at ? when(credential.revoked_at, { now }) : '—'),
+    actions,
+  );
+}
+
+/**
+ * The token, this once: a modal dialog with the token as read-only text and a copy button. Closing it (the button,
+ * Escape) removes the dialog, and the token with it, from the page; `onClosed` then shows the list.
+ */
+function showToken(issued, onClosed) {
+  const text = h('input', {
+    type: 'text', readonly: true, value: issued.token, spellcheck: 'false', autocomplete: 'off', class: 'mono token',
+    'aria-label': 'The new token', 'data-testid': 'token-value',
+  });
+  const copy = h('button', { type: 'button', class: 'button', 'data-testid': 'token-copy' }, 'Copy');
+  copy.addEventListener('click', () => copyText(text.value, copy));
+  const done = h('button', { type: 'button', class: 'button ghost', 'data-testid': 'token-close' }, 'I have stored it — close');
+  const dialog = h(
+    'dialog',
+    { class: 'token-dialog', 'aria-labelledby': 'token-title', 'data-testid': 'token-dialog' },
+    h('h2', { id: 'token-title' }, 'New token for ', h('code', {}, issued.agent_id)),
+    h('p', {}, h('strong', {}, 'Shown this once.'), ' The gateway keeps only its hash: copy it now into the agent\'s secret store. ',
+      issued.expires_at
+        ? `It expires ${relative(issued.expires_at)}, at ${absolute(issued.expires_at, { precise: true })}.`
+        : 'It never expires.'),
+    h('div', { class: 'token-line' }, text, copy),
+    h('p', { class: 'muted' }, 'Credential ', h('code', {}, issued.credential_id),
+      '. The agent sends it as Authorization: Bearer <token> on heartbeats, messages, tools and its streams.'),
+    h('div', { class: 'dialog-actions' }, done),
+  );
+  dialog.addEventListener('close', () => {
+    text.value = '';
+    dialog.remove();
+    onClosed();
+  });
+  done.addEventListener('click', () => dialog.close());
+  document.body.append(dialog);
+  dialog.showModal();
+  text.select();
+}
