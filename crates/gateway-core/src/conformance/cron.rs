@@ -455,7 +455,7 @@ pub fn an_agents_recurring_jobs_are_counted_listed_and_deleted_only_for_it(
     assert!(!store.delete_recurring_job(others.id, &agent).expect("delete"), "another agent's job");
     assert!(!store.delete_recurring_job(once.id, &agent).expect("delete"), "a one-time job");
     assert!(store.cron_job(once.id).expect("read").is_some());
-    assert_eq!(store.claim_fires(&[sooner.id], &lease("a", 1, at)).expect("claim").len(), 1);
+    assert_eq!(store.claim_fires(&[sooner.id], &lease("a", 1, sooner.next_fire_at)).expect("claim").len(), 1);
     assert!(store.delete_recurring_job(sooner.id, &agent).expect("delete"), "claimed or not");
     assert!(!store.delete_recurring_job(sooner.id, &agent).expect("delete"), "gone already");
     assert!(!store.delete_recurring_job(987_654, &agent).expect("delete"), "no such job");
