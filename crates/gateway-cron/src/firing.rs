@@ -497,7 +497,10 @@ fn completion(job: &CronJob, now: OffsetDateTime) -> FireCompletion {
             }
         },
         _ => {
-            error!(job_id = job.id, "recurring job has no valid schedule or zone (edited outside the API?); removing it");
+            error!(
+                job_id = job.id,
+                "recurring job has no valid schedule or zone (edited outside the API?); removing it"
+            );
             FireCompletion::Delete(fire)
         }
     }

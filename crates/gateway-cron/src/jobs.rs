@@ -3,8 +3,8 @@
 
 use gateway_core::runtime::sync::lock;
 use gateway_core::{
-    AgentId, CronJob, DEFAULT_TIMEZONE, Event, EventPayload, IdempotencyKey, NewCronJob, PendingFire, StoreError, Topic,
-    run_blocking,
+    AgentId, CronJob, DEFAULT_TIMEZONE, Event, EventPayload, IdempotencyKey, NewCronJob, PendingFire, StoreError,
+    Topic, run_blocking,
 };
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};

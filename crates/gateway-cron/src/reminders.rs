@@ -172,7 +172,8 @@ impl CronScheduler {
             .blocking(move |scheduler| {
                 let _writing = scheduler.inner.writes.take();
                 let store = &scheduler.inner.store;
-                Ok(store.delete_one_time_job(job_id, &agent_id, now)? || store.delete_recurring_job(job_id, &agent_id)?)
+                Ok(store.delete_one_time_job(job_id, &agent_id, now)?
+                    || store.delete_recurring_job(job_id, &agent_id)?)
             })
             .await?;
         if cancelled {

@@ -739,47 +739,57 @@ mod tests {
     fn a_fixed_time_fires_once_across_both_transitions_in_both_hemispheres() {
         let cases: [(&str, &str, OffsetDateTime, &[&str]); 8] = [
             // Spring forward: 02:30 does not exist that day, so it fires at 03:00, the first instant after the gap.
-            ("30 2 * * *", "America/New_York", datetime!(2026-03-06 12:00 UTC), &[
-                "2026-03-07T02:30:00-05:00",
-                "2026-03-08T03:00:00-04:00",
-                "2026-03-09T02:30:00-04:00",
-            ]),
-            ("30 2 * * *", "America/New_York", datetime!(2027-03-12 12:00 UTC), &[
-                "2027-03-13T02:30:00-05:00",
-                "2027-03-14T03:00:00-04:00",
-                "2027-03-15T02:30:00-04:00",
-            ]),
+            (
+                "30 2 * * *",
+                "America/New_York",
+                datetime!(2026-03-06 12:00 UTC),
+                &["2026-03-07T02:30:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00"],
+            ),
+            (
+                "30 2 * * *",
+                "America/New_York",
+                datetime!(2027-03-12 12:00 UTC),
+                &["2027-03-13T02:30:00-05:00", "2027-03-14T03:00:00-04:00", "2027-03-15T02:30:00-04:00"],
+            ),
             // A time at the very start of the gap (02:00) goes to its end as well.
-            ("0 2 * * *", "America/New_York", datetime!(2027-03-13 12:00 UTC), &[
-                "2027-03-14T03:00:00-04:00",
-                "2027-03-15T02:00:00-04:00",
-            ]),
+            (
+                "0 2 * * *",
+                "America/New_York",
+                datetime!(2027-03-13 12:00 UTC),
+                &["2027-03-14T03:00:00-04:00", "2027-03-15T02:00:00-04:00"],
+            ),
             // Fall back: 01:30 happens twice; only the first (daylight time) fires.
-            ("30 1 * * *", "America/New_York", datetime!(2026-10-30 12:00 UTC), &[
-                "2026-10-31T01:30:00-04:00",
-                "2026-11-01T01:30:00-04:00",
-                "2026-11-02T01:30:00-05:00",
-            ]),
-            ("30 2 * * *", "Australia/Sydney", datetime!(2026-04-03 00:00 UTC), &[
-                "2026-04-04T02:30:00+11:00",
-                "2026-04-05T02:30:00+11:00",
-                "2026-04-06T02:30:00+10:00",
-            ]),
-            ("30 2 * * *", "Australia/Sydney", datetime!(2027-04-02 00:00 UTC), &[
-                "2027-04-03T02:30:00+11:00",
-                "2027-04-04T02:30:00+11:00",
-                "2027-04-05T02:30:00+10:00",
-            ]),
-            ("30 2 * * *", "Australia/Sydney", datetime!(2026-10-02 00:00 UTC), &[
-                "2026-10-03T02:30:00+10:00",
-                "2026-10-04T03:00:00+11:00",
-                "2026-10-05T02:30:00+11:00",
-            ]),
+            (
+                "30 1 * * *",
+                "America/New_York",
+                datetime!(2026-10-30 12:00 UTC),
+                &["2026-10-31T01:30:00-04:00", "2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"],
+            ),
+            (
+                "30 2 * * *",
+                "Australia/Sydney",
+                datetime!(2026-04-03 00:00 UTC),
+                &["2026-04-04T02:30:00+11:00", "2026-04-05T02:30:00+11:00", "2026-04-06T02:30:00+10:00"],
+            ),
+            (
+                "30 2 * * *",
+                "Australia/Sydney",
+                datetime!(2027-04-02 00:00 UTC),
+                &["2027-04-03T02:30:00+11:00", "2027-04-04T02:30:00+11:00", "2027-04-05T02:30:00+10:00"],
+            ),
+            (
+                "30 2 * * *",
+                "Australia/Sydney",
+                datetime!(2026-10-02 00:00 UTC),
+                &["2026-10-03T02:30:00+10:00", "2026-10-04T03:00:00+11:00", "2026-10-05T02:30:00+11:00"],
+            ),
             // A time outside the changed hour keeps its wall-clock time and moves by an hour of real time.
-            ("0 9 * * *", "America/New_York", datetime!(2026-03-07 00:00 UTC), &[
-                "2026-03-07T09:00:00-05:00",
-                "2026-03-08T09:00:00-04:00",
-            ]),
+            (
+                "0 9 * * *",
+                "America/New_York",
+                datetime!(2026-03-07 00:00 UTC),
+                &["2026-03-07T09:00:00-05:00", "2026-03-08T09:00:00-04:00"],
+            ),
         ];
         for (expression, zone, after, expected) in cases {
             assert_eq!(local_instants(expression, zone, after, expected.len()), expected, "{expression} in {zone}");
@@ -805,28 +815,36 @@ mod tests {
     #[test]
     fn every_thirty_minutes_neither_skips_nor_doubles_beyond_the_rule() {
         let cases: [(&str, OffsetDateTime, &[&str]); 4] = [
-            ("America/New_York", datetime!(2027-03-14 06:00 UTC), &[
-                "2027-03-14T01:30:00-05:00",
-                "2027-03-14T03:00:00-04:00",
-                "2027-03-14T03:30:00-04:00",
-            ]),
-            ("America/New_York", datetime!(2026-11-01 04:45 UTC), &[
-                "2026-11-01T01:00:00-04:00",
-                "2026-11-01T01:30:00-04:00",
-                "2026-11-01T02:00:00-05:00",
-                "2026-11-01T02:30:00-05:00",
-            ]),
-            ("Australia/Sydney", datetime!(2026-10-03 15:15 UTC), &[
-                "2026-10-04T01:30:00+10:00",
-                "2026-10-04T03:00:00+11:00",
-                "2026-10-04T03:30:00+11:00",
-            ]),
-            ("Australia/Sydney", datetime!(2026-04-04 14:45 UTC), &[
-                "2026-04-05T02:00:00+11:00",
-                "2026-04-05T02:30:00+11:00",
-                "2026-04-05T03:00:00+10:00",
-                "2026-04-05T03:30:00+10:00",
-            ]),
+            (
+                "America/New_York",
+                datetime!(2027-03-14 06:00 UTC),
+                &["2027-03-14T01:30:00-05:00", "2027-03-14T03:00:00-04:00", "2027-03-14T03:30:00-04:00"],
+            ),
+            (
+                "America/New_York",
+                datetime!(2026-11-01 04:45 UTC),
+                &[
+                    "2026-11-01T01:00:00-04:00",
+                    "2026-11-01T01:30:00-04:00",
+                    "2026-11-01T02:00:00-05:00",
+                    "2026-11-01T02:30:00-05:00",
+                ],
+            ),
+            (
+                "Australia/Sydney",
+                datetime!(2026-10-03 15:15 UTC),
+                &["2026-10-04T01:30:00+10:00", "2026-10-04T03:00:00+11:00", "2026-10-04T03:30:00+11:00"],
+            ),
+            (
+                "Australia/Sydney",
+                datetime!(2026-04-04 14:45 UTC),
+                &[
+                    "2026-04-05T02:00:00+11:00",
+                    "2026-04-05T02:30:00+11:00",
+                    "2026-04-05T03:00:00+10:00",
+                    "2026-04-05T03:30:00+10:00",
+                ],
+            ),
         ];
         for (zone, after, expected) in cases {
             assert_eq!(local_instants("*/30 * * * *", zone, after, expected.len()), expected, "{zone}");
@@ -850,7 +868,8 @@ mod tests {
             let tz = schedule.zone();
             // The fires from local midnight (the instant before it) to the next local midnight, included.
             let fires = schedule.upcoming(midnight - Duration::seconds(1), minutes + 1);
-            let wall: Vec<_> = fires.iter().map(|at| to_chrono(*at).unwrap().with_timezone(&tz).naive_local()).collect();
+            let wall: Vec<_> =
+                fires.iter().map(|at| to_chrono(*at).unwrap().with_timezone(&tz).naive_local()).collect();
             assert!(fires.windows(2).all(|pair| pair[0] < pair[1]), "{zone}: ascending");
             assert!(wall.windows(2).all(|pair| pair[0] < pair[1]), "{zone}: no wall-clock time twice");
             assert_eq!(wall[0].time(), chrono::NaiveTime::MIN, "{zone}: starts at local midnight");

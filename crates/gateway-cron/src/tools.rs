@@ -182,7 +182,11 @@ impl ReminderTool {
                 // Checked here, so a refusal names the parameter before anything runs; the zone is kept by its
                 // database name.
                 let parsed = CronSchedule::parse_in(&schedule, &timezone).map_err(recurring_refusal)?;
-                Self::ScheduleRecurring { schedule: parsed.source().to_owned(), timezone: parsed.timezone().to_owned(), payload }
+                Self::ScheduleRecurring {
+                    schedule: parsed.source().to_owned(),
+                    timezone: parsed.timezone().to_owned(),
+                    payload,
+                }
             }
         })
     }

@@ -53,7 +53,11 @@ fn config() -> CronConfig {
     }
 }
 
-fn scheduler(store: &Arc<InMemoryCronJobStore>, clock: Arc<dyn Clock>, events: mpsc::UnboundedSender<Event>) -> CronScheduler {
+fn scheduler(
+    store: &Arc<InMemoryCronJobStore>,
+    clock: Arc<dyn Clock>,
+    events: mpsc::UnboundedSender<Event>,
+) -> CronScheduler {
     let ports = CronPorts {
         store: Arc::clone(store) as Arc<dyn CronJobStore>,
         storage: Arc::new(InMemoryAgentStorage { jobs: Arc::clone(store), calls: Arc::default() }),

@@ -28,8 +28,7 @@ pub(super) async fn create(state: &AppState, request: Request) -> Result<Respons
     let payload = body.take_object("payload")?.unwrap_or_else(Map::new);
     let timezone = body.take_string("timezone")?.unwrap_or_else(|| DEFAULT_TIMEZONE.to_owned());
     body.finish(&FIELDS)?;
-    let (job, replayed) =
-        state.cron.add_recurring_in(agent_id, &schedule, &timezone, payload, idempotency_key).await?;
+    let (job, replayed) = state.cron.add_recurring_in(agent_id, &schedule, &timezone, payload, idempotency_key).await?;
     Ok(created_or_replayed(&CronJobBody::of(&job), replayed))
 }
 

@@ -438,10 +438,8 @@ fn zoned_jobs_keep_their_zone_and_dst_preview_across_a_restart() {
     let (status, new_york) = gateway.operator_post("/gateway/cron/jobs", &spring);
     assert_eq!(status, 201, "{new_york}");
     assert_eq!(new_york["timezone"], "America/New_York");
-    let expected_new_york = dated(
-        year,
-        &["03-14T01:00:00-05:00", "03-14T01:30:00-05:00", "03-14T03:00:00-04:00", "03-14T03:30:00-04:00"],
-    );
+    let expected_new_york =
+        dated(year, &["03-14T01:00:00-05:00", "03-14T01:30:00-05:00", "03-14T03:00:00-04:00", "03-14T03:30:00-04:00"]);
     assert_eq!(new_york["preview_local"].as_array().unwrap()[..4], expected_new_york[..]);
     let utc = dated(year, &["03-14T06:00:00Z", "03-14T06:30:00Z", "03-14T07:00:00Z", "03-14T07:30:00Z"]);
     assert_eq!(new_york["preview"].as_array().unwrap()[..4], utc[..]);
@@ -455,10 +453,8 @@ fn zoned_jobs_keep_their_zone_and_dst_preview_across_a_restart() {
     let (status, sydney) = gateway.operator_post("/gateway/cron/jobs", &fall);
     assert_eq!(status, 201, "{sydney}");
     let year = year_of(time::macros::datetime!(2027-04-03 15:00 UTC));
-    let expected_sydney = dated(
-        year,
-        &["04-04T02:00:00+11:00", "04-04T02:30:00+11:00", "04-04T03:00:00+10:00", "04-04T03:30:00+10:00"],
-    );
+    let expected_sydney =
+        dated(year, &["04-04T02:00:00+11:00", "04-04T02:30:00+11:00", "04-04T03:00:00+10:00", "04-04T03:30:00+10:00"]);
     assert_eq!(sydney["preview_local"].as_array().unwrap()[..4], expected_sydney[..]);
     let sydney_utc = dated(year, &["04-03T15:00:00Z", "04-03T15:30:00Z", "04-03T17:00:00Z", "04-03T17:30:00Z"]);
     assert_eq!(sydney["preview"].as_array().unwrap()[..4], sydney_utc[..]);

@@ -311,7 +311,10 @@ fn a_recurring_job_scheduled_by_a_tool_fires_to_its_agent_is_listed_and_cancelle
     let listed = reminders_of(&gateway, "agent-rec", "list-1");
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert_eq!(listed[0]["job_id"], job_id);
-    assert_eq!((listed[0]["schedule"].as_str(), listed[0]["timezone"].as_str()), (Some("* * * * * *"), Some("Asia/Kolkata")));
+    assert_eq!(
+        (listed[0]["schedule"].as_str(), listed[0]["timezone"].as_str()),
+        (Some("* * * * * *"), Some("Asia/Kolkata"))
+    );
     assert!(listed[1].get("schedule").is_none() && listed[1].get("timezone").is_none(), "{listed:?}");
 
     // The cap counts recurring jobs apart from reminders: one more fits, a third is refused.
