@@ -157,6 +157,15 @@ impl CronJobStore for TracedStore {
     fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: OffsetDateTime) -> Result<bool, StoreErr> {
         self.inner.delete_one_time_job(id, agent_id, now)
     }
+    fn count_recurring_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreErr> {
+        self.inner.count_recurring_jobs(agent_id)
+    }
+    fn recurring_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<gateway_core::CronJob>, StoreErr> {
+        self.inner.recurring_jobs_of(agent_id, limit)
+    }
+    fn delete_recurring_job(&self, id: i64, agent_id: &AgentId) -> Result<bool, StoreErr> {
+        self.inner.delete_recurring_job(id, agent_id)
+    }
     fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<gateway_core::PendingFire>, StoreErr> {
         let mut count = 0;
         self.timed("pending", limit, || {

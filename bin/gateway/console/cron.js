@@ -139,12 +139,18 @@ function jobRow(job, now, { context, notice, replaceJob, removeJob }) {
     { 'data-testid': 'job-row', dataset: { jobId: job.id } },
     h('td', { class: 'num mono' }, String(job.id)),
     h('td', { class: 'mono' }, job.agent_id),
-    h('td', { class: 'mono' }, job.is_one_time ? h('span', { class: 'badge' }, 'one-time') : job.schedule),
+    h('td', { class: 'mono' }, job.is_one_time ? h('span', { class: 'badge' }, 'one-time') : scheduleCell(job)),
     h('td', {}, when(job.next_fire_at, { now })),
     h('td', {}, state),
     h('td', {}, h('span', { class: 'mono truncate', title: payload }, payload)),
     cell,
   );
+}
+
+/** A recurring job's expression and the time zone it is read in (UTC for jobs created without one). */
+function scheduleCell(job) {
+  const zone = job.timezone ?? 'UTC';
+  return h('span', {}, job.schedule, ' ', h('span', { class: 'muted', 'data-testid': 'job-timezone', title: 'Read in this time zone' }, zone));
 }
 
 /** An error under a row's buttons, in words for the reasons in `explained`. */
@@ -158,6 +164,10 @@ function showResult(element, error, explained = {}) {
 function createPanel(context, onCreated) {
   const agent = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false', 'data-testid': 'cron-agent' });
   const schedule = h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false', placeholder: '*/5 * * * *', class: 'mono', 'data-testid': 'cron-schedule' });
+  const timezone = h('input', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: 'UTC', class: 'mono', list: 'cron-timezones', 'data-testid': 'cron-timezone' });
+  // The browser's own zone first: what an operator most likely means by "09:00".
+  const zones = [browserZone(), 'UTC', 'America/New_York', 'Europe/London', 'Europe/Paris', 'Asia/Tokyo', 'Australia/Sydney'];
+  const zoneList = h('datalist', { id: 'cron-timezones' }, [...new Set(zones.filter(Boolean))].map((zone) => h('option', { value: zone })));
   const payload = h('textarea', { rows: 3, spellcheck: 'false', 'data-testid': 'cron-payload' });
   payload.value = '{}';
   const submit = h('button', { type: 'submit', class: 'button', 'data-testid': 'cron-submit' }, 'Create job');
@@ -166,7 +176,9 @@ function createPanel(context, onCreated) {
     'form',
     { class: 'form-grid', novalidate: true, 'data-testid': 'cron-form' },
     field('Agent id', agent, { id: 'cron-agent', help: 'Whose agent:<id>:scheduled topic it fires on' }),
-    field('Schedule', schedule, { id: 'cron-schedule', help: 'Cron in UTC: 5 fields, or 6–7 with seconds (docs/scheduler.md)' }),
+    field('Schedule', schedule, { id: 'cron-schedule', help: 'Cron: 5 fields, or 6–7 with seconds (docs/scheduler.md)' }),
+    field('Time zone', timezone, { id: 'cron-timezone', help: 'IANA name the schedule is read in; empty: UTC. Across DST a missing time fires right after the gap, a repeated one once' }),
+    zoneList,
     field('Payload (JSON object)', payload, { id: 'cron-payload' }),
     h('div', { class: 'buttons' }, submit),
   );
@@ -189,7 +201,7 @@ function createPanel(context, onCreated) {
     submit.disabled = true;
     try {
       const job = await api('POST', '/gateway/cron/jobs', {
-        body: { agent_id: agent.value.trim(), schedule: schedule.value.trim(), payload: parsed },
+        body: { agent_id: agent.value.trim(), schedule: schedule.value.trim(), timezone: timezone.value.trim() || null, payload: parsed },
         signal: context.signal,
       });
       replace(result, created(job));
@@ -203,6 +215,14 @@ function createPanel(context, onCreated) {
   return h('section', { class: 'panel', 'aria-labelledby': 'create-title' }, h('h2', { id: 'create-title' }, 'New recurring job'), form, result);
 }
 
+function browserZone() {
+  try {
+    return Intl.DateTimeFormat().resolvedOptions().timeZone;
+  } catch {
+    return null;
+  }
+}
+
 function created(job) {
   const now = Date.now();
   return h(
@@ -212,15 +232,17 @@ function created(job) {
     h('code', {}, job.agent_id),
     ` on `,
     h('code', {}, job.schedule),
-    '. Its next instants:',
+    ` in `,
+    h('code', {}, job.timezone ?? 'UTC'),
+    '. Its next instants (in that zone, then UTC):',
     h(
       'ol',
       { class: 'preview', 'data-testid': 'cron-preview' },
-      (job.preview ?? [job.next_fire_at]).map((instant) => h(
+      (job.preview ?? [job.next_fire_at]).map((instant, index) => h(
         'li',
         {},
-        h('span', { class: 'mono' }, instant),
-        h('span', { class: 'muted' }, `${absolute(instant, { precise: true })} · ${relative(instant, now)}`),
+        h('span', { class: 'mono', 'data-testid': 'cron-preview-local' }, job.preview_local?.[index] ?? instant),
+        h('span', { class: 'muted' }, `${instant} · ${absolute(instant, { precise: true })} · ${relative(instant, now)}`),
       )),
     ),
   );

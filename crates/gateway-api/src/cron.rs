@@ -2,7 +2,7 @@
 //! operations.
 
 use gateway_core::{AgentId, CronJob, encoding::rfc3339};
-use gateway_cron::preview;
+use gateway_cron::{preview, preview_local};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
@@ -33,13 +33,21 @@ pub struct CronJobBody<'a> {
     pub paused: bool,
     #[schema(value_type = Object)]
     pub payload: &'a Map<String, Value>,
-    /// The next instants; recurring jobs only.
+    /// The next instants, RFC 3339 in UTC; recurring jobs only.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, format = DateTime)]
     pub preview: Option<Vec<String>>,
+    /// The same instants with the offset of the job's time zone at each (`2027-03-14T03:00:00-04:00`); recurring
+    /// jobs only, UTC ones too (`+00:00`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = DateTime)]
+    pub preview_local: Option<Vec<String>>,
     /// `null` for a one-time reminder.
     #[schema(required = true)]
     pub schedule: Option<&'a str>,
+    /// The IANA time zone the schedule is read in (`UTC` for one-time reminders).
+    #[schema(example = "America/New_York")]
+    pub timezone: &'a str,
 }
 
 impl<'a> CronJobBody<'a> {
@@ -52,7 +60,9 @@ impl<'a> CronJobBody<'a> {
             paused: job.paused,
             payload: &job.payload,
             preview: (!job.is_one_time).then(|| preview(job).into_iter().map(rfc3339::format).collect()),
+            preview_local: (!job.is_one_time).then(|| preview_local(job)),
             schedule: job.schedule.as_deref(),
+            timezone: &job.timezone,
         }
     }
 }
@@ -79,13 +89,23 @@ pub struct CronJobCreate {
     /// Absent or `null`: `{}`.
     #[schema(value_type = Option<Object>)]
     payload: Option<Map<String, Value>>,
+    /// An IANA time zone name (`Europe/Paris`) the schedule is read in; absent or `null`: `UTC`. Across a DST change
+    /// a wall-clock time that does not exist fires at the first instant after the gap, one that occurs twice fires
+    /// at its first occurrence (docs/scheduler.md, "Time zones").
+    #[schema(value_type = Option<String>, max_length = 64, example = "America/New_York")]
+    timezone: Option<String>,
 }
 
 pub fn create_doc() -> Operation {
     Operation::new("createCronJob", "cron", "Create a recurring job")
         .idempotency_key()
         .json_body::<CronJobCreate>(true)
-        .example(json!({"agent_id": "researcher-alpha-9", "schedule": "*/5 * * * *", "payload": {"task": "sweep"}}))
+        .example(json!({
+            "agent_id": "researcher-alpha-9",
+            "schedule": "0 9 * * mon-fri",
+            "timezone": "America/New_York",
+            "payload": {"task": "sweep"}
+        }))
         .answer::<CronJobBody<'static>>(201, "Created, with a preview of its next instants.")
         .link(201, "getCronJob", json!({"id": "$response.body#/id"}))
         .link(201, "deleteCronJob", json!({"id": "$response.body#/id"}))

@@ -33,6 +33,14 @@ fn list_reminders_result() -> RefOr<Schema> {
     ListRemindersResult::schema()
 }
 
+fn schedule_recurring_params() -> RefOr<Schema> {
+    ScheduleRecurringParams::schema()
+}
+
+fn schedule_recurring_result() -> RefOr<Schema> {
+    ScheduleRecurringResult::schema()
+}
+
 // The bodies of each tool's call and answer, for the document: the call's `params` and the answer's `result`
 // are the tool's own (gateway-cron's `ReminderTools` reads the one and writes the other).
 
@@ -164,10 +172,69 @@ fn listed_reminders() -> ArrayBuilder {
 struct ListedReminder {
     #[schema(schema_with = int64_schema)]
     job_id: i64,
+    /// The next fire.
     #[schema(format = DateTime)]
     fire_at: String,
     #[schema(value_type = Object)]
     payload: Map<String, Value>,
+    /// A recurring job's cron expression (absent for a one-time reminder).
+    #[serde(default)]
+    #[schema(required = false, nullable = false)]
+    schedule: Option<String>,
+    /// A recurring job's time zone (absent for a one-time reminder).
+    #[serde(default)]
+    #[schema(required = false, nullable = false)]
+    timezone: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
+pub struct ScheduleRecurringCall {
+    #[schema(value_type = AgentIdSchema)]
+    agent_id: String,
+    #[schema(schema_with = name_256)]
+    tool_call_id: String,
+    #[schema(schema_with = schedule_recurring_params)]
+    params: ScheduleRecurringParams,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Only its schema is used.
+pub struct ScheduleRecurringAnswer {
+    #[schema(schema_with = schedule_recurring_result)]
+    result: ScheduleRecurringResult,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ScheduleRecurringParams {
+    /// A cron expression: crontab's 5 fields, an `@` shorthand, or 6/7 fields with seconds (docs/scheduler.md).
+    #[schema(min_length = 1, max_length = 256, example = "0 9 * * mon-fri")]
+    schedule: String,
+    /// At most `--reminder-payload-max-bytes` (65,536) as JSON; each fire delivers it.
+    #[schema(value_type = Object)]
+    payload: Map<String, Value>,
+    /// The IANA time zone the schedule is read in; absent or `null`: `UTC`. A wall-clock time that does not exist
+    /// (spring forward) fires at the first instant after the gap; one that occurs twice fires at its first occurrence.
+    #[schema(value_type = Option<String>, max_length = 64, example = "America/New_York")]
+    timezone: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ScheduleRecurringResult {
+    #[schema(schema_with = int64_schema)]
+    job_id: i64,
+    /// The first fire, in UTC.
+    #[schema(format = DateTime)]
+    fire_at: String,
+    /// The same instant with the offset of the job's time zone.
+    #[schema(format = DateTime)]
+    fire_at_local: String,
 }
 
 /// Each tool as a path of its own (`/gateway/tools/schedule_reminder`, …): their bodies differ.
@@ -184,9 +251,16 @@ fn tool_doc(tool: ToolName) -> Operation {
             json!({"delay_ms": 60_000, "payload": {"task": "check_quota"}}),
         ),
         ToolName::CancelReminder => {
-            ("cancelReminder", "Cancel one of the agent's pending reminders", json!({"job_id": 1}))
+            ("cancelReminder", "Cancel one of the agent's pending reminders or recurring jobs", json!({"job_id": 1}))
         }
-        ToolName::ListReminders => ("listReminders", "The agent's pending reminders", json!({})),
+        ToolName::ListReminders => {
+            ("listReminders", "The agent's pending reminders and recurring jobs, soonest first", json!({}))
+        }
+        ToolName::ScheduleRecurring => (
+            "scheduleRecurring",
+            "Schedule a recurring job for the agent",
+            json!({"schedule": "0 9 * * mon-fri", "timezone": "America/New_York", "payload": {"task": "standup"}}),
+        ),
     };
     let operation = Operation::new(id, "agents", summary).describe(
         "Idempotent per (agent_id, tool_call_id): a retry with the same tool and params gets the recorded answer with \
@@ -202,6 +276,9 @@ fn tool_doc(tool: ToolName) -> Operation {
         ToolName::ListReminders => operation
             .json_body_inline::<ListRemindersCall>(true)
             .answer_inline::<ListRemindersAnswer>(200, "Answered.", replayed_header()),
+        ToolName::ScheduleRecurring => operation
+            .json_body_inline::<ScheduleRecurringCall>(true)
+            .answer_inline::<ScheduleRecurringAnswer>(200, "Answered.", replayed_header()),
     };
     let operation = operation
         .example(json!({"agent_id": "researcher-alpha-9", "tool_call_id": format!("call-{id}"), "params": example}))
@@ -209,7 +286,10 @@ fn tool_doc(tool: ToolName) -> Operation {
         .errors(422, &[Reason::MissingRequiredFields, Reason::InvalidField])
         .error(429, Reason::RateLimited);
     match tool {
-        ToolName::ScheduleReminder => operation.errors(429, &[Reason::TooManyReminders, Reason::QuotaExceeded]),
+        // `too_many_reminders` for a recurring job: the agent has `--max-pending-reminders-per-agent` of them.
+        ToolName::ScheduleReminder | ToolName::ScheduleRecurring => {
+            operation.errors(429, &[Reason::TooManyReminders, Reason::QuotaExceeded])
+        }
         // A cancel frees room, so the quota never refuses it.
         ToolName::CancelReminder | ToolName::ListReminders => operation,
     }

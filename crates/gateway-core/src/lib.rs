@@ -29,8 +29,8 @@ pub use ports::credential::{
     PresentedToken, TokenHash,
 };
 pub use ports::cron::{
-    ClaimLease, CronJob, CronJobInsert, CronJobStore, FireCompletion, FireKey, InMemoryCronJobStore, NewCronJob,
-    PendingFire,
+    ClaimLease, CronJob, CronJobInsert, CronJobStore, DEFAULT_TIMEZONE, FireCompletion, FireKey, InMemoryCronJobStore,
+    NewCronJob, PendingFire,
 };
 pub use ports::event::{Event, EventPayload, EventPublisher, PublishError, RecordingPublisher, Topic};
 pub use ports::heartbeat::{HeartbeatRecord, HeartbeatStore, InMemoryHeartbeatStore};

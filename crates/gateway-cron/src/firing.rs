@@ -486,7 +486,7 @@ fn completion(job: &CronJob, now: OffsetDateTime) -> FireCompletion {
     if job.is_one_time {
         return FireCompletion::Delete(fire);
     }
-    match job.schedule.as_deref().map(CronSchedule::parse) {
+    match job.schedule.as_deref().map(|schedule| CronSchedule::parse_in(schedule, &job.timezone)) {
         // Strictly after now, not after the missed instant: a job that missed several instants during a
         // downtime fires once for all of them.
         Some(Ok(schedule)) => match schedule.next_after(now) {
@@ -497,7 +497,10 @@ fn completion(job: &CronJob, now: OffsetDateTime) -> FireCompletion {
             }
         },
         _ => {
-            error!(job_id = job.id, "recurring job has no valid schedule (edited outside the API?); removing it");
+            error!(
+                job_id = job.id,
+                "recurring job has no valid schedule or zone (edited outside the API?); removing it"
+            );
             FireCompletion::Delete(fire)
         }
     }

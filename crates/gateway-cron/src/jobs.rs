@@ -3,14 +3,15 @@
 
 use gateway_core::runtime::sync::lock;
 use gateway_core::{
-    AgentId, CronJob, Event, EventPayload, IdempotencyKey, NewCronJob, PendingFire, StoreError, Topic, run_blocking,
+    AgentId, CronJob, DEFAULT_TIMEZONE, Event, EventPayload, IdempotencyKey, NewCronJob, PendingFire, StoreError,
+    Topic, run_blocking,
 };
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};
 use tracing::{debug, info};
 
 use crate::error::CronError;
-use crate::schedule::{CronSchedule, PREVIEW_INSTANTS};
+use crate::schedule::{CronSchedule, PREVIEW_INSTANTS, time_zone};
 use crate::scheduler::{CronScheduler, duration};
 
 /// Longest accepted one-time delay: ten years (of 365.25 days). Longer is almost surely a unit mistake
@@ -23,14 +24,32 @@ pub const MAX_LIST_LIMIT: usize = 1_000;
 
 pub use gateway_core::ports::mailbox::fire_id;
 
-/// The instants a job fires next: its `next_fire_at`, then (recurring jobs) the following ones, up to
-/// [`PREVIEW_INSTANTS`] in all. Shown by the API so a mistaken expression is seen before it fires.
+/// The instants a job fires next: its `next_fire_at`, then (recurring jobs) the following ones in its time zone,
+/// up to [`PREVIEW_INSTANTS`] in all. Shown by the API so a mistaken expression is seen before it fires.
 pub fn preview(job: &CronJob) -> Vec<OffsetDateTime> {
     let mut instants = vec![job.next_fire_at];
-    if let Some(Ok(schedule)) = job.schedule.as_deref().map(CronSchedule::parse) {
+    if let Some(Ok(schedule)) = job.schedule.as_deref().map(|schedule| CronSchedule::parse_in(schedule, &job.timezone))
+    {
         instants.extend(schedule.upcoming(job.next_fire_at, PREVIEW_INSTANTS - 1));
     }
     instants
+}
+
+/// [`preview`]'s instants as RFC 3339 with the offset of the job's time zone at each
+/// (`2027-03-14T03:00:00-04:00`): the wall-clock times an operator reads the schedule in. A zone the tz database
+/// does not know (a row edited outside the API) is shown as UTC, which is also how such a row is previewed.
+pub fn preview_local(job: &CronJob) -> Vec<String> {
+    let zone = time_zone(&job.timezone).unwrap_or(chrono_tz::Tz::UTC);
+    preview(job).into_iter().map(|instant| local_rfc3339(instant, zone)).collect()
+}
+
+/// `instant` in `zone`, RFC 3339 with the zone's offset, fractional seconds only when there are any.
+fn local_rfc3339(instant: OffsetDateTime, zone: chrono_tz::Tz) -> String {
+    use chrono::TimeZone;
+    match chrono::Utc.timestamp_opt(instant.unix_timestamp(), instant.nanosecond()).single() {
+        Some(utc) => utc.with_timezone(&zone).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false),
+        None => gateway_core::encoding::rfc3339::format(instant),
+    }
 }
 
 impl CronScheduler {
@@ -64,8 +83,15 @@ impl CronScheduler {
         let next_fire_at = ceil_to_millisecond(self.inner.clock.now() + Duration::milliseconds(delay_ms));
         // Kept only to tell a differing replay apart, so only keyed calls pay for the copy.
         let requested = idempotency_key.as_ref().map(|_| (agent_id.clone(), payload.clone()));
-        let new_job =
-            NewCronJob { agent_id, schedule: None, next_fire_at, payload, is_one_time: true, idempotency_key };
+        let new_job = NewCronJob {
+            agent_id,
+            schedule: None,
+            next_fire_at,
+            payload,
+            is_one_time: true,
+            idempotency_key,
+            timezone: DEFAULT_TIMEZONE.to_owned(),
+        };
         let outcome = self.inner.inserts.submit(new_job).await?;
         let job = outcome.job;
         if !outcome.inserted {
@@ -104,7 +130,20 @@ impl CronScheduler {
         payload: Map<String, Value>,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<(CronJob, bool), CronError> {
-        let parsed = CronSchedule::parse(schedule)?;
+        self.add_recurring_in(agent_id, schedule, DEFAULT_TIMEZONE, payload, idempotency_key).await
+    }
+
+    /// [`Self::add_recurring_idempotent`] with the schedule read in the IANA time zone `timezone`
+    /// ([`CronError::UnknownTimezone`] for a name the tz database does not know). A replay must name the same zone.
+    pub async fn add_recurring_in(
+        &self,
+        agent_id: AgentId,
+        schedule: &str,
+        timezone: &str,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<(CronJob, bool), CronError> {
+        let parsed = CronSchedule::parse_in(schedule, timezone)?;
         self.blocking(move |scheduler| scheduler.add_parsed_recurring(agent_id, &parsed, payload, idempotency_key))
             .await
     }
@@ -121,6 +160,7 @@ impl CronScheduler {
         let replay = |existing: CronJob| {
             let same = existing.agent_id == agent_id
                 && existing.schedule.as_deref() == Some(parsed.source())
+                && existing.timezone == parsed.timezone()
                 && existing.payload == payload;
             if same { Ok((existing, true)) } else { Err(CronError::IdempotencyKeyReused) }
         };
@@ -139,6 +179,7 @@ impl CronScheduler {
             payload: payload.clone(),
             is_one_time: false,
             idempotency_key: idempotency_key.clone(),
+            timezone: parsed.timezone().to_owned(),
         };
         let inserted = {
             let _writing = self.inner.writes.take();
@@ -155,7 +196,8 @@ impl CronScheduler {
             }
             (Err(error), _) => return Err(error.into()),
         };
-        info!(job_id = job.id, agent_id = %job.agent_id, schedule = parsed.source(), "recurring job added");
+        info!(job_id = job.id, agent_id = %job.agent_id, schedule = parsed.source(), timezone = parsed.timezone(),
+            "recurring job added");
         self.arm(&job);
         Ok((job, false))
     }

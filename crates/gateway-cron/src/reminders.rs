@@ -17,7 +17,7 @@
 //! holds for it across instances as for the cap: over by at most one reminder per instance.
 
 use gateway_core::intake::{BoxFuture, ReminderDesk, ReminderRefusal, ScheduledReminder};
-use gateway_core::{AgentId, CronJob, ReminderRequest, StoreError};
+use gateway_core::{AgentId, CronJob, IdempotencyKey, ReminderRequest, StoreError};
 use serde_json::{Map, Value};
 use tracing::info;
 
@@ -29,6 +29,23 @@ use crate::scheduler::CronScheduler;
 /// `schedule_reminder` or `cancel_reminder` takes (`{"fire_at":"…","job_id":…}` is at most about 70 bytes), plus the
 /// row charge.
 pub const ANSWER_RESERVE_BYTES: u64 = 96 + gateway_core::STORED_ROW_CHARGE_BYTES;
+
+/// What `schedule_recurring` reserves for its recorded answer: more than its answer takes
+/// (`{"fire_at":"…","fire_at_local":"…","job_id":…}` is at most about 110 bytes), plus the row charge.
+pub const RECURRING_ANSWER_RESERVE_BYTES: u64 = 160 + gateway_core::STORED_ROW_CHARGE_BYTES;
+
+/// An agent's recurring job, as its `schedule_recurring` tool call asks for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecurringRequest {
+    pub agent_id: AgentId,
+    /// Crontab, read in `timezone`.
+    pub schedule: String,
+    /// An IANA time zone name.
+    pub timezone: String,
+    pub payload: Map<String, Value>,
+    /// Derived from the tool call (`tool_reminder_idempotency_key`): a retry finds the job its first attempt wrote.
+    pub idempotency_key: Option<IdempotencyKey>,
+}
 
 impl CronScheduler {
     /// Schedules an agent's one-time reminder under the agent limits, and under the request's idempotency key
@@ -93,16 +110,70 @@ impl CronScheduler {
         Ok(ScheduledReminder { job, already_scheduled })
     }
 
-    /// Deletes the one-time job `job_id` if it is `agent_id`'s and still pending: `false` for a job that is
-    /// another agent's, recurring, gone (fired, cancelled), or being fired right now (claimed under a live lease;
-    /// its reminder is on its way).
+    /// Files `agent_id`'s recurring job under the same limits as its reminders, checked in the same turn: the
+    /// schedule and zone must parse, the payload fit `reminder_payload_max_bytes`, the agent have fewer than
+    /// `max_pending_reminders_per_agent` recurring jobs (counted apart from its one-time reminders, so neither kind
+    /// crowds out the other), and the row (its payload) plus `reserve` fit the storage quota. A retry whose key
+    /// finds the job its first attempt wrote gets it back (`true`) even at a limit. Each fire is then charged to the
+    /// agent as a mailbox entry, as a reminder's is (docs/agents.md).
+    pub async fn schedule_recurring_reserving(
+        &self,
+        request: RecurringRequest,
+        reserve: u64,
+    ) -> Result<(CronJob, bool), CronError> {
+        let RecurringRequest { agent_id, schedule, timezone, payload, idempotency_key } = request;
+        crate::schedule::CronSchedule::parse_in(&schedule, &timezone)?;
+        let limit = self.inner.config.reminder_payload_max_bytes;
+        let payload_bytes = json_len(&payload);
+        if payload_bytes > limit {
+            return Err(CronError::InvalidToolParams(format!("params.payload: must be at most {limit} bytes as JSON")));
+        }
+        let cap = self.inner.config.max_pending_reminders_per_agent;
+        let quota = self.inner.config.agent_storage_quota_bytes;
+        let _turn = self.inner.pending_gates.gate(&agent_id).lock().await;
+        let (recurring, stored) = {
+            let agent_id = agent_id.clone();
+            self.blocking(move |scheduler| {
+                let recurring = scheduler.inner.store.count_recurring_jobs(&agent_id)?;
+                Ok((recurring, scheduler.inner.storage.agent_storage_bytes(&agent_id)?))
+            })
+            .await?
+        };
+        let needed = gateway_core::ports::storage::row_charge(payload_bytes).saturating_add(reserve);
+        if recurring >= cap || stored.saturating_add(needed) > quota {
+            let held = match idempotency_key.clone() {
+                Some(key) => {
+                    self.blocking(move |scheduler| Ok(scheduler.inner.store.cron_job_by_idempotency_key(&key)?)).await?
+                }
+                None => None,
+            };
+            return match held {
+                Some(job) if !job.is_one_time && job.agent_id == agent_id => Ok((job, true)),
+                _ if recurring >= cap => Err(CronError::TooManyRecurringJobs { limit: cap }),
+                _ => Err(CronError::QuotaExceeded { limit: quota }),
+            };
+        }
+        self.add_recurring_in(agent_id, &schedule, &timezone, payload, idempotency_key).await
+    }
+
+    /// `agent_id`'s recurring jobs, soonest first, at most `limit`.
+    pub async fn recurring_jobs_of(&self, agent_id: AgentId, limit: usize) -> Result<Vec<CronJob>, CronError> {
+        self.blocking(move |scheduler| Ok(scheduler.inner.store.recurring_jobs_of(&agent_id, limit)?)).await
+    }
+
+    /// Deletes job `job_id` if it is `agent_id`'s: a one-time job only while still pending, a recurring job at
+    /// any time (a fire of it already claimed may still be published, as after an operator's delete). `false`
+    /// for a job that is another agent's, gone (fired, cancelled), or a reminder being fired right now (claimed
+    /// under a live lease; its reminder is on its way).
     pub async fn cancel_reminder(&self, agent_id: AgentId, job_id: i64) -> Result<bool, CronError> {
         let now = self.inner.clock.now();
         let log_agent = agent_id.clone();
         let cancelled = self
             .blocking(move |scheduler| {
                 let _writing = scheduler.inner.writes.take();
-                Ok(scheduler.inner.store.delete_one_time_job(job_id, &agent_id, now)?)
+                let store = &scheduler.inner.store;
+                Ok(store.delete_one_time_job(job_id, &agent_id, now)?
+                    || store.delete_recurring_job(job_id, &agent_id)?)
             })
             .await?;
         if cancelled {

@@ -15,7 +15,23 @@
 //! month field that uses names: the crate takes a name in fewer places than crontab), `@` shorthands are
 //! expanded, and when both day fields are restricted the expression becomes two schedules (day-of-month only,
 //! day-of-week only) whose union is the crontab meaning. The other fields mean the same in both and pass
-//! through. Everything is UTC.
+//! through.
+//!
+//! A schedule is read in a time zone (an IANA name, UTC by default; [`CronSchedule::parse_in`]): its fields match
+//! the zone's wall clock, and [`CronSchedule::next_after`] answers UTC instants. The `cron` crate can evaluate in
+//! a chrono time zone itself, but across a DST change it does what DESIGN 17 forbids: a wall-clock time in the
+//! spring-forward gap is skipped (the day's `30 2 * * *` never fires), and one in the fall-back overlap is
+//! returned twice (it fires twice). So the crate is asked for wall-clock matches only (evaluated in UTC, which
+//! has no transitions, standing for the naive local time), and each match becomes an instant here:
+//!
+//! | the match's wall-clock time in the zone | fires at |
+//! | --- | --- |
+//! | exists once | that instant |
+//! | does not exist (spring forward) | the first instant after the gap (02:30 on the US spring-forward day → 03:00) |
+//! | exists twice (fall back) | its first occurrence only (01:30 daylight time, not 01:30 standard time) |
+//!
+//! Several matches that land on one instant (02:00 and 02:30 both become 03:00) fire once: the next instant is
+//! always strictly after the last. docs/scheduler.md ("Time zones") has the consequences for `*/30 * * * *`.
 //!
 //! Every field is parsed and checked here first, so a refusal speaks the gateway's words and names the field by
 //! name and by its position as written ("minute (field 1): 61 is out of range 0-59"); the crate's own messages
@@ -24,7 +40,8 @@
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono_tz::Tz;
 use time::OffsetDateTime;
 
 use crate::error::CronError;
@@ -35,17 +52,36 @@ pub const MAX_SCHEDULE_LEN: usize = 256;
 /// How many upcoming instants the API previews for a recurring job.
 pub const PREVIEW_INSTANTS: usize = 5;
 
-/// A parsed recurring schedule.
+/// Longest time zone name accepted: the longest IANA name is about 30 bytes; this bounds what a refusal quotes.
+pub const MAX_TIMEZONE_LEN: usize = 64;
+
+/// A parsed recurring schedule, and the time zone it is read in.
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
     source: String,
     /// The expression(s) handed to the `cron` crate; two when crontab's day-of-month/day-of-week union applies.
     normalized: Vec<String>,
     schedules: Vec<cron::Schedule>,
+    zone: Tz,
+}
+
+/// The IANA zone named `name` ([`CronError::UnknownTimezone`] when the tz database has none by that name; names
+/// are case-sensitive, as in the database).
+pub fn time_zone(name: &str) -> Result<Tz, CronError> {
+    name.parse::<Tz>().map_err(|_| {
+        let printable = (1..=MAX_TIMEZONE_LEN).contains(&name.len()) && name.chars().all(|c| c.is_ascii_graphic());
+        CronError::UnknownTimezone(if printable { format!("`{name}`") } else { "(unprintable)".to_owned() })
+    })
 }
 
 impl CronSchedule {
+    /// `expression` read in UTC.
     pub fn parse(expression: &str) -> Result<Self, CronError> {
+        Self::parse_in(expression, gateway_core::DEFAULT_TIMEZONE)
+    }
+
+    /// `expression` read in the IANA time zone `timezone`: the expression is checked first, then the zone.
+    pub fn parse_in(expression: &str, timezone: &str) -> Result<Self, CronError> {
         let source = expression.trim();
         if source.is_empty() {
             return Err(invalid("empty expression"));
@@ -63,7 +99,18 @@ impl CronSchedule {
                     .map_err(|_| invalid(format!("{source:?} is not a valid cron expression")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { source: source.to_owned(), normalized, schedules })
+        let zone = time_zone(timezone)?;
+        Ok(Self { source: source.to_owned(), normalized, schedules, zone })
+    }
+
+    /// The time zone the schedule is read in, by its IANA name.
+    pub fn timezone(&self) -> &'static str {
+        self.zone.name()
+    }
+
+    /// The time zone the schedule is read in.
+    pub fn zone(&self) -> Tz {
+        self.zone
     }
 
     /// The expression as written (trimmed).
@@ -77,9 +124,17 @@ impl CronSchedule {
     }
 
     /// The first instant strictly after `after`, or `None` when the schedule has no instant left.
+    /// In a zone other than UTC the DST rule of the module's table applies.
     pub fn next_after(&self, after: OffsetDateTime) -> Option<OffsetDateTime> {
         let after = to_chrono(after)?;
-        self.schedules.iter().filter_map(|schedule| schedule.after(&after).next()).min().and_then(from_chrono)
+        let next = if self.zone == Tz::UTC {
+            // The wall clock is UTC's: every match is an instant as it is (and this is the firing path's
+            // common case, so it stays one call into the crate).
+            self.schedules.iter().filter_map(|schedule| schedule.after(&after).next()).min()
+        } else {
+            self.schedules.iter().filter_map(|schedule| next_in_zone(schedule, self.zone, after)).min()
+        };
+        next.and_then(from_chrono)
     }
 
     /// Up to `count` instants strictly after `after`, ascending.
@@ -93,6 +148,54 @@ impl CronSchedule {
         }
         instants
     }
+}
+
+/// The first instant strictly after `after` at which `schedule`, read on `zone`'s wall clock, fires under the DST
+/// rule (module documentation). The crate walks wall-clock matches from `after`'s own wall-clock time on: a match
+/// at or before it is never the answer (it was at or before `after`, or is the repeat of a time whose first
+/// occurrence was), and in the fall-back hour a match whose first occurrence has already passed is stepped over
+/// (at most the overlap's length of matches).
+fn next_in_zone(schedule: &cron::Schedule, zone: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let wall_after = Utc.from_utc_datetime(&after.with_timezone(&zone).naive_local());
+    schedule.after(&wall_after).find_map(|wall| {
+        let wall = wall.naive_utc();
+        let instant = match zone.from_local_datetime(&wall) {
+            LocalResult::Single(instant) => instant.with_timezone(&Utc),
+            LocalResult::Ambiguous(one, other) => one.with_timezone(&Utc).min(other.with_timezone(&Utc)),
+            LocalResult::None => end_of_gap(zone, wall)?,
+        };
+        (instant > after).then_some(instant)
+    })
+}
+
+/// The first instant after the spring-forward gap that holds the nonexistent wall-clock time `wall`: the
+/// transition itself, whose wall-clock time is the gap's end (03:00 for a gap 02:00-03:00). Found by bisection
+/// between the instants `wall` would be under the offsets a day either side (the one before the gap puts it past
+/// the transition, the one after puts it before), to the second: zones change offset on whole seconds. `None`
+/// only if the zone changes offset twice within a day of `wall`, which no zone does.
+fn end_of_gap(zone: Tz, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
+    let offset_at = |wall: NaiveDateTime| {
+        zone.from_local_datetime(&wall).earliest().map(|instant| i64::from(instant.offset().fix().local_minus_utc()))
+    };
+    let day = chrono::TimeDelta::days(1);
+    let before_gap = offset_at(wall.checked_sub_signed(day)?)?;
+    let after_gap = offset_at(wall.checked_add_signed(day)?)?;
+    let wall_seconds = wall.and_utc().timestamp();
+    let wall_of = |seconds: i64| Utc.timestamp_opt(seconds, 0).single().map(|at| at.with_timezone(&zone).naive_local());
+    // Invariant: `early` is before the gap's end (its wall clock is before `wall`), `late` at or after it.
+    let (mut early, mut late) = (wall_seconds - after_gap, wall_seconds - before_gap);
+    if !(wall_of(early)? < wall && wall_of(late)? >= wall) {
+        return None;
+    }
+    while late - early > 1 {
+        let middle = early + (late - early) / 2;
+        if wall_of(middle)? >= wall {
+            late = middle;
+        } else {
+            early = middle;
+        }
+    }
+    Utc.timestamp_opt(late, 0).single()
 }
 
 fn invalid(reason: impl Into<String>) -> CronError {
@@ -611,5 +714,216 @@ mod tests {
             (1..=5).map(|step| SUNDAY + Duration::hours(6 * step)).collect::<Vec<_>>()
         );
         assert_eq!(schedule.source(), "0 */6 * * *");
+    }
+
+    fn in_zone(expression: &str, zone: &str) -> CronSchedule {
+        CronSchedule::parse_in(expression, zone).unwrap()
+    }
+
+    /// The instants after `after` up to `count`, each written in `zone`'s offset (`preview_local`'s form).
+    fn local_instants(expression: &str, zone: &str, after: OffsetDateTime, count: usize) -> Vec<String> {
+        let schedule = in_zone(expression, zone);
+        let tz = schedule.zone();
+        schedule
+            .upcoming(after, count)
+            .into_iter()
+            .map(|instant| to_chrono(instant).unwrap().with_timezone(&tz).to_rfc3339())
+            .collect()
+    }
+
+    /// DESIGN 17 on real transitions (2025b tz database): each case is a schedule, the instant to start from, and the
+    /// instants it fires at next, written with the zone's offset at each. New York springs forward at 02:00 EST on
+    /// 2026-03-08 and 2027-03-14 and falls back at 02:00 EDT on 2026-11-01; Sydney falls back at 03:00 AEDT on
+    /// 2026-04-05 and 2027-04-04 and springs forward at 02:00 AEST on 2026-10-04.
+    #[test]
+    fn a_fixed_time_fires_once_across_both_transitions_in_both_hemispheres() {
+        let cases: [(&str, &str, OffsetDateTime, &[&str]); 8] = [
+            // Spring forward: 02:30 does not exist that day, so it fires at 03:00, the first instant after the gap.
+            (
+                "30 2 * * *",
+                "America/New_York",
+                datetime!(2026-03-06 12:00 UTC),
+                &["2026-03-07T02:30:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00"],
+            ),
+            (
+                "30 2 * * *",
+                "America/New_York",
+                datetime!(2027-03-12 12:00 UTC),
+                &["2027-03-13T02:30:00-05:00", "2027-03-14T03:00:00-04:00", "2027-03-15T02:30:00-04:00"],
+            ),
+            // A time at the very start of the gap (02:00) goes to its end as well.
+            (
+                "0 2 * * *",
+                "America/New_York",
+                datetime!(2027-03-13 12:00 UTC),
+                &["2027-03-14T03:00:00-04:00", "2027-03-15T02:00:00-04:00"],
+            ),
+            // Fall back: 01:30 happens twice; only the first (daylight time) fires.
+            (
+                "30 1 * * *",
+                "America/New_York",
+                datetime!(2026-10-30 12:00 UTC),
+                &["2026-10-31T01:30:00-04:00", "2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"],
+            ),
+            (
+                "30 2 * * *",
+                "Australia/Sydney",
+                datetime!(2026-04-03 00:00 UTC),
+                &["2026-04-04T02:30:00+11:00", "2026-04-05T02:30:00+11:00", "2026-04-06T02:30:00+10:00"],
+            ),
+            (
+                "30 2 * * *",
+                "Australia/Sydney",
+                datetime!(2027-04-02 00:00 UTC),
+                &["2027-04-03T02:30:00+11:00", "2027-04-04T02:30:00+11:00", "2027-04-05T02:30:00+10:00"],
+            ),
+            (
+                "30 2 * * *",
+                "Australia/Sydney",
+                datetime!(2026-10-02 00:00 UTC),
+                &["2026-10-03T02:30:00+10:00", "2026-10-04T03:00:00+11:00", "2026-10-05T02:30:00+11:00"],
+            ),
+            // A time outside the changed hour keeps its wall-clock time and moves by an hour of real time.
+            (
+                "0 9 * * *",
+                "America/New_York",
+                datetime!(2026-03-07 00:00 UTC),
+                &["2026-03-07T09:00:00-05:00", "2026-03-08T09:00:00-04:00"],
+            ),
+        ];
+        for (expression, zone, after, expected) in cases {
+            assert_eq!(local_instants(expression, zone, after, expected.len()), expected, "{expression} in {zone}");
+        }
+    }
+
+    #[test]
+    fn the_utc_instants_are_the_local_ones() {
+        // The same fires as UTC instants, what the scheduler stores and fire_id names.
+        let schedule = in_zone("30 2 * * *", "America/New_York");
+        assert_eq!(schedule.next_after(datetime!(2027-03-13 12:00 UTC)), Some(datetime!(2027-03-14 07:00 UTC)));
+        let fall = in_zone("30 1 * * *", "America/New_York");
+        assert_eq!(fall.next_after(datetime!(2026-10-31 12:00 UTC)), Some(datetime!(2026-11-01 05:30 UTC)));
+        // Asked from inside the repeated hour (01:15 EST, after the first 01:30): the next day's.
+        assert_eq!(fall.next_after(datetime!(2026-11-01 06:15 UTC)), Some(datetime!(2026-11-02 06:30 UTC)));
+        // Asked from between the two 01:30s (01:45 EDT): not the second one either.
+        assert_eq!(fall.next_after(datetime!(2026-11-01 05:45 UTC)), Some(datetime!(2026-11-02 06:30 UTC)));
+    }
+
+    /// `*/30 * * * *` means wall-clock :00 and :30, each at most once (docs/scheduler.md): across the gap 02:00 and
+    /// 02:30 both become 03:00, which fires once, so it still fires every 30 real minutes; across the overlap the
+    /// repeated :00 and :30 do not fire again, so an hour of real time passes without a fire.
+    #[test]
+    fn every_thirty_minutes_neither_skips_nor_doubles_beyond_the_rule() {
+        let cases: [(&str, OffsetDateTime, &[&str]); 4] = [
+            (
+                "America/New_York",
+                datetime!(2027-03-14 06:00 UTC),
+                &["2027-03-14T01:30:00-05:00", "2027-03-14T03:00:00-04:00", "2027-03-14T03:30:00-04:00"],
+            ),
+            (
+                "America/New_York",
+                datetime!(2026-11-01 04:45 UTC),
+                &[
+                    "2026-11-01T01:00:00-04:00",
+                    "2026-11-01T01:30:00-04:00",
+                    "2026-11-01T02:00:00-05:00",
+                    "2026-11-01T02:30:00-05:00",
+                ],
+            ),
+            (
+                "Australia/Sydney",
+                datetime!(2026-10-03 15:15 UTC),
+                &["2026-10-04T01:30:00+10:00", "2026-10-04T03:00:00+11:00", "2026-10-04T03:30:00+11:00"],
+            ),
+            (
+                "Australia/Sydney",
+                datetime!(2026-04-04 14:45 UTC),
+                &[
+                    "2026-04-05T02:00:00+11:00",
+                    "2026-04-05T02:30:00+11:00",
+                    "2026-04-05T03:00:00+10:00",
+                    "2026-04-05T03:30:00+10:00",
+                ],
+            ),
+        ];
+        for (zone, after, expected) in cases {
+            assert_eq!(local_instants("*/30 * * * *", zone, after, expected.len()), expected, "{zone}");
+        }
+    }
+
+    /// Over each whole transition day: every real minute has one fire, except that the repeated hour fires only
+    /// its first time; instants strictly ascend and no wall-clock time fires twice.
+    #[test]
+    fn every_minute_over_a_transition_day_counts_each_wall_clock_minute_once() {
+        let days = [
+            ("America/New_York", datetime!(2026-03-08 05:00 UTC), 23 * 60),
+            ("America/New_York", datetime!(2026-11-01 04:00 UTC), 24 * 60),
+            ("America/New_York", datetime!(2027-03-14 05:00 UTC), 23 * 60),
+            ("Australia/Sydney", datetime!(2026-04-04 13:00 UTC), 24 * 60),
+            ("Australia/Sydney", datetime!(2026-10-03 14:00 UTC), 23 * 60),
+            ("Australia/Sydney", datetime!(2027-04-03 13:00 UTC), 24 * 60),
+        ];
+        for (zone, midnight, minutes) in days {
+            let schedule = in_zone("* * * * *", zone);
+            let tz = schedule.zone();
+            // The fires from local midnight (the instant before it) to the next local midnight, included.
+            let fires = schedule.upcoming(midnight - Duration::seconds(1), minutes + 1);
+            let wall: Vec<_> =
+                fires.iter().map(|at| to_chrono(*at).unwrap().with_timezone(&tz).naive_local()).collect();
+            assert!(fires.windows(2).all(|pair| pair[0] < pair[1]), "{zone}: ascending");
+            assert!(wall.windows(2).all(|pair| pair[0] < pair[1]), "{zone}: no wall-clock time twice");
+            assert_eq!(wall[0].time(), chrono::NaiveTime::MIN, "{zone}: starts at local midnight");
+            assert_eq!(wall[minutes].time(), chrono::NaiveTime::MIN, "{zone}: {minutes} fires in the day");
+            assert_eq!(wall[minutes].date(), wall[0].date().succ_opt().unwrap(), "{zone}");
+        }
+    }
+
+    #[test]
+    fn utc_is_the_default_and_unknown_zones_are_refused_by_name() {
+        assert_eq!(CronSchedule::parse("0 9 * * *").unwrap().timezone(), "UTC");
+        assert_eq!(in_zone("0 9 * * *", "Europe/Paris").timezone(), "Europe/Paris");
+        assert_eq!(
+            in_zone("0 9 * * *", "Europe/Paris").next_after(datetime!(2026-07-01 00:00 UTC)),
+            Some(datetime!(2026-07-01 07:00 UTC))
+        );
+        for (zone, quoted) in [
+            ("Mars/Olympus_Mons", "`Mars/Olympus_Mons`"),
+            ("america/new_york", "`america/new_york`"),
+            ("", "(unprintable)"),
+            ("Europe/Paris\n", "(unprintable)"),
+        ] {
+            match CronSchedule::parse_in("0 9 * * *", zone) {
+                Err(CronError::UnknownTimezone(named)) => assert_eq!(named, quoted),
+                other => panic!("{zone:?} should be refused, got {other:?}"),
+            }
+        }
+        let refused = CronSchedule::parse_in("0 9 * * *", &"x".repeat(65)).unwrap_err().to_string();
+        assert!(refused.starts_with("timezone: unknown time zone (unprintable)"), "{refused}");
+        // The expression is checked first: its refusal names its field.
+        assert!(matches!(CronSchedule::parse_in("61 * * * *", "Nowhere"), Err(CronError::InvalidSchedule(_))));
+    }
+
+    /// Why the DST rule is applied here rather than left to the `cron` crate's own time-zone support: on its own,
+    /// the crate skips a time in the gap and returns a time in the overlap twice. If a new version of the crate
+    /// changes that, this test says so (and the rule here still holds: the tests above).
+    #[test]
+    fn the_cron_crate_alone_would_skip_the_gap_and_fire_the_overlap_twice() {
+        let new_york: Tz = "America/New_York".parse().unwrap();
+        let daily = |expression: &str, from: NaiveDateTime, count: usize| {
+            let schedule = cron::Schedule::from_str(expression).unwrap();
+            let start = new_york.from_local_datetime(&from).single().unwrap();
+            schedule.after(&start).take(count).map(|at| at.to_rfc3339()).collect::<Vec<_>>()
+        };
+        let noon = |date: &str| NaiveDateTime::parse_from_str(&format!("{date} 12:00"), "%Y-%m-%d %H:%M").unwrap();
+        assert_eq!(
+            daily("0 30 2 * * *", noon("2027-03-13"), 1),
+            ["2027-03-15T02:30:00-04:00"],
+            "the spring-forward day's 02:30 is skipped"
+        );
+        assert_eq!(
+            daily("0 30 1 * * *", noon("2026-10-31"), 2),
+            ["2026-11-01T01:30:00-04:00", "2026-11-01T01:30:00-05:00"],
+            "the fall-back day's 01:30 comes twice"
+        );
     }
 }

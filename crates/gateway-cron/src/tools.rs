@@ -1,8 +1,10 @@
 //! Agents' synchronous reminder tools (`POST /gateway/tools/{tool_name}`, docs/api.md): `schedule_reminder`,
-//! `cancel_reminder`, `list_reminders`, each answered at once with its result, and idempotent per
-//! `(agent_id, tool_call_id)`.
+//! `cancel_reminder`, `list_reminders`, `schedule_recurring`, each answered at once with its result, and idempotent
+//! per `(agent_id, tool_call_id)`. `schedule_recurring` files a recurring job owned by the calling agent, whose
+//! fires reach it as its reminders do; `cancel_reminder` cancels either kind and `list_reminders` lists both
+//! (docs/agents.md).
 //!
-//! The answer of a tool that writes (`schedule_reminder`, `cancel_reminder`) is recorded in the tool-call store; a
+//! The answer of a tool that writes (`schedule_reminder`, `cancel_reminder`, `schedule_recurring`) is recorded in the tool-call store; a
 //! retry with the same id and the same tool and parameters gets the recorded answer and does nothing again, and one
 //! with another tool or other parameters is refused ([`CronError::ToolCallConflict`]). Only answers are recorded: a
 //! refused call (bad parameters, too many reminders, the store down) may be retried as it is. A read-only tool
@@ -10,7 +12,7 @@
 //! [`MAX_LISTED_PAYLOAD_BYTES`] each) were what let one agent fill the disk (issue 16): a retry simply lists again.
 //!
 //! Scheduling and recording are two writes. A crash between them cannot schedule twice: the reminder's
-//! idempotency key is derived from `(agent_id, tool_call_id)`
+//! idempotency key (a recurring job's too) is derived from `(agent_id, tool_call_id)`
 //! ([`gateway_core::intake::interceptor::tool_reminder_idempotency_key`]), so the retry's scheduling finds the job the
 //! first attempt wrote, while it is pending, and answers with it (docs/scheduler.md says why this rather than one
 //! transaction).
@@ -33,8 +35,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use crate::error::CronError;
-use crate::jobs::MAX_DELAY_MS;
-use crate::reminders::json_len;
+use crate::jobs::{MAX_DELAY_MS, preview_local};
+use crate::reminders::{RecurringRequest, json_len};
+use crate::schedule::CronSchedule;
 use crate::scheduler::CronScheduler;
 
 /// Most reminders one `list_reminders` answer holds (the agent's soonest).
@@ -56,11 +59,13 @@ pub enum ToolName {
     ScheduleReminder,
     CancelReminder,
     ListReminders,
+    ScheduleRecurring,
 }
 
 impl ToolName {
     /// Every tool, in the order the API lists them.
-    pub const ALL: [Self; 3] = [Self::ScheduleReminder, Self::CancelReminder, Self::ListReminders];
+    pub const ALL: [Self; 4] =
+        [Self::ScheduleReminder, Self::CancelReminder, Self::ListReminders, Self::ScheduleRecurring];
 
     /// [`CronError::UnknownTool`] for a name that is none of [`Self::ALL`].
     pub fn parse(name: &str) -> Result<Self, CronError> {
@@ -72,6 +77,7 @@ impl ToolName {
             Self::ScheduleReminder => "schedule_reminder",
             Self::CancelReminder => "cancel_reminder",
             Self::ListReminders => "list_reminders",
+            Self::ScheduleRecurring => "schedule_recurring",
         }
     }
 
@@ -86,6 +92,17 @@ impl ToolName {
             Self::ScheduleReminder => &["delay_ms", "payload"],
             Self::CancelReminder => &["job_id"],
             Self::ListReminders => &[],
+            Self::ScheduleRecurring => &["schedule", "payload", "timezone"],
+        }
+    }
+
+    /// The parameters a call must give (the others of [`Self::params`] are optional).
+    pub fn required_params(self) -> &'static [&'static str] {
+        match self {
+            Self::ScheduleReminder => &["delay_ms", "payload"],
+            Self::CancelReminder => &["job_id"],
+            Self::ListReminders => &[],
+            Self::ScheduleRecurring => &["schedule", "payload"],
         }
     }
 }
@@ -95,10 +112,13 @@ impl ToolName {
 pub enum ReminderTool {
     /// A one-time reminder for the calling agent in `delay_ms` (1 to [`MAX_DELAY_MS`]).
     ScheduleReminder { delay_ms: u64, payload: Map<String, Value> },
-    /// Cancels one of the calling agent's pending reminders.
+    /// Cancels one of the calling agent's pending reminders or recurring jobs.
     CancelReminder { job_id: i64 },
-    /// The calling agent's pending reminders, soonest first.
+    /// The calling agent's pending reminders and recurring jobs, soonest first.
     ListReminders,
+    /// A recurring job for the calling agent: `schedule` (crontab) read in the IANA zone `timezone` (checked when the
+    /// tool runs: `UTC` when absent).
+    ScheduleRecurring { schedule: String, timezone: String, payload: Map<String, Value> },
 }
 
 impl ReminderTool {
@@ -138,6 +158,36 @@ impl ReminderTool {
                 Self::CancelReminder { job_id }
             }
             ToolName::ListReminders => Self::ListReminders,
+            ToolName::ScheduleRecurring => {
+                let schedule = required("schedule")?
+                    .as_str()
+                    .filter(|schedule| !schedule.trim().is_empty())
+                    .ok_or_else(|| {
+                        CronError::InvalidToolParams("params.schedule: must be a non-empty string".to_owned())
+                    })?
+                    .to_owned();
+                let timezone = match present("timezone") {
+                    None => gateway_core::DEFAULT_TIMEZONE.to_owned(),
+                    Some(zone) => zone
+                        .as_str()
+                        .ok_or_else(|| {
+                            CronError::InvalidToolParams("params.timezone: must be a string (an IANA name)".to_owned())
+                        })?
+                        .to_owned(),
+                };
+                let payload = required("payload")?
+                    .as_object()
+                    .cloned()
+                    .ok_or_else(|| CronError::InvalidToolParams("params.payload: must be a JSON object".to_owned()))?;
+                // Checked here, so a refusal names the parameter before anything runs; the zone is kept by its
+                // database name.
+                let parsed = CronSchedule::parse_in(&schedule, &timezone).map_err(recurring_refusal)?;
+                Self::ScheduleRecurring {
+                    schedule: parsed.source().to_owned(),
+                    timezone: parsed.timezone().to_owned(),
+                    payload,
+                }
+            }
         })
     }
 
@@ -146,6 +196,7 @@ impl ReminderTool {
             Self::ScheduleReminder { .. } => ToolName::ScheduleReminder,
             Self::CancelReminder { .. } => ToolName::CancelReminder,
             Self::ListReminders => ToolName::ListReminders,
+            Self::ScheduleRecurring { .. } => ToolName::ScheduleRecurring,
         }
     }
 
@@ -156,7 +207,21 @@ impl ReminderTool {
             Self::ScheduleReminder { delay_ms, payload } => json!({"delay_ms": delay_ms, "payload": payload}),
             Self::CancelReminder { job_id } => json!({"job_id": job_id}),
             Self::ListReminders => json!({}),
+            Self::ScheduleRecurring { schedule, timezone, payload } => {
+                json!({"schedule": schedule, "timezone": timezone, "payload": payload})
+            }
         }
+    }
+}
+
+/// A recurring job's refusal in the tools' words: the parameter it is about, as the other tools' refusals.
+fn recurring_refusal(refusal: CronError) -> CronError {
+    match refusal {
+        CronError::InvalidSchedule(why) => CronError::InvalidToolParams(format!("params.schedule: {why}")),
+        CronError::UnknownTimezone(_) => CronError::InvalidToolParams(format!("params.{refusal}")),
+        // The key is this call's (agent, tool_call_id): the job holding it was asked for by this id with other params.
+        CronError::IdempotencyKeyReused => CronError::ToolCallConflict,
+        other => other,
     }
 }
 
@@ -327,13 +392,17 @@ impl ReminderTools {
                 }
                 Ok(json!({"job_id": job.id, "fire_at": rfc3339::format(job.next_fire_at)}))
             }
-            // Never refused by the quota: cancelling is how an agent at its quota makes room (see `records`).
+            // Never refused by the quota: cancelling is how an agent at its quota makes room (see `records`). A
+            // recurring job of the agent's is cancelled too: an agent that can create one must be able to stop it.
             ReminderTool::CancelReminder { job_id } => {
                 let cancelled = scheduler.cancel_reminder(agent_id.clone(), job_id).await?;
                 Ok(json!({"cancelled": cancelled}))
             }
             ReminderTool::ListReminders => {
-                let pending = scheduler.pending_reminders(agent_id.clone(), MAX_LISTED_REMINDERS + 1).await?;
+                let one_time = scheduler.pending_reminders(agent_id.clone(), MAX_LISTED_REMINDERS + 1).await?;
+                let recurring = scheduler.recurring_jobs_of(agent_id.clone(), MAX_LISTED_REMINDERS + 1).await?;
+                let mut pending: Vec<&gateway_core::CronJob> = one_time.iter().chain(&recurring).collect();
+                pending.sort_by_key(|job| (job.next_fire_at, job.id));
                 let mut listed = Vec::with_capacity(pending.len().min(MAX_LISTED_REMINDERS));
                 let mut bytes = 0;
                 for job in &pending {
@@ -341,14 +410,42 @@ impl ReminderTools {
                     if listed.len() == MAX_LISTED_REMINDERS || bytes > MAX_LISTED_PAYLOAD_BYTES {
                         break;
                     }
-                    listed.push(json!({
+                    let mut entry = json!({
                         "job_id": job.id,
                         "fire_at": rfc3339::format(job.next_fire_at),
                         "payload": job.payload,
-                    }));
+                    });
+                    if let (Some(schedule), Some(fields)) = (&job.schedule, entry.as_object_mut()) {
+                        fields.insert("schedule".to_owned(), json!(schedule));
+                        fields.insert("timezone".to_owned(), json!(job.timezone));
+                    }
+                    listed.push(entry);
                 }
                 let truncated = listed.len() < pending.len();
                 Ok(json!({"reminders": listed, "truncated": truncated}))
+            }
+            ReminderTool::ScheduleRecurring { schedule, timezone, payload } => {
+                let request = RecurringRequest {
+                    agent_id: agent_id.clone(),
+                    schedule,
+                    timezone,
+                    payload,
+                    idempotency_key: tool_reminder_idempotency_key(agent_id, tool_call_id),
+                };
+                let reserve = crate::reminders::RECURRING_ANSWER_RESERVE_BYTES;
+                let (job, already_scheduled) =
+                    scheduler.schedule_recurring_reserving(request, reserve).await.map_err(recurring_refusal)?;
+                if already_scheduled {
+                    info!(%agent_id, job_id = job.id, "recurring job already scheduled by this tool call");
+                } else {
+                    info!(%agent_id, job_id = job.id, "recurring job scheduled by a tool call");
+                }
+                let fire_at_local = preview_local(&job).into_iter().next();
+                Ok(json!({
+                    "job_id": job.id,
+                    "fire_at": rfc3339::format(job.next_fire_at),
+                    "fire_at_local": fire_at_local,
+                }))
             }
         }
     }

@@ -566,3 +566,83 @@ async fn reminders_that_fire_at_once_fill_the_quota_through_the_mailbox() {
     assert!(harness.stored("agent-7") <= QUOTA);
     shutdown.cancel();
 }
+
+fn recurring(schedule: &str, timezone: &str, payload: Value) -> ReminderTool {
+    ReminderTool::ScheduleRecurring {
+        schedule: schedule.to_owned(),
+        timezone: timezone.to_owned(),
+        payload: payload.as_object().cloned().unwrap(),
+    }
+}
+
+/// `schedule_recurring` under a crash between the insert and the record: the retry finds the job the first attempt
+/// wrote (the key derived from the call), records its answer, and creates nothing more. The answer gives the first
+/// fire in UTC and in the zone.
+#[tokio::test(start_paused = true)]
+async fn a_recurring_tool_call_survives_a_crash_before_its_record_and_answers_in_its_zone() {
+    let harness = harness(CronConfig::default());
+    let tool = recurring("0 9 * * *", "Asia/Tokyo", json!({"task": "daily"}));
+    harness.calls.fail_records.store(true, Ordering::SeqCst);
+    let lost = harness.call("agent-7", "rec-1", tool.clone()).await;
+    assert!(matches!(lost, Err(CronError::Store(StoreError::Unavailable(_)))), "{lost:?}");
+    let written = harness.jobs.list_cron_jobs(None, 10).unwrap();
+    assert_eq!(written.len(), 1);
+    assert_eq!((written[0].is_one_time, written[0].timezone.as_str()), (false, "Asia/Tokyo"));
+
+    harness.calls.fail_records.store(false, Ordering::SeqCst);
+    let answer = harness.call("agent-7", "rec-1", tool.clone()).await.unwrap();
+    assert_eq!(answer["job_id"], written[0].id, "the retry found the first attempt's job");
+    assert_eq!(harness.jobs.len(), 1);
+    let local = answer["fire_at_local"].as_str().unwrap();
+    assert!(local.ends_with("T09:00:00+09:00"), "{answer}");
+    // The same call with other params is a conflict, and writes nothing.
+    let other = recurring("0 10 * * *", "Asia/Tokyo", json!({"task": "daily"}));
+    assert_eq!(harness.call("agent-7", "rec-1", other).await, Err(CronError::ToolCallConflict));
+    assert_eq!(harness.jobs.len(), 1);
+}
+
+/// The limits of `schedule_reminder` hold for `schedule_recurring`: the cap (counted over recurring jobs), the
+/// payload limit, the storage quota; a cancel frees its room. Refused calls write nothing.
+#[tokio::test(start_paused = true)]
+async fn a_recurring_tool_call_is_held_to_the_agents_cap_payload_limit_and_quota() {
+    let harness = harness(CronConfig {
+        max_pending_reminders_per_agent: 2,
+        reminder_payload_max_bytes: 100,
+        ..CronConfig::default()
+    });
+    let first = harness.call("agent-7", "r-1", recurring("@daily", "UTC", json!({}))).await.unwrap();
+    harness.call("agent-7", "r-2", recurring("@hourly", "Europe/Paris", json!({}))).await.unwrap();
+    assert_eq!(
+        harness.call("agent-7", "r-3", recurring("@daily", "UTC", json!({}))).await,
+        Err(CronError::TooManyRecurringJobs { limit: 2 })
+    );
+    assert!(harness.call("agent-7", "r-2", recurring("@hourly", "Europe/Paris", json!({}))).await.is_ok(), "a retry");
+    // Reminders are counted apart: the agent may still ask for them.
+    harness.call("agent-7", "s-1", schedule(60_000, json!({}))).await.unwrap();
+    let big = recurring("@daily", "UTC", json!({"blob": "x".repeat(200)}));
+    let refused = harness.call("agent-8", "r-1", big).await.unwrap_err();
+    assert!(refused.to_string().starts_with("params.payload: must be at most 100 bytes"), "{refused}");
+    let cancel = ReminderTool::CancelReminder { job_id: first["job_id"].as_i64().unwrap() };
+    assert_eq!(harness.call("agent-7", "c-1", cancel).await, Ok(json!({"cancelled": true})));
+    harness.call("agent-7", "r-3", recurring("@daily", "UTC", json!({}))).await.unwrap();
+    assert_eq!(harness.jobs.count_recurring_jobs(&agent("agent-7")).unwrap(), 2);
+
+    const QUOTA: u64 = 1_000;
+    let harness = harness_with_quota(QUOTA);
+    let mut accepted = 0;
+    let refused = loop {
+        let payload = json!({"n": accepted, "pad": "x".repeat(40)});
+        match harness.call("agent-7", &format!("r-{accepted}"), recurring("@daily", "UTC", payload)).await {
+            Ok(_) => accepted += 1,
+            Err(refusal) => break refusal,
+        }
+        assert!(accepted < 50, "never refused");
+    };
+    assert_eq!(refused, CronError::QuotaExceeded { limit: QUOTA });
+    assert!(accepted >= 1, "{accepted} accepted");
+    assert_eq!(harness.jobs.len(), accepted, "the refused call wrote nothing");
+}
+
+fn harness_with_quota(quota: u64) -> Harness {
+    harness(CronConfig { agent_storage_quota_bytes: quota, ..CronConfig::default() })
+}

@@ -35,6 +35,7 @@ struct CronJobRow {
     payload: String,
     is_one_time: bool,
     paused: bool,
+    timezone: String,
 }
 
 /// Every column is bound as a value (a missing schedule or key as NULL rather than DEFAULT), which keeps the
@@ -48,6 +49,7 @@ struct NewCronJobRow<'a> {
     payload: String,
     is_one_time: bool,
     idempotency_key: Option<&'a str>,
+    timezone: &'a str,
 }
 
 impl<'a> NewCronJobRow<'a> {
@@ -59,6 +61,7 @@ impl<'a> NewCronJobRow<'a> {
             payload: serde_json::to_string(&job.payload).unwrap_or_else(|_| "{}".to_owned()),
             is_one_time: job.is_one_time,
             idempotency_key: job.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+            timezone: &job.timezone,
         }
     }
 
@@ -105,9 +108,10 @@ struct InsertCronJobs<'a> {
     payload: Vec<&'a str>,
     is_one_time: Vec<bool>,
     idempotency_key: Vec<Option<&'a str>>,
+    timezone: Vec<&'a str>,
 }
 
-postgres_statement!(InsertCronJobs -> ((BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool), Nullable<Text>));
+postgres_statement!(InsertCronJobs -> ((BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text), Nullable<Text>));
 
 impl<'a> InsertCronJobs<'a> {
     fn of(rows: &[&'a NewCronJobRow<'a>]) -> Self {
@@ -118,6 +122,7 @@ impl<'a> InsertCronJobs<'a> {
             payload: rows.iter().map(|row| row.payload.as_str()).collect(),
             is_one_time: rows.iter().map(|row| row.is_one_time).collect(),
             idempotency_key: rows.iter().map(|row| row.idempotency_key).collect(),
+            timezone: rows.iter().map(|row| row.timezone).collect(),
         }
     }
 }
@@ -126,20 +131,21 @@ impl QueryFragment<Pg> for InsertCronJobs<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         push_sql_with_binds(
             &mut out,
-            "INSERT INTO cron_jobs (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key) \
-             SELECT agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key \
-             FROM unnest($, $, $, $, $, $) WITH ORDINALITY \
-             AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, position) \
+            "INSERT INTO cron_jobs (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone) \
+             SELECT agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone \
+             FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY \
+             AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone, position) \
              ORDER BY position \
              ON CONFLICT (idempotency_key) DO NOTHING \
-             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, idempotency_key",
+             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, timezone, idempotency_key",
             |index, out| match index {
                 0 => out.push_bind_param::<Array<Text>, _>(&self.agent_id),
                 1 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.schedule),
                 2 => out.push_bind_param::<Array<Timestamp>, _>(&self.next_fire_at),
                 3 => out.push_bind_param::<Array<Text>, _>(&self.payload),
                 4 => out.push_bind_param::<Array<Bool>, _>(&self.is_one_time),
-                _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.idempotency_key),
+                5 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.idempotency_key),
+                _ => out.push_bind_param::<Array<Text>, _>(&self.timezone),
             },
         )
     }
@@ -180,6 +186,7 @@ fn insert_group_postgres(
                 && row.next_fire_at == sent.next_fire_at
                 && row.payload == sent.payload
                 && row.is_one_time == sent.is_one_time
+                && row.timezone == sent.timezone
                 && key.as_deref() == sent.idempotency_key
         },
         |sent| sent.idempotency_key.is_some(),
@@ -241,6 +248,7 @@ impl TryFrom<CronJobRow> for CronJob {
             payload,
             is_one_time: row.is_one_time,
             paused: row.paused,
+            timezone: row.timezone,
         })
     }
 }
@@ -383,6 +391,41 @@ impl CronJobStore for DieselStore {
         Ok(deleted > 0)
     }
 
+    fn count_recurring_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
+        let count: i64 = self.with_connection("count an agent's recurring jobs", |connection| {
+            let query = recurring_jobs_of_query(agent_id.as_str()).count();
+            on_backend!(connection, c => query.get_result(c))
+        })?;
+        Ok(usize::try_from(count).unwrap_or(usize::MAX))
+    }
+
+    fn recurring_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<CronJob>, StoreError> {
+        let rows = self.with_connection("list an agent's recurring jobs", |connection| {
+            on_backend!(connection, c => {
+                recurring_jobs_of_query(agent_id.as_str())
+                    .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
+                    .limit(limit_to_db(limit))
+                    .select(CronJobRow::as_select())
+                    .load(c)
+            })
+        })?;
+        jobs(rows)
+    }
+
+    fn delete_recurring_job(&self, id: i64, agent_id: &AgentId) -> Result<bool, StoreError> {
+        let delete = diesel::delete(
+            cron_jobs::table
+                .filter(cron_jobs::id.eq(id))
+                .filter(cron_jobs::agent_id.eq(agent_id.as_str()))
+                .filter(cron_jobs::is_one_time.eq(false)),
+        );
+        let deleted = self.with_connection(
+            "delete an agent's recurring job",
+            |connection| on_backend!(connection, c => delete.execute(c)),
+        )?;
+        Ok(deleted > 0)
+    }
+
     fn pending_fires(&self, before: time::OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError> {
         type Row = (i64, PrimitiveDateTime, Option<PrimitiveDateTime>, Option<i64>);
         let rows: Vec<Row> = self.with_connection("load due cron jobs", |connection| {
@@ -464,6 +507,12 @@ fn pending_fires_query(before: PrimitiveDateTime, limit: i64) -> _ {
 #[diesel::dsl::auto_type]
 fn one_time_jobs_of_query<'a>(agent_id: &'a str) -> _ {
     cron_jobs::table.filter(cron_jobs::agent_id.eq(agent_id)).filter(cron_jobs::is_one_time.eq(true))
+}
+
+/// `agent_id`'s recurring rows: the same index as [`one_time_jobs_of_query`], with the flag's other value.
+#[diesel::dsl::auto_type]
+fn recurring_jobs_of_query<'a>(agent_id: &'a str) -> _ {
+    cron_jobs::table.filter(cron_jobs::agent_id.eq(agent_id)).filter(cron_jobs::is_one_time.eq(false))
 }
 
 /// One statement for the whole batch: the condition and the write are one atomic step per row, and one
@@ -610,6 +659,7 @@ mod tests {
             payload: json!({"task": "check_quota", "n": [1, 2]}).as_object().cloned().unwrap(),
             is_one_time: true,
             idempotency_key: None,
+            timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
         }
     }
 

@@ -130,6 +130,7 @@ mod tests {
             payload: Map::new(),
             is_one_time: true,
             idempotency_key: None,
+            timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
         };
         store.insert_cron_job(&job).unwrap().id
     }

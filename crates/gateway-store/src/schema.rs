@@ -23,6 +23,8 @@ diesel::table! {
         paused -> Bool,
         /// Generated: the bytes of `payload` (migration `agent_storage_bytes`); never written.
         payload_bytes -> BigInt,
+        /// The IANA zone the schedule is read in (migration `cron_job_timezone`).
+        timezone -> Text,
     }
 }
 

@@ -2,7 +2,7 @@
 //! `GET /gateway/cron/jobs/{id}`, `DELETE /gateway/cron/jobs/{id}`, `POST /gateway/cron/jobs/{id}/pause` and
 //! `…/resume`.
 
-use gateway_core::AgentId;
+use gateway_core::{AgentId, DEFAULT_TIMEZONE};
 use http::StatusCode;
 use serde_json::Map;
 
@@ -14,9 +14,9 @@ use gateway_api::Deleted;
 use gateway_api::Reason;
 use gateway_api::cron::{CronJobBody, CronJobPage, DEFAULT_PAGE, MAX_PAGE};
 
-const FIELDS: [&str; 3] = ["agent_id", "schedule", "payload"];
+const FIELDS: [&str; 4] = ["agent_id", "schedule", "payload", "timezone"];
 
-/// `{agent_id, schedule, payload}` → 201 with the job, its `next_fire_at` and a preview of its next instants
+/// `{agent_id, schedule, payload, timezone?}` → 201 with the job, its `next_fire_at` and a preview of its next instants
 /// (200 and `Idempotent-Replayed: true` when an `Idempotency-Key` repeats an earlier request).
 pub(super) async fn create(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let idempotency_key = idempotency_key(request.headers())?;
@@ -26,8 +26,9 @@ pub(super) async fn create(state: &AppState, request: Request) -> Result<Respons
         .map_err(|error| ApiError::unprocessable(Reason::InvalidField, format!("agent_id: {error}")))?;
     let schedule = required("schedule", body.take_string("schedule")?.filter(|text| !text.trim().is_empty()))?;
     let payload = body.take_object("payload")?.unwrap_or_else(Map::new);
+    let timezone = body.take_string("timezone")?.unwrap_or_else(|| DEFAULT_TIMEZONE.to_owned());
     body.finish(&FIELDS)?;
-    let (job, replayed) = state.cron.add_recurring_idempotent(agent_id, &schedule, payload, idempotency_key).await?;
+    let (job, replayed) = state.cron.add_recurring_in(agent_id, &schedule, &timezone, payload, idempotency_key).await?;
     Ok(created_or_replayed(&CronJobBody::of(&job), replayed))
 }
 

@@ -239,6 +239,10 @@ impl From<CronError> for ApiError {
         match error {
             CronError::InvalidDelay(_) => Self::new(unprocessable, Reason::InvalidDelay).with_detail(error.to_string()),
             CronError::InvalidSchedule(reason) => Self::new(unprocessable, Reason::InvalidSchedule).with_detail(reason),
+            // A schedule is its expression read in its zone: an unknown zone is an invalid schedule, named.
+            CronError::UnknownTimezone(_) => {
+                Self::new(unprocessable, Reason::InvalidSchedule).with_detail(error.to_string())
+            }
             CronError::NotFound(_) => Self::unknown(Reason::UnknownCronJob, "cron job"),
             CronError::IdempotencyKeyReused => {
                 Self::new(unprocessable, Reason::IdempotencyKeyReused).with_detail(error.to_string())
@@ -258,7 +262,7 @@ impl From<CronError> for ApiError {
             CronError::QuotaExceeded { .. } => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, Reason::QuotaExceeded).with_detail(error.to_string())
             }
-            CronError::TooManyReminders { .. } => {
+            CronError::TooManyReminders { .. } | CronError::TooManyRecurringJobs { .. } => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, Reason::TooManyReminders).with_detail(error.to_string())
             }
             CronError::Store(store) => store.into(),

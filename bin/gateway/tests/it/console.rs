@@ -192,12 +192,13 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     let (_, listed) = gateway.operator_get("/gateway/agents/researcher-alpha-9/credentials");
     assert!(listed["credentials"][0]["revoked_at"].is_string(), "{listed}");
 
-    // Cron: a created job shows the next instants the gateway computed, is paused and resumed, then deleted after
-    // a confirmation.
+    // Cron: a created job shows the next instants the gateway computed (in its time zone and in UTC), is paused and
+    // resumed, then deleted after a confirmation.
     b.goto(&gateway.url("/#/cron")).await;
     b.wait_text("[data-testid=empty]", |text| text.contains("No cron jobs")).await;
     b.type_into("[data-testid=cron-agent]", "researcher-alpha-9").await;
     b.type_into("[data-testid=cron-schedule]", "*/5 * * * *").await;
+    b.type_into("[data-testid=cron-timezone]", "America/New_York").await;
     b.type_into("[data-testid=cron-payload]", r#"{"task": "check_quota"}"#).await;
     b.click("[data-testid=cron-submit]").await;
     let preview = b.wait_text("[data-testid=cron-preview]", |text| !text.is_empty()).await;
@@ -209,8 +210,12 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     for instant in instants {
         assert!(preview.contains(instant.as_str().unwrap()), "{instant} not in the preview {preview:?}");
     }
+    assert_eq!(job["timezone"], "America/New_York");
+    for local in job["preview_local"].as_array().unwrap() {
+        assert!(preview.contains(local.as_str().unwrap()), "{local} not in the preview {preview:?}");
+    }
     let row = format!("[data-testid=job-row][data-job-id='{}']", job["id"]);
-    b.wait_text(&row, |text| text.contains("*/5 * * * *")).await;
+    b.wait_text(&row, |text| text.contains("*/5 * * * *") && text.contains("America/New_York")).await;
     b.wait_text(&format!("{row} [data-testid=status]"), |text| text == "active").await;
     b.screenshot(&shots, "cron").await;
     // Pause, then resume: the row follows the job the gateway answers with.

@@ -412,3 +412,87 @@ fn a_paused_job_does_not_fire_and_resumed_fires_once_for_what_it_missed() {
     let (status, _) = gateway.operator_delete(&format!("/gateway/cron/jobs/{witness_id}"));
     assert_eq!(status, 200);
 }
+
+/// Jobs in two zones across real transitions, created, then the gateway stopped and started again on the same
+/// SQLite file: the zone, `next_fire_at`, `preview` and `preview_local` read back the same, and follow DESIGN 17's
+/// rule. New York springs forward on 2027-03-14 (02:00 EST → 03:00 EDT): `*/30` from 01:00 to 03:59 fires at 01:00,
+/// 01:30, then 03:00 once for the 02:00, 02:30 and 03:00 that all land there, then 03:30. Sydney falls back on
+/// 2027-04-04 (03:00 AEDT → 02:00 AEST): 02:00 and 02:30 fire at their first occurrence only. 2032 repeats both
+/// transitions on the same dates, so the test keeps its meaning once 2027's have passed.
+#[test]
+fn zoned_jobs_keep_their_zone_and_dst_preview_across_a_restart() {
+    // The year of each job's next transition: 2027's until its first instant has passed.
+    let year_of = |first: OffsetDateTime| if OffsetDateTime::now_utc() < first { 2027 } else { 2032 };
+    let dated = |year: i32, times: &[&str]| -> Vec<Value> {
+        times.iter().map(|time| json!(format!("{year}-{time}"))).collect()
+    };
+    let year = year_of(time::macros::datetime!(2027-03-14 06:00 UTC));
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let mut gateway = Gateway::start_in(Arc::clone(&dir), &[]);
+    let spring = json!({
+        "agent_id": "agent-tz",
+        "schedule": "0 */30 1-3 14 3 * 2027,2032",
+        "timezone": "America/New_York",
+        "payload": {"zone": "new-york"},
+    });
+    let (status, new_york) = gateway.operator_post("/gateway/cron/jobs", &spring);
+    assert_eq!(status, 201, "{new_york}");
+    assert_eq!(new_york["timezone"], "America/New_York");
+    let expected_new_york =
+        dated(year, &["03-14T01:00:00-05:00", "03-14T01:30:00-05:00", "03-14T03:00:00-04:00", "03-14T03:30:00-04:00"]);
+    assert_eq!(new_york["preview_local"].as_array().unwrap()[..4], expected_new_york[..]);
+    let utc = dated(year, &["03-14T06:00:00Z", "03-14T06:30:00Z", "03-14T07:00:00Z", "03-14T07:30:00Z"]);
+    assert_eq!(new_york["preview"].as_array().unwrap()[..4], utc[..]);
+    assert_eq!(new_york["next_fire_at"], utc[0]);
+
+    let fall = json!({
+        "agent_id": "agent-tz",
+        "schedule": "0 */30 2-3 4 4 * 2027,2032",
+        "timezone": "Australia/Sydney",
+    });
+    let (status, sydney) = gateway.operator_post("/gateway/cron/jobs", &fall);
+    assert_eq!(status, 201, "{sydney}");
+    let year = year_of(time::macros::datetime!(2027-04-03 15:00 UTC));
+    let expected_sydney =
+        dated(year, &["04-04T02:00:00+11:00", "04-04T02:30:00+11:00", "04-04T03:00:00+10:00", "04-04T03:30:00+10:00"]);
+    assert_eq!(sydney["preview_local"].as_array().unwrap()[..4], expected_sydney[..]);
+    let sydney_utc = dated(year, &["04-03T15:00:00Z", "04-03T15:30:00Z", "04-03T17:00:00Z", "04-03T17:30:00Z"]);
+    assert_eq!(sydney["preview"].as_array().unwrap()[..4], sydney_utc[..]);
+
+    let (status, utc_job) = gateway.operator_post(
+        "/gateway/cron/jobs",
+        &json!({"agent_id": "agent-tz", "schedule": "0 9 * * *", "timezone": null}),
+    );
+    assert_eq!(status, 201, "{utc_job}");
+    assert_eq!(utc_job["timezone"], "UTC", "absent or null: UTC");
+    let offsets_of_utc = utc_job["preview_local"].as_array().unwrap();
+    assert!(offsets_of_utc.iter().all(|local| local.as_str().unwrap().ends_with("T09:00:00+00:00")), "{utc_job}");
+
+    gateway.terminate();
+    let restarted = Gateway::start_in(dir, &[]);
+    for created in [&new_york, &sydney, &utc_job] {
+        let (status, read) = restarted.operator_get(&format!("/gateway/cron/jobs/{}", created["id"]));
+        assert_eq!(status, 200, "{read}");
+        for field in ["timezone", "next_fire_at", "preview", "preview_local", "schedule", "payload"] {
+            assert_eq!(read[field], created[field], "{field} after the restart: {read}");
+        }
+    }
+}
+
+#[test]
+fn an_unknown_time_zone_is_422_naming_it_and_nothing_is_stored() {
+    let gateway = Gateway::start(&[]);
+    for (timezone, reason, detail) in [
+        (json!("Mars/Olympus_Mons"), "invalid_schedule", "timezone: unknown time zone `Mars/Olympus_Mons`"),
+        (json!("america/new_york"), "invalid_schedule", "timezone: unknown time zone `america/new_york`"),
+        (json!(""), "invalid_schedule", "timezone: unknown time zone (unprintable)"),
+        (json!(5), "invalid_field", "timezone"),
+    ] {
+        let body = json!({"agent_id": "agent-tz", "schedule": "0 9 * * *", "timezone": timezone});
+        let (status, refused) = gateway.operator_post("/gateway/cron/jobs", &body);
+        assert_eq!((status, refused["reason"].as_str()), (422, Some(reason)), "{timezone}: {refused}");
+        let said = refused["detail"].as_str().unwrap_or_default();
+        assert!(said.starts_with(detail), "{timezone}: {refused}");
+    }
+    assert_eq!(count_rows(&gateway.database_path(), "cron_jobs"), 0);
+}

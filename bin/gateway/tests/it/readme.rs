@@ -18,6 +18,8 @@ use regex::Regex;
 use crate::support::{Gateway, TOKEN};
 
 const README: &str = include_str!("../../../../README.md");
+/// An RFC 3339 instant, in UTC or with an offset.
+const INSTANT: &str = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})";
 /// Printed between two commands' outputs.
 const SEPARATOR: &str = "@@readme-example-done@@";
 
@@ -105,7 +107,7 @@ fn expectation(text: &str) -> (Option<&str>, Regex) {
         Some((status, body)) if is_status(status) => (Some(status), body),
         _ => (None, text),
     };
-    let instant = Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z").unwrap();
+    let instant = Regex::new(INSTANT).unwrap();
     let mut pattern = String::from("^");
     let mut rest = body;
     while !rest.is_empty() {
@@ -113,7 +115,7 @@ fn expectation(text: &str) -> (Option<&str>, Regex) {
         let next_ellipsis = rest.find('…').map(|at| (at, at + '…'.len_utf8()));
         let (start, end, wildcard) = match (next_instant, next_ellipsis) {
             (Some(i), Some(e)) if e.0 < i.0 => (e.0, e.1, ".*"),
-            (Some(i), _) => (i.0, i.1, r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z"),
+            (Some(i), _) => (i.0, i.1, INSTANT),
             (None, Some(e)) => (e.0, e.1, ".*"),
             (None, None) => (rest.len(), rest.len(), ""),
         };

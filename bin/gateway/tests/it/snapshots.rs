@@ -395,6 +395,31 @@ fn every_routes_answers_match_their_snapshots() {
     r.operator("cron_job_resume", "GET", &format!("{job_path}/resume"), None);
     r.operator("cron_job", "DELETE", &job_path, None);
     r.operator("cron_job", "GET", &job_path, None);
+    // In a time zone (preview_local), and one the tz database does not know.
+    let zoned = json!({"agent_id": "snap-agent", "schedule": "30 2 * * *", "timezone": "America/New_York"});
+    let zoned = r.operator("cron_jobs", "POST", "/gateway/cron/jobs", Some(zoned));
+    r.operator(
+        "cron_jobs",
+        "POST",
+        "/gateway/cron/jobs",
+        Some(json!({"agent_id": "snap-agent", "schedule": "30 2 * * *", "timezone": "Mars/Olympus_Mons"})),
+    );
+    r.operator("cron_job", "DELETE", &format!("/gateway/cron/jobs/{}", zoned["id"]), None);
+
+    // The agent's recurring job, through its tool: scheduled, refused in a zone that does not exist, listed,
+    // cancelled.
+    let call = |tool_call_id: &str, params: Value| json!({"agent_id": "snap-agent", "tool_call_id": tool_call_id, "params": params});
+    let recurring = json!({"schedule": "0 9 * * mon-fri", "timezone": "Europe/Paris", "payload": {"task": "standup"}});
+    let scheduled = r.anyone("tool", "POST", "/gateway/tools/schedule_recurring", Some(call("call-9", recurring)));
+    r.anyone(
+        "tool",
+        "POST",
+        "/gateway/tools/schedule_recurring",
+        Some(call("call-10", json!({"schedule": "0 9 * * *", "timezone": "Mars/Olympus_Mons", "payload": {}}))),
+    );
+    r.anyone("tool", "POST", "/gateway/tools/list_reminders", Some(call("call-11", json!({}))));
+    let recurring_job = scheduled["result"]["job_id"].clone();
+    r.anyone("tool", "POST", "/gateway/tools/cancel_reminder", Some(call("call-12", json!({"job_id": recurring_job}))));
 
     // Deletes last: a config takes its deliveries with it.
     r.operator("webhook_config", "DELETE", &config_path, None);

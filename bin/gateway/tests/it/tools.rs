@@ -275,3 +275,84 @@ fn a_megabyte_agent_type_is_refused_and_never_noted() {
     assert_eq!((status, body["reason"].as_str()), (422, Some("invalid_field")), "{body}");
     assert_eq!(body["detail"], "timestamp: must be at most 256 bytes");
 }
+
+/// `schedule_recurring`: a recurring job owned by the calling agent, its fires on the agent's stream like its
+/// reminders, listed and cancelled with the reminder tools, idempotent per tool_call_id (a retry, its params in
+/// another order, gets the recorded answer and creates nothing), under the same cap.
+#[test]
+fn a_recurring_job_scheduled_by_a_tool_fires_to_its_agent_is_listed_and_cancelled() {
+    let gateway = Gateway::start(&["--max-pending-reminders-per-agent", "2"]);
+    let reminders = gateway.subscribe("agent:agent-rec:scheduled");
+    let params = json!({"schedule": "* * * * * *", "timezone": "Asia/Kolkata", "payload": {"task": "every-second"}});
+    let (status, first) = call(&gateway, "schedule_recurring", "agent-rec", "rec-1", params);
+    assert_eq!(status, 200, "{first}");
+    let job_id = first["result"]["job_id"].as_i64().unwrap();
+    let fire_at = first["result"]["fire_at"].as_str().unwrap();
+    let local = first["result"]["fire_at_local"].as_str().unwrap();
+    assert!(fire_at.ends_with('Z') && local.ends_with("+05:30"), "{first}");
+    let reordered = json!({"payload": {"task": "every-second"}, "timezone": "Asia/Kolkata", "schedule": "* * * * * *"});
+    let (status, again) = call(&gateway, "schedule_recurring", "agent-rec", "rec-1", reordered);
+    assert_eq!((status, &again), (200, &first), "a retry gets the recorded answer");
+    assert_eq!(pending_jobs(&gateway), 1);
+    let (_, job) = gateway.operator_get(&format!("/gateway/cron/jobs/{job_id}"));
+    assert_eq!((job["agent_id"].as_str(), job["timezone"].as_str()), (Some("agent-rec"), Some("Asia/Kolkata")));
+    assert_eq!(job["is_one_time"], false);
+
+    for _ in 0..2 {
+        let event = reminders.expect("reminder");
+        assert_eq!(event.data["job_id"], job_id);
+        assert_eq!(event.data["payload"], json!({"task": "every-second"}));
+    }
+
+    // Listed with the reminders, soonest first, with its schedule and zone; a reminder has neither.
+    let (status, _) =
+        call(&gateway, "schedule_reminder", "agent-rec", "once-1", json!({"delay_ms": 600_000, "payload": {}}));
+    assert_eq!(status, 200);
+    let listed = reminders_of(&gateway, "agent-rec", "list-1");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed[0]["job_id"], job_id);
+    assert_eq!(
+        (listed[0]["schedule"].as_str(), listed[0]["timezone"].as_str()),
+        (Some("* * * * * *"), Some("Asia/Kolkata"))
+    );
+    assert!(listed[1].get("schedule").is_none() && listed[1].get("timezone").is_none(), "{listed:?}");
+
+    // The cap counts recurring jobs apart from reminders: one more fits, a third is refused.
+    let daily = json!({"schedule": "0 9 * * *", "payload": {}});
+    let (status, second) = call(&gateway, "schedule_recurring", "agent-rec", "rec-2", daily.clone());
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["result"]["fire_at"], second["result"]["fire_at_local"].as_str().unwrap().replace("+00:00", "Z"));
+    let (status, refused) = call(&gateway, "schedule_recurring", "agent-rec", "rec-3", daily.clone());
+    assert_eq!((status, refused["reason"].as_str()), (429, Some("too_many_reminders")), "{refused}");
+    assert_eq!(call(&gateway, "schedule_recurring", "agent-rec", "rec-2", daily.clone()).0, 200, "a retry at the cap");
+
+    // Another agent cannot cancel it; its own agent can, and then it stops.
+    let cancel = |agent: &str, id: &str| call(&gateway, "cancel_reminder", agent, id, json!({"job_id": job_id})).1;
+    assert_eq!(cancel("agent-other", "c-1")["result"], json!({"cancelled": false}));
+    assert_eq!(cancel("agent-rec", "c-1")["result"], json!({"cancelled": true}));
+    assert_eq!(gateway.operator_get(&format!("/gateway/cron/jobs/{job_id}")).0, 404);
+    assert_eq!(call(&gateway, "schedule_recurring", "agent-rec", "rec-3", daily).0, 200, "room again");
+}
+
+#[test]
+fn schedule_recurring_refuses_bad_params_naming_the_field() {
+    let gateway = Gateway::start(&[]);
+    for (params, reason, detail) in [
+        (json!({"payload": {}}), "missing_required_fields", "params.schedule is required"),
+        (json!({"schedule": "0 9 * * *"}), "missing_required_fields", "params.payload is required"),
+        (json!({"schedule": 5, "payload": {}}), "invalid_field", "params.schedule: must be a non-empty string"),
+        (json!({"schedule": "61 * * * *", "payload": {}}), "invalid_field", "params.schedule: minute (field 1)"),
+        (
+            json!({"schedule": "0 9 * * *", "timezone": "Mars/Olympus_Mons", "payload": {}}),
+            "invalid_field",
+            "params.timezone: unknown time zone `Mars/Olympus_Mons`",
+        ),
+        (json!({"schedule": "0 9 * * *", "timezone": 1, "payload": {}}), "invalid_field", "params.timezone: must be"),
+        (json!({"schedule": "0 9 * * *", "payload": {}, "agent_id": "x"}), "invalid_field", "params: unknown field"),
+    ] {
+        let (status, body) = call(&gateway, "schedule_recurring", "agent-bad", "call-1", params.clone());
+        assert_eq!((status, body["reason"].as_str()), (422, Some(reason)), "{params}: {body}");
+        assert!(body["detail"].as_str().unwrap().starts_with(detail), "{params}: {body}");
+    }
+    assert_eq!(pending_jobs(&gateway), 0);
+}

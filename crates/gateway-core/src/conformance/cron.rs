@@ -17,6 +17,7 @@ fn one_time(at: OffsetDateTime) -> NewCronJob {
         payload: Map::new(),
         is_one_time: true,
         idempotency_key: None,
+        timezone: crate::DEFAULT_TIMEZONE.to_owned(),
     }
 }
 
@@ -389,6 +390,77 @@ pub fn an_agents_one_time_jobs_are_counted_and_listed_soonest_first(store: &dyn 
     let nobody = AgentId::new("agent-9").expect("a valid agent id");
     assert_eq!(store.one_time_jobs_of(&nobody, 10).expect("list"), Vec::<CronJob>::new());
     assert_eq!(store.count_one_time_jobs(&nobody).expect("count"), 0);
+}
+
+/// A job's time zone comes back as written from every read of a row (by id, by key, in a list, an agent's list, a
+/// claim, a pause) and is unchanged when the row advances; a row written with the default zone reads it back.
+/// Expects an empty store.
+pub fn a_jobs_time_zone_round_trips_through_every_read(store: &dyn CronJobStore, at: OffsetDateTime) {
+    let zoned = NewCronJob {
+        timezone: "Australia/Sydney".to_owned(),
+        idempotency_key: Some(IdempotencyKey::new("zoned").expect("a valid key")),
+        ..recurring(at)
+    };
+    let job = store.insert_cron_job(&zoned).expect("insert");
+    assert_eq!(job.timezone, "Australia/Sydney");
+    let utc = store.insert_cron_job(&recurring(at + Duration::seconds(1))).expect("insert");
+    assert_eq!(utc.timezone, crate::DEFAULT_TIMEZONE);
+    let grouped = store
+        .insert_cron_jobs(&[NewCronJob { timezone: "America/New_York".to_owned(), ..one_time(at) }])
+        .expect("insert");
+    assert_eq!(grouped[0].job.timezone, "America/New_York", "a group insert keeps each row's zone");
+
+    assert_eq!(store.cron_job(job.id).expect("read"), Some(job.clone()));
+    let key = IdempotencyKey::new("zoned").expect("a valid key");
+    assert_eq!(store.cron_job_by_idempotency_key(&key).expect("read"), Some(job.clone()));
+    let listed = store.list_cron_jobs(None, 10).expect("list");
+    let zones: Vec<&str> = listed.iter().map(|job| job.timezone.as_str()).collect();
+    assert_eq!(zones, ["Australia/Sydney", crate::DEFAULT_TIMEZONE, "America/New_York"]);
+    let agent = AgentId::new("agent-7").expect("a valid agent id");
+    assert_eq!(store.recurring_jobs_of(&agent, 10).expect("list"), [job.clone(), utc]);
+    let paused = store.set_cron_job_paused(job.id, true).expect("pause").expect("the row");
+    assert_eq!(paused.timezone, "Australia/Sydney");
+    store.set_cron_job_paused(job.id, false).expect("resume");
+    let claimed = store.claim_fires(&[job.id], &lease("a", 1, at)).expect("claim");
+    assert_eq!(claimed, std::slice::from_ref(&job), "a claim reads the zone back");
+    let fire = FireKey { job_id: job.id, scheduled_for: at };
+    let next = at + Duration::days(1);
+    let advance = FireCompletion::Advance { fire, next_fire_at: next };
+    assert_eq!(store.complete_fires("a", FencingToken(1), &[advance], &[]).expect("complete"), 1);
+    let advanced = store.cron_job(job.id).expect("read").expect("the row");
+    assert_eq!((advanced.next_fire_at, advanced.timezone.as_str()), (next, "Australia/Sydney"));
+}
+
+/// `agent_id`'s recurring rows are counted and listed soonest first (ties by id) up to `limit`; one-time rows and
+/// other agents' rows are neither. `delete_recurring_job` deletes a recurring row only for its agent, claimed or
+/// not, and once; a one-time row never. Expects an empty store.
+pub fn an_agents_recurring_jobs_are_counted_listed_and_deleted_only_for_it(
+    store: &dyn CronJobStore,
+    at: OffsetDateTime,
+) {
+    let agent = AgentId::new("agent-7").expect("a valid agent id");
+    let other = AgentId::new("agent-8").expect("a valid agent id");
+    assert_eq!(store.count_recurring_jobs(&agent).expect("count"), 0);
+    let later = store.insert_cron_job(&recurring(at + Duration::seconds(30))).expect("insert");
+    let sooner = store.insert_cron_job(&recurring(at + Duration::seconds(10))).expect("insert");
+    let tied = store.insert_cron_job(&recurring(at + Duration::seconds(10))).expect("insert");
+    let once = one_time_job(store, at);
+    let others = store.insert_cron_job(&NewCronJob { agent_id: other.clone(), ..recurring(at) }).expect("insert");
+
+    assert_eq!(store.count_recurring_jobs(&agent).expect("count"), 3);
+    assert_eq!(store.count_recurring_jobs(&other).expect("count"), 1);
+    assert_eq!(store.recurring_jobs_of(&agent, 10).expect("list"), [sooner.clone(), tied.clone(), later.clone()]);
+    assert_eq!(store.recurring_jobs_of(&agent, 2).expect("list"), [sooner.clone(), tied.clone()]);
+
+    assert!(!store.delete_recurring_job(others.id, &agent).expect("delete"), "another agent's job");
+    assert!(!store.delete_recurring_job(once.id, &agent).expect("delete"), "a one-time job");
+    assert!(store.cron_job(once.id).expect("read").is_some());
+    assert_eq!(store.claim_fires(&[sooner.id], &lease("a", 1, sooner.next_fire_at)).expect("claim").len(), 1);
+    assert!(store.delete_recurring_job(sooner.id, &agent).expect("delete"), "claimed or not");
+    assert!(!store.delete_recurring_job(sooner.id, &agent).expect("delete"), "gone already");
+    assert!(!store.delete_recurring_job(987_654, &agent).expect("delete"), "no such job");
+    assert_eq!(store.count_recurring_jobs(&agent).expect("count"), 2);
+    assert_eq!(store.recurring_jobs_of(&agent, 10).expect("list"), [tied, later]);
 }
 
 /// Every row counts as a job, one-time or recurring, claimed or not, until it is deleted. Expects an empty store.

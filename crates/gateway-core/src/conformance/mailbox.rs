@@ -27,6 +27,7 @@ fn job(store: &(impl CronJobStore + ?Sized), agent_id: &str, at: OffsetDateTime)
         payload,
         is_one_time: true,
         idempotency_key: None,
+        timezone: crate::DEFAULT_TIMEZONE.to_owned(),
     };
     store.insert_cron_job(&new).expect("insert")
 }

@@ -120,6 +120,8 @@ macro_rules! cron_store_conformance {
             a_paused_job_keeps_its_row_but_is_neither_due_nor_claimable_until_resumed,
             a_claim_taken_before_a_pause_completes_and_the_row_stays_paused,
             every_row_counts_as_a_job_until_it_is_deleted,
+            a_jobs_time_zone_round_trips_through_every_read,
+            an_agents_recurring_jobs_are_counted_listed_and_deleted_only_for_it,
         );
     };
 }

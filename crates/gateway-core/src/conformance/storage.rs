@@ -44,6 +44,7 @@ fn one_time(agent_id: &str, payload: Map<String, Value>, at: OffsetDateTime) -> 
         payload,
         is_one_time: true,
         idempotency_key: None,
+        timezone: crate::DEFAULT_TIMEZONE.to_owned(),
     }
 }
 

@@ -329,6 +329,7 @@ mod tests {
                             payload: request.payload,
                             is_one_time: true,
                             paused: false,
+                            timezone: crate::DEFAULT_TIMEZONE.to_owned(),
                         },
                         already_scheduled: false,
                     }),

@@ -24,6 +24,10 @@ use crate::ports::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxRo
 use crate::ports::store::{StoreError, StoreHealth};
 use crate::runtime::sync::lock;
 
+/// The time zone of a job written without one: its schedule is read in UTC, as every job was before zones existed
+/// (the column's default, migration `cron_job_timezone`).
+pub const DEFAULT_TIMEZONE: &str = "UTC";
+
 /// A job to be written; the store assigns the id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewCronJob {
@@ -35,6 +39,9 @@ pub struct NewCronJob {
     pub is_one_time: bool,
     /// The creating request's `Idempotency-Key`; unique among jobs when present.
     pub idempotency_key: Option<IdempotencyKey>,
+    /// The IANA time zone the schedule is read in ([`DEFAULT_TIMEZONE`] for one-time jobs); the store keeps it as
+    /// given, gateway-cron checks it.
+    pub timezone: String,
 }
 
 /// One row of `cron_jobs`.
@@ -51,6 +58,8 @@ pub struct CronJob {
     /// A paused job keeps its row and its `next_fire_at` but is neither due nor claimable; resumed, it fires once
     /// for the instants it missed (its `next_fire_at` has passed), then follows its schedule.
     pub paused: bool,
+    /// The IANA time zone the schedule is read in (docs/scheduler.md, "Time zones").
+    pub timezone: String,
 }
 
 /// One job of an [`CronJobStore::insert_cron_jobs`] call: the row that holds it and whether the call wrote it.
@@ -190,6 +199,14 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
     /// Deletes row `id` if it is a one-time row of `agent_id` that is not claimed under a lease still running at
     /// `now` (`claimed_until > now`): a fire on its way is not taken back. `true` when a row was deleted.
     fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: OffsetDateTime) -> Result<bool, StoreError>;
+    /// How many recurring rows `agent_id` has (the jobs its `schedule_recurring` tool calls created, and any an
+    /// operator created for it).
+    fn count_recurring_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError>;
+    /// `agent_id`'s recurring rows ordered by `(next_fire_at, id)`, at most `limit`.
+    fn recurring_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<CronJob>, StoreError>;
+    /// Deletes row `id` if it is a recurring row of `agent_id`, claimed or not (as an operator's delete: a fire
+    /// already claimed may still be published, none is claimed afterwards). `true` when a row was deleted.
+    fn delete_recurring_job(&self, id: i64, agent_id: &AgentId) -> Result<bool, StoreError>;
     /// Unpaused rows with `next_fire_at < before`, ordered by `(next_fire_at, id)`, at most `limit` (claimed or
     /// not, with the claim's end and token).
     fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError>;
@@ -317,6 +334,7 @@ impl CronRows {
             payload: job.payload.clone(),
             is_one_time: job.is_one_time,
             paused: false,
+            timezone: job.timezone.clone(),
         };
         self.rows.insert(stored.id, StoredJob { job: stored.clone(), claim: None });
         Ok(stored)
@@ -407,6 +425,34 @@ impl CronJobStore for InMemoryCronJobStore {
                 && &stored.job.agent_id == agent_id
                 && stored.claim.as_ref().is_none_or(|claim| claim.until <= now)
         });
+        Ok(deletable && state.rows.remove(&id).is_some())
+    }
+
+    fn count_recurring_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
+        self.failure.check()?;
+        let state = lock(&self.state);
+        Ok(state.rows.values().filter(|stored| !stored.job.is_one_time && &stored.job.agent_id == agent_id).count())
+    }
+
+    fn recurring_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<CronJob>, StoreError> {
+        self.failure.check()?;
+        let state = lock(&self.state);
+        let mut jobs: Vec<CronJob> = state
+            .rows
+            .values()
+            .filter(|stored| !stored.job.is_one_time && &stored.job.agent_id == agent_id)
+            .map(|stored| stored.job.clone())
+            .collect();
+        jobs.sort_by_key(|job| (job.next_fire_at, job.id));
+        jobs.truncate(limit);
+        Ok(jobs)
+    }
+
+    fn delete_recurring_job(&self, id: i64, agent_id: &AgentId) -> Result<bool, StoreError> {
+        self.failure.check()?;
+        let mut state = lock(&self.state);
+        let deletable =
+            state.rows.get(&id).is_some_and(|stored| !stored.job.is_one_time && &stored.job.agent_id == agent_id);
         Ok(deletable && state.rows.remove(&id).is_some())
     }
 
@@ -569,6 +615,7 @@ mod tests {
             payload: Map::new(),
             is_one_time: true,
             idempotency_key: None,
+            timezone: DEFAULT_TIMEZONE.to_owned(),
         }
     }
 
@@ -613,6 +660,15 @@ mod tests {
         }
         fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: OffsetDateTime) -> Result<bool, StoreError> {
             self.0.delete_one_time_job(id, agent_id, now)
+        }
+        fn count_recurring_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
+            self.0.count_recurring_jobs(agent_id)
+        }
+        fn recurring_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<CronJob>, StoreError> {
+            self.0.recurring_jobs_of(agent_id, limit)
+        }
+        fn delete_recurring_job(&self, id: i64, agent_id: &AgentId) -> Result<bool, StoreError> {
+            self.0.delete_recurring_job(id, agent_id)
         }
         fn pending_fires(&self, before: OffsetDateTime, limit: usize) -> Result<Vec<PendingFire>, StoreError> {
             self.0.pending_fires(before, limit)

@@ -1,0 +1,1 @@
+ALTER TABLE cron_jobs DROP COLUMN timezone;
