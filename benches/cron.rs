@@ -200,6 +200,16 @@ impl CronJobStore for TracedStore {
             self.inner.complete_and_claim(owner, completions, fired, job_ids, lease)
         })
     }
+    fn record_skipped_runs(
+        &self,
+        token: gateway_core::FencingToken,
+        skipped: &[gateway_core::SkippedRun],
+    ) -> Result<usize, StoreErr> {
+        self.timed("skips", skipped.len(), || self.inner.record_skipped_runs(token, skipped))
+    }
+    fn cron_job_runs(&self, job_id: i64, limit: usize) -> Result<Vec<gateway_core::CronJobRun>, StoreErr> {
+        self.inner.cron_job_runs(job_id, limit)
+    }
 }
 
 fn open(dir: &tempfile::TempDir) -> DieselStore {

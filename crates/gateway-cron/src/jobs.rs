@@ -3,7 +3,8 @@
 
 use gateway_core::runtime::sync::lock;
 use gateway_core::{
-    AgentId, CronJob, Event, EventPayload, IdempotencyKey, NewCronJob, PendingFire, StoreError, Topic, run_blocking,
+    AgentId, CronJob, Event, EventPayload, CronJobRun, IdempotencyKey, MisfirePolicy, NewCronJob, PendingFire, StoreError, Topic,
+    run_blocking,
 };
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};
@@ -20,6 +21,11 @@ pub const MAX_DELAY_MS: i64 = 10 * 36_525 * 86_400_000 / 100;
 
 /// Most jobs one `list` call returns.
 pub const MAX_LIST_LIMIT: usize = 1_000;
+
+/// Runs a `runs` call returns when the caller names no limit.
+pub const DEFAULT_RUNS_LIMIT: usize = 50;
+/// Most runs one `runs` call returns: five `fire_all` catch-ups' worth.
+pub const MAX_RUNS_LIMIT: usize = 500;
 
 pub use gateway_core::ports::mailbox::fire_id;
 
@@ -58,14 +64,36 @@ impl CronScheduler {
         payload: Map<String, Value>,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<(CronJob, bool), CronError> {
+        self.schedule_once_with(agent_id, delay_ms, payload, idempotency_key, None).await
+    }
+
+    /// [`Self::schedule_once_idempotent`] with a `max_lateness_ms`: published later than that after its instant
+    /// (the gateway was down, the store unreachable), the reminder is not delivered and its run is recorded
+    /// `skipped_late` (docs/scheduler.md "Misfires").
+    pub async fn schedule_once_with(
+        &self,
+        agent_id: AgentId,
+        delay_ms: i64,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+        max_lateness_ms: Option<u64>,
+    ) -> Result<(CronJob, bool), CronError> {
         if !(1..=MAX_DELAY_MS).contains(&delay_ms) {
             return Err(CronError::InvalidDelay(delay_ms));
         }
         let next_fire_at = ceil_to_millisecond(self.inner.clock.now() + Duration::milliseconds(delay_ms));
         // Kept only to tell a differing replay apart, so only keyed calls pay for the copy.
         let requested = idempotency_key.as_ref().map(|_| (agent_id.clone(), payload.clone()));
-        let new_job =
-            NewCronJob { agent_id, schedule: None, next_fire_at, payload, is_one_time: true, idempotency_key };
+        let new_job = NewCronJob {
+            agent_id,
+            schedule: None,
+            next_fire_at,
+            payload,
+            is_one_time: true,
+            idempotency_key,
+            misfire_policy: MisfirePolicy::FireOnce,
+            max_lateness_ms,
+        };
         let outcome = self.inner.inserts.submit(new_job).await?;
         let job = outcome.job;
         if !outcome.inserted {
@@ -104,9 +132,24 @@ impl CronScheduler {
         payload: Map<String, Value>,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<(CronJob, bool), CronError> {
+        self.add_recurring_with(agent_id, schedule, payload, idempotency_key, MisfirePolicy::FireOnce).await
+    }
+
+    /// [`Self::add_recurring_idempotent`] with a misfire policy (docs/scheduler.md "Misfires"). A replay under the
+    /// same key must ask for the same policy.
+    pub async fn add_recurring_with(
+        &self,
+        agent_id: AgentId,
+        schedule: &str,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+        misfire_policy: MisfirePolicy,
+    ) -> Result<(CronJob, bool), CronError> {
         let parsed = CronSchedule::parse(schedule)?;
-        self.blocking(move |scheduler| scheduler.add_parsed_recurring(agent_id, &parsed, payload, idempotency_key))
-            .await
+        self.blocking(move |scheduler| {
+            scheduler.add_parsed_recurring(agent_id, &parsed, payload, idempotency_key, misfire_policy)
+        })
+        .await
     }
 
     /// The store half of [`Self::add_recurring_idempotent`], on a blocking thread: a lookup, then an insert
@@ -117,11 +160,13 @@ impl CronScheduler {
         parsed: &CronSchedule,
         payload: Map<String, Value>,
         idempotency_key: Option<IdempotencyKey>,
+        misfire_policy: MisfirePolicy,
     ) -> Result<(CronJob, bool), CronError> {
         let replay = |existing: CronJob| {
             let same = existing.agent_id == agent_id
                 && existing.schedule.as_deref() == Some(parsed.source())
-                && existing.payload == payload;
+                && existing.payload == payload
+                && existing.misfire_policy == misfire_policy;
             if same { Ok((existing, true)) } else { Err(CronError::IdempotencyKeyReused) }
         };
         if let Some(key) = &idempotency_key
@@ -139,6 +184,8 @@ impl CronScheduler {
             payload: payload.clone(),
             is_one_time: false,
             idempotency_key: idempotency_key.clone(),
+            misfire_policy,
+            max_lateness_ms: None,
         };
         let inserted = {
             let _writing = self.inner.writes.take();
@@ -207,6 +254,20 @@ impl CronScheduler {
 
     pub async fn job(&self, job_id: i64) -> Result<CronJob, CronError> {
         self.blocking(move |scheduler| scheduler.inner.store.cron_job(job_id)?.ok_or(CronError::NotFound(job_id))).await
+    }
+
+    /// Job `job_id`'s runs, newest first, at most `limit` (capped at [`MAX_RUNS_LIMIT`]): also those of a job deleted
+    /// since, as long as the mailbox keeps them. [`CronError::NotFound`] only when there is neither the job nor a run.
+    pub async fn runs(&self, job_id: i64, limit: usize) -> Result<Vec<CronJobRun>, CronError> {
+        let limit = limit.min(MAX_RUNS_LIMIT);
+        self.blocking(move |scheduler| {
+            let runs = scheduler.inner.store.cron_job_runs(job_id, limit)?;
+            if runs.is_empty() && scheduler.inner.store.cron_job(job_id)?.is_none() {
+                return Err(CronError::NotFound(job_id));
+            }
+            Ok(runs)
+        })
+        .await
     }
 
     /// Jobs by ascending id after `after_id`, at most `limit` (capped at [`MAX_LIST_LIMIT`]).

@@ -5,6 +5,7 @@ mod feed;
 mod firing;
 mod jobs;
 mod mailbox;
+mod misfire;
 mod reminders;
 mod schedule;
 mod scheduler;
@@ -16,7 +17,8 @@ pub use feed::{
     FEED_GAP_PATIENCE, FEED_INTERVAL, FEED_MAX_GAPS, FEED_PAGE, FeedStats, MailboxFeed, MailboxFeedConfig,
     MailboxFeedPorts,
 };
-pub use jobs::{MAX_DELAY_MS, MAX_LIST_LIMIT, fire_id, preview};
+pub use jobs::{DEFAULT_RUNS_LIMIT, MAX_DELAY_MS, MAX_LIST_LIMIT, MAX_RUNS_LIMIT, fire_id, preview};
+pub use misfire::{MAX_MISFIRE_FIRES, MISFIRE_THRESHOLD};
 pub use mailbox::{
     MAILBOX_CONCURRENT_READS, MAILBOX_PAGE, MAILBOX_PRUNE_BATCH, MAILBOX_PRUNE_INTERVAL, MAILBOX_PRUNE_PAUSE,
     MAILBOX_RETENTION, Mailbox, MailboxConfig, MailboxPorts, RECEIPT_BATCH, RECEIPT_PATIENCE, RECEIPT_QUEUE,

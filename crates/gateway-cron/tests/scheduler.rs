@@ -408,6 +408,8 @@ async fn missed_instants_of_a_recurring_job_fire_once_after_downtime() {
             payload: Map::new(),
             is_one_time: false,
             idempotency_key: None,
+            misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+            max_lateness_ms: None,
         })
         .unwrap();
     // Down for ten minutes and a half: ten instants missed.
@@ -438,6 +440,8 @@ async fn overdue_rows_fire_at_start_and_future_rows_wait() {
         payload: Map::new(),
         is_one_time: true,
         idempotency_key: None,
+        misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+        max_lateness_ms: None,
     };
     let overdue = harness.store.insert_cron_job(&row(START - Duration::hours(3))).unwrap();
     let future = harness.store.insert_cron_job(&row(START + Duration::seconds(42))).unwrap();
@@ -1016,6 +1020,8 @@ fn claimed_by_a_dead_leader(harness: &Harness) -> (gateway_core::CronJob, Offset
             payload: Map::new(),
             is_one_time: true,
             idempotency_key: None,
+            misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+            max_lateness_ms: None,
         })
         .unwrap();
     let lease = gateway_core::ClaimLease {

@@ -13,8 +13,8 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamp};
 use gateway_core::{
-    AgentId, ClaimLease, CronJob, CronJobInsert, CronJobStore, FencingToken, FireCompletion, FiredReminder,
-    IdempotencyKey, NewCronJob, PendingFire, StoreError,
+    AgentId, ClaimLease, CronJob, CronJobInsert, CronJobRun, CronJobStore, FencingToken, FireCompletion, FiredReminder,
+    IdempotencyKey, MisfirePolicy, NewCronJob, PendingFire, SkippedRun, StoreError,
 };
 use time::PrimitiveDateTime;
 
@@ -35,6 +35,8 @@ struct CronJobRow {
     payload: String,
     is_one_time: bool,
     paused: bool,
+    misfire_policy: String,
+    max_lateness_ms: Option<i64>,
 }
 
 /// Every column is bound as a value (a missing schedule or key as NULL rather than DEFAULT), which keeps the
@@ -48,6 +50,8 @@ struct NewCronJobRow<'a> {
     payload: String,
     is_one_time: bool,
     idempotency_key: Option<&'a str>,
+    misfire_policy: &'static str,
+    max_lateness_ms: Option<i64>,
 }
 
 impl<'a> NewCronJobRow<'a> {
@@ -59,6 +63,8 @@ impl<'a> NewCronJobRow<'a> {
             payload: serde_json::to_string(&job.payload).unwrap_or_else(|_| "{}".to_owned()),
             is_one_time: job.is_one_time,
             idempotency_key: job.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+            misfire_policy: job.misfire_policy.as_str(),
+            max_lateness_ms: job.max_lateness_ms.map(|lateness| i64::try_from(lateness).unwrap_or(i64::MAX)),
         }
     }
 
@@ -105,9 +111,14 @@ struct InsertCronJobs<'a> {
     payload: Vec<&'a str>,
     is_one_time: Vec<bool>,
     idempotency_key: Vec<Option<&'a str>>,
+    misfire_policy: Vec<&'static str>,
+    max_lateness_ms: Vec<Option<i64>>,
 }
 
-postgres_statement!(InsertCronJobs -> ((BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool), Nullable<Text>));
+postgres_statement!(InsertCronJobs -> (
+    (BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text, Nullable<BigInt>),
+    Nullable<Text>
+));
 
 impl<'a> InsertCronJobs<'a> {
     fn of(rows: &[&'a NewCronJobRow<'a>]) -> Self {
@@ -118,6 +129,8 @@ impl<'a> InsertCronJobs<'a> {
             payload: rows.iter().map(|row| row.payload.as_str()).collect(),
             is_one_time: rows.iter().map(|row| row.is_one_time).collect(),
             idempotency_key: rows.iter().map(|row| row.idempotency_key).collect(),
+            misfire_policy: rows.iter().map(|row| row.misfire_policy).collect(),
+            max_lateness_ms: rows.iter().map(|row| row.max_lateness_ms).collect(),
         }
     }
 }
@@ -126,20 +139,26 @@ impl QueryFragment<Pg> for InsertCronJobs<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         push_sql_with_binds(
             &mut out,
-            "INSERT INTO cron_jobs (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key) \
-             SELECT agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key \
-             FROM unnest($, $, $, $, $, $) WITH ORDINALITY \
-             AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, position) \
+            "INSERT INTO cron_jobs (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, \
+             misfire_policy, max_lateness_ms) \
+             SELECT agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, misfire_policy, \
+             max_lateness_ms \
+             FROM unnest($, $, $, $, $, $, $, $) WITH ORDINALITY \
+             AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, misfire_policy, \
+             max_lateness_ms, position) \
              ORDER BY position \
              ON CONFLICT (idempotency_key) DO NOTHING \
-             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, idempotency_key",
+             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, misfire_policy, \
+             max_lateness_ms, idempotency_key",
             |index, out| match index {
                 0 => out.push_bind_param::<Array<Text>, _>(&self.agent_id),
                 1 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.schedule),
                 2 => out.push_bind_param::<Array<Timestamp>, _>(&self.next_fire_at),
                 3 => out.push_bind_param::<Array<Text>, _>(&self.payload),
                 4 => out.push_bind_param::<Array<Bool>, _>(&self.is_one_time),
-                _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.idempotency_key),
+                5 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.idempotency_key),
+                6 => out.push_bind_param::<Array<Text>, _>(&self.misfire_policy),
+                _ => out.push_bind_param::<Array<Nullable<BigInt>>, _>(&self.max_lateness_ms),
             },
         )
     }
@@ -180,6 +199,8 @@ fn insert_group_postgres(
                 && row.next_fire_at == sent.next_fire_at
                 && row.payload == sent.payload
                 && row.is_one_time == sent.is_one_time
+                && row.misfire_policy == sent.misfire_policy
+                && row.max_lateness_ms == sent.max_lateness_ms
                 && key.as_deref() == sent.idempotency_key
         },
         |sent| sent.idempotency_key.is_some(),
@@ -233,6 +254,9 @@ impl TryFrom<CronJobRow> for CronJob {
             Ok(serde_json::Value::Object(payload)) => payload,
             _ => return Err(StoreError::Internal(format!("cron job {}: stored payload is not a JSON object", row.id))),
         };
+        let misfire_policy = MisfirePolicy::parse(&row.misfire_policy).ok_or_else(|| {
+            StoreError::Internal(format!("cron job {}: stored misfire_policy unknown: {}", row.id, row.misfire_policy))
+        })?;
         Ok(Self {
             id: row.id,
             agent_id,
@@ -241,6 +265,8 @@ impl TryFrom<CronJobRow> for CronJob {
             payload,
             is_one_time: row.is_one_time,
             paused: row.paused,
+            misfire_policy,
+            max_lateness_ms: row.max_lateness_ms.and_then(|lateness| u64::try_from(lateness).ok()),
         })
     }
 }
@@ -445,6 +471,20 @@ impl CronJobStore for DieselStore {
         })?;
         Ok((completed, jobs(rows)?))
     }
+
+    fn record_skipped_runs(&self, token: FencingToken, skipped: &[SkippedRun]) -> Result<usize, StoreError> {
+        if skipped.is_empty() {
+            return Ok(0);
+        }
+        self.immediate_fenced("record skipped cron runs", |connection| {
+            admit(connection, token)?;
+            Ok(crate::runs::record_skips(connection, skipped)?)
+        })
+    }
+
+    fn cron_job_runs(&self, job_id: i64, limit: usize) -> Result<Vec<CronJobRun>, StoreError> {
+        crate::runs::job_runs(self, job_id, limit)
+    }
 }
 
 /// The unpaused rows due before `before`, soonest first: a range scan of the `cron_jobs_due` index (`paused`, then
@@ -610,6 +650,8 @@ mod tests {
             payload: json!({"task": "check_quota", "n": [1, 2]}).as_object().cloned().unwrap(),
             is_one_time: true,
             idempotency_key: None,
+            misfire_policy: MisfirePolicy::FireOnce,
+            max_lateness_ms: None,
         }
     }
 

@@ -123,6 +123,8 @@ mod tests {
             payload: Map::new(),
             is_one_time: true,
             idempotency_key: None,
+            misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+            max_lateness_ms: None,
         };
         store.insert_cron_job(&job).unwrap().id
     }

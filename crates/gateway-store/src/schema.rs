@@ -23,6 +23,9 @@ diesel::table! {
         paused -> Bool,
         /// Generated: the bytes of `payload` (migration `agent_storage_bytes`); never written.
         payload_bytes -> BigInt,
+        /// Migration `cron_misfire_and_runs`.
+        misfire_policy -> Text,
+        max_lateness_ms -> Nullable<BigInt>,
     }
 }
 
@@ -130,6 +133,19 @@ diesel::table! {
         received_at -> Nullable<Timestamp>,
         /// Generated: the bytes of `payload` (migration `agent_storage_bytes`); never written.
         payload_bytes -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Instants the scheduler did not fire (migration `cron_misfire_and_runs`).
+    cron_job_skips (seq) {
+        seq -> BigInt,
+        fire_id -> Text,
+        job_id -> BigInt,
+        agent_id -> Text,
+        scheduled_for -> Timestamp,
+        skipped_at -> Timestamp,
+        outcome -> Text,
     }
 }
 

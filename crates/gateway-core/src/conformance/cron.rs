@@ -17,6 +17,8 @@ fn one_time(at: OffsetDateTime) -> NewCronJob {
         payload: Map::new(),
         is_one_time: true,
         idempotency_key: None,
+        misfire_policy: crate::MisfirePolicy::FireOnce,
+        max_lateness_ms: None,
     }
 }
 

@@ -27,6 +27,8 @@ fn job(store: &(impl CronJobStore + ?Sized), agent_id: &str, at: OffsetDateTime)
         payload,
         is_one_time: true,
         idempotency_key: None,
+        misfire_policy: crate::MisfirePolicy::FireOnce,
+        max_lateness_ms: None,
     };
     store.insert_cron_job(&new).expect("insert")
 }

@@ -44,6 +44,8 @@ fn one_time(agent_id: &str, payload: Map<String, Value>, at: OffsetDateTime) -> 
         payload,
         is_one_time: true,
         idempotency_key: None,
+        misfire_policy: crate::MisfirePolicy::FireOnce,
+        max_lateness_ms: None,
     }
 }
 

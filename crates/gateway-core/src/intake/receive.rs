@@ -329,6 +329,8 @@ mod tests {
                             payload: request.payload,
                             is_one_time: true,
                             paused: false,
+                            misfire_policy: crate::MisfirePolicy::FireOnce,
+                            max_lateness_ms: request.max_lateness_ms,
                         },
                         already_scheduled: false,
                     }),
