@@ -144,7 +144,7 @@ fn check_after_restart(gateway: &Gateway, jobs: &Jobs) {
     let fire_all = runs(gateway, jobs.fire_all);
     assert!(fire_all.iter().all(|run| run.outcome == "fired"), "{fire_all:?}");
     assert_eq!(gaps(&fire_all), Vec::<i64>::new(), "no instant left out: {fire_all:?}");
-    assert!(fire_all.iter().filter(|run| run.lateness_ms > 1_500).count() >= 3, "the catch-ups: {fire_all:?}");
+    assert!(fire_all.iter().filter(|run| run.lateness_ms > 1_000).count() >= 2, "the catch-ups: {fire_all:?}");
 
     // Counted by outcome.
     let metrics = scrape(gateway);
