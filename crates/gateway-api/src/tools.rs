@@ -1,8 +1,8 @@
 //! `POST /gateway/tools/{tool_name}`: each tool's call and answer (gateway-cron's `ReminderTools` reads and writes
 //! them), and the operations, one path per tool.
 
-use gateway_cron::{MAX_DELAY_MS, MAX_LISTED_REMINDERS, ToolName};
 use gateway_core::intake::interceptor::MAX_LATENESS_MS;
+use gateway_cron::{MAX_DELAY_MS, MAX_LISTED_REMINDERS, ToolName};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use utoipa::openapi::RefOr;

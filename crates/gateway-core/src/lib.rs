@@ -41,8 +41,8 @@ pub use ports::liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefu
 pub use ports::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, Receipt};
 pub use ports::rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use ports::rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};
-pub use ports::runs::{CronJobRun, MisfirePolicy, RunOutcome, SkippedRun};
 pub use ports::replay::{InMemoryCursor, InMemoryReplaySource, ReplaySource};
+pub use ports::runs::{CronJobRun, MisfirePolicy, RunOutcome, SkippedRun};
 pub use ports::storage::{AgentStorage, InMemoryAgentStorage, STORED_ROW_CHARGE_BYTES};
 pub use ports::store::{StoreError, StoreHealth};
 pub use ports::tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore};

@@ -377,8 +377,13 @@ impl CronScheduler {
                 })
                 .collect();
             if verdict.fire.len() > 1 || !skipped.is_empty() {
-                info!(job_id = job.id, fired = verdict.fire.len(), skipped = skipped.len(),
-                    policy = job.misfire_policy.as_str(), "the job missed instants; its misfire policy decides");
+                info!(
+                    job_id = job.id,
+                    fired = verdict.fire.len(),
+                    skipped = skipped.len(),
+                    policy = job.misfire_policy.as_str(),
+                    "the job missed instants; its misfire policy decides"
+                );
             }
             let topic = Topic::AgentScheduled(job.agent_id.clone());
             // The payload moves into the last fire: one copy fewer, and none for the usual single fire.

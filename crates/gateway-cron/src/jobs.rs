@@ -3,8 +3,8 @@
 
 use gateway_core::runtime::sync::lock;
 use gateway_core::{
-    AgentId, CronJob, Event, EventPayload, CronJobRun, IdempotencyKey, MisfirePolicy, NewCronJob, PendingFire, StoreError, Topic,
-    run_blocking,
+    AgentId, CronJob, CronJobRun, Event, EventPayload, IdempotencyKey, MisfirePolicy, NewCronJob, PendingFire,
+    StoreError, Topic, run_blocking,
 };
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};

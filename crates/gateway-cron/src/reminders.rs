@@ -88,8 +88,10 @@ impl CronScheduler {
                 _ => Err(ReminderRefusal::QuotaExceeded { limit: quota }),
             };
         }
-        let (job, already_scheduled) =
-            self.schedule_once_with(agent_id, delay, payload, idempotency_key, max_lateness_ms).await.map_err(refusal)?;
+        let (job, already_scheduled) = self
+            .schedule_once_with(agent_id, delay, payload, idempotency_key, max_lateness_ms)
+            .await
+            .map_err(refusal)?;
         Ok(ScheduledReminder { job, already_scheduled })
     }
 

@@ -466,7 +466,11 @@ mod tests {
             (schedule, json!({"delay_ms": 5, "payload": [secret]}), "params.payload: must be a JSON object"),
             (schedule, json!({"delay_ms": 5, "payload": {}, "when": 1}), "params: unknown field `when`"),
             (schedule, json!({"delay_ms": 5, "payload": {}, "max_lateness_ms": -1}), "params.max_lateness_ms: must be"),
-            (schedule, json!({"delay_ms": 5, "payload": {}, "max_lateness_ms": secret}), "params.max_lateness_ms: must"),
+            (
+                schedule,
+                json!({"delay_ms": 5, "payload": {}, "max_lateness_ms": secret}),
+                "params.max_lateness_ms: must",
+            ),
             (
                 schedule,
                 json!({"delay_ms": 5, "payload": {}, "max_lateness_ms": MAX_LATENESS_MS + 1}),

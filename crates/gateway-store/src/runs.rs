@@ -48,31 +48,32 @@ type SkipRow = (String, PrimitiveDateTime, PrimitiveDateTime, String);
 /// merged newest first.
 pub(crate) fn job_runs(store: &DieselStore, job_id: i64, limit: usize) -> Result<Vec<CronJobRun>, StoreError> {
     let limit_db = i64::try_from(limit).unwrap_or(i64::MAX);
-    let (fires, skips): (Vec<FireRow>, Vec<SkipRow>) = store.with_connection("read a cron job's runs", |connection| {
-        let fires = agent_mailbox::table
-            .filter(agent_mailbox::job_id.eq(job_id))
-            .order(agent_mailbox::seq.desc())
-            .limit(limit_db)
-            .select((
-                agent_mailbox::fire_id,
-                agent_mailbox::scheduled_for,
-                agent_mailbox::fired_at,
-                agent_mailbox::received_at,
-            ));
-        let skips = cron_job_skips::table
-            .filter(cron_job_skips::job_id.eq(job_id))
-            .order(cron_job_skips::seq.desc())
-            .limit(limit_db)
-            .select((
-                cron_job_skips::fire_id,
-                cron_job_skips::scheduled_for,
-                cron_job_skips::skipped_at,
-                cron_job_skips::outcome,
-            ));
-        let fires = on_backend!(connection, c => fires.load(c))?;
-        let skips = on_backend!(connection, c => skips.load(c))?;
-        Ok((fires, skips))
-    })?;
+    let (fires, skips): (Vec<FireRow>, Vec<SkipRow>) =
+        store.with_connection("read a cron job's runs", |connection| {
+            let fires = agent_mailbox::table
+                .filter(agent_mailbox::job_id.eq(job_id))
+                .order(agent_mailbox::seq.desc())
+                .limit(limit_db)
+                .select((
+                    agent_mailbox::fire_id,
+                    agent_mailbox::scheduled_for,
+                    agent_mailbox::fired_at,
+                    agent_mailbox::received_at,
+                ));
+            let skips = cron_job_skips::table
+                .filter(cron_job_skips::job_id.eq(job_id))
+                .order(cron_job_skips::seq.desc())
+                .limit(limit_db)
+                .select((
+                    cron_job_skips::fire_id,
+                    cron_job_skips::scheduled_for,
+                    cron_job_skips::skipped_at,
+                    cron_job_skips::outcome,
+                ));
+            let fires = on_backend!(connection, c => fires.load(c))?;
+            let skips = on_backend!(connection, c => skips.load(c))?;
+            Ok((fires, skips))
+        })?;
     let fired = fires.into_iter().map(|(fire_id, scheduled_for, fired_at, received_at)| CronJobRun {
         fire_id,
         scheduled_for: from_db(scheduled_for),
@@ -100,7 +101,11 @@ pub(crate) fn job_runs(store: &DieselStore, job_id: i64, limit: usize) -> Result
 
 /// As the mailbox is pruned, inside its pass: of the first `limit` skips in the order recorded, those skipped before
 /// `cutoff`.
-pub(crate) fn prune_skips(connection: &mut AnyConnection<'_>, cutoff: PrimitiveDateTime, limit: i64) -> QueryResult<usize> {
+pub(crate) fn prune_skips(
+    connection: &mut AnyConnection<'_>,
+    cutoff: PrimitiveDateTime,
+    limit: i64,
+) -> QueryResult<usize> {
     let first = cron_job_skips::table
         .order(cron_job_skips::seq.asc())
         .limit(limit)
