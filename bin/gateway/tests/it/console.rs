@@ -182,6 +182,9 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     assert_eq!(status, 201, "{every_second}");
     let runs_path = format!("/gateway/cron/jobs/{}/runs", every_second["id"]);
     eventually("the job to fire", || !gateway.operator_get(&runs_path).1["runs"].as_array().unwrap().is_empty());
+    // Away and back: the view loads the jobs again, the new one with them.
+    b.goto(&gateway.url("/#/overview")).await;
+    b.wait_text("[data-testid=card-agents-value]", |text| text == "1").await;
     b.goto(&gateway.url("/#/cron")).await;
     let row = format!("[data-testid=job-row][data-job-id='{}']", every_second["id"]);
     b.wait_text(&format!("{row} [data-testid=misfire-policy]"), |text| text == "skip").await;
