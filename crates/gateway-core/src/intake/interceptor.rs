@@ -289,6 +289,22 @@ mod tests {
         assert_eq!(request.agent_id.as_str(), "agent-7");
         assert_eq!(request.delay_ms, 60_000);
         assert_eq!(request.payload["task"], "check_quota");
+        assert_eq!(request.max_lateness_ms, None, "delivered however late unless asked");
+    }
+
+    #[test]
+    fn a_reminder_may_carry_max_lateness_and_a_bad_one_is_named() {
+        let input = |lateness: Value| json!({"delay_ms": 60000, "payload": {}, "max_lateness_ms": lateness});
+        assert_eq!(reminder_of(&reminder_log(input(json!(5_000)))).unwrap().max_lateness_ms, Some(5_000));
+        assert_eq!(reminder_of(&reminder_log(input(json!(0)))).unwrap().max_lateness_ms, Some(0));
+        assert_eq!(reminder_of(&reminder_log(input(Value::Null))).unwrap().max_lateness_ms, None);
+        let as_text = json!(input(json!(250)).to_string());
+        assert_eq!(reminder_of(&reminder_log(as_text)).unwrap().max_lateness_ms, Some(250));
+        for bad in [json!(-1), json!(1.5), json!("5000"), json!(MAX_LATENESS_MS + 1)] {
+            let refused = reminder_of(&reminder_log(input(bad.clone()))).unwrap_err();
+            assert_eq!(refused, ReminderRequestError::InvalidMaxLateness(bad.to_string()), "{bad}");
+            assert!(refused.to_string().starts_with("invalid max_lateness_ms for schedule_reminder"));
+        }
     }
 
     #[test]
