@@ -5,7 +5,8 @@
 //! Environment: `CRON_BENCH_JOBS` (100,000), `CRON_BENCH_ROWS` (1,000,000), `CRON_BENCH_PRODUCERS` (32
 //! concurrent callers), `CRON_BENCH_SPREAD_S` (10), `CRON_BENCH_TCS_CHANNEL` (200, tokio-cron-scheduler's
 //! default channel size), `CRON_BENCH_NO_CHECKPOINTER` (set: no background WAL checkpoints, SQLite's default),
-//! `CRON_BENCH_DUMP` (a file: one line per fire), `BENCH_DATABASE=postgres` (parts 1 and 2 on a throwaway
+//! `CRON_BENCH_DUMP` (a file: one line per fire), `CRON_BENCH_WITHOUT_RUNS_INDEX` (set: the mailbox's index by job,
+//! which the runs of a job are read through, is dropped, to measure what it costs per fire), `BENCH_DATABASE=postgres` (parts 1 and 2 on a throwaway
 //! PostgreSQL server instead of SQLite; part 3 is SQLite's start-up claim release, so it is skipped).
 //! Results: docs/benchmarks.md.
 //!
@@ -209,6 +210,16 @@ impl CronJobStore for TracedStore {
             self.inner.complete_and_claim(owner, completions, fired, job_ids, lease)
         })
     }
+    fn record_skipped_runs(
+        &self,
+        token: gateway_core::FencingToken,
+        skipped: &[gateway_core::SkippedRun],
+    ) -> Result<usize, StoreErr> {
+        self.timed("skips", skipped.len(), || self.inner.record_skipped_runs(token, skipped))
+    }
+    fn cron_job_runs(&self, job_id: i64, limit: usize) -> Result<Vec<gateway_core::CronJobRun>, StoreErr> {
+        self.inner.cron_job_runs(job_id, limit)
+    }
 }
 
 fn open(dir: &tempfile::TempDir) -> DieselStore {
@@ -218,6 +229,18 @@ fn open(dir: &tempfile::TempDir) -> DieselStore {
 fn open_fresh(backend: &Backend, scenario: &str) -> (BenchDatabase, DieselStore) {
     let database = backend.fresh(scenario);
     let store = DieselStore::open(&database.url).unwrap();
+    if std::env::var_os("CRON_BENCH_WITHOUT_RUNS_INDEX").is_some() {
+        // What a fire costs without the index that finds a job's runs (migration `cron_misfire_and_runs`): the
+        // same binary and the same run, the index's b-tree write per fire the only difference.
+        let drop = diesel::sql_query("DROP INDEX agent_mailbox_job_seq");
+        match (&database.sqlite_path, &database.postgres_url) {
+            (Some(path), _) => drop.execute(&mut diesel::SqliteConnection::establish(path.to_str().unwrap()).unwrap()),
+            (None, Some(url)) => drop.execute(&mut diesel::PgConnection::establish(url).unwrap()),
+            (None, None) => unreachable!("a bench database is SQLite or PostgreSQL"),
+        }
+        .unwrap();
+        println!("(without the index agent_mailbox_job_seq)");
+    }
     (database, store)
 }
 

@@ -1,11 +1,14 @@
 // Cron jobs: the recurring jobs and pending one-time reminders; create (with the next instants the gateway
-// computes), pause, resume, delete.
+// computes and a misfire policy), pause, resume, delete, and a job's last runs (fired or skipped, and whether a
+// stream of its agent took each fire).
 
 import { h, replace, table, empty, field } from './dom.js';
 import { api, errorAlert, query, describe, ApiError } from './api.js';
 import { absolute, badge, compactJson, number, relative, when } from './format.js';
 
 const PAGE = 100;
+const RUNS = 50;
+const OUTCOME_TONES = { fired: 'ok', skipped_misfire: 'warn', skipped_late: 'bad' };
 
 export function render(main, _route, context) {
   let jobs = [];
@@ -15,6 +18,8 @@ export function render(main, _route, context) {
   const count = h('span', { class: 'muted' }, 'Loading…');
   const more = h('button', { type: 'button', class: 'button ghost small' }, 'Load more');
   const refresh = h('button', { type: 'button', class: 'button ghost small' }, 'Refresh');
+  const runs = h('section', { class: 'panel flush', 'aria-labelledby': 'runs-title', 'data-testid': 'runs-panel', hidden: true });
+  const showRuns = (job) => loadRuns(runs, job, context);
 
   main.append(
     h('div', { class: 'view-head' }, h('h1', {}, 'Cron jobs'), h('div', { class: 'actions' }, refresh)),
@@ -25,6 +30,7 @@ export function render(main, _route, context) {
     notice,
     h('section', { class: 'panel flush', 'aria-labelledby': 'jobs-title' },
       h('h2', { id: 'jobs-title' }, 'Jobs'), body, h('div', { class: 'pager' }, count, more)),
+    runs,
   );
 
   const replaceJob = (job) => {
@@ -48,7 +54,7 @@ export function render(main, _route, context) {
     const now = Date.now();
     replace(body, table(
       [['ID', 'num'], ['Agent'], ['Schedule'], ['Next fire'], ['State'], ['Payload'], ['', 'actions']],
-      jobs.map((job) => jobRow(job, now, { context, notice, replaceJob, removeJob })),
+      jobs.map((job) => jobRow(job, now, { context, notice, replaceJob, removeJob, showRuns })),
       { 'data-testid': 'jobs-table' },
     ));
   };
@@ -80,7 +86,38 @@ export function render(main, _route, context) {
   load();
 }
 
-function jobRow(job, now, { context, notice, replaceJob, removeJob }) {
+/** Loads job `job`'s last runs into `panel`, newest first; they outlive the job, so a deleted job's show too. */
+async function loadRuns(panel, job, context) {
+  panel.hidden = false;
+  const title = h('h2', { id: 'runs-title' }, `Runs of job #${job.id}`, h('span', { class: 'muted' }, ` (${job.agent_id}, last ${RUNS})`));
+  replace(panel, title, h('p', { class: 'muted' }, 'Loading…'));
+  try {
+    const page = await api('GET', `/gateway/cron/jobs/${job.id}/runs${query({ limit: RUNS })}`, { signal: context.signal });
+    if (page.runs.length === 0) {
+      replace(panel, title, empty('No runs yet', 'Each instant appears here once fired, or skipped by its misfire policy or lateness.'));
+      return;
+    }
+    const now = Date.now();
+    replace(panel, title, table(
+      [['Scheduled for'], ['Fired at'], ['Lateness', 'num'], ['Outcome'], ['Received'], ['Fire id']],
+      page.runs.map((run) => h(
+        'tr',
+        { 'data-testid': 'run-row', dataset: { fireId: run.fire_id } },
+        h('td', {}, when(run.scheduled_for, { now, precise: true })),
+        h('td', {}, when(run.fired_at, { now, precise: true })),
+        h('td', { class: 'num mono' }, `${number(run.lateness_ms)} ms`),
+        h('td', {}, h('span', { class: `badge ${OUTCOME_TONES[run.outcome] ?? ''}`.trim(), 'data-testid': 'run-outcome' }, run.outcome)),
+        h('td', {}, run.received_at ? when(run.received_at, { now, precise: true }) : h('span', { class: 'muted' }, 'not yet')),
+        h('td', { class: 'mono' }, run.fire_id),
+      )),
+      { 'data-testid': 'runs-table' },
+    ));
+  } catch (error) {
+    if (!context.signal.aborted) replace(panel, title, errorAlert(error, 'Could not load the runs'));
+  }
+}
+
+function jobRow(job, now, { context, notice, replaceJob, removeJob, showRuns }) {
   const result = h('div', { class: 'inline-result', 'aria-live': 'polite' });
   const actions = h('div', { class: 'row-actions' });
   const cell = h('td', { class: 'actions' }, actions, result);
@@ -106,9 +143,11 @@ function jobRow(job, now, { context, notice, replaceJob, removeJob }) {
         });
       }
     });
+    const runs = h('button', { type: 'button', class: 'button ghost small', 'data-testid': 'runs' }, 'Runs');
+    runs.addEventListener('click', () => showRuns(job));
     const remove = h('button', { type: 'button', class: 'button danger small', 'data-testid': 'delete' }, 'Delete');
     remove.addEventListener('click', () => confirmDelete());
-    replace(actions, toggle, remove);
+    replace(actions, runs, toggle, remove);
   };
 
   const confirmDelete = () => {
@@ -150,7 +189,8 @@ function jobRow(job, now, { context, notice, replaceJob, removeJob }) {
 /** A recurring job's expression and the time zone it is read in (UTC for jobs created without one). */
 function scheduleCell(job) {
   const zone = job.timezone ?? 'UTC';
-  return h('span', {}, job.schedule, ' ', h('span', { class: 'muted', 'data-testid': 'job-timezone', title: 'Read in this time zone' }, zone));
+  return h('span', {}, job.schedule, ' ', h('span', { class: 'muted', 'data-testid': 'job-timezone', title: 'Read in this time zone' }, zone),
+    ' ', h('span', { class: 'muted', 'data-testid': 'misfire-policy', title: 'Misfire policy' }, job.misfire_policy ?? 'fire_once'));
 }
 
 /** An error under a row's buttons, in words for the reasons in `explained`. */
@@ -170,6 +210,13 @@ function createPanel(context, onCreated) {
   const zoneList = h('datalist', { id: 'cron-timezones' }, [...new Set(zones.filter(Boolean))].map((zone) => h('option', { value: zone })));
   const payload = h('textarea', { rows: 3, spellcheck: 'false', 'data-testid': 'cron-payload' });
   payload.value = '{}';
+  const misfire = h(
+    'select',
+    { 'data-testid': 'cron-misfire' },
+    h('option', { value: 'fire_once' }, 'fire_once: one catch-up fire, the newest missed instant'),
+    h('option', { value: 'skip' }, 'skip: no catch-up, missed instants recorded as skipped'),
+    h('option', { value: 'fire_all' }, 'fire_all: every missed instant (the newest 100)'),
+  );
   const submit = h('button', { type: 'submit', class: 'button', 'data-testid': 'cron-submit' }, 'Create job');
   const result = h('div', { 'aria-live': 'polite', 'data-testid': 'cron-result' });
   const form = h(
@@ -180,6 +227,7 @@ function createPanel(context, onCreated) {
     field('Time zone', timezone, { id: 'cron-timezone', help: 'IANA name the schedule is read in; empty: UTC. Across DST a missing time fires right after the gap, a repeated one once' }),
     zoneList,
     field('Payload (JSON object)', payload, { id: 'cron-payload' }),
+    field('After downtime', misfire, { id: 'cron-misfire', help: 'What the job does about instants it missed (docs/scheduler.md "Misfires")' }),
     h('div', { class: 'buttons' }, submit),
   );
   form.addEventListener('submit', async (event) => {
@@ -201,7 +249,7 @@ function createPanel(context, onCreated) {
     submit.disabled = true;
     try {
       const job = await api('POST', '/gateway/cron/jobs', {
-        body: { agent_id: agent.value.trim(), schedule: schedule.value.trim(), timezone: timezone.value.trim() || null, payload: parsed },
+        body: { agent_id: agent.value.trim(), schedule: schedule.value.trim(), timezone: timezone.value.trim() || null, payload: parsed, misfire_policy: misfire.value },
         signal: context.signal,
       });
       replace(result, created(job));

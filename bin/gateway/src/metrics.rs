@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gateway_core::runtime::stats::HistogramSnapshot;
-use gateway_core::{CronJobStore, DeliveryStatus, StoreError, WebhookStore, run_blocking};
+use gateway_core::{CronJobStore, DeliveryStatus, RunOutcome, StoreError, WebhookStore, run_blocking};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -210,6 +210,21 @@ impl Collector for Scrape {
             MetricType::Histogram,
         )?;
         histogram(lateness, &cron.lateness.snapshot())?;
+        let mut runs = encoder.encode_descriptor(
+            "cron_runs",
+            "Instants of cron jobs and reminders settled by this instance, by outcome (fired: published; \
+             skipped_misfire: missed and not fired, the job's policy is skip; skipped_late: a reminder later than its \
+             max_lateness_ms, not delivered)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, count) in [
+            (RunOutcome::Fired, &cron.fired),
+            (RunOutcome::SkippedMisfire, &cron.skipped_misfire),
+            (RunOutcome::SkippedLate, &cron.skipped_late),
+        ] {
+            ConstCounter::new(count.get()).encode(runs.encode_family(&[("outcome", outcome.as_str())])?)?;
+        }
 
         let deliveries = state.webhooks.stats();
         let mut outcomes = encoder.encode_descriptor(

@@ -1,7 +1,7 @@
 //! `/gateway/cron/jobs`: recurring jobs as the API shows them (docs/scheduler.md), their page sizes, and the
 //! operations.
 
-use gateway_core::{AgentId, CronJob, encoding::rfc3339};
+use gateway_core::{AgentId, CronJob, CronJobRun, encoding::rfc3339};
 use gateway_cron::{preview, preview_local};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -27,6 +27,15 @@ pub struct CronJobBody<'a> {
     #[schema(schema_with = int64_schema)]
     pub id: i64,
     pub is_one_time: bool,
+    /// One-time reminders only: published later than this after `next_fire_at`, the reminder is not delivered (its
+    /// run is `skipped_late`); `null`: delivered however late.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0)]
+    pub max_lateness_ms: Option<Option<u64>>,
+    /// Recurring jobs only: what the job does about instants it missed (docs/scheduler.md "Misfires").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = MisfirePolicyName)]
+    pub misfire_policy: Option<&'static str>,
     #[schema(format = DateTime)]
     pub next_fire_at: String,
     /// A paused job does not fire until resumed.
@@ -56,6 +65,8 @@ impl<'a> CronJobBody<'a> {
             agent_id: &job.agent_id,
             id: job.id,
             is_one_time: job.is_one_time,
+            max_lateness_ms: job.is_one_time.then_some(job.max_lateness_ms),
+            misfire_policy: (!job.is_one_time).then(|| job.misfire_policy.as_str()),
             next_fire_at: rfc3339::format(job.next_fire_at),
             paused: job.paused,
             payload: &job.payload,
@@ -94,6 +105,95 @@ pub struct CronJobCreate {
     /// at its first occurrence (docs/scheduler.md, "Time zones").
     #[schema(value_type = Option<String>, max_length = 64, example = "America/New_York")]
     timezone: Option<String>,
+    /// Absent or `null`: `fire_once`.
+    #[schema(value_type = Option<MisfirePolicyName>)]
+    misfire_policy: Option<String>,
+}
+
+/// What a recurring job does about instants it missed: `fire_once` (one catch-up fire, carrying the newest missed
+/// instant), `skip` (none; each missed instant is recorded as a `skipped_misfire` run), `fire_all` (each missed
+/// instant, at most the newest 100).
+#[derive(Debug, ToSchema)]
+#[schema(as = MisfirePolicy, rename_all = "snake_case")]
+#[allow(dead_code)] // Only its schema is used.
+#[allow(clippy::enum_variant_names)]
+pub enum MisfirePolicyName {
+    FireOnce,
+    Skip,
+    FireAll,
+}
+
+/// The runs a `runs` call returns when `limit` is absent.
+pub const DEFAULT_RUNS_PAGE: usize = gateway_cron::DEFAULT_RUNS_LIMIT;
+/// The largest `limit` of runs.
+pub const MAX_RUNS_PAGE: usize = gateway_cron::MAX_RUNS_LIMIT;
+
+// One instant of a job: fired, or why not.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = CronJobRun)]
+#[serde(deny_unknown_fields)]
+pub struct CronJobRunBody {
+    /// The event id it fired with (or would have): `<job_id>:<scheduled_for>`.
+    pub fire_id: String,
+    /// When it was published, or (skipped) when the scheduler decided not to publish it.
+    #[schema(format = DateTime)]
+    pub fired_at: String,
+    /// `fired_at` minus `scheduled_for`, in milliseconds.
+    #[schema(minimum = 0)]
+    pub lateness_ms: u64,
+    #[schema(value_type = RunOutcomeName)]
+    pub outcome: &'static str,
+    /// When a stream of the agent first handed it to a client; `null` until then, and always for a skipped run.
+    #[schema(required = true, format = DateTime)]
+    pub received_at: Option<String>,
+    #[schema(format = DateTime)]
+    pub scheduled_for: String,
+}
+
+impl CronJobRunBody {
+    pub fn of(run: &CronJobRun) -> Self {
+        Self {
+            fire_id: run.fire_id.clone(),
+            fired_at: rfc3339::format(run.fired_at),
+            lateness_ms: run.lateness_ms(),
+            outcome: run.outcome.as_str(),
+            received_at: run.received_at.map(rfc3339::format),
+            scheduled_for: rfc3339::format(run.scheduled_for),
+        }
+    }
+}
+
+/// What happened at an instant: `fired` (published, in the agent's mailbox), `skipped_misfire` (missed, not fired:
+/// the job's policy is `skip`), `skipped_late` (a reminder later than its `max_lateness_ms`: not delivered).
+#[derive(Debug, ToSchema)]
+#[schema(as = RunOutcome, rename_all = "snake_case")]
+#[allow(dead_code)] // Only its schema is used.
+pub enum RunOutcomeName {
+    Fired,
+    SkippedMisfire,
+    SkippedLate,
+}
+
+// A job's runs, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = CronJobRuns)]
+#[serde(deny_unknown_fields)]
+pub struct CronJobRunsBody {
+    pub runs: Vec<CronJobRunBody>,
+}
+
+pub fn runs_doc() -> Operation {
+    Operation::new("listCronJobRuns", "cron", "A cron job's runs")
+        .describe(
+            "Newest first: each instant fired (from the agent's mailbox, with when a stream handed it out) or skipped \
+             (`skipped_misfire`, `skipped_late`). Kept as long as the mailbox keeps its entries (`--retention-days`), \
+             also after the job is deleted.",
+        )
+        .path_id("id", "The job's id.")
+        .limit(DEFAULT_RUNS_PAGE, MAX_RUNS_PAGE)
+        .answer::<CronJobRunsBody>(200, "The runs, newest first.")
+        .error(404, Reason::UnknownCronJob)
+        .error(503, Reason::StoreUnavailable)
 }
 
 pub fn create_doc() -> Operation {
@@ -104,13 +204,15 @@ pub fn create_doc() -> Operation {
             "agent_id": "researcher-alpha-9",
             "schedule": "0 9 * * mon-fri",
             "timezone": "America/New_York",
-            "payload": {"task": "sweep"}
+            "payload": {"task": "sweep"},
+            "misfire_policy": "fire_once"
         }))
         .answer::<CronJobBody<'static>>(201, "Created, with a preview of its next instants.")
         .link(201, "getCronJob", json!({"id": "$response.body#/id"}))
         .link(201, "deleteCronJob", json!({"id": "$response.body#/id"}))
         .link(201, "pauseCronJob", json!({"id": "$response.body#/id"}))
         .link(201, "resumeCronJob", json!({"id": "$response.body#/id"}))
+        .link(201, "listCronJobRuns", json!({"id": "$response.body#/id"}))
         .answer_with_headers::<CronJobBody<'static>>(
             200,
             "Answered from an earlier request with this `Idempotency-Key`.",

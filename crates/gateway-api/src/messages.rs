@@ -138,7 +138,10 @@ fn tool_input() -> utoipa::openapi::schema::ObjectBuilder {
     use utoipa::openapi::schema::{SchemaType, Type};
     utoipa::openapi::schema::ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::Object, Type::String]))
-        .description(Some("An object, or a string holding JSON. For `schedule_reminder`: `delay_ms` and `payload`."))
+        .description(Some(
+            "An object, or a string holding JSON. For `schedule_reminder`: `delay_ms`, `payload` and optionally \
+             `max_lateness_ms`.",
+        ))
 }
 
 #[derive(Debug, ToSchema)]

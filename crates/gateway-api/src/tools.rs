@@ -1,6 +1,7 @@
 //! `POST /gateway/tools/{tool_name}`: each tool's call and answer (gateway-cron's `ReminderTools` reads and writes
 //! them), and the operations, one path per tool.
 
+use gateway_core::intake::interceptor::MAX_LATENESS_MS;
 use gateway_cron::{MAX_DELAY_MS, MAX_LISTED_REMINDERS, ToolName};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -114,10 +115,18 @@ struct ScheduleReminderParams {
     /// At most `--reminder-payload-max-bytes` (65,536) as JSON.
     #[schema(value_type = Object)]
     payload: Map<String, Value>,
+    /// Optional: published later than this after its instant (the gateway was down), the reminder is not delivered
+    /// and its run is recorded `skipped_late`.
+    #[schema(schema_with = max_lateness_ms, required = false)]
+    max_lateness_ms: Option<u64>,
 }
 
 fn delay_ms() -> ObjectBuilder {
     ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(MAX_DELAY_MS))
+}
+
+fn max_lateness_ms() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).maximum(Some(MAX_LATENESS_MS))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -42,6 +42,7 @@ pub use ports::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore
 pub use ports::rate::{DispatchRate, RateTicket, SlidingWindowRate};
 pub use ports::rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};
 pub use ports::replay::{InMemoryCursor, InMemoryReplaySource, ReplaySource};
+pub use ports::runs::{CronJobRun, MisfirePolicy, RunOutcome, SkippedRun};
 pub use ports::storage::{AgentStorage, InMemoryAgentStorage, STORED_ROW_CHARGE_BYTES};
 pub use ports::store::{StoreError, StoreHealth};
 pub use ports::tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore};

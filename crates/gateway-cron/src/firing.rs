@@ -7,14 +7,15 @@ use std::sync::{Arc, Mutex};
 
 use gateway_core::runtime::sync::lock;
 use gateway_core::{
-    BackgroundLoop, ClaimLease, CronJob, FencingToken, FireCompletion, FireKey, FiredReminder, PendingFire, StoreError,
-    Topic, run_blocking,
+    BackgroundLoop, ClaimLease, CronJob, FencingToken, FireCompletion, FireKey, FiredReminder, PendingFire, RunOutcome,
+    SkippedRun, StoreError, Topic, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::jobs::fire_id;
+use crate::misfire::{self, Verdict};
 use crate::schedule::CronSchedule;
 use crate::scheduler::{CronConfig, CronScheduler, Inner, duration};
 
@@ -89,6 +90,8 @@ struct LoopState {
     deferred: Vec<FireCompletion>,
     /// What those fires published, recorded in their agents' mailboxes by the same write.
     fired: Vec<FiredReminder>,
+    /// The instants those fires did not publish (misfires skipped, reminders too late), recorded by the same write.
+    skipped: Vec<SkippedRun>,
     /// The leadership term of the last cycle, which completions left over on the way out are written under.
     term: Option<FencingToken>,
 }
@@ -259,7 +262,8 @@ impl CronScheduler {
             if !due.is_empty() || !state.deferred.is_empty() {
                 let completions = std::mem::take(&mut state.deferred);
                 let fired = std::mem::take(&mut state.fired);
-                state.write = Some(self.start_write(token, completions, fired, due, now));
+                let skipped = std::mem::take(&mut state.skipped);
+                state.write = Some(self.start_write(token, completions, (fired, skipped), due, now));
             }
         }
         let now = inner.clock.now();
@@ -289,12 +293,13 @@ impl CronScheduler {
     }
 
     /// Starts one transaction that writes `completions` (fires already published) with the mailbox records of
-    /// those fires (`fired`) and claims `due` (fires due by `now` plus the claim-ahead margin).
+    /// those fires (`fired`, and the runs they skipped) and claims `due` (fires due by `now` plus the claim-ahead
+    /// margin).
     fn start_write(
         &self,
         token: FencingToken,
         completions: Vec<FireCompletion>,
-        fired: Vec<FiredReminder>,
+        (fired, skipped): (Vec<FiredReminder>, Vec<SkippedRun>),
         due: Vec<i64>,
         now: OffsetDateTime,
     ) -> Write {
@@ -311,6 +316,11 @@ impl CronScheduler {
         let writing = completions.clone();
         let outcome = InFlight::start(&self.inner, move |inner| {
             let _writing = inner.writes.take();
+            // Skipped runs are rare (a misfire, a late reminder) and written on their own, before the completion
+            // that settles their row: the usual write stays one transaction.
+            if !skipped.is_empty() {
+                inner.store.record_skipped_runs(lease.token, &skipped)?;
+            }
             inner.store.complete_and_claim(&inner.owner, &writing, &fired, &due, &lease)
         });
         Write { completions, claiming, expires_at, outcome }
@@ -346,26 +356,57 @@ impl CronScheduler {
             }
             let Claimed { job, expires_at } = entry.remove();
             let fire = FireKey { job_id: job.id, scheduled_for: job.next_fire_at };
-            let fire_id = fire_id(job.id, job.next_fire_at);
             if now >= expires_at {
                 // Someone else may hold this instant by now; publishing could make it a double fire.
+                let fire_id = fire_id(job.id, job.next_fire_at);
                 warn!(job_id = job.id, fire_id, "claim lease ran out before publishing; the fire is claimed again");
                 continue;
             }
-            let completion = completion(&job, now);
+            let (completion, verdict) = completion(&job, now);
+            let fired_at = whole_microseconds(now);
+            let skipped: Vec<SkippedRun> = verdict
+                .skip
+                .iter()
+                .map(|(at, outcome)| SkippedRun {
+                    fire_id: fire_id(job.id, *at),
+                    job_id: job.id,
+                    agent_id: job.agent_id.clone(),
+                    scheduled_for: *at,
+                    skipped_at: fired_at,
+                    outcome: *outcome,
+                })
+                .collect();
+            if verdict.fire.len() > 1 || !skipped.is_empty() {
+                info!(
+                    job_id = job.id,
+                    fired = verdict.fire.len(),
+                    skipped = skipped.len(),
+                    policy = job.misfire_policy.as_str(),
+                    "the job missed instants; its misfire policy decides"
+                );
+            }
             let topic = Topic::AgentScheduled(job.agent_id.clone());
-            let reminder = FiredReminder {
-                fire_id,
-                job_id: job.id,
-                agent_id: job.agent_id,
-                payload: job.payload,
-                scheduled_for: job.next_fire_at,
-                fired_at: whole_microseconds(now),
-            };
-            let event = reminder.event();
-            let fire_id = reminder.fire_id.as_str();
-            if let Err(publish_error) = inner.publisher.publish(&topic, &event) {
-                warn!(job_id = fire.job_id, fire_id, error = %publish_error,
+            // The payload moves into the last fire: one copy fewer, and none for the usual single fire.
+            let mut payload = Some(job.payload);
+            let count = verdict.fire.len();
+            let reminders: Vec<FiredReminder> = verdict
+                .fire
+                .iter()
+                .enumerate()
+                .map(|(index, at)| FiredReminder {
+                    fire_id: fire_id(job.id, *at),
+                    job_id: job.id,
+                    agent_id: job.agent_id.clone(),
+                    payload: if index + 1 == count { payload.take() } else { payload.clone() }.unwrap_or_default(),
+                    scheduled_for: *at,
+                    fired_at,
+                })
+                .collect();
+            let unpublished = reminders.iter().find_map(|reminder| {
+                inner.publisher.publish(&topic, &reminder.event()).err().map(|error| (reminder, error))
+            });
+            if let Some((reminder, publish_error)) = unpublished {
+                warn!(job_id = fire.job_id, fire_id = reminder.fire_id.as_str(), error = %publish_error,
                     "reminder not published; it fires again when its claim lease ends");
                 lock(&inner.window).push(PendingFire {
                     job_id: fire.job_id,
@@ -375,11 +416,20 @@ impl CronScheduler {
                 });
                 continue;
             }
-            debug!(job_id = fire.job_id, fire_id, %topic, "reminder fired");
-            inner.stats.fired.increment();
-            inner.stats.lateness.observe(until(fire.scheduled_for, now));
+            for reminder in &reminders {
+                debug!(job_id = fire.job_id, fire_id = reminder.fire_id.as_str(), %topic, "reminder fired");
+                inner.stats.fired.increment();
+                inner.stats.lateness.observe(until(reminder.scheduled_for, now));
+            }
+            for run in &skipped {
+                match run.outcome {
+                    RunOutcome::SkippedLate => inner.stats.skipped_late.increment(),
+                    _ => inner.stats.skipped_misfire.increment(),
+                }
+            }
             state.deferred.push(completion);
-            state.fired.push(reminder);
+            state.fired.extend(reminders);
+            state.skipped.extend(skipped);
         }
     }
 
@@ -430,12 +480,15 @@ impl CronScheduler {
         &self,
         token: FencingToken,
         completions: Vec<FireCompletion>,
-        fired: Vec<FiredReminder>,
+        (fired, skipped): (Vec<FiredReminder>, Vec<SkippedRun>),
     ) -> Result<(), StoreError> {
         let count = u64::try_from(completions.len()).unwrap_or(u64::MAX);
         let writer = Arc::clone(&self.inner);
         let written = run_blocking(move || {
             let _writing = writer.writes.take();
+            if !skipped.is_empty() {
+                writer.store.record_skipped_runs(token, &skipped)?;
+            }
             writer.store.complete_fires(&writer.owner, token, &completions, &fired).map(|count| (count, completions))
         })
         .await;
@@ -454,8 +507,9 @@ impl CronScheduler {
         }
         let pending = std::mem::take(&mut state.deferred);
         let fired = std::mem::take(&mut state.fired);
+        let skipped = std::mem::take(&mut state.skipped);
         let count = pending.len();
-        if let Err(store_error) = self.complete(term, pending, fired).await {
+        if let Err(store_error) = self.complete(term, pending, (fired, skipped)).await {
             warn!(error = %store_error, count, "completions not written; those fires repeat after their claims expire");
         }
     }
@@ -480,28 +534,32 @@ fn whole_microseconds(instant: OffsetDateTime) -> OffsetDateTime {
     instant.replace_nanosecond(instant.nanosecond() / 1_000 * 1_000).unwrap_or(instant)
 }
 
-/// What a fire of `job` at `now` leaves behind: no row (one-time) or the row at its next instant after now.
-fn completion(job: &CronJob, now: OffsetDateTime) -> FireCompletion {
+/// What a fire of `job` at `now` leaves behind — no row (one-time) or the row at its next instant after now — and
+/// what it publishes ([`misfire`]: its instant, or what its policy says about the instants it missed).
+fn completion(job: &CronJob, now: OffsetDateTime) -> (FireCompletion, Verdict) {
     let fire = FireKey { job_id: job.id, scheduled_for: job.next_fire_at };
     if job.is_one_time {
-        return FireCompletion::Delete(fire);
+        return (FireCompletion::Delete(fire), misfire::one_time(job, now));
     }
     match job.schedule.as_deref().map(|schedule| CronSchedule::parse_in(schedule, &job.timezone)) {
-        // Strictly after now, not after the missed instant: a job that missed several instants during a
-        // downtime fires once for all of them.
-        Some(Ok(schedule)) => match schedule.next_after(now) {
-            Some(next_fire_at) => FireCompletion::Advance { fire, next_fire_at },
-            None => {
-                info!(job_id = job.id, "recurring job has no instant left; removing it");
-                FireCompletion::Delete(fire)
-            }
-        },
+        Some(Ok(schedule)) => {
+            let verdict = misfire::recurring(job, now, |after| schedule.next_after(after));
+            // Strictly after now, not after the missed instant: the missed instants are settled by the verdict.
+            let completion = match schedule.next_after(now) {
+                Some(next_fire_at) => FireCompletion::Advance { fire, next_fire_at },
+                None => {
+                    info!(job_id = job.id, "recurring job has no instant left; removing it");
+                    FireCompletion::Delete(fire)
+                }
+            };
+            (completion, verdict)
+        }
         _ => {
             error!(
                 job_id = job.id,
                 "recurring job has no valid schedule or zone (edited outside the API?); removing it"
             );
-            FireCompletion::Delete(fire)
+            (FireCompletion::Delete(fire), misfire::one_time(job, now))
         }
     }
 }

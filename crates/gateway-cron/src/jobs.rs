@@ -3,8 +3,8 @@
 
 use gateway_core::runtime::sync::lock;
 use gateway_core::{
-    AgentId, CronJob, DEFAULT_TIMEZONE, Event, EventPayload, IdempotencyKey, NewCronJob, PendingFire, StoreError,
-    Topic, run_blocking,
+    AgentId, CronJob, CronJobRun, DEFAULT_TIMEZONE, Event, EventPayload, IdempotencyKey, MisfirePolicy, NewCronJob,
+    PendingFire, StoreError, Topic, run_blocking,
 };
 use serde_json::{Map, Value};
 use time::{Duration, OffsetDateTime};
@@ -21,6 +21,11 @@ pub const MAX_DELAY_MS: i64 = 10 * 36_525 * 86_400_000 / 100;
 
 /// Most jobs one `list` call returns.
 pub const MAX_LIST_LIMIT: usize = 1_000;
+
+/// Runs a `runs` call returns when the caller names no limit.
+pub const DEFAULT_RUNS_LIMIT: usize = 50;
+/// Most runs one `runs` call returns: five `fire_all` catch-ups' worth.
+pub const MAX_RUNS_LIMIT: usize = 500;
 
 pub use gateway_core::ports::mailbox::fire_id;
 
@@ -77,6 +82,20 @@ impl CronScheduler {
         payload: Map<String, Value>,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<(CronJob, bool), CronError> {
+        self.schedule_once_with(agent_id, delay_ms, payload, idempotency_key, None).await
+    }
+
+    /// [`Self::schedule_once_idempotent`] with a `max_lateness_ms`: published later than that after its instant
+    /// (the gateway was down, the store unreachable), the reminder is not delivered and its run is recorded
+    /// `skipped_late` (docs/scheduler.md "Misfires").
+    pub async fn schedule_once_with(
+        &self,
+        agent_id: AgentId,
+        delay_ms: i64,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+        max_lateness_ms: Option<u64>,
+    ) -> Result<(CronJob, bool), CronError> {
         if !(1..=MAX_DELAY_MS).contains(&delay_ms) {
             return Err(CronError::InvalidDelay(delay_ms));
         }
@@ -91,6 +110,8 @@ impl CronScheduler {
             is_one_time: true,
             idempotency_key,
             timezone: DEFAULT_TIMEZONE.to_owned(),
+            misfire_policy: MisfirePolicy::FireOnce,
+            max_lateness_ms,
         };
         let outcome = self.inner.inserts.submit(new_job).await?;
         let job = outcome.job;
@@ -130,7 +151,8 @@ impl CronScheduler {
         payload: Map<String, Value>,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<(CronJob, bool), CronError> {
-        self.add_recurring_in(agent_id, schedule, DEFAULT_TIMEZONE, payload, idempotency_key).await
+        self.add_recurring_with(agent_id, schedule, DEFAULT_TIMEZONE, payload, idempotency_key, MisfirePolicy::FireOnce)
+            .await
     }
 
     /// [`Self::add_recurring_idempotent`] with the schedule read in the IANA time zone `timezone`
@@ -143,9 +165,25 @@ impl CronScheduler {
         payload: Map<String, Value>,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<(CronJob, bool), CronError> {
+        self.add_recurring_with(agent_id, schedule, timezone, payload, idempotency_key, MisfirePolicy::FireOnce).await
+    }
+
+    /// [`Self::add_recurring_in`] with a misfire policy (docs/scheduler.md "Misfires"). A replay under the same key
+    /// must ask for the same zone and policy.
+    pub async fn add_recurring_with(
+        &self,
+        agent_id: AgentId,
+        schedule: &str,
+        timezone: &str,
+        payload: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
+        misfire_policy: MisfirePolicy,
+    ) -> Result<(CronJob, bool), CronError> {
         let parsed = CronSchedule::parse_in(schedule, timezone)?;
-        self.blocking(move |scheduler| scheduler.add_parsed_recurring(agent_id, &parsed, payload, idempotency_key))
-            .await
+        self.blocking(move |scheduler| {
+            scheduler.add_parsed_recurring(agent_id, &parsed, payload, idempotency_key, misfire_policy)
+        })
+        .await
     }
 
     /// The store half of [`Self::add_recurring_idempotent`], on a blocking thread: a lookup, then an insert
@@ -156,12 +194,14 @@ impl CronScheduler {
         parsed: &CronSchedule,
         payload: Map<String, Value>,
         idempotency_key: Option<IdempotencyKey>,
+        misfire_policy: MisfirePolicy,
     ) -> Result<(CronJob, bool), CronError> {
         let replay = |existing: CronJob| {
             let same = existing.agent_id == agent_id
                 && existing.schedule.as_deref() == Some(parsed.source())
                 && existing.timezone == parsed.timezone()
-                && existing.payload == payload;
+                && existing.payload == payload
+                && existing.misfire_policy == misfire_policy;
             if same { Ok((existing, true)) } else { Err(CronError::IdempotencyKeyReused) }
         };
         if let Some(key) = &idempotency_key
@@ -180,6 +220,8 @@ impl CronScheduler {
             is_one_time: false,
             idempotency_key: idempotency_key.clone(),
             timezone: parsed.timezone().to_owned(),
+            misfire_policy,
+            max_lateness_ms: None,
         };
         let inserted = {
             let _writing = self.inner.writes.take();
@@ -249,6 +291,20 @@ impl CronScheduler {
 
     pub async fn job(&self, job_id: i64) -> Result<CronJob, CronError> {
         self.blocking(move |scheduler| scheduler.inner.store.cron_job(job_id)?.ok_or(CronError::NotFound(job_id))).await
+    }
+
+    /// Job `job_id`'s runs, newest first, at most `limit` (capped at [`MAX_RUNS_LIMIT`]): also those of a job deleted
+    /// since, as long as the mailbox keeps them. [`CronError::NotFound`] only when there is neither the job nor a run.
+    pub async fn runs(&self, job_id: i64, limit: usize) -> Result<Vec<CronJobRun>, CronError> {
+        let limit = limit.min(MAX_RUNS_LIMIT);
+        self.blocking(move |scheduler| {
+            let runs = scheduler.inner.store.cron_job_runs(job_id, limit)?;
+            if runs.is_empty() && scheduler.inner.store.cron_job(job_id)?.is_none() {
+                return Err(CronError::NotFound(job_id));
+            }
+            Ok(runs)
+        })
+        .await
     }
 
     /// Jobs by ascending id after `after_id`, at most `limit` (capped at [`MAX_LIST_LIMIT`]).

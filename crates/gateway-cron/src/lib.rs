@@ -5,6 +5,7 @@ mod feed;
 mod firing;
 mod jobs;
 mod mailbox;
+mod misfire;
 mod reminders;
 mod schedule;
 mod scheduler;
@@ -16,12 +17,13 @@ pub use feed::{
     FEED_GAP_PATIENCE, FEED_INTERVAL, FEED_MAX_GAPS, FEED_PAGE, FeedStats, MailboxFeed, MailboxFeedConfig,
     MailboxFeedPorts,
 };
-pub use jobs::{MAX_DELAY_MS, MAX_LIST_LIMIT, fire_id, preview, preview_local};
+pub use jobs::{DEFAULT_RUNS_LIMIT, MAX_DELAY_MS, MAX_LIST_LIMIT, MAX_RUNS_LIMIT, fire_id, preview, preview_local};
 pub use mailbox::{
     MAILBOX_CONCURRENT_READS, MAILBOX_PAGE, MAILBOX_PRUNE_BATCH, MAILBOX_PRUNE_INTERVAL, MAILBOX_PRUNE_PAUSE,
     MAILBOX_RETENTION, Mailbox, MailboxConfig, MailboxPorts, RECEIPT_BATCH, RECEIPT_PATIENCE, RECEIPT_QUEUE,
     RECEIPT_RECHECK, RECEIPT_RETRY_INITIAL, RECEIPT_RETRY_MAX, RECEIPTS_HELD, Replay,
 };
+pub use misfire::{MAX_MISFIRE_FIRES, MISFIRE_THRESHOLD};
 pub use reminders::{ANSWER_RESERVE_BYTES, RECURRING_ANSWER_RESERVE_BYTES, RecurringRequest};
 pub use schedule::{CronSchedule, MAX_SCHEDULE_LEN, MAX_TIMEZONE_LEN, PREVIEW_INSTANTS, time_zone};
 pub use scheduler::{

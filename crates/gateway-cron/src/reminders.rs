@@ -65,7 +65,7 @@ impl CronScheduler {
         request: ReminderRequest,
         reserve: u64,
     ) -> Result<ScheduledReminder, ReminderRefusal> {
-        let ReminderRequest { agent_id, delay_ms, payload, idempotency_key } = request;
+        let ReminderRequest { agent_id, delay_ms, payload, idempotency_key, max_lateness_ms } = request;
         let delay = i64::try_from(delay_ms)
             .ok()
             .filter(|delay| (1..=MAX_DELAY_MS).contains(delay))
@@ -105,8 +105,10 @@ impl CronScheduler {
                 _ => Err(ReminderRefusal::QuotaExceeded { limit: quota }),
             };
         }
-        let (job, already_scheduled) =
-            self.schedule_once_idempotent(agent_id, delay, payload, idempotency_key).await.map_err(refusal)?;
+        let (job, already_scheduled) = self
+            .schedule_once_with(agent_id, delay, payload, idempotency_key, max_lateness_ms)
+            .await
+            .map_err(refusal)?;
         Ok(ScheduledReminder { job, already_scheduled })
     }
 

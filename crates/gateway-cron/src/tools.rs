@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::intake::ReminderRefusal;
-use gateway_core::intake::interceptor::tool_reminder_idempotency_key;
+use gateway_core::intake::interceptor::{MAX_LATENESS_MS, tool_reminder_idempotency_key};
 use gateway_core::ports::tool_call::params_hash;
 use gateway_core::{
     AgentId, BackgroundLoop, Clock, ComponentHealth, LeaderLoop, Leadership, PruningPass, ReminderRequest, StoreError,
@@ -89,7 +89,7 @@ impl ToolName {
     /// The parameters the tool takes.
     pub fn params(self) -> &'static [&'static str] {
         match self {
-            Self::ScheduleReminder => &["delay_ms", "payload"],
+            Self::ScheduleReminder => &["delay_ms", "payload", "max_lateness_ms"],
             Self::CancelReminder => &["job_id"],
             Self::ListReminders => &[],
             Self::ScheduleRecurring => &["schedule", "payload", "timezone"],
@@ -110,8 +110,9 @@ impl ToolName {
 /// One tool call's request, its parameters checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReminderTool {
-    /// A one-time reminder for the calling agent in `delay_ms` (1 to [`MAX_DELAY_MS`]).
-    ScheduleReminder { delay_ms: u64, payload: Map<String, Value> },
+    /// A one-time reminder for the calling agent in `delay_ms` (1 to [`MAX_DELAY_MS`]); not delivered if published
+    /// more than `max_lateness_ms` late (optional, 0 to [`MAX_LATENESS_MS`]).
+    ScheduleReminder { delay_ms: u64, payload: Map<String, Value>, max_lateness_ms: Option<u64> },
     /// Cancels one of the calling agent's pending reminders or recurring jobs.
     CancelReminder { job_id: i64 },
     /// The calling agent's pending reminders and recurring jobs, soonest first.
@@ -149,7 +150,16 @@ impl ReminderTool {
                     .as_object()
                     .cloned()
                     .ok_or_else(|| CronError::InvalidToolParams("params.payload: must be a JSON object".to_owned()))?;
-                Self::ScheduleReminder { delay_ms, payload }
+                let max_lateness_ms = present("max_lateness_ms")
+                    .map(|value| {
+                        value.as_u64().filter(|lateness| *lateness <= MAX_LATENESS_MS).ok_or_else(|| {
+                            CronError::InvalidToolParams(format!(
+                                "params.max_lateness_ms: must be an integer from 0 to {MAX_LATENESS_MS} (ten years)"
+                            ))
+                        })
+                    })
+                    .transpose()?;
+                Self::ScheduleReminder { delay_ms, payload, max_lateness_ms }
             }
             ToolName::CancelReminder => {
                 let job_id = required("job_id")?
@@ -204,7 +214,14 @@ impl ReminderTool {
     /// equal, however the agent wrote them.
     fn params(&self) -> Value {
         match self {
-            Self::ScheduleReminder { delay_ms, payload } => json!({"delay_ms": delay_ms, "payload": payload}),
+            // Without `max_lateness_ms` the JSON is what it was before the parameter existed, so calls recorded then
+            // still match their retries.
+            Self::ScheduleReminder { delay_ms, payload, max_lateness_ms: None } => {
+                json!({"delay_ms": delay_ms, "payload": payload})
+            }
+            Self::ScheduleReminder { delay_ms, payload, max_lateness_ms: Some(lateness) } => {
+                json!({"delay_ms": delay_ms, "payload": payload, "max_lateness_ms": lateness})
+            }
             Self::CancelReminder { job_id } => json!({"job_id": job_id}),
             Self::ListReminders => json!({}),
             Self::ScheduleRecurring { schedule, timezone, payload } => {
@@ -364,12 +381,13 @@ impl ReminderTools {
     ) -> Result<Value, CronError> {
         let scheduler = &self.inner.ports.scheduler;
         match tool {
-            ReminderTool::ScheduleReminder { delay_ms, payload } => {
+            ReminderTool::ScheduleReminder { delay_ms, payload, max_lateness_ms } => {
                 let request = ReminderRequest {
                     agent_id: agent_id.clone(),
                     delay_ms,
                     payload,
                     idempotency_key: tool_reminder_idempotency_key(agent_id, tool_call_id),
+                    max_lateness_ms,
                 };
                 let reserve = crate::reminders::ANSWER_RESERVE_BYTES;
                 let scheduled =
@@ -526,7 +544,11 @@ mod tests {
         let schedule = ToolName::ScheduleReminder;
         assert_eq!(
             ReminderTool::from_params(schedule, &params(json!({"delay_ms": 5, "payload": {"k": 1}}))),
-            Ok(ReminderTool::ScheduleReminder { delay_ms: 5, payload: params(json!({"k": 1})) })
+            Ok(ReminderTool::ScheduleReminder { delay_ms: 5, payload: params(json!({"k": 1})), max_lateness_ms: None })
+        );
+        assert_eq!(
+            ReminderTool::from_params(schedule, &params(json!({"delay_ms": 5, "payload": {}, "max_lateness_ms": 0}))),
+            Ok(ReminderTool::ScheduleReminder { delay_ms: 5, payload: Map::new(), max_lateness_ms: Some(0) })
         );
         let secret = "sk-live-secret";
         let refusals = [
@@ -540,6 +562,17 @@ mod tests {
             (schedule, json!({"delay_ms": MAX_DELAY_MS + 1, "payload": {}}), "params.delay_ms: must be an integer"),
             (schedule, json!({"delay_ms": 5, "payload": [secret]}), "params.payload: must be a JSON object"),
             (schedule, json!({"delay_ms": 5, "payload": {}, "when": 1}), "params: unknown field `when`"),
+            (schedule, json!({"delay_ms": 5, "payload": {}, "max_lateness_ms": -1}), "params.max_lateness_ms: must be"),
+            (
+                schedule,
+                json!({"delay_ms": 5, "payload": {}, "max_lateness_ms": secret}),
+                "params.max_lateness_ms: must",
+            ),
+            (
+                schedule,
+                json!({"delay_ms": 5, "payload": {}, "max_lateness_ms": MAX_LATENESS_MS + 1}),
+                "params.max_lateness_ms: must be an integer from 0",
+            ),
             (ToolName::CancelReminder, json!({"job_id": secret}), "params.job_id: must be an integer"),
             (ToolName::CancelReminder, json!({}), "params.job_id is required"),
             (ToolName::ListReminders, json!({"agent_id": "other"}), "params: unknown field `agent_id`; expected none"),
@@ -551,7 +584,11 @@ mod tests {
         }
         assert_eq!(
             ReminderTool::from_params(schedule, &params(json!({"delay_ms": MAX_DELAY_MS, "payload": {}}))).unwrap(),
-            ReminderTool::ScheduleReminder { delay_ms: MAX_DELAY_MS.unsigned_abs(), payload: Map::new() }
+            ReminderTool::ScheduleReminder {
+                delay_ms: MAX_DELAY_MS.unsigned_abs(),
+                payload: Map::new(),
+                max_lateness_ms: None
+            }
         );
         let smuggled = format!("x{}", "\n".repeat(3));
         let refused = ReminderTool::from_params(ToolName::ListReminders, &params(json!({smuggled: 1}))).unwrap_err();

@@ -409,6 +409,8 @@ async fn missed_instants_of_a_recurring_job_fire_once_after_downtime() {
             is_one_time: false,
             idempotency_key: None,
             timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+            misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+            max_lateness_ms: None,
         })
         .unwrap();
     // Down for ten minutes and a half: ten instants missed.
@@ -418,14 +420,119 @@ async fn missed_instants_of_a_recurring_job_fire_once_after_downtime() {
     let fired = harness.next_fire().await;
     assert_eq!(harness.elapsed(&fired), secs(0), "overdue at start: fires at once");
     let (_, scheduled_for, fire, _) = reminder_fields(&fired.event);
-    assert_eq!(scheduled_for, START + Duration::minutes(1), "the fire names the first missed instant");
-    assert_eq!(fire, fire_id(job.id, START + Duration::minutes(1)));
+    assert_eq!(scheduled_for, START + Duration::minutes(10), "the fire names the newest missed instant");
+    assert_eq!(fire, fire_id(job.id, START + Duration::minutes(10)));
     settled(&mut progress, 1).await;
     let seen = cycles(&progress);
     cycle_after(&mut progress, seen).await;
     assert!(harness.nothing_fired(), "once for all the missed instants");
     let stored = harness.store.cron_job(job.id).unwrap().unwrap();
     assert_eq!(stored.next_fire_at, START + Duration::minutes(11), "next instant strictly after now");
+    shutdown.cancel();
+}
+
+/// A recurring job every minute from 12:01, written while no scheduler runs, under `policy`.
+fn every_minute(harness: &Harness, policy: gateway_core::MisfirePolicy) -> gateway_core::CronJob {
+    harness
+        .store
+        .insert_cron_job(&NewCronJob {
+            agent_id: agent("agent-1"),
+            schedule: Some("* * * * *".into()),
+            next_fire_at: START + Duration::minutes(1),
+            payload: Map::new(),
+            is_one_time: false,
+            idempotency_key: None,
+            timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+            misfire_policy: policy,
+            max_lateness_ms: None,
+        })
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_skip_job_fires_none_of_its_missed_instants_and_records_each_as_skipped() {
+    let mut harness = Harness::new();
+    let job = every_minute(&harness, gateway_core::MisfirePolicy::Skip);
+    // Down for ten minutes and a half: ten instants missed, the newest of them 30 s late (within the threshold,
+    // so it is the one on time), the nine before it skipped.
+    harness.clock.advance(Duration::seconds(10 * 60 + 30));
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running(&shutdown).await;
+    let fired = harness.next_fire().await;
+    let (_, scheduled_for, _, _) = reminder_fields(&fired.event);
+    assert_eq!(scheduled_for, START + Duration::minutes(10), "only the instant on time fires");
+    settled(&mut progress, 1).await;
+    assert!(harness.nothing_fired());
+    let runs = harness.store.cron_job_runs(job.id, 50).unwrap();
+    let outcomes: Vec<_> = runs.iter().map(|run| (run.scheduled_for, run.outcome)).collect();
+    let mut expected = vec![(START + Duration::minutes(10), gateway_core::RunOutcome::Fired)];
+    expected.extend(
+        (1..=9).rev().map(|minute| (START + Duration::minutes(minute), gateway_core::RunOutcome::SkippedMisfire)),
+    );
+    assert_eq!(outcomes, expected);
+    assert_eq!(scheduler.stats().skipped_misfire.get(), 9);
+    assert_eq!(scheduler.stats().fired.get(), 1);
+    assert_eq!(harness.store.cron_job(job.id).unwrap().unwrap().next_fire_at, START + Duration::minutes(11));
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fire_all_job_fires_each_missed_instant_with_its_own_fire_id() {
+    let mut harness = Harness::new();
+    let job = every_minute(&harness, gateway_core::MisfirePolicy::FireAll);
+    harness.clock.advance(Duration::seconds(3 * 60 + 30));
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running(&shutdown).await;
+    let mut fires = Vec::new();
+    for _ in 0..3 {
+        // Paused time: a minute of the scheduler's own sleeps, not of the test's; a missing fire fails, not hangs.
+        let fired = tokio::time::timeout(secs(60), harness.next_fire()).await.expect("each missed instant fires");
+        let (_, scheduled_for, fire, _) = reminder_fields(&fired.event);
+        fires.push((scheduled_for, fire));
+    }
+    settled(&mut progress, 1).await;
+    assert!(harness.nothing_fired(), "three instants missed, three fires");
+    let expected: Vec<_> =
+        (1..=3).map(|minute| START + Duration::minutes(minute)).map(|at| (at, fire_id(job.id, at))).collect();
+    assert_eq!(fires, expected, "oldest first, each its own instant and fire_id");
+    assert_eq!(harness.store.cron_job_runs(job.id, 50).unwrap().len(), 3, "each recorded in the mailbox");
+    assert_eq!(scheduler.stats().fired.get(), 3);
+    assert_eq!(harness.store.cron_job(job.id).unwrap().unwrap().next_fire_at, START + Duration::minutes(4));
+    shutdown.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reminder_later_than_its_max_lateness_is_recorded_skipped_late_and_not_published() {
+    let mut harness = Harness::new();
+    let reminder = |max_lateness_ms| NewCronJob {
+        agent_id: agent("agent-3"),
+        schedule: None,
+        next_fire_at: START + Duration::seconds(1),
+        payload: Map::new(),
+        is_one_time: true,
+        idempotency_key: None,
+        timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+        misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+        max_lateness_ms,
+    };
+    let late = harness.store.insert_cron_job(&reminder(Some(5_000))).unwrap();
+    let on_time = harness.store.insert_cron_job(&reminder(Some(60_000))).unwrap();
+    // Both due while the gateway is down, found 10 s late.
+    harness.clock.advance(Duration::seconds(11));
+    let shutdown = CancellationToken::new();
+    let (scheduler, mut progress) = harness.running(&shutdown).await;
+    let fired = harness.next_fire().await;
+    assert_eq!(reminder_fields(&fired.event).0, on_time.id, "within its lateness: delivered");
+    settled(&mut progress, 2).await;
+    assert!(harness.nothing_fired(), "the late one is not published");
+    let runs = harness.store.cron_job_runs(late.id, 10).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].outcome, gateway_core::RunOutcome::SkippedLate);
+    assert!(runs[0].lateness_ms() > 5_000, "{}", runs[0].lateness_ms());
+    assert_eq!(harness.store.cron_job(late.id).unwrap(), None, "its row is gone as a fired one's is");
+    assert_eq!(scheduler.stats().skipped_late.get(), 1);
+    let entries = mailbox_of(&harness, "agent-3");
+    assert_eq!(entries.len(), 1, "the mailbox holds the delivered one only");
     shutdown.cancel();
 }
 
@@ -440,6 +547,8 @@ async fn overdue_rows_fire_at_start_and_future_rows_wait() {
         is_one_time: true,
         idempotency_key: None,
         timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+        misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+        max_lateness_ms: None,
     };
     let overdue = harness.store.insert_cron_job(&row(START - Duration::hours(3))).unwrap();
     let future = harness.store.insert_cron_job(&row(START + Duration::seconds(42))).unwrap();
@@ -914,8 +1023,8 @@ async fn a_paused_recurring_job_fires_nothing_and_once_on_resume_for_the_instant
     let fired = harness.next_fire().await;
     assert_eq!(harness.elapsed(&fired), secs(35), "at once, not at the next reload");
     let (_, scheduled_for, fire, _) = reminder_fields(&fired.event);
-    assert_eq!(scheduled_for, START + Duration::seconds(10), "the fire names the first missed instant");
-    assert_eq!(fire, fire_id(job.id, START + Duration::seconds(10)));
+    assert_eq!(scheduled_for, START + Duration::seconds(30), "the fire names the newest missed instant");
+    assert_eq!(fire, fire_id(job.id, START + Duration::seconds(30)));
     settled(&mut progress, 1).await;
     assert!(harness.nothing_fired(), "once for all the missed instants");
     let stored = harness.store.cron_job(job.id).unwrap().unwrap();
@@ -1019,6 +1128,8 @@ fn claimed_by_a_dead_leader(harness: &Harness) -> (gateway_core::CronJob, Offset
             is_one_time: true,
             idempotency_key: None,
             timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+            misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+            max_lateness_ms: None,
         })
         .unwrap();
     let lease = gateway_core::ClaimLease {

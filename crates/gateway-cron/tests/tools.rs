@@ -137,7 +137,7 @@ fn call_id(id: &str) -> ToolCallId {
 }
 
 fn schedule(delay_ms: u64, payload: Value) -> ReminderTool {
-    ReminderTool::ScheduleReminder { delay_ms, payload: payload.as_object().cloned().unwrap() }
+    ReminderTool::ScheduleReminder { delay_ms, payload: payload.as_object().cloned().unwrap(), max_lateness_ms: None }
 }
 
 impl Harness {
@@ -443,6 +443,7 @@ async fn an_agents_reminders_at_the_same_moment_at_its_cap_stop_exactly_at_the_c
                     delay_ms: 60_000,
                     payload: Map::from_iter([("n".to_owned(), json!(n))]),
                     idempotency_key: None,
+                    max_lateness_ms: None,
                 };
                 scheduler.schedule_reminder(request).await
             })

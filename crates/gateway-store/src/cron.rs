@@ -13,8 +13,8 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamp};
 use gateway_core::{
-    AgentId, ClaimLease, CronJob, CronJobInsert, CronJobStore, FencingToken, FireCompletion, FiredReminder,
-    IdempotencyKey, NewCronJob, PendingFire, StoreError,
+    AgentId, ClaimLease, CronJob, CronJobInsert, CronJobRun, CronJobStore, FencingToken, FireCompletion, FiredReminder,
+    IdempotencyKey, MisfirePolicy, NewCronJob, PendingFire, SkippedRun, StoreError,
 };
 use time::PrimitiveDateTime;
 
@@ -36,6 +36,8 @@ struct CronJobRow {
     is_one_time: bool,
     paused: bool,
     timezone: String,
+    misfire_policy: String,
+    max_lateness_ms: Option<i64>,
 }
 
 /// Every column is bound as a value (a missing schedule or key as NULL rather than DEFAULT), which keeps the
@@ -50,6 +52,8 @@ struct NewCronJobRow<'a> {
     is_one_time: bool,
     idempotency_key: Option<&'a str>,
     timezone: &'a str,
+    misfire_policy: &'static str,
+    max_lateness_ms: Option<i64>,
 }
 
 impl<'a> NewCronJobRow<'a> {
@@ -62,6 +66,8 @@ impl<'a> NewCronJobRow<'a> {
             is_one_time: job.is_one_time,
             idempotency_key: job.idempotency_key.as_ref().map(IdempotencyKey::as_str),
             timezone: &job.timezone,
+            misfire_policy: job.misfire_policy.as_str(),
+            max_lateness_ms: job.max_lateness_ms.map(|lateness| i64::try_from(lateness).unwrap_or(i64::MAX)),
         }
     }
 
@@ -109,9 +115,14 @@ struct InsertCronJobs<'a> {
     is_one_time: Vec<bool>,
     idempotency_key: Vec<Option<&'a str>>,
     timezone: Vec<&'a str>,
+    misfire_policy: Vec<&'static str>,
+    max_lateness_ms: Vec<Option<i64>>,
 }
 
-postgres_statement!(InsertCronJobs -> ((BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text), Nullable<Text>));
+postgres_statement!(InsertCronJobs -> (
+    (BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text, Text, Nullable<BigInt>),
+    Nullable<Text>
+));
 
 impl<'a> InsertCronJobs<'a> {
     fn of(rows: &[&'a NewCronJobRow<'a>]) -> Self {
@@ -123,6 +134,8 @@ impl<'a> InsertCronJobs<'a> {
             is_one_time: rows.iter().map(|row| row.is_one_time).collect(),
             idempotency_key: rows.iter().map(|row| row.idempotency_key).collect(),
             timezone: rows.iter().map(|row| row.timezone).collect(),
+            misfire_policy: rows.iter().map(|row| row.misfire_policy).collect(),
+            max_lateness_ms: rows.iter().map(|row| row.max_lateness_ms).collect(),
         }
     }
 }
@@ -131,13 +144,17 @@ impl QueryFragment<Pg> for InsertCronJobs<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         push_sql_with_binds(
             &mut out,
-            "INSERT INTO cron_jobs (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone) \
-             SELECT agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone \
-             FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY \
-             AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone, position) \
+            "INSERT INTO cron_jobs (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, \
+             timezone, misfire_policy, max_lateness_ms) \
+             SELECT agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone, \
+             misfire_policy, max_lateness_ms \
+             FROM unnest($, $, $, $, $, $, $, $, $) WITH ORDINALITY \
+             AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone, \
+             misfire_policy, max_lateness_ms, position) \
              ORDER BY position \
              ON CONFLICT (idempotency_key) DO NOTHING \
-             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, timezone, idempotency_key",
+             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, timezone, misfire_policy, \
+             max_lateness_ms, idempotency_key",
             |index, out| match index {
                 0 => out.push_bind_param::<Array<Text>, _>(&self.agent_id),
                 1 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.schedule),
@@ -145,7 +162,9 @@ impl QueryFragment<Pg> for InsertCronJobs<'_> {
                 3 => out.push_bind_param::<Array<Text>, _>(&self.payload),
                 4 => out.push_bind_param::<Array<Bool>, _>(&self.is_one_time),
                 5 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.idempotency_key),
-                _ => out.push_bind_param::<Array<Text>, _>(&self.timezone),
+                6 => out.push_bind_param::<Array<Text>, _>(&self.timezone),
+                7 => out.push_bind_param::<Array<Text>, _>(&self.misfire_policy),
+                _ => out.push_bind_param::<Array<Nullable<BigInt>>, _>(&self.max_lateness_ms),
             },
         )
     }
@@ -187,6 +206,8 @@ fn insert_group_postgres(
                 && row.payload == sent.payload
                 && row.is_one_time == sent.is_one_time
                 && row.timezone == sent.timezone
+                && row.misfire_policy == sent.misfire_policy
+                && row.max_lateness_ms == sent.max_lateness_ms
                 && key.as_deref() == sent.idempotency_key
         },
         |sent| sent.idempotency_key.is_some(),
@@ -240,6 +261,9 @@ impl TryFrom<CronJobRow> for CronJob {
             Ok(serde_json::Value::Object(payload)) => payload,
             _ => return Err(StoreError::Internal(format!("cron job {}: stored payload is not a JSON object", row.id))),
         };
+        let misfire_policy = MisfirePolicy::parse(&row.misfire_policy).ok_or_else(|| {
+            StoreError::Internal(format!("cron job {}: stored misfire_policy unknown: {}", row.id, row.misfire_policy))
+        })?;
         Ok(Self {
             id: row.id,
             agent_id,
@@ -249,6 +273,8 @@ impl TryFrom<CronJobRow> for CronJob {
             is_one_time: row.is_one_time,
             paused: row.paused,
             timezone: row.timezone,
+            misfire_policy,
+            max_lateness_ms: row.max_lateness_ms.and_then(|lateness| u64::try_from(lateness).ok()),
         })
     }
 }
@@ -488,6 +514,20 @@ impl CronJobStore for DieselStore {
         })?;
         Ok((completed, jobs(rows)?))
     }
+
+    fn record_skipped_runs(&self, token: FencingToken, skipped: &[SkippedRun]) -> Result<usize, StoreError> {
+        if skipped.is_empty() {
+            return Ok(0);
+        }
+        self.immediate_fenced("record skipped cron runs", |connection| {
+            admit(connection, token)?;
+            Ok(crate::runs::record_skips(connection, skipped)?)
+        })
+    }
+
+    fn cron_job_runs(&self, job_id: i64, limit: usize) -> Result<Vec<CronJobRun>, StoreError> {
+        crate::runs::job_runs(self, job_id, limit)
+    }
 }
 
 /// The unpaused rows due before `before`, soonest first: a range scan of the `cron_jobs_due` index (`paused`, then
@@ -660,6 +700,8 @@ mod tests {
             is_one_time: true,
             idempotency_key: None,
             timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+            misfire_policy: MisfirePolicy::FireOnce,
+            max_lateness_ms: None,
         }
     }
 

@@ -22,6 +22,7 @@ mod liveness;
 mod lock;
 mod mailbox;
 mod recovery;
+mod runs;
 pub mod schema;
 mod storage;
 pub mod timestamp;

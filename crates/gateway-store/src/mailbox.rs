@@ -365,16 +365,19 @@ impl MailboxStore for DieselStore {
         // cutoff; the `fired_at` condition is checked again by the delete, which on PostgreSQL may find a row that
         // committed after the read.
         self.immediate("prune the mailbox", |connection| {
+            // A job's skipped runs are kept as long as its fires (docs/scheduler.md "Runs"), so they go in the same
+            // pass, and the pass goes on until neither has anything old left.
+            let skips = crate::runs::prune_skips(connection, cutoff, limit_to_db(limit))?;
             let first = first_entries_query(limit_to_db(limit));
             let first: Vec<(i64, PrimitiveDateTime)> = on_backend!(connection, c => first.load(c))?;
             let old: Vec<i64> = first.iter().filter(|(_, fired_at)| *fired_at < cutoff).map(|(seq, _)| *seq).collect();
             if old.is_empty() {
-                return Ok(0);
+                return Ok(skips);
             }
             let prune = diesel::delete(
                 agent_mailbox::table.filter(agent_mailbox::seq.eq_any(&old)).filter(agent_mailbox::fired_at.lt(cutoff)),
             );
-            on_backend!(connection, c => prune.execute(c))
+            on_backend!(connection, c => prune.execute(c)).map(|entries| entries + skips)
         })
     }
 }

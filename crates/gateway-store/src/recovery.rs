@@ -131,6 +131,8 @@ mod tests {
             is_one_time: true,
             idempotency_key: None,
             timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+            misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+            max_lateness_ms: None,
         };
         store.insert_cron_job(&job).unwrap().id
     }

@@ -25,6 +25,9 @@ diesel::table! {
         payload_bytes -> BigInt,
         /// The IANA zone the schedule is read in (migration `cron_job_timezone`).
         timezone -> Text,
+        /// Migration `cron_misfire_and_runs`.
+        misfire_policy -> Text,
+        max_lateness_ms -> Nullable<BigInt>,
     }
 }
 
@@ -132,6 +135,19 @@ diesel::table! {
         received_at -> Nullable<Timestamp>,
         /// Generated: the bytes of `payload` (migration `agent_storage_bytes`); never written.
         payload_bytes -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Instants the scheduler did not fire (migration `cron_misfire_and_runs`).
+    cron_job_skips (seq) {
+        seq -> BigInt,
+        fire_id -> Text,
+        job_id -> BigInt,
+        agent_id -> Text,
+        scheduled_for -> Timestamp,
+        skipped_at -> Timestamp,
+        outcome -> Text,
     }
 }
 

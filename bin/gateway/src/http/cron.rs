@@ -1,8 +1,8 @@
 //! The operator's cron endpoints: `POST /gateway/cron/jobs`, `GET /gateway/cron/jobs`,
-//! `GET /gateway/cron/jobs/{id}`, `DELETE /gateway/cron/jobs/{id}`, `POST /gateway/cron/jobs/{id}/pause` and
-//! `…/resume`.
+//! `GET /gateway/cron/jobs/{id}`, `DELETE /gateway/cron/jobs/{id}`, `POST /gateway/cron/jobs/{id}/pause`,
+//! `…/resume` and `GET …/runs`.
 
-use gateway_core::{AgentId, DEFAULT_TIMEZONE};
+use gateway_core::{AgentId, DEFAULT_TIMEZONE, MisfirePolicy};
 use http::StatusCode;
 use serde_json::Map;
 
@@ -12,11 +12,13 @@ use crate::http::response::{Response, created_or_replayed, json_response};
 use crate::state::AppState;
 use gateway_api::Deleted;
 use gateway_api::Reason;
-use gateway_api::cron::{CronJobBody, CronJobPage, DEFAULT_PAGE, MAX_PAGE};
+use gateway_api::cron::{
+    CronJobBody, CronJobPage, CronJobRunBody, CronJobRunsBody, DEFAULT_PAGE, DEFAULT_RUNS_PAGE, MAX_PAGE, MAX_RUNS_PAGE,
+};
 
-const FIELDS: [&str; 4] = ["agent_id", "schedule", "payload", "timezone"];
+const FIELDS: [&str; 5] = ["agent_id", "schedule", "payload", "timezone", "misfire_policy"];
 
-/// `{agent_id, schedule, payload, timezone?}` → 201 with the job, its `next_fire_at` and a preview of its next instants
+/// `{agent_id, schedule, payload, timezone?, misfire_policy?}` → 201 with the job, its `next_fire_at` and a preview of its next instants
 /// (200 and `Idempotent-Replayed: true` when an `Idempotency-Key` repeats an earlier request).
 pub(super) async fn create(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let idempotency_key = idempotency_key(request.headers())?;
@@ -27,8 +29,15 @@ pub(super) async fn create(state: &AppState, request: Request) -> Result<Respons
     let schedule = required("schedule", body.take_string("schedule")?.filter(|text| !text.trim().is_empty()))?;
     let payload = body.take_object("payload")?.unwrap_or_else(Map::new);
     let timezone = body.take_string("timezone")?.unwrap_or_else(|| DEFAULT_TIMEZONE.to_owned());
+    let misfire_policy = match body.take_string("misfire_policy")? {
+        None => MisfirePolicy::default(),
+        Some(name) => MisfirePolicy::parse(&name).ok_or_else(|| {
+            ApiError::unprocessable(Reason::InvalidField, "misfire_policy: must be one of fire_once, skip, fire_all")
+        })?,
+    };
     body.finish(&FIELDS)?;
-    let (job, replayed) = state.cron.add_recurring_in(agent_id, &schedule, &timezone, payload, idempotency_key).await?;
+    let (job, replayed) =
+        state.cron.add_recurring_with(agent_id, &schedule, &timezone, payload, idempotency_key, misfire_policy).await?;
     Ok(created_or_replayed(&CronJobBody::of(&job), replayed))
 }
 
@@ -40,6 +49,14 @@ pub(super) async fn list(state: &AppState, request: &Request) -> Result<Response
     let next_after_id = next_cursor(&jobs, page.limit, |job| job.id);
     let jobs = jobs.iter().map(CronJobBody::of).collect();
     Ok(json_response(StatusCode::OK, &CronJobPage { jobs, next_after_id }))
+}
+
+/// `GET /gateway/cron/jobs/{id}/runs?limit=` → `{"runs": [...]}`, newest first; also for a deleted job that has
+/// runs left (404 only when there is neither the job nor a run).
+pub(super) async fn runs(state: &AppState, request: &Request, job_id: i64) -> Result<Response, ApiError> {
+    let query = Query::parse(request.uri(), &["limit"])?;
+    let runs = state.cron.runs(job_id, query.limit(DEFAULT_RUNS_PAGE, MAX_RUNS_PAGE)?).await?;
+    Ok(json_response(StatusCode::OK, &CronJobRunsBody { runs: runs.iter().map(CronJobRunBody::of).collect() }))
 }
 
 pub(super) async fn show(state: &AppState, job_id: i64) -> Result<Response, ApiError> {

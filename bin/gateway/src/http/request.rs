@@ -267,6 +267,18 @@ impl Query {
         self.params.get(name).map(String::as_str)
     }
 
+    /// `limit`: 1..=`max`, `default` when absent.
+    pub(crate) fn limit(&self, default: usize, max: usize) -> Result<usize, ApiError> {
+        match self.get("limit") {
+            None => Ok(default),
+            Some(text) => text
+                .parse::<usize>()
+                .ok()
+                .filter(|limit| (1..=max).contains(limit))
+                .ok_or_else(|| invalid_query(format!("limit must be an integer from 1 to {max}"))),
+        }
+    }
+
     /// `limit` (1..=`max`, `default` when absent) and the cursor parameter `after`, read by `cursor`.
     pub(crate) fn page<K>(
         &self,
@@ -275,14 +287,7 @@ impl Query {
         after: &'static str,
         cursor: impl FnOnce(&str) -> Option<K>,
     ) -> Result<Page<K>, ApiError> {
-        let limit = match self.get("limit") {
-            None => default,
-            Some(text) => text
-                .parse::<usize>()
-                .ok()
-                .filter(|limit| (1..=max).contains(limit))
-                .ok_or_else(|| invalid_query(format!("limit must be an integer from 1 to {max}")))?,
-        };
+        let limit = self.limit(default, max)?;
         let after = match self.get(after) {
             None => None,
             Some(text) => Some(cursor(text).ok_or_else(|| invalid_query(format!("{after} is not a valid cursor")))?),

@@ -152,6 +152,10 @@ declare_routes! {
     OpenApi "openapi" exact "/openapi.json" {
         GET Open => ready(Ok(openapi::get(Route::operations_documented))), api::openapi::doc;
     }
+    /// `GET /gateway/cron/jobs/{id}/runs`: a job's runs, newest first.
+    CronJobRuns "cron_job_runs" template "/gateway/cron/jobs/{id}/runs" {
+        GET Operator => cron::runs(&c.state, &c.request, c.id("id", unknown_job)?), api::cron::runs_doc;
+    }
 }
 
 impl Route {

@@ -232,6 +232,28 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     let (_, jobs) = gateway.operator_get("/gateway/cron/jobs");
     assert_eq!(jobs["jobs"], json!([]));
 
+    // A job's runs: one every second fires within a second or two; its "Runs" shows the fires newest first.
+    let (status, every_second) = gateway.operator_post(
+        "/gateway/cron/jobs",
+        &json!({"agent_id": "researcher-alpha-9", "schedule": "* * * * * *", "misfire_policy": "skip"}),
+    );
+    assert_eq!(status, 201, "{every_second}");
+    let runs_path = format!("/gateway/cron/jobs/{}/runs", every_second["id"]);
+    eventually("the job to fire", || !gateway.operator_get(&runs_path).1["runs"].as_array().unwrap().is_empty());
+    // Away and back: the view loads the jobs again, the new one with them.
+    b.goto(&gateway.url("/#/overview")).await;
+    b.wait_text("[data-testid=card-agents-value]", |text| text == "1").await;
+    b.goto(&gateway.url("/#/cron")).await;
+    let row = format!("[data-testid=job-row][data-job-id='{}']", every_second["id"]);
+    b.wait_text(&format!("{row} [data-testid=misfire-policy]"), |text| text == "skip").await;
+    b.click(&format!("{row} [data-testid=runs]")).await;
+    let shown = b.wait_text("[data-testid=runs-panel] [data-testid=run-row]", |text| text.contains("fired")).await;
+    let newest = &gateway.operator_get(&runs_path).1["runs"][0];
+    assert!(shown.contains(&format!("{}:", every_second["id"])), "a run shows its fire id: {shown:?} ({newest})");
+    b.screenshot(&shots, "cron-runs").await;
+    let (status, _) = gateway.operator_delete(&format!("/gateway/cron/jobs/{}", every_second["id"]));
+    assert_eq!(status, 200);
+
     // Dead letters: the deliveries show once dead; "Retry now" with the receiver fixed delivers one; the other,
     // retried meanwhile through the API, gets the 409 explained.
     let dead = |id: i64| gateway.operator_get(&format!("/gateway/deliveries/{id}")).1["status"] == "dead";

@@ -27,6 +27,7 @@ mod lifecycle;
 mod mailbox;
 mod messages;
 mod metrics;
+mod misfire;
 mod openapi;
 mod operator;
 mod postgres;

@@ -21,6 +21,7 @@ const FAMILIES: &[(&str, &str)] = &[
     ("gateway_agent_eviction_pass_duration_seconds", "histogram"),
     ("gateway_cron_fires", "counter"),
     ("gateway_cron_fire_lateness_seconds", "histogram"),
+    ("gateway_cron_runs", "counter"),
     ("gateway_cron_jobs_pending", "gauge"),
     ("gateway_webhook_deliveries", "counter"),
     ("gateway_webhook_attempts", "counter"),
@@ -252,6 +253,9 @@ fn the_counters_move_with_a_heartbeat_a_reminder_and_a_webhook_delivery() {
     assert_eq!(value("gateway_agents_live", &[]), Some(1.0));
     assert_eq!(value("gateway_agents_evicted_total", &[]), Some(0.0));
     assert_eq!(value("gateway_cron_fire_lateness_seconds_count", &[]), Some(1.0));
+    assert_eq!(value("gateway_cron_runs_total", &[("outcome", "fired")]), Some(1.0));
+    assert_eq!(value("gateway_cron_runs_total", &[("outcome", "skipped_misfire")]), Some(0.0));
+    assert_eq!(value("gateway_cron_runs_total", &[("outcome", "skipped_late")]), Some(0.0));
     assert_eq!(value("gateway_cron_fire_lateness_seconds_bucket", &[("le", "+Inf")]), Some(1.0));
     assert_eq!(value("gateway_cron_jobs_pending", &[]), Some(0.0), "the fired reminder's row is gone");
     assert_eq!(value("gateway_webhook_attempts_total", &[]), Some(1.0));

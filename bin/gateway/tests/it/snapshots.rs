@@ -393,6 +393,27 @@ fn every_routes_answers_match_their_snapshots() {
     r.operator("cron_job_pause", "POST", "/gateway/cron/jobs/999/pause", None);
     r.operator("cron_job_resume", "POST", &format!("{job_path}/resume"), None);
     r.operator("cron_job_resume", "GET", &format!("{job_path}/resume"), None);
+    r.operator(
+        "cron_jobs",
+        "POST",
+        "/gateway/cron/jobs",
+        Some(json!({"agent_id": "snap-agent", "schedule": "0 0 1 1 *", "misfire_policy": "skip"})),
+    );
+    r.operator(
+        "cron_jobs",
+        "POST",
+        "/gateway/cron/jobs",
+        Some(json!({"agent_id": "snap-agent", "schedule": "0 0 1 1 *", "misfire_policy": "later"})),
+    );
+    // A job that has not fired yet has no runs; a fired one's runs carry instants and lateness that differ from run
+    // to run, which the misfire tests check instead.
+    r.operator("cron_job_runs", "GET", &format!("{job_path}/runs"), None);
+    r.operator("cron_job_runs", "GET", &format!("{job_path}/runs?limit=500"), None);
+    r.operator("cron_job_runs", "GET", &format!("{job_path}/runs?limit=501"), None);
+    r.operator("cron_job_runs", "GET", &format!("{job_path}/runs?limit=0"), None);
+    r.operator("cron_job_runs", "GET", &format!("{job_path}/runs?after_id=1"), None);
+    r.operator("cron_job_runs", "GET", "/gateway/cron/jobs/999/runs", None);
+    r.operator("cron_job_runs", "POST", &format!("{job_path}/runs"), None);
     r.operator("cron_job", "DELETE", &job_path, None);
     r.operator("cron_job", "GET", &job_path, None);
     // In a time zone (preview_local), and one the tz database does not know.

@@ -18,6 +18,8 @@ fn one_time(at: OffsetDateTime) -> NewCronJob {
         is_one_time: true,
         idempotency_key: None,
         timezone: crate::DEFAULT_TIMEZONE.to_owned(),
+        misfire_policy: crate::MisfirePolicy::FireOnce,
+        max_lateness_ms: None,
     }
 }
 

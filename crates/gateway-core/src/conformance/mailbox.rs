@@ -8,8 +8,8 @@ use time::{Duration, OffsetDateTime};
 
 use crate::ports::mailbox::fire_id;
 use crate::{
-    AgentId, CronJob, CronJobStore, FencingEpoch, FencingToken, FireCompletion, FireKey, FiredReminder, MailboxEntry,
-    MailboxQuery, MailboxStore, NewCronJob, Receipt, StoreError,
+    AgentId, CronJob, CronJobRun, CronJobStore, FencingEpoch, FencingToken, FireCompletion, FireKey, FiredReminder,
+    MailboxEntry, MailboxQuery, MailboxStore, NewCronJob, Receipt, RunOutcome, SkippedRun, StoreError,
 };
 
 use super::cron::lease;
@@ -28,6 +28,8 @@ fn job(store: &(impl CronJobStore + ?Sized), agent_id: &str, at: OffsetDateTime)
         is_one_time: true,
         idempotency_key: None,
         timezone: crate::DEFAULT_TIMEZONE.to_owned(),
+        misfire_policy: crate::MisfirePolicy::FireOnce,
+        max_lateness_ms: None,
     };
     store.insert_cron_job(&new).expect("insert")
 }
@@ -283,4 +285,94 @@ where
     assert_eq!(store.prune_mailbox(cutoff, 10).expect("prune"), 0, "nothing old is left");
     assert_eq!(store.prune_mailbox(at, 10).expect("prune"), 1);
     assert_eq!(left(store), [new.job_id]);
+}
+
+/// The instant `n` seconds after `at` of a job `job_id` of `agent_id`, skipped for `outcome` at `skipped_at`.
+fn skip_of(agent_id: &str, job_id: i64, scheduled_for: OffsetDateTime, outcome: RunOutcome) -> SkippedRun {
+    SkippedRun {
+        fire_id: fire_id(job_id, scheduled_for),
+        job_id,
+        agent_id: agent(agent_id),
+        scheduled_for,
+        skipped_at: scheduled_for + Duration::seconds(30),
+        outcome,
+    }
+}
+
+/// A job's runs are its recorded fires (with their `received_at`) and its skipped instants, newest first by
+/// `scheduled_for`, at most `limit`, and only its own; they outlive the job's row. A skipped instant is recorded
+/// once (a repeat counts nothing new), under the leader's token only (an older one records nothing), and never
+/// reaches the mailbox: no entry, no position, nothing after a cursor. Expects an empty store that has seen no
+/// token above 1.
+pub fn runs_list_fires_and_skips_newest_first_outlive_their_job_and_stay_out_of_the_mailbox<S>(
+    store: &S,
+    at: OffsetDateTime,
+) where
+    S: CronJobStore + MailboxStore + FencingEpoch + ?Sized,
+{
+    let job = job(store, "agent-7", at);
+    let instant = |seconds: i64| at + Duration::seconds(seconds);
+    let fire = |seconds: i64| FiredReminder {
+        fire_id: fire_id(job.id, instant(seconds)),
+        scheduled_for: instant(seconds),
+        fired_at: instant(seconds) + Duration::microseconds(1_500),
+        ..fired(&job, at)
+    };
+    let skip = |seconds: i64, outcome| skip_of("agent-7", job.id, instant(seconds), outcome);
+    let (first, third) = (fire(0), fire(2));
+    record(store, &[first.clone(), third.clone()]);
+    let skipped = [skip(1, RunOutcome::SkippedMisfire), skip(3, RunOutcome::SkippedLate)];
+    assert_eq!(store.record_skipped_runs(FencingToken(1), &skipped).expect("record skips"), 2);
+    assert_eq!(store.record_skipped_runs(FencingToken(1), &skipped[..1]).expect("again"), 0, "recorded once");
+    // Another job's runs are not this one's.
+    record(store, &[fire_of("agent-7", 9, at)]);
+    let elsewhere = skip_of("agent-8", job.id + 500, instant(4), RunOutcome::SkippedMisfire);
+    assert_eq!(store.record_skipped_runs(FencingToken(1), &[elsewhere]).expect("record"), 1);
+    assert!(store.mark_received(&receipts(&[&first]), instant(10)).expect("mark").is_empty());
+
+    let runs = store.cron_job_runs(job.id, 10).expect("runs");
+    let seen: Vec<(i64, RunOutcome)> =
+        runs.iter().map(|run| ((run.scheduled_for - at).whole_seconds(), run.outcome)).collect();
+    assert_eq!(
+        seen,
+        [(3, RunOutcome::SkippedLate), (2, RunOutcome::Fired), (1, RunOutcome::SkippedMisfire), (0, RunOutcome::Fired)]
+    );
+    assert_eq!(runs[1], CronJobRun::fired(&MailboxEntry { seq: 0, reminder: third, received_at: None }));
+    assert_eq!(runs[3].received_at, Some(instant(10)), "a fire a stream handed out says when");
+    assert_eq!(runs[3].fired_at, first.fired_at);
+    assert_eq!(runs[0], CronJobRun::skipped(&skipped[1]));
+    assert_eq!(runs[0].lateness_ms(), 30_000);
+    assert_eq!(store.cron_job_runs(job.id, 2).expect("runs"), runs[..2], "the newest `limit`");
+
+    assert!(store.delete_cron_job(job.id).expect("delete"));
+    assert_eq!(store.cron_job_runs(job.id, 10).expect("runs"), runs, "a deleted job's runs stay");
+    assert_eq!(store.cron_job_runs(job.id + 1_000_000, 10).expect("runs"), [], "no job, no runs");
+
+    let mine = everything(store, "agent-7");
+    assert_eq!(mine.len(), 3, "the fires only (two of this job, one of another): skipped runs never reach it");
+    assert_eq!(store.mailbox_position(&agent("agent-7"), &skipped[0].fire_id).expect("position"), None);
+    assert_eq!(store.mailbox_since(0, &[], 100).expect("since").len(), 3, "the same three");
+
+    // A write under a newer token raises the epoch; a deposed leader's is refused whole.
+    assert_eq!(store.record_skipped_runs(FencingToken(5), &[skip(6, RunOutcome::SkippedMisfire)]).expect("leader"), 1);
+    let deposed = skip(5, RunOutcome::SkippedMisfire);
+    let refused = store.record_skipped_runs(FencingToken(4), std::slice::from_ref(&deposed));
+    assert_eq!(refused, Err(StoreError::Fenced { token: FencingToken(4), newest: FencingToken(5) }));
+    assert!(store.cron_job_runs(job.id, 10).expect("runs").iter().all(|run| run.fire_id != deposed.fire_id));
+    assert_eq!(store.newest_token().expect("epoch"), FencingToken(5));
+}
+
+/// Pruning the mailbox prunes skipped runs by the same cutoff, oldest recorded first, and counts them with the
+/// entries it deleted. Expects an empty store.
+pub fn pruning_the_mailbox_prunes_skipped_runs_by_the_same_cutoff<S>(store: &S, at: OffsetDateTime)
+where
+    S: CronJobStore + MailboxStore + ?Sized,
+{
+    let old = SkippedRun { skipped_at: at - Duration::hours(2), ..skip_of("agent-7", 1, at, RunOutcome::SkippedLate) };
+    let new = skip_of("agent-7", 1, at + Duration::seconds(1), RunOutcome::SkippedMisfire);
+    assert_eq!(store.record_skipped_runs(FencingToken(1), &[old, new.clone()]).expect("record"), 2);
+    record(store, &[FiredReminder { fired_at: at - Duration::hours(3), ..fire_of("agent-7", 1, at) }]);
+    assert_eq!(store.prune_mailbox(at - Duration::hours(1), 10).expect("prune"), 2, "one entry and one skip");
+    assert_eq!(store.cron_job_runs(1, 10).expect("runs"), [CronJobRun::skipped(&new)]);
+    assert_eq!(store.prune_mailbox(at - Duration::hours(1), 10).expect("prune"), 0);
 }

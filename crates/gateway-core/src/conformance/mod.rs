@@ -154,6 +154,8 @@ macro_rules! mailbox_store_conformance {
             a_receipt_marks_only_an_entry_a_completion_wrote_in_its_own_agents_mailbox,
             every_agents_newest_entries_are_read_after_a_cursor,
             pruning_deletes_the_old_entries_among_the_first_in_firing_order,
+            runs_list_fires_and_skips_newest_first_outlive_their_job_and_stay_out_of_the_mailbox,
+            pruning_the_mailbox_prunes_skipped_runs_by_the_same_cutoff,
         );
     };
 }

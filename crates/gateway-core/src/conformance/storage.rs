@@ -45,6 +45,8 @@ fn one_time(agent_id: &str, payload: Map<String, Value>, at: OffsetDateTime) -> 
         is_one_time: true,
         idempotency_key: None,
         timezone: crate::DEFAULT_TIMEZONE.to_owned(),
+        misfire_policy: crate::MisfirePolicy::FireOnce,
+        max_lateness_ms: None,
     }
 }
 

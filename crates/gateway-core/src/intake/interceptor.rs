@@ -62,6 +62,8 @@ pub struct ReminderRequest {
     /// What makes a retry of the same log recognisable (see [`reminder_idempotency_key`]); `None` for a log
     /// without `meta.trace_id`, whose retries cannot be told from new requests.
     pub idempotency_key: Option<IdempotencyKey>,
+    /// Optional `max_lateness_ms`: a reminder published later than this after its instant is not delivered.
+    pub max_lateness_ms: Option<u64>,
 }
 
 /// The key under which the reminder of one tool call of one log is stored:
@@ -102,9 +104,17 @@ pub enum ReminderRequestError {
     InvalidDelay(String),
     #[error("invalid payload for schedule_reminder: must be an object")]
     InvalidPayload,
+    /// Carries the offending value as [`Self::InvalidDelay`] does.
+    #[error("invalid max_lateness_ms for schedule_reminder: {0}")]
+    InvalidMaxLateness(String),
     #[error("schedule_reminder without identity.agent_id: not scheduled")]
     MissingAgentId,
 }
+
+/// Largest accepted `max_lateness_ms` of a reminder: ten years (of 365.25 days), the longest delay; a reminder may
+/// always be late by less than that and still be delivered. 0 is accepted: delivered only if published on time
+/// to the millisecond.
+pub const MAX_LATENESS_MS: u64 = 10 * 36_525 * 86_400_000 / 100;
 
 /// How much of an invalid `delay_ms` value reaches the warning, so an agent cannot flood the log.
 pub const MAX_LOGGED_VALUE_CHARS: usize = 64;
@@ -187,11 +197,20 @@ fn parse_reminder(log: &DecisionLog, tool_input: Option<&Value>) -> Result<Remin
         Some(Value::Object(payload)) => payload.clone(),
         _ => return Err(ReminderRequestError::InvalidPayload),
     };
+    let max_lateness_ms = match input.get("max_lateness_ms") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            value
+                .as_u64()
+                .filter(|lateness| *lateness <= MAX_LATENESS_MS)
+                .ok_or_else(|| ReminderRequestError::InvalidMaxLateness(loggable(value)))?,
+        ),
+    };
     // Fail closed: a reminder is never filed under a guessed identity.
     let agent_id = log.agent_id().cloned().ok_or(ReminderRequestError::MissingAgentId)?;
     let idempotency_key =
         log.trace_id().and_then(|trace_id| reminder_idempotency_key(&agent_id, trace_id, REMINDER_CALL_INDEX));
-    Ok(ReminderRequest { agent_id, delay_ms, payload, idempotency_key })
+    Ok(ReminderRequest { agent_id, delay_ms, payload, idempotency_key, max_lateness_ms })
 }
 
 /// Compact JSON (so control characters arrive escaped), cut to [`MAX_LOGGED_VALUE_CHARS`].
@@ -270,6 +289,22 @@ mod tests {
         assert_eq!(request.agent_id.as_str(), "agent-7");
         assert_eq!(request.delay_ms, 60_000);
         assert_eq!(request.payload["task"], "check_quota");
+        assert_eq!(request.max_lateness_ms, None, "delivered however late unless asked");
+    }
+
+    #[test]
+    fn a_reminder_may_carry_max_lateness_and_a_bad_one_is_named() {
+        let input = |lateness: Value| json!({"delay_ms": 60000, "payload": {}, "max_lateness_ms": lateness});
+        assert_eq!(reminder_of(&reminder_log(input(json!(5_000)))).unwrap().max_lateness_ms, Some(5_000));
+        assert_eq!(reminder_of(&reminder_log(input(json!(0)))).unwrap().max_lateness_ms, Some(0));
+        assert_eq!(reminder_of(&reminder_log(input(Value::Null))).unwrap().max_lateness_ms, None);
+        let as_text = json!(input(json!(250)).to_string());
+        assert_eq!(reminder_of(&reminder_log(as_text)).unwrap().max_lateness_ms, Some(250));
+        for bad in [json!(-1), json!(1.5), json!("5000"), json!(MAX_LATENESS_MS + 1)] {
+            let refused = reminder_of(&reminder_log(input(bad.clone()))).unwrap_err();
+            assert_eq!(refused, ReminderRequestError::InvalidMaxLateness(bad.to_string()), "{bad}");
+            assert!(refused.to_string().starts_with("invalid max_lateness_ms for schedule_reminder"));
+        }
     }
 
     #[test]

@@ -330,6 +330,8 @@ mod tests {
                             is_one_time: true,
                             paused: false,
                             timezone: crate::DEFAULT_TIMEZONE.to_owned(),
+                            misfire_policy: crate::MisfirePolicy::FireOnce,
+                            max_lateness_ms: request.max_lateness_ms,
                         },
                         already_scheduled: false,
                     }),

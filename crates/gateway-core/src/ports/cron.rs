@@ -21,6 +21,7 @@ use crate::ids::{AgentId, IdempotencyKey};
 use crate::ports::failure::FailureSwitch;
 use crate::ports::leadership::{EpochGate, FencingEpoch, FencingToken};
 use crate::ports::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxRows, MailboxStore, Receipt};
+use crate::ports::runs::{CronJobRun, MisfirePolicy, SkipRows, SkippedRun};
 use crate::ports::store::{StoreError, StoreHealth};
 use crate::runtime::sync::lock;
 
@@ -42,6 +43,10 @@ pub struct NewCronJob {
     /// The IANA time zone the schedule is read in ([`DEFAULT_TIMEZONE`] for one-time jobs); the store keeps it as
     /// given, gateway-cron checks it.
     pub timezone: String,
+    /// What a recurring job does about instants it missed (docs/scheduler.md "Misfires").
+    pub misfire_policy: MisfirePolicy,
+    /// A one-time job published later than this after its instant is not delivered (recorded `skipped_late`).
+    pub max_lateness_ms: Option<u64>,
 }
 
 /// One row of `cron_jobs`.
@@ -60,6 +65,8 @@ pub struct CronJob {
     pub paused: bool,
     /// The IANA time zone the schedule is read in (docs/scheduler.md, "Time zones").
     pub timezone: String,
+    pub misfire_policy: MisfirePolicy,
+    pub max_lateness_ms: Option<u64>,
 }
 
 /// One job of an [`CronJobStore::insert_cron_jobs`] call: the row that holds it and whether the call wrote it.
@@ -242,6 +249,16 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
         let claimed = if job_ids.is_empty() { Vec::new() } else { self.claim_fires(job_ids, lease)? };
         Ok((completed, claimed))
     }
+    /// Records instants that were not fired (a misfire skipped, a reminder too late), each once by its `fire_id`
+    /// (a repeat after a crash records nothing new), apart from the mailbox: no stream, replay, count or quota sees
+    /// them. Returns how many were new. A leader-only write, fenced by `token` like [`Self::claim_fires`]. The
+    /// scheduler writes them just before the completion of their row, so a completion that fails leaves them to be
+    /// written again by the refire, which finds them recorded.
+    fn record_skipped_runs(&self, token: FencingToken, skipped: &[SkippedRun]) -> Result<usize, StoreError>;
+    /// Job `job_id`'s runs, newest first (by `scheduled_for`, ties by `fire_id`), at most `limit`: its fires as the
+    /// mailbox keeps them and its skipped instants, whether or not the job still exists. Kept as long as the
+    /// mailbox keeps its entries.
+    fn cron_job_runs(&self, job_id: i64, limit: usize) -> Result<Vec<CronJobRun>, StoreError>;
 }
 
 #[derive(Debug, Clone)]
@@ -263,6 +280,7 @@ struct CronRows {
     rows: BTreeMap<i64, StoredJob>,
     by_key: BTreeMap<IdempotencyKey, i64>,
     mailbox: MailboxRows,
+    skips: SkipRows,
 }
 
 /// `cron_jobs` and `agent_mailbox` in memory. Each switch makes the matching operations report
@@ -335,6 +353,8 @@ impl CronRows {
             is_one_time: job.is_one_time,
             paused: false,
             timezone: job.timezone.clone(),
+            misfire_policy: job.misfire_policy,
+            max_lateness_ms: job.max_lateness_ms,
         };
         self.rows.insert(stored.id, StoredJob { job: stored.clone(), claim: None });
         Ok(stored)
@@ -548,6 +568,25 @@ impl CronJobStore for InMemoryCronJobStore {
         }
         Ok(completed)
     }
+
+    fn record_skipped_runs(&self, token: FencingToken, skipped: &[SkippedRun]) -> Result<usize, StoreError> {
+        self.failure.check()?;
+        if skipped.is_empty() {
+            return Ok(0);
+        }
+        self.completion_failure.check()?;
+        let mut state = lock(&self.state);
+        self.epoch.admit(token)?;
+        Ok(skipped.iter().filter(|run| state.skips.record(run)).count())
+    }
+
+    fn cron_job_runs(&self, job_id: i64, limit: usize) -> Result<Vec<CronJobRun>, StoreError> {
+        self.failure.check()?;
+        let state = lock(&self.state);
+        let fired = state.mailbox.of_job(job_id).map(CronJobRun::fired);
+        let skipped = state.skips.of_job(job_id).map(CronJobRun::skipped);
+        Ok(crate::ports::runs::newest_first(fired.chain(skipped), limit))
+    }
 }
 
 impl MailboxStore for InMemoryCronJobStore {
@@ -578,7 +617,9 @@ impl MailboxStore for InMemoryCronJobStore {
 
     fn prune_mailbox(&self, fired_before: OffsetDateTime, limit: usize) -> Result<usize, StoreError> {
         self.failure.check()?;
-        Ok(lock(&self.state).mailbox.prune(fired_before, limit))
+        let mut state = lock(&self.state);
+        let pruned = state.mailbox.prune(fired_before, limit);
+        Ok(pruned + state.skips.prune(fired_before, limit))
     }
 }
 
@@ -616,6 +657,8 @@ mod tests {
             is_one_time: true,
             idempotency_key: None,
             timezone: DEFAULT_TIMEZONE.to_owned(),
+            misfire_policy: MisfirePolicy::FireOnce,
+            max_lateness_ms: None,
         }
     }
 
@@ -684,6 +727,12 @@ mod tests {
             fired: &[FiredReminder],
         ) -> Result<usize, StoreError> {
             self.0.complete_fires(owner, token, completions, fired)
+        }
+        fn record_skipped_runs(&self, token: FencingToken, skipped: &[SkippedRun]) -> Result<usize, StoreError> {
+            self.0.record_skipped_runs(token, skipped)
+        }
+        fn cron_job_runs(&self, job_id: i64, limit: usize) -> Result<Vec<CronJobRun>, StoreError> {
+            self.0.cron_job_runs(job_id, limit)
         }
     }
 

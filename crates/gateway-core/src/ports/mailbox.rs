@@ -175,6 +175,11 @@ impl MailboxRows {
             .sum()
     }
 
+    /// The entries of job `job_id`, in firing order.
+    pub(crate) fn of_job(&self, job_id: i64) -> impl Iterator<Item = &MailboxEntry> {
+        self.entries.values().filter(move |entry| entry.reminder.job_id == job_id)
+    }
+
     pub(crate) fn position(&self, agent_id: &AgentId, fire_id: &str) -> Option<i64> {
         let seq = *self.by_fire_id.get(fire_id)?;
         self.entries.get(&seq).filter(|entry| entry.reminder.agent_id == *agent_id).map(|entry| entry.seq)

@@ -32,6 +32,7 @@ pub mod mailbox;
 pub mod rate;
 pub mod rate_limit;
 pub mod replay;
+pub mod runs;
 pub mod storage;
 pub mod store;
 pub mod tool_call;

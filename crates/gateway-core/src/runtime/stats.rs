@@ -159,13 +159,22 @@ impl Default for HeartbeatStats {
 pub struct CronStats {
     /// Reminders published.
     pub fired: Counter,
+    /// Missed instants of `skip` jobs, recorded and not published.
+    pub skipped_misfire: Counter,
+    /// One-time reminders later than their `max_lateness_ms`, recorded and not published.
+    pub skipped_late: Counter,
     /// Each published reminder's lateness: when it was published minus the instant it was scheduled for.
     pub lateness: DurationHistogram,
 }
 
 impl Default for CronStats {
     fn default() -> Self {
-        Self { fired: Counter::new(), lateness: DurationHistogram::new(LATENESS_BOUNDS) }
+        Self {
+            fired: Counter::new(),
+            skipped_misfire: Counter::new(),
+            skipped_late: Counter::new(),
+            lateness: DurationHistogram::new(LATENESS_BOUNDS),
+        }
     }
 }
 
