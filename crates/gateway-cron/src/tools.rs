@@ -90,6 +90,61 @@ impl ToolName {
     }
 }
 
+impl ToolName {
+    /// What the tool does, for a client that discovers tools (MCP's `tools/list`, docs/agents.md).
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::ScheduleReminder => {
+                "Schedules a one-time reminder for the calling agent: after `delay_ms` the gateway delivers `payload` \
+                 to the agent (its event stream, its mailbox). Answers `job_id` and `fire_at`."
+            }
+            Self::CancelReminder => {
+                "Cancels one of the calling agent's pending reminders. Answers `cancelled`: false for a job that is \
+                 not this agent's or no longer pending."
+            }
+            Self::ListReminders => "Lists the calling agent's pending reminders, soonest first.",
+        }
+    }
+
+    /// The JSON Schema (2020-12) of the tool's `params`: an object of exactly [`Self::params`], each described by
+    /// [`param_schema`]. What [`ReminderTool::from_params`] accepts is what this schema allows, so a client that
+    /// validates its arguments against it is refused by neither.
+    pub fn params_schema(self) -> Value {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for &param in self.params() {
+            let (schema, is_required) = param_schema(self, param);
+            properties.insert(param.to_owned(), schema);
+            if is_required {
+                required.push(Value::from(param));
+            }
+        }
+        json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
+    }
+}
+
+/// The schema of one parameter and whether it is required. A parameter this does not know yet (one a tool has
+/// just gained) is described as any value and optional: the tool still appears with it, and
+/// [`ReminderTool::from_params`] stays the judge of what it takes.
+fn param_schema(tool: ToolName, param: &str) -> (Value, bool) {
+    match (tool, param) {
+        (_, "delay_ms") => (
+            json!({"type": "integer", "minimum": 1, "maximum": MAX_DELAY_MS,
+                   "description": "Milliseconds from now until the reminder fires (at most ten years)."}),
+            true,
+        ),
+        (_, "payload") => (
+            json!({"type": "object",
+                   "description": "What the reminder delivers back to the agent, as it was given (a JSON object)."}),
+            true,
+        ),
+        (_, "job_id") => {
+            (json!({"type": "integer", "description": "The `job_id` that `schedule_reminder` answered."}), true)
+        }
+        _ => (json!({}), false),
+    }
+}
+
 /// One tool call's request, its parameters checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReminderTool {
@@ -459,6 +514,26 @@ mod tests {
         let smuggled = format!("x{}", "\n".repeat(3));
         let refused = ReminderTool::from_params(ToolName::ListReminders, &params(json!({smuggled: 1}))).unwrap_err();
         assert!(refused.to_string().contains("(unprintable)"), "{refused}");
+    }
+
+    /// Every tool's schema lists exactly its parameters, and a call its schema allows is accepted.
+    #[test]
+    fn each_tools_schema_names_exactly_its_params() {
+        for tool in ToolName::ALL {
+            let schema = tool.params_schema();
+            let properties = schema["properties"].as_object().unwrap();
+            let named: Vec<&str> = properties.keys().map(String::as_str).collect();
+            let mut expected = tool.params().to_vec();
+            expected.sort_unstable();
+            assert_eq!(named, expected, "{tool:?}");
+            assert_eq!(schema["additionalProperties"], false);
+            assert!(!tool.description().is_empty());
+        }
+        let schedule = ToolName::ScheduleReminder.params_schema();
+        assert_eq!(schedule["required"], json!(["delay_ms", "payload"]));
+        assert_eq!(schedule["properties"]["delay_ms"]["maximum"], MAX_DELAY_MS);
+        assert_eq!(ToolName::ListReminders.params_schema()["required"], json!([]));
+        assert_eq!(param_schema(ToolName::ScheduleReminder, "not_yet_described"), (json!({}), false));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::http::error::ApiError;
 use crate::http::response::text_response;
 use crate::http::route_table::declare_routes;
 use crate::http::{
-    agents, console, credentials, cron, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
+    agents, console, credentials, cron, events, health, heartbeat, mcp, messages, openapi, reminders, tools, webhooks,
 };
 use crate::metrics;
 use gateway_api::Reason;
@@ -152,6 +152,12 @@ declare_routes! {
     /// `GET /openapi.json`: the document of this API, derived from this table.
     OpenApi "openapi" exact "/openapi.json" {
         GET Open => ready(Ok(openapi::get(Route::operations_documented))), api::openapi::doc;
+    }
+    /// `/mcp`: the MCP endpoint (Streamable HTTP transport): a JSON-RPC message, the session's stream, its end.
+    Mcp "mcp" exact "/mcp" {
+        POST Agent => mcp::post(&c.state, c.request, c.client), api::mcp::post_doc;
+        GET Agent => mcp::get(&c.state, &c.request, c.client), api::mcp::get_doc;
+        DELETE Agent => mcp::delete(&c.state, &c.request, c.client), api::mcp::delete_doc;
     }
 }
 
