@@ -49,7 +49,7 @@ fn json_rpc_message() -> Value {
         "description": "One JSON-RPC 2.0 message: a request, a notification, or a response.",
         "properties": {
             "jsonrpc": {"const": "2.0"},
-            "id": {"type": ["string", "integer"]},
+            "id": {"type": ["string", "integer", "null"]},
             "method": {"type": "string"},
             "params": {"type": "object"},
             "result": {},
