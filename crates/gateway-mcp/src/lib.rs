@@ -12,8 +12,8 @@ pub use error::McpError;
 pub use jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RESOURCE_NOT_FOUND};
 pub use resource::{REMINDERS_URI_TEMPLATE, ReminderResource, reminders_uri};
 pub use server::{
-    McpHost, McpServer, PostAnswer, PostStatus, RequestHeaders, ResourceRefusal, SubscriptionGuard, ToolDescriptor,
-    ToolOutcome,
+    McpHost, McpServer, PostAnswer, PostStatus, RequestHeaders, ResourceRefusal, SWEEP_INTERVAL, SubscriptionGuard,
+    ToolDescriptor, ToolOutcome,
 };
 pub use session::{ResourceNotifier, SessionStream};
 

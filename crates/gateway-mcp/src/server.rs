@@ -116,12 +116,22 @@ impl PostAnswer {
 pub struct McpServer {
     sessions: SessionTable,
     server_info: Value,
+    /// When expired sessions were last swept: a message sweeps them at most every [`SWEEP_INTERVAL`], so that an
+    /// abandoned session's subscriptions stop without a loop of their own.
+    last_sweep: std::sync::Mutex<Instant>,
 }
+
+/// How often expired sessions are swept, at most.
+pub const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl McpServer {
     /// A server that names itself `name` `version` in its `initialize` answers.
     pub fn new(name: &str, version: &str) -> Self {
-        Self { sessions: SessionTable::default(), server_info: json!({"name": name, "version": version}) }
+        Self {
+            sessions: SessionTable::default(),
+            server_info: json!({"name": name, "version": version}),
+            last_sweep: std::sync::Mutex::new(Instant::now()),
+        }
     }
 
     /// Answers one POSTed message of `agent_id` (whom the caller authenticated). [`McpError`] for a request the
@@ -137,6 +147,7 @@ impl McpServer {
         if headers.protocol_version.is_some_and(|version| !PROTOCOL_VERSIONS.contains(&version)) {
             return Err(McpError::UnsupportedProtocolVersion);
         }
+        self.sweep_now_and_then();
         let message = match jsonrpc::parse(body) {
             Ok(message) => message,
             Err(unreadable) => {
@@ -194,6 +205,18 @@ impl McpServer {
         self.sessions.sweep(Instant::now())
     }
 
+    fn sweep_now_and_then(&self) {
+        let now = Instant::now();
+        {
+            let mut last = gateway_core::runtime::sync::lock(&self.last_sweep);
+            if now.saturating_duration_since(*last) < SWEEP_INTERVAL {
+                return;
+            }
+            *last = now;
+        }
+        self.sessions.sweep(now);
+    }
+
     /// Open sessions.
     pub fn session_count(&self) -> usize {
         self.sessions.len()
@@ -214,7 +237,8 @@ impl McpServer {
             let answer = jsonrpc::error(id, INVALID_PARAMS, "params.protocolVersion: must be a string");
             return Ok(PostAnswer::message(PostStatus::Ok, &answer));
         };
-        let version = PROTOCOL_VERSIONS.into_iter().find(|version| *version == offered).unwrap_or(LATEST_PROTOCOL_VERSION);
+        let version =
+            PROTOCOL_VERSIONS.into_iter().find(|version| *version == offered).unwrap_or(LATEST_PROTOCOL_VERSION);
         let session = self.sessions.create(agent_id.clone(), version, Instant::now())?;
         let result = json!({
             "protocolVersion": session.protocol_version,
@@ -332,9 +356,13 @@ fn refusal_text(reason: &str, detail: Option<String>) -> String {
 /// The `uri` of `params`, which must be `agent_id`'s own reminders: another agent's are refused as not found for
 /// this session (its token is not theirs), with the reason first.
 fn own_resource(agent_id: &AgentId, params: &Map<String, Value>) -> Result<(String, ReminderResource), (i64, String)> {
-    let uri = params.get("uri").and_then(Value::as_str).ok_or_else(|| invalid_params("params.uri: must be a string"))?;
+    let uri =
+        params.get("uri").and_then(Value::as_str).ok_or_else(|| invalid_params("params.uri: must be a string"))?;
     let resource = ReminderResource::parse(uri).ok_or_else(|| {
-        (RESOURCE_NOT_FOUND, "Resource not found: the gateway's resources are gateway://agents/{agent_id}/reminders".to_owned())
+        (
+            RESOURCE_NOT_FOUND,
+            "Resource not found: the gateway's resources are gateway://agents/{agent_id}/reminders".to_owned(),
+        )
     })?;
     if resource.agent_id != *agent_id {
         return Err((
@@ -344,4 +372,193 @@ fn own_resource(agent_id: &AgentId, params: &Map<String, Value>) -> Result<(Stri
         ));
     }
     Ok((uri.to_owned(), resource))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{MAX_SESSIONS_PER_AGENT, SESSION_IDLE_EXPIRY, STREAM_REPLAY_MESSAGES};
+
+    /// A host whose tools answer what they were given, and whose watchers are kept to be fired by hand.
+    #[derive(Default)]
+    struct FakeHost {
+        tools: Vec<ToolDescriptor>,
+        watchers: Mutex<Vec<ResourceNotifier>>,
+    }
+
+    impl McpHost for FakeHost {
+        fn tools(&self) -> &[ToolDescriptor] {
+            &self.tools
+        }
+
+        async fn call_tool(&self, agent_id: &AgentId, name: &str, arguments: Map<String, Value>) -> ToolOutcome {
+            match name {
+                "echo" => ToolOutcome::Answered(json!({"agent": agent_id.as_str(), "arguments": arguments})),
+                "refuse" => ToolOutcome::Refused { reason: "rate_limited", detail: Some("retry after 3 s".to_owned()) },
+                _ => ToolOutcome::UnknownTool,
+            }
+        }
+
+        async fn read_reminders(&self, agent_id: &AgentId, after: Option<&str>) -> Result<Value, ResourceRefusal> {
+            Ok(json!({"agent": agent_id.as_str(), "after": after}))
+        }
+
+        fn watch_reminders(&self, _agent_id: &AgentId, notifier: ResourceNotifier) -> SubscriptionGuard {
+            self.watchers.lock().unwrap().push(notifier);
+            Box::new(())
+        }
+    }
+
+    fn agent(id: &str) -> AgentId {
+        AgentId::new(id).unwrap()
+    }
+
+    fn body(message: &Value) -> Vec<u8> {
+        message.to_string().into_bytes()
+    }
+
+    fn answer_of(answer: &PostAnswer) -> Value {
+        serde_json::from_slice(answer.body.as_deref().unwrap()).unwrap()
+    }
+
+    async fn initialize(server: &McpServer, host: &FakeHost, agent_id: &AgentId) -> String {
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                             "params": {"protocolVersion": "2025-06-18", "capabilities": {}}});
+        let answer = server.post(host, agent_id, RequestHeaders::default(), &body(&request)).await.unwrap();
+        assert_eq!(answer_of(&answer)["result"]["protocolVersion"], "2025-06-18");
+        answer.session_id.unwrap()
+    }
+
+    async fn request(
+        server: &McpServer,
+        host: &FakeHost,
+        agent_id: &AgentId,
+        session: &str,
+        method: &str,
+        params: Value,
+    ) -> Value {
+        let message = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let headers = RequestHeaders { session_id: Some(session), protocol_version: Some("2025-06-18") };
+        let answer = server.post(host, agent_id, headers, &body(&message)).await.unwrap();
+        assert_eq!(answer.status, PostStatus::Ok);
+        answer_of(&answer)
+    }
+
+    #[tokio::test]
+    async fn tool_calls_answer_with_structured_content_and_refusals_are_results_that_start_with_the_reason() {
+        let (server, host, a) = (McpServer::new("t", "1"), FakeHost::default(), agent("a"));
+        let session = initialize(&server, &host, &a).await;
+        let echoed =
+            request(&server, &host, &a, &session, "tools/call", json!({"name": "echo", "arguments": {"x": 1}})).await;
+        assert_eq!(echoed["result"]["structuredContent"], json!({"agent": "a", "arguments": {"x": 1}}));
+        assert_eq!(echoed["result"]["isError"], false);
+        let refused = request(&server, &host, &a, &session, "tools/call", json!({"name": "refuse"})).await;
+        assert_eq!(refused["result"]["isError"], true);
+        assert_eq!(refused["result"]["content"][0]["text"], "rate_limited: retry after 3 s");
+        let unknown = request(&server, &host, &a, &session, "tools/call", json!({"name": "nope"})).await;
+        assert_eq!(unknown["error"]["code"], INVALID_PARAMS);
+    }
+
+    #[tokio::test]
+    async fn a_session_is_its_agents_only_and_reads_only_its_own_resource() {
+        let (server, host, a, b) = (McpServer::new("t", "1"), FakeHost::default(), agent("a"), agent("b"));
+        let session = initialize(&server, &host, &a).await;
+        let headers = RequestHeaders { session_id: Some(&session), protocol_version: None };
+        let ping = body(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}));
+        assert_eq!(server.post(&host, &b, headers, &ping).await, Err(McpError::UnknownSession));
+        let own = request(
+            &server,
+            &host,
+            &a,
+            &session,
+            "resources/read",
+            json!({"uri": "gateway://agents/a/reminders?after=f1"}),
+        )
+        .await;
+        let text: Value = serde_json::from_str(own["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(text, json!({"agent": "a", "after": "f1"}));
+        let other =
+            request(&server, &host, &a, &session, "resources/read", json!({"uri": "gateway://agents/b/reminders"}))
+                .await;
+        assert_eq!(other["error"]["code"], RESOURCE_NOT_FOUND);
+        assert!(other["error"]["message"].as_str().unwrap().starts_with("identity_mismatch"));
+        let subscribed = request(
+            &server,
+            &host,
+            &a,
+            &session,
+            "resources/subscribe",
+            json!({"uri": "gateway://agents/b/reminders"}),
+        )
+        .await;
+        assert_eq!(subscribed["error"]["code"], RESOURCE_NOT_FOUND);
+        assert!(host.watchers.lock().unwrap().is_empty(), "nothing watches another agent's reminders");
+    }
+
+    #[tokio::test]
+    async fn each_update_reaches_the_stream_which_resumes_after_an_event_id_from_what_is_kept() {
+        let (server, host, a) = (McpServer::new("t", "1"), FakeHost::default(), agent("a"));
+        let session = initialize(&server, &host, &a).await;
+        let uri = "gateway://agents/a/reminders";
+        request(&server, &host, &a, &session, "resources/subscribe", json!({"uri": uri})).await;
+        let notifier = host.watchers.lock().unwrap()[0].clone();
+        let headers = RequestHeaders { session_id: Some(&session), protocol_version: None };
+        let mut stream = server.open_stream(&a, headers, None).unwrap();
+        assert!(notifier.resource_updated());
+        let frame = String::from_utf8(stream.next().await.unwrap().to_vec()).unwrap();
+        assert!(frame.starts_with("id: 1\nevent: message\ndata: "), "{frame}");
+        assert!(frame.contains(r#""method":"notifications/resources/updated""#) && frame.contains(uri), "{frame}");
+        for _ in 0..STREAM_REPLAY_MESSAGES + 5 {
+            assert!(notifier.resource_updated());
+        }
+        // A new stream takes over; the old one ends.
+        let mut resumed = server.open_stream(&a, headers, Some("3")).unwrap();
+        assert_eq!(stream.next().await, None);
+        let first = String::from_utf8(resumed.next().await.unwrap().to_vec()).unwrap();
+        // Ids 2 to 6 went out of what is kept: the oldest kept one comes first.
+        assert!(first.starts_with("id: 7\n"), "{first}");
+        // Ending the session ends its stream and stops its watchers.
+        server.end_session(&a, headers).unwrap();
+        assert_eq!(resumed.next().await, None);
+        assert!(!notifier.resource_updated());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sessions_are_bounded_per_agent_and_expire_when_idle_unless_their_stream_is_open() {
+        let (server, host, a) = (McpServer::new("t", "1"), FakeHost::default(), agent("a"));
+        let first = initialize(&server, &host, &a).await;
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let mut newer = Vec::new();
+        for _ in 0..MAX_SESSIONS_PER_AGENT {
+            newer.push(initialize(&server, &host, &a).await);
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        let headers = |session| RequestHeaders { session_id: Some(session), protocol_version: None };
+        assert_eq!(server.open_stream(&a, headers(&first), None).err(), Some(McpError::UnknownSession));
+        assert_eq!(server.session_count(), MAX_SESSIONS_PER_AGENT);
+        let held = server.open_stream(&a, headers(&newer[0]), None).unwrap();
+        tokio::time::advance(SESSION_IDLE_EXPIRY).await;
+        assert_eq!(server.sweep(), MAX_SESSIONS_PER_AGENT - 1, "all but the one holding its stream");
+        drop(held);
+        tokio::time::advance(SESSION_IDLE_EXPIRY).await;
+        assert_eq!(server.sweep(), 1);
+        assert_eq!(server.session_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_before_initialize_or_in_an_unknown_revision_is_refused_by_the_transport() {
+        let (server, host, a) = (McpServer::new("t", "1"), FakeHost::default(), agent("a"));
+        let ping = body(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}));
+        assert_eq!(server.post(&host, &a, RequestHeaders::default(), &ping).await, Err(McpError::SessionRequired));
+        let old = RequestHeaders { session_id: None, protocol_version: Some("2024-11-05") };
+        assert_eq!(server.post(&host, &a, old, &ping).await, Err(McpError::UnsupportedProtocolVersion));
+        let unreadable = server.post(&host, &a, RequestHeaders::default(), b"{").await.unwrap();
+        assert_eq!(unreadable.status, PostStatus::BadRequest);
+        assert_eq!(answer_of(&unreadable)["error"]["code"], jsonrpc::PARSE_ERROR);
+    }
 }

@@ -142,10 +142,9 @@ impl Session {
             state.stream_generation
         };
         self.wake.notify_waiters();
-        let cursor = last_event_id.and_then(|id| id.trim().parse::<u64>().ok()).map_or_else(
-            || lock(&self.state).delivered.saturating_add(1),
-            |id| id.saturating_add(1),
-        );
+        let cursor = last_event_id
+            .and_then(|id| id.trim().parse::<u64>().ok())
+            .map_or_else(|| lock(&self.state).delivered.saturating_add(1), |id| id.saturating_add(1));
         SessionStream { session: Arc::clone(self), generation, cursor }
     }
 }

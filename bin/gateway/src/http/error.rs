@@ -276,10 +276,9 @@ impl From<McpError> for ApiError {
             McpError::UnsupportedProtocolVersion => {
                 Self::new(StatusCode::BAD_REQUEST, Reason::UnsupportedProtocolVersion)
             }
-            McpError::TooManySessions => Self {
-                retry_after_s: Some(1),
-                ..Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::TooManySessions)
-            },
+            McpError::TooManySessions => {
+                Self { retry_after_s: Some(1), ..Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::TooManySessions) }
+            }
         }
         .with_detail(detail)
     }

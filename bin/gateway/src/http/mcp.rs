@@ -57,7 +57,11 @@ pub(crate) fn tool_descriptors() -> Vec<ToolDescriptor> {
                                            and does nothing again. Without it, each call is a new one."}),
                 );
             }
-            ToolDescriptor { name: tool.as_str().to_owned(), description: tool.description().to_owned(), input_schema: schema }
+            ToolDescriptor {
+                name: tool.as_str().to_owned(),
+                description: tool.description().to_owned(),
+                input_schema: schema,
+            }
         })
         .collect()
 }
@@ -111,8 +115,7 @@ pub(super) async fn post(state: &AppState, request: Request, client: IpAddr) -> 
         (headers.session_id.map(str::to_owned), headers.protocol_version.map(str::to_owned))
     };
     let body = read_body(request).await?;
-    let headers =
-        RequestHeaders { session_id: session_id.as_deref(), protocol_version: protocol_version.as_deref() };
+    let headers = RequestHeaders { session_id: session_id.as_deref(), protocol_version: protocol_version.as_deref() };
     let host = Host { state, caller: &caller };
     let answer = state.mcp.post(&host, &agent_id, headers, &body).await?;
     Ok(post_response(answer))
@@ -247,9 +250,10 @@ impl McpHost for Host<'_> {
             ResourceRefusal { reason: error.reason, detail: error.detail }
         };
         let entries = match after {
-            Some(fire_id) => {
-                mailbox.reminders_after(agent_id.clone(), Some(fire_id), MAX_RESOURCE_REMINDERS).await.map_err(refused)?
-            }
+            Some(fire_id) => mailbox
+                .reminders_after(agent_id.clone(), Some(fire_id), MAX_RESOURCE_REMINDERS)
+                .await
+                .map_err(refused)?,
             None => {
                 let mut replay = Replay::unreceived(agent_id.clone());
                 let mut entries = Vec::new();

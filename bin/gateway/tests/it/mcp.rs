@@ -286,12 +286,17 @@ fn the_transport_refuses_what_it_cannot_answer_with_the_status_the_spec_names() 
     // JSON-RPC's own errors: -32700 and -32600 at 400 without id, -32601 and -32602 answered.
     for (body, code) in [("{\"jsonrpc\":", -32700), ("[]", -32600), ("{\"jsonrpc\":\"2.0\",\"id\":1}", -32600)] {
         let (status, _, answer) = client.post_text(body, &[]);
-        assert_eq!((status, answer["error"]["code"].as_i64(), &answer["id"]), (400, Some(code), &Value::Null), "{body}");
+        assert_eq!(
+            (status, answer["error"]["code"].as_i64(), &answer["id"]),
+            (400, Some(code), &Value::Null),
+            "{body}"
+        );
     }
     let (status, answer) = client.post(&json!({"jsonrpc": "2.0", "id": "x", "method": "no/such"}));
     assert_eq!((status, answer["error"]["code"].as_i64(), &answer["id"]), (200, Some(-32601), &json!("x")));
     for params in [json!({}), json!({"name": 7}), json!({"name": "schedule_reminder", "arguments": []})] {
-        let (status, answer) = client.post(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}));
+        let (status, answer) =
+            client.post(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}));
         assert_eq!((status, answer["error"]["code"].as_i64()), (200, Some(-32602)), "{params}: {answer}");
     }
     let unknown = client.post(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "rm"}}));
@@ -320,7 +325,8 @@ fn the_transport_refuses_what_it_cannot_answer_with_the_status_the_spec_names() 
     let (status, refused) = client.post(&ping());
     assert_eq!((status, refused["reason"].as_str()), (404, Some("unknown_session")), "{refused}");
     // Bodies as on every route: over the limit before it is read.
-    let head = "POST /mcp HTTP/1.1\r\nx-agent-id: mcp-transport\r\ncontent-type: application/json\r\ncontent-length: 2000000";
+    let head =
+        "POST /mcp HTTP/1.1\r\nx-agent-id: mcp-transport\r\ncontent-type: application/json\r\ncontent-length: 2000000";
     let answer = raw_request(&gateway, head, b"{");
     assert!(answer.starts_with("HTTP/1.1 413") && answer.contains("payload_too_large"), "{answer}");
 }
