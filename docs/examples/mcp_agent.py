@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import urllib.parse
+import warnings
 
 import anyio
 import httpx2
@@ -31,7 +32,11 @@ import jsonschema
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+
+# `resources/subscribe` is how the 2025 revisions (which the gateway speaks) subscribe; the SDK warns that the
+# 2026 revision replaces it.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 GATEWAY_URL = os.environ.get("GATEWAY_URL", "http://127.0.0.1:4000").rstrip("/")
 AGENT_ID = os.environ["AGENT_ID"]

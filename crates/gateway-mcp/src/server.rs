@@ -325,9 +325,11 @@ impl McpServer {
             }
             "resources/subscribe" => {
                 let (uri, _) = own_resource(agent_id, &params)?;
+                // Told with the URI as the client wrote it (that is what it matches), kept under the agent's one
+                // resource: `?after=` variants are one subscription, not one bus subscription each.
                 let notifier = ResourceNotifier { session: Arc::downgrade(session), uri: Arc::from(uri.as_str()) };
                 let guard = host.watch_reminders(agent_id, notifier);
-                if !session.subscribe(uri, guard) {
+                if !session.subscribe(reminders_uri(agent_id), guard) {
                     return Err(invalid_params(&format!(
                         "too_many_subscriptions: a session holds at most {} subscriptions",
                         crate::MAX_SUBSCRIPTIONS_PER_SESSION
@@ -336,8 +338,8 @@ impl McpServer {
                 Ok(json!({}))
             }
             "resources/unsubscribe" => {
-                let (uri, _) = own_resource(agent_id, &params)?;
-                session.unsubscribe(&uri);
+                own_resource(agent_id, &params)?;
+                session.unsubscribe(&reminders_uri(agent_id));
                 Ok(json!({}))
             }
             _ => Err((METHOD_NOT_FOUND, "Method not found".to_owned())),
