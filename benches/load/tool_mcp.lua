@@ -7,7 +7,9 @@ function setup(thread)
   thread:set("tid", #threads)
 end
 
-local counter, refused = 0, 0
+local counter = 0
+-- A global: done() reads it from each thread (thread:get sees globals only).
+refused = 0
 local sessions = {}
 local round = os.getenv("BENCH_ROUND") or "0"
 
