@@ -70,9 +70,14 @@ pub(crate) fn parse(body: &[u8]) -> Result<Incoming, Unreadable> {
     })
 }
 
-/// The answer to request `id`.
-pub(crate) fn result(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+/// The answer to request `id`. Built field by field: `json!` serializes what it is given, which would copy the
+/// whole result once more.
+pub(crate) fn result(id: Value, result: Value) -> Value {
+    let mut answer = Map::with_capacity(3);
+    answer.insert("jsonrpc".to_owned(), Value::from("2.0"));
+    answer.insert("id".to_owned(), id);
+    answer.insert("result".to_owned(), result);
+    Value::Object(answer)
 }
 
 /// A JSON-RPC error for request `id` (null when the request's id could not be read).

@@ -164,7 +164,7 @@ impl McpServer {
         match message {
             Incoming::Request { id, method, params } => {
                 let answer = match self.dispatch(host, &session, &method, params).await {
-                    Ok(result) => jsonrpc::result(&id, result),
+                    Ok(result) => jsonrpc::result(id, result),
                     Err((code, message)) => jsonrpc::error(&id, code, &message),
                 };
                 Ok(PostAnswer::message(PostStatus::Ok, &answer))
@@ -251,7 +251,7 @@ impl McpServer {
                 schedule come back as the resource gateway://agents/{agent_id}/reminders: subscribe to it to be \
                 told of each new one.",
         });
-        let mut answer = PostAnswer::message(PostStatus::Ok, &jsonrpc::result(id, result));
+        let mut answer = PostAnswer::message(PostStatus::Ok, &jsonrpc::result(id.clone(), result));
         answer.session_id = Some(session.id.clone());
         Ok(answer)
     }
@@ -262,7 +262,7 @@ impl McpServer {
         host: &H,
         session: &Arc<Session>,
         method: &str,
-        params: Map<String, Value>,
+        mut params: Map<String, Value>,
     ) -> Result<Value, (i64, String)> {
         let agent_id = &session.agent_id;
         match method {
@@ -278,21 +278,16 @@ impl McpServer {
                 Ok(json!({"tools": tools}))
             }
             "tools/call" => {
-                let name = params
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| invalid_params("params.name: must be a string"))?;
-                let arguments = match params.get("arguments") {
+                let Some(Value::String(name)) = params.remove("name") else {
+                    return Err(invalid_params("params.name: must be a string"));
+                };
+                let arguments = match params.remove("arguments") {
                     None | Some(Value::Null) => Map::new(),
-                    Some(Value::Object(arguments)) => arguments.clone(),
+                    Some(Value::Object(arguments)) => arguments,
                     Some(_) => return Err(invalid_params("params.arguments: must be an object")),
                 };
-                match host.call_tool(agent_id, name, arguments).await {
-                    ToolOutcome::Answered(result) => Ok(json!({
-                        "content": [{"type": "text", "text": result.to_string()}],
-                        "structuredContent": result,
-                        "isError": false,
-                    })),
+                match host.call_tool(agent_id, &name, arguments).await {
+                    ToolOutcome::Answered(result) => Ok(tool_result(result)),
                     ToolOutcome::Refused { reason, detail } => {
                         let text = detail.map_or_else(|| reason.to_owned(), |detail| format!("{reason}: {detail}"));
                         Ok(json!({"content": [{"type": "text", "text": text}], "isError": true}))
@@ -345,6 +340,17 @@ impl McpServer {
             _ => Err((METHOD_NOT_FOUND, "Method not found".to_owned())),
         }
     }
+}
+
+/// A tool's result as MCP shows it: the JSON as text (for clients that read only text) and as
+/// `structuredContent`. Built field by field, moving `result` in (`json!` would serialize a copy of it).
+fn tool_result(result: Value) -> Value {
+    let text = json!([{"type": "text", "text": result.to_string()}]);
+    let mut answer = Map::with_capacity(3);
+    answer.insert("content".to_owned(), text);
+    answer.insert("structuredContent".to_owned(), result);
+    answer.insert("isError".to_owned(), Value::Bool(false));
+    Value::Object(answer)
 }
 
 fn invalid_params(message: &str) -> (i64, String) {
