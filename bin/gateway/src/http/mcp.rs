@@ -155,8 +155,9 @@ pub(super) async fn delete(state: &AppState, request: &Request, client: IpAddr) 
 pub(super) async fn get(state: &AppState, request: &Request, client: IpAddr) -> Result<Response, ApiError> {
     let (caller, agent_id) = caller(state, request.headers(), client).await?;
     let last_event_id = last_event_id(request.headers());
-    let mut stream = state.mcp.open_stream(&agent_id, mcp_headers(request.headers()), last_event_id.as_deref())?;
+    // Admitted first: a stream refused by the caps must not have ended the session's stream it would replace.
     let admitted = state.auth.admit_stream(&caller, &agent_id, client, &state.shutdown)?;
+    let mut stream = state.mcp.open_stream(&agent_id, mcp_headers(request.headers()), last_event_id.as_deref())?;
     let stop = admitted.stop().clone();
     let (frames, receiver) = mpsc::channel(STREAM_QUEUE);
     tokio::spawn(async move {

@@ -421,3 +421,20 @@ fn an_agent_holds_a_bounded_number_of_sessions_and_its_oldest_ends_first() {
     neighbour.initialize();
     assert_eq!(neighbour.post(&ping()).0, 200);
 }
+
+/// Session streams are the agent's event streams for the caps: one over `--agent-streams-per-agent` is refused, and
+/// the refused one has not ended the stream it would have replaced.
+#[test]
+fn session_streams_count_against_the_agents_stream_cap() {
+    let gateway = Gateway::start(&["--agent-streams-per-agent", "1"]);
+    let mut client = Client::open(&gateway, "mcp-capped");
+    client.initialize();
+    let uri = "gateway://agents/mcp-capped/reminders";
+    client.call(1, "resources/subscribe", json!({"uri": uri}));
+    let stream = client.stream(None);
+    assert_eq!(stream.status, 200);
+    let refused = client.stream(None);
+    assert_eq!(refused.status, 429);
+    client.tool("schedule_reminder", json!({"delay_ms": 1, "payload": {}}));
+    assert_eq!(stream.expect("message").data["params"]["uri"], uri, "the first stream still runs");
+}
