@@ -24,6 +24,12 @@ bench name="" *args:
     cargo build --release -p gateway
     cargo bench -p gateway-benches {{ if name == "" { "" } else { "--bench " + name } }} {{ if args == "" { "" } else { "-- " + args } }}
 
+# Issue 19: scheduling through MCP (`tools/call` on /mcp) against `POST /gateway/tools/schedule_reminder`, same
+# gateway, alternating rounds (benches/load/mcp.sh, wrk). Gateway on CPU 0, wrk on CPU 1.
+bench-mcp duration="10s":
+    cargo build --release -p gateway
+    benches/load/mcp.sh {{duration}}
+
 # Issue 18's table: heartbeats/s on SQLite, PostgreSQL and PostgreSQL + Redis (one instance each) with wrk, their
 # ratios to SQLite, and the PostgreSQL ceiling beside each (benches/ingest_table.rs). Servers on CPU 0, wrk on CPU 1.
 bench-table:

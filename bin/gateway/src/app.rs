@@ -204,6 +204,8 @@ impl App {
             mailbox,
             intake,
             tools,
+            mcp: gateway_mcp::McpServer::new("agent-gateway", env!("CARGO_PKG_VERSION")),
+            mcp_tools: crate::http::mcp_tool_descriptors(),
             retention,
             cluster,
             clock,

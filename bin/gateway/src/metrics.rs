@@ -283,6 +283,13 @@ impl Collector for Scrape {
             )?;
         }
 
+        gauge(
+            &mut encoder,
+            "mcp_sessions",
+            "MCP sessions this instance holds (`/mcp`; their server streams count with the agent streams)",
+            as_i64(state.mcp.session_count()),
+        )?;
+
         let mut streams = encoder.encode_descriptor(
             "sse_streams_open",
             "Open event streams, by scope (agent: agent:<id>:scheduled; operator: gateway:*)",

@@ -41,6 +41,10 @@ pub(crate) struct AppState {
     pub(crate) intake: DecisionLogIntake,
     /// The agents' reminder tools (`POST /gateway/tools/{tool_name}`).
     pub(crate) tools: ReminderTools,
+    /// The MCP server of `/mcp`: its sessions (gateway-mcp).
+    pub(crate) mcp: gateway_mcp::McpServer,
+    /// The tools as MCP's `tools/list` shows them (http/mcp.rs).
+    pub(crate) mcp_tools: Vec<gateway_mcp::ToolDescriptor>,
     pub(crate) retention: DeliveryRetention,
     /// This instance's place in its cluster (`/gateway/cluster`, `/readyz`).
     pub(crate) cluster: Cluster,

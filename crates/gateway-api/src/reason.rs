@@ -108,6 +108,14 @@ reasons! {
          read, then the connection closes",
     MethodNotAllowed = "method_not_allowed": "the path is known, the method is not (`Allow` lists those it takes)",
     InternalError = "internal_error": "a bug: the detail is in the gateway's log",
+    AgentRequired = "agent_required":
+        "on an open loopback gateway an MCP request names its agent in `X-Agent-Id` (with agent auth on, the token does)",
+    SessionRequired = "session_required": "an MCP message other than `initialize` needs the `Mcp-Session-Id` it issued",
+    UnknownSession = "unknown_session":
+        "the `Mcp-Session-Id` names no session of this agent here (ended or expired): send `initialize` again",
+    UnsupportedProtocolVersion = "unsupported_protocol_version":
+        "`MCP-Protocol-Version` names an MCP revision this gateway does not speak",
+    TooManySessions = "too_many_sessions": "the gateway holds as many MCP sessions as it may; retry later",
 }
 
 impl std::fmt::Display for Reason {

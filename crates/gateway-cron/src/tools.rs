@@ -38,6 +38,7 @@ use crate::error::CronError;
 use crate::jobs::{MAX_DELAY_MS, preview_local};
 use crate::reminders::{RecurringRequest, json_len};
 use crate::schedule::CronSchedule;
+use crate::schedule::{MAX_SCHEDULE_LEN, MAX_TIMEZONE_LEN};
 use crate::scheduler::CronScheduler;
 
 /// Most reminders one `list_reminders` answer holds (the agent's soonest).
@@ -105,6 +106,68 @@ impl ToolName {
             Self::ScheduleRecurring => &["schedule", "payload"],
         }
     }
+}
+
+impl ToolName {
+    /// What the tool does, for a client that discovers tools (MCP's `tools/list`, docs/agents.md).
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::ScheduleReminder => {
+                "Schedules a one-time reminder for the calling agent: after `delay_ms` the gateway delivers `payload` \
+                 to the agent (its event stream, its mailbox). Answers `job_id` and `fire_at`."
+            }
+            Self::CancelReminder => {
+                "Cancels one of the calling agent's pending reminders. Answers `cancelled`: false for a job that is \
+                 not this agent's or no longer pending."
+            }
+            Self::ListReminders => "Lists the calling agent's pending reminders and recurring jobs, soonest first.",
+            Self::ScheduleRecurring => {
+                "Schedules a recurring job for the calling agent: at each instant of the cron expression `schedule`, \
+                 read in the IANA time zone `timezone` (UTC when absent), the gateway delivers `payload` to the agent. \
+                 Answers `job_id`, `fire_at` and `fire_at_local`; `cancel_reminder` stops it."
+            }
+        }
+    }
+
+    /// The JSON Schema (2020-12) of the tool's `params`: an object of exactly [`Self::params`], each described by
+    /// [`param_schema`]. What [`ReminderTool::from_params`] accepts is what this schema allows, so a client that
+    /// validates its arguments against it is refused by neither.
+    pub fn params_schema(self) -> Value {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for &param in self.params() {
+            let (schema, is_required) = param_schema(self, param);
+            properties.insert(param.to_owned(), schema);
+            if is_required {
+                required.push(Value::from(param));
+            }
+        }
+        json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
+    }
+}
+
+/// The schema of one parameter and whether it is required. A parameter this does not know yet (one a tool has
+/// just gained) is described as any value and optional: the tool still appears with it, and
+/// [`ReminderTool::from_params`] stays the judge of what it takes.
+fn param_schema(tool: ToolName, param: &str) -> (Value, bool) {
+    let required = tool.required_params().contains(&param);
+    let schema = match (tool, param) {
+        (_, "delay_ms") => json!({"type": "integer", "minimum": 1, "maximum": MAX_DELAY_MS,
+                   "description": "Milliseconds from now until the reminder fires (at most ten years)."}),
+        (_, "payload") => json!({"type": "object",
+                   "description": "What the reminder delivers back to the agent, as it was given (a JSON object)."}),
+        (_, "job_id") => json!({"type": "integer",
+                   "description": "The `job_id` that `schedule_reminder` or `schedule_recurring` answered."}),
+        (_, "max_lateness_ms") => json!({"type": "integer", "minimum": 0, "maximum": MAX_LATENESS_MS,
+                   "description": "If the reminder would be delivered later than this many milliseconds after its \
+                                   instant (the gateway was down, say), it is not delivered at all."}),
+        (_, "schedule") => json!({"type": "string", "minLength": 1, "maxLength": MAX_SCHEDULE_LEN,
+                   "description": "A cron expression: crontab's 5 fields, or 6/7 with seconds, or @daily and friends."}),
+        (_, "timezone") => json!({"type": "string", "maxLength": MAX_TIMEZONE_LEN,
+                   "description": "The IANA time zone the schedule is read in (`Europe/Paris`); UTC when absent."}),
+        _ => json!({}),
+    };
+    (schema, required)
 }
 
 /// One tool call's request, its parameters checked.
@@ -593,6 +656,26 @@ mod tests {
         let smuggled = format!("x{}", "\n".repeat(3));
         let refused = ReminderTool::from_params(ToolName::ListReminders, &params(json!({smuggled: 1}))).unwrap_err();
         assert!(refused.to_string().contains("(unprintable)"), "{refused}");
+    }
+
+    /// Every tool's schema lists exactly its parameters, and a call its schema allows is accepted.
+    #[test]
+    fn each_tools_schema_names_exactly_its_params() {
+        for tool in ToolName::ALL {
+            let schema = tool.params_schema();
+            let properties = schema["properties"].as_object().unwrap();
+            let named: Vec<&str> = properties.keys().map(String::as_str).collect();
+            let mut expected = tool.params().to_vec();
+            expected.sort_unstable();
+            assert_eq!(named, expected, "{tool:?}");
+            assert_eq!(schema["additionalProperties"], false);
+            assert!(!tool.description().is_empty());
+        }
+        let schedule = ToolName::ScheduleReminder.params_schema();
+        assert_eq!(schedule["required"], json!(["delay_ms", "payload"]));
+        assert_eq!(schedule["properties"]["delay_ms"]["maximum"], MAX_DELAY_MS);
+        assert_eq!(ToolName::ListReminders.params_schema()["required"], json!([]));
+        assert_eq!(param_schema(ToolName::ScheduleReminder, "not_yet_described"), (json!({}), false));
     }
 
     #[test]

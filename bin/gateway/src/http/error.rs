@@ -15,6 +15,7 @@ use gateway_core::StoreError;
 use gateway_cron::CronError;
 use gateway_edge::Refusal;
 use gateway_heartbeat::HeartbeatError;
+use gateway_mcp::McpError;
 use gateway_webhooks::{SignatureError, WebhookError};
 use http::StatusCode;
 
@@ -267,6 +268,23 @@ impl From<CronError> for ApiError {
             }
             CronError::Store(store) => store.into(),
         }
+    }
+}
+
+impl From<McpError> for ApiError {
+    fn from(error: McpError) -> Self {
+        let detail = error.to_string();
+        match error {
+            McpError::SessionRequired => Self::new(StatusCode::BAD_REQUEST, Reason::SessionRequired),
+            McpError::UnknownSession => Self::new(StatusCode::NOT_FOUND, Reason::UnknownSession),
+            McpError::UnsupportedProtocolVersion => {
+                Self::new(StatusCode::BAD_REQUEST, Reason::UnsupportedProtocolVersion)
+            }
+            McpError::TooManySessions => {
+                Self { retry_after_s: Some(1), ..Self::new(StatusCode::SERVICE_UNAVAILABLE, Reason::TooManySessions) }
+            }
+        }
+        .with_detail(detail)
     }
 }
 

@@ -20,6 +20,8 @@ mod cron;
 pub(crate) mod events;
 mod health;
 mod heartbeat;
+mod mcp;
+pub(crate) use mcp::tool_descriptors as mcp_tool_descriptors;
 mod messages;
 pub(crate) mod openapi;
 #[cfg(test)]

@@ -13,7 +13,7 @@ use gateway_api as api;
 use crate::http::error::ApiError;
 use crate::http::route_table::declare_routes;
 use crate::http::{
-    agents, console, credentials, cron, events, health, heartbeat, messages, openapi, reminders, tools, webhooks,
+    agents, console, credentials, cron, events, health, heartbeat, mcp, messages, openapi, reminders, tools, webhooks,
 };
 use crate::metrics;
 use gateway_api::Reason;
@@ -155,6 +155,12 @@ declare_routes! {
     /// `GET /gateway/cron/jobs/{id}/runs`: a job's runs, newest first.
     CronJobRuns "cron_job_runs" template "/gateway/cron/jobs/{id}/runs" {
         GET Operator => cron::runs(&c.state, &c.request, c.id("id", unknown_job)?), api::cron::runs_doc;
+    }
+    /// `/mcp`: the MCP endpoint (Streamable HTTP transport): a JSON-RPC message, the session's stream, its end.
+    Mcp "mcp" exact "/mcp" {
+        POST Agent => mcp::post(&c.state, c.request, c.client), api::mcp::post_doc;
+        GET Agent => mcp::get(&c.state, &c.request, c.client), api::mcp::get_doc;
+        DELETE Agent => mcp::delete(&c.state, &c.request, c.client), api::mcp::delete_doc;
     }
 }
 

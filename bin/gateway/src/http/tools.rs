@@ -6,11 +6,11 @@ use std::net::IpAddr;
 
 use gateway_auth::{Access, Named};
 use gateway_core::{AgentId, ToolCallId};
-use gateway_cron::{ReminderTool, ToolName};
+use gateway_cron::{ReminderTool, ToolAnswer, ToolName};
 use http::StatusCode;
 use http::header::HeaderValue;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
@@ -43,13 +43,26 @@ pub(super) async fn call(
         .map_err(|error| ApiError::unprocessable(Reason::InvalidField, format!("tool_call_id: {error}")))?;
     let params = body.take_object("params")?.unwrap_or_default();
     body.finish(&FIELDS)?;
-    let request = ReminderTool::from_params(tool, &params)?;
-    let answer = state.tools.call(agent_id, tool_call_id, request).await?;
+    let answer = execute(state, agent_id, tool, tool_call_id, &params).await?;
     let mut response = json_response(StatusCode::OK, &ToolAnswerBody { result: &answer.result });
     if answer.replayed {
         response.headers_mut().insert(IDEMPOTENT_REPLAYED_HEADER, HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+/// Runs `tool` for `agent_id`, whose call was admitted (authenticated, counted against its rate limit): its
+/// parameters checked, then gateway-cron's `ReminderTools` (limits, quotas, idempotency per `tool_call_id`). The one
+/// path of every tool call, this route's and `/mcp`'s `tools/call` (http/mcp.rs).
+pub(crate) async fn execute(
+    state: &AppState,
+    agent_id: AgentId,
+    tool: ToolName,
+    tool_call_id: ToolCallId,
+    params: &Map<String, Value>,
+) -> Result<ToolAnswer, ApiError> {
+    let request = ReminderTool::from_params(tool, params)?;
+    Ok(state.tools.call(agent_id, tool_call_id, request).await?)
 }
 
 /// The body and the agent it names.

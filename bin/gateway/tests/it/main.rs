@@ -25,6 +25,7 @@ mod idempotency;
 mod inbound;
 mod lifecycle;
 mod mailbox;
+mod mcp;
 mod messages;
 mod metrics;
 mod misfire;

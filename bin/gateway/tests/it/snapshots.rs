@@ -446,6 +446,32 @@ fn every_routes_answers_match_their_snapshots() {
     r.operator("webhook_config", "DELETE", &config_path, None);
     r.operator("webhook_config", "DELETE", &config_path, None);
 
+    // MCP (`/mcp`): on this open loopback gateway the agent is named in X-Agent-Id.
+    let agent = ("x-agent-id", "snap-agent");
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "snap", "version": "1"}}})
+    .to_string();
+    r.send("mcp", As::Anyone, "POST", "/mcp", Some(&initialize), &[]);
+    r.send("mcp", As::Anyone, "POST", "/mcp", Some(&initialize), &[agent]);
+    let answer = r.agent.post(r.gateway.url("/mcp")).header(agent.0, agent.1).send(initialize.as_str()).unwrap();
+    let session = answer.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    r.masks.push((session.clone(), "[session]"));
+    let in_session = [agent, ("mcp-session-id", session.as_str())];
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    r.send("mcp", As::Anyone, "POST", "/mcp", Some(&ping), &[agent]);
+    r.send("mcp", As::Anyone, "POST", "/mcp", Some(&ping), &[agent, ("mcp-session-id", "no-such-session")]);
+    let refused = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                         "params": {"name": "schedule_reminder", "arguments": {"delay_ms": 0, "payload": {}}}});
+    r.send("mcp", As::Anyone, "POST", "/mcp", Some(&refused.to_string()), &in_session);
+    let unknown = json!({"jsonrpc": "2.0", "id": 3, "method": "no/such"}).to_string();
+    r.send("mcp", As::Anyone, "POST", "/mcp", Some(&unknown), &in_session);
+    r.send("mcp", As::Anyone, "POST", "/mcp", Some("{\"jsonrpc\":"), &in_session);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    r.send("mcp", As::Anyone, "POST", "/mcp", Some(&initialized), &in_session);
+    r.send("mcp", As::Anyone, "GET", "/mcp", None, &[agent]);
+    r.send("mcp", As::Anyone, "DELETE", "/mcp", None, &in_session);
+    r.send("mcp", As::Anyone, "DELETE", "/mcp", None, &in_session);
+
     // The operator surface.
     r.operator("metrics", "GET", "/metrics", None);
     r.anyone("metrics", "GET", "/metrics", None);
