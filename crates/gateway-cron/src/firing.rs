@@ -361,6 +361,8 @@ impl CronScheduler {
                 payload: job.payload,
                 scheduled_for: job.next_fire_at,
                 fired_at: whole_microseconds(now),
+                // The term whose claim this fire is (a new term drops the claims of the old one: `step_down`).
+                epoch: state.term.map_or(0, |FencingToken(term)| term),
             };
             let event = reminder.event();
             let fire_id = reminder.fire_id.as_str();

@@ -1052,6 +1052,7 @@ mod tests {
                 scheduled_for: at,
                 payload: serde_json::Map::new(),
                 fire_id: "1:x".into(),
+                epoch: 4,
             },
             EventPayload::AgentEvicted { agent_id, cluster_id: ClusterId::new("c").unwrap(), last_seen: at },
             EventPayload::WebhookDeliveryStatus {

@@ -153,6 +153,8 @@ pub enum EventPayload {
         scheduled_for: OffsetDateTime,
         payload: Map<String, Value>,
         fire_id: String,
+        /// The leadership term the fire was published under (docs/agents.md, "Fencing").
+        epoch: u64,
     },
     AgentEvicted {
         agent_id: AgentId,
