@@ -28,8 +28,7 @@ pub struct MailboxPage<'a> {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MailboxReminder<'a> {
-    /// The leadership term the fire was published under, as its `reminder` event carries it (0 for a fire recorded
-    /// before terms were).
+    /// The leadership term (fencing epoch) that fired it, as its `reminder` event carries it; 0 if recorded before.
     pub epoch: u64,
     pub fire_id: &'a str,
     #[schema(format = DateTime)]
