@@ -433,10 +433,10 @@ impl RedisBridge {
     async fn paced_room(&self) -> Option<(OwnedSemaphorePermit, mpsc::Permit<'_, Outbound>)> {
         let inner = &self.inner;
         // The common case, room at once, costs no timer and no watch.
-        if let Ok(paced) = Arc::clone(&inner.paced_room).try_acquire_owned() {
-            if let Ok(slot) = inner.outbound.try_reserve() {
-                return Some((paced, slot));
-            }
+        if let Ok(paced) = Arc::clone(&inner.paced_room).try_acquire_owned()
+            && let Ok(slot) = inner.outbound.try_reserve()
+        {
+            return Some((paced, slot));
         }
         let mut sending = inner.sending.subscribe();
         let room = async {

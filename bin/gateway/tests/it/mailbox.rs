@@ -221,7 +221,11 @@ fn the_reminders_endpoint_pages_after_a_fire_id_and_marks_nothing() {
     let fields: Vec<&str> = reminder.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(fields, ["epoch", "fire_id", "fired_at", "job_id", "payload", "scheduled_for"]);
     assert_eq!(reminder["payload"], json!({"n": 1}));
-    assert_eq!(reminder["epoch"], gateway.operator_get("/gateway/cluster").1["leader"]["epoch"], "the term that fired it");
+    assert_eq!(
+        reminder["epoch"],
+        gateway.operator_get("/gateway/cluster").1["leader"]["epoch"],
+        "the term that fired it"
+    );
     let fire_id = format!("{}:{}", reminder["job_id"], reminder["scheduled_for"].as_str().unwrap());
     assert_eq!(reminder["fire_id"], fire_id.as_str());
 
