@@ -243,13 +243,13 @@ fn main() {
     let quiet: Vec<Duration> = (0..QUIET_SWEEPS)
         .map(|_| {
             let started = Instant::now();
-            let evicted = manager.check(FencingToken(1)).unwrap();
+            let evicted = runtime.block_on(manager.check(FencingToken(1))).unwrap();
             let elapsed = started.elapsed();
             assert!(evicted.is_empty(), "nobody is silent yet");
             elapsed
         })
         .collect();
-    let (kept, stalled) = with_lock_probe(&manager, || manager.check(FencingToken(1)).unwrap());
+    let (kept, stalled) = with_lock_probe(&manager, || runtime.block_on(manager.check(FencingToken(1))).unwrap());
     assert!(kept.is_empty());
     assert_eq!(manager.tracked_count(), agents);
     println!();
@@ -265,7 +265,7 @@ fn main() {
             let recording = rerecord(&manager, agents);
             println!("  round {round}: {agents} agents recorded again (map only) in {:.0} ms", ms(recording));
         }
-        let (swept, tick) = evict_everybody(&manager, &clock, &publisher, agents, round);
+        let (swept, tick) = evict_everybody(&runtime, &manager, &clock, &publisher, agents, round);
         sweeps.push(swept);
         ticks.push(tick);
     }
@@ -283,7 +283,7 @@ fn main() {
         .with_writer(Mutex::new(log_sink))
         .finish();
     let (swept, tick) = tracing::subscriber::with_default(subscriber, || {
-        evict_everybody(&manager, &clock, &publisher, agents, EVICTING_ROUNDS + 1)
+        evict_everybody(&runtime, &manager, &clock, &publisher, agents, EVICTING_ROUNDS + 1)
     });
     println!(
         "sweep, everybody silent, each eviction logged (text, to /dev/null): check() {:.0} ms, list freed {:.0} ms",
@@ -295,6 +295,7 @@ fn main() {
 /// Moves the clock past the threshold and sweeps: every agent evicted. Returns the time of `check()` and of
 /// `check()` plus freeing the list it returns (the loop drops it right away: part of one tick's cost).
 fn evict_everybody(
+    runtime: &tokio::runtime::Runtime,
     manager: &HeartbeatManager,
     clock: &ManualClock,
     publisher: &CountingPublisher,
@@ -305,7 +306,7 @@ fn evict_everybody(
     let published_before = publisher.evictions.load(Ordering::Relaxed);
     let ((swept, tick, count), stalled) = with_lock_probe(manager, || {
         let started = Instant::now();
-        let evicted = manager.check(FencingToken(1)).unwrap();
+        let evicted = runtime.block_on(manager.check(FencingToken(1))).unwrap();
         let swept = started.elapsed();
         let count = evicted.len();
         drop(evicted);

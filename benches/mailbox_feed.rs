@@ -53,6 +53,7 @@ fn main() {
             payload: serde_json::json!({"task": "check", "n": n}).as_object().cloned().unwrap(),
             scheduled_for,
             fired_at: scheduled_for,
+            epoch: 1,
         }
     };
     let filled = Instant::now();

@@ -280,6 +280,7 @@ impl Coordination {
             // leader-only writes would all be refused as fenced.
             let leadership = SoleLeadership::newer_than(store)
                 .map_err(|error| StartError::Store(OpenError::Connect(format!("read the fencing epoch: {error}"))))?;
+            let epoch = leadership.current().map_or(1, |token| token.0);
             return Ok(Self {
                 leadership: Arc::new(leadership),
                 publisher: Arc::new(bus.clone()),
@@ -288,7 +289,7 @@ impl Coordination {
                 liveness: Arc::new(InMemoryLiveness::new(heartbeat.max_tracked_agents)),
                 heartbeats: Arc::new(store.clone()),
                 capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat.max_tracked_agents)),
-                cluster: Cluster::Single { instance_id, since: clock.now() },
+                cluster: Cluster::Single { instance_id, since: clock.now(), epoch },
                 redis: None,
             });
         };

@@ -141,10 +141,12 @@ pub(crate) struct ClusterView {
 /// How this instance is coordinated: alone, or through a Redis lease.
 #[derive(Debug, Clone)]
 pub(crate) enum Cluster {
-    /// No Redis: always its own leader, under term 1, since it started.
+    /// No Redis: always its own leader since it started, under the term after the store's newest then
+    /// (`SoleLeadership`): what its outbound webhooks and reminders carry as their epoch.
     Single {
         instance_id: InstanceId,
         since: OffsetDateTime,
+        epoch: u64,
     },
     Redis {
         leadership: RedisLeadership,
@@ -162,10 +164,10 @@ impl Cluster {
         }
     }
 
-    /// The fencing token this instance leads under (a local read): 1 for a single process, none while a follower.
+    /// The fencing token this instance leads under (a local read): a single process's term, none while a follower.
     pub(crate) fn epoch(&self) -> Option<u64> {
         match self {
-            Self::Single { .. } => Some(1),
+            Self::Single { epoch, .. } => Some(*epoch),
             Self::Redis { leadership, .. } => leadership.term().map(|term| term.token.0),
         }
     }
@@ -173,12 +175,16 @@ impl Cluster {
     /// The whole view; with Redis, the leader is asked of Redis (bounded by the lease's command timeout).
     pub(crate) async fn view(&self) -> ClusterView {
         match self {
-            Self::Single { instance_id, since } => ClusterView {
+            Self::Single { instance_id, since, epoch } => ClusterView {
                 instance_id: instance_id.to_string(),
                 role: Role::Single,
-                leader: Some(LeaderView { instance_id: instance_id.to_string(), epoch: Some(1), since: Some(*since) }),
+                leader: Some(LeaderView {
+                    instance_id: instance_id.to_string(),
+                    epoch: Some(*epoch),
+                    since: Some(*since),
+                }),
                 members: vec![MemberView {
-                    epoch: Some(1),
+                    epoch: Some(*epoch),
                     instance_id: instance_id.to_string(),
                     last_heard_at: OffsetDateTime::now_utc(),
                     role: Role::Single,

@@ -28,6 +28,8 @@ pub struct MailboxPage<'a> {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MailboxReminder<'a> {
+    /// The leadership term (fencing epoch) that fired it, as its `reminder` event carries it; 0 if recorded before.
+    pub epoch: u64,
     pub fire_id: &'a str,
     #[schema(format = DateTime)]
     pub fired_at: String,
@@ -43,6 +45,7 @@ impl<'a> MailboxReminder<'a> {
     pub fn of(entry: &'a MailboxEntry) -> Self {
         let reminder = &entry.reminder;
         Self {
+            epoch: reminder.epoch,
             fire_id: &reminder.fire_id,
             fired_at: rfc3339::format(reminder.fired_at),
             job_id: reminder.job_id,

@@ -32,7 +32,7 @@ pub use ports::cron::{
     ClaimLease, CronJob, CronJobInsert, CronJobStore, DEFAULT_TIMEZONE, FireCompletion, FireKey, InMemoryCronJobStore,
     NewCronJob, PendingFire,
 };
-pub use ports::event::{Event, EventPayload, EventPublisher, PublishError, RecordingPublisher, Topic};
+pub use ports::event::{Event, EventPayload, EventPublisher, PacedPublish, PublishError, RecordingPublisher, Topic};
 pub use ports::heartbeat::{HeartbeatRecord, HeartbeatStore, InMemoryHeartbeatStore};
 pub use ports::leadership::{
     EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership, SoleLeadership, SwitchableLeadership,

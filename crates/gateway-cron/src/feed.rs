@@ -252,6 +252,7 @@ mod tests {
             payload: serde_json::Map::new(),
             scheduled_for: at,
             fired_at: at,
+            epoch: 1,
         }
     }
 

@@ -389,6 +389,8 @@ impl CronScheduler {
             // The payload moves into the last fire: one copy fewer, and none for the usual single fire.
             let mut payload = Some(job.payload);
             let count = verdict.fire.len();
+            // The term whose claim these fires are (a new term drops the claims of the old one: `step_down`).
+            let epoch = state.term.map_or(0, |FencingToken(term)| term);
             let reminders: Vec<FiredReminder> = verdict
                 .fire
                 .iter()
@@ -400,6 +402,7 @@ impl CronScheduler {
                     payload: if index + 1 == count { payload.take() } else { payload.clone() }.unwrap_or_default(),
                     scheduled_for: *at,
                     fired_at,
+                    epoch,
                 })
                 .collect();
             let unpublished = reminders.iter().find_map(|reminder| {

@@ -33,6 +33,7 @@ fn fire(agent_id: &str, n: i64) -> FiredReminder {
         payload: Map::new(),
         scheduled_for,
         fired_at: scheduled_for,
+        epoch: 1,
     }
 }
 

@@ -185,31 +185,23 @@ impl HeartbeatManager {
 
     /// One eviction pass (FR-10.2), under leadership term `token`: agents silent for more than the threshold
     /// leave the liveness map and the capability map, each with an `agent_evicted` event and an info log.
-    pub fn check(&self, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
-        self.check_at(self.inner.clock.now(), token)
+    pub async fn check(&self, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
+        self.check_at(self.inner.clock.now(), token).await
     }
 
     /// A pass judged at `now`: the loop reads the time when its tick fires, not whenever a blocking thread gets
     /// to the pass.
-    fn check_at(&self, now: OffsetDateTime, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
-        let threshold = time::Duration::try_from(self.inner.config.eviction_threshold).unwrap_or(time::Duration::MAX);
+    async fn check_at(&self, now: OffsetDateTime, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
         let began = Instant::now();
-        let evicted: Vec<EvictedAgent> = self
-            .inner
-            .liveness
-            .evict_silent(now, threshold, token)?
-            .into_iter()
-            .map(|entry| EvictedAgent {
-                agent_id: entry.agent_id,
-                cluster_id: entry.cluster_id,
-                last_seen: entry.last_seen,
-            })
-            .collect();
+        // On a blocking thread: a shared liveness map is a network store, and a million local agents take tens of
+        // milliseconds.
+        let manager = self.clone();
+        let evicted = run_blocking(move || manager.evict_silent(now, token)).await.map_err(StoreError::from)??;
         let stored = began.elapsed();
-        self.inner.stats.evicted.add(u64::try_from(evicted.len()).unwrap_or(u64::MAX));
-        // Outside any lock of the map: heartbeats keep flowing while evictions are announced.
+        // Outside any lock of the map: heartbeats keep flowing while evictions are announced. Paced: a crowd evicted
+        // at once (a hundred thousand) goes out as fast as the way to the other instances carries it, instead of
+        // overflowing the bridge's queue and reaching only this instance's subscribers (issue 18).
         for agent in &evicted {
-            self.inner.capabilities.remove_agent(&agent.agent_id);
             let event = Event::new(
                 EventPayload::AgentEvicted {
                     agent_id: agent.agent_id.clone(),
@@ -218,7 +210,7 @@ impl HeartbeatManager {
                 },
                 now,
             );
-            if let Err(error) = self.inner.publisher.publish(&Topic::Agents, &event) {
+            if let Err(error) = self.inner.publisher.publish_paced(&Topic::Agents, &event).await {
                 tracing::warn!(agent_id = %agent.agent_id, %error, "agent_evicted event not published");
             }
             tracing::info!(agent_id = %agent.agent_id, last_seen = %agent.last_seen, "agent evicted");
@@ -233,6 +225,27 @@ impl HeartbeatManager {
             total_ms = took.as_secs_f64() * 1e3,
             "eviction pass"
         );
+        Ok(evicted)
+    }
+
+    /// The blocking part of a pass: the agents silent at `now` leave the liveness map and the capability map.
+    fn evict_silent(&self, now: OffsetDateTime, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
+        let threshold = time::Duration::try_from(self.inner.config.eviction_threshold).unwrap_or(time::Duration::MAX);
+        let evicted: Vec<EvictedAgent> = self
+            .inner
+            .liveness
+            .evict_silent(now, threshold, token)?
+            .into_iter()
+            .map(|entry| EvictedAgent {
+                agent_id: entry.agent_id,
+                cluster_id: entry.cluster_id,
+                last_seen: entry.last_seen,
+            })
+            .collect();
+        self.inner.stats.evicted.add(u64::try_from(evicted.len()).unwrap_or(u64::MAX));
+        for agent in &evicted {
+            self.inner.capabilities.remove_agent(&agent.agent_id);
+        }
         Ok(evicted)
     }
 
@@ -279,9 +292,8 @@ impl BackgroundLoop for HeartbeatManager {
         "heartbeat"
     }
 
-    /// The eviction loop: a check every interval (the first at start), only while leader, on a blocking thread (a
-    /// shared liveness map is a network store; a million local agents take tens of milliseconds). Runs until
-    /// `shutdown`; while it runs, heartbeats are accepted.
+    /// The eviction loop: a check every interval (the first at start), only while leader. Runs until `shutdown`;
+    /// while it runs, heartbeats are accepted.
     async fn run(&self, shutdown: CancellationToken) {
         let checks = LeaderLoop {
             pass: "eviction check",
@@ -295,9 +307,7 @@ impl BackgroundLoop for HeartbeatManager {
             .run(&shutdown, |token| {
                 let manager = self.clone();
                 let now = self.inner.clock.now();
-                async move {
-                    run_blocking(move || manager.check_at(now, token).map(drop)).await.map_err(StoreError::from)?
-                }
+                async move { manager.check_at(now, token).await.map(drop) }
             })
             .await;
     }

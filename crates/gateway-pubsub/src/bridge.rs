@@ -3,7 +3,9 @@
 //! The bridge is the `EventPublisher` the components of an instance publish through. Each event goes to the
 //! local [`Bus`] at once and into a bounded queue that a background task `PUBLISH`es to Redis on the channel
 //! `gateway:events:<topic>`; publishing never waits (a full queue drops the event for the other instances and
-//! counts it). Every instance holds one pattern subscription, `gateway:events:*`, and hands what it receives to
+//! counts it), except through [`EventPublisher::publish_paced`], which background producers that burst (an
+//! eviction pass) use: it waits for room in the part of the queue they may fill, while Redis takes what is sent,
+//! so a burst reaches the other instances whole without taking a request's room. Every instance holds one pattern subscription, `gateway:events:*`, and hands what it receives to
 //! its own bus, skipping what it published itself (each message names its origin instance) and any event id it
 //! has delivered on that topic recently (a bounded set), so a local subscriber gets each event once, whichever
 //! instance published it, and an event published by two instances under one id (a re-fired reminder) once.
@@ -32,11 +34,11 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use gateway_core::runtime::sync::lock;
-use gateway_core::{BackgroundLoop, Clock, Event, EventPublisher, PublishError, Topic, capped_backoff};
+use gateway_core::{BackgroundLoop, Clock, Event, EventPublisher, PacedPublish, PublishError, Topic, capped_backoff};
 use redis::aio::{MultiplexedConnection, PubSub};
 use ring::hmac;
 use time::OffsetDateTime;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -46,6 +48,11 @@ use crate::{Bus, PublishedEvent};
 pub const CHANNEL_PREFIX: &str = "gateway:events:";
 /// Events waiting to be sent to Redis before publishing starts dropping them (for the other instances only).
 pub const OUTBOUND_CAPACITY: usize = 4096;
+/// The share of the queue (numerator over [`PACED_SHARE_OF`]) that events published through `publish_paced` may
+/// fill: a burst from a background producer waits for room there, and the rest of the queue stays free for the
+/// events of requests, which never wait.
+pub const PACED_SHARE: usize = 1;
+pub const PACED_SHARE_OF: usize = 2;
 /// Event ids remembered per instance to deliver each at most once. At a few thousand events per second this is
 /// several seconds of history, far more than the time an event takes to come back through Redis.
 pub const RECENT_IDS: usize = 16_384;
@@ -219,6 +226,11 @@ struct Inner {
     clock: Arc<dyn Clock>,
     config: BridgeConfig,
     outbound: mpsc::Sender<Outbound>,
+    /// Room for paced events in the queue ([`PACED_SHARE`]): each holds a permit until the sending task takes it.
+    paced_room: Arc<Semaphore>,
+    /// Whether the sending task runs and Redis took its last batch: paced publishers wait for room only then (a
+    /// queue that does not drain would hold an eviction pass for nothing).
+    sending: watch::Sender<bool>,
     /// Taken by the sending task for as long as it runs (and back after a panic, for the restarted one).
     outbound_queue: tokio::sync::Mutex<mpsc::Receiver<Outbound>>,
     recent: Mutex<RecentIds>,
@@ -252,6 +264,8 @@ struct Counters {
 struct Outbound {
     topic: Topic,
     event: Arc<PublishedEvent>,
+    /// A paced event's place in its share of the queue, given back when the sending task takes the event.
+    _paced: Option<OwnedSemaphorePermit>,
 }
 
 impl RedisBridge {
@@ -276,6 +290,7 @@ impl RedisBridge {
             return Err(BridgeError::Config("durations must be positive".into()));
         }
         let (outbound, queue) = mpsc::channel(config.outbound_capacity);
+        let paced_room = (config.outbound_capacity * PACED_SHARE / PACED_SHARE_OF).clamp(1, Semaphore::MAX_PERMITS);
         let inner = Inner {
             bus: ports.bus,
             redis: ports.redis,
@@ -283,6 +298,8 @@ impl RedisBridge {
             recent: Mutex::new(RecentIds::new(config.recent_ids)),
             config,
             outbound,
+            paced_room: Arc::new(Semaphore::new(paced_room)),
+            sending: watch::Sender::new(false),
             outbound_queue: tokio::sync::Mutex::new(queue),
             status: watch::Sender::new(BridgeStatus::default()),
             overflowing: AtomicBool::new(false),
@@ -350,19 +367,51 @@ impl EventPublisher for LocalDelivery {
 /// `may_deliver` keeps its default, `true`: a subscriber on another instance may be listening.
 impl EventPublisher for RedisBridge {
     fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError> {
+        if let Some(published) = self.deliver_here(topic, event) {
+            self.enqueue(Outbound { topic: topic.clone(), event: published, _paced: None });
+        }
+        Ok(())
+    }
+
+    fn publish_paced<'a>(&'a self, topic: &'a Topic, event: &'a Event) -> PacedPublish<'a> {
+        Box::pin(async move {
+            let Some(published) = self.deliver_here(topic, event) else { return Ok(()) };
+            let outbound = Outbound { topic: topic.clone(), event: published, _paced: None };
+            match self.paced_room().await {
+                Some((paced, slot)) => slot.send(Outbound { _paced: Some(paced), ..outbound }),
+                // Redis does not take what is sent (or the sending task is not running): waiting would hold the
+                // producer for events that could not go anyway; they are dropped and counted like any other.
+                None => self.enqueue(outbound),
+            }
+            Ok(())
+        })
+    }
+}
+
+impl RedisBridge {
+    /// Hands `event` to this instance's subscribers, and returns it serialized for the other instances: `None`
+    /// when it was published here already (under its id, on its topic) or cannot be framed.
+    fn deliver_here(&self, topic: &Topic, event: &Event) -> Option<Arc<PublishedEvent>> {
         let inner = &self.inner;
         if !lock(&inner.recent).insert(topic, &event.id) {
             inner.counters.skipped_seen.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            return None;
         }
         let published = Arc::new(PublishedEvent::of(event));
         inner.bus.deliver(topic, Arc::clone(&published));
         if published.id().contains(['\n', '\r']) {
             // Ids are ours and never hold one; such an event could not be framed, so it stays local.
             debug!(topic = %topic, "event id with a line break is not sent to other instances");
-            return Ok(());
+            return None;
         }
-        match inner.outbound.try_send(Outbound { topic: topic.clone(), event: published }) {
+        Some(published)
+    }
+
+    /// Queues an event for Redis without waiting: dropped (for the other instances) and counted if the queue is
+    /// full.
+    fn enqueue(&self, outbound: Outbound) {
+        let inner = &self.inner;
+        match inner.outbound.try_send(outbound) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 inner.counters.dropped_full.fetch_add(1, Ordering::Relaxed);
@@ -376,7 +425,33 @@ impl EventPublisher for RedisBridge {
             // The queue's receiver lives as long as the bridge: nothing to do.
             Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
-        Ok(())
+    }
+
+    /// A place for a paced event: one of the paced share, and a slot in the queue. Waits while the sending task
+    /// drains the queue into Redis; `None` at once when it does not (not running, or Redis refused or timed out
+    /// its last batch), or if it stops doing so while this waits.
+    async fn paced_room(&self) -> Option<(OwnedSemaphorePermit, mpsc::Permit<'_, Outbound>)> {
+        let inner = &self.inner;
+        // The common case, room at once, costs no timer and no watch.
+        if let Ok(paced) = Arc::clone(&inner.paced_room).try_acquire_owned()
+            && let Ok(slot) = inner.outbound.try_reserve()
+        {
+            return Some((paced, slot));
+        }
+        let mut sending = inner.sending.subscribe();
+        let room = async {
+            let paced = Arc::clone(&inner.paced_room).acquire_owned().await.ok()?;
+            let slot = inner.outbound.reserve().await.ok()?;
+            Some((paced, slot))
+        };
+        tokio::select! {
+            biased;
+            room = room => room,
+            _ = sending.wait_for(|sending| !sending) => None,
+            // A batch that Redis neither takes nor refuses ends within the command timeout, and the sending task
+            // says so; this bound only keeps a waiter from trusting that.
+            () = tokio::time::sleep(inner.config.command_timeout.saturating_mul(2)) => None,
+        }
     }
 }
 
@@ -396,6 +471,10 @@ impl RedisBridge {
     async fn send(&self, shutdown: &CancellationToken) {
         let inner = &self.inner;
         let mut queue = inner.outbound_queue.lock().await;
+        // Paced publishers wait for room while this runs and Redis takes its batches; not once it has stopped
+        // (shutdown, or a panic: the guard runs either way).
+        inner.sending.send_replace(true);
+        let _stopped = StopsSending(&inner.sending);
         let mut connection: Option<MultiplexedConnection> = None;
         let mut batch = Vec::with_capacity(BATCH);
         let mut failures: u32 = 0;
@@ -416,7 +495,7 @@ impl RedisBridge {
                 let Some(connection) = connection.as_mut() else { return Ok(()) };
                 let mut pipeline = redis::pipe();
                 let sent_at = unix_millis(inner.clock.now());
-                for Outbound { topic, event } in batch.drain(..) {
+                for Outbound { topic, event, .. } in batch.drain(..) {
                     let channel = format!("{}{topic}", inner.config.channel_prefix);
                     let message =
                         wire_message(&inner.config.keys, &channel, &inner.config.instance_id, sent_at, &event);
@@ -430,9 +509,11 @@ impl RedisBridge {
                 Ok(Ok(())) => {
                     inner.counters.sent.fetch_add(count, Ordering::Relaxed);
                     failures = 0;
+                    inner.sending.send_if_modified(|sending| !std::mem::replace(sending, true));
                 }
                 failed => {
                     inner.counters.send_failed.fetch_add(count, Ordering::Relaxed);
+                    inner.sending.send_if_modified(|sending| std::mem::replace(sending, false));
                     connection = None;
                     failures = failures.saturating_add(1);
                     if failures == 1 {
@@ -592,6 +673,15 @@ impl RedisBridge {
                 inner.config.max_message_age
             );
         }
+    }
+}
+
+/// Tells paced publishers that the sending task stopped, when it is dropped.
+struct StopsSending<'a>(&'a watch::Sender<bool>);
+
+impl Drop for StopsSending<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
     }
 }
 
@@ -770,6 +860,7 @@ impl RecentIds {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use futures_util::FutureExt;
     use gateway_core::{AgentId, ClusterId, DecisionLog, EventPayload, ManualClock};
     use serde_json::json;
     use time::macros::datetime;
@@ -961,6 +1052,7 @@ mod tests {
                 scheduled_for: at,
                 payload: serde_json::Map::new(),
                 fire_id: "1:x".into(),
+                epoch: 4,
             },
             EventPayload::AgentEvicted { agent_id, cluster_id: ClusterId::new("c").unwrap(), last_seen: at },
             EventPayload::WebhookDeliveryStatus {
@@ -1019,6 +1111,43 @@ mod tests {
         bridge.publish(&Topic::Webhooks, &event("e-10")).unwrap();
         assert!(matches!(local.recv().await, Received::Event(event) if event.id() == "e-10"));
         assert_eq!(bridge.counters().skipped_seen, 1);
+    }
+
+    /// A paced burst fills its share of the queue and then waits (instead of dropping) while Redis takes what is
+    /// sent; requests' events still find room at once; and a waiter is let go, its event dropped and counted,
+    /// once sending stops.
+    #[tokio::test(start_paused = true)]
+    async fn paced_events_wait_for_their_share_of_the_queue_while_sending_and_never_take_a_requests_room() {
+        let bridge = bridge(BridgeConfig { outbound_capacity: 8, ..config("gw-a") });
+        // What the sending task says while Redis takes its batches; it is not running, so nothing drains.
+        bridge.inner.sending.send_replace(true);
+        for n in 0..4 {
+            bridge.publish_paced(&Topic::Agents, &event(&format!("paced-{n}"))).await.unwrap();
+        }
+        let (fifth_event, sixth_event) = (event("paced-4"), event("paced-5"));
+        let mut fifth = bridge.publish_paced(&Topic::Agents, &fifth_event);
+        assert!(fifth.as_mut().now_or_never().is_none(), "the paced share (half of 8) is full: it waits");
+        for n in 0..4 {
+            bridge.publish(&Topic::Agents, &event(&format!("request-{n}"))).unwrap();
+        }
+        assert_eq!(bridge.counters().dropped_full, 0, "requests' events had the other half");
+        assert!(fifth.as_mut().now_or_never().is_none());
+        // The sending task takes a batch: the waiter gets the place its share got back.
+        let mut queue = bridge.inner.outbound_queue.lock().await;
+        let mut taken = Vec::new();
+        assert_eq!(queue.recv_many(&mut taken, 1).await, 1);
+        drop(taken);
+        fifth.await.unwrap();
+        assert_eq!(bridge.counters().dropped_full, 0);
+        // Once sending stops, a paced publisher does not wait for a queue that does not drain.
+        let mut sixth = bridge.publish_paced(&Topic::Agents, &sixth_event);
+        assert!(sixth.as_mut().now_or_never().is_none());
+        bridge.inner.sending.send_replace(false);
+        sixth.await.unwrap();
+        assert_eq!(bridge.counters().dropped_full, 1);
+        bridge.publish_paced(&Topic::Agents, &event("paced-6")).await.unwrap();
+        assert_eq!(bridge.counters().dropped_full, 2);
+        drop(queue);
     }
 
     /// Nobody listening here says nothing of the other instances: a publisher asking the bridge is always told

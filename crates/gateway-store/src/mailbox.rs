@@ -13,11 +13,14 @@ use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::sql_types::{Array, BigInt, Text, Timestamp};
 use diesel::sqlite::{Sqlite, SqliteConnection};
 use gateway_core::ports::mailbox::in_firing_order;
-use gateway_core::{AgentId, FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, Receipt, StoreError};
+use gateway_core::{
+    AgentId, FencingToken, FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, Receipt, StoreError,
+};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::batch::push_sql_with_binds;
 use crate::connection::{AnyConnection, DieselStore};
+use crate::fencing::{token_from_db, token_to_db};
 use crate::schema::agent_mailbox;
 use crate::timestamp::{from_db, to_db};
 
@@ -32,6 +35,7 @@ struct NewEntryRow<'a> {
     payload: String,
     scheduled_for: PrimitiveDateTime,
     fired_at: PrimitiveDateTime,
+    epoch: i64,
 }
 
 impl<'a> NewEntryRow<'a> {
@@ -43,6 +47,7 @@ impl<'a> NewEntryRow<'a> {
             payload: serde_json::to_string(&reminder.payload).unwrap_or_else(|_| "{}".to_owned()),
             scheduled_for: to_db(reminder.scheduled_for),
             fired_at: to_db(reminder.fired_at),
+            epoch: token_to_db(FencingToken(reminder.epoch)),
         }
     }
 }
@@ -58,6 +63,7 @@ struct EntryRow {
     scheduled_for: PrimitiveDateTime,
     fired_at: PrimitiveDateTime,
     received_at: Option<PrimitiveDateTime>,
+    epoch: i64,
 }
 
 impl TryFrom<EntryRow> for MailboxEntry {
@@ -85,6 +91,7 @@ impl TryFrom<EntryRow> for MailboxEntry {
                 payload,
                 scheduled_for: from_db(row.scheduled_for),
                 fired_at: from_db(row.fired_at),
+                epoch: token_from_db(row.epoch).0,
             },
             received_at: row.received_at.map(from_db),
         })
@@ -100,6 +107,7 @@ struct InsertEntries<'a> {
     payload: Vec<&'a str>,
     scheduled_for: Vec<PrimitiveDateTime>,
     fired_at: Vec<PrimitiveDateTime>,
+    epoch: Vec<i64>,
 }
 
 postgres_statement!(InsertEntries);
@@ -113,10 +121,11 @@ impl<'a> InsertEntries<'a> {
             payload: rows.iter().map(|row| row.payload.as_str()).collect(),
             scheduled_for: rows.iter().map(|row| row.scheduled_for).collect(),
             fired_at: rows.iter().map(|row| row.fired_at).collect(),
+            epoch: rows.iter().map(|row| row.epoch).collect(),
         }
     }
 
-    /// Binds the six arrays, for the `$`s of `unnest($, $, $, $, $, $)`.
+    /// Binds the seven arrays, for the `$`s of `unnest($, $, $, $, $, $, $)`.
     fn bind_arrays<'b>(&'b self, index: usize, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         match index {
             0 => out.push_bind_param::<Array<Text>, _>(&self.fire_id),
@@ -124,7 +133,8 @@ impl<'a> InsertEntries<'a> {
             2 => out.push_bind_param::<Array<BigInt>, _>(&self.job_id),
             3 => out.push_bind_param::<Array<Text>, _>(&self.payload),
             4 => out.push_bind_param::<Array<Timestamp>, _>(&self.scheduled_for),
-            _ => out.push_bind_param::<Array<Timestamp>, _>(&self.fired_at),
+            5 => out.push_bind_param::<Array<Timestamp>, _>(&self.fired_at),
+            _ => out.push_bind_param::<Array<BigInt>, _>(&self.epoch),
         }
     }
 }
@@ -133,10 +143,10 @@ impl QueryFragment<Pg> for InsertEntries<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         push_sql_with_binds(
             &mut out,
-            "INSERT INTO agent_mailbox (fire_id, agent_id, job_id, payload, scheduled_for, fired_at) \
-             SELECT fire_id, agent_id, job_id, payload, scheduled_for, fired_at \
-             FROM unnest($, $, $, $, $, $) WITH ORDINALITY \
-             AS sent (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, position) \
+            "INSERT INTO agent_mailbox (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch) \
+             SELECT fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch \
+             FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY \
+             AS sent (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch, position) \
              ORDER BY position \
              ON CONFLICT (fire_id) DO NOTHING",
             |index, out| self.bind_arrays(index, out),
@@ -221,7 +231,9 @@ impl<const ROWS: usize> RunQueryDsl<SqliteConnection> for SqliteInsertEntries<'_
 
 impl<const ROWS: usize> QueryFragment<Sqlite> for SqliteInsertEntries<'_, ROWS> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
-        out.push_sql("INSERT INTO agent_mailbox (fire_id, agent_id, job_id, payload, scheduled_for, fired_at) VALUES ");
+        out.push_sql(
+            "INSERT INTO agent_mailbox (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch) VALUES ",
+        );
         for (index, row) in self.rows.iter().enumerate() {
             out.push_sql(if index == 0 { "(" } else { ", (" });
             out.push_bind_param::<Text, _>(&row.fire_id)?;
@@ -235,6 +247,8 @@ impl<const ROWS: usize> QueryFragment<Sqlite> for SqliteInsertEntries<'_, ROWS> 
             out.push_bind_param::<Timestamp, _>(&row.scheduled_for)?;
             out.push_sql(", ");
             out.push_bind_param::<Timestamp, _>(&row.fired_at)?;
+            out.push_sql(", ");
+            out.push_bind_param::<BigInt, _>(&row.epoch)?;
             out.push_sql(")");
         }
         out.push_sql(" ON CONFLICT (fire_id) DO NOTHING");
@@ -394,6 +408,7 @@ fn entry_columns() -> _ {
         agent_mailbox::scheduled_for,
         agent_mailbox::fired_at,
         agent_mailbox::received_at,
+        agent_mailbox::epoch,
     )
 }
 
@@ -471,6 +486,8 @@ mod tests {
             payload: serde_json::json!({"n": n}).as_object().cloned().unwrap(),
             scheduled_for,
             fired_at: scheduled_for + Duration::microseconds(7),
+            // Written by the group statement and read back as it was.
+            epoch: n.unsigned_abs() + 3,
         }
     }
 

@@ -135,6 +135,8 @@ diesel::table! {
         received_at -> Nullable<Timestamp>,
         /// Generated: the bytes of `payload` (migration `agent_storage_bytes`); never written.
         payload_bytes -> BigInt,
+        /// The leadership term the fire was published under (migration `mailbox_epoch`); 0 before it.
+        epoch -> BigInt,
     }
 }
 

@@ -27,7 +27,7 @@ use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use crate::signature::{DELIVERY_HEADER, SIGNATURE_HEADER};
 use crate::ssrf::{BlockedRange, classify};
-use crate::standard;
+use crate::{epoch, standard};
 
 /// How much of a response body is read (and thrown away) so the connection can be reused.
 const DRAINED_RESPONSE_BYTES: u64 = 64 * 1024;
@@ -284,6 +284,8 @@ impl UreqTransport {
             .header(standard::ID_HEADER, request.delivery_id.to_string())
             .header(standard::TIMESTAMP_HEADER, request.timestamp.to_string())
             .header(standard::SIGNATURE_HEADER, &request.standard_signature)
+            .header(epoch::EPOCH_HEADER, request.epoch.to_string())
+            .header(epoch::EPOCH_SIGNATURE_HEADER, &request.epoch_signature)
             .send(request.body.as_bytes())
     }
 }
@@ -491,7 +493,17 @@ mod tests {
         let secret = gateway_core::WebhookSecret::new("s3cret");
         let signature = sign(&secret, body.as_bytes());
         let standard_signature = standard::sign(&secret, "42", 1_700_000_000, body.as_bytes());
-        OutboundRequest { delivery_id: 42, url, body, signature, timestamp: 1_700_000_000, standard_signature }
+        let epoch_signature = epoch::sign(&secret, "42", 1_700_000_000, 7);
+        OutboundRequest {
+            delivery_id: 42,
+            url,
+            body,
+            signature,
+            timestamp: 1_700_000_000,
+            standard_signature,
+            epoch: 7,
+            epoch_signature,
+        }
     }
 
     #[test]
@@ -508,6 +520,8 @@ mod tests {
         assert_eq!(seen.header("webhook-id"), Some("42"));
         assert_eq!(seen.header("webhook-timestamp"), Some("1700000000"));
         assert_eq!(seen.header("webhook-signature"), Some(request.standard_signature.as_str()));
+        assert_eq!(seen.header("x-gateway-epoch"), Some("7"));
+        assert_eq!(seen.header("x-gateway-epoch-signature"), Some(request.epoch_signature.as_str()));
     }
 
     #[test]

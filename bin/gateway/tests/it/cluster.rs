@@ -200,6 +200,7 @@ fn a_killed_leader_is_replaced_within_its_ttl_and_reminders_and_deliveries_keep_
         assert!(Instant::now() < kill_at, "scheduling took longer than {SCHEDULING_TIME:?}");
         thread::sleep(kill_at.saturating_duration_since(Instant::now()));
 
+        let old_epoch = cluster.view(leader)["leader"]["epoch"].as_u64().unwrap();
         let killed_at = OffsetDateTime::now_utc();
         let killed = Instant::now();
         cluster.kill(leader);
@@ -207,6 +208,8 @@ fn a_killed_leader_is_replaced_within_its_ttl_and_reminders_and_deliveries_keep_
         let election = killed.elapsed();
         assert_ne!(new_leader, leader);
         assert_one_leader(&cluster, new_leader);
+        let new_epoch = cluster.view(new_leader)["leader"]["epoch"].as_u64().unwrap();
+        assert!(new_epoch > old_epoch, "the new term {new_epoch} after {old_epoch}");
         let bound = cluster.ttl + cluster.timings.renew_interval;
         assert!(election <= bound, "a new leader after {election:?}, later than the TTL and a renewal ({bound:?})");
 
@@ -226,6 +229,16 @@ fn a_killed_leader_is_replaced_within_its_ttl_and_reminders_and_deliveries_keep_
             assert_eq!(delivery["status"], "delivered", "{delivery}");
             assert_eq!(delivery["attempts"].as_array().unwrap().len(), attempts, "{delivery}");
         }
+        // Fencing visible to receivers (issue 19): the retry the new leader's poll claimed carries its term; an
+        // attempt made at once by any survivor carries a term at least as new as the killed leader's.
+        let epochs = |id: i64| -> Vec<u64> {
+            let received = receiver.received();
+            let of_id = received.iter().filter(|request| request.delivery_id() == id);
+            of_id.map(|request| request.header("x-gateway-epoch").unwrap().parse().unwrap()).collect()
+        };
+        let (retried_epochs, direct_epochs) = (epochs(retried), epochs(direct));
+        assert_eq!(retried_epochs.last(), Some(&new_epoch), "{retried_epochs:?}");
+        assert!(retried_epochs.iter().chain(&direct_epochs).all(|epoch| *epoch >= old_epoch), "{direct_epochs:?}");
 
         // Reminders keep flowing: each fired once, after the kill by the new leader, and reached the subscriber.
         let jobs: Vec<i64> = {
@@ -251,6 +264,7 @@ fn a_killed_leader_is_replaced_within_its_ttl_and_reminders_and_deliveries_keep_
             let event = stream.expect("reminder");
             assert_eq!(event.data["agent_id"], agent.as_str());
             assert_eq!(event.id.as_deref(), event.data["fire_id"].as_str(), "the event id is the fire id");
+            assert_eq!(event.data["epoch"], new_epoch, "fired by the new leader, under its term");
             streamed.insert(event.data["job_id"].as_i64().unwrap());
         }
         assert_eq!(streamed, jobs.iter().copied().collect(), "the subscriber got each reminder once");

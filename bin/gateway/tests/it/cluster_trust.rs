@@ -174,6 +174,7 @@ fn reminder_event(fire_id: &str, agent_id: &str, payload: &Value) -> PublishedEv
             scheduled_for: at,
             payload: payload.as_object().cloned().unwrap(),
             fire_id: fire_id.to_owned(),
+            epoch: 1,
         },
         at,
     );

@@ -136,7 +136,12 @@ fn a_reminder_that_fires_at_restart_with_no_stream_arrives_once_when_the_agent_c
     wait_for_mailbox(&restarted, 1, 1);
 
     let agent = stream(&restarted, "agent-m1", &[]);
-    let first = fire_of(&agent.expect("reminder"));
+    let replayed = agent.expect("reminder");
+    // The leader epoch that fired it (issue 19): the restarted instance's term, kept in the mailbox for the replay.
+    let term = restarted.operator_get("/gateway/cluster").1["leader"]["epoch"].clone();
+    assert!(term.as_u64().is_some_and(|term| term >= 1), "{term}");
+    assert_eq!(replayed.data["epoch"], term, "{}", replayed.data);
+    let first = fire_of(&replayed);
     assert_eq!(first.1, json!({"task": "after the restart"}));
     assert!(first.0.ends_with('Z') && first.0.contains(':'), "{}", first.0);
     assert_eq!(reminders_before_a_sentinel(&restarted, &agent, "agent-m1"), [], "sent once");
@@ -214,8 +219,13 @@ fn the_reminders_endpoint_pages_after_a_fire_id_and_marks_nothing() {
     assert_eq!(page.len(), 2);
     let reminder = &page[0];
     let fields: Vec<&str> = reminder.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(fields, ["fire_id", "fired_at", "job_id", "payload", "scheduled_for"]);
+    assert_eq!(fields, ["epoch", "fire_id", "fired_at", "job_id", "payload", "scheduled_for"]);
     assert_eq!(reminder["payload"], json!({"n": 1}));
+    assert_eq!(
+        reminder["epoch"],
+        gateway.operator_get("/gateway/cluster").1["leader"]["epoch"],
+        "the term that fired it"
+    );
     let fire_id = format!("{}:{}", reminder["job_id"], reminder["scheduled_for"].as_str().unwrap());
     assert_eq!(reminder["fire_id"], fire_id.as_str());
 

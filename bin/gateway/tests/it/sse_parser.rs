@@ -148,7 +148,7 @@ fn event() -> impl Strategy<Value = Event> {
     let reminder =
         (any::<u32>(), agent.clone(), at.clone(), payload).prop_map(|(job_id, agent_id, scheduled_for, payload)| {
             let fire_id = format!("{job_id}:{}", gateway_core::encoding::rfc3339::format(scheduled_for));
-            EventPayload::Reminder { job_id: i64::from(job_id), agent_id, scheduled_for, payload, fire_id }
+            EventPayload::Reminder { job_id: i64::from(job_id), agent_id, scheduled_for, payload, fire_id, epoch: 1 }
         });
     let evicted = (agent, "[!-~]{1,24}", at.clone()).prop_map(|(agent_id, cluster, last_seen)| {
         EventPayload::AgentEvicted { agent_id, cluster_id: ClusterId::new(cluster).unwrap(), last_seen }

@@ -395,3 +395,64 @@ fn operator_endpoints_validate_hide_the_secret_and_page_the_inspector() {
             .any(|component| component["component"] == "webhook_dispatcher" && component["healthy"] == true)
     );
 }
+
+/// The `X-Gateway-Epoch` of each attempt `receiver` got for delivery `id`, each checked against its
+/// `X-Gateway-Epoch-Signature` as a receiver would.
+fn epochs_seen(receiver: &Receiver, id: i64) -> Vec<u64> {
+    let secret = gateway_core::WebhookSecret::new(SECRET);
+    receiver
+        .received()
+        .iter()
+        .filter(|request| request.delivery_id() == id)
+        .map(|request| {
+            let header = |name: &str| request.header(name).unwrap_or_else(|| panic!("no {name} header"));
+            let timestamp: i64 = header("webhook-timestamp").parse().unwrap();
+            let verified = gateway_webhooks::epoch::verify(
+                &secret,
+                &id.to_string(),
+                timestamp,
+                header("x-gateway-epoch"),
+                header("x-gateway-epoch-signature"),
+            );
+            verified.unwrap_or_else(|error| panic!("the epoch's signature: {error}"))
+        })
+        .collect()
+}
+
+/// Every attempt carries the leader epoch that made it (issue 19, fencing visible to receivers): a single instance
+/// is its own leader under the term `GET /gateway/cluster` shows, and a restart on the same database takes the
+/// next term (the first one's fenced claims raised the store's epoch to its own), which the retries of the same
+/// delivery then carry: a receiver keeping the highest epoch sees it rise, and would refuse the old term's work.
+#[test]
+fn every_attempt_carries_the_instances_term_signed_and_a_restart_takes_the_next() {
+    let receiver = Receiver::start(Behaviour::Status(500));
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let args = [
+        "--webhook-allow-private-targets",
+        "--webhook-retry-schedule-s",
+        "1,1,1,1,1",
+        "--webhook-poll-interval-ms",
+        "200",
+        "--webhook-max-per-cycle",
+        "1",
+    ];
+    let epoch_of = |gateway: &Gateway| gateway.operator_get("/gateway/cluster").1["leader"]["epoch"].as_u64().unwrap();
+    let mut first = Gateway::start_in(Arc::clone(&dir), &args);
+    let first_term = epoch_of(&first);
+    let webhook_id = create_config(&first, "github", &receiver.url("/hooks"));
+    let id = enqueue(&first, webhook_id, "s", &json!({"n": 1}))["id"].as_i64().unwrap();
+    // The immediate attempt, then a retry the poll claimed under its term (a fenced write).
+    eventually("two attempts", || attempts_seen(&receiver, id) >= 2);
+    first.terminate();
+    let before = epochs_seen(&receiver, id);
+    assert!(before.iter().all(|epoch| *epoch == first_term), "{before:?} under term {first_term}");
+
+    receiver.set(Behaviour::Status(200));
+    let second = Gateway::start_in(dir, &args);
+    let second_term = epoch_of(&second);
+    assert_eq!(second_term, first_term + 1, "a restart leads under the term after the store's newest");
+    eventually("delivered after the restart", || status_of(&second, id).0 == "delivered");
+    let after = epochs_seen(&receiver, id);
+    assert_eq!(after[..before.len()], before[..]);
+    assert_eq!(after.last(), Some(&second_term), "{after:?}");
+}

@@ -43,6 +43,7 @@ fn fired(job: &CronJob, fired_at: OffsetDateTime) -> FiredReminder {
         payload: job.payload.clone(),
         scheduled_for: job.next_fire_at,
         fired_at,
+        epoch: 1,
     }
 }
 
@@ -56,6 +57,8 @@ fn fire_of(agent_id: &str, n: i64, at: OffsetDateTime) -> FiredReminder {
         payload: Map::new(),
         scheduled_for,
         fired_at: scheduled_for + Duration::microseconds(250),
+        // Kept and read back as it was (a term per fire here, so a mix-up of rows would show).
+        epoch: n.unsigned_abs() + 7,
     }
 }
 

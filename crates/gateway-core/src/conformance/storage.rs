@@ -118,6 +118,7 @@ pub fn a_fire_moves_the_charge_to_the_mailbox_and_pruning_takes_it_off(parts: &S
         payload: job.payload.clone(),
         scheduled_for: at,
         fired_at: at + Duration::milliseconds(1),
+        epoch: 1,
     };
     let completions = [
         FireCompletion::Delete(FireKey { job_id: job.id, scheduled_for: at }),

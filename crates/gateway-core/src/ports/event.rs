@@ -2,6 +2,8 @@
 //! them, and [`RecordingPublisher`], its in-memory implementation.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 
 use serde::Serialize;
@@ -151,6 +153,8 @@ pub enum EventPayload {
         scheduled_for: OffsetDateTime,
         payload: Map<String, Value>,
         fire_id: String,
+        /// The leadership term the fire was published under (docs/agents.md, "Fencing").
+        epoch: u64,
     },
     AgentEvicted {
         agent_id: AgentId,
@@ -211,9 +215,21 @@ impl EventPayload {
 #[error("publish failed: {0}")]
 pub struct PublishError(pub String);
 
+/// What [`EventPublisher::publish_paced`] returns.
+pub type PacedPublish<'a> = Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send + 'a>>;
+
 /// Publishes events on topics. Publishing never waits for subscribers; having none is not an error.
 pub trait EventPublisher: Send + Sync + fmt::Debug {
     fn publish(&self, topic: &Topic, event: &Event) -> Result<(), PublishError>;
+
+    /// [`publish`](Self::publish) for a background producer that can publish a burst (an eviction pass announcing
+    /// a hundred thousand agents at once): where `publish` would drop the event for lack of room on its way (the
+    /// bridge's bounded queue to the other instances), this waits until there is room, for a bounded time, and
+    /// so paces the producer to what the way out carries. Only where waiting holds nobody up: never on a
+    /// request's path, which calls `publish`. The default publishes at once: nothing here drops for lack of room.
+    fn publish_paced<'a>(&'a self, topic: &'a Topic, event: &'a Event) -> PacedPublish<'a> {
+        Box::pin(std::future::ready(self.publish(topic, event)))
+    }
 
     /// Whether an event published on `topic` now could reach anyone: a publisher that would have to build its
     /// event first may skip that when this is `false`. `true` unless the publisher knows better (the in-process

@@ -36,6 +36,9 @@ pub struct FiredReminder {
     pub scheduled_for: OffsetDateTime,
     /// When it was published: the event's `timestamp`.
     pub fired_at: OffsetDateTime,
+    /// The leadership term (fencing token) it was published under: the event's `epoch`, so that an agent can tell a
+    /// deposed leader's fire (docs/agents.md, "Fencing"). 0 for fires recorded before terms were.
+    pub epoch: u64,
 }
 
 impl FiredReminder {
@@ -49,6 +52,7 @@ impl FiredReminder {
                 scheduled_for: self.scheduled_for,
                 payload: self.payload.clone(),
                 fire_id: self.fire_id.clone(),
+                epoch: self.epoch,
             },
             self.fired_at,
         )
@@ -68,6 +72,9 @@ impl FiredReminder {
             scheduled_for: OffsetDateTime,
             payload: Map<String, Value>,
             fire_id: String,
+            // An instance of an older version sends none.
+            #[serde(default)]
+            epoch: u64,
         }
         let reminder: Reminder = serde_json::from_str(json).ok()?;
         (reminder.event_type == "reminder").then_some(())?;
@@ -78,6 +85,7 @@ impl FiredReminder {
             payload: reminder.payload,
             scheduled_for: reminder.scheduled_for,
             fired_at: reminder.timestamp,
+            epoch: reminder.epoch,
         })
     }
 }
@@ -260,8 +268,10 @@ mod tests {
             payload: json!({"task": "check_quota", "n": [1, 2]}).as_object().cloned().unwrap(),
             scheduled_for: datetime!(2026-02-22 12:00:05.25 UTC),
             fired_at: datetime!(2026-02-22 12:00:05.250123 UTC),
+            epoch: 9,
         };
         let json = reminder.event().to_json();
+        assert!(json.contains(r#""epoch":9"#), "{json}");
         assert_eq!(FiredReminder::from_event_json(&json), Some(reminder.clone()));
         let eviction = Event::with_id(
             "e",

@@ -432,6 +432,7 @@ mod tests {
                 payload: serde_json::Map::new(),
                 scheduled_for: at,
                 fired_at: at,
+                epoch: 1,
             };
             if recorded {
                 self.mailbox.record(reminder.clone());

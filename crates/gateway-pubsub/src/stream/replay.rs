@@ -333,6 +333,7 @@ mod tests {
             payload,
             scheduled_for: at,
             fired_at: at,
+            epoch: 1,
         }
     }
 

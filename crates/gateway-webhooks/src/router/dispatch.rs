@@ -21,8 +21,8 @@ use tracing::{debug, error, info, warn};
 
 use super::groups::with_secrets;
 use super::{
-    MAX_POLL_BACKOFF, MAX_WAITING_IMMEDIATE, RECORD_FIRST_BACKOFF, RECORD_TRIES, WebhookRouter, candidate_window,
-    duration_to_time, round_robin, target_host,
+    EPOCH_REFRESH, MAX_POLL_BACKOFF, MAX_WAITING_IMMEDIATE, RECORD_FIRST_BACKOFF, RECORD_TRIES, WebhookRouter,
+    candidate_window, duration_to_time, round_robin, target_host,
 };
 use crate::error::WebhookError;
 use crate::retry::after_attempt;
@@ -57,7 +57,7 @@ impl WebhookRouter {
             inner.waiting_immediate.fetch_sub(1, Ordering::SeqCst);
             let Some((slot, ticket)) = ready else { return };
             match inner.claims.submit((id, due_by)).await {
-                Ok(Some((row, secret))) => router.attempt(row, secret, slot).await,
+                Ok(Some((row, secret))) => router.attempt(row, secret, slot, None).await,
                 // Attempted by someone else meanwhile (the poll, another instance), or gone.
                 Ok(None) => router.cancel_start(ticket),
                 Err(error) => {
@@ -107,10 +107,41 @@ impl WebhookRouter {
         run_blocking(move || rate.try_start(now)).await.unwrap_or(Err(Duration::from_millis(100)))
     }
 
-    /// Makes the attempt of a row this router has claimed, in the background.
-    pub(super) fn spawn_attempt(&self, row: Delivery, secret: WebhookSecret, slot: OwnedSemaphorePermit) {
+    /// Makes the attempt of a row this router has claimed, in the background; `claimed_under` is the term of the
+    /// poll that claimed it, `None` for an immediate attempt's claim.
+    pub(super) fn spawn_attempt(
+        &self,
+        row: Delivery,
+        secret: WebhookSecret,
+        slot: OwnedSemaphorePermit,
+        claimed_under: Option<FencingToken>,
+    ) {
         let router = self.clone();
-        self.inner.attempts.spawn(async move { router.attempt(row, secret, slot).await });
+        self.inner.attempts.spawn(async move { router.attempt(row, secret, slot, claimed_under).await });
+    }
+
+    /// The leadership term an attempt carries (`X-Gateway-Epoch`, docs/webhooks.md "Fencing"). A poll's attempt
+    /// carries the term whose fenced claim it made, even if that term has ended since: that is what lets a
+    /// receiver refuse a deposed leader's work. An immediate attempt is no leader's work (any instance makes them;
+    /// the row claim keeps them exclusive): it carries this instance's term while it leads, else the newest term
+    /// the store has seen, read at most every [`EPOCH_REFRESH`] (a term that began since may be missed for that
+    /// long: a receiver that refuses the attempt then gets it again, with the newer term, at its retry).
+    async fn epoch_of(&self, claimed_under: Option<FencingToken>) -> u64 {
+        if let Some(FencingToken(term)) = claimed_under.or_else(|| self.inner.ports.leadership.current()) {
+            return term;
+        }
+        // Held across the read: the attempts that find it stale meanwhile wait for this read instead of each
+        // making its own.
+        let mut known = self.inner.known_epoch.lock().await;
+        let now = tokio::time::Instant::now();
+        if known.is_none_or(|(read_at, _)| now.duration_since(read_at) >= EPOCH_REFRESH) {
+            match self.store(|store| store.newest_token()).await {
+                Ok(FencingToken(newest)) => *known = Some((now, newest)),
+                // The last one read, if any, still stands (0 before any): the attempt goes out all the same.
+                Err(error) => debug!(%error, "could not read the fencing epoch for an attempt's X-Gateway-Epoch"),
+            }
+        }
+        known.map_or(0, |(_, epoch)| epoch)
     }
 
     /// The next start the rate allows, first come first served among everything that waits for one. With `wait`
@@ -129,9 +160,16 @@ impl WebhookRouter {
 
     /// Makes one attempt of a claimed row, signed with `secret` (its config's, read when the row was claimed),
     /// then records it; `slot` is released only after that.
-    async fn attempt(&self, mut row: Delivery, secret: WebhookSecret, slot: OwnedSemaphorePermit) {
+    async fn attempt(
+        &self,
+        mut row: Delivery,
+        secret: WebhookSecret,
+        slot: OwnedSemaphorePermit,
+        claimed_under: Option<FencingToken>,
+    ) {
         let Some(lease) = row.next_retry_at else { return };
         let target_host = target_host(&row.target_url);
+        let epoch = self.epoch_of(claimed_under).await;
         let started_at = self.now();
         // Signed at send time: the secret may have been rotated since the row was stored, and the Standard
         // Webhooks signature covers the send time. Its timestamp is the attempt's `started_at` (in seconds), which
@@ -139,6 +177,7 @@ impl WebhookRouter {
         let timestamp = started_at.unix_timestamp();
         let signature = sign(&secret, row.payload.as_bytes());
         let standard_signature = standard::sign(&secret, &row.id.to_string(), timestamp, row.payload.as_bytes());
+        let epoch_signature = crate::epoch::sign(&secret, &row.id.to_string(), timestamp, epoch);
         let resigned = (signature != row.signature).then(|| signature.clone());
         // The payload is only needed by the request; the row itself only feeds the status event afterwards.
         let request = OutboundRequest {
@@ -148,6 +187,8 @@ impl WebhookRouter {
             signature,
             timestamp,
             standard_signature,
+            epoch,
+            epoch_signature,
         };
         let timer = tokio::time::Instant::now();
         let transport = Arc::clone(&self.inner.ports.transport);
@@ -322,7 +363,7 @@ impl WebhookRouter {
             self.cancel_start(ticket);
         }
         for ((row, secret), slot) in claimed.into_iter().zip(slots) {
-            self.spawn_attempt(row, secret, slot);
+            self.spawn_attempt(row, secret, slot, Some(token));
         }
         Ok(started)
     }

@@ -71,6 +71,9 @@ pub const MAX_WAITING_IMMEDIATE: usize = 10_000;
 /// Longest extra wait after consecutive failed polls: once the store answers again, retries resume (and the
 /// dispatcher is ready again) within this, whatever the outage's length.
 pub const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
+/// How stale the fencing epoch an instance that does not lead puts on its immediate attempts may be
+/// (`X-Gateway-Epoch`): it reads the store's at most this often.
+pub const EPOCH_REFRESH: Duration = Duration::from_secs(1);
 /// Tries at recording an attempt's outcome before leaving the row to its lease.
 pub(crate) const RECORD_TRIES: u32 = 5;
 pub(crate) const RECORD_FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -143,6 +146,9 @@ struct Inner {
     stopping: CancellationToken,
     /// The leadership term whose poll has released the claims of older terms (see [`WebhookRouter::poll_once`]).
     released_for: std::sync::Mutex<Option<gateway_core::FencingToken>>,
+    /// The store's newest fencing epoch and when it was read: what an attempt made while this instance does not
+    /// lead carries ([`WebhookRouter::epoch_of`]).
+    known_epoch: tokio::sync::Mutex<Option<(tokio::time::Instant, u64)>>,
 }
 
 /// The webhook router. Cheap to clone; clones share everything.
@@ -231,6 +237,7 @@ impl WebhookRouter {
                 attempts: TaskTracker::new(),
                 stopping: CancellationToken::new(),
                 released_for: std::sync::Mutex::new(None),
+                known_epoch: tokio::sync::Mutex::new(None),
             }),
         }
     }

@@ -1181,3 +1181,47 @@ async fn an_id_list_that_cannot_be_read_is_a_store_error_not_an_unknown_webhook(
     h.clock.advance(CONFIG_IDS_REFRESH_INTERVAL);
     assert_eq!(h.router.inbound_config(7).await, Err(WebhookError::UnknownWebhook(7)));
 }
+
+/// The `X-Gateway-Epoch` of one recorded request, checked against its signature.
+fn epoch_sent(request: &gateway_core::OutboundRequest) -> u64 {
+    let id = request.delivery_id.to_string();
+    let secret = WebhookSecret::new(SECRET);
+    let verified =
+        crate::epoch::verify(&secret, &id, request.timestamp, &request.epoch.to_string(), &request.epoch_signature);
+    assert_eq!(verified, Ok(request.epoch), "the epoch's signature");
+    request.epoch
+}
+
+/// Every attempt carries a leadership term (issue 19, fencing visible to receivers): a poll's attempt the term of
+/// the fenced claim that took it (not whatever the instance's term is by then); an immediate attempt the
+/// instance's term while it leads, else the newest the store has seen, read again once it is a second old.
+#[tokio::test(start_paused = true)]
+async fn each_attempt_carries_the_term_that_made_it_signed() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    // Leading under term 1: an immediate attempt carries it.
+    h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(epoch_sent(&h.transport.requests()[0]), 1);
+
+    // A poll under term 5 (a term the leadership fake does not know: the claim's own is what counts).
+    h.due_row(&config, &config.target_url, h.clock.now());
+    h.router.poll_once(FencingToken(5), &h.shutdown).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(epoch_sent(&h.transport.requests()[1]), 5);
+
+    // A follower's immediate attempt: the store's newest term (5, raised by that poll's claim).
+    h.leadership.set_leading(false);
+    h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(epoch_sent(&h.transport.requests()[2]), 5);
+    // A new term elsewhere is seen once the term read is a second old.
+    h.store.epoch.admit(FencingToken(6)).unwrap();
+    h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(epoch_sent(&h.transport.requests()[3]), 5, "read less than a second ago");
+    tokio::time::advance(EPOCH_REFRESH).await;
+    h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(epoch_sent(&h.transport.requests()[4]), 6);
+}

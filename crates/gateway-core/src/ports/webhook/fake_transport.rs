@@ -117,6 +117,8 @@ mod tests {
             signature: "s".into(),
             timestamp: 0,
             standard_signature: "v1,AA==".into(),
+            epoch: 1,
+            epoch_signature: "v1,AA==".into(),
         };
         assert_eq!(transport.post(&request), AttemptOutcome::Failed { class: FailureClass::Timeout, detail: None });
         assert_eq!(transport.post(&request), AttemptOutcome::Delivered { status_code: 200 });

@@ -12,7 +12,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::ids::IdempotencyKey;
-use crate::ports::leadership::FencingToken;
+use crate::ports::leadership::{FencingEpoch, FencingToken};
 use crate::ports::store::StoreError;
 
 pub use fake_transport::FakeTransport;
@@ -364,7 +364,10 @@ pub enum InboundInsert {
 /// [`Self::claim`] moves a due row's `next_retry_at` to the end of a lease, atomically; [`Self::record_attempt`]
 /// writes the outcome only if the row still carries that lease. A crash mid-attempt leaves the row due again
 /// when the lease ends.
-pub trait WebhookStore: Send + Sync + fmt::Debug {
+///
+/// It reads the fencing epoch too ([`FencingEpoch`]): an attempt made by an instance that does not lead carries
+/// the newest term the store has seen (`X-Gateway-Epoch`).
+pub trait WebhookStore: FencingEpoch + Send + Sync + fmt::Debug {
     /// Inserts a config; [`StoreError::Conflict`] when the `(source_identifier, event_type)` pair exists.
     fn create_config(&self, config: &NewWebhookConfig) -> Result<WebhookConfig, StoreError>;
     fn config(&self, id: i64) -> Result<Option<WebhookConfig>, StoreError>;
@@ -514,6 +517,12 @@ pub struct OutboundRequest {
     pub timestamp: i64,
     /// `v1,<base64>`, the `webhook-signature` header (Standard Webhooks) over `"{delivery_id}.{timestamp}.{body}"`.
     pub standard_signature: String,
+    /// The leadership term the attempt was made under, the `X-Gateway-Epoch` header: a receiver that keeps the
+    /// highest it has seen can refuse an attempt of a deposed leader (docs/webhooks.md, "Fencing").
+    pub epoch: u64,
+    /// `v1,<base64>`, the `X-Gateway-Epoch-Signature` header: the Standard Webhooks key's HMAC-SHA256 of
+    /// `"{delivery_id}.{timestamp}.{epoch}"`, since neither body signature covers a header.
+    pub epoch_signature: String,
 }
 
 impl fmt::Debug for OutboundRequest {
@@ -633,6 +642,8 @@ mod tests {
             signature: "sha256=00".into(),
             timestamp: 0,
             standard_signature: "v1,AA==".into(),
+            epoch: 1,
+            epoch_signature: "v1,AA==".into(),
         };
         let printed = format!("{request:?}");
         assert!(!printed.contains("4111"), "{printed}");

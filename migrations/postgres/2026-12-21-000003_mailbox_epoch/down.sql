@@ -1,0 +1,1 @@
+ALTER TABLE agent_mailbox DROP COLUMN epoch;
