@@ -47,9 +47,9 @@ pub use ports::store::{StoreError, StoreHealth};
 pub use ports::tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore};
 pub use ports::webhook::{
     AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate,
-    DueDelivery, FailureClass, FakeTransport, InMemoryWebhookStore, InboundInsert, NewDelivery, NewWebhookConfig,
-    OutboundRequest, ReceiptKey, RetryNowOutcome, UnknownDeliveryStatus, WebhookConfig, WebhookConfigChange,
-    WebhookSecret, WebhookStore, WebhookTransport,
+    DeliveryMaker, DueDelivery, FailureClass, FakeTransport, FanOut, InMemoryWebhookStore, InboundInsert, NewDelivery, NewWebhookConfig,
+    NewWebhookEvent, OutboundRequest, ReceiptKey, RetryNowOutcome, UnknownDeliveryStatus, WebhookConfig, WebhookConfigChange,
+    WILDCARD_EVENT_TYPE, WebhookEvent, WebhookSecret, WebhookStore, WebhookTransport,
 };
 
 // What every component calls to run its work.
