@@ -8,8 +8,8 @@
 use time::{Duration, OffsetDateTime};
 
 use crate::{
-    AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
-    FanOut, FencingEpoch, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
+    AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, FanOut,
+    FencingEpoch, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
     ReceiptKey, RetryNowOutcome, StoreError, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret,
     WebhookStore,
 };
@@ -1079,8 +1079,7 @@ pub fn an_event_fans_out_to_every_matching_config_at_once_and_its_key_finds_it_a
         assert_eq!(store.delivery(delivery.id).expect("read"), Some(delivery.clone()));
     }
 
-    let (narrowed, deliveries) =
-        published(store.fan_out(&new_event("issues", Some("github"), None, at), 10, &make));
+    let (narrowed, deliveries) = published(store.fan_out(&new_event("issues", Some("github"), None, at), 10, &make));
     assert_ne!(narrowed.id, event.id);
     assert_eq!(deliveries.iter().map(|delivery| delivery.webhook_id).collect::<Vec<_>>(), [issues.id]);
 
