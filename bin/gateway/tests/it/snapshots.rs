@@ -378,7 +378,12 @@ fn every_routes_answers_match_their_snapshots() {
     // Fan-out: the config above is subscribed to "push".
     let event = json!({"event_type": "push", "payload": {"ref": "main"}}).to_string();
     let keyed = [("idempotency-key", "snap-event")];
-    r.send("webhook_events", As::Operator, "POST", "/gateway/webhook-events", Some(&event), &keyed);
+    let published = r.send("webhook_events", As::Operator, "POST", "/gateway/webhook-events", Some(&event), &keyed);
+    // Its delivery's first attempt is waited for, as the others' are: the metrics below count it.
+    let fanned_out = published["delivery_ids"][0].as_i64().unwrap();
+    eventually("the fanned-out delivery's first attempt", || {
+        r.gateway.operator_get(&format!("/gateway/deliveries/{fanned_out}")).1["attempt_count"] == 1
+    });
     r.send("webhook_events", As::Operator, "POST", "/gateway/webhook-events", Some(&event), &keyed);
     let other = json!({"event_type": "push", "payload": {"ref": "dev"}}).to_string();
     r.send("webhook_events", As::Operator, "POST", "/gateway/webhook-events", Some(&other), &keyed);
