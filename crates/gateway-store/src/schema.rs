@@ -93,6 +93,18 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhook_events (id) {
+        id -> BigInt,
+        event_type -> Text,
+        source_identifier -> Nullable<Text>,
+        request_digest -> Text,
+        idempotency_key -> Nullable<Text>,
+        delivery_ids -> Text,
+        created_at -> Timestamp,
+    }
+}
+
 diesel::joinable!(webhook_deliveries -> webhook_configs (webhook_id));
 diesel::joinable!(webhook_inbound_receipts -> webhook_configs (webhook_id));
 diesel::joinable!(webhook_delivery_attempts -> webhook_deliveries (delivery_id));

@@ -10,21 +10,26 @@
 //! `claim_token` (meaningful only while `claimed_until` is set), so a new term can release a deposed leader's
 //! claims at once (`release_deposed_claims`).
 
+use std::collections::HashSet;
+
 use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::result::DatabaseErrorKind;
 use diesel::sqlite::Sqlite;
 use gateway_core::{
-    AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
-    FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, ReceiptKey, RetryNowOutcome,
-    StoreError, WebhookConfig, WebhookConfigChange, WebhookSecret, WebhookStore,
+    AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus, DeliveryUpdate,
+    DueDelivery, FanOut, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
+    ReceiptKey, RetryNowOutcome, StoreError, WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent,
+    WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::connection::{AnyConnection, DieselStore, returned_row};
 use crate::error::classify;
 use crate::fencing::{admit, token_to_db};
-use crate::schema::{webhook_configs, webhook_deliveries, webhook_delivery_attempts, webhook_inbound_receipts};
+use crate::schema::{
+    webhook_configs, webhook_deliveries, webhook_delivery_attempts, webhook_events, webhook_inbound_receipts,
+};
 use crate::timestamp::{from_db, to_db};
 
 /// Most deliveries (with their attempts) deleted per transaction when a config's history or old deliveries go.
@@ -366,6 +371,140 @@ fn due_of_status_query(status: &'static str, now: PrimitiveDateTime, limit: i64)
         .select((webhook_deliveries::id, webhook_deliveries::target_url, webhook_deliveries::next_retry_at))
 }
 
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = webhook_events, check_for_backend(Sqlite, Pg))]
+struct EventRow {
+    id: i64,
+    event_type: String,
+    source_identifier: Option<String>,
+    request_digest: String,
+    idempotency_key: Option<String>,
+    delivery_ids: String,
+    created_at: PrimitiveDateTime,
+}
+
+impl TryFrom<EventRow> for WebhookEvent {
+    type Error = StoreError;
+
+    fn try_from(row: EventRow) -> Result<Self, StoreError> {
+        let corrupt = || StoreError::Internal(format!("webhook event {}: unreadable delivery_ids", row.id));
+        let delivery_ids = serde_json::from_str::<Vec<i64>>(&row.delivery_ids).map_err(|_| corrupt())?;
+        let idempotency_key = row.idempotency_key.map(IdempotencyKey::new).transpose().map_err(|_| corrupt())?;
+        Ok(Self {
+            id: row.id,
+            event_type: row.event_type,
+            source_identifier: row.source_identifier,
+            request_digest: row.request_digest,
+            idempotency_key,
+            delivery_ids,
+            created_at: from_db(row.created_at),
+        })
+    }
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = webhook_events)]
+struct NewEventRow<'a> {
+    event_type: &'a str,
+    source_identifier: Option<&'a str>,
+    request_digest: &'a str,
+    idempotency_key: Option<&'a str>,
+    delivery_ids: &'a str,
+    created_at: PrimitiveDateTime,
+}
+
+/// The event stored with `key`, if any.
+fn event_by_key(connection: &mut AnyConnection<'_>, key: &str) -> QueryResult<Option<EventRow>> {
+    on_backend!(connection, c => {
+        webhook_events::table
+            .filter(webhook_events::idempotency_key.eq(key))
+            .select(EventRow::as_select())
+            .first(c)
+            .optional()
+    })
+}
+
+/// What a fan-out transaction came to, before its rows are turned into domain values.
+enum FanOutRows {
+    Published(EventRow, Vec<DeliveryRow>),
+    Existing(EventRow),
+    TooWide(usize),
+}
+
+/// The fan-out's transaction (see [`WebhookStore::fan_out`]). On PostgreSQL the matching configs are locked as they
+/// are read (`FOR KEY SHARE`, what the deliveries' foreign key check takes anyway), so a config deleted meanwhile is
+/// either not read or not deleted before this commits; the deliveries then go in as one statement.
+fn fan_out_rows(
+    connection: &mut AnyConnection<'_>,
+    event: &NewWebhookEvent,
+    max_deliveries: usize,
+    delivery_for: &DeliveryMaker<'_>,
+) -> QueryResult<FanOutRows> {
+    use webhook_configs::dsl;
+    if let Some(key) = &event.idempotency_key
+        && let Some(existing) = event_by_key(connection, key.as_str())?
+    {
+        return Ok(FanOutRows::Existing(existing));
+    }
+    let limit = i64::try_from(max_deliveries).unwrap_or(i64::MAX).saturating_add(1);
+    let mut configs: Vec<ConfigRow> = on_backend!(connection, c => {
+        let mut query = dsl::webhook_configs
+            .filter(dsl::event_type.eq_any([event.event_type.as_str(), WILDCARD_EVENT_TYPE]))
+            .order(dsl::id.asc())
+            .limit(limit)
+            .select(ConfigRow::as_select())
+            .into_boxed();
+        if let Some(source) = &event.source_identifier {
+            query = query.filter(dsl::source_identifier.eq(source.as_str()));
+        }
+        query.load(c)
+    })?;
+    if let AnyConnection::Postgres(c) = connection {
+        // Locked as the deliveries' foreign key check would lock them (in id order), so none of them can be deleted
+        // before this commits; one deleted since it was read is left out.
+        let ids: Vec<i64> = configs.iter().map(|config| config.id).collect();
+        let locked: HashSet<i64> = dsl::webhook_configs
+            .filter(dsl::id.eq_any(&ids))
+            .order(dsl::id.asc())
+            .select(dsl::id)
+            .for_key_share()
+            .load::<i64>(&mut **c)?
+            .into_iter()
+            .collect();
+        configs.retain(|config| locked.contains(&config.id));
+    }
+    if configs.len() > max_deliveries {
+        return Ok(FanOutRows::TooWide(configs.len()));
+    }
+    let row = NewEventRow {
+        event_type: &event.event_type,
+        source_identifier: event.source_identifier.as_deref(),
+        request_digest: &event.request_digest,
+        idempotency_key: event.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+        delivery_ids: "[]",
+        created_at: to_db(event.created_at),
+    };
+    let insert = diesel::insert_into(webhook_events::table).values(&row).returning(webhook_events::id);
+    let event_id: i64 = on_backend!(connection, c => insert.get_result(c))?;
+    let drafts: Vec<NewDelivery> =
+        configs.into_iter().map(|config| delivery_for(&WebhookConfig::from(config), event_id)).collect();
+    let rows: Vec<NewDeliveryRow<'_>> = drafts.iter().map(NewDeliveryRow::of).collect();
+    let written: Vec<DeliveryRow> = match connection {
+        AnyConnection::Sqlite(_) => rows.iter().map(|row| row.insert(connection)).collect::<QueryResult<_>>()?,
+        AnyConnection::Postgres(_) if rows.is_empty() => Vec::new(),
+        AnyConnection::Postgres(c) => match postgres::insert_deliveries(c, &rows, false)? {
+            Some(outcomes) => outcomes.into_iter().collect::<QueryResult<_>>()?,
+            // The configs are locked: none can be missing. Were one, nothing was written, and nothing must be.
+            None => return Err(diesel::result::Error::RollbackTransaction),
+        },
+    };
+    let ids: Vec<i64> = written.iter().map(|delivery| delivery.id).collect();
+    let ids_text = serde_json::to_string(&ids).unwrap_or_else(|_| String::from("[]"));
+    let record = diesel::update(webhook_events::table.find(event_id)).set(webhook_events::delivery_ids.eq(&ids_text));
+    let stored: EventRow = on_backend!(connection, c => record.returning(EventRow::as_returning()).get_result(c))?;
+    Ok(FanOutRows::Published(stored, written))
+}
+
 impl WebhookStore for DieselStore {
     fn create_config(&self, config: &NewWebhookConfig) -> Result<WebhookConfig, StoreError> {
         let row = NewConfigRow {
@@ -491,6 +630,31 @@ impl WebhookStore for DieselStore {
         self.immediate("prune finished webhook deliveries", |connection| {
             delete_deliveries(connection, Doomed::FinishedBefore(to_db(created_before)), limit)
         })
+    }
+
+    fn fan_out(
+        &self,
+        event: &NewWebhookEvent,
+        max_deliveries: usize,
+        delivery_for: &DeliveryMaker<'_>,
+    ) -> Result<FanOut, StoreError> {
+        let rows = self.immediate("publish webhook event", |connection| {
+            fan_out_rows(connection, event, max_deliveries, delivery_for)
+        })?;
+        Ok(match rows {
+            FanOutRows::Published(event, deliveries) => {
+                FanOut::Published { event: event.try_into()?, deliveries: self::deliveries(deliveries)? }
+            }
+            FanOutRows::Existing(event) => FanOut::Existing(event.try_into()?),
+            FanOutRows::TooWide(matching) => FanOut::TooWide { matching },
+        })
+    }
+
+    fn webhook_event_by_key(&self, key: &IdempotencyKey) -> Result<Option<WebhookEvent>, StoreError> {
+        let row = self.with_connection("read webhook event by idempotency key", |connection| {
+            event_by_key(connection, key.as_str())
+        })?;
+        row.map(WebhookEvent::try_from).transpose()
     }
 
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError> {

@@ -1,4 +1,5 @@
-//! The delivery payload made from a verified inbound webhook (docs/webhooks.md).
+//! The delivery payloads the router makes (docs/webhooks.md): from a verified inbound webhook, and from an event
+//! published to every config of its type.
 
 use std::borrow::Cow;
 
@@ -48,6 +49,36 @@ pub fn inbound_envelope(config: &WebhookConfig, received_at: OffsetDateTime, bod
         text.push_str(json);
         text.push('}');
     }
+    text
+}
+
+#[derive(Serialize)]
+struct EventEnvelope<'a> {
+    event_id: i64,
+    event_type: &'a str,
+    webhook_id: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    published_at: OffsetDateTime,
+}
+
+/// `{"event_id","event_type","webhook_id","published_at","payload"}`: what each config subscribed to a published
+/// event receives. `payload` is the publisher's JSON text as it came (already checked to be JSON), so every
+/// endpoint gets the same bytes and the publisher's numbers and key order survive.
+pub fn event_envelope(
+    event_id: i64,
+    event_type: &str,
+    webhook_id: i64,
+    published_at: OffsetDateTime,
+    payload: &str,
+) -> String {
+    let envelope = EventEnvelope { event_id, event_type, webhook_id, published_at };
+    // Serializing strings, integers and a timestamp cannot fail.
+    let mut text = serde_json::to_string(&envelope).unwrap_or_else(|_| String::from("{}"));
+    text.pop();
+    text.reserve(payload.len() + 12);
+    text.push_str(r#","payload":"#);
+    text.push_str(payload);
+    text.push('}');
     text
 }
 
@@ -105,5 +136,17 @@ mod tests {
             let parsed: Value = serde_json::from_str(&inbound_envelope(&config(), received, body)).unwrap();
             assert_eq!(parsed["body"], expected);
         }
+    }
+
+    #[test]
+    fn an_event_envelope_carries_the_payload_as_sent() {
+        let text = event_envelope(3, "order.paid", 7, datetime!(2026-02-22 11:00:00 UTC), r#"{"b":1.50,"a":[1]}"#);
+        assert!(text.ends_with(r#","payload":{"b":1.50,"a":[1]}}"#), "{text}");
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            value,
+            json!({"event_id": 3, "event_type": "order.paid", "webhook_id": 7,
+                   "published_at": "2026-02-22T11:00:00Z", "payload": {"b": 1.5, "a": [1]}})
+        );
     }
 }

@@ -152,6 +152,26 @@ pub fn check_delivery(session_id: &str, payload: &str) -> Result<(), WebhookErro
     Ok(())
 }
 
+/// An event to publish: an `event_type` (a config's own rule, but never `*`: that is the wildcard configs
+/// subscribe with, not a type), an optional narrowing `source_identifier`, and a JSON payload.
+pub fn check_event(event_type: &str, source_identifier: Option<&str>, payload: &str) -> Result<(), WebhookError> {
+    check_text("event_type", event_type)
+        .map_err(|problem| WebhookError::InvalidDelivery { field: "event_type", problem })?;
+    if event_type == gateway_core::WILDCARD_EVENT_TYPE {
+        return Err(WebhookError::InvalidDelivery {
+            field: "event_type",
+            problem: "must name a type; \"*\" is what a config subscribes to every type with".into(),
+        });
+    }
+    if let Some(source) = source_identifier {
+        check_text("source_identifier", source)
+            .map_err(|problem| WebhookError::InvalidDelivery { field: "source_identifier", problem })?;
+    }
+    serde_json::from_str::<serde::de::IgnoredAny>(payload)
+        .map_err(|error| WebhookError::InvalidDelivery { field: "payload", problem: format!("not JSON: {error}") })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

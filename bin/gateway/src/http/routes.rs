@@ -79,6 +79,10 @@ declare_routes! {
         PATCH Operator => webhooks::update_config(&c.state, c.id("id", unknown_webhook)?, c.request),
             api::webhooks::update_config_doc;
     }
+    /// `POST /gateway/webhook-events`: fan-out of one event to every config subscribed to its type.
+    WebhookEvents "webhook_events" exact "/gateway/webhook-events" {
+        POST Operator => webhooks::publish_event(&c.state, c.request), api::webhooks::publish_event_doc;
+    }
     /// `/gateway/deliveries`: enqueue an outbound webhook; the forensic inspector.
     Deliveries "deliveries" exact "/gateway/deliveries" {
         GET Operator => webhooks::list_deliveries(&c.state, &c.request), api::webhooks::list_deliveries_doc;

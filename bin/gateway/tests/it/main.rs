@@ -41,5 +41,6 @@ mod snapshots;
 mod sse_parser;
 mod tools;
 mod validation;
+mod webhook_endpoints;
 mod webhook_signing;
 mod webhooks;

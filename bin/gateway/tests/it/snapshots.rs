@@ -375,6 +375,24 @@ fn every_routes_answers_match_their_snapshots() {
     r.operator("delivery_retry", "POST", &format!("{delivery_path}/retry"), None);
     r.operator("delivery_retry", "POST", "/gateway/deliveries/999/retry", None);
 
+    // Fan-out: the config above is subscribed to "push".
+    let event = json!({"event_type": "push", "payload": {"ref": "main"}}).to_string();
+    let keyed = [("idempotency-key", "snap-event")];
+    let published = r.send("webhook_events", As::Operator, "POST", "/gateway/webhook-events", Some(&event), &keyed);
+    // Its delivery's first attempt is waited for, as the others' are: the metrics below count it.
+    let fanned_out = published["delivery_ids"][0].as_i64().unwrap();
+    eventually("the fanned-out delivery's first attempt", || {
+        r.gateway.operator_get(&format!("/gateway/deliveries/{fanned_out}")).1["attempt_count"] == 1
+    });
+    r.send("webhook_events", As::Operator, "POST", "/gateway/webhook-events", Some(&event), &keyed);
+    let other = json!({"event_type": "push", "payload": {"ref": "dev"}}).to_string();
+    r.send("webhook_events", As::Operator, "POST", "/gateway/webhook-events", Some(&other), &keyed);
+    let unheard = json!({"event_type": "release", "payload": {}});
+    r.operator("webhook_events", "POST", "/gateway/webhook-events", Some(unheard));
+    r.operator("webhook_events", "POST", "/gateway/webhook-events", Some(json!({"event_type": "*", "payload": {}})));
+    r.operator("webhook_events", "POST", "/gateway/webhook-events", Some(json!({"event_type": "push"})));
+    r.anyone("webhook_events", "POST", "/gateway/webhook-events", Some(json!({"event_type": "push", "payload": {}})));
+
     // Cron jobs.
     let job = json!({"agent_id": "snap-agent", "schedule": "0 0 1 1 *", "payload": {"task": "yearly"}});
     let created = r.operator("cron_jobs", "POST", "/gateway/cron/jobs", Some(job));

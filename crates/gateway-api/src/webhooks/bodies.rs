@@ -456,3 +456,26 @@ mod tests {
         assert_eq!(names.len(), 4);
     }
 }
+
+// `POST /gateway/webhook-events`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
+pub struct WebhookEventCreate {
+    #[schema(schema_with = name_256)]
+    event_type: String,
+    #[schema(schema_with = name_256, required = false)]
+    source_identifier: String,
+    /// Any JSON; each delivery's envelope carries it byte for byte as posted.
+    payload: Value,
+}
+
+// A published event: one delivery per matching config, in config id order (none when no config matches).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookEventPublished<'a> {
+    #[schema(value_type = Vec<i64>)]
+    pub delivery_ids: &'a [i64],
+    #[schema(schema_with = int64_schema)]
+    pub event_id: i64,
+}

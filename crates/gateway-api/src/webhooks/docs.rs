@@ -5,8 +5,9 @@ use serde_json::json;
 use super::bodies::{
     DeliveryBody, DeliveryCreate, DeliveryDetail, DeliveryPage, DeliveryStatusSchema, DeliverySummary, InboundAccepted,
     InboundDuplicate, WebhookConfigBody, WebhookConfigChange, WebhookConfigCreate, WebhookConfigList,
+    WebhookEventCreate, WebhookEventPublished,
 };
-use gateway_webhooks::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use gateway_webhooks::{DEFAULT_PAGE_SIZE, MAX_DELIVERIES_PER_EVENT, MAX_PAGE_SIZE};
 
 use crate::common::Deleted;
 use crate::fields::{NO_CONTROL_CHARACTERS, int64};
@@ -167,5 +168,28 @@ pub fn retry_doc() -> Operation {
         .answer::<DeliverySummary<'static>>(200, "The reset delivery.")
         .error(404, Reason::UnknownDelivery)
         .error(409, Reason::RetryNotAllowed)
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn publish_event_doc() -> Operation {
+    Operation::new("publishWebhookEvent", "webhooks", "Publish an event to every subscribed endpoint")
+        .describe(&format!(
+            "Fan-out: one delivery per webhook config whose `event_type` is the event's or `*` (only the configs of \
+             `source_identifier` when given), all written at once or none, each signed with its config's secret and \
+             retried on its own schedule. Each receives `{{\"event_id\",\"event_type\",\"webhook_id\",\"published_at\",\
+             \"payload\"}}`. No config matching: 202 with `delivery_ids: []`. More than {MAX_DELIVERIES_PER_EVENT} \
+             matching: 422 `invalid_field` naming `event_type`, nothing written. A repeated `Idempotency-Key` with the \
+             same request answers as the first did (202, same ids, `Idempotent-Replayed: true`); with another \
+             request, 422 `idempotency_key_reused`."
+        ))
+        .idempotency_key()
+        .json_body::<WebhookEventCreate>(true)
+        .example(json!({"event_type": "order.paid", "payload": {"order": 17}}))
+        .answer_with_headers::<WebhookEventPublished<'static>>(
+            202,
+            "Published; the deliveries are tried at once.",
+            replayed_header(),
+        )
+        .errors(422, &[Reason::MissingRequiredFields, Reason::InvalidField, Reason::IdempotencyKeyReused])
         .error(503, Reason::StoreUnavailable)
 }

@@ -189,6 +189,9 @@ macro_rules! webhook_store_conformance {
             a_fresh_receipt_makes_an_inbound_delivery_a_duplicate_that_writes_nothing,
             concurrent_inbound_deliveries_with_one_key_insert_exactly_once,
             receipts_are_pruned_by_age_a_batch_at_a_time_and_go_with_their_config,
+            an_event_fans_out_to_every_matching_config_at_once_and_its_key_finds_it_again,
+            a_fan_out_wider_than_its_bound_writes_nothing,
+            concurrent_fan_outs_with_one_key_publish_exactly_once,
         );
     };
 }

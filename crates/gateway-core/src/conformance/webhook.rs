@@ -8,9 +8,10 @@
 use time::{Duration, OffsetDateTime};
 
 use crate::{
-    AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery,
-    FencingEpoch, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, ReceiptKey,
-    RetryNowOutcome, StoreError, WebhookConfig, WebhookConfigChange, WebhookSecret, WebhookStore,
+    AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, FanOut,
+    FencingEpoch, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
+    ReceiptKey, RetryNowOutcome, StoreError, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret,
+    WebhookStore,
 };
 
 /// How many deliveries [`a_config_with_more_history_than_a_delete_batch_is_deleted_whole`] gives a config: an
@@ -1025,4 +1026,127 @@ where
     let (attempt, update) = attempt_and_update(dead, 1, soon, DeliveryStatus::Delivered);
     assert!(store.record_attempt(&attempt, soon + LEASE, &update).expect("record"), "term 6's attempt applies");
     assert!(store.claim(&[immediate], soon, soon + LEASE).expect("claim").is_empty(), "still the immediate claim's");
+}
+
+fn new_event(event_type: &str, source: Option<&str>, key_text: Option<&str>, at: OffsetDateTime) -> NewWebhookEvent {
+    NewWebhookEvent {
+        event_type: event_type.into(),
+        source_identifier: source.map(str::to_owned),
+        request_digest: format!("digest of {event_type}"),
+        idempotency_key: key_text.map(key),
+        created_at: at,
+    }
+}
+
+/// The delivery of an event for a config: its payload names both, so a rule can see which made which.
+fn event_delivery(config: &WebhookConfig, event_id: i64, at: OffsetDateTime) -> NewDelivery {
+    NewDelivery {
+        payload: format!(r#"{{"event_id":{event_id},"webhook_id":{}}}"#, config.id),
+        target_url: config.target_url.clone(),
+        ..new_delivery(config.id, &config.target_session, at)
+    }
+}
+
+fn published(outcome: Result<FanOut, StoreError>) -> (WebhookEvent, Vec<Delivery>) {
+    match outcome.expect("fan out") {
+        FanOut::Published { event, deliveries } => (event, deliveries),
+        other => panic!("expected a published event, got {other:?}"),
+    }
+}
+
+/// An event reaches every config whose `event_type` is its own or `*` (of the narrowing source only, when it names
+/// one), each delivery made for its config and the event's id and inserted pending, in config id order; an event
+/// nothing matches is stored with no delivery; a key used again answers the first event and writes nothing.
+pub fn an_event_fans_out_to_every_matching_config_at_once_and_its_key_finds_it_again(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let push = store.create_config(&new_config("github", "push", at)).expect("create config");
+    let issues = store.create_config(&new_config("github", "issues", at)).expect("create config");
+    let everything_of_gitlab = store.create_config(&new_config("gitlab", "*", at)).expect("create config");
+    let make = |config: &WebhookConfig, event_id: i64| event_delivery(config, event_id, at);
+
+    let (event, deliveries) = published(store.fan_out(&new_event("push", None, Some("evt-1"), at), 10, &make));
+    assert_eq!(event.event_type, "push");
+    assert_eq!(event.idempotency_key, Some(key("evt-1")));
+    let reached: Vec<i64> = deliveries.iter().map(|delivery| delivery.webhook_id).collect();
+    assert_eq!(reached, [push.id, everything_of_gitlab.id], "the type's config and the wildcard, by id");
+    assert_eq!(event.delivery_ids, deliveries.iter().map(|delivery| delivery.id).collect::<Vec<_>>());
+    for delivery in &deliveries {
+        assert_eq!(delivery.status, DeliveryStatus::Pending);
+        assert_eq!(delivery.attempt_count, 0);
+        assert_eq!(delivery.payload, format!(r#"{{"event_id":{},"webhook_id":{}}}"#, event.id, delivery.webhook_id));
+        assert_eq!(store.delivery(delivery.id).expect("read"), Some(delivery.clone()));
+    }
+
+    let (narrowed, deliveries) = published(store.fan_out(&new_event("issues", Some("github"), None, at), 10, &make));
+    assert_ne!(narrowed.id, event.id);
+    assert_eq!(deliveries.iter().map(|delivery| delivery.webhook_id).collect::<Vec<_>>(), [issues.id]);
+
+    let (unheard, deliveries) = published(store.fan_out(&new_event("release", Some("github"), None, at), 10, &make));
+    assert!(deliveries.is_empty() && unheard.delivery_ids.is_empty(), "{unheard:?}");
+
+    let before = listed(store, &everything());
+    let again = store.fan_out(&new_event("push", None, Some("evt-1"), at + Duration::minutes(1)), 10, &make);
+    assert_eq!(again.expect("fan out"), FanOut::Existing(event.clone()), "the first event, nothing new");
+    assert_eq!(listed(store, &everything()), before);
+    assert_eq!(store.webhook_event_by_key(&key("evt-1")).expect("read"), Some(event));
+    assert_eq!(store.webhook_event_by_key(&key("evt-2")).expect("read"), None);
+}
+
+/// More matching configs than the bound: nothing is written, neither the event nor any delivery; at the bound,
+/// every one is.
+pub fn a_fan_out_wider_than_its_bound_writes_nothing(store: &dyn WebhookStore, at: OffsetDateTime) {
+    for source in ["a", "b", "c"] {
+        store.create_config(&new_config(source, "push", at)).expect("create config");
+    }
+    let make = |config: &WebhookConfig, event_id: i64| event_delivery(config, event_id, at);
+    let refused = store.fan_out(&new_event("push", None, Some("wide"), at), 2, &make).expect("fan out");
+    assert_eq!(refused, FanOut::TooWide { matching: 3 });
+    assert!(listed(store, &everything()).is_empty(), "no delivery written");
+    assert_eq!(store.webhook_event_by_key(&key("wide")).expect("read"), None, "no event written");
+    let (event, deliveries) = published(store.fan_out(&new_event("push", None, Some("wide"), at), 3, &make));
+    assert_eq!(deliveries.len(), 3);
+    assert_eq!(event.delivery_ids.len(), 3);
+}
+
+/// Requests racing with one key: exactly one publishes; every other call answers that event, or fails as a
+/// conflict after which the key finds it.
+pub fn concurrent_fan_outs_with_one_key_publish_exactly_once(store: &dyn WebhookStore, at: OffsetDateTime) {
+    const CONTENDERS: usize = 6;
+    store.create_config(&new_config("github", "push", at)).expect("create config");
+    store.create_config(&new_config("gitlab", "*", at)).expect("create config");
+    let make = |config: &WebhookConfig, event_id: i64| event_delivery(config, event_id, at);
+    let barrier = std::sync::Barrier::new(CONTENDERS);
+    let outcomes: Vec<Result<FanOut, StoreError>> = std::thread::scope(|scope| {
+        let racers: Vec<_> = (0..CONTENDERS)
+            .map(|_| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    store.fan_out(&new_event("push", None, Some("raced"), at), 10, &make)
+                })
+            })
+            .collect();
+        racers.into_iter().map(|racer| racer.join().expect("no panic")).collect()
+    });
+    let winners: Vec<&WebhookEvent> = outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            Ok(FanOut::Published { event, .. }) => Some(event),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(winners.len(), 1, "{outcomes:?}");
+    let winner = winners[0].clone();
+    for outcome in outcomes {
+        match outcome {
+            Ok(FanOut::Existing(event)) => assert_eq!(event, winner),
+            Ok(FanOut::Published { .. }) => {}
+            Err(StoreError::Conflict(_)) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(store.webhook_event_by_key(&key("raced")).expect("read"), Some(winner.clone()));
+    assert_eq!(listed(store, &everything()), winner.delivery_ids, "two deliveries, once");
 }

@@ -17,6 +17,7 @@
 mod configs;
 mod deliveries;
 mod dispatch;
+mod events;
 mod failure_reports;
 mod groups;
 mod known_configs;
@@ -39,6 +40,7 @@ use tracing::warn;
 
 pub use deliveries::Enqueued;
 pub use deliveries::Inbound;
+pub use events::{EventDraft, MAX_DELIVERIES_PER_EVENT, Published};
 pub use failure_reports::SIGNATURE_FAILURE_REPORT_INTERVAL;
 pub use known_configs::CONFIG_IDS_REFRESH_INTERVAL;
 

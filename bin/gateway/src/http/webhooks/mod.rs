@@ -6,17 +6,17 @@
 use gateway_api::Deleted;
 use gateway_api::webhooks::{
     Accepted, DeliveryBody, DeliveryDetail, DeliveryPage, DeliverySummary, Duplicate, InboundAccepted,
-    InboundDuplicate, WebhookConfigBody, WebhookConfigList,
+    InboundDuplicate, WebhookConfigBody, WebhookConfigList, WebhookEventPublished,
 };
 use gateway_core::{DeliveryFilter, DeliveryStatus, WebhookConfigChange, WebhookSecret};
-use gateway_webhooks::{DEFAULT_PAGE_SIZE, Inbound, InboundSignature, MAX_PAGE_SIZE, WebhookConfigDraft};
+use gateway_webhooks::{DEFAULT_PAGE_SIZE, EventDraft, Inbound, InboundSignature, MAX_PAGE_SIZE, WebhookConfigDraft};
 use http::StatusCode;
 
 use crate::http::error::ApiError;
 use crate::http::request::{
     JsonObject, MAX_BODY_BYTES, Query, Request, idempotency_key, invalid_query, next_cursor, read_body, required,
 };
-use crate::http::response::{Response, created_or_replayed, json_response};
+use crate::http::response::{IDEMPOTENT_REPLAYED_HEADER, Response, created_or_replayed, json_response};
 use crate::state::AppState;
 
 const CONFIG_FIELDS: [&str; 8] = [
@@ -39,6 +39,7 @@ const CONFIG_CHANGE_FIELDS: [&str; 7] = [
     "revoke_previous",
 ];
 const DELIVERY_FIELDS: [&str; 3] = ["webhook_id", "session_id", "payload"];
+const EVENT_FIELDS: [&str; 3] = ["event_type", "source_identifier", "payload"];
 const INSPECTOR_PARAMETERS: [&str; 6] = ["session_id", "status", "from", "to", "limit", "after_id"];
 
 /// `POST /gateway/webhooks/{webhook_id}`: the raw body and the signature headers (`X-Observatory-Signature`, or
@@ -142,6 +143,26 @@ pub(super) async fn enqueue(state: &AppState, request: Request) -> Result<Respon
     let enqueued =
         state.webhooks.enqueue_idempotent(webhook_id, session_id, payload.get().to_owned(), idempotency_key).await?;
     Ok(created_or_replayed(&DeliveryBody::of(&enqueued.delivery), enqueued.replayed))
+}
+
+/// `POST /gateway/webhook-events` `{event_type, source_identifier?, payload}` → 202 `{event_id, delivery_ids}`: one
+/// delivery per subscribed config. A replay of an `Idempotency-Key` answers the same 202 and ids, marked
+/// `Idempotent-Replayed: true`.
+pub(super) async fn publish_event(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let idempotency_key = idempotency_key(request.headers())?;
+    let mut body = JsonObject::read(request).await?;
+    let event_type = required("event_type", body.take_string("event_type")?)?;
+    let source_identifier = body.take_string("source_identifier")?;
+    let payload = required("payload", body.take_raw("payload"))?;
+    body.finish(&EVENT_FIELDS)?;
+    let draft = EventDraft { event_type, source_identifier, payload: payload.get().to_owned(), idempotency_key };
+    let published = state.webhooks.publish_event(draft).await?;
+    let answer = WebhookEventPublished { delivery_ids: &published.event.delivery_ids, event_id: published.event.id };
+    let mut response = json_response(StatusCode::ACCEPTED, &answer);
+    if published.replayed {
+        response.headers_mut().insert(IDEMPOTENT_REPLAYED_HEADER, http::HeaderValue::from_static("true"));
+    }
+    Ok(response)
 }
 
 /// The forensic inspector: `?session_id=&status=&from=&to=&limit=&after_id=` →

@@ -7,8 +7,9 @@ use std::sync::Mutex;
 use time::OffsetDateTime;
 
 use super::{
-    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, InboundInsert, NewDelivery,
-    NewWebhookConfig, ReceiptKey, RetryNowOutcome, WebhookConfig, WebhookConfigChange, WebhookStore,
+    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus, DeliveryUpdate, DueDelivery, FanOut,
+    InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RetryNowOutcome, WebhookConfig,
+    WebhookConfigChange, WebhookEvent, WebhookStore,
 };
 use crate::ids::IdempotencyKey;
 use crate::ports::failure::FailureSwitch;
@@ -29,6 +30,8 @@ struct Tables {
     /// Rows claimed by a poll, with the term of its claim, until an attempt's outcome or "Retry now" (or an
     /// unfenced claim) ends that claim.
     poll_claims: BTreeMap<i64, FencingToken>,
+    events: BTreeMap<i64, WebhookEvent>,
+    last_event_id: i64,
 }
 
 /// `webhook_configs`, `webhook_deliveries` and `webhook_delivery_attempts` in memory. [`Self::failure`] makes every
@@ -251,6 +254,58 @@ impl WebhookStore for InMemoryWebhookStore {
             tables.receipts.remove(key);
         }
         Ok(old.len())
+    }
+
+    fn fan_out(
+        &self,
+        event: &NewWebhookEvent,
+        max_deliveries: usize,
+        delivery_for: &DeliveryMaker<'_>,
+    ) -> Result<FanOut, StoreError> {
+        self.failure.check()?;
+        let mut tables = lock(&self.tables);
+        if let Some(key) = &event.idempotency_key
+            && let Some(existing) = tables.events.values().find(|stored| stored.idempotency_key.as_ref() == Some(key))
+        {
+            return Ok(FanOut::Existing(existing.clone()));
+        }
+        let matching: Vec<WebhookConfig> =
+            tables.configs.values().filter(|config| event.reaches(config)).take(max_deliveries + 1).cloned().collect();
+        if matching.len() > max_deliveries {
+            return Ok(FanOut::TooWide { matching: matching.len() });
+        }
+        let event_id = tables.last_event_id + 1;
+        // All or nothing: every row is checked before any is written.
+        let rows: Vec<NewDelivery> = matching.iter().map(|config| delivery_for(config, event_id)).collect();
+        for row in &rows {
+            if let Some(key) = &row.idempotency_key
+                && tables.delivery_by_key.contains_key(key)
+            {
+                return Err(StoreError::Conflict("idempotency key already used".to_owned()));
+            }
+        }
+        let mut deliveries = Vec::with_capacity(rows.len());
+        for row in &rows {
+            deliveries.push(insert_row(&mut tables, row)?);
+        }
+        tables.last_event_id = event_id;
+        let stored = WebhookEvent {
+            id: event_id,
+            event_type: event.event_type.clone(),
+            source_identifier: event.source_identifier.clone(),
+            request_digest: event.request_digest.clone(),
+            idempotency_key: event.idempotency_key.clone(),
+            delivery_ids: deliveries.iter().map(|delivery| delivery.id).collect(),
+            created_at: event.created_at,
+        };
+        tables.events.insert(event_id, stored.clone());
+        Ok(FanOut::Published { event: stored, deliveries })
+    }
+
+    fn webhook_event_by_key(&self, key: &IdempotencyKey) -> Result<Option<WebhookEvent>, StoreError> {
+        self.failure.check()?;
+        let tables = lock(&self.tables);
+        Ok(tables.events.values().find(|event| event.idempotency_key.as_ref() == Some(key)).cloned())
     }
 
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError> {

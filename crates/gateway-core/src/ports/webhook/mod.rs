@@ -328,6 +328,60 @@ pub enum RetryNowOutcome {
     Reset(Delivery),
 }
 
+/// An event published to every config subscribed to its type (`POST /gateway/webhook-events`): one row of
+/// `webhook_events`, which keeps the ids of the deliveries it made so that a retry of the request with the same
+/// `Idempotency-Key` answers exactly what the first one did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookEvent {
+    pub id: i64,
+    pub event_type: String,
+    /// The request narrowed the fan-out to the configs of this source.
+    pub source_identifier: Option<String>,
+    /// A digest of what the request asked for (type, source, payload), so a retry with the same key can be told
+    /// from a different request that reuses the key.
+    pub request_digest: String,
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// The deliveries made, by config id ascending; empty when no config matched.
+    pub delivery_ids: Vec<i64>,
+    pub created_at: OffsetDateTime,
+}
+
+/// An event to publish; the store assigns the id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWebhookEvent {
+    pub event_type: String,
+    pub source_identifier: Option<String>,
+    pub request_digest: String,
+    pub idempotency_key: Option<IdempotencyKey>,
+    pub created_at: OffsetDateTime,
+}
+
+impl NewWebhookEvent {
+    /// Whether `config` receives this event: its `event_type` is the event's or `*`, and its source is the
+    /// narrowing one when the event names one. The rule every [`WebhookStore::fan_out`] applies.
+    pub fn reaches(&self, config: &WebhookConfig) -> bool {
+        (config.event_type == self.event_type || config.event_type == WILDCARD_EVENT_TYPE)
+            && self.source_identifier.as_ref().is_none_or(|source| *source == config.source_identifier)
+    }
+}
+
+/// The `event_type` of a config that receives every published event.
+pub const WILDCARD_EVENT_TYPE: &str = "*";
+
+/// What [`WebhookStore::fan_out`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FanOut {
+    /// The event, and one delivery per matching config, written in one transaction.
+    Published { event: WebhookEvent, deliveries: Vec<Delivery> },
+    /// An event with the same idempotency key exists: nothing was written; this is that event.
+    Existing(WebhookEvent),
+    /// More configs match than the caller allows: nothing was written. `matching` is at least the limit plus one.
+    TooWide { matching: usize },
+}
+
+/// Makes the delivery of a published event for one matching config: `(config, event id)` → the row to insert.
+pub type DeliveryMaker<'a> = dyn Fn(&WebhookConfig, i64) -> NewDelivery + Sync + 'a;
+
 /// What identifies an accepted inbound webhook for replay detection, within its config: the router derives it
 /// from a verified signature (gateway-webhooks `replay`); the store compares it as opaque text.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -394,6 +448,20 @@ pub trait WebhookStore: FencingEpoch + Send + Sync + fmt::Debug {
     /// else is read (a database adapter reads them from the primary key alone).
     fn config_ids(&self) -> Result<Vec<i64>, StoreError>;
 
+    /// Fan-out, in one transaction, all or nothing: when `event` carries an idempotency key that an event already
+    /// has, [`FanOut::Existing`] with that event; when more than `max_deliveries` configs match
+    /// ([`NewWebhookEvent::reaches`]), [`FanOut::TooWide`]; else the event row and, for each matching config in id
+    /// order, the delivery `delivery_for(config, event id)` makes. Of concurrent calls sharing a key exactly one
+    /// writes (a database adapter relies on a unique index on the key; the loser's transaction fails as
+    /// [`StoreError::Conflict`] and it reads the winner's event with [`Self::webhook_event_by_key`]).
+    fn fan_out(
+        &self,
+        event: &NewWebhookEvent,
+        max_deliveries: usize,
+        delivery_for: &DeliveryMaker<'_>,
+    ) -> Result<FanOut, StoreError>;
+    /// The event published with this `Idempotency-Key`, if any.
+    fn webhook_event_by_key(&self, key: &IdempotencyKey) -> Result<Option<WebhookEvent>, StoreError>;
     /// [`StoreError::Conflict`] when the config is gone or the idempotency key is taken.
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError>;
     /// An accepted inbound webhook's delivery with its receipts, atomically: when a receipt of the delivery's

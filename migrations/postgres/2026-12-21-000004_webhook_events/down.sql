@@ -1,0 +1,2 @@
+DROP INDEX webhook_configs_event_type;
+DROP TABLE webhook_events;
