@@ -117,8 +117,8 @@ impl ToolName {
                  to the agent (its event stream, its mailbox). Answers `job_id` and `fire_at`."
             }
             Self::CancelReminder => {
-                "Cancels one of the calling agent's pending reminders. Answers `cancelled`: false for a job that is \
-                 not this agent's or no longer pending."
+                "Cancels one of the calling agent's pending reminders or recurring jobs. Answers `cancelled`: false \
+                 for a job that is not this agent's or no longer pending."
             }
             Self::ListReminders => "Lists the calling agent's pending reminders and recurring jobs, soonest first.",
             Self::ScheduleRecurring => {
