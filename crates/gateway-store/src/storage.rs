@@ -11,17 +11,15 @@ use gateway_core::{AgentId, AgentStorage, STORED_ROW_CHARGE_BYTES, StoreError};
 
 use crate::connection::{AnyConnection, DieselStore};
 
-/// The three sums, each a range of the table's agent index. `is_one_time = TRUE`: an equality, so the cron index's
-/// second column is used as a bound rather than checked row by row.
+/// The three sums, each a range of the table's agent index (the cron index's first column: every job of the agent,
+/// one-time and recurring, since agents create recurring jobs too through `schedule_recurring`).
 const USAGE_SQLITE: &str = "SELECT \
      (SELECT COALESCE(SUM(result_bytes), 0) + COUNT(*) * ?1 FROM tool_calls WHERE agent_id = ?2) + \
-     (SELECT COALESCE(SUM(payload_bytes), 0) + COUNT(*) * ?1 FROM cron_jobs \
-      WHERE agent_id = ?2 AND is_one_time = TRUE) + \
+     (SELECT COALESCE(SUM(payload_bytes), 0) + COUNT(*) * ?1 FROM cron_jobs WHERE agent_id = ?2) + \
      (SELECT COALESCE(SUM(payload_bytes), 0) + COUNT(*) * ?1 FROM agent_mailbox WHERE agent_id = ?2) AS bytes";
 const USAGE_POSTGRES: &str = "SELECT CAST(\
      (SELECT COALESCE(SUM(result_bytes), 0) + COUNT(*) * $1 FROM tool_calls WHERE agent_id = $2) + \
-     (SELECT COALESCE(SUM(payload_bytes), 0) + COUNT(*) * $1 FROM cron_jobs \
-      WHERE agent_id = $2 AND is_one_time = TRUE) + \
+     (SELECT COALESCE(SUM(payload_bytes), 0) + COUNT(*) * $1 FROM cron_jobs WHERE agent_id = $2) + \
      (SELECT COALESCE(SUM(payload_bytes), 0) + COUNT(*) * $1 FROM agent_mailbox WHERE agent_id = $2) \
      AS BIGINT) AS bytes";
 

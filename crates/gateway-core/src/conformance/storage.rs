@@ -1,7 +1,7 @@
-//! Rules every [`AgentStorage`] must keep: an agent is charged for its recorded tool answers, its pending one-time
-//! jobs and its mailbox entries, each the bytes of its JSON plus [`STORED_ROW_CHARGE_BYTES`], and for nothing else
-//! (other agents' rows, recurring jobs); a fire moves its charge from the pending row to the mailbox entry; pruning
-//! takes it off. The rules write through the other ports of the same store, so a suite gets all four.
+//! Rules every [`AgentStorage`] must keep: an agent is charged for its recorded tool answers, its jobs (pending
+//! one-time reminders and recurring jobs) and its mailbox entries, each the bytes of its JSON plus
+//! [`STORED_ROW_CHARGE_BYTES`], and for nothing else (other agents' rows); a fire moves a one-time job's charge from
+//! its row to the mailbox entry; pruning takes it off. The rules write through the other ports of the same store, so a suite gets all four.
 
 use serde_json::{Map, Value, json};
 use time::{Duration, OffsetDateTime};
@@ -62,8 +62,9 @@ fn answer(agent_id: &str, id: &str, result: Value, at: OffsetDateTime) -> ToolCa
 }
 
 /// An agent with nothing stored is charged 0. Its answers, pending reminders and mailbox entries are each charged
-/// their JSON's bytes (not characters: a payload of non-ASCII text counts each byte) plus the row charge; another
-/// agent's rows and a recurring job of its own are not charged to it. Expects an empty store.
+/// their JSON's bytes (not characters: a payload of non-ASCII text counts each byte) plus the row charge, and so is a
+/// recurring job of its own (agents create them with `schedule_recurring`); another agent's rows are not charged to
+/// it. Expects an empty store.
 pub fn an_agent_is_charged_for_its_answers_pending_reminders_and_mailbox(parts: &StorageParts<'_>, at: OffsetDateTime) {
     let a = agent("agent-a");
     assert_eq!(parts.usage.agent_storage_bytes(&a).expect("usage"), 0);
@@ -78,13 +79,17 @@ pub fn an_agent_is_charged_for_its_answers_pending_reminders_and_mailbox(parts: 
     expected += charge(&payload);
     assert_eq!(parts.usage.agent_storage_bytes(&a).expect("usage"), expected, "bytes, not characters");
 
-    // Not charged to agent-a: a recurring job of its own, and another agent's rows.
+    // Charged: a recurring job of its own, whose row stays as long as the job.
     let recurring = NewCronJob {
         schedule: Some("* * * * *".to_owned()),
         is_one_time: false,
         ..one_time("agent-a", object(json!({"big": "x".repeat(1_000)})), at)
     };
     parts.jobs.insert_cron_job(&recurring).expect("insert");
+    expected += charge(&recurring.payload);
+    assert_eq!(parts.usage.agent_storage_bytes(&a).expect("usage"), expected, "a recurring job of its own");
+
+    // Not charged to agent-a: another agent's rows.
     parts.jobs.insert_cron_job(&one_time("agent-b", payload.clone(), at)).expect("insert");
     parts.calls.record_tool_call(&answer("agent-b", "call-1", result.clone(), at)).expect("record");
     assert_eq!(parts.usage.agent_storage_bytes(&a).expect("usage"), expected);
@@ -107,7 +112,7 @@ pub fn a_fire_moves_the_charge_to_the_mailbox_and_pruning_takes_it_off(parts: &S
         })
         .expect("insert");
     let before = parts.usage.agent_storage_bytes(&a).expect("usage");
-    assert_eq!(before, charge(&payload));
+    assert_eq!(before, charge(&payload) + charge(&recurring.payload));
 
     let claimed = parts.jobs.claim_fires(&[job.id, recurring.id], &lease("scheduler", 1, at)).expect("claim");
     assert_eq!(claimed.len(), 2);
@@ -137,5 +142,9 @@ pub fn a_fire_moves_the_charge_to_the_mailbox_and_pruning_takes_it_off(parts: &S
     assert_eq!(parts.usage.agent_storage_bytes(&a).expect("usage"), after + charge(&result));
     assert_eq!(parts.calls.prune_tool_calls(at + Duration::seconds(1), 10).expect("prune"), 1);
     assert_eq!(parts.mailbox.prune_mailbox(at + Duration::seconds(1), 10).expect("prune"), 2);
-    assert_eq!(parts.usage.agent_storage_bytes(&a).expect("usage"), 0);
+    assert_eq!(
+        parts.usage.agent_storage_bytes(&a).expect("usage"),
+        charge(&recurring.payload),
+        "what stays: the recurring job's own row"
+    );
 }

@@ -318,7 +318,7 @@ impl InMemoryCronJobStore {
         let pending: u64 = state
             .rows
             .values()
-            .filter(|stored| stored.job.is_one_time && &stored.job.agent_id == agent_id)
+            .filter(|stored| &stored.job.agent_id == agent_id)
             .map(|stored| payload(&stored.job.payload))
             .sum();
         Ok(pending.saturating_add(state.mailbox.charged_bytes(agent_id, payload)))

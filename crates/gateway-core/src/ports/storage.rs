@@ -25,8 +25,8 @@ use crate::ports::tool_call::InMemoryToolCallStore;
 
 /// The stored bytes of one agent's rows.
 pub trait AgentStorage: Send + Sync + std::fmt::Debug {
-    /// The bytes charged to `agent_id`: for each of its recorded tool answers, pending one-time jobs and mailbox
-    /// entries, the length of its JSON (answer or payload, in bytes) plus [`STORED_ROW_CHARGE_BYTES`].
+    /// The bytes charged to `agent_id`: for each of its recorded tool answers, jobs (pending one-time reminders and
+    /// recurring jobs: an agent creates both) and mailbox entries, the length of its JSON (answer or payload, in bytes) plus [`STORED_ROW_CHARGE_BYTES`].
     fn agent_storage_bytes(&self, agent_id: &AgentId) -> Result<u64, StoreError>;
 }
 
