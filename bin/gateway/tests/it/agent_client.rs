@@ -7,6 +7,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use crate::support::Gateway;
+use crate::support::python::{step, steps};
 
 /// The example, from the workspace root.
 fn example() -> PathBuf {
@@ -26,22 +27,6 @@ fn python3_or_skip(test: &str) -> Option<PathBuf> {
         eprintln!("skipping {test}: python3 not found (install python3)");
     }
     found
-}
-
-/// The `step: <name> <json>` lines the client printed, in order.
-fn steps(stdout: &str) -> Vec<(String, Value)> {
-    stdout
-        .lines()
-        .filter_map(|line| line.strip_prefix("step: "))
-        .map(|step| {
-            let (name, value) = step.split_once(' ').unwrap();
-            (name.to_owned(), serde_json::from_str(value).unwrap())
-        })
-        .collect()
-}
-
-fn step<'a>(steps: &'a [(String, Value)], name: &str) -> &'a Value {
-    &steps.iter().find(|(step, _)| step == name).unwrap_or_else(|| panic!("no `{name}` step in {steps:?}")).1
 }
 
 fn run_client(python: &Path, gateway: &Gateway, agent: &str, token: &str) -> (bool, Vec<(String, Value)>, String) {

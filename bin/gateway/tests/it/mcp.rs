@@ -5,58 +5,18 @@
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+
+use crate::support::python::{python_with_or_skip, step, steps};
 
 use crate::support::{EventStream, Gateway, PATIENCE, TOKEN, raw_request};
 
 /// The example, from the workspace root.
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/mcp_agent.py")
-}
-
-/// The Python interpreter of `.ci/venv` (`GATEWAY_TEST_PYTHON_VENV`), else `python3` on `PATH`, if it can import
-/// the MCP SDK; without one the test says so in one line and returns, or fails under CI.
-fn python_with_mcp_or_skip(test: &str) -> Option<PathBuf> {
-    let python = std::env::var_os("GATEWAY_TEST_PYTHON_VENV").map(PathBuf::from).or_else(|| {
-        let paths = std::env::var_os("PATH")?;
-        std::env::split_paths(&paths).map(|dir| dir.join("python3")).find(|candidate| candidate.is_file())
-    });
-    let usable = python.as_ref().is_some_and(|python| {
-        Command::new(python)
-            .args(["-c", "import mcp, jsonschema"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    });
-    if usable {
-        return python;
-    }
-    assert!(
-        !gateway_testkit::running_in_ci(),
-        "{test}: no Python with the mcp package (GATEWAY_TEST_PYTHON_VENV, see .ci/run); CI is set, so this fails \
-         instead of skipping"
-    );
-    eprintln!("skipping {test}: no Python with the mcp package (set GATEWAY_TEST_PYTHON_VENV, see .ci/run)");
-    None
-}
-
-/// The `step: <name> <json>` lines the client printed, in order.
-fn steps(stdout: &str) -> Vec<(String, Value)> {
-    stdout
-        .lines()
-        .filter_map(|line| line.strip_prefix("step: "))
-        .map(|step| {
-            let (name, value) = step.split_once(' ').unwrap();
-            (name.to_owned(), serde_json::from_str(value).unwrap())
-        })
-        .collect()
-}
-
-fn step<'a>(steps: &'a [(String, Value)], name: &str) -> &'a Value {
-    &steps.iter().find(|(step, _)| step == name).unwrap_or_else(|| panic!("no `{name}` step in {steps:?}")).1
 }
 
 fn issue_token(gateway: &Gateway, agent: &str) -> String {
@@ -69,7 +29,7 @@ fn issue_token(gateway: &Gateway, agent: &str) -> String {
 fn the_official_python_sdk_lists_tools_schedules_and_gets_the_reminder_as_a_resource_update_and_on_its_stream() {
     let test =
         "the_official_python_sdk_lists_tools_schedules_and_gets_the_reminder_as_a_resource_update_and_on_its_stream";
-    let Some(python) = python_with_mcp_or_skip(test) else { return };
+    let Some(python) = python_with_or_skip(test, "mcp", "mcp, jsonschema") else { return };
     let gateway = Gateway::start(&["--agent-auth", "required"]);
     let agent = "mcp-example-agent";
     let token = issue_token(&gateway, agent);

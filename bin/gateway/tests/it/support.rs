@@ -2,6 +2,7 @@
 #![allow(dead_code, reason = "shared by every test module; not each one uses every helper")]
 
 pub mod cluster;
+pub mod python;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

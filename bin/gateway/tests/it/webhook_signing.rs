@@ -3,7 +3,7 @@
 //! real binary, its SQLite file and a local receiver.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use ring::hmac;
 use serde_json::{Value, json};
 
 use crate::receiver::{Behaviour, Received, Receiver};
+use crate::support::python::python_with_or_skip;
 use crate::support::{Gateway, PATIENCE, TOKEN, eventually};
 
 const SECRET: &str = "It's a Secret to Everybody";
@@ -348,34 +349,6 @@ fn stale_or_future_standard_webhooks_signatures_are_refused_inbound() {
     assert_eq!(post_inbound(&gateway, id, body, &as_pairs(&tampered)).0, 401);
 }
 
-/// The Python interpreter of `.ci/venv` (`GATEWAY_TEST_PYTHON_VENV`), else `python3` on `PATH`, if it can import
-/// `standardwebhooks`; otherwise the test says so in one line and returns, or fails under CI (`gateway_testkit::running_in_ci`).
-fn python_with_standardwebhooks_or_skip(test: &str) -> Option<PathBuf> {
-    let python = std::env::var_os("GATEWAY_TEST_PYTHON_VENV").map(PathBuf::from).or_else(|| {
-        let paths = std::env::var_os("PATH")?;
-        std::env::split_paths(&paths).map(|dir| dir.join("python3")).find(|candidate| candidate.is_file())
-    });
-    let usable = python.as_ref().is_some_and(|python| {
-        Command::new(python)
-            .args(["-c", "import standardwebhooks"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    });
-    if usable {
-        return python;
-    }
-    assert!(
-        !gateway_testkit::running_in_ci(),
-        "{test}: no Python with the standardwebhooks package (GATEWAY_TEST_PYTHON_VENV, see .ci/run); CI is set, so \
-         this fails instead of skipping"
-    );
-    eprintln!(
-        "skipping {test}: no Python with the standardwebhooks package (set GATEWAY_TEST_PYTHON_VENV, see .ci/run)"
-    );
-    None
-}
-
 /// Verifies each captured request with the official library and the config's secret (a `whsec_` secret as the
 /// library takes it, any other as its UTF-8 bytes, the documented way), and signs one inbound body per secret.
 const PYTHON_CHECK: &str = r#"
@@ -400,7 +373,7 @@ print(json.dumps({"verified": len(cases["verify"]), "signed": signed}))
 #[test]
 fn the_official_standardwebhooks_library_verifies_outbound_requests_and_signs_accepted_inbound_ones() {
     let test = "the_official_standardwebhooks_library_verifies_outbound_requests_and_signs_accepted_inbound_ones";
-    let Some(python) = python_with_standardwebhooks_or_skip(test) else { return };
+    let Some(python) = python_with_or_skip(test, "standardwebhooks", "standardwebhooks") else { return };
     let receiver = Receiver::start(Behaviour::Status(204));
     let gateway = Gateway::start(&allow_private());
     let mut cases = Vec::new();
