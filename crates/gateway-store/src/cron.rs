@@ -381,24 +381,11 @@ impl CronJobStore for DieselStore {
     }
 
     fn count_one_time_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
-        let count: i64 = self.with_connection("count an agent's one-time jobs", |connection| {
-            let query = one_time_jobs_of_query(agent_id.as_str()).count();
-            on_backend!(connection, c => query.get_result(c))
-        })?;
-        Ok(usize::try_from(count).unwrap_or(usize::MAX))
+        self.count_jobs_of(agent_id, true, "count an agent's one-time jobs")
     }
 
     fn one_time_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<CronJob>, StoreError> {
-        let rows = self.with_connection("list an agent's one-time jobs", |connection| {
-            on_backend!(connection, c => {
-                one_time_jobs_of_query(agent_id.as_str())
-                    .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
-                    .limit(limit_to_db(limit))
-                    .select(CronJobRow::as_select())
-                    .load(c)
-            })
-        })?;
-        jobs(rows)
+        self.jobs_of(agent_id, true, limit, "list an agent's one-time jobs")
     }
 
     fn delete_one_time_job(&self, id: i64, agent_id: &AgentId, now: time::OffsetDateTime) -> Result<bool, StoreError> {
@@ -418,24 +405,11 @@ impl CronJobStore for DieselStore {
     }
 
     fn count_recurring_jobs(&self, agent_id: &AgentId) -> Result<usize, StoreError> {
-        let count: i64 = self.with_connection("count an agent's recurring jobs", |connection| {
-            let query = recurring_jobs_of_query(agent_id.as_str()).count();
-            on_backend!(connection, c => query.get_result(c))
-        })?;
-        Ok(usize::try_from(count).unwrap_or(usize::MAX))
+        self.count_jobs_of(agent_id, false, "count an agent's recurring jobs")
     }
 
     fn recurring_jobs_of(&self, agent_id: &AgentId, limit: usize) -> Result<Vec<CronJob>, StoreError> {
-        let rows = self.with_connection("list an agent's recurring jobs", |connection| {
-            on_backend!(connection, c => {
-                recurring_jobs_of_query(agent_id.as_str())
-                    .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
-                    .limit(limit_to_db(limit))
-                    .select(CronJobRow::as_select())
-                    .load(c)
-            })
-        })?;
-        jobs(rows)
+        self.jobs_of(agent_id, false, limit, "list an agent's recurring jobs")
     }
 
     fn delete_recurring_job(&self, id: i64, agent_id: &AgentId) -> Result<bool, StoreError> {
@@ -542,17 +516,41 @@ fn pending_fires_query(before: PrimitiveDateTime, limit: i64) -> _ {
         .select((cron_jobs::id, cron_jobs::next_fire_at, cron_jobs::claimed_until, cron_jobs::claim_token))
 }
 
-/// An agent's one-time rows: one range of the index `cron_jobs_agent_id_one_time` (two equalities, then the
-/// instant), which also covers the count.
+/// `agent_id`'s one-time (`is_one_time`) or recurring rows: a range of the index on `(agent_id, is_one_time, …)`.
 #[diesel::dsl::auto_type]
-fn one_time_jobs_of_query<'a>(agent_id: &'a str) -> _ {
-    cron_jobs::table.filter(cron_jobs::agent_id.eq(agent_id)).filter(cron_jobs::is_one_time.eq(true))
+fn jobs_of_query<'a>(agent_id: &'a str, is_one_time: bool) -> _ {
+    cron_jobs::table.filter(cron_jobs::agent_id.eq(agent_id)).filter(cron_jobs::is_one_time.eq(is_one_time))
 }
 
-/// `agent_id`'s recurring rows: the same index as [`one_time_jobs_of_query`], with the flag's other value.
-#[diesel::dsl::auto_type]
-fn recurring_jobs_of_query<'a>(agent_id: &'a str) -> _ {
-    cron_jobs::table.filter(cron_jobs::agent_id.eq(agent_id)).filter(cron_jobs::is_one_time.eq(false))
+impl DieselStore {
+    /// How many of `agent_id`'s jobs of one kind there are.
+    fn count_jobs_of(&self, agent_id: &AgentId, is_one_time: bool, operation: &str) -> Result<usize, StoreError> {
+        let count: i64 = self.with_connection(operation, |connection| {
+            let query = jobs_of_query(agent_id.as_str(), is_one_time).count();
+            on_backend!(connection, c => query.get_result(c))
+        })?;
+        Ok(usize::try_from(count).unwrap_or(usize::MAX))
+    }
+
+    /// `agent_id`'s jobs of one kind, soonest first, at most `limit`.
+    fn jobs_of(
+        &self,
+        agent_id: &AgentId,
+        is_one_time: bool,
+        limit: usize,
+        operation: &str,
+    ) -> Result<Vec<CronJob>, StoreError> {
+        let rows = self.with_connection(operation, |connection| {
+            on_backend!(connection, c => {
+                jobs_of_query(agent_id.as_str(), is_one_time)
+                    .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
+                    .limit(limit_to_db(limit))
+                    .select(CronJobRow::as_select())
+                    .load(c)
+            })
+        })?;
+        jobs(rows)
+    }
 }
 
 /// One statement for the whole batch: the condition and the write are one atomic step per row, and one
@@ -830,13 +828,13 @@ mod tests {
     fn an_agents_reminders_are_a_range_of_their_index() {
         let fixture = crate::testing::sqlite();
         let store = &fixture.store;
-        let count = one_time_jobs_of_query("agent-7").count();
+        let count = jobs_of_query("agent-7", true).count();
         let count = store.with_sqlite("explain", |c| crate::explain::query_plan(c, count)).unwrap().unwrap();
         assert!(
             count.iter().any(|line| line.contains("USING COVERING INDEX cron_jobs_agent_id_one_time")),
             "{count:?}"
         );
-        let list = one_time_jobs_of_query("agent-7")
+        let list = jobs_of_query("agent-7", true)
             .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
             .limit(10)
             .select(CronJobRow::as_select());
@@ -857,10 +855,10 @@ mod tests {
             .with_connection("explain", |connection| {
                 let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
                 crate::explain::fill_cron_jobs(c, 50_000)?;
-                let count = crate::explain::postgres_plan(c, one_time_jobs_of_query("agent-7").count())?;
+                let count = crate::explain::postgres_plan(c, jobs_of_query("agent-7", true).count())?;
                 let list = crate::explain::postgres_plan(
                     c,
-                    one_time_jobs_of_query("agent-7")
+                    jobs_of_query("agent-7", true)
                         .order((cron_jobs::next_fire_at.asc(), cron_jobs::id.asc()))
                         .limit(10)
                         .select(CronJobRow::as_select()),
