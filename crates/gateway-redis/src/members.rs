@@ -44,16 +44,27 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return now_ms
 ";
 
-/// The members heard from within `ARGV[1]` ms: `{id, last_ms, info, id, last_ms, info, …}`.
+/// The most members a read lists (the most recently heard), and the longest instance id or info it takes: Redis is
+/// not trusted (docs/architecture.md), and whoever can write the set must not make every `GET /gateway/cluster`
+/// load it whole. A real cluster is a few dozen instances with ids and infos of a few dozen bytes.
+pub const MAX_LISTED_MEMBERS: usize = 256;
+pub const MAX_MEMBER_FIELD_BYTES: usize = 256;
+
+/// The members heard from within `ARGV[1]` ms, at most `ARGV[2]` of them, newest first, skipping an id longer than
+/// `ARGV[3]` bytes and cutting an info there: `{id, last_ms, info, id, last_ms, info, …}`.
 const READ: &str = r"
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now_ms - tonumber(ARGV[1]), '+inf', 'WITHSCORES')
+local ids = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', now_ms - tonumber(ARGV[1]), 'WITHSCORES', 'LIMIT', 0,
+  tonumber(ARGV[2]))
+local longest = tonumber(ARGV[3])
 local out = {}
 for i = 1, #ids, 2 do
-  table.insert(out, ids[i])
-  table.insert(out, ids[i + 1])
-  table.insert(out, redis.call('HGET', KEYS[2], ids[i]) or '')
+  if #ids[i] <= longest then
+    table.insert(out, ids[i])
+    table.insert(out, ids[i + 1])
+    table.insert(out, string.sub(redis.call('HGET', KEYS[2], ids[i]) or '', 1, longest))
+  end
 end
 return out
 ";
@@ -130,7 +141,8 @@ impl RedisMembers {
         self.inner.window
     }
 
-    /// The members heard from within the window, in instance id order.
+    /// The members heard from within the window, in instance id order: at most [`MAX_LISTED_MEMBERS`], the most
+    /// recently heard.
     pub async fn members(&self) -> Result<Vec<Member>, Error> {
         let inner = &self.inner;
         let flat: Vec<String> = inner
@@ -141,6 +153,8 @@ impl RedisMembers {
                     .key(MEMBERS_KEY)
                     .key(MEMBER_INFO_KEY)
                     .arg(millis(inner.window))
+                    .arg(MAX_LISTED_MEMBERS)
+                    .arg(MAX_MEMBER_FIELD_BYTES)
                     .invoke_async(&mut connection)
                     .await
             })

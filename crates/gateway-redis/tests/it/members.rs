@@ -88,3 +88,35 @@ async fn members_list_each_other_and_a_dead_one_drops_out_after_the_window() {
     a.shutdown.cancel();
     a.task.await.unwrap();
 }
+
+/// Whoever can write Redis (not trusted) may stuff the set: a read still lists at most `MAX_LISTED_MEMBERS`, the
+/// most recently heard (the real instance among them), skips an id longer than `MAX_MEMBER_FIELD_BYTES` and cuts an
+/// info there.
+#[tokio::test]
+async fn a_stuffed_member_set_is_read_bounded_and_keeps_the_instances_that_record_themselves() {
+    use gateway_redis::members::{MAX_LISTED_MEMBERS, MAX_MEMBER_FIELD_BYTES};
+    let Some(redis) = RedisServer::start_or_skip(
+        "a_stuffed_member_set_is_read_bounded_and_keeps_the_instances_that_record_themselves",
+    ) else {
+        return;
+    };
+    let mut redis_connection = connection(&redis.url()).await;
+    let time: (String, String) = redis::cmd("TIME").query_async(&mut redis_connection).await.unwrap();
+    let now_ms: i64 = time.0.parse::<i64>().unwrap() * 1000;
+    let long_id = "x".repeat(MAX_MEMBER_FIELD_BYTES + 1);
+    let _: () = redis_connection.zadd(MEMBERS_KEY, &long_id, now_ms).await.unwrap();
+    for n in 0..1_000 {
+        let fake = format!("fake-{n}");
+        let _: () = redis_connection.zadd(MEMBERS_KEY, &fake, now_ms - 1_000).await.unwrap();
+        let _: () = redis_connection.hset(MEMBER_INFO_KEY, &fake, "0 ".to_owned() + &"v".repeat(10_000)).await.unwrap();
+    }
+    let a = start("gw-a", &redis);
+    eventually("the real instance listed", || async { listed(&a).await.iter().any(|id| id == "gw-a").then_some(()) })
+        .await;
+    let members = a.registry.members().await.unwrap();
+    assert!(members.len() <= MAX_LISTED_MEMBERS, "{} listed", members.len());
+    assert!(members.iter().all(|member| member.instance_id.len() <= MAX_MEMBER_FIELD_BYTES));
+    assert!(members.iter().all(|member| member.version.len() < MAX_MEMBER_FIELD_BYTES), "infos cut");
+    a.shutdown.cancel();
+    a.task.await.unwrap();
+}
