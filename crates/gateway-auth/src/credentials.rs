@@ -236,17 +236,20 @@ impl CredentialCache {
         inner.reads.increment();
         let id = CredentialId::from_key(&key);
         let row = run_blocking(move || store.credential(&id)).await??;
+        // The wall clock and the monotonic one read together: the expiry is placed on the monotonic line from the
+        // same instant, not from `began` (a slow read would otherwise make the token expire that much early).
         let wall = inner.clock.now();
+        let wall_ms = inner.millis(Instant::now());
         let mut cached = inner.write();
         let fill = cached.generation == generation;
         match row.filter(|row| !row.is_revoked()) {
             Some(row) => {
                 let read_ms = inner.millis(began);
-                let expires_ms = expiry_ms(read_ms, row.expires_at, wall);
+                let expires_ms = expiry_ms(wall_ms, row.expires_at, wall);
                 let verified = Verified { key, agent: CompactAgentId::from(&row.agent_id), expires_ms };
                 let verdict = match row.token_hash.matches(&hash) {
                     false => Verdict::Refused,
-                    true if read_ms >= expires_ms => Verdict::Expired,
+                    true if wall_ms >= expires_ms => Verdict::Expired,
                     true => Verdict::Verified(verified.clone()),
                 };
                 if fill {
@@ -521,16 +524,18 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `expires_at` as ms since the cache's start, for an entry read at `read_ms` when the wall clock said `wall`:
-/// `u64::MAX` for a credential that never expires, `read_ms` (already due) for one expired by then.
-fn expiry_ms(read_ms: u64, expires_at: Option<OffsetDateTime>, wall: OffsetDateTime) -> u64 {
+/// `expires_at` as ms since the cache's start, given that the wall clock said `wall` at `at_ms`: `u64::MAX` for a
+/// credential that never expires, `at_ms` (already due) for one expired by then.
+fn expiry_ms(at_ms: u64, expires_at: Option<OffsetDateTime>, wall: OffsetDateTime) -> u64 {
     let Some(expires_at) = expires_at else { return u64::MAX };
     let left = expires_at - wall;
     if left <= time::Duration::ZERO {
-        return read_ms;
+        return at_ms;
     }
-    let left_ms = u64::try_from(left.whole_milliseconds()).unwrap_or(u64::MAX);
-    read_ms.saturating_add(left_ms).min(u64::MAX - 1)
+    // Rounded up: refused at most the monotonic clock's rounding (under 1 ms) before the instant, never more.
+    let left_us = u128::try_from(left.whole_microseconds()).unwrap_or(0);
+    let left_ms = u64::try_from(left_us.div_ceil(1_000)).unwrap_or(u64::MAX);
+    at_ms.saturating_add(left_ms).min(u64::MAX - 1)
 }
 
 /// Whole seconds of `ms` (136 years fit).

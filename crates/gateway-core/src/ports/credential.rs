@@ -10,7 +10,8 @@
 //! cost every request time for no gain. Hashes are compared in constant time ([`TokenHash::matches`]).
 //!
 //! Credential ids sort by issue time: their first 6 bytes are the issue instant in milliseconds since the Unix
-//! epoch, the other 6 are random. An agent's credentials listed by id are so listed oldest first.
+//! epoch, the other 6 are random (one more than the last id's within a millisecond). An agent's credentials
+//! listed by id are so listed oldest first.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -31,6 +32,16 @@ use crate::runtime::sync::lock;
 pub const TOKEN_PREFIX: &str = "agt_";
 /// Bytes of a credential id: 6 of issue time, 6 random.
 const ID_BYTES: usize = 12;
+/// The largest value of an id's 6 random bytes.
+const RANDOM_MAX: u64 = (1 << 48) - 1;
+
+/// An id's bytes: the 6 low bytes of `millis`, then those of `tail`, big-endian.
+fn id_bytes(millis: u64, tail: u64) -> [u8; ID_BYTES] {
+    let mut bytes = [0u8; ID_BYTES];
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    bytes[6..].copy_from_slice(&tail.to_be_bytes()[2..]);
+    bytes
+}
 /// Hex digits of a credential id.
 pub const CREDENTIAL_ID_CHARS: usize = 2 * ID_BYTES;
 /// Bytes of a token's secret.
@@ -93,7 +104,6 @@ impl CredentialId {
         &self.0
     }
 
-    /// The id's bytes.
     /// The id whose bytes `key` is.
     pub fn from_key(key: &CredentialKey) -> Self {
         Self(crate::encoding::hex::encode(key))
@@ -106,13 +116,25 @@ impl CredentialId {
         key
     }
 
-    /// The issue instant in milliseconds, then 6 random bytes: the id's bytes.
+    /// The issue instant in milliseconds, then 6 random bytes: the id's bytes. Within one millisecond of one
+    /// process, the random part of each id after the first is the one before plus one, so that credentials issued
+    /// together (a script, the console) still list in the order they were issued.
     fn generate(at: OffsetDateTime, random: &dyn SecureRandom) -> Result<[u8; ID_BYTES], ring::error::Unspecified> {
+        /// The millisecond and the random part of this process's last id.
+        static LAST: Mutex<(u64, u64)> = Mutex::new((0, 0));
         let millis = u64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
-        let mut bytes = [0u8; ID_BYTES];
-        bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
-        random.fill(&mut bytes[6..])?;
-        Ok(bytes)
+        let mut fresh = [0u8; 8];
+        random.fill(&mut fresh[2..])?;
+        let mut last = crate::runtime::sync::lock(&LAST);
+        // An instant before the last (the clock stepped back) takes fresh bytes and leaves the last as it was.
+        let tail = match *last {
+            (last_millis, last_tail) if last_millis == millis && last_tail < RANDOM_MAX => last_tail + 1,
+            (last_millis, _) if last_millis > millis => return Ok(id_bytes(millis, u64::from_be_bytes(fresh))),
+            _ => u64::from_be_bytes(fresh),
+        };
+        *last = (millis, tail);
+        drop(last);
+        Ok(id_bytes(millis, tail))
     }
 }
 
@@ -416,6 +438,16 @@ mod tests {
         assert!(!issued.hash.matches(&TokenHash::of(issued.expose())), "the bytes are hashed, not the text");
         assert_eq!(TokenHash::from_hex(&issued.hash.to_hex()), Some(issued.hash));
         assert_ne!(IssuedToken::issue(at).unwrap().expose(), token, "each token is random");
+    }
+
+    #[test]
+    fn credential_ids_issued_in_one_millisecond_sort_in_issue_order() {
+        // Later than any other test's instant, so that none of theirs (run on other threads) comes between.
+        let at = datetime!(2999-01-01 00:00:00.003 UTC);
+        let ids: Vec<CredentialId> = (0..64).map(|_| IssuedToken::issue(at).unwrap().credential_id).collect();
+        assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "{ids:?}");
+        let millis = format!("{:012x}", at.unix_timestamp_nanos() / 1_000_000);
+        assert!(ids.iter().all(|id| id.as_str().starts_with(&millis)), "{ids:?}");
     }
 
     #[test]
