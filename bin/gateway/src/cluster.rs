@@ -94,7 +94,7 @@ pub(crate) struct LeaderView {
     #[schema(required = true)]
     pub(crate) epoch: Option<u64>,
     pub(crate) instance_id: String,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "gateway_core::encoding::rfc3339::serde::option")]
     #[schema(value_type = Option<String>, format = DateTime, required = true)]
     pub(crate) since: Option<OffsetDateTime>,
 }
@@ -108,14 +108,14 @@ pub(crate) struct MemberView {
     pub(crate) epoch: Option<u64>,
     pub(crate) instance_id: String,
     // When it last recorded itself (Redis's clock; this instance's for `single`).
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "gateway_core::encoding::rfc3339::serde")]
     #[schema(value_type = String, format = DateTime)]
     pub(crate) last_heard_at: OffsetDateTime,
     // The instance holding the lease is `leader`, every other member `follower`; `single` without Redis.
     #[schema(inline)]
     pub(crate) role: Role,
     // When it started, by its own clock; `null` when its record does not say.
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "gateway_core::encoding::rfc3339::serde::option")]
     #[schema(value_type = Option<String>, format = DateTime, required = true)]
     pub(crate) started_at: Option<OffsetDateTime>,
     // The gateway version it runs.

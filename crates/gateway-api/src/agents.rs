@@ -31,7 +31,7 @@ pub struct LiveAgentBody<'a> {
     pub agent_id: &'a AgentId,
     #[schema(value_type = String)]
     pub cluster_id: &'a ClusterId,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "gateway_core::encoding::rfc3339::serde")]
     #[schema(value_type = String, format = DateTime)]
     pub last_seen: OffsetDateTime,
     #[schema(inline, required = true)]
@@ -44,7 +44,7 @@ pub struct LiveAgentBody<'a> {
 pub struct Capabilities<'a> {
     pub agent_type: &'a str,
     pub capability_version: &'a str,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "gateway_core::encoding::rfc3339::serde")]
     #[schema(value_type = String, format = DateTime)]
     pub updated_at: OffsetDateTime,
 }

@@ -41,7 +41,7 @@ impl Default for HeartbeatConfig {
 pub struct LiveAgent {
     pub agent_id: AgentId,
     pub cluster_id: ClusterId,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "gateway_core::encoding::rfc3339::serde")]
     pub last_seen: OffsetDateTime,
     pub capabilities: Option<CapabilityEntry>,
 }

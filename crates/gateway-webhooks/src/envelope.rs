@@ -15,7 +15,7 @@ struct InboundEnvelope<'a> {
     event_type: &'a str,
     agent_intent: &'a str,
     target_session: &'a str,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "gateway_core::encoding::rfc3339::serde")]
     received_at: OffsetDateTime,
     /// A body that is not JSON, carried as a string (invalid UTF-8 replaced by U+FFFD). A JSON body is appended
     /// after serializing, as its exact text ([`inbound_envelope`]).
@@ -57,7 +57,7 @@ struct EventEnvelope<'a> {
     event_id: i64,
     event_type: &'a str,
     webhook_id: i64,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "gateway_core::encoding::rfc3339::serde")]
     published_at: OffsetDateTime,
 }
 

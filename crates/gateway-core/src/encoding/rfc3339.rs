@@ -7,11 +7,67 @@
 use time::format_description::well_known::Rfc3339;
 use time::{OffsetDateTime, UtcOffset};
 
-/// `instant` as RFC 3339 in UTC (`2026-02-22T12:00:05.25Z`): fractional seconds only when there are any.
+/// `instant` as the API writes every instant: RFC 3339 in UTC at millisecond precision, with exactly three
+/// fractional digits (`2026-02-22T12:00:05.250Z`), or none on a whole second (`2026-02-22T12:00:05Z`: every cron
+/// instant). One shape whatever the field: instants are kept to the microsecond and made to the nanosecond, and
+/// writing each as it came gave 9, 6 or 3 digits by field. A client that sends one back (a `since` filter) gets
+/// the rows from that millisecond on.
 pub fn format(instant: OffsetDateTime) -> String {
     let utc = instant.checked_to_offset(UtcOffset::UTC).unwrap_or(instant);
+    let millis = utc.millisecond();
+    let whole = utc.replace_nanosecond(0).unwrap_or(utc);
+    let text = rfc3339_text(whole);
+    match (millis, text.strip_suffix('Z')) {
+        (0, _) | (_, None) => text,
+        (millis, Some(seconds)) => format!("{seconds}.{millis:03}Z"),
+    }
+}
+
+/// `instant` in UTC with every fractional digit it has (trailing zeros dropped): the text a `fire_id` embeds, which
+/// must not change for an instant that was already fired under it.
+pub fn format_exact(instant: OffsetDateTime) -> String {
+    rfc3339_text(instant.checked_to_offset(UtcOffset::UTC).unwrap_or(instant))
+}
+
+fn rfc3339_text(utc: OffsetDateTime) -> String {
     // Formatting fails only for years beyond four digits, which `parse` never lets in and clocks never reach.
     utc.format(&Rfc3339).unwrap_or_else(|_| utc.unix_timestamp().to_string())
+}
+
+/// `#[serde(with = "gateway_core::encoding::rfc3339::serde")]`: an instant written by [`format`] and read by
+/// [`parse`], for every instant a client or a receiver sees.
+pub mod serde {
+    use ::serde::de::Error as _;
+    use ::serde::{Deserialize, Deserializer, Serializer};
+    use time::OffsetDateTime;
+
+    pub fn serialize<S: Serializer>(instant: &OffsetDateTime, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&super::format(*instant))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<OffsetDateTime, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        super::parse(&text).ok_or_else(|| D::Error::custom("not an RFC 3339 instant"))
+    }
+
+    /// The same for an `Option`: `null` when absent.
+    pub mod option {
+        use ::serde::{Deserialize, Deserializer, Serializer};
+        use time::OffsetDateTime;
+
+        pub fn serialize<S: Serializer>(instant: &Option<OffsetDateTime>, serializer: S) -> Result<S::Ok, S::Error> {
+            match instant {
+                Some(instant) => super::serialize(instant, serializer),
+                None => serializer.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<OffsetDateTime>, D::Error> {
+            #[derive(Deserialize)]
+            struct Instant(#[serde(with = "super")] OffsetDateTime);
+            Ok(Option::<Instant>::deserialize(deserializer)?.map(|Instant(instant)| instant))
+        }
+    }
 }
 
 /// An RFC 3339 instant with any offset, converted to UTC; `None` when the text is not one or its UTC form falls
@@ -33,9 +89,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn formats_in_utc_with_fractions_only_when_present() {
+    fn formats_in_utc_to_the_millisecond_with_three_digits_or_none() {
         assert_eq!(format(datetime!(2026-02-22 12:00:05 UTC)), "2026-02-22T12:00:05Z");
-        assert_eq!(format(datetime!(2026-02-22 14:00:05.25 +02:00)), "2026-02-22T12:00:05.25Z");
+        assert_eq!(format(datetime!(2026-02-22 14:00:05.25 +02:00)), "2026-02-22T12:00:05.250Z");
+        assert_eq!(format(datetime!(2026-02-22 12:00:05.000_123_456 UTC)), "2026-02-22T12:00:05Z");
+        assert_eq!(format(datetime!(2026-02-22 12:00:05.850_023 UTC)), "2026-02-22T12:00:05.850Z");
+        assert_eq!(format(datetime!(2026-02-22 12:00:05.001_999_999 UTC)), "2026-02-22T12:00:05.001Z");
+    }
+
+    #[test]
+    fn exact_keeps_every_digit_the_instant_has() {
+        assert_eq!(format_exact(datetime!(2026-02-22 12:00:05 UTC)), "2026-02-22T12:00:05Z");
+        assert_eq!(format_exact(datetime!(2026-02-22 12:00:05.849 UTC)), "2026-02-22T12:00:05.849Z");
+        assert_eq!(format_exact(datetime!(2026-02-22 12:00:05.850_023 UTC)), "2026-02-22T12:00:05.850023Z");
+    }
+
+    #[test]
+    fn serde_writes_format_and_reads_any_offset() {
+        #[derive(::serde::Serialize, ::serde::Deserialize, PartialEq, Debug)]
+        struct At {
+            #[serde(with = "super::serde")]
+            at: OffsetDateTime,
+            #[serde(with = "super::serde::option")]
+            maybe: Option<OffsetDateTime>,
+        }
+        let at = At { at: datetime!(2026-02-22 12:00:05.850_023 UTC), maybe: None };
+        let text = serde_json::to_string(&at).unwrap();
+        assert_eq!(text, r#"{"at":"2026-02-22T12:00:05.850Z","maybe":null}"#);
+        let back: At =
+            serde_json::from_str(r#"{"at":"2026-02-22T14:00:05+02:00","maybe":"2026-02-22T12:00:05Z"}"#).unwrap();
+        assert_eq!(back.at, datetime!(2026-02-22 12:00:05 UTC));
+        assert_eq!(back.maybe, Some(datetime!(2026-02-22 12:00:05 UTC)));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::runtime::sync::lock;
 pub struct CapabilityEntry {
     pub agent_type: String,
     pub capability_version: String,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::encoding::rfc3339::serde")]
     pub updated_at: OffsetDateTime,
 }
 

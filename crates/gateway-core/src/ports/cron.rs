@@ -56,7 +56,7 @@ pub struct CronJob {
     pub agent_id: AgentId,
     pub schedule: Option<String>,
     /// The instant the job fires next (UTC). While a fire is claimed it stays the claimed instant.
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::encoding::rfc3339::serde")]
     pub next_fire_at: OffsetDateTime,
     pub payload: Map<String, Value>,
     pub is_one_time: bool,

@@ -85,7 +85,7 @@ impl fmt::Display for Topic {
 pub struct Event {
     /// Unique and stable: a redelivered event keeps its id, so consumers can deduplicate on it.
     pub id: String,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::encoding::rfc3339::serde")]
     pub timestamp: OffsetDateTime,
     #[serde(flatten)]
     pub payload: EventPayload,
@@ -149,7 +149,7 @@ pub enum EventPayload {
     Reminder {
         job_id: i64,
         agent_id: AgentId,
-        #[serde(with = "time::serde::rfc3339")]
+        #[serde(with = "crate::encoding::rfc3339::serde")]
         scheduled_for: OffsetDateTime,
         payload: Map<String, Value>,
         fire_id: String,
@@ -159,7 +159,7 @@ pub enum EventPayload {
     AgentEvicted {
         agent_id: AgentId,
         cluster_id: ClusterId,
-        #[serde(with = "time::serde::rfc3339")]
+        #[serde(with = "crate::encoding::rfc3339::serde")]
         last_seen: OffsetDateTime,
     },
     WebhookDeliveryStatus {
@@ -168,7 +168,7 @@ pub enum EventPayload {
         session_id: String,
         status: String,
         attempt_count: i32,
-        #[serde(with = "time::serde::rfc3339::option")]
+        #[serde(with = "crate::encoding::rfc3339::serde::option")]
         next_retry_at: Option<OffsetDateTime>,
         error_detail: Option<String>,
     },
@@ -185,7 +185,7 @@ pub enum EventPayload {
     /// On [`Topic::ScheduledJobs`] only: a job stored by an instance that does not lead, due at `next_fire_at`.
     JobScheduled {
         job_id: i64,
-        #[serde(with = "time::serde::rfc3339")]
+        #[serde(with = "crate::encoding::rfc3339::serde")]
         next_fire_at: OffsetDateTime,
     },
     /// On [`Topic::CredentialRevocations`] only: an agent credential that no longer authenticates anything.

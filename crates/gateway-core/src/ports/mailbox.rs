@@ -22,7 +22,7 @@ use crate::ports::store::StoreError;
 /// The `fire_id` of one instant of one job: `"<job_id>:<scheduled_for as RFC 3339 UTC>"`. It is also the
 /// reminder event's id, so a refire after a crash carries the same id and consumers can deduplicate.
 pub fn fire_id(job_id: i64, scheduled_for: OffsetDateTime) -> String {
-    format!("{job_id}:{}", crate::encoding::rfc3339::format(scheduled_for))
+    format!("{job_id}:{}", crate::encoding::rfc3339::format_exact(scheduled_for))
 }
 
 /// One published fire of one job: what the `reminder` event carried, and what the mailbox keeps.
@@ -64,11 +64,11 @@ impl FiredReminder {
         #[derive(Deserialize)]
         struct Reminder {
             event_type: String,
-            #[serde(with = "time::serde::rfc3339")]
+            #[serde(with = "crate::encoding::rfc3339::serde")]
             timestamp: OffsetDateTime,
             job_id: i64,
             agent_id: String,
-            #[serde(with = "time::serde::rfc3339")]
+            #[serde(with = "crate::encoding::rfc3339::serde")]
             scheduled_for: OffsetDateTime,
             payload: Map<String, Value>,
             fire_id: String,

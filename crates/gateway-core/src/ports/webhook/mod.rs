@@ -272,7 +272,7 @@ pub struct DeliveryAttempt {
     /// 1-based; after a "Retry now" the numbering starts again at 1, so the pair with `started_at` is what
     /// identifies an attempt.
     pub attempt_number: i32,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::encoding::rfc3339::serde")]
     pub started_at: OffsetDateTime,
     pub duration_ms: i64,
     /// The response status, when a response came back.
