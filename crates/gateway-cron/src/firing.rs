@@ -363,7 +363,7 @@ impl CronScheduler {
                 continue;
             }
             let (completion, verdict) = completion(&job, now);
-            let fired_at = whole_microseconds(now);
+            let fired_at = whole_milliseconds(now);
             let skipped: Vec<SkippedRun> = verdict
                 .skip
                 .iter()
@@ -531,10 +531,11 @@ impl CronScheduler {
     }
 }
 
-/// `instant` truncated to whole microseconds, the precision of both databases' timestamps: the mailbox keeps a
-/// fire's `fired_at` exactly as its live event carried it, so a replayed event is the same event.
-fn whole_microseconds(instant: OffsetDateTime) -> OffsetDateTime {
-    instant.replace_nanosecond(instant.nanosecond() / 1_000 * 1_000).unwrap_or(instant)
+/// `instant` truncated to whole milliseconds, the precision instants are written with (and within both databases'
+/// microseconds): the mailbox keeps a fire's `fired_at` exactly as its live event carried it, so a replayed event
+/// is the same event.
+fn whole_milliseconds(instant: OffsetDateTime) -> OffsetDateTime {
+    instant.replace_nanosecond(instant.nanosecond() / 1_000_000 * 1_000_000).unwrap_or(instant)
 }
 
 /// What a fire of `job` at `now` leaves behind — no row (one-time) or the row at its next instant after now — and

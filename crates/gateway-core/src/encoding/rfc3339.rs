@@ -7,24 +7,22 @@
 use time::format_description::well_known::Rfc3339;
 use time::{OffsetDateTime, UtcOffset};
 
-/// `instant` as the API writes every instant: RFC 3339 in UTC at millisecond precision, with exactly three
-/// fractional digits (`2026-02-22T12:00:05.250Z`), or none on a whole second (`2026-02-22T12:00:05Z`: every cron
-/// instant). One shape whatever the field: instants are kept to the microsecond and made to the nanosecond, and
-/// writing each as it came gave 9, 6 or 3 digits by field. A client that sends one back (a `since` filter) gets
-/// the rows from that millisecond on.
+/// `instant` as the API writes every instant: RFC 3339 in UTC at millisecond precision, its fractional digits
+/// without trailing zeros (`2026-02-22T12:00:05.25Z`, `2026-02-22T12:00:05.001Z`), none on a whole second
+/// (`2026-02-22T12:00:05Z`: every cron instant). One precision whatever the field: instants are kept to the
+/// microsecond and made to the nanosecond, and writing each as it came gave 9, 6 or 3 digits by field. Zeros are
+/// dropped rather than padded so that every instant the scheduler makes (whole milliseconds) is written exactly as
+/// its `fire_id` embeds it ([`format_exact`]). A client that sends one back (a `since` filter) gets the rows from
+/// that millisecond on.
 pub fn format(instant: OffsetDateTime) -> String {
     let utc = instant.checked_to_offset(UtcOffset::UTC).unwrap_or(instant);
-    let millis = utc.millisecond();
-    let whole = utc.replace_nanosecond(0).unwrap_or(utc);
-    let text = rfc3339_text(whole);
-    match (millis, text.strip_suffix('Z')) {
-        (0, _) | (_, None) => text,
-        (millis, Some(seconds)) => format!("{seconds}.{millis:03}Z"),
-    }
+    let millisecond = utc.replace_nanosecond(utc.nanosecond() / 1_000_000 * 1_000_000).unwrap_or(utc);
+    rfc3339_text(millisecond)
 }
 
 /// `instant` in UTC with every fractional digit it has (trailing zeros dropped): the text a `fire_id` embeds, which
-/// must not change for an instant that was already fired under it.
+/// must never change for an instant once fired under it. For the whole-millisecond instants the scheduler makes,
+/// the same text as [`format`].
 pub fn format_exact(instant: OffsetDateTime) -> String {
     rfc3339_text(instant.checked_to_offset(UtcOffset::UTC).unwrap_or(instant))
 }
@@ -89,12 +87,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn formats_in_utc_to_the_millisecond_with_three_digits_or_none() {
+    fn formats_in_utc_to_the_millisecond_without_trailing_zeros() {
         assert_eq!(format(datetime!(2026-02-22 12:00:05 UTC)), "2026-02-22T12:00:05Z");
-        assert_eq!(format(datetime!(2026-02-22 14:00:05.25 +02:00)), "2026-02-22T12:00:05.250Z");
+        assert_eq!(format(datetime!(2026-02-22 14:00:05.25 +02:00)), "2026-02-22T12:00:05.25Z");
         assert_eq!(format(datetime!(2026-02-22 12:00:05.000_123_456 UTC)), "2026-02-22T12:00:05Z");
-        assert_eq!(format(datetime!(2026-02-22 12:00:05.850_023 UTC)), "2026-02-22T12:00:05.850Z");
+        assert_eq!(format(datetime!(2026-02-22 12:00:05.850_023 UTC)), "2026-02-22T12:00:05.85Z");
         assert_eq!(format(datetime!(2026-02-22 12:00:05.001_999_999 UTC)), "2026-02-22T12:00:05.001Z");
+        let made = datetime!(2026-02-22 12:00:05.250 UTC);
+        assert_eq!(format(made), format_exact(made), "a whole millisecond is written as its fire_id embeds it");
     }
 
     #[test]
@@ -115,7 +115,7 @@ mod tests {
         }
         let at = At { at: datetime!(2026-02-22 12:00:05.850_023 UTC), maybe: None };
         let text = serde_json::to_string(&at).unwrap();
-        assert_eq!(text, r#"{"at":"2026-02-22T12:00:05.850Z","maybe":null}"#);
+        assert_eq!(text, r#"{"at":"2026-02-22T12:00:05.85Z","maybe":null}"#);
         let back: At =
             serde_json::from_str(r#"{"at":"2026-02-22T14:00:05+02:00","maybe":"2026-02-22T12:00:05Z"}"#).unwrap();
         assert_eq!(back.at, datetime!(2026-02-22 12:00:05 UTC));
