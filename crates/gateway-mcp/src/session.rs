@@ -324,3 +324,34 @@ fn new_session_id() -> String {
     }
     gateway_core::encoding::hex::encode(&bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// At [`MAX_SESSIONS`] in use, a new agent's session is refused (503 at the HTTP layer), while an agent at its
+    /// own cap still gets one (its least recently used ends first), and an idle session's expiry makes room.
+    #[tokio::test(start_paused = true)]
+    async fn the_instance_holds_at_most_max_sessions() {
+        let table = SessionTable::default();
+        let agents = MAX_SESSIONS / MAX_SESSIONS_PER_AGENT;
+        let now = Instant::now();
+        for n in 0..agents {
+            for _ in 0..MAX_SESSIONS_PER_AGENT {
+                table.create(AgentId::new(format!("agent-{n}")).unwrap(), "2025-06-18", now).unwrap();
+            }
+        }
+        // 10,000 is a multiple of 16: the table is exactly full.
+        assert_eq!(table.len(), MAX_SESSIONS);
+        let newcomer = AgentId::new("agent-new").unwrap();
+        assert_eq!(table.create(newcomer.clone(), "2025-06-18", now).err(), Some(McpError::TooManySessions));
+        assert_eq!(table.len(), MAX_SESSIONS, "a refusal ends nothing");
+        table.create(AgentId::new("agent-0").unwrap(), "2025-06-18", now).unwrap();
+        assert_eq!(table.len(), MAX_SESSIONS, "an agent at its own cap replaced its oldest");
+        let later = now + SESSION_IDLE_EXPIRY + Duration::from_secs(1);
+        table.create(newcomer, "2025-06-18", later).unwrap();
+        assert_eq!(table.len(), 1, "the idle ones expired as the new one was made");
+    }
+}
