@@ -114,7 +114,7 @@ export function renderList(main, route, context) {
           ? empty('No more deliveries', 'This was the last page.')
           : empty('No deliveries match', 'Change the filters, or enqueue one with POST /gateway/deliveries.'));
       } else {
-        replace(body, deliveriesTable(page.deliveries, names, context));
+        replace(body, deliveriesTable(page.deliveries, names));
       }
       const first = h('a', { href: `#/deliveries${query({ ...filters, after_id: '' })}`, class: 'button ghost small' }, 'First page');
       const nextPage = h('a', {
@@ -134,11 +134,11 @@ export function renderList(main, route, context) {
   })();
 }
 
-function deliveriesTable(deliveries, names, context) {
+function deliveriesTable(deliveries, names) {
   const now = Date.now();
   return table(
     [['ID', 'num'], ['Webhook'], ['Session'], ['Status'], ['Attempts', 'num'], ['Created'], ['Last attempt'],
-      ['Next retry'], ['Last error'], ['Bytes', 'num'], ['', 'actions']],
+      ['Next retry'], ['Last error'], ['Bytes', 'num']],
     deliveries.map((delivery) => h(
       'tr',
       { 'data-testid': 'delivery-row', dataset: { deliveryId: delivery.id } },
@@ -152,7 +152,6 @@ function deliveriesTable(deliveries, names, context) {
       h('td', {}, when(delivery.next_retry_at, { now })),
       h('td', { class: 'mono' }, delivery.error_detail ?? ''),
       h('td', { class: 'num' }, number(delivery.payload_bytes)),
-      h('td', { class: 'actions' }, resendControl(delivery.id, context)),
     )),
     { 'data-testid': 'deliveries-table' },
   );

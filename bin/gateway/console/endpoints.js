@@ -64,7 +64,7 @@ function endpointRow(config, { context, reload, recoverPanel }) {
   test.addEventListener('click', () => sendTest(config, { button: test, result, context }));
   const recover = h('button', { type: 'button', class: 'button ghost small', 'data-testid': 'recover' }, 'Recover…');
   recover.addEventListener('click', () => showRecover(config, recoverPanel, context));
-  const actions = h('div', { class: 'row-actions' });
+  const actions = h('div', { class: 'endpoint-actions' });
   const showActions = () => {
     const rotate = h('button', { type: 'button', class: 'button ghost small', 'data-testid': 'rotate' }, 'Rotate secret');
     rotate.addEventListener('click', confirmRotate);
@@ -88,7 +88,7 @@ function endpointRow(config, { context, reload, recoverPanel }) {
         replace(result, errorAlert(error, 'Not rotated'));
       }
     });
-    replace(actions, h('span', { class: 'muted' }, 'Deliveries are signed with a new secret from now on. Sure?'), yes, no);
+    replace(actions, h('span', { class: 'muted' }, 'Sign with a new secret from now on?'), yes, no);
     no.focus();
   };
   showActions();
@@ -260,7 +260,7 @@ function showRecover(config, panel, context) {
     'form',
     { class: 'filters', novalidate: true },
     field('Created since (local time)', since, { id: 'recover-since' }),
-    field('Until (local time)', until, { id: 'recover-until', help: 'Empty: now.' }),
+    field('Until (local time; empty: now)', until, { id: 'recover-until' }),
     submit,
     close,
   );

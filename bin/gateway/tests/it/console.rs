@@ -549,12 +549,12 @@ async fn the_endpoints_view_tests_recovers_and_rotates_and_the_deliveries_view_r
     let signed = failing.received().into_iter().find(|request| request.delivery_id() == probe_id).unwrap();
     assert_eq!(signed.header("x-observatory-signature"), Some(hmac_signature(&secret, &signed.body).as_str()));
 
-    // Resend from the deliveries view: a delivered delivery goes out again as a new one, whose id is shown.
-    b.goto(&gateway.url("/#/deliveries")).await;
-    let row = format!("[data-testid=delivery-row][data-delivery-id='{}']", dead[0]);
-    b.wait_text(&row, |text| text.contains("delivered")).await;
-    b.click(&format!("{row} [data-testid=resend]")).await;
-    let resent = b.wait_text(&format!("{row} [data-testid=resent-id]"), |text| text.starts_with('#')).await;
+    // Resend from the deliveries view (a delivery's page): a delivered one goes out again as a new one, whose id is
+    // shown.
+    b.goto(&gateway.url(&format!("/#/deliveries/{}", dead[0]))).await;
+    b.wait_text("[data-testid=delivery-detail] [data-testid=status]", |text| text == "delivered").await;
+    b.click("[data-testid=resend]").await;
+    let resent = b.wait_text("[data-testid=resent-id]", |text| text.starts_with('#')).await;
     let resent_id: i64 = resent.trim_start_matches('#').parse().unwrap();
     assert!(resent_id > probe_id, "{resent}");
     assert_eq!(delivery(resent_id)["payload"], json!({"pr": 1}));
