@@ -8,6 +8,7 @@ import * as agents from './agents.js';
 import * as cron from './cron.js';
 import * as credentials from './credentials.js';
 import * as deliveries from './deliveries.js';
+import * as endpoints from './endpoints.js';
 import * as tail from './tail.js';
 
 const VIEWS = {
@@ -19,6 +20,7 @@ const VIEWS = {
   delivery: deliveries.renderDetail,
   dead: deliveries.renderDead,
   tail: tail.render,
+  endpoints: endpoints.render,
 };
 
 const main = document.getElementById('main');

@@ -28,7 +28,7 @@ async function webhookNames(signal) {
 }
 
 /** The target URL's host, or the URL itself when it does not parse. */
-function host(url) {
+export function host(url) {
   try {
     return new URL(url).host;
   } catch {
@@ -209,7 +209,7 @@ function detail(delivery, config, context, reload, notice) {
     h('section', { class: 'panel', 'aria-label': 'Summary' },
       h('div', { class: 'code-head' },
         h('div', {}, badge(delivery.status), ' ', h('span', { class: 'muted' }, `${number(delivery.attempt_count)} attempt${delivery.attempt_count === 1 ? '' : 's'} since the last reset`)),
-        h('div', {}, retry)),
+        h('div', { class: 'row-actions' }, retry, resendControl(delivery.id, context))),
       retryResult,
       h('dl', { class: 'props' },
         h('dt', {}, 'Webhook config'),
@@ -410,4 +410,36 @@ async function retryNow(id, { button, result, context, onDelivery = () => {}, on
     return;
   }
   if (!context.signal.aborted) replace(result, 'Reset to pending; no attempt within a minute — check the outbound rate and the loops on the overview.');
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Resend
+
+/**
+ * "Resend": a new delivery of the same payload to the same endpoint, whatever this one's status; the new delivery's
+ * id is shown as a link beside the button.
+ */
+function resendControl(id, context) {
+  const button = h('button', { type: 'button', class: 'button ghost small', 'data-testid': 'resend' }, 'Resend');
+  const result = h('span', { class: 'inline-result', 'aria-live': 'polite', 'data-testid': 'resend-result' });
+  button.addEventListener('click', async () => {
+    button.disabled = true;
+    result.className = 'inline-result';
+    replace(result, 'Resending…');
+    try {
+      const sent = await api('POST', `/gateway/webhook-deliveries/${id}/resend`, { signal: context.signal });
+      result.className = 'inline-result success';
+      replace(result, 'Resent as ', h('a', { href: `#/deliveries/${sent.delivery_id}`, 'data-testid': 'resent-id' }, `#${sent.delivery_id}`));
+    } catch (error) {
+      if (context.signal.aborted) return;
+      result.className = 'inline-result error';
+      const { title } = describe(error);
+      replace(result, error instanceof ApiError && error.status === 404
+        ? 'Not resent (404): this delivery no longer exists.'
+        : `Not resent: ${title}`);
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return h('span', { class: 'row-actions' }, button, result);
 }

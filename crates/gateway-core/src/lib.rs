@@ -49,9 +49,9 @@ pub use ports::tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore}
 pub use ports::webhook::{
     AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus,
     DeliveryUpdate, DueDelivery, FailureClass, FakeTransport, FanOut, InMemoryWebhookStore, InboundInsert, NewDelivery,
-    NewWebhookConfig, NewWebhookEvent, OutboundRequest, ReceiptKey, RetryNowOutcome, UnknownDeliveryStatus,
-    WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore,
-    WebhookTransport,
+    NewWebhookConfig, NewWebhookEvent, OutboundRequest, ReceiptKey, RecoverWindow, RetryNowOutcome,
+    UnknownDeliveryStatus, WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret,
+    WebhookStore, WebhookTransport,
 };
 
 // What every component calls to run its work.

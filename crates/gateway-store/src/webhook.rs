@@ -19,8 +19,8 @@ use diesel::sqlite::Sqlite;
 use gateway_core::{
     AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus, DeliveryUpdate,
     DueDelivery, FanOut, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
-    ReceiptKey, RetryNowOutcome, StoreError, WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent,
-    WebhookSecret, WebhookStore,
+    ReceiptKey, RecoverWindow, RetryNowOutcome, StoreError, WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange,
+    WebhookEvent, WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -983,14 +983,7 @@ impl WebhookStore for DieselStore {
             if !retryable.contains(&current.status.as_str()) {
                 return Ok(Some(Err(current)));
             }
-            let reset = diesel::update(dsl::webhook_deliveries.find(id)).set((
-                dsl::status.eq(DeliveryStatus::Pending.as_str()),
-                dsl::attempt_count.eq(0),
-                dsl::next_retry_at.eq(Some(to_db(now))),
-                // An attempt still in flight no longer holds the row: its outcome will not be applied.
-                dsl::claimed_until.eq(None::<PrimitiveDateTime>),
-            ));
-            let reset = on_backend!(connection, c => reset.returning(DeliveryRow::as_returning()).get_result(c))?;
+            let reset = reset_for_retry(connection, &[id], now)?.pop().ok_or(diesel::result::Error::NotFound)?;
             Ok(Some(Ok(reset)))
         })?;
         match outcome {
@@ -999,6 +992,59 @@ impl WebhookStore for DieselStore {
             Some(Ok(reset)) => Ok(RetryNowOutcome::Reset(reset.try_into()?)),
         }
     }
+
+    fn recover_dead(
+        &self,
+        webhook_id: i64,
+        window: &RecoverWindow,
+        after_id: i64,
+        now: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        use webhook_deliveries::dsl;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (since, until) = (to_db(window.since), to_db(window.until));
+        let rows = self.immediate("recover dead webhook deliveries", |connection| {
+            let batch = dsl::webhook_deliveries
+                .filter(dsl::webhook_id.eq(webhook_id))
+                .filter(dsl::status.eq(DeliveryStatus::Dead.as_str()))
+                .filter(dsl::created_at.between(since, until))
+                .filter(dsl::id.gt(after_id))
+                .order(dsl::id.asc())
+                .select(dsl::id)
+                .limit(limit);
+            let batch: Vec<i64> = match connection {
+                AnyConnection::Sqlite(c) => batch.load(&mut **c)?,
+                // Locked, as "Retry now" locks its row: a concurrent attempt record or delete waits for the reset.
+                AnyConnection::Postgres(c) => batch.for_update().load(&mut **c)?,
+            };
+            if batch.is_empty() {
+                return Ok(Vec::new());
+            }
+            reset_for_retry(connection, &batch, now)
+        })?;
+        let mut recovered = deliveries(rows)?;
+        recovered.sort_by_key(|delivery| delivery.id);
+        Ok(recovered)
+    }
+}
+
+/// "Retry now" of the rows `ids` (which the caller has judged failed or dead, inside its transaction): the one
+/// update both "Retry now" and recover make ([`Delivery::reset_for_retry`]). Returns the rows as reset, in any order.
+fn reset_for_retry(
+    connection: &mut AnyConnection<'_>,
+    ids: &[i64],
+    now: OffsetDateTime,
+) -> QueryResult<Vec<DeliveryRow>> {
+    use webhook_deliveries::dsl;
+    let reset = diesel::update(dsl::webhook_deliveries.filter(dsl::id.eq_any(ids))).set((
+        dsl::status.eq(DeliveryStatus::Pending.as_str()),
+        dsl::attempt_count.eq(0),
+        dsl::next_retry_at.eq(Some(to_db(now))),
+        // An attempt still in flight no longer holds the row: its outcome will not be applied.
+        dsl::claimed_until.eq(None::<PrimitiveDateTime>),
+    ));
+    on_backend!(connection, c => reset.returning(DeliveryRow::as_returning()).get_results(c))
 }
 
 impl DieselStore {

@@ -82,6 +82,35 @@ pub fn event_envelope(
     text
 }
 
+#[derive(Serialize)]
+struct TestEnvelope<'a> {
+    event_type: &'a str,
+    webhook_id: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    published_at: OffsetDateTime,
+    payload: TestPayload<'a>,
+}
+
+#[derive(Serialize)]
+struct TestPayload<'a> {
+    test: bool,
+    message: &'a str,
+}
+
+/// `{"event_type":"gateway.test","webhook_id","published_at","payload":{"test":true,"message"}}`: what a test
+/// delivery (`POST /gateway/webhook-configs/{id}/test`) carries. Shaped like a published event's envelope, without
+/// an `event_id` (no event is stored), so a receiver's parser reads it the same way.
+pub fn test_envelope(webhook_id: i64, published_at: OffsetDateTime) -> String {
+    let envelope = TestEnvelope {
+        event_type: crate::router::TEST_EVENT_TYPE,
+        webhook_id,
+        published_at,
+        payload: TestPayload { test: true, message: "A test event from the gateway; it needs no action." },
+    };
+    // Serializing strings, integers and a timestamp cannot fail.
+    serde_json::to_string(&envelope).unwrap_or_else(|_| String::from("{}"))
+}
+
 #[cfg(test)]
 mod tests {
     use gateway_core::WebhookSecret;
@@ -148,5 +177,15 @@ mod tests {
             json!({"event_id": 3, "event_type": "order.paid", "webhook_id": 7,
                    "published_at": "2026-02-22T11:00:00Z", "payload": {"b": 1.5, "a": [1]}})
         );
+    }
+
+    #[test]
+    fn a_test_envelope_names_gateway_test_and_its_endpoint() {
+        let text = test_envelope(7, datetime!(2026-02-22 11:00:00 UTC));
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["event_type"], "gateway.test");
+        assert_eq!(value["webhook_id"], 7);
+        assert_eq!(value["published_at"], "2026-02-22T11:00:00Z");
+        assert_eq!(value["payload"]["test"], true);
     }
 }

@@ -66,6 +66,11 @@ impl DeliveryRetention {
         self.health.clone()
     }
 
+    /// How long finished deliveries are kept: the longest window a recover may take.
+    pub fn retention(&self) -> Duration {
+        self.config.retention
+    }
+
     /// One pass: batches until none is full. Returns how many deliveries went.
     pub async fn prune_once(&self, shutdown: &CancellationToken) -> Result<usize, WebhookError> {
         let pass = PruningPass {

@@ -166,6 +166,19 @@ declare_routes! {
         GET Agent => mcp::get(&c.state, &c.request, c.client), api::mcp::get_doc;
         DELETE Agent => mcp::delete(&c.state, &c.request, c.client), api::mcp::delete_doc;
     }
+    /// `POST /gateway/webhook-configs/{id}/recover`: a window of the config's dead deliveries back to pending.
+    WebhookConfigRecover "webhook_config_recover" template "/gateway/webhook-configs/{id}/recover" {
+        POST Operator => webhooks::recover(&c.state, c.id("id", unknown_webhook)?, c.request),
+            api::webhooks::recover_doc;
+    }
+    /// `POST /gateway/webhook-configs/{id}/test`: a `gateway.test` delivery to the config's target.
+    WebhookConfigTest "webhook_config_test" template "/gateway/webhook-configs/{id}/test" {
+        POST Operator => webhooks::send_test(&c.state, c.id("id", unknown_webhook)?), api::webhooks::test_doc;
+    }
+    /// `POST /gateway/webhook-deliveries/{id}/resend`: a new delivery of the same payload.
+    WebhookDeliveryResend "webhook_delivery_resend" template "/gateway/webhook-deliveries/{id}/resend" {
+        POST Operator => webhooks::resend(&c.state, c.id("id", unknown_delivery)?), api::webhooks::resend_doc;
+    }
 }
 
 impl Route {

@@ -400,6 +400,211 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     }
 }
 
+/// Signs in on `gateway`'s page with the admin token and waits for the overview.
+async fn sign_in(b: &Browser, gateway: &Gateway) {
+    b.goto(&gateway.url("/")).await;
+    b.type_into("[data-testid=token-input]", TOKEN).await;
+    b.click("[data-testid=signin-submit]").await;
+    b.wait_text("[data-testid=card-role-value]", |text| text == "single").await;
+}
+
+/// Headless Chromium refuses the clipboard without a user's permission: the page's writes land in
+/// `window.copiedText` instead.
+async fn stub_clipboard(b: &Browser) {
+    b.script(
+        "Object.defineProperty(navigator, 'clipboard', { configurable: true, value: { writeText: (text) => \
+         { window.copiedText = text; return Promise.resolve(); } } }); return null",
+    )
+    .await;
+}
+
+fn hmac_signature(secret: &str, body: &[u8]) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    format!("sha256={}", gateway_core::encoding::hex::encode(ring::hmac::sign(&key, body).as_ref()))
+}
+
+/// The endpoints view (issue 20 item 5): the configs by name, a test event the receiver gets, a recover that brings
+/// dead deliveries back with its progress followed to the end, a secret rotation shown once with its grace (and the
+/// shown secret is the one that signs from then on); and in the deliveries view, a resend with the new id shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoints_view_tests_recovers_and_rotates_and_the_deliveries_view_resends() {
+    let Some(tools) =
+        BrowserTools::find("the_endpoints_view_tests_recovers_and_rotates_and_the_deliveries_view_resends")
+    else {
+        return;
+    };
+    let failing = Receiver::start(Behaviour::Status(500));
+    let shop = Receiver::start(Behaviour::Status(204));
+    let gateway = Gateway::start(&[
+        "--webhook-allow-private-targets",
+        "--webhook-retry-schedule-s",
+        "1",
+        "--webhook-poll-interval-ms",
+        "200",
+    ]);
+    let create = |source: &str, event_type: &str, url: String, secret: &str| {
+        let (status, config) = gateway.operator_post(
+            "/gateway/webhook-configs",
+            &json!({"source_identifier": source, "event_type": event_type, "agent_intent": "code_review",
+                    "target_session": "reviewer-cluster", "target_url": url, "secret": secret}),
+        );
+        assert_eq!(status, 201, "{config}");
+        config["id"].as_i64().unwrap()
+    };
+    let github = create("github", "pull_request.opened", failing.url("/hook"), "gh-secret");
+    let orders = create("shop", "order.paid", shop.url("/orders"), "shop-secret");
+    let delivery = |id: i64| gateway.operator_get(&format!("/gateway/deliveries/{id}")).1;
+    let dead: Vec<i64> = (1..=3)
+        .map(|pr| {
+            let (status, body) = gateway.operator_post(
+                "/gateway/deliveries",
+                &json!({"webhook_id": github, "session_id": "reviewer-cluster", "payload": {"pr": pr}}),
+            );
+            assert_eq!(status, 201, "{body}");
+            body["id"].as_i64().unwrap()
+        })
+        .collect();
+    eventually("three dead deliveries", || dead.iter().all(|id| delivery(*id)["status"] == "dead"));
+
+    let shots = gateway.dir.path().join("screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let browser = Browser::start(&tools, 1280, 800).await;
+    let b = &browser;
+    sign_in(b, &gateway).await;
+
+    // The list: each endpoint by its name, target host and id, as the deliveries view names them.
+    b.click("[data-testid=nav-endpoints]").await;
+    let github_row = format!("[data-testid=endpoint-row][data-webhook-id='{github}']");
+    let orders_row = format!("[data-testid=endpoint-row][data-webhook-id='{orders}']");
+    let host = failing.url("/").split('/').nth(2).unwrap().to_owned();
+    let named = b.wait_text(&format!("{github_row} [data-testid=webhook-name]"), |text| !text.is_empty()).await;
+    assert!(named.contains("github · pull_request.opened") && named.contains(&host), "{named:?}");
+    assert!(named.contains(&format!("#{github}")), "{named:?}");
+    b.wait_text(&format!("{orders_row} [data-testid=webhook-name]"), |text| text.contains("shop · order.paid")).await;
+    b.screenshot(&shots, "endpoints").await;
+
+    // Send test: the receiver gets a signed gateway.test event, and the row says it was delivered.
+    b.click(&format!("{orders_row} [data-testid=test]")).await;
+    b.wait_text(&format!("{orders_row} [data-testid=endpoint-result]"), |text| text.contains("delivered")).await;
+    let request = &shop.wait_for(1)[0];
+    let envelope: Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(
+        (envelope["event_type"].as_str(), envelope["webhook_id"].as_i64()),
+        (Some("gateway.test"), Some(orders))
+    );
+    assert_eq!(request.header("x-observatory-signature"), Some(hmac_signature("shop-secret", &request.body).as_str()));
+    let shown_id = b.wait_text(&format!("{orders_row} [data-testid=test-delivery]"), |text| !text.is_empty()).await;
+    assert_eq!(shown_id, format!("#{}", request.delivery_id()));
+
+    // Recover the last day with the receiver fixed: "recovered: 3", then the progress until all are delivered.
+    failing.set(Behaviour::Status(204));
+    b.click(&format!("{github_row} [data-testid=recover]")).await;
+    b.click("[data-testid=recover-submit]").await;
+    b.wait_text("[data-testid=recovered]", |text| text == "recovered: 3").await;
+    b.wait_until(
+        "the recover's progress to be done",
+        "return document.querySelector('[data-testid=recover-progress]')?.dataset.state === 'done'",
+    )
+    .await;
+    let progress = b.wait_text("[data-testid=recover-progress]", |text| text.starts_with("Done")).await;
+    assert!(progress.contains("0 still pending or failing") && progress.contains("3 delivered"), "{progress:?}");
+    assert!(dead.iter().all(|id| delivery(*id)["status"] == "delivered"));
+    b.screenshot(&shots, "endpoints-recover").await;
+
+    // Rotate: the new secret is shown once with a copy button and the old one's grace; it signs from then on.
+    stub_clipboard(b).await;
+    b.click(&format!("{github_row} [data-testid=rotate]")).await;
+    b.click(&format!("{github_row} [data-testid=confirm-rotate]")).await;
+    b.wait_until(
+        "the secret dialog",
+        "return document.querySelector('dialog[data-testid=secret-dialog]')?.open === true",
+    )
+    .await;
+    let secret = b.script("return document.querySelector('[data-testid=secret-value]').value").await;
+    let secret = secret.as_str().unwrap().to_owned();
+    assert!(secret.len() >= 40, "{secret}");
+    b.click("[data-testid=secret-copy]").await;
+    b.wait_text("[data-testid=secret-copy]", |text| text == "Copied").await;
+    assert_eq!(b.script("return window.copiedText").await, json!(secret));
+    let grace = b.wait_text("[data-testid=secret-grace]", |text| text.contains("24 h")).await;
+    assert!(grace.contains("previous secret"), "{grace:?}");
+    b.screenshot(&shots, "endpoints-rotate").await;
+    b.click("[data-testid=secret-close]").await;
+    b.wait_until("the dialog gone", "return document.querySelector('dialog') === null").await;
+    let still_there = b
+        .script(&format!(
+            "const t = {secret:?}; return document.documentElement.outerHTML.includes(t) || \
+             JSON.stringify(sessionStorage).includes(t) || location.href.includes(t)"
+        ))
+        .await;
+    assert_eq!(still_there, json!(false), "the secret is gone from the page once its dialog is closed");
+    b.wait_text(&format!("{github_row} [data-testid=endpoint-secret]"), |text| text.contains("Rotated")).await;
+    let (status, probe) = gateway.operator_post(
+        "/gateway/deliveries",
+        &json!({"webhook_id": github, "session_id": "reviewer-cluster", "payload": {"after": "rotation"}}),
+    );
+    assert_eq!(status, 201, "{probe}");
+    let probe_id = probe["id"].as_i64().unwrap();
+    eventually("the probe to arrive", || failing.received().iter().any(|request| request.delivery_id() == probe_id));
+    let signed = failing.received().into_iter().find(|request| request.delivery_id() == probe_id).unwrap();
+    assert_eq!(signed.header("x-observatory-signature"), Some(hmac_signature(&secret, &signed.body).as_str()));
+
+    // Resend from the deliveries view (a delivery's page): a delivered one goes out again as a new one, whose id is
+    // shown.
+    b.goto(&gateway.url(&format!("/#/deliveries/{}", dead[0]))).await;
+    b.wait_text("[data-testid=delivery-detail] [data-testid=status]", |text| text == "delivered").await;
+    b.click("[data-testid=resend]").await;
+    let resent = b.wait_text("[data-testid=resent-id]", |text| text.starts_with('#')).await;
+    let resent_id: i64 = resent.trim_start_matches('#').parse().unwrap();
+    assert!(resent_id > probe_id, "{resent}");
+    assert_eq!(delivery(resent_id)["payload"], json!({"pr": 1}));
+    eventually("the resent delivery to be delivered", || delivery(resent_id)["status"] == "delivered");
+    b.screenshot(&shots, "deliveries-resend").await;
+
+    let errors = b.console_errors().await;
+    assert!(errors.is_empty(), "the browser console has errors: {errors:#?}");
+    browser.stop().await;
+    if let Some(target) = std::env::var_os(SCREENSHOTS_ENV) {
+        copy_screenshots(&shots, Path::new(&target));
+    }
+}
+
+/// Enable and disable from the endpoints view (`PATCH {"enabled"}`, helper A's API on branch s23-a).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PATCH enabled from s23-a; the lead un-ignores at merge"]
+async fn the_endpoints_view_disables_and_enables_an_endpoint() {
+    let Some(tools) = BrowserTools::find("the_endpoints_view_disables_and_enables_an_endpoint") else {
+        return;
+    };
+    let gateway = Gateway::start(&[]);
+    let (status, config) = gateway.operator_post(
+        "/gateway/webhook-configs",
+        &json!({"source_identifier": "github", "event_type": "push", "agent_intent": "code_review",
+                "target_session": "reviewer-cluster", "target_url": "https://hooks.example.com/in", "secret": "s"}),
+    );
+    assert_eq!(status, 201, "{config}");
+    let id = config["id"].as_i64().unwrap();
+    let browser = Browser::start(&tools, 1280, 800).await;
+    let b = &browser;
+    sign_in(b, &gateway).await;
+    b.goto(&gateway.url("/#/endpoints")).await;
+    let row = format!("[data-testid=endpoint-row][data-webhook-id='{id}']");
+    b.wait_text(&format!("{row} [data-testid=endpoint-health]"), |text| text.contains("enabled")).await;
+    b.wait_text(&format!("{row} [data-testid=toggle]"), |text| text == "Disable").await;
+    b.click(&format!("{row} [data-testid=toggle]")).await;
+    b.wait_text(&format!("{row} [data-testid=endpoint-health]"), |text| {
+        text.contains("disabled") && text.contains("manual")
+    })
+    .await;
+    assert_eq!(gateway.operator_get(&format!("/gateway/webhook-configs/{id}")).1["enabled"], false);
+    b.wait_text(&format!("{row} [data-testid=toggle]"), |text| text == "Enable").await;
+    b.click(&format!("{row} [data-testid=toggle]")).await;
+    b.wait_text(&format!("{row} [data-testid=toggle]"), |text| text == "Disable").await;
+    assert_eq!(gateway.operator_get(&format!("/gateway/webhook-configs/{id}")).1["enabled"], true);
+    assert!(b.console_errors().await.is_empty());
+    browser.stop().await;
+}
+
 /// `14:05:09 UTC+01:00`: the console's one time-of-day format.
 fn is_clock_with_zone(text: &str) -> bool {
     let shape = "00:00:00 UTC+00:00";

@@ -42,5 +42,6 @@ mod sse_parser;
 mod tools;
 mod validation;
 mod webhook_endpoints;
+mod webhook_recovery;
 mod webhook_signing;
 mod webhooks;

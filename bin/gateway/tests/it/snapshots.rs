@@ -463,6 +463,35 @@ fn every_routes_answers_match_their_snapshots() {
     let recurring_job = scheduled["result"]["job_id"].clone();
     r.anyone("tool", "POST", "/gateway/tools/cancel_reminder", Some(call("call-12", json!({"job_id": recurring_job}))));
 
+    // Recover, resend, test (DESIGN.md §18). The new deliveries' first attempts are waited for, as the others' are.
+    let recover_path = format!("{config_path}/recover");
+    let window = json!({"since": "2026-02-22T00:00:00Z", "until": "2026-02-23T00:00:00Z"});
+    r.operator("webhook_config_recover", "POST", &recover_path, Some(window));
+    let backwards = json!({"since": "2026-02-23T00:00:00Z", "until": "2026-02-22T00:00:00Z"});
+    r.operator("webhook_config_recover", "POST", &recover_path, Some(backwards));
+    r.operator("webhook_config_recover", "POST", &recover_path, Some(json!({})));
+    r.operator(
+        "webhook_config_recover",
+        "POST",
+        "/gateway/webhook-configs/999/recover",
+        Some(json!({"since": "2026-02-22T00:00:00Z", "until": "2026-02-23T00:00:00Z"})),
+    );
+    let tested = r.operator("webhook_config_test", "POST", &format!("{config_path}/test"), None);
+    r.operator("webhook_config_test", "POST", "/gateway/webhook-configs/999/test", None);
+    let resent = r.operator(
+        "webhook_delivery_resend",
+        "POST",
+        &format!("/gateway/webhook-deliveries/{delivery_id}/resend"),
+        None,
+    );
+    r.operator("webhook_delivery_resend", "POST", "/gateway/webhook-deliveries/999/resend", None);
+    r.operator("webhook_delivery_resend", "GET", &format!("/gateway/webhook-deliveries/{delivery_id}/resend"), None);
+    for id in [&tested, &resent].map(|answer| answer["delivery_id"].as_i64().unwrap()) {
+        eventually("a new delivery's first attempt", || {
+            r.gateway.operator_get(&format!("/gateway/deliveries/{id}")).1["attempt_count"] == 1
+        });
+    }
+
     // Deletes last: a config takes its deliveries with it.
     r.operator("webhook_config", "DELETE", &config_path, None);
     r.operator("webhook_config", "DELETE", &config_path, None);

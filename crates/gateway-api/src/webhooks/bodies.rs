@@ -479,3 +479,33 @@ pub struct WebhookEventPublished<'a> {
     #[schema(schema_with = int64_schema)]
     pub event_id: i64,
 }
+
+// `POST /gateway/webhook-configs/{id}/recover`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Only its schema is used: the handler reads the body field by field.
+pub struct WebhookRecoverRequest {
+    /// The window's start (RFC 3339), included: dead deliveries created at or after it are recovered.
+    #[schema(format = DateTime)]
+    since: String,
+    /// The window's end (RFC 3339), included; now when absent.
+    #[schema(format = DateTime, required = false)]
+    until: String,
+}
+
+// How many dead deliveries a recover put back to pending.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookRecovered {
+    pub recovered: usize,
+}
+
+// A new delivery made by a resend or a test, tried at once.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryAccepted {
+    #[schema(schema_with = int64_schema)]
+    pub delivery_id: i64,
+    #[schema(inline)]
+    pub status: Accepted,
+}

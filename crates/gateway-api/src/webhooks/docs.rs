@@ -2,12 +2,13 @@
 
 use serde_json::json;
 
+use super::bodies::{DeliveryAccepted, WebhookRecoverRequest, WebhookRecovered};
 use super::bodies::{
     DeliveryBody, DeliveryCreate, DeliveryDetail, DeliveryPage, DeliveryStatusSchema, DeliverySummary, InboundAccepted,
     InboundDuplicate, WebhookConfigBody, WebhookConfigChange, WebhookConfigCreate, WebhookConfigList,
     WebhookEventCreate, WebhookEventPublished,
 };
-use gateway_webhooks::{DEFAULT_PAGE_SIZE, MAX_DELIVERIES_PER_EVENT, MAX_PAGE_SIZE};
+use gateway_webhooks::{DEFAULT_PAGE_SIZE, MAX_DELIVERIES_PER_EVENT, MAX_PAGE_SIZE, RECOVER_BATCH, TEST_EVENT_TYPE};
 
 use crate::common::Deleted;
 use crate::fields::{NO_CONTROL_CHARACTERS, int64};
@@ -191,5 +192,51 @@ pub fn publish_event_doc() -> Operation {
             replayed_header(),
         )
         .errors(422, &[Reason::MissingRequiredFields, Reason::InvalidField, Reason::IdempotencyKeyReused])
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn recover_doc() -> Operation {
+    Operation::new("recoverWebhookDeliveries", "webhooks", "Recover an endpoint's dead deliveries")
+        .describe(&format!(
+            "Every dead delivery of the config created in the window (`since` to `until`, both included; `until` \
+             defaults to now) goes back to pending with a full set of attempts, as Retry now resets one, \
+             {RECOVER_BATCH} per transaction. They go out through the dispatcher under the global rate \
+             (`--webhook-max-per-second`), oldest first, not all at once. `since` after `until`, or a window longer \
+             than `--retention-days`: 422 `invalid_field` naming `since`."
+        ))
+        .path_id("id", "The config's id.")
+        .json_body::<WebhookRecoverRequest>(true)
+        .example(json!({"since": "2026-12-01T00:00:00Z", "until": "2026-12-02T00:00:00Z"}))
+        .answer::<WebhookRecovered>(202, "Recovered; the deliveries are tried under the rate.")
+        .error(404, Reason::UnknownWebhook)
+        .errors(422, &[Reason::MissingRequiredFields, Reason::InvalidField])
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn resend_doc() -> Operation {
+    Operation::new("resendDelivery", "webhooks", "Resend a delivery")
+        .describe(
+            "A new delivery of the same payload to the same config and session, whatever the status of this one \
+             (delivered and dead included), signed with the config's current secret and tried at once. The body is \
+             ignored.",
+        )
+        .path_id("id", "The delivery's id.")
+        .answer::<DeliveryAccepted>(202, "The new delivery's id.")
+        .link(202, "getDelivery", json!({"id": "$response.body#/delivery_id"}))
+        .error(404, Reason::UnknownDelivery)
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn test_doc() -> Operation {
+    Operation::new("testWebhookConfig", "webhooks", "Send a test event to an endpoint")
+        .describe(&format!(
+            "A new delivery to the config's target whose envelope is `{{\"event_type\":\"{TEST_EVENT_TYPE}\",\
+             \"webhook_id\",\"published_at\",\"payload\":{{\"test\":true,\"message\"}}}}`, signed and retried like any \
+             other. The body is ignored."
+        ))
+        .path_id("id", "The config's id.")
+        .answer::<DeliveryAccepted>(202, "The test delivery's id.")
+        .link(202, "getDelivery", json!({"id": "$response.body#/delivery_id"}))
+        .error(404, Reason::UnknownWebhook)
         .error(503, Reason::StoreUnavailable)
 }

@@ -192,6 +192,7 @@ macro_rules! webhook_store_conformance {
             an_event_fans_out_to_every_matching_config_at_once_and_its_key_finds_it_again,
             a_fan_out_wider_than_its_bound_writes_nothing,
             concurrent_fan_outs_with_one_key_publish_exactly_once,
+            recover_resets_the_dead_rows_of_one_config_in_a_window_a_batch_at_a_time,
         );
     };
 }

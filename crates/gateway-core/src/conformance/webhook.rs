@@ -10,8 +10,8 @@ use time::{Duration, OffsetDateTime};
 use crate::{
     AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryStatus, DeliveryUpdate, DueDelivery, FanOut,
     FencingEpoch, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
-    ReceiptKey, RetryNowOutcome, StoreError, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret,
-    WebhookStore,
+    ReceiptKey, RecoverWindow, RetryNowOutcome, StoreError, WebhookConfig, WebhookConfigChange, WebhookEvent,
+    WebhookSecret, WebhookStore,
 };
 
 /// How many deliveries [`a_config_with_more_history_than_a_delete_batch_is_deleted_whole`] gives a config: an
@@ -1149,4 +1149,50 @@ pub fn concurrent_fan_outs_with_one_key_publish_exactly_once(store: &dyn Webhook
     }
     assert_eq!(store.webhook_event_by_key(&key("raced")).expect("read"), Some(winner.clone()));
     assert_eq!(listed(store, &everything()), winner.delivery_ids, "two deliveries, once");
+}
+
+/// Recover: a batch resets, as "Retry now" does, only the dead deliveries of the named config created in the window
+/// (both ends included) and after the cursor, lowest ids first, at most `limit`; the next batch goes on from the
+/// last id returned. Pending, failed and delivered rows, another config's dead rows and dead rows outside the
+/// window stay as they were.
+pub fn recover_resets_the_dead_rows_of_one_config_in_a_window_a_batch_at_a_time(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let other = config(store, "gitlab", at);
+    let config = config(store, "github", at);
+    let dead = |webhook_id, created_at| {
+        attempt_once(store, &insert(store, &new_delivery(webhook_id, "s", created_at)), DeliveryStatus::Dead, None)
+    };
+    let since = at + Duration::minutes(1);
+    let until = at + Duration::minutes(2);
+    let before = dead(config.id, since - Duration::milliseconds(1));
+    let first = dead(config.id, since);
+    let other_config = dead(other.id, since);
+    let delivered =
+        attempt_once(store, &insert(store, &new_delivery(config.id, "s", since)), DeliveryStatus::Delivered, None);
+    let pending = insert(store, &new_delivery(config.id, "s", since));
+    let second = dead(config.id, since + Duration::seconds(30));
+    let last = dead(config.id, until);
+    let after = dead(config.id, until + Duration::milliseconds(1));
+    let window = RecoverWindow { since, until };
+    let now = at + Duration::hours(3);
+
+    let batch = store.recover_dead(config.id, &window, 0, now, 2).expect("recover");
+    assert_eq!(batch.iter().map(|row| row.id).collect::<Vec<_>>(), [first.id, second.id]);
+    for row in &batch {
+        assert_eq!((row.status, row.attempt_count, row.next_retry_at), (DeliveryStatus::Pending, 0, Some(now)));
+        assert_eq!(row.error_detail.as_deref(), Some("http_503"), "the last error stays visible");
+        assert_eq!(store.delivery(row.id).expect("read").as_ref(), Some(row));
+    }
+    let rest = store.recover_dead(config.id, &window, second.id, now, 2).expect("recover");
+    assert_eq!(rest.iter().map(|row| row.id).collect::<Vec<_>>(), [last.id]);
+    assert!(store.recover_dead(config.id, &window, last.id, now, 2).expect("recover").is_empty());
+    for untouched in [&before, &other_config, &delivered, &pending, &after] {
+        assert_eq!(store.delivery(untouched.id).expect("read").as_ref(), Some(untouched));
+    }
+    assert_eq!(store.attempts(first.id).expect("attempts").len(), 1, "the history stays");
+    assert!(due_ids(store, now, 10).contains(&last.id), "a recovered row is due at once");
+    let unknown = store.recover_dead(other.id + 1_000, &window, 0, now, 10).expect("recover");
+    assert!(unknown.is_empty());
 }

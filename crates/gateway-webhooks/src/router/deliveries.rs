@@ -185,7 +185,7 @@ impl WebhookRouter {
     /// Writes a delivery (sharing the commit with concurrent ones) and hands it to the dispatcher. When a slot and a
     /// start are free right now and nobody waits for them, the row is written already claimed and its attempt
     /// starts at once: one store write fewer than claiming it afterwards.
-    async fn create_delivery(&self, mut draft: DeliveryDraft) -> Result<Delivery, WebhookError> {
+    pub(super) async fn create_delivery(&self, mut draft: DeliveryDraft) -> Result<Delivery, WebhookError> {
         let ready = self.start_now();
         draft.claimed = ready.is_some();
         let inserted = self.inner.inserts.submit(draft).await.map_err(WebhookError::from).and_then(|outcome| outcome);
@@ -237,11 +237,17 @@ impl WebhookRouter {
             RetryNowOutcome::NotAllowed(status) => Err(WebhookError::RetryNotAllowed { id, status }),
             RetryNowOutcome::Reset(row) => {
                 info!(delivery_id = id, "webhook delivery reset by retry now");
-                self.publish_status(&row);
-                self.spawn_immediate_attempt(id, now);
+                self.hand_over_reset(&row, now);
                 Ok(row)
             }
         }
+    }
+
+    /// A row reset by "Retry now" or recover, due at `now`, goes to the dispatcher: it is tried as soon as a slot
+    /// and the rate allow.
+    pub(super) fn hand_over_reset(&self, row: &Delivery, now: time::OffsetDateTime) {
+        self.publish_status(row);
+        self.spawn_immediate_attempt(row.id, now);
     }
 }
 

@@ -21,6 +21,7 @@ mod events;
 mod failure_reports;
 mod groups;
 mod known_configs;
+mod resend;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -43,6 +44,7 @@ pub use deliveries::Inbound;
 pub use events::{EventDraft, MAX_DELIVERIES_PER_EVENT, Published};
 pub use failure_reports::SIGNATURE_FAILURE_REPORT_INTERVAL;
 pub use known_configs::CONFIG_IDS_REFRESH_INTERVAL;
+pub use resend::{RECOVER_BATCH, TEST_EVENT_TYPE};
 
 use self::failure_reports::SignatureFailureReports;
 use self::known_configs::KnownConfigs;

@@ -1225,3 +1225,43 @@ async fn each_attempt_carries_the_term_that_made_it_signed() {
     h.router.wait_idle().await;
     assert_eq!(epoch_sent(&h.transport.requests()[4]), 6);
 }
+
+#[tokio::test(start_paused = true)]
+async fn recover_takes_more_than_a_batch_of_dead_rows_and_sends_them_within_the_rate() {
+    let (h, transport) = timed_harness();
+    let config = h.config().await;
+    let other = h.config_for("gitlab", "https://other.example/hook").await;
+    let window_start = h.clock.now() - seconds(3600);
+    let dead_row = |config: &WebhookConfig| {
+        let row = h.due_row(config, &config.target_url, h.clock.now() - seconds(60));
+        h.store.put_delivery(Delivery {
+            status: DeliveryStatus::Dead,
+            attempt_count: 6,
+            next_retry_at: None,
+            ..h.row(row.id)
+        });
+        row.id
+    };
+    let recovered: Vec<i64> = (0..RECOVER_BATCH + 7).map(|_| dead_row(&config)).collect();
+    let untouched = dead_row(&other);
+
+    let count = h.router.recover(config.id, window_start, None, Duration::from_secs(86_400)).await.unwrap();
+    assert_eq!(count, RECOVER_BATCH + 7, "every batch, not only the first");
+    // Nothing attempted them yet but the dispatcher: they wait for its slots and the rate, not for the poll.
+    h.until(600, || transport.starts().len() == RECOVER_BATCH + 7).await;
+    h.router.wait_idle().await;
+    let starts = transport.starts();
+    assert_within_rate(&starts, DEFAULT_MAX_PER_SECOND);
+    let mut attempted: Vec<i64> = starts.iter().map(|(id, _)| *id).collect();
+    attempted.sort_unstable();
+    assert_eq!(attempted, recovered, "each recovered delivery exactly once, the other config's none");
+    assert!(recovered.iter().all(|id| h.row(*id).status == DeliveryStatus::Delivered));
+    assert_eq!(h.row(untouched).status, DeliveryStatus::Dead);
+
+    let refused = h.router.recover(config.id, h.clock.now(), Some(window_start), Duration::from_secs(86_400)).await;
+    assert!(matches!(refused, Err(WebhookError::InvalidDelivery { field: "since", .. })), "{refused:?}");
+    let too_long = h.router.recover(config.id, window_start, None, Duration::from_secs(60)).await;
+    assert!(matches!(too_long, Err(WebhookError::InvalidDelivery { field: "since", .. })), "{too_long:?}");
+    let unknown = h.router.recover(config.id + 100, window_start, None, Duration::from_secs(86_400)).await;
+    assert_eq!(unknown, Err(WebhookError::UnknownWebhook(config.id + 100)));
+}

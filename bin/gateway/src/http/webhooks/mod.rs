@@ -8,6 +8,7 @@ use gateway_api::webhooks::{
     Accepted, DeliveryBody, DeliveryDetail, DeliveryPage, DeliverySummary, Duplicate, InboundAccepted,
     InboundDuplicate, WebhookConfigBody, WebhookConfigList, WebhookEventPublished,
 };
+use gateway_api::webhooks::{DeliveryAccepted, WebhookRecovered};
 use gateway_core::{DeliveryFilter, DeliveryStatus, WebhookConfigChange, WebhookSecret};
 use gateway_webhooks::{DEFAULT_PAGE_SIZE, EventDraft, Inbound, InboundSignature, MAX_PAGE_SIZE, WebhookConfigDraft};
 use http::StatusCode;
@@ -212,4 +213,43 @@ pub(super) async fn show_delivery(state: &AppState, id: i64) -> Result<Response,
 pub(super) async fn retry(state: &AppState, id: i64) -> Result<Response, ApiError> {
     let delivery = state.webhooks.retry_now(id).await?;
     Ok(json_response(StatusCode::OK, &DeliverySummary::of(&delivery)))
+}
+
+/// `POST /gateway/webhook-configs/{id}/recover` `{since, until?}` → 202 `{recovered}`: the config's dead deliveries
+/// created in the window back to pending, tried under the rate. The window may not be longer than the retention of
+/// finished deliveries (`--retention-days`).
+pub(super) async fn recover(state: &AppState, id: i64, request: Request) -> Result<Response, ApiError> {
+    let mut body = JsonObject::read(request).await?;
+    let since = required("since", body.take_string("since")?)?;
+    let until = body.take_string("until")?;
+    body.finish(&RECOVER_FIELDS)?;
+    let since = instant_field("since", &since)?;
+    let until = until.map(|until| instant_field("until", &until)).transpose()?;
+    let recovered = state.webhooks.recover(id, since, until, state.retention.retention()).await?;
+    Ok(json_response(StatusCode::ACCEPTED, &WebhookRecovered { recovered }))
+}
+
+/// `POST /gateway/webhook-deliveries/{id}/resend` → 202 `{status: "accepted", delivery_id}` of a new delivery of
+/// the same payload.
+pub(super) async fn resend(state: &AppState, id: i64) -> Result<Response, ApiError> {
+    let resent = state.webhooks.resend(id).await?;
+    Ok(json_response(StatusCode::ACCEPTED, &DeliveryAccepted { delivery_id: resent.id, status: Accepted }))
+}
+
+/// `POST /gateway/webhook-configs/{id}/test` → 202 `{status: "accepted", delivery_id}` of a `gateway.test` delivery.
+pub(super) async fn send_test(state: &AppState, id: i64) -> Result<Response, ApiError> {
+    let sent = state.webhooks.send_test(id).await?;
+    Ok(json_response(StatusCode::ACCEPTED, &DeliveryAccepted { delivery_id: sent.id, status: Accepted }))
+}
+
+const RECOVER_FIELDS: [&str; 2] = ["since", "until"];
+
+/// A body field holding an RFC 3339 instant: 422 `invalid_field` naming it otherwise.
+fn instant_field(field: &'static str, text: &str) -> Result<time::OffsetDateTime, ApiError> {
+    gateway_core::encoding::rfc3339::parse(text).ok_or_else(|| {
+        ApiError::from(gateway_webhooks::WebhookError::InvalidDelivery {
+            field,
+            problem: "must be an RFC 3339 instant between years 0 and 9999".into(),
+        })
+    })
 }

@@ -8,8 +8,8 @@ use time::OffsetDateTime;
 
 use super::{
     Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus, DeliveryUpdate, DueDelivery, FanOut,
-    InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RetryNowOutcome, WebhookConfig,
-    WebhookConfigChange, WebhookEvent, WebhookStore,
+    InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RecoverWindow, RetryNowOutcome,
+    WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookStore,
 };
 use crate::ids::IdempotencyKey;
 use crate::ports::failure::FailureSwitch;
@@ -467,12 +467,38 @@ impl WebhookStore for InMemoryWebhookStore {
         if !delivery.status.allows_retry_now() {
             return Ok(RetryNowOutcome::NotAllowed(delivery.status));
         }
-        delivery.status = DeliveryStatus::Pending;
-        delivery.attempt_count = 0;
-        delivery.next_retry_at = Some(now);
+        delivery.reset_for_retry(now);
         let reset = delivery.clone();
         tables.poll_claims.remove(&id);
         Ok(RetryNowOutcome::Reset(reset))
+    }
+
+    fn recover_dead(
+        &self,
+        webhook_id: i64,
+        window: &RecoverWindow,
+        after_id: i64,
+        now: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.failure.check()?;
+        let mut tables = lock(&self.tables);
+        let Tables { deliveries, poll_claims, .. } = &mut *tables;
+        let mut recovered = Vec::new();
+        for delivery in deliveries.range_mut(after_id.saturating_add(1)..).map(|(_, delivery)| delivery) {
+            if recovered.len() == limit {
+                break;
+            }
+            if delivery.webhook_id == webhook_id
+                && delivery.status == DeliveryStatus::Dead
+                && window.contains(delivery.created_at)
+            {
+                delivery.reset_for_retry(now);
+                poll_claims.remove(&delivery.id);
+                recovered.push(delivery.clone());
+            }
+        }
+        Ok(recovered)
     }
 }
 

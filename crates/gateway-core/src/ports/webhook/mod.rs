@@ -570,6 +570,44 @@ pub trait WebhookStore: FencingEpoch + Send + Sync + fmt::Debug {
     /// "Retry now": in one transaction, if the row is failed or dead, sets `status = pending`,
     /// `attempt_count = 0`, `next_retry_at = now`.
     fn retry_now(&self, id: i64, now: OffsetDateTime) -> Result<RetryNowOutcome, StoreError>;
+
+    /// Recover (a bulk "Retry now"), one batch: in one transaction, resets up to `limit` of the dead deliveries of
+    /// config `webhook_id` created in `window` whose id is greater than `after_id`, lowest ids first, each exactly
+    /// as [`Self::retry_now`] resets one ([`Delivery::reset_for_retry`]); returns them as stored, ascending by id.
+    /// Callers repeat it from the last id returned until it returns less than `limit`, so that each call is one
+    /// short transaction however many deliveries the window holds.
+    fn recover_dead(
+        &self,
+        webhook_id: i64,
+        window: &RecoverWindow,
+        after_id: i64,
+        now: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError>;
+}
+
+/// Which deliveries a recover takes by age: those with `since <= created_at <= until` (both ends included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoverWindow {
+    pub since: OffsetDateTime,
+    pub until: OffsetDateTime,
+}
+
+impl RecoverWindow {
+    pub fn contains(&self, instant: OffsetDateTime) -> bool {
+        self.since <= instant && instant <= self.until
+    }
+}
+
+impl Delivery {
+    /// What "Retry now" and recover do to a failed or dead row, the one rule every store applies: `pending`,
+    /// `attempt_count = 0` (a full set of attempts again), due at `now`. The history and `error_detail` stay, as
+    /// the record of what happened before.
+    pub fn reset_for_retry(&mut self, now: OffsetDateTime) {
+        self.status = DeliveryStatus::Pending;
+        self.attempt_count = 0;
+        self.next_retry_at = Some(now);
+    }
 }
 
 /// One outbound POST: the stored payload bytes, signed, to the stored target.
