@@ -86,7 +86,7 @@ pub fn event_envelope(
 struct TestEnvelope<'a> {
     event_type: &'a str,
     webhook_id: i64,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "gateway_core::encoding::rfc3339::serde")]
     published_at: OffsetDateTime,
     payload: TestPayload<'a>,
 }
