@@ -166,6 +166,10 @@ declare_routes! {
         GET Agent => mcp::get(&c.state, &c.request, c.client), api::mcp::get_doc;
         DELETE Agent => mcp::delete(&c.state, &c.request, c.client), api::mcp::delete_doc;
     }
+    /// `GET /gateway/credentials`: every agent's credentials, with their last use.
+    Credentials "credentials" exact "/gateway/credentials" {
+        GET Operator => credentials::list_all(&c.state, &c.request), api::credentials::list_all_doc;
+    }
 }
 
 impl Route {

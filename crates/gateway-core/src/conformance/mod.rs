@@ -225,6 +225,8 @@ macro_rules! agent_credential_store_conformance {
             revocation_is_once_by_the_owning_agent_and_keeps_the_row,
             an_agents_credentials_list_by_id_in_pages,
             an_expiry_reads_back_by_id_and_in_the_list_and_survives_revocation,
+            recorded_uses_only_move_last_use_forwards,
+            all_credentials_list_across_agents_by_id_in_pages,
         );
     };
 }
