@@ -304,6 +304,10 @@ fn every_routes_answers_match_their_snapshots() {
     r.operator("agent_credential", "DELETE", &format!("{credentials}/{credential}"), None);
     r.operator("agent_credential", "DELETE", &format!("{credentials}/0123456789abcdef01234567"), None);
     r.operator("agent_credential", "GET", &format!("{credentials}/{credential}"), None);
+    r.operator("credentials", "GET", "/gateway/credentials", None);
+    r.operator("credentials", "GET", "/gateway/credentials?limit=1", None);
+    r.operator("credentials", "GET", "/gateway/credentials?after=xyz", None);
+    r.anyone("credentials", "GET", "/gateway/credentials", None);
 
     // Webhook configs, inbound webhooks and deliveries (targets on loopback are refused: each attempt fails at
     // once, the same way on every run).
