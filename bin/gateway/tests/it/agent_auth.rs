@@ -148,7 +148,10 @@ fn every_agents_credentials_list_in_one_place_with_their_last_use() {
     assert!(rows.iter().all(|row| row["last_used_at"].is_null() && row.get("token").is_none()), "{rows:?}");
 
     let before = time::OffsetDateTime::now_utc();
-    assert_eq!(send(&gateway, "POST", "/gateway/heartbeat", Some(&used_token), Some(&heartbeat("agent-a"))).status, 200);
+    assert_eq!(
+        send(&gateway, "POST", "/gateway/heartbeat", Some(&used_token), Some(&heartbeat("agent-a"))).status,
+        200
+    );
     let mut last_used_at = String::new();
     eventually("the use to be recorded", || {
         let listed = send(&gateway, "GET", "/gateway/credentials", Some(TOKEN), None);
