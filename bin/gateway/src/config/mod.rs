@@ -256,6 +256,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=30))]
     pub last_use_interval_s: u64,
 
+    /// How often each instance adds what it counted to the hourly history (`GET /gateway/history`, the console's
+    /// charts), in ms: one database transaction per flush, whatever the traffic.
+    #[arg(long, env = "GATEWAY_HISTORY_FLUSH_INTERVAL_MS", value_name = "MS", default_value_t = crate::history::HISTORY_FLUSH_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub history_flush_interval_ms: u64,
+
     /// Event stream limits: not a flag (the constants in `gateway_pubsub::stream`), settable by embedders and by tests that
     /// cannot wait for the real ones.
     #[arg(skip)]
