@@ -197,12 +197,24 @@ function credentialRow(listedFor, credential, now, context, reload) {
       : null,
     h('td', {}, badge(label, tone)),
     h('td', {}, when(credential.created_at, { now })),
-    h('td', { 'data-testid': 'credential-last-used' },
-      credential.last_used_at ? when(credential.last_used_at, { now }) : h('span', { class: 'muted' }, 'never')),
+    h('td', { 'data-testid': 'credential-last-used' }, lastUse(credential.last_used_at, now)),
     h('td', {}, credential.expires_at ? when(credential.expires_at, { now }) : h('span', { class: 'muted' }, 'never')),
     h('td', {}, credential.revoked_at ? when(credential.revoked_at, { now }) : '—'),
     actions,
   );
+}
+
+/**
+ * A last use as the gateway keeps it: the start of its minute (each instance records uses every few seconds, to
+ * the minute). Within that minute it reads "this minute" rather than a time before the credential may have been
+ * issued.
+ */
+function lastUse(iso, now) {
+  if (!iso) return h('span', { class: 'muted' }, 'never');
+  const minute = Date.parse(iso);
+  if (now - minute >= 60_000) return when(iso, { now });
+  return h('time', { datetime: iso, title: `${iso}: recorded to the minute`, class: 'stack' },
+    h('span', {}, 'this minute'), h('span', { class: 'sub' }, absolute(iso)));
 }
 
 /**
