@@ -85,3 +85,53 @@ impl HistoryStore for DieselStore {
         self.with_connection("prune history", |connection| on_backend!(connection, c => prune.execute(c)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use gateway_core::ports::history::hour_start;
+    use time::macros::datetime;
+
+    use super::*;
+
+    /// What one flush costs (docs/operations.md, "The last 24 hours"): 200 flushes of a busy instance (the 8
+    /// gateway series and 3 series of 10 webhook configs, 38 points) into one hour, on SQLite and, when there is
+    /// one, PostgreSQL. Prints the time per flush; asserts only that the values added up. Run by hand:
+    /// `cargo test -p gateway-store history::tests::flush_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, printed; run by hand"]
+    fn flush_cost() {
+        let hour = hour_start(datetime!(2026-02-22 12:34:56 UTC));
+        let added: Vec<HistoryPoint> = HistorySeries::ALL
+            .into_iter()
+            .filter(|series| *series != HistorySeries::LiveAgents && *series != HistorySeries::CronLatenessMaxMs)
+            .map(|series| HistoryPoint { hour_start: hour, series, subject_id: 0, value: 3 })
+            .chain((1..=10).flat_map(|config| {
+                [HistorySeries::Deliveries, HistorySeries::FailedAttempts, HistorySeries::DeadLetters]
+                    .map(|series| HistoryPoint { hour_start: hour, series, subject_id: config, value: 1 })
+            }))
+            .collect();
+        let raised: Vec<HistoryPoint> = [HistorySeries::LiveAgents, HistorySeries::CronLatenessMaxMs]
+            .map(|series| HistoryPoint { hour_start: hour, series, subject_id: 0, value: 7 })
+            .to_vec();
+        let sqlite = crate::testing::sqlite();
+        let postgres = crate::testing::postgres("history::tests::flush_cost");
+        for (backend, store) in [("sqlite", Some(&sqlite.store)), ("postgres", postgres.as_ref().map(|p| &p.store))] {
+            let Some(store) = store else { continue };
+            const FLUSHES: u32 = 200;
+            let began = Instant::now();
+            for _ in 0..FLUSHES {
+                store.record_history(&added, &raised).unwrap();
+            }
+            let per_flush = began.elapsed() / FLUSHES;
+            let points = store.history(hour, 0).unwrap();
+            assert!(points.iter().any(|point| point.series == HistorySeries::Heartbeats && point.value == 600));
+            println!(
+                "{backend}: {} points per flush, {per_flush:?} per flush (wall time), {:.3} % of each 5-s interval",
+                added.len() + raised.len(),
+                per_flush.as_secs_f64() / 5.0 * 100.0
+            );
+        }
+    }
+}
