@@ -300,6 +300,37 @@ fn credentials_revocations_and_limits_hold_across_instances() {
     });
 }
 
+/// Two instances on one database: a token used on either has its last use recorded (each instance writes its own
+/// uses), and the list through either instance shows it.
+#[test]
+fn a_credentials_last_use_is_recorded_by_whichever_instance_saw_it() {
+    let args = ["--agent-auth", "required", "--last-use-interval-s", "1"];
+    let Some(cluster) = crate::support::cluster::Cluster::start("agent_auth_last_use_across_instances", 2, &args)
+    else {
+        return;
+    };
+    let (first, second) = (cluster.gateway(0), cluster.gateway(1));
+    let (first_id, first_token) = issue(first, "agent-a");
+    let (second_id, second_token) = issue(first, "agent-b");
+    assert_eq!(send(first, "POST", "/gateway/heartbeat", Some(&first_token), Some(&heartbeat("agent-a"))).status, 200);
+    assert_eq!(
+        send(second, "POST", "/gateway/heartbeat", Some(&second_token), Some(&heartbeat("agent-b"))).status,
+        200
+    );
+    eventually("both uses to be recorded", || {
+        let listed = send(first, "GET", "/gateway/credentials", Some(TOKEN), None);
+        let rows = listed.body["credentials"].as_array().cloned().unwrap_or_default();
+        let used = |id: &str| rows.iter().any(|row| row["credential_id"] == id && row["last_used_at"].is_string());
+        used(&first_id) && used(&second_id)
+    });
+    let through_second = send(second, "GET", "/gateway/credentials", Some(TOKEN), None);
+    assert!(
+        through_second.body["credentials"].as_array().unwrap().iter().all(|row| row["last_used_at"].is_string()),
+        "{}",
+        through_second.body
+    );
+}
+
 #[test]
 fn tool_calls_need_the_agents_own_token_and_count_with_its_messages() {
     let gateway = Gateway::start(&["--agent-auth", "required", "--agent-rate-limit-per-minute", "4"]);
