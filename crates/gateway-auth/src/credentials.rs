@@ -418,7 +418,7 @@ impl CredentialCache {
 
     /// When the record interval has passed since the last recording: writes the last use of every entry used since,
     /// each as the start of the minute it fell in (`wall` is the wall clock at `now`), in one store call. A failed
-    /// write is retried whole at the next interval; it does not make the poll fail (revocations still count).
+    /// write is retried whole at the next poll; it does not make the poll fail (revocations still count).
     async fn record_uses(&self, now: Instant, wall: OffsetDateTime) {
         let inner = &self.inner;
         let since_s = {

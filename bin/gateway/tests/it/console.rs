@@ -452,6 +452,7 @@ async fn the_overview_charts_the_last_day_and_every_agents_credentials_list_with
     });
     let (status, text) = as_agent("/gateway/messages", &reminder);
     assert_eq!(status, 202, "{text}");
+    let mut config_ids = Vec::new();
     for (source, receiver) in [("failing", &failing), ("answering", &answering)] {
         let (status, config) = gateway.operator_post(
             "/gateway/webhook-configs",
@@ -459,6 +460,7 @@ async fn the_overview_charts_the_last_day_and_every_agents_credentials_list_with
                     "target_session": "reviewer-cluster", "target_url": receiver.url("/hook"), "secret": "s3cret"}),
         );
         assert_eq!(status, 201, "{config}");
+        config_ids.push(config["id"].as_i64().unwrap());
         let (status, delivery) = gateway.operator_post(
             "/gateway/deliveries",
             &json!({"webhook_id": config["id"], "session_id": "s", "payload": {"n": 1}}),
@@ -522,6 +524,26 @@ async fn the_overview_charts_the_last_day_and_every_agents_credentials_list_with
     );
     b.script("document.querySelector('[data-testid=hourly-charts]').scrollIntoView(); return null").await;
     b.screenshot(&shots, "overview-charts").await;
+
+    // What an endpoint's page will call: one webhook config's delivery series only, its dead letter among them.
+    b.script(&format!(
+        "const box = document.createElement('div'); box.id = 'endpoint-charts'; document.body.append(box); \
+         import('/console/charts.js').then((charts) => charts.hourlyCharts(box, {{ webhookId: {} }})); return null",
+        config_ids[0]
+    ))
+    .await;
+    b.wait_until(
+        "the failing endpoint's dead letter in its own chart",
+        "return document.querySelectorAll('#endpoint-charts [data-testid=chart-dead_letters] rect.bar.nonzero').length === 1",
+    )
+    .await;
+    let shown = b
+        .script(
+            "return [...document.querySelectorAll('#endpoint-charts figure')].map((f) => f.dataset.testid).join(',') + '|' + \
+             document.querySelectorAll('#endpoint-charts [data-testid=chart-deliveries] rect.bar.nonzero').length",
+        )
+        .await;
+    assert_eq!(shown, json!("chart-deliveries,chart-failed_attempts,chart-dead_letters|0"), "only its delivery series");
 
     // Every agent's credentials: the used one shows its last use once recorded (the view reloads on each visit).
     let used_row = format!("[data-testid=credential-row][data-credential-id='{used_id}']");
