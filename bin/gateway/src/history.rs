@@ -34,6 +34,39 @@ pub(crate) struct HistorySources {
     pub(crate) cron: CronScheduler,
 }
 
+/// One reading of what the history is made of: the cumulative counters, and what is taken at each reading (the
+/// attempts per webhook config and the latest fire since the last reading), with the live agents now.
+#[derive(Debug, Default)]
+struct Reading {
+    totals: Totals,
+    by_config: BTreeMap<i64, [u64; 3]>,
+    lateness_peak_ms: u64,
+    live_agents: u64,
+}
+
+/// Where the counters come from: the components, or a test's numbers.
+trait Counters: std::fmt::Debug + Send + Sync {
+    /// The cumulative counters alone (nothing taken).
+    fn totals(&self) -> Totals;
+    /// Everything, taking what is taken.
+    fn read(&self) -> Reading;
+}
+
+impl Counters for HistorySources {
+    fn totals(&self) -> Totals {
+        totals(self)
+    }
+
+    fn read(&self) -> Reading {
+        Reading {
+            totals: totals(self),
+            by_config: self.webhooks.stats().by_config.take(),
+            lateness_peak_ms: self.cron.stats().lateness_peak_ms.take(),
+            live_agents: u64::try_from(self.heartbeat.tracked_count()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
 /// The counters as the last flush read them.
 #[derive(Debug, Default, Clone, Copy)]
 struct Totals {
@@ -88,7 +121,7 @@ pub(crate) struct HistoryRecorder {
 struct Inner {
     store: Arc<dyn HistoryStore>,
     clock: Arc<dyn Clock>,
-    sources: HistorySources,
+    sources: Box<dyn Counters>,
     interval: Duration,
     state: Mutex<State>,
 }
@@ -108,7 +141,16 @@ impl HistoryRecorder {
         sources: HistorySources,
         interval: Duration,
     ) -> Self {
-        let state = State { last: totals(&sources), ..State::default() };
+        Self::reading(store, clock, Box::new(sources), interval)
+    }
+
+    fn reading(
+        store: Arc<dyn HistoryStore>,
+        clock: Arc<dyn Clock>,
+        sources: Box<dyn Counters>,
+        interval: Duration,
+    ) -> Self {
+        let state = State { last: sources.totals(), ..State::default() };
         Self { inner: Arc::new(Inner { store, clock, sources, interval, state: Mutex::new(state) }) }
     }
 
@@ -119,7 +161,8 @@ impl HistoryRecorder {
         let cutoff = hour - HISTORY_RETENTION;
         let (added, raised, prune) = {
             let mut state = lock(&inner.state);
-            let now = totals(&inner.sources);
+            let reading = inner.sources.read();
+            let now = reading.totals;
             let last = std::mem::replace(&mut state.last, now);
             let pending = &mut state.pending;
             let failed = |totals: &Totals| totals.failed_retrying.saturating_add(totals.dead);
@@ -132,13 +175,11 @@ impl HistoryRecorder {
             pending.add(hour, HistorySeries::CronFires, WHOLE_GATEWAY, fires);
             let lateness = now.lateness_ms.saturating_sub(last.lateness_ms);
             pending.add(hour, HistorySeries::CronLatenessTotalMs, WHOLE_GATEWAY, lateness);
-            let peak = inner.sources.cron.stats().lateness_peak_ms.take();
             if fires > 0 {
-                pending.raise(hour, HistorySeries::CronLatenessMaxMs, WHOLE_GATEWAY, peak);
+                pending.raise(hour, HistorySeries::CronLatenessMaxMs, WHOLE_GATEWAY, reading.lateness_peak_ms);
             }
-            let live = u64::try_from(inner.sources.heartbeat.tracked_count()).unwrap_or(u64::MAX);
-            pending.raise(hour, HistorySeries::LiveAgents, WHOLE_GATEWAY, live);
-            for (webhook_id, [delivered, failed_retrying, dead]) in inner.sources.webhooks.stats().by_config.take() {
+            pending.raise(hour, HistorySeries::LiveAgents, WHOLE_GATEWAY, reading.live_agents);
+            for (webhook_id, [delivered, failed_retrying, dead]) in reading.by_config {
                 pending.add(hour, HistorySeries::Deliveries, webhook_id, delivered);
                 pending.add(hour, HistorySeries::FailedAttempts, webhook_id, failed_retrying.saturating_add(dead));
                 pending.add(hour, HistorySeries::DeadLetters, webhook_id, dead);
@@ -204,5 +245,99 @@ impl BackgroundLoop for HistoryRecorder {
             }
         }
         self.flush().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gateway_core::ports::history::HISTORY_RETENTION;
+    use gateway_core::{InMemoryHistoryStore, ManualClock};
+    use time::macros::datetime;
+
+    use super::*;
+
+    /// A test's counters: set by hand, taken like the components'.
+    #[derive(Debug, Default)]
+    struct Numbers(Mutex<Reading>);
+
+    impl Counters for Arc<Numbers> {
+        fn totals(&self) -> Totals {
+            lock(&self.0).totals
+        }
+
+        fn read(&self) -> Reading {
+            let mut reading = lock(&self.0);
+            Reading {
+                totals: reading.totals,
+                by_config: std::mem::take(&mut reading.by_config),
+                lateness_peak_ms: std::mem::take(&mut reading.lateness_peak_ms),
+                live_agents: reading.live_agents,
+            }
+        }
+    }
+
+    fn value(store: &InMemoryHistoryStore, from: OffsetDateTime, subject: i64, series: HistorySeries) -> Option<i64> {
+        store.history(from, subject).unwrap().into_iter().find(|point| point.series == series).map(|point| point.value)
+    }
+
+    /// A flush writes the differences since the last one (not the totals since start), per config too; one that
+    /// the store refuses is kept and written with the next, so nothing is counted twice or lost; the first flush
+    /// of an hour deletes what is older than the retention.
+    #[tokio::test]
+    async fn flushes_write_differences_keep_what_failed_and_prune_once_an_hour() {
+        let store = Arc::new(InMemoryHistoryStore::default());
+        let clock = ManualClock::new(datetime!(2026-02-22 12:10 UTC));
+        let hour = datetime!(2026-02-22 12:00 UTC);
+        let numbers = Arc::new(Numbers::default());
+        lock(&numbers.0).totals.heartbeats = 100;
+        let old = HistoryPoint {
+            hour_start: hour - HISTORY_RETENTION - Duration::from_secs(3600),
+            series: HistorySeries::Heartbeats,
+            subject_id: WHOLE_GATEWAY,
+            value: 1,
+        };
+        store.record_history(&[old], &[]).unwrap();
+        let recorder = HistoryRecorder::reading(
+            store.clone(),
+            Arc::new(clock.clone()),
+            Box::new(Arc::clone(&numbers)),
+            Duration::from_secs(5),
+        );
+
+        {
+            let mut reading = lock(&numbers.0);
+            reading.totals.heartbeats = 105;
+            reading.totals.dead = 1;
+            reading.live_agents = 4;
+            reading.by_config.insert(7, [0, 0, 1]);
+        }
+        recorder.flush().await;
+        assert_eq!(value(&store, hour, 0, HistorySeries::Heartbeats), Some(5), "the difference since start");
+        assert_eq!(value(&store, hour, 0, HistorySeries::LiveAgents), Some(4));
+        assert_eq!(value(&store, hour, 7, HistorySeries::DeadLetters), Some(1));
+        assert_eq!(value(&store, hour, 7, HistorySeries::FailedAttempts), Some(1));
+        assert!(store.history(old.hour_start, 0).unwrap().iter().all(|point| point.hour_start >= hour), "pruned");
+
+        store.failure.set_failing(true);
+        lock(&numbers.0).totals.heartbeats = 108;
+        lock(&numbers.0).by_config.insert(7, [2, 0, 0]);
+        recorder.flush().await;
+        store.failure.set_failing(false);
+        lock(&numbers.0).totals.heartbeats = 110;
+        recorder.flush().await;
+        assert_eq!(value(&store, hour, 0, HistorySeries::Heartbeats), Some(10), "5 + the kept 3 + 2");
+        assert_eq!(value(&store, hour, 7, HistorySeries::Deliveries), Some(2), "the failed flush's tally was kept");
+
+        lock(&numbers.0).live_agents = 2;
+        recorder.flush().await;
+        assert_eq!(value(&store, hour, 0, HistorySeries::LiveAgents), Some(4), "the hour keeps its highest");
+        assert_eq!(value(&store, hour, 0, HistorySeries::Heartbeats), Some(10), "nothing new, nothing added");
+
+        clock.advance(time::Duration::hours(1));
+        lock(&numbers.0).totals.heartbeats = 111;
+        recorder.flush().await;
+        let next = hour + time::Duration::hours(1);
+        assert_eq!(value(&store, next, 0, HistorySeries::Heartbeats), Some(1), "counted in the hour of its flush");
+        assert_eq!(value(&store, next, 0, HistorySeries::LiveAgents), Some(2));
     }
 }
