@@ -1,5 +1,5 @@
-// Agent credentials: issue a token (shown once, in a dialog with a copy button), list an agent's credentials with
-// their expiry and state, revoke one after a confirmation. The token is in the page only while its dialog is open
+// Agent credentials: issue a token (shown once, in a dialog with a copy button), list an agent's credentials (or,
+// with no agent chosen, every agent's) with their last use, expiry and state, revoke one after a confirmation. The token is in the page only while its dialog is open
 // (never in storage or the address); closing the dialog empties the field and removes it from the page.
 
 import { h, replace, table, empty, field, copyText } from './dom.js';
@@ -7,6 +7,8 @@ import { api, errorAlert, query, ApiError } from './api.js';
 import { absolute, badge, number, relative, when } from './format.js';
 
 const PAGE = 100;
+/** Credentials shown at most in the list of every agent's. */
+const ALL_LIMIT = 1000;
 /** The lifetimes offered; the API takes any number of seconds up to ten years. */
 const LIFETIMES = [
   ['', 'never expires'],
@@ -47,11 +49,8 @@ export function render(main, route, context) {
   form.addEventListener('submit', (event) => {
     event.preventDefault();
     const agent = agentInput.value.trim();
-    if (!agent) {
-      agentInput.focus();
-      return;
-    }
-    location.hash = `#/credentials${query({ agent_id: agent })}`;
+    // No agent: every agent's credentials.
+    location.hash = agent ? `#/credentials${query({ agent_id: agent })}` : '#/credentials';
   });
 
   issue.addEventListener('click', async () => {
@@ -84,7 +83,7 @@ export function render(main, route, context) {
 
   const load = async () => {
     if (!agentId) {
-      replace(body, empty('No agent chosen', 'Name an agent above to see its credentials, or issue it a token.'));
+      loadAll();
       return;
     }
     try {
@@ -104,6 +103,23 @@ export function render(main, route, context) {
       if (!context.signal.aborted) replace(body, errorAlert(error, 'Could not load the credentials'));
     }
   };
+  // Every agent's credentials, oldest first, up to ALL_LIMIT of them.
+  const loadAll = async () => {
+    try {
+      let credentials = [];
+      let after = null;
+      do {
+        const page = await api('GET', `/gateway/credentials${query({ limit: PAGE, after })}`, { signal: context.signal });
+        credentials = credentials.concat(page.credentials);
+        after = page.next_after;
+      } while (after !== null && credentials.length < ALL_LIMIT && !context.signal.aborted);
+      replace(body, credentials.length === 0
+        ? empty('No credentials yet', 'Name an agent above and issue it a token; the agent then sends it as Authorization: Bearer.')
+        : credentialsTable(null, credentials, context, load, after !== null));
+    } catch (error) {
+      if (!context.signal.aborted) replace(body, errorAlert(error, 'Could not load the credentials'));
+    }
+  };
   load();
 }
 
@@ -114,21 +130,28 @@ function state(credential, now) {
   return ['active', 'ok'];
 }
 
-function credentialsTable(agentId, credentials, context, reload) {
+/** `agentId` null: every agent's credentials, with an Agent column; `more`: the list was cut at ALL_LIMIT. */
+function credentialsTable(agentId, credentials, context, reload, more = false) {
   const now = Date.now();
   const active = credentials.filter((credential) => state(credential, now)[0] === 'active').length;
+  const plural = credentials.length === 1 ? '' : 's';
+  const title = agentId === null
+    ? [`${number(credentials.length)}${more ? '+' : ''} credential${plural} of every agent`]
+    : [`${number(credentials.length)} credential${plural} of `, h('code', {}, agentId)];
+  const agentColumn = agentId === null ? [['Agent']] : [];
   return [
-    h('h2', { class: 'list-title' }, `${number(credentials.length)} credential${credentials.length === 1 ? '' : 's'} of `, h('code', {}, agentId),
-      h('span', { class: 'muted' }, ` · ${number(active)} active`)),
+    h('h2', { class: 'list-title' }, ...title, h('span', { class: 'muted' }, ` · ${number(active)} active`),
+      more ? h('span', { class: 'muted' }, ` · the oldest ${number(ALL_LIMIT)} shown; name an agent for its own`) : null),
     table(
-      [['Credential'], ['State'], ['Issued'], ['Expires'], ['Revoked'], ['', 'actions']],
+      [['Credential'], ...agentColumn, ['State'], ['Issued'], ['Last used'], ['Expires'], ['Revoked'], ['', 'actions']],
       credentials.map((credential) => credentialRow(agentId, credential, now, context, reload)),
       { 'data-testid': 'credentials-table' },
     ),
   ];
 }
 
-function credentialRow(agentId, credential, now, context, reload) {
+function credentialRow(listedFor, credential, now, context, reload) {
+  const agentId = credential.agent_id;
   const [label, tone] = state(credential, now);
   const actions = h('td', { class: 'actions' });
   const result = h('div', { class: 'inline-result', 'aria-live': 'polite', 'data-testid': 'revoke-result' });
@@ -169,12 +192,29 @@ function credentialRow(agentId, credential, now, context, reload) {
     'tr',
     { 'data-testid': 'credential-row', dataset: { credentialId: credential.credential_id } },
     h('td', { class: 'mono' }, credential.credential_id),
+    listedFor === null
+      ? h('td', {}, h('a', { href: `#/credentials${query({ agent_id: agentId })}`, 'data-testid': 'credential-agent' }, agentId))
+      : null,
     h('td', {}, badge(label, tone)),
     h('td', {}, when(credential.created_at, { now })),
+    h('td', { 'data-testid': 'credential-last-used' }, lastUse(credential.last_used_at, now)),
     h('td', {}, credential.expires_at ? when(credential.expires_at, { now }) : h('span', { class: 'muted' }, 'never')),
     h('td', {}, credential.revoked_at ? when(credential.revoked_at, { now }) : '—'),
     actions,
   );
+}
+
+/**
+ * A last use as the gateway keeps it: the start of its minute (each instance records uses every few seconds, to
+ * the minute). Within that minute it reads "this minute" rather than a time before the credential may have been
+ * issued.
+ */
+function lastUse(iso, now) {
+  if (!iso) return h('span', { class: 'muted' }, 'never');
+  const minute = Date.parse(iso);
+  if (now - minute >= 60_000) return when(iso, { now });
+  return h('time', { datetime: iso, title: `${iso}: recorded to the minute`, class: 'stack' },
+    h('span', {}, 'this minute'), h('span', { class: 'sub' }, absolute(iso)));
 }
 
 /**

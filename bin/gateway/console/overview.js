@@ -3,6 +3,7 @@
 import { h, replace, table } from './dom.js';
 import { api, errorAlert, query } from './api.js';
 import { absolute, badge, clock, number, relative, when } from './format.js';
+import { hourlyCharts } from './charts.js';
 
 const REFRESH_MS = 5000;
 /** Counts are read as one page of a list: past it the console says "at least". */
@@ -24,6 +25,10 @@ export function render(main, _route, context) {
     ),
     body,
   );
+  // The last 24 hours, below the rest: drawn apart from `body` so that its refresh does not redraw them.
+  const history = h('section', { class: 'panel', 'aria-labelledby': 'history-title' });
+  main.append(h('h2', { id: 'history-title', class: 'section-title' }, 'The last 24 hours, per hour'), history);
+  const loadHistory = hourlyCharts(history, { signal: context.signal });
   const load = async () => {
     try {
       const [agents, jobs, counts, cluster, ready] = await Promise.all([
@@ -36,6 +41,7 @@ export function render(main, _route, context) {
         api('GET', '/readyz', { signal: context.signal, accept: [503] }),
       ]);
       replace(body, view({ agents, jobs, counts, cluster, ready }));
+      loadHistory();
       updated.textContent = `Updated ${clock()} · every ${REFRESH_MS / 1000} s`;
     } catch (error) {
       if (context.signal.aborted) return;

@@ -189,6 +189,17 @@ impl App {
         loops.spawn(supervise_loop(retention.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(mailbox.clone(), stop_loops.clone()));
         loops.spawn(supervise_loop(tools.clone(), stop_loops.clone()));
+        let history = crate::history::HistoryRecorder::new(
+            Arc::new(store.clone()),
+            Arc::clone(&clock),
+            crate::history::HistorySources {
+                heartbeat: heartbeat.clone(),
+                webhooks: webhooks.clone(),
+                cron: cron.clone(),
+            },
+            std::time::Duration::from_millis(config.history_flush_interval_ms),
+        );
+        loops.spawn(supervise_loop(history, stop_loops.clone()));
 
         threads.push(store.start_wal_checkpointer(gateway_store::CHECKPOINT_INTERVAL).map_err(StartError::Thread)?);
         let state = AppState {

@@ -9,6 +9,7 @@
 mod app;
 mod cluster;
 pub mod config;
+mod history;
 mod http;
 mod metrics;
 mod state;

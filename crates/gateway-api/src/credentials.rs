@@ -65,6 +65,10 @@ pub struct CredentialBody<'a> {
     pub credential_id: &'a CredentialId,
     #[schema(format = DateTime, required = true)]
     pub expires_at: Option<String>,
+    /// The start of the minute of its last use as recorded (each instance writes its uses every
+    /// `--last-use-interval-s`); null: not used since it was recorded.
+    #[schema(format = DateTime, required = true)]
+    pub last_used_at: Option<String>,
     #[schema(format = DateTime, required = true)]
     pub revoked_at: Option<String>,
 }
@@ -76,6 +80,7 @@ impl<'a> CredentialBody<'a> {
             created_at: rfc3339::format(row.created_at),
             credential_id: &row.credential_id,
             expires_at: row.expires_at.map(rfc3339::format),
+            last_used_at: row.last_used_at.map(rfc3339::format),
             revoked_at: row.revoked_at.map(rfc3339::format),
         }
     }
@@ -166,6 +171,20 @@ pub fn issue_doc() -> Operation {
 pub fn list_doc() -> Operation {
     agent_id(Operation::new("listCredentials", "operator", "An agent's credentials"))
         .describe("Oldest first, revoked ones included, never a token; pass `next_after` as `after` for the next page.")
+        .limit(DEFAULT_PAGE, MAX_PAGE)
+        .query("after", "A credential id: the page starts after it.", credential_id_value())
+        .answer::<CredentialPage<'static>>(200, "A page of credentials.")
+        .error(422, Reason::InvalidField)
+        .error(503, Reason::StoreUnavailable)
+}
+
+pub fn list_all_doc() -> Operation {
+    Operation::new("listAllCredentials", "operator", "Every agent's credentials")
+        .describe(
+            "Every agent's credentials in one list, oldest first (by credential id), revoked and expired ones \
+             included, never a token, with each one's last use (to the minute); pass `next_after` as `after` for \
+             the next page.",
+        )
         .limit(DEFAULT_PAGE, MAX_PAGE)
         .query("after", "A credential id: the page starts after it.", credential_id_value())
         .answer::<CredentialPage<'static>>(200, "A page of credentials.")

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod cron;
 pub mod fields;
 pub mod heartbeat;
+pub mod history;
 pub mod mcp;
 pub mod messages;
 pub mod openapi;

@@ -17,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 use crate::AuthError;
 use crate::access::Caller;
 use crate::admin_token::{OperatorToken, StoredTokenRefresh};
-use crate::credentials::{CredentialCache, REVOCATION_POLL_INTERVAL, revoked_credential};
+use crate::credentials::{
+    CREDENTIAL_USE_RECORD_INTERVAL, CredentialCache, REVOCATION_POLL_INTERVAL, revoked_credential,
+};
 use crate::operator::OperatorAuth;
 use crate::refusals::RefusalThrottle;
 use crate::streams::{
@@ -57,6 +59,8 @@ pub struct AuthConfig {
     pub streams_per_agent: usize,
     /// Open agent streams in all.
     pub max_agent_streams: usize,
+    /// How often the credential cache writes the last uses it saw (`--last-use-interval-s`).
+    pub credential_use_record_interval: Duration,
 }
 
 impl Default for AuthConfig {
@@ -69,6 +73,7 @@ impl Default for AuthConfig {
             streams_per_address: DEFAULT_STREAMS_PER_ADDRESS,
             streams_per_agent: DEFAULT_STREAMS_PER_AGENT,
             max_agent_streams: MAX_AGENT_STREAMS,
+            credential_use_record_interval: CREDENTIAL_USE_RECORD_INTERVAL,
         }
     }
 }
@@ -129,7 +134,11 @@ impl Auth {
         });
         Self {
             required: config.agent_tokens_required,
-            credentials: CredentialCache::new(Arc::clone(&store), Arc::clone(&clock)),
+            credentials: CredentialCache::new(
+                Arc::clone(&store),
+                Arc::clone(&clock),
+                config.credential_use_record_interval,
+            ),
             operator,
             limiter,
             refusals: Arc::default(),
@@ -191,6 +200,18 @@ impl Auth {
         let rows = run_blocking(move || store.agent_credentials(&agent_id, after.as_ref(), limit))
             .await
             .map_err(StoreError::from)??;
+        Ok(rows)
+    }
+
+    /// Every agent's credentials, by credential id (oldest first), after `after`, at most `limit`.
+    pub async fn all_credentials(
+        &self,
+        after: Option<CredentialId>,
+        limit: usize,
+    ) -> Result<Vec<CredentialRecord>, AuthError> {
+        let store = Arc::clone(&self.shared.store);
+        let rows =
+            run_blocking(move || store.all_credentials(after.as_ref(), limit)).await.map_err(StoreError::from)??;
         Ok(rows)
     }
 

@@ -25,6 +25,12 @@
 //! - A credential issued with an expiry ([`Entry::expires_ms`]) is answered [`Verdict::Expired`] from its expiry on,
 //!   from the cache like any hit (an expired token in use costs no read), and the event streams opened with it are
 //!   closed at that instant by a timer of their own ([`CredentialCache::stream_stop`]).
+//! - A credential's last use is written without a write per request: a hit moves its entry's `used_s` (at most once
+//!   a second), and every [`CREDENTIAL_USE_RECORD_INTERVAL`] (or the interval the cache was made with) a revocation
+//!   poll collects the entries used since the previous recording and writes them through one
+//!   [`AgentCredentialStore::record_credential_uses`] call, each use at the start of its minute. The store keeps the
+//!   later instant, so instances may report in any order. Uses of an entry dropped before a recording (a
+//!   revocation, [`CredentialCache::invalidate_all`], making room) are not written.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -64,6 +70,12 @@ pub const MAX_REFUSED_CREDENTIALS: usize = 10_000;
 pub const REFUSED_CREDENTIAL_TTL: Duration = Duration::from_secs(60);
 /// Rows read at once on behalf of requests that missed the cache.
 pub const MAX_CONCURRENT_CREDENTIAL_READS: usize = 16;
+/// How often a cache writes the last uses of the credentials it saw used (`--last-use-interval-s`): a listed
+/// `last_used_at` is at most this (plus a poll) behind the last request. At most [`CREDENTIAL_IDLE_AFTER`] / 2, so
+/// that an entry is recorded before the sweep drops it as idle.
+pub const CREDENTIAL_USE_RECORD_INTERVAL: Duration = Duration::from_secs(30);
+/// The longest record interval a cache may be given.
+pub const MAX_CREDENTIAL_USE_RECORD_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A verified credential, as a request holds it: a copy of its cache entry's credential and agent, so that using
 /// it touches nothing shared.
@@ -159,6 +171,10 @@ struct Inner {
     streams: Mutex<HashMap<CredentialId, Vec<(u64, CancellationToken)>>>,
     next_stream: AtomicU64,
     max_verified: usize,
+    /// How often uses are written to the store.
+    use_record_interval: Duration,
+    /// When uses were last written, and the second (since `started`) from which entries count as used since.
+    uses_recorded: Mutex<(Instant, u32)>,
 }
 
 #[derive(Default)]
@@ -187,11 +203,18 @@ enum Lookup {
 }
 
 impl CredentialCache {
-    pub fn new(store: Arc<dyn AgentCredentialStore>, clock: Arc<dyn Clock>) -> Self {
-        Self::with_capacity(store, clock, MAX_VERIFIED_CREDENTIALS)
+    /// A cache that writes the last uses it saw every `use_record_interval` (at most
+    /// [`MAX_CREDENTIAL_USE_RECORD_INTERVAL`]; longer is taken as that).
+    pub fn new(store: Arc<dyn AgentCredentialStore>, clock: Arc<dyn Clock>, use_record_interval: Duration) -> Self {
+        Self::with_capacity(store, clock, MAX_VERIFIED_CREDENTIALS, use_record_interval)
     }
 
-    fn with_capacity(store: Arc<dyn AgentCredentialStore>, clock: Arc<dyn Clock>, max_verified: usize) -> Self {
+    fn with_capacity(
+        store: Arc<dyn AgentCredentialStore>,
+        clock: Arc<dyn Clock>,
+        max_verified: usize,
+        use_record_interval: Duration,
+    ) -> Self {
         let started = Instant::now();
         let inner = Inner {
             store,
@@ -206,6 +229,8 @@ impl CredentialCache {
             streams: Mutex::new(HashMap::new()),
             next_stream: AtomicU64::new(0),
             max_verified,
+            use_record_interval: use_record_interval.min(MAX_CREDENTIAL_USE_RECORD_INTERVAL),
+            uses_recorded: Mutex::new((started, 0)),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -375,6 +400,8 @@ impl CredentialCache {
         for id in &revoked {
             self.close_streams(id);
         }
+        // Before the sweep: an entry about to be dropped as idle has its last use written first.
+        self.record_uses(began, wall).await;
         let sweep = {
             let mut swept = lock(&inner.swept);
             let due = began.saturating_duration_since(*swept) >= CREDENTIAL_SWEEP_INTERVAL;
@@ -387,6 +414,49 @@ impl CredentialCache {
             self.sweep(began);
         }
         Ok(())
+    }
+
+    /// When the record interval has passed since the last recording: writes the last use of every entry used since,
+    /// each as the start of the minute it fell in (`wall` is the wall clock at `now`), in one store call. A failed
+    /// write is retried whole at the next poll; it does not make the poll fail (revocations still count).
+    async fn record_uses(&self, now: Instant, wall: OffsetDateTime) {
+        let inner = &self.inner;
+        let since_s = {
+            let recorded = lock(&inner.uses_recorded);
+            if now.saturating_duration_since(recorded.0) < inner.use_record_interval {
+                return;
+            }
+            recorded.1
+        };
+        let now_ms = inner.millis(now);
+        let uses: Vec<(CredentialId, OffsetDateTime)> = {
+            let cached = inner.read();
+            cached
+                .verified
+                .iter()
+                .filter_map(|entry| {
+                    let used_s = entry.used_s.load(Ordering::Relaxed);
+                    (used_s >= since_s).then(|| {
+                        let ago_ms = now_ms.saturating_sub(u64::from(used_s) * 1_000);
+                        let used_at = wall - Duration::from_millis(ago_ms);
+                        (CredentialId::from_key(&entry.key), start_of_minute(used_at))
+                    })
+                })
+                .collect()
+        };
+        // Uses in the second of `now` are recorded again next time: the store keeps the later instant, so twice is
+        // harmless, and none is missed.
+        let next_since_s = seconds(now_ms);
+        if !uses.is_empty() {
+            let store = Arc::clone(&inner.store);
+            let written = run_blocking(move || store.record_credential_uses(&uses)).await;
+            match written {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return tracing::warn!(%error, "cannot record the last use of credentials"),
+                Err(error) => return tracing::warn!(%error, "cannot record the last use of credentials"),
+            }
+        }
+        *lock(&inner.uses_recorded) = (now, next_since_s);
     }
 
     /// Drops the entries unused for [`CREDENTIAL_IDLE_AFTER`] and the refusals older than [`REFUSED_CREDENTIAL_TTL`]. Looked for under
@@ -538,6 +608,12 @@ fn expiry_ms(at_ms: u64, expires_at: Option<OffsetDateTime>, wall: OffsetDateTim
     at_ms.saturating_add(left_ms).min(u64::MAX - 1)
 }
 
+/// `at` without its seconds: the precision a last use is kept to.
+fn start_of_minute(at: OffsetDateTime) -> OffsetDateTime {
+    let whole = at.unix_timestamp() - at.unix_timestamp().rem_euclid(60);
+    OffsetDateTime::from_unix_timestamp(whole).unwrap_or(at)
+}
+
 /// Whole seconds of `ms` (136 years fit).
 fn seconds(ms: u64) -> u32 {
     u32::try_from(ms / 1_000).unwrap_or(u32::MAX)
@@ -595,7 +671,12 @@ mod tests {
     fn fixture_holding(max_verified: usize) -> Fixture {
         let store = Arc::new(InMemoryAgentCredentialStore::default());
         let clock = ManualClock::at_fixed_start();
-        let cache = CredentialCache::with_capacity(store.clone(), Arc::new(clock.clone()), max_verified);
+        let cache = CredentialCache::with_capacity(
+            store.clone(),
+            Arc::new(clock.clone()),
+            max_verified,
+            CREDENTIAL_USE_RECORD_INTERVAL,
+        );
         Fixture { store, clock, cache }
     }
 
@@ -657,6 +738,46 @@ mod tests {
             held.sort();
             held
         }
+    }
+
+    fn last_used_at(fixture: &Fixture, issued: &IssuedToken) -> Option<OffsetDateTime> {
+        fixture.store.credential(&issued.credential_id).unwrap().unwrap().last_used_at
+    }
+
+    /// A poll writes nothing until the record interval has passed; then every credential used since the last
+    /// recording gets the minute of its last use (not of the poll), and a later use moves it forwards; one that
+    /// was never verified stays unused.
+    #[tokio::test(start_paused = true)]
+    async fn polls_record_each_credentials_last_use_to_the_minute_once_per_interval() {
+        let fixture = fixture();
+        let start = fixture.clock.now();
+        let (busy, quiet, never) = (fixture.issue("agent-a"), fixture.issue("agent-b"), fixture.issue("agent-c"));
+        fixture.advance(Duration::from_secs(65)).await;
+        fixture.cache.poll().await.unwrap();
+        assert_eq!(fixture.verify(busy.expose()).await.as_deref(), Some("agent-a"));
+        assert_eq!(fixture.verify(quiet.expose()).await.as_deref(), Some("agent-b"));
+        fixture.cache.poll().await.unwrap();
+        assert_eq!(last_used_at(&fixture, &busy), None, "nothing is written before the interval");
+
+        fixture.advance(CREDENTIAL_USE_RECORD_INTERVAL).await;
+        fixture.cache.poll().await.unwrap();
+        let first_minute = Some(start + time::Duration::seconds(60));
+        assert_eq!(
+            last_used_at(&fixture, &busy),
+            first_minute,
+            "the minute of the use (12:01:05), not of the poll (12:01:35)"
+        );
+        assert_eq!(last_used_at(&fixture, &quiet), first_minute);
+        assert_eq!(last_used_at(&fixture, &never), None);
+
+        fixture.advance(Duration::from_secs(30)).await;
+        assert_eq!(fixture.verify(busy.expose()).await.as_deref(), Some("agent-a"));
+        fixture.cache.poll().await.unwrap();
+        fixture.advance(CREDENTIAL_USE_RECORD_INTERVAL).await;
+        fixture.cache.poll().await.unwrap();
+        let second_minute = Some(start + time::Duration::seconds(120));
+        assert_eq!(last_used_at(&fixture, &busy), second_minute, "used again at 12:02:05");
+        assert_eq!(last_used_at(&fixture, &quiet), first_minute);
     }
 
     #[tokio::test(start_paused = true)]

@@ -34,6 +34,7 @@ pub use ports::cron::{
 };
 pub use ports::event::{Event, EventPayload, EventPublisher, PacedPublish, PublishError, RecordingPublisher, Topic};
 pub use ports::heartbeat::{HeartbeatRecord, HeartbeatStore, InMemoryHeartbeatStore};
+pub use ports::history::{HistoryPoint, HistorySeries, HistoryStore, InMemoryHistoryStore};
 pub use ports::leadership::{
     EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership, SoleLeadership, SwitchableLeadership,
 };

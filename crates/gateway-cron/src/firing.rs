@@ -422,7 +422,9 @@ impl CronScheduler {
             for reminder in &reminders {
                 debug!(job_id = fire.job_id, fire_id = reminder.fire_id.as_str(), %topic, "reminder fired");
                 inner.stats.fired.increment();
-                inner.stats.lateness.observe(until(reminder.scheduled_for, now));
+                let lateness = until(reminder.scheduled_for, now);
+                inner.stats.lateness.observe(lateness);
+                inner.stats.lateness_peak_ms.raise(u64::try_from(lateness.as_millis()).unwrap_or(u64::MAX));
             }
             for run in &skipped {
                 match run.outcome {

@@ -5,6 +5,8 @@
 //! PostgreSQL a concurrent revocation waits for the row, re-checks the condition, changes nothing and reads the
 //! first one's result.
 
+use std::collections::BTreeMap;
+
 use diesel::prelude::*;
 use gateway_core::{AgentCredentialStore, AgentId, CredentialId, CredentialRecord, StoreError, TokenHash};
 use time::{OffsetDateTime, PrimitiveDateTime};
@@ -34,6 +36,7 @@ struct CredentialRow {
     created_at: PrimitiveDateTime,
     revoked_at: Option<PrimitiveDateTime>,
     expires_at: Option<PrimitiveDateTime>,
+    last_used_at: Option<PrimitiveDateTime>,
 }
 
 impl CredentialRow {
@@ -46,6 +49,7 @@ impl CredentialRow {
             created_at: from_db(self.created_at),
             revoked_at: self.revoked_at.map(from_db),
             expires_at: self.expires_at.map(from_db),
+            last_used_at: self.last_used_at.map(from_db),
         })
     }
 }
@@ -64,6 +68,7 @@ impl AgentCredentialStore for DieselStore {
             dsl::created_at.eq(to_db(credential.created_at)),
             dsl::revoked_at.eq(None::<PrimitiveDateTime>),
             dsl::expires_at.eq(credential.expires_at.map(to_db)),
+            dsl::last_used_at.eq(None::<PrimitiveDateTime>),
         ));
         self.with_connection("insert credential", |connection| on_backend!(connection, c => insert.execute(c)))
             .map(drop)
@@ -130,7 +135,52 @@ impl AgentCredentialStore for DieselStore {
         })?;
         row.map(CredentialRow::into_record).transpose()
     }
+
+    fn record_credential_uses(&self, uses: &[(CredentialId, OffsetDateTime)]) -> Result<(), StoreError> {
+        use agent_credentials::dsl;
+        // A cache reports uses to the minute, so a pass has one or two distinct instants: one conditional UPDATE
+        // per instant (and per chunk of ids), all in one transaction. The condition keeps the later instant when
+        // instances report in any order.
+        let mut by_instant: BTreeMap<PrimitiveDateTime, Vec<&str>> = BTreeMap::new();
+        for (id, at) in uses {
+            by_instant.entry(to_db(*at)).or_default().push(id.as_str());
+        }
+        if by_instant.is_empty() {
+            return Ok(());
+        }
+        self.immediate("record credential uses", |connection| {
+            for (at, ids) in &by_instant {
+                for chunk in ids.chunks(USES_PER_STATEMENT) {
+                    let record = diesel::update(
+                        dsl::agent_credentials
+                            .filter(dsl::credential_id.eq_any(chunk))
+                            .filter(dsl::last_used_at.is_null().or(dsl::last_used_at.lt(*at))),
+                    )
+                    .set(dsl::last_used_at.eq(Some(*at)));
+                    on_backend!(connection, c => record.execute(c))?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn all_credentials(&self, after: Option<&CredentialId>, limit: usize) -> Result<Vec<CredentialRecord>, StoreError> {
+        use agent_credentials::dsl;
+        let after = after.map_or("", CredentialId::as_str);
+        let query = dsl::agent_credentials
+            .filter(dsl::credential_id.gt(after))
+            .order(dsl::credential_id)
+            .limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let rows = self.with_connection(
+            "list all credentials",
+            |connection| on_backend!(connection, c => query.load::<CredentialRow>(c)),
+        )?;
+        records(rows)
+    }
 }
+
+/// Credential ids bound in one `UPDATE … IN (…)`: well under SQLite's and PostgreSQL's limits on parameters.
+const USES_PER_STATEMENT: usize = 500;
 
 #[cfg(test)]
 mod tests {
@@ -149,6 +199,7 @@ mod tests {
             created_at: datetime!(2026-02-22 12:00:00 UTC),
             revoked_at: None,
             expires_at: None,
+            last_used_at: None,
         };
         store.insert_credential(&record).unwrap();
         store

@@ -18,6 +18,7 @@ mod explain;
 
 mod fencing;
 mod heartbeat;
+mod history;
 mod liveness;
 mod lock;
 mod mailbox;

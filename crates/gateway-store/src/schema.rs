@@ -186,6 +186,16 @@ diesel::table! {
         created_at -> Timestamp,
         revoked_at -> Nullable<Timestamp>,
         expires_at -> Nullable<Timestamp>,
+        last_used_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    gateway_history (hour_start, series, subject_id) {
+        hour_start -> Timestamp,
+        series -> Text,
+        subject_id -> BigInt,
+        value -> BigInt,
     }
 }
 

@@ -26,6 +26,7 @@ macro_rules! backend {
             gateway_core::mailbox_store_conformance!($fixture);
             gateway_core::webhook_store_conformance!($fixture);
             gateway_core::agent_credential_store_conformance!($fixture);
+            gateway_core::history_store_conformance!($fixture);
             gateway_core::admin_token_store_conformance!($fixture);
             gateway_core::tool_call_store_conformance!($fixture);
             gateway_core::agent_storage_conformance!($fixture, storage_parts);

@@ -250,6 +250,18 @@ pub struct Config {
           value_parser = at_most(gateway_cron::MAX_AGENT_STORAGE_QUOTA_BYTES))]
     pub agent_storage_quota_bytes: u64,
 
+    /// How often each instance writes the last use of the agent credentials it saw used (1 to 30 s): a listed
+    /// `last_used_at` (to the minute) is at most this far behind. One statement per pass, never a write per request.
+    #[arg(long, env = "GATEWAY_LAST_USE_INTERVAL_S", value_name = "S", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=30))]
+    pub last_use_interval_s: u64,
+
+    /// How often each instance adds what it counted to the hourly history (`GET /gateway/history`, the console's
+    /// charts), in ms: one database transaction per flush, whatever the traffic.
+    #[arg(long, env = "GATEWAY_HISTORY_FLUSH_INTERVAL_MS", value_name = "MS", default_value_t = crate::history::HISTORY_FLUSH_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub history_flush_interval_ms: u64,
+
     /// Event stream limits: not a flag (the constants in `gateway_pubsub::stream`), settable by embedders and by tests that
     /// cannot wait for the real ones.
     #[arg(skip)]
@@ -423,6 +435,7 @@ impl Config {
             streams_per_address: self.agent_streams_per_address,
             streams_per_agent: self.agent_streams_per_agent,
             max_agent_streams: gateway_auth::MAX_AGENT_STREAMS,
+            credential_use_record_interval: Duration::from_secs(self.last_use_interval_s),
         }
     }
 

@@ -224,6 +224,36 @@ fn the_per_agent_bounds_default_to_their_constants_and_are_bounded() {
     }
 }
 
+/// The last-use interval defaults to gateway-auth's constant and stays within what its cache can honour (an entry
+/// idle for 60 s is dropped); the history's flush interval is bounded both ways.
+#[test]
+fn the_last_use_and_history_intervals_default_and_are_bounded() {
+    let defaults = parse(&[]).unwrap();
+    assert_eq!(
+        defaults.auth(gateway_auth::OperatorToken::Disabled).credential_use_record_interval,
+        gateway_auth::CREDENTIAL_USE_RECORD_INTERVAL
+    );
+    assert_eq!(defaults.history_flush_interval_ms, 5_000);
+    let short = parse(&["--last-use-interval-s=1", "--history-flush-interval-ms=100"]).unwrap();
+    assert_eq!(
+        short.auth(gateway_auth::OperatorToken::Disabled).credential_use_record_interval,
+        Duration::from_secs(1)
+    );
+    assert_eq!(short.history_flush_interval_ms, 100);
+    for refused in [
+        "--last-use-interval-s=0",
+        "--last-use-interval-s=31",
+        "--history-flush-interval-ms=99",
+        "--history-flush-interval-ms=60001",
+    ] {
+        assert!(parse(&[refused]).is_err(), "{refused}");
+    }
+    assert!(
+        gateway_auth::MAX_CREDENTIAL_USE_RECORD_INTERVAL * 2 <= gateway_auth::CREDENTIAL_IDLE_AFTER,
+        "recorded before the sweep drops an idle entry"
+    );
+}
+
 /// gateway-auth gets the agent-auth mode as resolved against the listener, and the per-agent limits' flags.
 #[test]
 fn the_auth_settings_are_the_flags() {

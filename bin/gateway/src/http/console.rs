@@ -41,6 +41,7 @@ const ASSETS: &[Asset] = &[
     Asset { name: "deliveries.js", content_type: JS, body: include_bytes!("../../console/deliveries.js") },
     Asset { name: "tail.js", content_type: JS, body: include_bytes!("../../console/tail.js") },
     Asset { name: "endpoints.js", content_type: JS, body: include_bytes!("../../console/endpoints.js") },
+    Asset { name: "charts.js", content_type: JS, body: include_bytes!("../../console/charts.js") },
     Asset { name: "favicon.svg", content_type: "image/svg+xml", body: include_bytes!("../../console/favicon.svg") },
 ];
 

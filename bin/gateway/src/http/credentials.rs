@@ -1,7 +1,8 @@
 //! The operator's agent credential endpoints (docs/api.md, "Agent credentials"):
 //! `POST /gateway/agents/{agent_id}/credentials` issues a token (shown once),
 //! `GET /gateway/agents/{agent_id}/credentials` lists them without tokens,
-//! `DELETE /gateway/agents/{agent_id}/credentials/{credential_id}` revokes one at once.
+//! `DELETE /gateway/agents/{agent_id}/credentials/{credential_id}` revokes one at once,
+//! `GET /gateway/credentials` lists every agent's.
 
 use std::time::Duration;
 
@@ -48,6 +49,16 @@ pub(super) async fn list(state: &AppState, request: &Request) -> Result<Response
     let query = Query::parse(request.uri(), &["limit", "after"])?;
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", CredentialId::parse)?;
     let rows = state.auth.credentials_of(agent_id, page.after, page.limit).await?;
+    let next_after = next_cursor(&rows, page.limit, |row| row.credential_id.clone());
+    let credentials = rows.iter().map(CredentialBody::of).collect();
+    Ok(json_response(StatusCode::OK, &CredentialPage { credentials, next_after }))
+}
+
+/// `?limit=&after=` → `{"credentials":[…],"next_after":…}`: every agent's credentials, oldest first (by id).
+pub(super) async fn list_all(state: &AppState, request: &Request) -> Result<Response, ApiError> {
+    let query = Query::parse(request.uri(), &["limit", "after"])?;
+    let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", CredentialId::parse)?;
+    let rows = state.auth.all_credentials(page.after, page.limit).await?;
     let next_after = next_cursor(&rows, page.limit, |row| row.credential_id.clone());
     let credentials = rows.iter().map(CredentialBody::of).collect();
     Ok(json_response(StatusCode::OK, &CredentialPage { credentials, next_after }))

@@ -20,6 +20,7 @@ mod cron;
 pub(crate) mod events;
 mod health;
 mod heartbeat;
+mod history;
 mod mcp;
 pub(crate) use mcp::tool_descriptors as mcp_tool_descriptors;
 mod messages;

@@ -13,7 +13,8 @@ use gateway_api as api;
 use crate::http::error::ApiError;
 use crate::http::route_table::declare_routes;
 use crate::http::{
-    agents, console, credentials, cron, events, health, heartbeat, mcp, messages, openapi, reminders, tools, webhooks,
+    agents, console, credentials, cron, events, health, heartbeat, history, mcp, messages, openapi, reminders, tools,
+    webhooks,
 };
 use crate::metrics;
 use gateway_api::Reason;
@@ -178,6 +179,14 @@ declare_routes! {
     /// `POST /gateway/webhook-deliveries/{id}/resend`: a new delivery of the same payload.
     WebhookDeliveryResend "webhook_delivery_resend" template "/gateway/webhook-deliveries/{id}/resend" {
         POST Operator => webhooks::resend(&c.state, c.id("id", unknown_delivery)?), api::webhooks::resend_doc;
+    }
+    /// `GET /gateway/credentials`: every agent's credentials, with their last use.
+    Credentials "credentials" exact "/gateway/credentials" {
+        GET Operator => credentials::list_all(&c.state, &c.request), api::credentials::list_all_doc;
+    }
+    /// `GET /gateway/history`: the last hours of the gateway's own activity, per hour.
+    History "history" exact "/gateway/history" {
+        GET Operator => history::get(&c.state, &c.request), api::history::doc;
     }
 }
 

@@ -131,6 +131,51 @@ fn credentials_are_issued_once_listed_without_tokens_and_revoked_at_once() {
     assert!(!logs.contains(&token[4..]) && !logs.contains(&second_token[4..]), "no token in the logs");
 }
 
+/// `GET /gateway/credentials` lists every agent's credentials by id, in pages, operator only; a credential used
+/// shows its `last_used_at` (the start of the minute of the use) once the instance has recorded its uses
+/// (`--last-use-interval-s 1` here), and one never used stays null.
+#[test]
+fn every_agents_credentials_list_in_one_place_with_their_last_use() {
+    let gateway = Gateway::start(&["--agent-auth", "required", "--last-use-interval-s", "1"]);
+    let (used_id, used_token) = issue(&gateway, "agent-a");
+    let (unused_id, _) = issue(&gateway, "agent-b");
+    let listed = send(&gateway, "GET", "/gateway/credentials", Some(TOKEN), None);
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let rows = listed.body["credentials"].as_array().unwrap().clone();
+    let ids: Vec<&str> = rows.iter().map(|row| row["credential_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [used_id.as_str(), unused_id.as_str()], "both agents', oldest first");
+    assert_eq!(rows[1]["agent_id"], "agent-b");
+    assert!(rows.iter().all(|row| row["last_used_at"].is_null() && row.get("token").is_none()), "{rows:?}");
+
+    let before = time::OffsetDateTime::now_utc();
+    assert_eq!(
+        send(&gateway, "POST", "/gateway/heartbeat", Some(&used_token), Some(&heartbeat("agent-a"))).status,
+        200
+    );
+    let mut last_used_at = String::new();
+    eventually("the use to be recorded", || {
+        let listed = send(&gateway, "GET", "/gateway/credentials", Some(TOKEN), None);
+        last_used_at = listed.body["credentials"][0]["last_used_at"].as_str().unwrap_or_default().to_owned();
+        !last_used_at.is_empty()
+    });
+    let recorded = gateway_core::encoding::rfc3339::parse(&last_used_at).unwrap();
+    assert_eq!(recorded.second(), 0, "to the minute: {last_used_at}");
+    assert!(recorded <= time::OffsetDateTime::now_utc(), "{last_used_at}");
+    assert!(before - recorded < time::Duration::seconds(60), "the minute of the use: {last_used_at}");
+    let agent_list = send(&gateway, "GET", "/gateway/agents/agent-a/credentials", Some(TOKEN), None);
+    assert_eq!(agent_list.body["credentials"][0]["last_used_at"], last_used_at.as_str(), "the agent's list too");
+
+    let first = send(&gateway, "GET", "/gateway/credentials?limit=1", Some(TOKEN), None);
+    assert_eq!(first.body["next_after"], used_id.as_str());
+    let rest = send(&gateway, "GET", &format!("/gateway/credentials?after={used_id}"), Some(TOKEN), None);
+    assert_eq!(rest.body["credentials"].as_array().unwrap().len(), 1);
+    assert!(rest.body["credentials"][0]["last_used_at"].is_null(), "never used: {}", rest.body);
+    assert_eq!(send(&gateway, "GET", "/gateway/credentials", None, None).status, 401);
+    assert_eq!(send(&gateway, "GET", "/gateway/credentials", Some(&used_token), None).status, 401);
+    let bad = send(&gateway, "GET", "/gateway/credentials?after=xyz", Some(TOKEN), None);
+    assert_eq!((bad.status, bad.reason()), (400, "invalid_query"));
+}
+
 #[test]
 fn with_auth_required_an_agent_acts_and_reads_only_as_itself() {
     let gateway = Gateway::start(&["--agent-auth", "required"]);
@@ -253,6 +298,37 @@ fn credentials_revocations_and_limits_hold_across_instances() {
     eventually("the other instance to refuse the revoked credential", || {
         send(second, "POST", "/gateway/heartbeat", Some(&token), Some(&heartbeat("agent-a"))).status == 401
     });
+}
+
+/// Two instances on one database: a token used on either has its last use recorded (each instance writes its own
+/// uses), and the list through either instance shows it.
+#[test]
+fn a_credentials_last_use_is_recorded_by_whichever_instance_saw_it() {
+    let args = ["--agent-auth", "required", "--last-use-interval-s", "1"];
+    let Some(cluster) = crate::support::cluster::Cluster::start("agent_auth_last_use_across_instances", 2, &args)
+    else {
+        return;
+    };
+    let (first, second) = (cluster.gateway(0), cluster.gateway(1));
+    let (first_id, first_token) = issue(first, "agent-a");
+    let (second_id, second_token) = issue(first, "agent-b");
+    assert_eq!(send(first, "POST", "/gateway/heartbeat", Some(&first_token), Some(&heartbeat("agent-a"))).status, 200);
+    assert_eq!(
+        send(second, "POST", "/gateway/heartbeat", Some(&second_token), Some(&heartbeat("agent-b"))).status,
+        200
+    );
+    eventually("both uses to be recorded", || {
+        let listed = send(first, "GET", "/gateway/credentials", Some(TOKEN), None);
+        let rows = listed.body["credentials"].as_array().cloned().unwrap_or_default();
+        let used = |id: &str| rows.iter().any(|row| row["credential_id"] == id && row["last_used_at"].is_string());
+        used(&first_id) && used(&second_id)
+    });
+    let through_second = send(second, "GET", "/gateway/credentials", Some(TOKEN), None);
+    assert!(
+        through_second.body["credentials"].as_array().unwrap().iter().all(|row| row["last_used_at"].is_string()),
+        "{}",
+        through_second.body
+    );
 }
 
 #[test]

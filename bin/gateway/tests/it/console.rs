@@ -400,6 +400,186 @@ async fn the_console_in_a_browser_signs_in_and_shows_every_view() {
     }
 }
 
+/// The overview's charts of the last 24 hours and the list of every agent's credentials, in a browser: after
+/// heartbeats, deliveries (one delivered, one gone dead) and a cron fire, each chart has a non-zero bar (or point),
+/// its hour labels on the 24-hour clock and a summary in words; the credentials view, with no agent chosen, lists
+/// both agents' credentials, the used one with its last use and the other "never", and revokes from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_charts_the_last_day_and_every_agents_credentials_list_with_their_last_use() {
+    let Some(tools) = BrowserTools::find("the_overview_charts_the_last_day_and_every_agents_credentials_list") else {
+        return;
+    };
+    let failing = Receiver::start(Behaviour::Status(500));
+    let answering = Receiver::start(Behaviour::Status(200));
+    let gateway = Gateway::start(&[
+        "--agent-auth",
+        "required",
+        "--last-use-interval-s",
+        "1",
+        "--history-flush-interval-ms",
+        "200",
+        "--webhook-allow-private-targets",
+        "--webhook-retry-schedule-s",
+        "1",
+        "--webhook-poll-interval-ms",
+        "200",
+    ]);
+    let issue = |agent: &str| {
+        let (status, issued) = gateway.operator_post(&format!("/gateway/agents/{agent}/credentials"), &json!({}));
+        assert_eq!(status, 201, "{issued}");
+        (issued["credential_id"].as_str().unwrap().to_owned(), issued["token"].as_str().unwrap().to_owned())
+    };
+    let (used_id, used_token) = issue("charted-agent");
+    let (unused_id, _) = issue("quiet-agent");
+    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+    let as_agent = |path: &str, body: &Value| {
+        let mut response = agent
+            .post(gateway.url(path))
+            .header("authorization", format!("Bearer {used_token}"))
+            .content_type("application/json")
+            .send(body.to_string())
+            .unwrap();
+        (response.status().as_u16(), response.body_mut().read_to_string().unwrap())
+    };
+    for _ in 0..3 {
+        let heartbeat = json!({"type": "heartbeat", "agent_id": "charted-agent", "cluster_id": "mesh-04"});
+        assert_eq!(as_agent("/gateway/heartbeat", &heartbeat).0, 200);
+    }
+    let reminder = json!({
+        "meta": {"trace_id": "trace-chart", "timestamp": "2026-02-22T12:00:00Z"},
+        "identity": {"agent_id": "charted-agent", "agent_type": "researcher", "capability_version": "1.0"},
+        "action": {"status": "pending", "tool_call": "schedule_reminder", "tool_input": {"delay_ms": 100, "payload": {}}}
+    });
+    let (status, text) = as_agent("/gateway/messages", &reminder);
+    assert_eq!(status, 202, "{text}");
+    let mut config_ids = Vec::new();
+    for (source, receiver) in [("failing", &failing), ("answering", &answering)] {
+        let (status, config) = gateway.operator_post(
+            "/gateway/webhook-configs",
+            &json!({"source_identifier": source, "event_type": "pull_request.opened", "agent_intent": "code_review",
+                    "target_session": "reviewer-cluster", "target_url": receiver.url("/hook"), "secret": "s3cret"}),
+        );
+        assert_eq!(status, 201, "{config}");
+        config_ids.push(config["id"].as_i64().unwrap());
+        let (status, delivery) = gateway.operator_post(
+            "/gateway/deliveries",
+            &json!({"webhook_id": config["id"], "session_id": "s", "payload": {"n": 1}}),
+        );
+        assert_eq!(status, 201, "{delivery}");
+    }
+
+    let shots = gateway.dir.path().join("screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let browser = Browser::start(&tools, 1280, 1000).await;
+    let b = &browser;
+    b.goto(&gateway.url("/")).await;
+    b.type_into("[data-testid=token-input]", TOKEN).await;
+    b.click("[data-testid=signin-submit]").await;
+    b.wait_text("[data-testid=card-role-value]", |text| text == "single").await;
+
+    // The overview refreshes every 5 s; each chart shows the hour's activity once it has been flushed.
+    for (series, mark) in [
+        ("deliveries", "rect.bar.nonzero"),
+        ("failed_attempts", "rect.bar.nonzero"),
+        ("dead_letters", "rect.bar.nonzero"),
+        ("heartbeats", "rect.bar.nonzero"),
+        ("cron_fires", "rect.bar.nonzero"),
+        ("live_agents", "circle.dot.nonzero"),
+        ("cron_lateness_max_ms", "circle.dot"),
+    ] {
+        b.wait_until(
+            &format!("a non-zero {series} in its chart"),
+            &format!("return document.querySelectorAll('[data-testid=chart-{series}] {mark}').length >= 1"),
+        )
+        .await;
+    }
+    let bars = b.script("return document.querySelectorAll('[data-testid=chart-heartbeats] rect.bar').length").await;
+    assert_eq!(bars, json!(24), "one bar per hour");
+    let summary = b
+        .wait_text("[data-testid=chart-heartbeats] [data-testid=chart-summary]", |text| text.contains("total 3"))
+        .await;
+    assert!(summary.contains("peak 3 in the hour from"), "{summary}");
+    let described = b
+        .script(
+            "const svg = document.querySelector('[data-testid=chart-deliveries] svg'); \
+             return svg.getAttribute('role') + '|' + svg.getAttribute('aria-labelledby').split(' ') \
+             .map((id) => document.getElementById(id).textContent).join('|')",
+        )
+        .await;
+    let described = described.as_str().unwrap().to_owned();
+    assert!(described.starts_with("img|Deliveries") && described.contains("total 1"), "{described}");
+    let labels = b
+        .script(
+            "return [...document.querySelectorAll('[data-testid=chart-deliveries] text.tick')].map((t) => t.textContent)",
+        )
+        .await;
+    let hours: Vec<&str> =
+        labels.as_array().unwrap().iter().filter_map(Value::as_str).filter(|t| t.contains(':')).collect();
+    assert!(hours.len() >= 3, "hour labels: {labels}");
+    assert!(
+        hours
+            .iter()
+            .all(|label| label.len() == 5 && label.ends_with(":00") && label[..2].parse::<u8>().is_ok_and(|h| h < 24)),
+        "24-hour labels: {labels}"
+    );
+    b.script("document.querySelector('[data-testid=hourly-charts]').scrollIntoView(); return null").await;
+    b.screenshot(&shots, "overview-charts").await;
+
+    // What an endpoint's page will call: one webhook config's delivery series only, its dead letter among them.
+    b.script(&format!(
+        "const box = document.createElement('div'); box.id = 'endpoint-charts'; document.body.append(box); \
+         import('/console/charts.js').then((charts) => charts.hourlyCharts(box, {{ webhookId: {} }})); return null",
+        config_ids[0]
+    ))
+    .await;
+    b.wait_until(
+        "the failing endpoint's dead letter in its own chart",
+        "return document.querySelectorAll('#endpoint-charts [data-testid=chart-dead_letters] rect.bar.nonzero').length === 1",
+    )
+    .await;
+    let shown = b
+        .script(
+            "return [...document.querySelectorAll('#endpoint-charts figure')].map((f) => f.dataset.testid).join(',') + '|' + \
+             document.querySelectorAll('#endpoint-charts [data-testid=chart-deliveries] rect.bar.nonzero').length",
+        )
+        .await;
+    assert_eq!(shown, json!("chart-deliveries,chart-failed_attempts,chart-dead_letters|0"), "only its delivery series");
+
+    // Every agent's credentials: the used one shows its last use once recorded (the view reloads on each visit).
+    let used_row = format!("[data-testid=credential-row][data-credential-id='{used_id}']");
+    let unused_row = format!("[data-testid=credential-row][data-credential-id='{unused_id}']");
+    let deadline = Instant::now() + PATIENCE;
+    for visit in 0.. {
+        // A new address each time, so that the view is rendered (and the list read) again.
+        b.goto(&gateway.url(&format!("/#/credentials?visit={visit}"))).await;
+        let cell = b.wait_text(&format!("{used_row} [data-testid=credential-last-used]"), |_| true).await;
+        if !cell.contains("never") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the used credential's last use never showed in the list of all");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let last_used = b.wait_text(&format!("{used_row} [data-testid=credential-last-used]"), |_| true).await;
+    assert!(last_used.contains(':') && last_used.contains("UTC"), "a 24-hour instant with its zone: {last_used}");
+    let quiet = b.wait_text(&format!("{unused_row} [data-testid=credential-last-used]"), |_| true).await;
+    assert_eq!(quiet, "never");
+    let agent_cell = b.wait_text(&format!("{unused_row} [data-testid=credential-agent]"), |_| true).await;
+    assert_eq!(agent_cell, "quiet-agent");
+    b.screenshot(&shots, "credentials-all").await;
+    b.click(&format!("{unused_row} [data-testid=revoke]")).await;
+    b.click(&format!("{unused_row} [data-testid=confirm-revoke]")).await;
+    b.wait_text(&unused_row, |text| text.contains("revoked")).await;
+    let (_, listed) = gateway.operator_get("/gateway/agents/quiet-agent/credentials");
+    assert!(listed["credentials"][0]["revoked_at"].is_string(), "{listed}");
+
+    let errors = b.console_errors().await;
+    assert!(errors.is_empty(), "the browser console has errors: {errors:#?}");
+    browser.stop().await;
+    if let Some(target) = std::env::var_os(SCREENSHOTS_ENV) {
+        copy_screenshots(&shots, Path::new(&target));
+    }
+}
+
 /// Signs in on `gateway`'s page with the admin token and waits for the overview.
 async fn sign_in(b: &Browser, gateway: &Gateway) {
     b.goto(&gateway.url("/")).await;

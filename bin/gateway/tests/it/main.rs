@@ -21,6 +21,7 @@ mod edge;
 mod events;
 mod faults;
 mod heartbeat;
+mod history;
 mod idempotency;
 mod inbound;
 mod lifecycle;

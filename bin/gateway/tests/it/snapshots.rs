@@ -307,6 +307,14 @@ fn every_routes_answers_match_their_snapshots() {
     r.operator("agent_credential", "DELETE", &format!("{credentials}/{credential}"), None);
     r.operator("agent_credential", "DELETE", &format!("{credentials}/0123456789abcdef01234567"), None);
     r.operator("agent_credential", "GET", &format!("{credentials}/{credential}"), None);
+    r.operator("credentials", "GET", "/gateway/credentials", None);
+    r.operator("credentials", "GET", "/gateway/credentials?limit=1", None);
+    r.operator("credentials", "GET", "/gateway/credentials?after=xyz", None);
+    r.anyone("credentials", "GET", "/gateway/credentials", None);
+    // The hourly history: a config with no deliveries, so that its values do not depend on timing.
+    r.operator("history", "GET", "/gateway/history?hours=2&webhook_id=999999", None);
+    r.operator("history", "GET", "/gateway/history?hours=0", None);
+    r.anyone("history", "GET", "/gateway/history", None);
 
     // Webhook configs, inbound webhooks and deliveries (targets on loopback are refused: each attempt fails at
     // once, the same way on every run).

@@ -23,6 +23,7 @@ fn credential(n: u32, agent_id: &str, created_at: OffsetDateTime) -> CredentialR
         created_at,
         revoked_at: None,
         expires_at: None,
+        last_used_at: None,
     }
 }
 
@@ -164,4 +165,78 @@ pub fn an_expiry_reads_back_by_id_and_in_the_list_and_survives_revocation(
     assert_eq!(revoked, Some(CredentialRecord { revoked_at: Some(revoked_at), ..expiring.clone() }));
     assert!(expiring.is_expired(at + Duration::seconds(3_601)) && !expiring.is_expired(at));
     assert!(!lasting.is_expired(at + Duration::days(36_500)));
+}
+
+/// Recorded uses set `last_used_at` to the later of the stored and the given instant: an older report (another
+/// instance's, late) never moves it back; unknown ids are ignored; a revoked credential's uses are kept like any;
+/// the instant reads back by id and in the agent's list. One call records many credentials, at several instants
+/// (1,500 of them here, more than one statement's worth of ids on any backend). Expects an empty store.
+pub fn recorded_uses_only_move_last_use_forwards(store: &dyn AgentCredentialStore, at: OffsetDateTime) {
+    let first = credential(1, "agent-a", at);
+    let second = credential(2, "agent-a", at);
+    let unused = credential(3, "agent-b", at);
+    for row in [&first, &second, &unused] {
+        store.insert_credential(&CredentialRecord { last_used_at: Some(at), ..row.clone() }).expect("insert");
+    }
+    assert_eq!(store.credential(&first.credential_id).expect("read"), Some(first.clone()), "an insert is unused");
+    store.record_credential_uses(&[]).expect("nothing to record");
+
+    let minute = |n: i64| at + Duration::minutes(n);
+    store
+        .record_credential_uses(&[
+            (first.credential_id.clone(), minute(2)),
+            (second.credential_id.clone(), minute(1)),
+            (id(99), minute(5)),
+        ])
+        .expect("record");
+    store.revoke_credential(&agent("agent-a"), &second.credential_id, minute(3)).expect("revoke");
+    store
+        .record_credential_uses(&[(first.credential_id.clone(), minute(1)), (second.credential_id.clone(), minute(4))])
+        .expect("record an older and a newer use");
+    let listed = store.agent_credentials(&agent("agent-a"), None, 10).expect("list");
+    let last_uses: Vec<Option<OffsetDateTime>> = listed.iter().map(|row| row.last_used_at).collect();
+    assert_eq!(last_uses, vec![Some(minute(2)), Some(minute(4))], "{listed:?}");
+    assert_eq!(listed[1].revoked_at, Some(minute(3)));
+    assert_eq!(
+        store.credential(&first.credential_id).expect("read").map(|row| row.last_used_at),
+        Some(Some(minute(2)))
+    );
+    assert_eq!(store.credential(&unused.credential_id).expect("read"), Some(unused.clone()), "untouched");
+    assert_eq!(store.credential(&id(99)).expect("read"), None, "a use creates nothing");
+
+    let many: Vec<CredentialRecord> = (100..1_600).map(|n| credential(n, "agent-c", at)).collect();
+    for row in &many {
+        store.insert_credential(row).expect("insert");
+    }
+    let uses: Vec<(CredentialId, OffsetDateTime)> = many
+        .iter()
+        .enumerate()
+        .map(|(n, row)| (row.credential_id.clone(), minute(10 + i64::from(n % 2 == 0))))
+        .collect();
+    store.record_credential_uses(&uses).expect("record many");
+    let listed = store.agent_credentials(&agent("agent-c"), None, 2_000).expect("list");
+    assert_eq!(listed.len(), 1_500);
+    for (n, row) in listed.iter().enumerate() {
+        assert_eq!(row.last_used_at, Some(minute(10 + i64::from(n % 2 == 0))), "{}", row.credential_id);
+    }
+}
+
+/// The list across agents holds every agent's credentials, revoked ones included, by credential id, in pages after
+/// a cursor (which need not be stored). Expects an empty store.
+pub fn all_credentials_list_across_agents_by_id_in_pages(store: &dyn AgentCredentialStore, at: OffsetDateTime) {
+    assert_eq!(store.all_credentials(None, 10).expect("list an empty store"), vec![]);
+    let mut stored = Vec::new();
+    for n in [5, 1, 9, 3, 7, 2] {
+        let row = credential(n, &format!("agent-{}", n % 3), at + Duration::milliseconds(n.into()));
+        store.insert_credential(&row).expect("insert");
+        stored.push(row);
+    }
+    let revoked_at = at + Duration::seconds(1);
+    let revoked = store.revoke_credential(&stored[0].agent_id, &stored[0].credential_id, revoked_at).expect("revoke");
+    stored[0] = revoked.expect("revoked");
+    stored.sort_by(|a, b| a.credential_id.cmp(&b.credential_id));
+    assert_eq!(store.all_credentials(None, 4).expect("list"), stored[..4]);
+    assert_eq!(store.all_credentials(Some(&stored[3].credential_id), 4).expect("list"), stored[4..]);
+    assert_eq!(store.all_credentials(Some(&stored[5].credential_id), 4).expect("list"), vec![]);
+    assert_eq!(store.all_credentials(Some(&id(4)), 10).expect("list"), stored[3..], "a cursor need not be stored");
 }

@@ -38,6 +38,7 @@ pub mod cron;
 pub mod event;
 pub mod fencing;
 pub mod heartbeat;
+pub mod history;
 pub mod leadership;
 pub mod liveness;
 pub mod mailbox;
@@ -226,6 +227,8 @@ macro_rules! agent_credential_store_conformance {
             revocation_is_once_by_the_owning_agent_and_keeps_the_row,
             an_agents_credentials_list_by_id_in_pages,
             an_expiry_reads_back_by_id_and_in_the_list_and_survives_revocation,
+            recorded_uses_only_move_last_use_forwards,
+            all_credentials_list_across_agents_by_id_in_pages,
         );
     };
 }
@@ -387,6 +390,19 @@ macro_rules! event_publisher_conformance {
             a_subscriber_that_falls_behind_is_told_how_many_it_missed,
             publishing_never_waits_for_a_subscriber_that_does_not_read,
             may_deliver_is_true_while_a_subscriber_listens,
+        );
+    };
+}
+
+/// Every rule of [`conformance::history`](crate::conformance::history) as a `#[test]`, in a module
+/// `history_store`. `$fixture`: an `Option<F>` where `F` dereferences to a fresh [`crate::HistoryStore`] (see the
+/// [module documentation](crate::conformance)).
+#[macro_export]
+macro_rules! history_store_conformance {
+    ($fixture:expr) => {
+        $crate::__conformance_tests!(history_store, history, $fixture;
+            flushes_add_counters_and_raise_maxima_per_hour_and_subject,
+            pruning_deletes_the_hours_before_its_instant,
         );
     };
 }

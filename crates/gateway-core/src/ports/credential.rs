@@ -220,6 +220,7 @@ impl IssuedToken {
             created_at,
             revoked_at: None,
             expires_at: None,
+            last_used_at: None,
         }
     }
 
@@ -302,6 +303,10 @@ pub struct CredentialRecord {
     /// When it stops authenticating by itself (`expires_in_s` at issue); `None`: never. An expired credential stays
     /// listed, and its token is refused as expired (not as unknown) so the agent knows to ask for a new one.
     pub expires_at: Option<OffsetDateTime>,
+    /// The start of the minute in which a request last authenticated with it, as the instances' caches report
+    /// their uses (each at most once per its record interval, see gateway-auth); `None`: never used since it was
+    /// recorded.
+    pub last_used_at: Option<OffsetDateTime>,
 }
 
 impl CredentialRecord {
@@ -346,6 +351,16 @@ pub trait AgentCredentialStore: Send + Sync + fmt::Debug {
         id: &CredentialId,
         at: OffsetDateTime,
     ) -> Result<Option<CredentialRecord>, StoreError>;
+
+    /// Records uses an instance saw: each named credential's `last_used_at` becomes the later of the stored value
+    /// and the instant given with it, so it never moves backwards and instances reporting in any order agree.
+    /// Unknown ids are ignored (a credential may be gone from the store but not from a cache yet). One pass of a
+    /// cache writes all its uses through one call, never one per request.
+    fn record_credential_uses(&self, uses: &[(CredentialId, OffsetDateTime)]) -> Result<(), StoreError>;
+
+    /// Every agent's credentials, revoked ones included, by credential id (so oldest first), after `after`, at most
+    /// `limit`: the operator's list across agents.
+    fn all_credentials(&self, after: Option<&CredentialId>, limit: usize) -> Result<Vec<CredentialRecord>, StoreError>;
 }
 
 /// `agent_credentials` in memory. [`Self::failure`] makes every operation report [`StoreError::Unavailable`].
@@ -362,7 +377,7 @@ impl AgentCredentialStore for InMemoryAgentCredentialStore {
         if rows.contains_key(&credential.credential_id) {
             return Err(StoreError::Conflict("insert credential: unique constraint".to_owned()));
         }
-        let stored = CredentialRecord { revoked_at: None, ..credential.clone() };
+        let stored = CredentialRecord { revoked_at: None, last_used_at: None, ..credential.clone() };
         rows.insert(credential.credential_id.clone(), stored);
         Ok(())
     }
@@ -407,6 +422,27 @@ impl AgentCredentialStore for InMemoryAgentCredentialStore {
         let Some(row) = rows.get_mut(id).filter(|row| &row.agent_id == agent_id) else { return Ok(None) };
         row.revoked_at.get_or_insert(at);
         Ok(Some(row.clone()))
+    }
+
+    fn record_credential_uses(&self, uses: &[(CredentialId, OffsetDateTime)]) -> Result<(), StoreError> {
+        self.failure.check()?;
+        let mut rows = lock(&self.rows);
+        for (id, at) in uses {
+            if let Some(row) = rows.get_mut(id) {
+                row.last_used_at = row.last_used_at.max(Some(*at));
+            }
+        }
+        Ok(())
+    }
+
+    fn all_credentials(&self, after: Option<&CredentialId>, limit: usize) -> Result<Vec<CredentialRecord>, StoreError> {
+        self.failure.check()?;
+        Ok(lock(&self.rows)
+            .values()
+            .filter(|row| after.is_none_or(|after| &row.credential_id > after))
+            .take(limit)
+            .cloned()
+            .collect())
     }
 }
 
@@ -505,5 +541,7 @@ mod tests {
         assert!(store.revoked_since(OffsetDateTime::now_utc()).is_err());
         assert!(store.agent_credentials(&agent, None, 10).is_err());
         assert!(store.revoke_credential(&agent, &id, OffsetDateTime::now_utc()).is_err());
+        assert!(store.record_credential_uses(&[(id, OffsetDateTime::now_utc())]).is_err());
+        assert!(store.all_credentials(None, 10).is_err());
     }
 }

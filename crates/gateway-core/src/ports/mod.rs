@@ -26,6 +26,7 @@ pub mod cron;
 pub mod event;
 pub mod failure;
 pub mod heartbeat;
+pub mod history;
 pub mod leadership;
 pub mod liveness;
 pub mod mailbox;

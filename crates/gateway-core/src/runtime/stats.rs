@@ -165,6 +165,8 @@ pub struct CronStats {
     pub skipped_late: Counter,
     /// Each published reminder's lateness: when it was published minus the instant it was scheduled for.
     pub lateness: DurationHistogram,
+    /// The latest fire's lateness in ms since the hourly history's last flush.
+    pub lateness_peak_ms: Peak,
 }
 
 impl Default for CronStats {
@@ -174,6 +176,7 @@ impl Default for CronStats {
             skipped_misfire: Counter::new(),
             skipped_late: Counter::new(),
             lateness: DurationHistogram::new(LATENESS_BOUNDS),
+            lateness_peak_ms: Peak::new(),
         }
     }
 }
@@ -193,6 +196,58 @@ pub struct DeliveryStats {
     pub inbound_duplicates: Counter,
     /// Reads of the config id list made because an inbound request named an id the instance did not know.
     pub config_id_reads: Counter,
+    /// The recorded attempts per webhook config since the last history flush took them.
+    pub by_config: ConfigTally,
+}
+
+/// Where an attempt left its delivery, as [`ConfigTally`] counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TalliedAttempt {
+    Delivered,
+    FailedRetrying,
+    Dead,
+}
+
+/// Recorded attempts per webhook config, `[delivered, failed_retrying, dead]`, until the hourly history's flush
+/// takes them (every few seconds): a short lock per attempt, which the attempt's own database write dwarfs. As
+/// many entries as configs with attempts since the last flush.
+#[derive(Debug, Default)]
+pub struct ConfigTally(std::sync::Mutex<std::collections::BTreeMap<i64, [u64; 3]>>);
+
+impl ConfigTally {
+    pub fn count(&self, webhook_id: i64, outcome: TalliedAttempt) {
+        let slot = match outcome {
+            TalliedAttempt::Delivered => 0,
+            TalliedAttempt::FailedRetrying => 1,
+            TalliedAttempt::Dead => 2,
+        };
+        let mut counts = crate::runtime::sync::lock(&self.0);
+        let counts = counts.entry(webhook_id).or_default();
+        counts[slot] = counts[slot].saturating_add(1);
+    }
+
+    /// The counts since the last take, and from zero again.
+    pub fn take(&self) -> std::collections::BTreeMap<i64, [u64; 3]> {
+        std::mem::take(&mut *crate::runtime::sync::lock(&self.0))
+    }
+}
+
+/// The largest value seen since the last [`Peak::take`] (a relaxed atomic maximum).
+#[derive(Debug, Default)]
+pub struct Peak(AtomicU64);
+
+impl Peak {
+    pub const fn new() -> Self {
+        Self(AtomicU64::new(0))
+    }
+
+    pub fn raise(&self, value: u64) {
+        self.0.fetch_max(value, Ordering::Relaxed);
+    }
+
+    pub fn take(&self) -> u64 {
+        self.0.swap(0, Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]

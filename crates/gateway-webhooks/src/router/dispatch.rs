@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use gateway_core::runtime::stats::TalliedAttempt;
 use gateway_core::{
     AttemptOutcome, AttemptRecord, BackgroundLoop, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate,
     EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret, WebhookStore,
@@ -237,6 +238,14 @@ impl WebhookRouter {
                     DeliveryStatus::Dead => stats.dead.increment(),
                     DeliveryStatus::Failed | DeliveryStatus::Pending => stats.failed_retrying.increment(),
                 }
+                stats.by_config.count(
+                    delivery.webhook_id,
+                    match delivery.status {
+                        DeliveryStatus::Delivered => TalliedAttempt::Delivered,
+                        DeliveryStatus::Dead => TalliedAttempt::Dead,
+                        DeliveryStatus::Failed | DeliveryStatus::Pending => TalliedAttempt::FailedRetrying,
+                    },
+                );
                 info!(
                     delivery_id = delivery.id,
                     webhook_id = delivery.webhook_id,
