@@ -33,6 +33,9 @@ fn new_config(source: &str) -> NewWebhookConfig {
         created_at: START,
         inbound_secret: None,
         inbound_require_timestamp: false,
+        rate_limit_per_second: None,
+    }
+  rate_limit_per_second: None,
     }
 }
 

@@ -21,6 +21,7 @@ impl WebhookRouter {
             created_at: self.now(),
             inbound_secret: draft.inbound_secret,
             inbound_require_timestamp: draft.inbound_require_timestamp,
+            rate_limit_per_second: None,
         };
         // Held until the new id is in the known set: a read of the id list that started before this create
         // committed must not replace the set after it and drop the id again.

@@ -1131,6 +1131,7 @@ async fn unknown_ids_cost_one_read_of_the_id_list_per_interval_and_a_config_crea
             created_at: h.clock.now(),
             inbound_secret: None,
             inbound_require_timestamp: false,
+            rate_limit_per_second: None,
         })
         .unwrap();
     assert_eq!(h.router.inbound_config(elsewhere.id).await, Err(WebhookError::UnknownWebhook(elsewhere.id)));
