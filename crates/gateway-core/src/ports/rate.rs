@@ -65,8 +65,8 @@ impl SlidingWindowRate {
         self.limit
     }
 
-    /// No start of the window that ends at `now` is left in the log.
-    fn is_idle(&self, now: Instant) -> bool {
+    /// No start of the window that ends at `now` is left in the log (a keeper of many logs may drop it).
+    pub fn is_idle(&self, now: Instant) -> bool {
         lock(&self.starts).recent.back().is_none_or(|(at, _)| *at + self.window <= now)
     }
 }
