@@ -74,6 +74,7 @@ impl Harness {
                 secret: WebhookSecret::new(SECRET),
                 inbound_secret: None,
                 inbound_require_timestamp: false,
+                rate_limit_per_second: None,
             })
             .await
             .unwrap()
@@ -353,6 +354,8 @@ fn round_robin_takes_one_per_target_in_turn() {
             id,
             target_url: url.into(),
             next_retry_at: start + seconds(index as i64),
+            webhook_id: 1,
+            rate_limit_per_second: None,
         })
         .collect();
     assert_eq!(round_robin(&due, 5), [1, 4, 6, 2, 7]);
@@ -673,6 +676,7 @@ async fn configs_are_validated_unique_and_deleted_with_their_deliveries() {
         secret: WebhookSecret::new("x"),
         inbound_secret: None,
         inbound_require_timestamp: false,
+        rate_limit_per_second: None,
     };
     assert_eq!(h.router.create_config(duplicate.clone()).await, Err(WebhookError::DuplicateConfig));
     let invalid = WebhookConfigDraft { event_type: "other".into(), target_url: "ftp://x/".into(), ..duplicate };
@@ -1022,6 +1026,7 @@ async fn with_an_inbound_secret_the_outbound_secret_never_verifies_inbound() {
         secret: WebhookSecret::new(SECRET),
         inbound_secret: Some(WebhookSecret::new("inbound one")),
         inbound_require_timestamp: false,
+        rate_limit_per_second: None,
     };
     let config = h.router.create_config(draft).await.unwrap();
     // An outbound delivery as its receiver got it, posted back in.
