@@ -1231,3 +1231,140 @@ async fn each_attempt_carries_the_term_that_made_it_signed() {
     h.router.wait_idle().await;
     assert_eq!(epoch_sent(&h.transport.requests()[4]), 6);
 }
+
+/// A router whose requests are timed (tokio's paused clock), with `global` starts per second and `slots` in flight.
+fn timed_harness_with(global: usize, slots: usize) -> (Harness, Arc<TimedTransport>) {
+    let mut h = Harness::with_defaults();
+    let transport = Arc::new(TimedTransport::default());
+    let ports = RouterPorts {
+        store: h.store.clone(),
+        transport: transport.clone(),
+        publisher: h.publisher.clone(),
+        clock: Arc::new(h.clock.clone()),
+        leadership: h.leadership.clone(),
+        rate: Arc::new(SlidingWindowRate::per_second(global)),
+    };
+    h.router = WebhookRouter::new(ports, RouterConfig { max_per_cycle: slots, ..RouterConfig::default() });
+    (h, transport)
+}
+
+impl Harness {
+    /// A config of its own target, with `rate` starts per second of its own (or none).
+    async fn config_with_rate(&self, source: &str, rate: Option<i64>) -> WebhookConfig {
+        self.router
+            .create_config(WebhookConfigDraft {
+                source_identifier: source.into(),
+                event_type: "push".into(),
+                agent_intent: "review".into(),
+                target_session: format!("{source}-session"),
+                target_url: format!("https://{source}.example/hook"),
+                secret: WebhookSecret::new(SECRET),
+                inbound_secret: None,
+                inbound_require_timestamp: false,
+                rate_limit_per_second: rate,
+            })
+            .await
+            .unwrap()
+    }
+}
+
+/// The starts of the deliveries in `ids`, in order.
+fn starts_of(starts: &[(i64, tokio::time::Instant)], ids: &[i64]) -> Vec<(i64, tokio::time::Instant)> {
+    starts.iter().filter(|(id, _)| ids.contains(id)).copied().collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limited_endpoint_starts_at_most_its_rate_and_does_not_slow_an_unlimited_one() {
+    let (h, transport) = timed_harness_with(100, 10);
+    let limited = h.config_with_rate("slow", Some(2)).await;
+    let open = h.config_with_rate("fast", None).await;
+    let began = tokio::time::Instant::now();
+    let (mut slow, mut fast) = (Vec::new(), Vec::new());
+    for index in 0..20 {
+        slow.push(h.router.enqueue(limited.id, format!("s{index}"), "{}".into()).await.unwrap().id);
+        fast.push(h.router.enqueue(open.id, format!("f{index}"), "{}".into()).await.unwrap().id);
+    }
+    h.router.wait_idle().await;
+    let starts = transport.starts();
+    assert_eq!(starts.len(), 40, "every delivery attempted once");
+    let slow_starts = starts_of(&starts, &slow);
+    assert_within_rate(&slow_starts, 2);
+    let last_slow = slow_starts.last().unwrap().1 - began;
+    assert!(last_slow >= Duration::from_secs(9), "20 at 2/s take 9 s at least, took {last_slow:?}");
+    assert!(last_slow < Duration::from_secs(11), "and the endpoint's rate is used: {last_slow:?}");
+    let fast_starts = starts_of(&starts, &fast);
+    assert!(
+        fast_starts.iter().all(|(_, at)| *at - began < Duration::from_millis(100)),
+        "the unlimited endpoint went at once: {:?}",
+        fast_starts.iter().map(|(_, at)| *at - began).collect::<Vec<_>>()
+    );
+    assert!(h.store.deliveries().iter().all(|row| row.status == DeliveryStatus::Delivered));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoints_rate_holds_inside_a_busy_global_cap() {
+    // The global cap (3/s) is the bottleneck: the limited endpoint's attempts wait long for a global start after
+    // their endpoint allowed them, and its starts must still never come closer than its rate allows.
+    let (h, transport) = timed_harness_with(3, 2);
+    let limited = h.config_with_rate("slow", Some(2)).await;
+    let open = h.config_with_rate("fast", None).await;
+    let (mut slow, mut fast) = (Vec::new(), Vec::new());
+    for index in 0..12 {
+        slow.push(h.router.enqueue(limited.id, format!("s{index}"), "{}".into()).await.unwrap().id);
+        fast.push(h.router.enqueue(open.id, format!("f{index}"), "{}".into()).await.unwrap().id);
+    }
+    h.router.wait_idle().await;
+    let starts = transport.starts();
+    assert_eq!(starts.len(), 24);
+    assert_within_rate(&starts, 3);
+    assert_within_rate(&starts_of(&starts, &slow), 2);
+    assert_eq!(starts_of(&starts, &fast).len(), 12);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_poll_passes_over_a_spent_endpoints_backlog_to_the_other_endpoints_due_rows() {
+    let (h, transport) = timed_harness_with(100, 10);
+    let limited = h.config_with_rate("slow", Some(2)).await;
+    let open = h.config_with_rate("fast", None).await;
+    // More of the limited endpoint's rows than one read of the poll takes, all older than the other's.
+    let backlog = candidate_window(10) + 20;
+    let now = h.clock.now();
+    for index in 0..backlog {
+        h.due_row(&limited, &limited.target_url, now - seconds(1000 - index as i64));
+    }
+    let others: Vec<i64> =
+        (0..5).map(|index| h.due_row(&open, &open.target_url, now - seconds(10 - index)).id).collect();
+    assert_eq!(h.poll().await, 7, "2 of the limited endpoint, then the 5 others");
+    let attempted: Vec<i64> = transport.starts().iter().map(|(id, _)| *id).collect();
+    assert!(others.iter().all(|id| attempted.contains(id)), "{attempted:?}");
+    assert_eq!(h.poll().await, 0, "the limited endpoint is spent for this second");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(h.poll().await, 2, "its next second");
+    assert_within_rate(&transport.starts(), 2 + others.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_set_removed_or_changed_applies_to_the_next_attempts() {
+    let (h, transport) = timed_harness_with(100, 10);
+    let config = h.config_with_rate("hook", None).await;
+    let change = |rate| WebhookConfigChange { rate_limit_per_second: Some(rate), ..WebhookConfigChange::default() };
+    let limited = h.router.update_config(config.id, change(Some(1))).await.unwrap();
+    assert_eq!(limited.rate_limit_per_second, Some(1));
+    let began = tokio::time::Instant::now();
+    for index in 0..3 {
+        h.router.enqueue(config.id, format!("s{index}"), "{}".into()).await.unwrap();
+    }
+    h.router.wait_idle().await;
+    let last = transport.starts().last().unwrap().1 - began;
+    assert!(last >= Duration::from_secs(2), "3 at 1/s: {last:?}");
+    let open = h.router.update_config(config.id, change(None)).await.unwrap();
+    assert_eq!(open.rate_limit_per_second, None);
+    let again = tokio::time::Instant::now();
+    for index in 0..3 {
+        h.router.enqueue(config.id, format!("t{index}"), "{}".into()).await.unwrap();
+    }
+    h.router.wait_idle().await;
+    assert!(transport.starts().iter().skip(3).all(|(_, at)| *at - again < Duration::from_millis(100)));
+    let invalid = h.router.update_config(config.id, change(Some(0))).await.unwrap_err();
+    assert!(matches!(invalid, WebhookError::InvalidConfig { field: "rate_limit_per_second", .. }), "{invalid:?}");
+}
