@@ -6,9 +6,8 @@ use std::sync::Arc;
 use gateway_auth::{Auth, AuthPorts, OperatorToken};
 use gateway_core::{
     CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EndpointRate, EventPublisher, HeartbeatStore,
-    InMemoryCapabilityMap, InProcessEndpointRate,
-    InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter, SlidingWindowRate, SoleLeadership,
-    SystemClock, supervise_loop,
+    InMemoryCapabilityMap, InMemoryLiveness, InProcessEndpointRate, IntakePorts, Leadership, LivenessMap, RateLimiter,
+    SlidingWindowRate, SoleLeadership, SystemClock, supervise_loop,
 };
 use gateway_cron::{
     CronPorts, CronScheduler, Mailbox, MailboxFeed, MailboxFeedConfig, MailboxFeedPorts, MailboxPorts, ReminderTools,
@@ -103,8 +102,17 @@ impl App {
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
             threads.push(redis.flusher);
         }
-        let Coordination { leadership, publisher, rate, liveness, heartbeats, capabilities, cluster, endpoint_rate, .. } =
-            coordination;
+        let Coordination {
+            leadership,
+            publisher,
+            rate,
+            liveness,
+            heartbeats,
+            capabilities,
+            cluster,
+            endpoint_rate,
+            ..
+        } = coordination;
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
                 liveness,

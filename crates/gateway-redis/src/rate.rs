@@ -19,8 +19,8 @@
 //! endpoint's rate fall back to this instance together, and come back together.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use gateway_core::runtime::sync::lock;

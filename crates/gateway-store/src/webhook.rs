@@ -353,13 +353,16 @@ struct NewAttemptRow<'a> {
 
 /// Due rows of one status, oldest first: a range scan of the `(status, next_retry_at)` index in index order,
 /// so neither a table scan nor a sort, however many rows are delivered or due.
+/// A due row as read: id, target URL, `next_retry_at`, config id.
+type DueRow = (i64, String, Option<PrimitiveDateTime>, i64);
+
 fn due_of_status(
     connection: &mut AnyConnection<'_>,
     status: DeliveryStatus,
     now: PrimitiveDateTime,
     limit: i64,
     skip_configs: &[i64],
-) -> QueryResult<Vec<(i64, String, Option<PrimitiveDateTime>, i64)>> {
+) -> QueryResult<Vec<DueRow>> {
     let query = due_of_status_query(status.as_str(), now, limit, skip_configs.to_vec());
     on_backend!(connection, c => query.load(c))
 }

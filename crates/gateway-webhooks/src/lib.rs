@@ -15,7 +15,8 @@ pub mod transport;
 
 pub use error::WebhookError;
 pub use input::{
-    DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_RATE_LIMIT_PER_SECOND, MAX_TEXT_FIELD_BYTES, WebhookConfigDraft, check_rate_limit,
+    DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_RATE_LIMIT_PER_SECOND, MAX_TEXT_FIELD_BYTES, WebhookConfigDraft,
+    check_rate_limit,
 };
 pub use replay::INBOUND_REPLAY_WINDOW;
 pub use retention::{DeliveryRetention, RETENTION, RetentionConfig, RetentionPorts};

@@ -195,7 +195,9 @@ pub fn concurrent_endpoint_starts_take_exactly_the_limit<F: EndpointRateFixture 
     let (rate, time) = (&*rate, fixture.timeline());
     let tickets: Vec<RateTicket> = std::thread::scope(|scope| {
         let callers: Vec<_> = (0..6)
-            .map(|_| scope.spawn(|| (0..5).filter_map(|_| rate.try_start(9, LIMIT, time.now()).ok()).collect::<Vec<_>>()))
+            .map(|_| {
+                scope.spawn(|| (0..5).filter_map(|_| rate.try_start(9, LIMIT, time.now()).ok()).collect::<Vec<_>>())
+            })
             .collect();
         callers.into_iter().flat_map(|caller| caller.join().expect("a caller thread")).collect()
     });

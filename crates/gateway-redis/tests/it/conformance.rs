@@ -11,7 +11,9 @@ use gateway_core::conformance::leadership::LeadershipFixture;
 use gateway_core::conformance::rate::{DispatchRateFixture, EndpointRateFixture};
 use gateway_core::conformance::rate_limit::RateLimiterFixture;
 use gateway_core::conformance::timeline::{RealTimeline, Timeline};
-use gateway_core::{BackgroundLoop, DispatchRate, EndpointRate, EpochGate, FencingEpoch, FencingToken, Leadership, RateLimiter};
+use gateway_core::{
+    BackgroundLoop, DispatchRate, EndpointRate, EpochGate, FencingEpoch, FencingToken, Leadership, RateLimiter,
+};
 use gateway_redis::leadership::LEADER_KEY;
 use gateway_redis::{
     LeadershipConfig, LeadershipPorts, LimiterConfig, RateConfig, RedisDispatchRate, RedisLeadership, RedisRateLimiter,

@@ -141,7 +141,8 @@ fn an_endpoints_rate_holds_across_two_instances_and_apart_from_other_endpoints_a
 
 #[test]
 fn endpoint_rates_fall_back_with_the_global_one_while_redis_is_down() {
-    let Some(mut redis) = RedisServer::start_or_skip("endpoint_rates_fall_back_with_the_global_one_while_redis_is_down")
+    let Some(mut redis) =
+        RedisServer::start_or_skip("endpoint_rates_fall_back_with_the_global_one_while_redis_is_down")
     else {
         return;
     };

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use gateway_core::{
     AttemptOutcome, AttemptRecord, BackgroundLoop, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate,
-    DueDelivery, EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret, WebhookStore,
-    run_blocking,
+    DueDelivery, EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret,
+    WebhookStore, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::OwnedSemaphorePermit;
@@ -23,8 +23,8 @@ use tracing::{debug, error, info, warn};
 use super::endpoint_rates::EndpointStart;
 use super::groups::with_secrets;
 use super::{
-    EPOCH_REFRESH, MAX_DUE_READS_PER_POLL, MAX_POLL_BACKOFF, MAX_WAITING_IMMEDIATE, RECORD_FIRST_BACKOFF, RECORD_TRIES, WebhookRouter,
-    candidate_window, duration_to_time, round_robin, target_host,
+    EPOCH_REFRESH, MAX_DUE_READS_PER_POLL, MAX_POLL_BACKOFF, MAX_WAITING_IMMEDIATE, RECORD_FIRST_BACKOFF, RECORD_TRIES,
+    WebhookRouter, candidate_window, duration_to_time, round_robin, target_host,
 };
 use crate::error::WebhookError;
 use crate::retry::after_attempt;

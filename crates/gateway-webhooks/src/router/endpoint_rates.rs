@@ -48,6 +48,9 @@ pub(crate) struct EndpointRates {
     known: Mutex<HashMap<i64, (Option<u32>, OffsetDateTime)>>,
     /// Endpoints whose rate refused the poll, until when: the poll's next read skips their rows.
     spent_until: Mutex<HashMap<i64, Instant>>,
+    /// Held by the one attempt that reads a config's rate: a burst of attempts to one endpoint whose entry went
+    /// stale makes one read, not one each.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl EndpointRates {
@@ -92,6 +95,11 @@ impl WebhookRouter {
     /// what was remembered, or none: the claim that follows finds out).
     pub(crate) async fn endpoint_limit(&self, webhook_id: i64) -> Option<u32> {
         let rates = &self.inner.endpoint_rates;
+        if let Some(rate) = rates.fresh(webhook_id, self.now()) {
+            return rate;
+        }
+        let _reading = rates.reading.lock().await;
+        // Whoever held the lock before may have read it meanwhile.
         let now = self.now();
         if let Some(rate) = rates.fresh(webhook_id, now) {
             return rate;
@@ -103,8 +111,11 @@ impl WebhookRouter {
             }
             Ok(None) => None,
             Err(error) => {
+                // Remembered as read now: a failing store is asked once per interval, not by every attempt.
                 debug!(webhook_id, %error, "could not read a config's rate; the remembered one applies");
-                rates.remembered(webhook_id)
+                let rate = rates.remembered(webhook_id);
+                rates.note(webhook_id, rate, now);
+                rate
             }
         }
     }

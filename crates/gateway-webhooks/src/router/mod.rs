@@ -41,8 +41,8 @@ use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 pub use deliveries::Enqueued;
-pub use endpoint_rates::ENDPOINT_RATE_REFRESH_INTERVAL;
 pub use deliveries::Inbound;
+pub use endpoint_rates::ENDPOINT_RATE_REFRESH_INTERVAL;
 pub use events::{EventDraft, MAX_DELIVERIES_PER_EVENT, Published};
 pub use failure_reports::SIGNATURE_FAILURE_REPORT_INTERVAL;
 pub use known_configs::CONFIG_IDS_REFRESH_INTERVAL;
