@@ -156,3 +156,47 @@ fn a_configs_rate_is_set_shown_removed_and_refused_when_out_of_range() {
     let (_, list) = gateway.operator_get("/gateway/webhook-configs");
     assert_eq!(list["webhook_configs"][0]["rate_limit_per_second"], Value::Null);
 }
+
+/// Cluster-wide (issue 20: "inside the global cap and cluster-wide with Redis"): two instances on one database
+/// and one Redis, each enqueueing half of a burst to a config limited to 2 per second, send it at most 2 per second
+/// together (each on its own would send 2 per second: 4 together), judged from the receiver's arrivals.
+#[test]
+fn an_endpoints_rate_holds_across_two_instances_sharing_redis() {
+    let _turn = crate::cluster::one_at_a_time();
+    let test = "it::rate::an_endpoints_rate_holds_across_two_instances_sharing_redis";
+    let Some(cluster) = crate::support::cluster::Cluster::start(
+        test,
+        2,
+        &["--webhook-max-per-second", "1000"],
+    ) else {
+        return;
+    };
+    let receiver = Receiver::start(Behaviour::Status(200));
+    let webhook = cluster.create_webhook(0, "cluster-rate", &receiver.url("/limited"), "rate-test-secret");
+    let (status, body) = cluster
+        .gateway(1)
+        .operator_patch(&format!("/gateway/webhook-configs/{webhook}"), &json!({"rate_limit_per_second": 2}));
+    assert_eq!(status, 200, "{body}");
+    // Instance 0 remembers the config as it created it, without a rate, for up to a second
+    // (`ENDPOINT_RATE_REFRESH_INTERVAL`, docs/webhooks.md): a change made through another instance applies after that.
+    std::thread::sleep(Duration::from_millis(1100));
+    const EACH: usize = 5;
+    for n in 0..EACH {
+        for index in [0, 1] {
+            let (status, body) = cluster.enqueue(index, webhook, &json!({"n": n, "through": index}));
+            assert_eq!(status, 201, "{body}");
+        }
+    }
+    let mut received = receiver.wait_for(2 * EACH);
+    received.sort_by_key(|request| request.at);
+    let first = received[0].at;
+    let offsets: Vec<String> =
+        received.iter().map(|request| format!("{:.3}", (request.at - first).as_secs_f64())).collect();
+    eprintln!("2/s across two instances arrived at (s): {}", offsets.join(" "));
+    for window in received.windows(3) {
+        let span = window[2].at - window[0].at;
+        assert!(span + ARRIVAL_JITTER >= Duration::from_secs(1), "3 requests within {span:?}: {offsets:?}");
+    }
+    let span = received[2 * EACH - 1].at - first;
+    assert!(span + ARRIVAL_JITTER >= Duration::from_secs(4), "10 at 2/s take 4 s at least: {span:?}");
+}
