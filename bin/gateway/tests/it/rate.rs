@@ -164,11 +164,7 @@ fn a_configs_rate_is_set_shown_removed_and_refused_when_out_of_range() {
 fn an_endpoints_rate_holds_across_two_instances_sharing_redis() {
     let _turn = crate::cluster::one_at_a_time();
     let test = "it::rate::an_endpoints_rate_holds_across_two_instances_sharing_redis";
-    let Some(cluster) = crate::support::cluster::Cluster::start(
-        test,
-        2,
-        &["--webhook-max-per-second", "1000"],
-    ) else {
+    let Some(cluster) = crate::support::cluster::Cluster::start(test, 2, &["--webhook-max-per-second", "1000"]) else {
         return;
     };
     let receiver = Receiver::start(Behaviour::Status(200));
