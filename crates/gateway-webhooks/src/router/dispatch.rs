@@ -77,7 +77,9 @@ impl WebhookRouter {
     /// a rate, or not known, goes through the line, which paces it by its endpoint too).
     pub(super) fn start_now(&self, webhook_id: i64) -> Option<(OwnedSemaphorePermit, RateTicket)> {
         let inner = &self.inner;
-        if inner.stopping.is_cancelled() || inner.waiting_immediate.load(Ordering::SeqCst) > 0 {
+        let waiting_for_endpoint = inner.endpoint_rates.waiting_for_endpoint.load(Ordering::SeqCst);
+        let in_line = inner.waiting_immediate.load(Ordering::SeqCst).saturating_sub(waiting_for_endpoint);
+        if inner.stopping.is_cancelled() || in_line > 0 {
             return None;
         }
         if inner.endpoint_rates.fresh(webhook_id, self.now()) != Some(None) {

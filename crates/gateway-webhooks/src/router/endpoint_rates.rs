@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gateway_core::runtime::sync::lock;
@@ -51,6 +52,10 @@ pub(crate) struct EndpointRates {
     /// Held by the one attempt that reads a config's rate: a burst of attempts to one endpoint whose entry went
     /// stale makes one read, not one each.
     reading: tokio::sync::Mutex<()>,
+    /// Immediate attempts waiting for their endpoint's rate: counted among the waiting immediate attempts (the
+    /// bound of their memory) but not in the line for slots and global starts, so they do not keep other
+    /// endpoints' deliveries off the fast path.
+    pub(crate) waiting_for_endpoint: AtomicUsize,
 }
 
 impl EndpointRates {
@@ -156,6 +161,12 @@ impl WebhookRouter {
 
     /// Waits for a start of the endpoint's rate, holding nothing else meanwhile.
     async fn wait_for_endpoint(&self, webhook_id: i64, limit: u32) -> RateTicket {
+        let waiting = &self.inner.endpoint_rates.waiting_for_endpoint;
+        waiting.fetch_add(1, Ordering::SeqCst);
+        // Counted down however the wait ends, also when the attempt is dropped at shutdown.
+        let _counted = scopeguard(|| {
+            waiting.fetch_sub(1, Ordering::SeqCst);
+        });
         loop {
             match self.try_endpoint_start(webhook_id, limit).await {
                 Ok(ticket) => return ticket,
@@ -196,4 +207,17 @@ impl WebhookRouter {
             }
         }
     }
+}
+
+/// Runs `done` when dropped.
+fn scopeguard<F: FnOnce()>(done: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(done) = self.0.take() {
+                done();
+            }
+        }
+    }
+    Guard(Some(done))
 }
