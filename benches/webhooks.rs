@@ -139,6 +139,7 @@ fn due_row_query(backend: &database::Backend) {
             created_at: now,
             inbound_secret: None,
             inbound_require_timestamp: false,
+            rate_limit_per_second: None,
         })
         .unwrap();
     fill(&database, config.id, delivered, due, now);

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use gateway_auth::{Auth, AuthPorts, OperatorToken};
 use gateway_core::{
-    CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EventPublisher, HeartbeatStore, InMemoryCapabilityMap,
-    InMemoryLiveness, IntakePorts, Leadership, LivenessMap, RateLimiter, SlidingWindowRate, SoleLeadership,
-    SystemClock, supervise_loop,
+    CapabilityMap, Clock, DecisionLogIntake, DispatchRate, EndpointRate, EventPublisher, HeartbeatStore,
+    InMemoryCapabilityMap, InMemoryLiveness, InProcessEndpointRate, IntakePorts, Leadership, LivenessMap, RateLimiter,
+    SlidingWindowRate, SoleLeadership, SystemClock, supervise_loop,
 };
 use gateway_cron::{
     CronPorts, CronScheduler, Mailbox, MailboxFeed, MailboxFeedConfig, MailboxFeedPorts, MailboxPorts, ReminderTools,
@@ -102,8 +102,17 @@ impl App {
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
             threads.push(redis.flusher);
         }
-        let Coordination { leadership, publisher, rate, liveness, heartbeats, capabilities, cluster, .. } =
-            coordination;
+        let Coordination {
+            leadership,
+            publisher,
+            rate,
+            liveness,
+            heartbeats,
+            capabilities,
+            cluster,
+            endpoint_rate,
+            ..
+        } = coordination;
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
                 liveness,
@@ -148,7 +157,7 @@ impl App {
             publisher: Arc::clone(&publisher),
             clock: Arc::clone(&clock),
         });
-        let webhooks = WebhookRouter::new(
+        let webhooks = WebhookRouter::with_endpoint_rate(
             RouterPorts {
                 store: Arc::new(store.clone()),
                 transport: Arc::new(UreqTransport::new(config.webhook_transport())),
@@ -158,6 +167,7 @@ impl App {
                 rate,
             },
             config.webhook_router(),
+            endpoint_rate,
         );
 
         let retention = DeliveryRetention::new(
@@ -271,6 +281,9 @@ struct Coordination {
     cluster: Cluster,
     /// The loops coordination needs, with Redis.
     redis: Option<RedisLoops>,
+    /// Each webhook endpoint's own rate: shared through Redis as `rate` is (and falling back with it), else in
+    /// this process.
+    endpoint_rate: Arc<dyn EndpointRate>,
 }
 
 struct RedisLoops {
@@ -302,6 +315,7 @@ impl Coordination {
                 capabilities: Arc::new(InMemoryCapabilityMap::new(heartbeat.max_tracked_agents)),
                 cluster: Cluster::Single { instance_id, since: clock.now(), epoch },
                 redis: None,
+                endpoint_rate: Arc::new(InProcessEndpointRate::per_second()),
             });
         };
         // Connects lazily: Redis need not be up for the gateway to start and serve.
@@ -345,6 +359,7 @@ impl Coordination {
             RateConfig::per_second(instance_id.as_str(), config.webhook_max_per_second()),
         )
         .map_err(|error| StartError::Redis(error.to_string()))?;
+        let endpoint_rate = Arc::new(rate.endpoint_rate());
         let shared = SharedLiveness::new(store.clone(), heartbeat.max_tracked_agents);
         let flusher = shared.start_flusher().map_err(StartError::Thread)?;
         Ok(Self {
@@ -357,6 +372,7 @@ impl Coordination {
             capabilities: Arc::new(shared),
             cluster: Cluster::Redis { leadership: leadership.clone(), members: members.clone(), since: clock.now() },
             redis: Some(RedisLoops { leadership, members, bridge, flusher }),
+            endpoint_rate,
         })
     }
 }

@@ -40,7 +40,7 @@ pub use ports::leadership::{
 };
 pub use ports::liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
 pub use ports::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, Receipt};
-pub use ports::rate::{DispatchRate, RateTicket, SlidingWindowRate};
+pub use ports::rate::{DispatchRate, EndpointRate, InProcessEndpointRate, RateTicket, SlidingWindowRate};
 pub use ports::rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};
 pub use ports::replay::{InMemoryCursor, InMemoryReplaySource, ReplaySource};
 pub use ports::runs::{CronJobRun, MisfirePolicy, RunOutcome, SkippedRun};

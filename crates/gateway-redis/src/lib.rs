@@ -14,4 +14,4 @@ pub use leadership::{
     Role, Term,
 };
 pub use members::{Member, RedisMembers};
-pub use rate::{RateConfig, RedisDispatchRate};
+pub use rate::{RateConfig, RedisDispatchRate, RedisEndpointRate};

@@ -12,14 +12,19 @@
 //! cluster may), and when Redis stops answering it takes over with the right history instead of an empty one.
 //! While Redis is unreachable the rate is per instance: `limit` per second on each (logged once per outage and
 //! counted, [`RedisDispatchRate::fallback_starts`]); one probe per [`RATE_PROBE_INTERVAL`] finds Redis again.
+//!
+//! [`RedisEndpointRate`] (from [`RedisDispatchRate::endpoint_rate`]) keeps each webhook endpoint's own rate
+//! (`rate_limit_per_second`) the same way, one sorted set per endpoint ([`ENDPOINT_RATE_KEY_PREFIX`] + the config
+//! id), over the same connection and outage state: when Redis stops answering, the global cap and every
+//! endpoint's rate fall back to this instance together, and come back together.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use gateway_core::runtime::sync::lock;
-use gateway_core::{DispatchRate, RateTicket, SlidingWindowRate};
+use gateway_core::{DispatchRate, EndpointRate, RateTicket, SlidingWindowRate};
 use redis::Script;
 use tracing::{info, warn};
 
@@ -28,6 +33,10 @@ use crate::error::check_instance_id;
 
 /// The sorted set of recent starts, shared by every instance.
 pub const RATE_KEY: &str = "gateway:dispatch-rate";
+/// An endpoint's sorted set of recent starts is this followed by its config's id.
+pub const ENDPOINT_RATE_KEY_PREFIX: &str = "gateway:dispatch-rate:endpoint:";
+/// Most endpoints whose logs one instance keeps before it drops those with no start left in the window.
+const KEPT_IDLE_ENDPOINTS: usize = 1024;
 /// The window of the rule: at most `limit` starts in any window this long.
 pub const RATE_WINDOW: Duration = Duration::from_secs(1);
 /// A start waits at most this long for Redis before it is decided in-process. Redis answers a loopback or LAN
@@ -85,16 +94,32 @@ impl RateConfig {
 /// rate.
 #[derive(Debug)]
 pub struct RedisDispatchRate {
+    link: Arc<Link>,
+    log: SharedLog,
+}
+
+/// What every log of one instance shares: the connection, whether Redis answers, the counters.
+#[derive(Debug)]
+struct Link {
     client: redis::Client,
     connection: Mutex<Option<SyncConnection>>,
     script: Script,
     config: RateConfig,
     window_micros: u64,
-    local: SlidingWindowRate,
-    tickets: Mutex<Tickets>,
+    /// Numbers every start of every log of this instance: members stay unique in every set, also after an
+    /// endpoint's log was dropped and made again.
+    sequence: AtomicU64,
     outage: Mutex<Outage>,
     fallback_starts: AtomicU64,
     outages: AtomicU64,
+}
+
+/// One sorted set of starts, and this instance's own starts of it.
+#[derive(Debug)]
+struct SharedLog {
+    key: String,
+    local: SlidingWindowRate,
+    tickets: Mutex<Tickets>,
 }
 
 /// redis-rs's synchronous connection, which has no `Debug`.
@@ -108,7 +133,6 @@ impl std::fmt::Debug for SyncConnection {
 
 #[derive(Debug, Default)]
 struct Tickets {
-    next: u64,
     /// The starts of the last window, oldest first: what `cancel` can still take back.
     issued: VecDeque<Issued>,
 }
@@ -142,49 +166,58 @@ impl RedisDispatchRate {
         if config.window.is_zero() || config.command_timeout.is_zero() || config.probe_interval.is_zero() {
             return Err(Error::Config("the rate's window, timeout and probe interval must be positive".into()));
         }
-        let local = SlidingWindowRate::new(config.limit, config.window);
-        Ok(Self {
+        let log = SharedLog::new(RATE_KEY.to_owned(), config.limit, config.window);
+        let link = Link {
             client: redis,
             connection: Mutex::new(None),
             script: Script::new(TRY_START),
             window_micros: u64::try_from(config.window.as_micros()).unwrap_or(u64::MAX),
             config,
-            local,
-            tickets: Mutex::new(Tickets::default()),
+            sequence: AtomicU64::new(0),
             outage: Mutex::new(Outage::default()),
             fallback_starts: AtomicU64::new(0),
             outages: AtomicU64::new(0),
-        })
+        };
+        Ok(Self { link: Arc::new(link), log })
+    }
+
+    /// The per-endpoint rates of this instance, over this rate's connection and outage state (and its window).
+    pub fn endpoint_rate(&self) -> RedisEndpointRate {
+        RedisEndpointRate { link: Arc::clone(&self.link), endpoints: Mutex::new(HashMap::new()) }
     }
 
     pub fn limit(&self) -> usize {
-        self.local.limit()
+        self.log.local.limit()
     }
 
-    /// Starts decided in-process because Redis did not answer (a counter for metrics).
+    /// Starts decided in-process because Redis did not answer (a counter for metrics), the endpoints' included.
     pub fn fallback_starts(&self) -> u64 {
-        self.fallback_starts.load(Ordering::Relaxed)
+        self.link.fallback_starts.load(Ordering::Relaxed)
     }
 
     /// Times Redis became unreachable (a counter for metrics).
     pub fn outages(&self) -> u64 {
-        self.outages.load(Ordering::Relaxed)
+        self.link.outages.load(Ordering::Relaxed)
     }
 
     /// Whether starts are decided in-process right now because Redis did not answer.
     pub fn is_falling_back(&self) -> bool {
-        lock(&self.outage).since.is_some()
+        self.link.is_falling_back()
     }
 
     /// When the shared log recorded `ticket`'s start, by Redis's clock; `None` for a start decided in-process or
     /// one that has left the window. For diagnostics, and for tests that check the rule on Redis's timeline.
     pub fn shared_start_time(&self, ticket: RateTicket) -> Option<SystemTime> {
-        let tickets = lock(&self.tickets);
-        let (_, at_micros) = tickets.issued.iter().find(|issued| issued.ticket == ticket)?.shared.as_ref()?;
-        SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(*at_micros))
+        self.log.shared_start_time(ticket)
+    }
+}
+
+impl Link {
+    fn is_falling_back(&self) -> bool {
+        lock(&self.outage).since.is_some()
     }
 
-    fn shared_start(&self, now: Instant, sequence: u64) -> Shared {
+    fn shared_start(&self, key: &str, limit: usize, now: Instant, sequence: u64) -> Shared {
         {
             let mut outage = lock(&self.outage);
             if let Some(next_probe) = outage.next_probe {
@@ -196,9 +229,9 @@ impl RedisDispatchRate {
             }
         }
         let member = format!("{}:{sequence}", self.config.instance_id);
-        let limit = u64::try_from(self.local.limit()).unwrap_or(u64::MAX);
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
         let outcome = self.with_connection(|connection| {
-            self.script.key(RATE_KEY).arg(limit).arg(self.window_micros).arg(&member).invoke::<(i64, i64)>(connection)
+            self.script.key(key).arg(limit).arg(self.window_micros).arg(&member).invoke::<(i64, i64)>(connection)
         });
         match outcome {
             Ok((1, at_micros)) => {
@@ -243,7 +276,7 @@ impl RedisDispatchRate {
         if outage.since.is_none() {
             outage.since = Some(now);
             self.outages.fetch_add(1, Ordering::Relaxed);
-            warn!(%error, limit = self.local.limit(), "redis unreachable: the outbound rate is kept per instance until it answers");
+            warn!(%error, limit = self.config.limit, "redis unreachable: the outbound rate (and every endpoint's) is kept per instance until it answers");
         }
     }
 
@@ -257,40 +290,38 @@ impl RedisDispatchRate {
     }
 }
 
-impl DispatchRate for RedisDispatchRate {
-    fn try_start(&self, now: Instant) -> Result<RateTicket, Duration> {
-        // This instance's own log first: if it is full, the shared one is too.
-        let local = self.local.try_start(now)?;
-        let sequence = {
-            let mut tickets = lock(&self.tickets);
-            tickets.next += 1;
-            tickets.next
-        };
-        let shared = match self.shared_start(now, sequence) {
+impl SharedLog {
+    fn new(key: String, limit: usize, window: Duration) -> Self {
+        Self { key, local: SlidingWindowRate::new(limit, window), tickets: Mutex::new(Tickets::default()) }
+    }
+
+    /// A start within `limit`: this instance's own log first (if it is full, the shared one is too), then the
+    /// shared one, or this instance's alone while Redis does not answer.
+    fn try_start(&self, link: &Link, limit: usize, now: Instant) -> Result<RateTicket, Duration> {
+        let limit = limit.max(1);
+        let local = self.local.try_start_within(limit, now)?;
+        let sequence = link.sequence.fetch_add(1, Ordering::Relaxed) + 1;
+        let shared = match link.shared_start(&self.key, limit, now, sequence) {
             Shared::Started { member, at_micros } => Some((member, at_micros)),
             Shared::Refused(wait) => {
                 self.local.cancel(local);
                 return Err(wait);
             }
             Shared::Unavailable => {
-                self.fallback_starts.fetch_add(1, Ordering::Relaxed);
+                link.fallback_starts.fetch_add(1, Ordering::Relaxed);
                 None
             }
         };
         let ticket = RateTicket(sequence);
         let mut tickets = lock(&self.tickets);
-        while tickets.issued.front().is_some_and(|issued| issued.at + self.config.window <= now) {
+        while tickets.issued.front().is_some_and(|issued| issued.at + link.config.window <= now) {
             tickets.issued.pop_front();
         }
         tickets.issued.push_back(Issued { ticket, at: now, local, shared });
         Ok(ticket)
     }
 
-    fn is_shared(&self) -> bool {
-        true
-    }
-
-    fn cancel(&self, ticket: RateTicket) {
+    fn cancel(&self, link: &Link, ticket: RateTicket) {
         let issued = {
             let mut tickets = lock(&self.tickets);
             let Some(position) = tickets.issued.iter().position(|issued| issued.ticket == ticket) else { return };
@@ -299,14 +330,80 @@ impl DispatchRate for RedisDispatchRate {
         let Some(issued) = issued else { return };
         self.local.cancel(issued.local);
         let Some((member, _)) = issued.shared else { return };
-        if self.is_falling_back() {
+        if link.is_falling_back() {
             // It leaves the shared window within a second anyway.
             return;
         }
         let removed =
-            self.with_connection(|connection| redis::cmd("ZREM").arg(RATE_KEY).arg(&member).query::<i64>(connection));
+            link.with_connection(|connection| redis::cmd("ZREM").arg(&self.key).arg(&member).query::<i64>(connection));
         if let Err(error) = removed {
-            self.went_down(Instant::now(), &error);
+            link.went_down(Instant::now(), &error);
         }
+    }
+
+    fn shared_start_time(&self, ticket: RateTicket) -> Option<SystemTime> {
+        let tickets = lock(&self.tickets);
+        let (_, at_micros) = tickets.issued.iter().find(|issued| issued.ticket == ticket)?.shared.as_ref()?;
+        SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(*at_micros))
+    }
+}
+
+impl DispatchRate for RedisDispatchRate {
+    fn try_start(&self, now: Instant) -> Result<RateTicket, Duration> {
+        self.log.try_start(&self.link, self.log.local.limit(), now)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn cancel(&self, ticket: RateTicket) {
+        self.log.cancel(&self.link, ticket);
+    }
+}
+
+/// The cluster-wide [`EndpointRate`]: each endpoint's starts in a sorted set of its own, by the rule and over the
+/// connection of the [`RedisDispatchRate`] it came from. One round trip per start, as the global cap's.
+#[derive(Debug)]
+pub struct RedisEndpointRate {
+    link: Arc<Link>,
+    endpoints: Mutex<HashMap<i64, Arc<SharedLog>>>,
+}
+
+impl RedisEndpointRate {
+    fn log(&self, endpoint: i64, limit: usize, now: Instant) -> Arc<SharedLog> {
+        let mut endpoints = lock(&self.endpoints);
+        if endpoints.len() >= KEPT_IDLE_ENDPOINTS {
+            endpoints.retain(|_, log| !log.local.is_idle(now));
+        }
+        let log = endpoints.entry(endpoint).or_insert_with(|| {
+            Arc::new(SharedLog::new(format!("{ENDPOINT_RATE_KEY_PREFIX}{endpoint}"), limit, self.link.config.window))
+        });
+        Arc::clone(log)
+    }
+
+    /// When the shared log of `endpoint` recorded `ticket`'s start, by Redis's clock (as
+    /// [`RedisDispatchRate::shared_start_time`]).
+    pub fn shared_start_time(&self, endpoint: i64, ticket: RateTicket) -> Option<SystemTime> {
+        let log = lock(&self.endpoints).get(&endpoint).cloned()?;
+        log.shared_start_time(ticket)
+    }
+}
+
+impl EndpointRate for RedisEndpointRate {
+    fn try_start(&self, endpoint: i64, limit: usize, now: Instant) -> Result<RateTicket, Duration> {
+        // Out of the map's lock: the round trip would hold every other endpoint's start behind it.
+        self.log(endpoint, limit, now).try_start(&self.link, limit, now)
+    }
+
+    fn cancel(&self, endpoint: i64, ticket: RateTicket) {
+        let log = lock(&self.endpoints).get(&endpoint).cloned();
+        if let Some(log) = log {
+            log.cancel(&self.link, ticket);
+        }
+    }
+
+    fn is_shared(&self) -> bool {
+        true
     }
 }

@@ -149,6 +149,7 @@ mod tests {
                 created_at: OffsetDateTime::now_utc(),
                 inbound_secret: None,
                 inbound_require_timestamp: false,
+                rate_limit_per_second: None,
             })
             .unwrap()
             .id

@@ -47,6 +47,7 @@ diesel::table! {
         previous_inbound_secret -> Nullable<Text>,
         inbound_secret_rotated_at -> Nullable<Timestamp>,
         inbound_require_timestamp -> Bool,
+        rate_limit_per_second -> Nullable<Integer>,
     }
 }
 

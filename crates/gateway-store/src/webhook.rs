@@ -10,7 +10,7 @@
 //! `claim_token` (meaningful only while `claimed_until` is set), so a new term can release a deposed leader's
 //! claims at once (`release_deposed_claims`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use diesel::pg::Pg;
 use diesel::prelude::*;
@@ -184,6 +184,7 @@ struct ConfigRow {
     previous_inbound_secret: Option<String>,
     inbound_secret_rotated_at: Option<PrimitiveDateTime>,
     inbound_require_timestamp: bool,
+    rate_limit_per_second: Option<i32>,
 }
 
 impl From<ConfigRow> for WebhookConfig {
@@ -203,6 +204,7 @@ impl From<ConfigRow> for WebhookConfig {
             previous_inbound_secret: row.previous_inbound_secret.map(WebhookSecret::new),
             inbound_secret_rotated_at: row.inbound_secret_rotated_at.map(from_db),
             inbound_require_timestamp: row.inbound_require_timestamp,
+            rate_limit_per_second: row.rate_limit_per_second.and_then(|rate| u32::try_from(rate).ok()),
         }
     }
 }
@@ -219,6 +221,7 @@ struct NewConfigRow<'a> {
     created_at: PrimitiveDateTime,
     inbound_secret: Option<&'a str>,
     inbound_require_timestamp: bool,
+    rate_limit_per_second: Option<i32>,
 }
 
 #[derive(Queryable, Selectable)]
@@ -350,25 +353,41 @@ struct NewAttemptRow<'a> {
 
 /// Due rows of one status, oldest first: a range scan of the `(status, next_retry_at)` index in index order,
 /// so neither a table scan nor a sort, however many rows are delivered or due.
+/// A due row as read: id, target URL, `next_retry_at`, config id.
+type DueRow = (i64, String, Option<PrimitiveDateTime>, i64);
+
 fn due_of_status(
     connection: &mut AnyConnection<'_>,
     status: DeliveryStatus,
     now: PrimitiveDateTime,
     limit: i64,
-) -> QueryResult<Vec<(i64, String, Option<PrimitiveDateTime>)>> {
-    let query = due_of_status_query(status.as_str(), now, limit);
+    skip_configs: &[i64],
+) -> QueryResult<Vec<DueRow>> {
+    let query = due_of_status_query(status.as_str(), now, limit, skip_configs.to_vec());
     on_backend!(connection, c => query.load(c))
 }
 
 /// The statement [`due_of_status`] runs, apart so that the plan test explains this very statement.
 #[diesel::dsl::auto_type]
-fn due_of_status_query(status: &'static str, now: PrimitiveDateTime, limit: i64) -> _ {
+fn due_of_status_query(status: &'static str, now: PrimitiveDateTime, limit: i64, skip_configs: Vec<i64>) -> _ {
     webhook_deliveries::table
         .filter(webhook_deliveries::status.eq(status))
         .filter(webhook_deliveries::next_retry_at.le(now))
+        .filter(webhook_deliveries::webhook_id.ne_all(skip_configs))
         .order((webhook_deliveries::next_retry_at.asc(), webhook_deliveries::id.asc()))
         .limit(limit)
-        .select((webhook_deliveries::id, webhook_deliveries::target_url, webhook_deliveries::next_retry_at))
+        .select((
+            webhook_deliveries::id,
+            webhook_deliveries::target_url,
+            webhook_deliveries::next_retry_at,
+            webhook_deliveries::webhook_id,
+        ))
+}
+
+/// A config's rate as its column holds it: the API bounds it far below `i32::MAX`, which a larger one saturates
+/// to (a limit no dispatcher reaches, as it asked).
+fn rate_to_db(rate: Option<u32>) -> Option<i32> {
+    rate.map(|rate| i32::try_from(rate).unwrap_or(i32::MAX))
 }
 
 #[derive(Queryable, Selectable)]
@@ -517,6 +536,7 @@ impl WebhookStore for DieselStore {
             created_at: to_db(config.created_at),
             inbound_secret: config.inbound_secret.as_ref().map(WebhookSecret::expose),
             inbound_require_timestamp: config.inbound_require_timestamp,
+            rate_limit_per_second: rate_to_db(config.rate_limit_per_second),
         };
         let created = self.with_connection("create webhook config", |connection| {
             on_backend!(connection, c => {
@@ -579,6 +599,7 @@ impl WebhookStore for DieselStore {
                 dsl::previous_inbound_secret.eq(changed.previous_inbound_secret.as_ref().map(WebhookSecret::expose)),
                 dsl::inbound_secret_rotated_at.eq(changed.inbound_secret_rotated_at.map(to_db)),
                 dsl::inbound_require_timestamp.eq(changed.inbound_require_timestamp),
+                dsl::rate_limit_per_second.eq(rate_to_db(changed.rate_limit_per_second)),
             ));
             let written = on_backend!(connection, c => write.returning(ConfigRow::as_returning()).get_result(c))?;
             // Deliveries not delivered yet (dead ones too: "Retry now" after fixing the URL is the point) go where
@@ -830,22 +851,46 @@ impl WebhookStore for DieselStore {
         .map(|due| u64::try_from(due).unwrap_or(0))
     }
 
-    fn due_deliveries(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<DueDelivery>, StoreError> {
+    fn due_deliveries_skipping(
+        &self,
+        now: OffsetDateTime,
+        limit: usize,
+        skip_configs: &[i64],
+    ) -> Result<Vec<DueDelivery>, StoreError> {
         let now = to_db(now);
         let sql_limit = i64::try_from(limit).unwrap_or(i64::MAX);
         // One index range per status, merged here: `status IN (…) ORDER BY next_retry_at` would sort every due
         // row of both statuses before applying the limit.
         let mut due = Vec::new();
-        self.with_connection("read due webhook deliveries", |connection| {
+        let rates: HashMap<i64, Option<i32>> = self.with_connection("read due webhook deliveries", |connection| {
             for status in AWAITING_ATTEMPT {
-                due.extend(due_of_status(connection, status, now, sql_limit)?);
+                due.extend(due_of_status(connection, status, now, sql_limit, skip_configs)?);
             }
-            Ok(())
+            // The configs' rates by a second read of their primary keys, not a join: the due read stays the one
+            // index range per status that the plan test checks.
+            let mut configs: Vec<i64> = due.iter().map(|(_, _, _, webhook_id)| *webhook_id).collect();
+            configs.sort_unstable();
+            configs.dedup();
+            let query = webhook_configs::table
+                .filter(webhook_configs::id.eq_any(configs))
+                .select((webhook_configs::id, webhook_configs::rate_limit_per_second));
+            let rates: Vec<(i64, Option<i32>)> = on_backend!(connection, c => query.load(c))?;
+            Ok(rates.into_iter().collect())
         })?;
         let mut due: Vec<DueDelivery> = due
             .into_iter()
-            .filter_map(|(id, target_url, next_retry_at)| {
-                Some(DueDelivery { id, target_url, next_retry_at: from_db(next_retry_at?) })
+            .filter_map(|(id, target_url, next_retry_at, webhook_id)| {
+                Some(DueDelivery {
+                    id,
+                    target_url,
+                    next_retry_at: from_db(next_retry_at?),
+                    webhook_id,
+                    rate_limit_per_second: rates
+                        .get(&webhook_id)
+                        .copied()
+                        .flatten()
+                        .and_then(|rate| u32::try_from(rate).ok()),
+                })
             })
             .collect();
         due.sort_by_key(|row| (row.next_retry_at, row.id));

@@ -135,6 +135,7 @@ mod tests {
             previous_inbound_secret: None,
             inbound_secret_rotated_at: None,
             inbound_require_timestamp: false,
+            rate_limit_per_second: None,
         }
     }
 

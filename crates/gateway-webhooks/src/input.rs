@@ -15,6 +15,9 @@ pub const MAX_SECRET_BYTES: usize = 1024;
 pub const DEFAULT_PAGE_SIZE: usize = 100;
 /// Largest page the inspector returns.
 pub const MAX_PAGE_SIZE: usize = 500;
+/// Largest accepted `rate_limit_per_second` of a config: the ceiling `--webhook-max-per-second` has, above which an
+/// endpoint's own rate could never be the one that binds.
+pub const MAX_RATE_LIMIT_PER_SECOND: u32 = 100_000;
 
 /// A webhook config as an operator submits it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +32,8 @@ pub struct WebhookConfigDraft {
     pub inbound_secret: Option<WebhookSecret>,
     /// Only Standard Webhooks signatures with a fresh timestamp are accepted inbound.
     pub inbound_require_timestamp: bool,
+    /// The endpoint's own rate, as given (checked by [`check_rate_limit`]); `None`: only the global cap.
+    pub rate_limit_per_second: Option<i64>,
 }
 
 fn check_text(field: &'static str, value: &str) -> Result<(), String> {
@@ -81,8 +86,24 @@ impl WebhookConfigDraft {
         if let Some(inbound) = &self.inbound_secret {
             check_secret(inbound).map_err(|problem| invalid("inbound_secret", problem))?;
         }
+        if let Some(rate) = self.rate_limit_per_second {
+            check_rate_limit(rate)?;
+        }
         check_secrets_differ(&self.secret, self.inbound_secret.as_ref())
     }
+}
+
+/// A config's `rate_limit_per_second`: a whole number of attempt starts per second, 1 to
+/// [`MAX_RATE_LIMIT_PER_SECOND`].
+pub fn check_rate_limit(rate: i64) -> Result<u32, WebhookError> {
+    u32::try_from(rate).ok().filter(|rate| (1..=MAX_RATE_LIMIT_PER_SECOND).contains(rate)).ok_or_else(|| {
+        WebhookError::InvalidConfig {
+            field: "rate_limit_per_second",
+            problem: format!(
+                "must be an integer from 1 to {MAX_RATE_LIMIT_PER_SECOND} (attempt starts per second), or null for none"
+            ),
+        }
+    })
 }
 
 /// An inbound secret equal to the outbound one would verify what the gateway itself signed and sent out: the
@@ -119,7 +140,7 @@ pub fn check_config_change(change: &WebhookConfigChange) -> Result<(), WebhookEr
         return Err(invalid(
             "body",
             "name at least one of target_url, agent_intent, target_session, secret, inbound_secret, \
-             inbound_require_timestamp, revoke_previous"
+             inbound_require_timestamp, revoke_previous, rate_limit_per_second"
                 .into(),
         ));
     }
@@ -139,6 +160,9 @@ pub fn check_config_change(change: &WebhookConfigChange) -> Result<(), WebhookEr
     }
     if let (Some(secret), Some(inbound)) = (&change.secret, &change.inbound_secret) {
         check_secrets_differ(secret, Some(inbound))?;
+    }
+    if let Some(Some(rate)) = change.rate_limit_per_second {
+        check_rate_limit(i64::from(rate))?;
     }
     Ok(())
 }
@@ -186,7 +210,28 @@ mod tests {
             secret: WebhookSecret::new("It's a Secret to Everybody"),
             inbound_secret: None,
             inbound_require_timestamp: false,
+            rate_limit_per_second: None,
         }
+    }
+
+    #[test]
+    fn a_rate_limit_is_a_whole_number_from_one_to_the_maximum() {
+        let with_rate = |rate| WebhookConfigDraft { rate_limit_per_second: Some(rate), ..draft() };
+        for rate in [1, 2, i64::from(MAX_RATE_LIMIT_PER_SECOND)] {
+            assert_eq!(with_rate(rate).validate(), Ok(()), "{rate}");
+            assert_eq!(check_rate_limit(rate).map(i64::from), Ok(rate));
+        }
+        for rate in [0, -1, i64::from(MAX_RATE_LIMIT_PER_SECOND) + 1, i64::from(u32::MAX) + 2, i64::MIN] {
+            let Err(WebhookError::InvalidConfig { field, .. }) = with_rate(rate).validate() else {
+                panic!("{rate} accepted")
+            };
+            assert_eq!(field, "rate_limit_per_second");
+        }
+        let change = |rate| WebhookConfigChange { rate_limit_per_second: Some(rate), ..WebhookConfigChange::default() };
+        assert_eq!(check_config_change(&change(None)), Ok(()), "null removes it");
+        assert_eq!(check_config_change(&change(Some(3))), Ok(()));
+        assert!(check_config_change(&change(Some(0))).is_err());
+        assert!(check_config_change(&change(Some(MAX_RATE_LIMIT_PER_SECOND + 1))).is_err());
     }
 
     #[test]

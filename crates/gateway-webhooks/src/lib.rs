@@ -14,7 +14,10 @@ pub mod standard;
 pub mod transport;
 
 pub use error::WebhookError;
-pub use input::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_TEXT_FIELD_BYTES, WebhookConfigDraft};
+pub use input::{
+    DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, MAX_RATE_LIMIT_PER_SECOND, MAX_TEXT_FIELD_BYTES, WebhookConfigDraft,
+    check_rate_limit,
+};
 pub use replay::INBOUND_REPLAY_WINDOW;
 pub use retention::{DeliveryRetention, RETENTION, RetentionConfig, RetentionPorts};
 pub use retry::{MAX_ATTEMPTS, RETRY_SCHEDULE, RetrySchedule, ScheduleError};

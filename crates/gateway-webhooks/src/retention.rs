@@ -170,6 +170,7 @@ mod tests {
                 created_at: clock.now(),
                 inbound_secret: None,
                 inbound_require_timestamp: false,
+                rate_limit_per_second: None,
             })
             .unwrap();
         let old = clock.now();

@@ -200,6 +200,18 @@ impl JsonObject {
         self.take_as(field, "an integer")
     }
 
+    /// An integer field where `null` means something (remove it): absent is `None`, `null` is `Some(None)`.
+    pub(crate) fn take_nullable_i64(&mut self, field: &'static str) -> Result<Option<Option<i64>>, ApiError> {
+        match self.fields.get(field).map(|raw| raw.get() == "null") {
+            None => Ok(None),
+            Some(true) => {
+                self.fields.remove(field);
+                Ok(Some(None))
+            }
+            Some(false) => self.take_i64(field).map(Some),
+        }
+    }
+
     pub(crate) fn take_bool(&mut self, field: &'static str) -> Result<Option<bool>, ApiError> {
         self.take_as(field, "true or false")
     }

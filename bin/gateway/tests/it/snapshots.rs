@@ -334,6 +334,9 @@ fn every_routes_answers_match_their_snapshots() {
     r.operator("webhook_config", "GET", "/gateway/webhook-configs/999", None);
     r.operator("webhook_config", "GET", "/gateway/webhook-configs/x", None);
     r.operator("webhook_config", "PUT", &config_path, Some(json!({})));
+    r.operator("webhook_config", "PATCH", &config_path, Some(json!({"rate_limit_per_second": 2})));
+    r.operator("webhook_config", "PATCH", &config_path, Some(json!({"rate_limit_per_second": 0})));
+    r.operator("webhook_config", "PATCH", &config_path, Some(json!({"rate_limit_per_second": null})));
 
     let inbound = format!("/gateway/webhooks/{webhook}");
     let payload = br#"{"ref":"main"}"#;

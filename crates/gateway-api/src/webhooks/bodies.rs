@@ -2,7 +2,7 @@
 //! by field) and what they answer, with their schemas derived from these types.
 //!
 //! The answers' fields are in alphabetical order, the order they had when the handlers built them as JSON maps:
-//! the same bytes.
+//! the same bytes; fields added since come after them.
 
 use gateway_core::{Delivery, DeliveryAttempt, DeliveryStatus, WebhookConfig, encoding::rfc3339};
 use serde::{Deserialize, Serialize};
@@ -87,6 +87,18 @@ fn inbound_secret_rotated_at() -> ObjectBuilder {
     )
 }
 
+fn rate_limit_per_second() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
+        .minimum(Some(1))
+        .maximum(Some(gateway_webhooks::MAX_RATE_LIMIT_PER_SECOND))
+        .description(Some(
+            "At most this many attempts to this endpoint start in any one second, inside the global \
+             `--webhook-max-per-second` cap (cluster-wide with Redis). Absent or null on create: none (only the global \
+             cap); null in a PATCH removes it.",
+        ))
+}
+
 // `POST /gateway/webhook-configs`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -108,6 +120,8 @@ pub struct WebhookConfigCreate {
     inbound_secret: String,
     #[schema(schema_with = require_timestamp, required = false)]
     inbound_require_timestamp: bool,
+    #[schema(schema_with = rate_limit_per_second, required = false)]
+    rate_limit_per_second: Option<u32>,
 }
 
 // `PATCH /gateway/webhook-configs/{id}`: any of the fields, at least one ([`WebhookConfigChange`] adds that).
@@ -129,6 +143,8 @@ pub struct WebhookConfigChangeFields {
     inbound_require_timestamp: bool,
     #[schema(schema_with = revoke_previous, required = false)]
     revoke_previous: bool,
+    #[schema(schema_with = rate_limit_per_second, required = false)]
+    rate_limit_per_second: Option<u32>,
 }
 
 /// The schema of a config's change: its fields, at least one. (utoipa's `min_properties` writes `maxProperties`,
@@ -174,6 +190,8 @@ pub struct WebhookConfigBody<'a> {
     pub source_identifier: &'a str,
     pub target_session: &'a str,
     pub target_url: &'a str,
+    #[schema(schema_with = rate_limit_per_second, required = true)]
+    pub rate_limit_per_second: Option<u32>,
 }
 
 impl<'a> WebhookConfigBody<'a> {
@@ -190,6 +208,7 @@ impl<'a> WebhookConfigBody<'a> {
             source_identifier: &config.source_identifier,
             target_session: &config.target_session,
             target_url: &config.target_url,
+            rate_limit_per_second: config.rate_limit_per_second,
         }
     }
 }

@@ -194,6 +194,7 @@ macro_rules! webhook_store_conformance {
             a_fan_out_wider_than_its_bound_writes_nothing,
             concurrent_fan_outs_with_one_key_publish_exactly_once,
             recover_resets_the_dead_rows_of_one_config_in_a_window_a_batch_at_a_time,
+            a_configs_own_rate_round_trips_and_due_rows_carry_it_or_are_skipped_by_config,
         );
     };
 }
@@ -370,6 +371,22 @@ macro_rules! dispatch_rate_conformance {
             a_cancelled_start_gives_its_place_back_once,
             cancelling_a_start_that_left_the_window_frees_nothing,
             concurrent_starts_take_exactly_the_limit_with_distinct_tickets,
+        );
+    };
+}
+
+/// Every rule of [`conformance::rate`](crate::conformance::rate) for an [`crate::EndpointRate`], in a module
+/// `endpoint_rate`. `$fixture`: an `Option<F>` where `F` dereferences to an
+/// [`EndpointRateFixture`](crate::conformance::rate::EndpointRateFixture).
+#[macro_export]
+macro_rules! endpoint_rate_conformance {
+    ($fixture:expr) => {
+        $crate::__fixture_conformance_tests!(endpoint_rate, rate, $fixture;
+            each_endpoint_has_its_own_limit_and_window,
+            a_refused_endpoint_start_is_told_when_one_may_start,
+            a_cancelled_endpoint_start_frees_only_its_endpoint,
+            a_changed_limit_applies_from_the_next_start,
+            concurrent_endpoint_starts_take_exactly_the_limit,
         );
     };
 }

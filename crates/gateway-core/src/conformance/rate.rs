@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::timeline::Timeline;
-use crate::{DispatchRate, RateTicket};
+use crate::{DispatchRate, EndpointRate, RateTicket};
 
 /// How a rule gets the implementation under test.
 pub trait DispatchRateFixture {
@@ -125,5 +125,82 @@ pub fn concurrent_starts_take_exactly_the_limit_with_distinct_tickets<F: Dispatc
         callers.into_iter().flat_map(|caller| caller.join().expect("a caller thread")).collect()
     });
     assert_eq!(tickets.len(), LIMIT, "80 starts at once against a limit of {LIMIT}");
+    assert_eq!(tickets.iter().collect::<HashSet<_>>().len(), LIMIT, "tickets {tickets:?}");
+}
+
+/// How a rule of the per-endpoint rate gets the implementation under test.
+pub trait EndpointRateFixture {
+    /// Per-endpoint logs of `window` that have recorded no start yet.
+    fn endpoint_rate(&self, window: Duration) -> Box<dyn EndpointRate>;
+
+    /// The time the rate's callers pass.
+    fn timeline(&self) -> &dyn Timeline;
+}
+
+/// Endpoints are counted apart: one at its limit refuses, and the others, with their own limits, still start.
+pub fn each_endpoint_has_its_own_limit_and_window<F: EndpointRateFixture + ?Sized>(fixture: &F) {
+    let rate = fixture.endpoint_rate(LONG);
+    let time = fixture.timeline();
+    for n in 1..=2 {
+        started(rate.try_start(1, 2, time.now()), &format!("endpoint 1, start {n} of a limit of 2"));
+    }
+    let wait = refused(rate.try_start(1, 2, time.now()), "endpoint 1, start 3 of a limit of 2");
+    assert!(wait > Duration::ZERO && wait <= LONG, "wait {wait:?}");
+    for n in 1..=3 {
+        started(rate.try_start(2, 3, time.now()), &format!("endpoint 2, start {n} of a limit of 3 beside a full 1"));
+    }
+    refused(rate.try_start(2, 3, time.now()), "endpoint 2, start 4 of a limit of 3");
+    refused(rate.try_start(1, 2, time.now()), "endpoint 1 still full");
+}
+
+/// Waiting out an endpoint's refusal is enough for its next start.
+pub fn a_refused_endpoint_start_is_told_when_one_may_start<F: EndpointRateFixture + ?Sized>(fixture: &F) {
+    let rate = fixture.endpoint_rate(SHORT);
+    let time = fixture.timeline();
+    started(rate.try_start(7, 1, time.now()), "the first start");
+    let wait = refused(rate.try_start(7, 1, time.now()), "the second start of a limit of 1");
+    assert!(wait > Duration::ZERO && wait <= SHORT, "wait {wait:?}");
+    time.wait(wait + time.slack());
+    started(rate.try_start(7, 1, time.now()), "a start once the wait is over");
+}
+
+/// A cancelled start gives its place back to its endpoint, once; the other endpoints' logs are untouched.
+pub fn a_cancelled_endpoint_start_frees_only_its_endpoint<F: EndpointRateFixture + ?Sized>(fixture: &F) {
+    let rate = fixture.endpoint_rate(LONG);
+    let time = fixture.timeline();
+    let first = started(rate.try_start(1, 1, time.now()), "endpoint 1's start");
+    started(rate.try_start(2, 1, time.now()), "endpoint 2's start");
+    rate.cancel(1, first);
+    refused(rate.try_start(2, 1, time.now()), "endpoint 2 after endpoint 1's start was cancelled");
+    started(rate.try_start(1, 1, time.now()), "endpoint 1 in the place its cancelled start gave back");
+    rate.cancel(1, first);
+    refused(rate.try_start(1, 1, time.now()), "endpoint 1 after cancelling the same ticket twice");
+}
+
+/// A limit passed with a start applies to that start: raised, more may start at once; lowered, fewer.
+pub fn a_changed_limit_applies_from_the_next_start<F: EndpointRateFixture + ?Sized>(fixture: &F) {
+    let rate = fixture.endpoint_rate(LONG);
+    let time = fixture.timeline();
+    started(rate.try_start(3, 1, time.now()), "the first start of a limit of 1");
+    refused(rate.try_start(3, 1, time.now()), "a second start of a limit of 1");
+    started(rate.try_start(3, 2, time.now()), "a second start once the limit is 2");
+    refused(rate.try_start(3, 2, time.now()), "a third start of a limit of 2");
+    refused(rate.try_start(3, 1, time.now()), "a start once the limit is back to 1");
+}
+
+/// Starts of one endpoint from many threads at once: exactly its limit succeed.
+pub fn concurrent_endpoint_starts_take_exactly_the_limit<F: EndpointRateFixture + ?Sized>(fixture: &F) {
+    const LIMIT: usize = 4;
+    let rate = fixture.endpoint_rate(LONG);
+    let (rate, time) = (&*rate, fixture.timeline());
+    let tickets: Vec<RateTicket> = std::thread::scope(|scope| {
+        let callers: Vec<_> = (0..6)
+            .map(|_| {
+                scope.spawn(|| (0..5).filter_map(|_| rate.try_start(9, LIMIT, time.now()).ok()).collect::<Vec<_>>())
+            })
+            .collect();
+        callers.into_iter().flat_map(|caller| caller.join().expect("a caller thread")).collect()
+    });
+    assert_eq!(tickets.len(), LIMIT, "30 starts at once against a limit of {LIMIT}");
     assert_eq!(tickets.iter().collect::<HashSet<_>>().len(), LIMIT, "tickets {tickets:?}");
 }

@@ -36,6 +36,7 @@ fn new_config(source: &str, event_type: &str, at: OffsetDateTime) -> NewWebhookC
         created_at: at,
         inbound_secret: None,
         inbound_require_timestamp: false,
+        rate_limit_per_second: None,
     }
 }
 
@@ -700,7 +701,13 @@ pub fn due_rows_are_oldest_first_across_pending_and_failed_ties_by_id_never_deli
     let last = store.due_deliveries(at + Duration::days(1), 10).expect("due").pop();
     assert_eq!(
         last,
-        Some(DueDelivery { id: id(7), target_url: "https://example.com/b".into(), next_retry_at: seconds(100) })
+        Some(DueDelivery {
+            id: id(7),
+            target_url: "https://example.com/b".into(),
+            next_retry_at: seconds(100),
+            webhook_id: config.id,
+            rate_limit_per_second: None,
+        })
     );
 }
 
@@ -753,7 +760,13 @@ pub fn a_claim_hides_the_row_until_its_lease_ends_and_only_the_claimant_records(
     assert!(due_ids(store, due_at - Duration::milliseconds(1), 10).is_empty());
     assert_eq!(
         store.due_deliveries(due_at, 10).expect("due"),
-        [DueDelivery { id: row.id, target_url: row.target_url.clone(), next_retry_at: due_at }]
+        [DueDelivery {
+            id: row.id,
+            target_url: row.target_url.clone(),
+            next_retry_at: due_at,
+            webhook_id: config.id,
+            rate_limit_per_second: None,
+        }]
     );
     assert!(store.claim(&[row.id], due_at - Duration::milliseconds(1), due_at + LEASE).expect("claim").is_empty());
 
@@ -1195,4 +1208,44 @@ pub fn recover_resets_the_dead_rows_of_one_config_in_a_window_a_batch_at_a_time(
     assert!(due_ids(store, now, 10).contains(&last.id), "a recovered row is due at once");
     let unknown = store.recover_dead(other.id + 1_000, &window, 0, now, 10).expect("recover");
     assert!(unknown.is_empty());
+}
+
+/// A config's own rate (`rate_limit_per_second`) is stored as created, changed or removed by an update (and left as
+/// it is by one that does not name it); every due row carries its config's current rate; and the poll's read can
+/// leave out the rows of given configs (endpoints whose rate is spent), reading the others' in their place.
+pub fn a_configs_own_rate_round_trips_and_due_rows_carry_it_or_are_skipped_by_config(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let limited = store
+        .create_config(&NewWebhookConfig { rate_limit_per_second: Some(2), ..new_config("slow", "push", at) })
+        .expect("create config");
+    assert_eq!(limited.rate_limit_per_second, Some(2));
+    assert_eq!(store.config(limited.id).expect("read").expect("found").rate_limit_per_second, Some(2));
+    let open = config(store, "fast", at);
+    assert_eq!(open.rate_limit_per_second, None);
+    let seconds = |n: i64| at + Duration::seconds(n);
+    // The limited config's rows are the oldest: a read of three sees only them unless it skips that config.
+    let slow: Vec<i64> = (0..3).map(|n| insert(store, &new_delivery(limited.id, "s", seconds(n))).id).collect();
+    let fast: Vec<i64> = (10..12).map(|n| insert(store, &new_delivery(open.id, "s", seconds(n))).id).collect();
+    let later = at + Duration::days(1);
+    let due = store.due_deliveries(later, 3).expect("due");
+    assert_eq!(due.iter().map(|row| row.id).collect::<Vec<_>>(), slow);
+    assert!(due.iter().all(|row| row.webhook_id == limited.id && row.rate_limit_per_second == Some(2)), "{due:?}");
+    let skipping = store.due_deliveries_skipping(later, 3, &[limited.id]).expect("due");
+    assert_eq!(skipping.iter().map(|row| row.id).collect::<Vec<_>>(), fast, "the limited config skipped");
+    assert!(skipping.iter().all(|row| row.webhook_id == open.id && row.rate_limit_per_second.is_none()));
+    assert!(store.due_deliveries_skipping(later, 10, &[limited.id, open.id]).expect("due").is_empty());
+
+    let change = |rate| WebhookConfigChange { rate_limit_per_second: Some(rate), ..WebhookConfigChange::default() };
+    let raised = store.update_config(limited.id, &change(Some(40)), seconds(1)).expect("update").expect("found");
+    assert_eq!(raised.rate_limit_per_second, Some(40));
+    assert_eq!(store.due_deliveries(later, 1).expect("due")[0].rate_limit_per_second, Some(40), "read as it is now");
+    let other = WebhookConfigChange { agent_intent: Some("triage".into()), ..WebhookConfigChange::default() };
+    let kept = store.update_config(limited.id, &other, seconds(2)).expect("update").expect("found");
+    assert_eq!(kept.rate_limit_per_second, Some(40), "an update that does not name it keeps it");
+    let removed = store.update_config(limited.id, &change(None), seconds(3)).expect("update").expect("found");
+    assert_eq!(removed.rate_limit_per_second, None);
+    assert_eq!(store.config(limited.id).expect("read").expect("found").rate_limit_per_second, None);
+    assert_eq!(store.due_deliveries(later, 1).expect("due")[0].rate_limit_per_second, None);
 }

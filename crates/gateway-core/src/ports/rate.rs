@@ -45,7 +45,7 @@ pub struct SlidingWindowRate {
 #[derive(Debug, Default)]
 struct Starts {
     next_ticket: u64,
-    /// The starts of the last `window`, oldest first; never more than `limit`.
+    /// The starts of the last `window`, oldest first; never more than the largest limit a start was checked against.
     recent: VecDeque<(Instant, RateTicket)>,
 }
 
@@ -64,17 +64,28 @@ impl SlidingWindowRate {
     pub fn limit(&self) -> usize {
         self.limit
     }
+
+    /// No start of the window that ends at `now` is left in the log (a keeper of many logs may drop it).
+    pub fn is_idle(&self, now: Instant) -> bool {
+        lock(&self.starts).recent.back().is_none_or(|(at, _)| *at + self.window <= now)
+    }
 }
 
-impl DispatchRate for SlidingWindowRate {
-    fn try_start(&self, now: Instant) -> Result<RateTicket, Duration> {
+impl SlidingWindowRate {
+    /// [`DispatchRate::try_start`] against `limit` instead of the rate's own (at least one): what a per-endpoint log
+    /// whose limit may change between starts uses. A lowered limit leaves more starts in the log than it allows;
+    /// the wait is then until enough of them have left it.
+    pub fn try_start_within(&self, limit: usize, now: Instant) -> Result<RateTicket, Duration> {
+        let limit = limit.max(1);
         let mut starts = lock(&self.starts);
         // A start exactly one window ago is outside the window that ends now: windows are half-open.
         while starts.recent.front().is_some_and(|(at, _)| *at + self.window <= now) {
             starts.recent.pop_front();
         }
-        if let Some((oldest, _)) = starts.recent.front().filter(|_| starts.recent.len() >= self.limit) {
-            return Err(*oldest + self.window - now);
+        if let Some(excess) = starts.recent.len().checked_sub(limit)
+            && let Some((blocking, _)) = starts.recent.get(excess)
+        {
+            return Err(*blocking + self.window - now);
         }
         let ticket = RateTicket(starts.next_ticket);
         starts.next_ticket += 1;
@@ -84,11 +95,79 @@ impl DispatchRate for SlidingWindowRate {
         starts.recent.insert(position, (now, ticket));
         Ok(ticket)
     }
+}
+
+impl DispatchRate for SlidingWindowRate {
+    fn try_start(&self, now: Instant) -> Result<RateTicket, Duration> {
+        self.try_start_within(self.limit, now)
+    }
 
     fn cancel(&self, ticket: RateTicket) {
         let mut starts = lock(&self.starts);
         if let Some(position) = starts.recent.iter().rposition(|(_, held)| *held == ticket) {
             starts.recent.remove(position);
+        }
+    }
+}
+
+/// Counts the outbound request starts of each webhook endpoint (a config's optional `rate_limit_per_second`), apart
+/// from the global [`DispatchRate`]: an attempt to a limited endpoint needs a start of both. The rule per endpoint is
+/// the global one's (an exact sliding log); each endpoint has a log of its own, and its limit is passed with every
+/// start, so a changed limit applies from the next start on.
+pub trait EndpointRate: Send + Sync + Debug {
+    /// Records a start of `endpoint` at `now` if fewer than `limit` of its starts happened in the window before it;
+    /// otherwise how long until one may.
+    fn try_start(&self, endpoint: i64, limit: usize, now: Instant) -> Result<RateTicket, Duration>;
+
+    /// Takes back a start of `endpoint` that did not happen.
+    fn cancel(&self, endpoint: i64, ticket: RateTicket);
+
+    /// Whether the logs are shared with other processes (each call a round trip), as [`DispatchRate::is_shared`].
+    fn is_shared(&self) -> bool {
+        false
+    }
+}
+
+/// Most endpoints whose logs [`InProcessEndpointRate`] keeps before it drops those with no start left in the window.
+const KEPT_IDLE_ENDPOINTS: usize = 1024;
+
+/// [`EndpointRate`] in this process (and the fake): one [`SlidingWindowRate`] per endpoint, made at its first
+/// start, each start checked against the limit it brings.
+#[derive(Debug)]
+pub struct InProcessEndpointRate {
+    window: Duration,
+    endpoints: Mutex<std::collections::HashMap<i64, SlidingWindowRate>>,
+}
+
+impl InProcessEndpointRate {
+    pub fn new(window: Duration) -> Self {
+        Self { window, endpoints: Mutex::new(std::collections::HashMap::new()) }
+    }
+
+    pub fn per_second() -> Self {
+        Self::new(Duration::from_secs(1))
+    }
+}
+
+impl Default for InProcessEndpointRate {
+    fn default() -> Self {
+        Self::per_second()
+    }
+}
+
+impl EndpointRate for InProcessEndpointRate {
+    fn try_start(&self, endpoint: i64, limit: usize, now: Instant) -> Result<RateTicket, Duration> {
+        let mut endpoints = lock(&self.endpoints);
+        if endpoints.len() >= KEPT_IDLE_ENDPOINTS {
+            endpoints.retain(|_, rate| !rate.is_idle(now));
+        }
+        let rate = endpoints.entry(endpoint).or_insert_with(|| SlidingWindowRate::new(limit, self.window));
+        rate.try_start_within(limit, now)
+    }
+
+    fn cancel(&self, endpoint: i64, ticket: RateTicket) {
+        if let Some(rate) = lock(&self.endpoints).get(&endpoint) {
+            rate.cancel(ticket);
         }
     }
 }
@@ -114,6 +193,32 @@ mod tests {
     }
 
     crate::dispatch_rate_conformance!(Some(Box::<InProcess>::default()));
+
+    impl crate::conformance::rate::EndpointRateFixture for InProcess {
+        fn endpoint_rate(&self, window: Duration) -> Box<dyn EndpointRate> {
+            Box::new(InProcessEndpointRate::new(window))
+        }
+
+        fn timeline(&self) -> &dyn Timeline {
+            &self.0
+        }
+    }
+
+    crate::endpoint_rate_conformance!(Some(Box::<InProcess>::default()));
+
+    #[test]
+    fn idle_endpoints_are_dropped_past_the_kept_number_and_busy_ones_kept() {
+        let rate = InProcessEndpointRate::per_second();
+        let start = Instant::now();
+        assert!(rate.try_start(-1, 1, start + ms(1500)).is_ok());
+        for endpoint in 0..KEPT_IDLE_ENDPOINTS as i64 {
+            assert!(rate.try_start(endpoint, 1, start).is_ok());
+        }
+        // A second later every log but -1's is empty: the next start drops them, and -1 still refuses.
+        assert!(rate.try_start(5000, 1, start + ms(2000)).is_ok());
+        assert_eq!(lock(&rate.endpoints).len(), 2);
+        assert!(rate.try_start(-1, 1, start + ms(2000)).is_err());
+    }
 
     fn ms(millis: u64) -> Duration {
         Duration::from_millis(millis)

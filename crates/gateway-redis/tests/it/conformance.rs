@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_core::conformance::leadership::LeadershipFixture;
-use gateway_core::conformance::rate::DispatchRateFixture;
+use gateway_core::conformance::rate::{DispatchRateFixture, EndpointRateFixture};
 use gateway_core::conformance::rate_limit::RateLimiterFixture;
 use gateway_core::conformance::timeline::{RealTimeline, Timeline};
-use gateway_core::{BackgroundLoop, DispatchRate, EpochGate, FencingEpoch, FencingToken, Leadership, RateLimiter};
+use gateway_core::{
+    BackgroundLoop, DispatchRate, EndpointRate, EpochGate, FencingEpoch, FencingToken, Leadership, RateLimiter,
+};
 use gateway_redis::leadership::LEADER_KEY;
 use gateway_redis::{
     LeadershipConfig, LeadershipPorts, LimiterConfig, RateConfig, RedisDispatchRate, RedisLeadership, RedisRateLimiter,
@@ -159,6 +161,27 @@ mod outbound_rate {
     use super::*;
 
     gateway_core::dispatch_rate_conformance!(
+        RedisServer::start_or_skip(module_path!()).map(|redis| Box::new(SharedRate { redis }))
+    );
+}
+
+impl EndpointRateFixture for SharedRate {
+    fn endpoint_rate(&self, window: Duration) -> Box<dyn EndpointRate> {
+        flush(&self.redis);
+        let config = RateConfig { window, ..RateConfig::per_second("conformance", 5) };
+        let global = RedisDispatchRate::new(redis::Client::open(self.redis.url()).unwrap(), config).unwrap();
+        Box::new(global.endpoint_rate())
+    }
+
+    fn timeline(&self) -> &dyn Timeline {
+        &RealTimeline
+    }
+}
+
+mod endpoint_rate {
+    use super::*;
+
+    gateway_core::endpoint_rate_conformance!(
         RedisServer::start_or_skip(module_path!()).map(|redis| Box::new(SharedRate { redis }))
     );
 }

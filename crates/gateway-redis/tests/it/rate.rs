@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use gateway_core::DispatchRate;
+use gateway_core::{DispatchRate, EndpointRate};
 use gateway_redis::{RateConfig, RedisDispatchRate};
 use gateway_testkit::redis::RedisServer;
 
@@ -112,4 +112,50 @@ fn falls_back_to_the_instance_while_redis_is_down_and_goes_back_when_it_answers(
     assert!(!rate.is_falling_back());
     rate.cancel(back);
     assert_eq!(rate.outages(), 1);
+}
+
+#[test]
+fn an_endpoints_rate_holds_across_two_instances_and_apart_from_other_endpoints_and_the_global_log() {
+    let Some(redis) = RedisServer::start_or_skip(
+        "an_endpoints_rate_holds_across_two_instances_and_apart_from_other_endpoints_and_the_global_log",
+    ) else {
+        return;
+    };
+    let (a, b) = (rate(&redis, "a", 100), rate(&redis, "b", 100));
+    let (a_endpoints, b_endpoints) = (a.endpoint_rate(), b.endpoint_rate());
+    let now = Instant::now();
+    let first = a_endpoints.try_start(7, 2, now).unwrap();
+    assert!(a_endpoints.shared_start_time(7, first).is_some(), "decided by Redis");
+    b_endpoints.try_start(7, 2, now).unwrap();
+    let wait = a_endpoints.try_start(7, 2, now).unwrap_err();
+    assert!(wait > Duration::ZERO && wait <= Duration::from_secs(1), "{wait:?}");
+    assert!(b_endpoints.try_start(7, 2, now).is_err(), "endpoint 7 is full for b too");
+    // Another endpoint, and the global log, are counted apart.
+    assert!(b_endpoints.try_start(8, 1, now).is_ok());
+    assert!(a.try_start(now).is_ok() && b.try_start(now).is_ok());
+    // A cancelled start of one instance frees its place for the other.
+    a_endpoints.cancel(7, first);
+    assert!(b_endpoints.try_start(7, 2, Instant::now()).is_ok());
+    assert_eq!(a.fallback_starts() + b.fallback_starts(), 0);
+}
+
+#[test]
+fn endpoint_rates_fall_back_with_the_global_one_while_redis_is_down() {
+    let Some(mut redis) =
+        RedisServer::start_or_skip("endpoint_rates_fall_back_with_the_global_one_while_redis_is_down")
+    else {
+        return;
+    };
+    let global = rate(&redis, "a", 10);
+    let endpoints = global.endpoint_rate();
+    assert!(endpoints.try_start(3, 2, Instant::now()).is_ok());
+    redis.stop();
+    // Still at most 2 per second for endpoint 3, counted in-process, the start made before the outage included.
+    let now = Instant::now();
+    assert!(endpoints.try_start(3, 2, now).is_ok());
+    assert!(endpoints.try_start(3, 2, now).is_err());
+    assert!(global.is_falling_back(), "one outage state for the global cap and the endpoints");
+    assert_eq!((global.fallback_starts(), global.outages()), (1, 1));
+    assert!(global.try_start(now).is_ok(), "the global cap is decided in-process at once, without a new outage");
+    assert_eq!(global.outages(), 1);
 }

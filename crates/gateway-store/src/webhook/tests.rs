@@ -33,6 +33,7 @@ fn new_config(source: &str) -> NewWebhookConfig {
         created_at: START,
         inbound_secret: None,
         inbound_require_timestamp: false,
+        rate_limit_per_second: None,
     }
 }
 
@@ -126,7 +127,7 @@ fn instants_round_trip_exactly_for_the_lease_comparison(store: &DieselStore) {
 fn the_due_row_query_is_an_index_range_scan_without_a_sort() {
     let fixture = crate::testing::sqlite();
     for status in AWAITING_ATTEMPT {
-        let query = due_of_status_query(status.as_str(), to_db(START), 50);
+        let query = due_of_status_query(status.as_str(), to_db(START), 50, vec![7]);
         let plan = fixture.store.with_sqlite("explain", |connection| crate::explain::query_plan(connection, query));
         let plan = plan.unwrap().unwrap();
         assert!(
@@ -169,7 +170,7 @@ fn the_due_row_query_walks_the_index_on_postgres() {
             .store
             .with_connection("explain", |connection| {
                 let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
-                crate::explain::postgres_plan(c, due_of_status_query(status.as_str(), to_db(START), 50))
+                crate::explain::postgres_plan(c, due_of_status_query(status.as_str(), to_db(START), 50, vec![7]))
             })
             .unwrap()
             .join("\n");

@@ -6,11 +6,12 @@ use tracing::info;
 
 use super::{WebhookRouter, target_host};
 use crate::error::WebhookError;
-use crate::input::{WebhookConfigDraft, check_config_change, check_secrets_differ};
+use crate::input::{WebhookConfigDraft, check_config_change, check_rate_limit, check_secrets_differ};
 
 impl WebhookRouter {
     pub async fn create_config(&self, draft: WebhookConfigDraft) -> Result<WebhookConfig, WebhookError> {
         draft.validate()?;
+        let rate_limit_per_second = draft.rate_limit_per_second.map(check_rate_limit).transpose()?;
         let new = NewWebhookConfig {
             source_identifier: draft.source_identifier,
             event_type: draft.event_type,
@@ -21,6 +22,7 @@ impl WebhookRouter {
             created_at: self.now(),
             inbound_secret: draft.inbound_secret,
             inbound_require_timestamp: draft.inbound_require_timestamp,
+            rate_limit_per_second,
         };
         // Held until the new id is in the known set: a read of the id list that started before this create
         // committed must not replace the set after it and drop the id again.
@@ -30,11 +32,13 @@ impl WebhookRouter {
             other => other,
         })?;
         self.inner.known_configs.insert(created.id);
+        self.inner.endpoint_rates.note(created.id, created.rate_limit_per_second, self.now());
         info!(
             webhook_id = created.id,
             target_host = %target_host(&created.target_url),
             inbound_secret = created.inbound_secret.is_some(),
             inbound_require_timestamp = created.inbound_require_timestamp,
+            rate_limit_per_second = created.rate_limit_per_second,
             "webhook config created"
         );
         Ok(created)
@@ -72,6 +76,7 @@ impl WebhookRouter {
             ("inbound_secret", change.inbound_secret.is_some()),
             ("inbound_require_timestamp", change.inbound_require_timestamp.is_some()),
             ("revoke_previous", change.revoke_previous),
+            ("rate_limit_per_second", change.rate_limit_per_second.is_some()),
         ]
         .into_iter()
         .filter_map(|(field, given)| given.then_some(field))
@@ -80,6 +85,7 @@ impl WebhookRouter {
             .store(move |store| store.update_config(id, &change, now))
             .await?
             .ok_or(WebhookError::UnknownWebhook(id))?;
+        self.inner.endpoint_rates.note(id, updated.rate_limit_per_second, now);
         let rotated = updated.secret_rotated_at == Some(now);
         info!(
             webhook_id = id,
@@ -96,6 +102,7 @@ impl WebhookRouter {
         if self.store(move |store| store.delete_config(id)).await? {
             self.inner.known_configs.remove(id);
             self.inner.signature_failures.forget(id);
+            self.inner.endpoint_rates.forget(id);
             info!(webhook_id = id, "webhook config deleted with its deliveries");
             Ok(())
         } else {

@@ -154,7 +154,8 @@ impl WebhookRouter {
         let received_at = self.now();
         let payload = inbound_envelope(&config, received_at, body);
         let session_id = config.target_session.clone();
-        let ready = self.start_now();
+        self.inner.endpoint_rates.note(webhook_id, config.rate_limit_per_second, received_at);
+        let ready = self.start_now(webhook_id);
         let draft = DeliveryDraft {
             claimed: ready.is_some(),
             ..DeliveryDraft::new(webhook_id, session_id, payload, received_at)
@@ -186,7 +187,7 @@ impl WebhookRouter {
     /// start are free right now and nobody waits for them, the row is written already claimed and its attempt
     /// starts at once: one store write fewer than claiming it afterwards.
     pub(super) async fn create_delivery(&self, mut draft: DeliveryDraft) -> Result<Delivery, WebhookError> {
-        let ready = self.start_now();
+        let ready = self.start_now(draft.webhook_id);
         draft.claimed = ready.is_some();
         let inserted = self.inner.inserts.submit(draft).await.map_err(WebhookError::from).and_then(|outcome| outcome);
         let (row, secret) = match inserted {
@@ -209,7 +210,7 @@ impl WebhookRouter {
         self.publish_status(row);
         match (ready, row.next_retry_at) {
             (Some((slot, _started)), _) => self.spawn_attempt(row.clone(), secret, slot, None),
-            (None, Some(due_by)) => self.spawn_immediate_attempt(row.id, due_by),
+            (None, Some(due_by)) => self.spawn_immediate_attempt(row.id, row.webhook_id, due_by),
             (None, None) => {}
         }
     }
@@ -247,7 +248,7 @@ impl WebhookRouter {
     /// and the rate allow.
     pub(super) fn hand_over_reset(&self, row: &Delivery, now: time::OffsetDateTime) {
         self.publish_status(row);
-        self.spawn_immediate_attempt(row.id, now);
+        self.spawn_immediate_attempt(row.id, row.webhook_id, now);
     }
 }
 

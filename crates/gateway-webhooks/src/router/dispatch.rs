@@ -5,6 +5,7 @@
 //! adapter is), and the claim of its row. Waiters are served first come, first served at each step, so a burst
 //! goes out oldest first; while they wait, their rows stay durable in the store.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -12,18 +13,19 @@ use std::time::Duration;
 use gateway_core::runtime::stats::TalliedAttempt;
 use gateway_core::{
     AttemptOutcome, AttemptRecord, BackgroundLoop, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate,
-    EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret, WebhookStore,
-    run_blocking,
+    DueDelivery, EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret,
+    WebhookStore, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::endpoint_rates::EndpointStart;
 use super::groups::with_secrets;
 use super::{
-    EPOCH_REFRESH, MAX_POLL_BACKOFF, MAX_WAITING_IMMEDIATE, RECORD_FIRST_BACKOFF, RECORD_TRIES, WebhookRouter,
-    candidate_window, duration_to_time, round_robin, target_host,
+    EPOCH_REFRESH, MAX_DUE_READS_PER_POLL, MAX_POLL_BACKOFF, MAX_WAITING_IMMEDIATE, RECORD_FIRST_BACKOFF, RECORD_TRIES,
+    WebhookRouter, candidate_window, duration_to_time, round_robin, target_host,
 };
 use crate::error::WebhookError;
 use crate::retry::after_attempt;
@@ -31,8 +33,9 @@ use crate::signature::sign;
 use crate::standard;
 
 impl WebhookRouter {
-    /// Tries a delivery as soon as a slot and the rate allow, if it is still due by `due_by` then.
-    pub(super) fn spawn_immediate_attempt(&self, id: i64, due_by: OffsetDateTime) {
+    /// Tries a delivery as soon as a slot and the rate allow (its endpoint's too, `webhook_id`'s), if it is still
+    /// due by `due_by` then.
+    pub(super) fn spawn_immediate_attempt(&self, id: i64, webhook_id: i64, due_by: OffsetDateTime) {
         let inner = &self.inner;
         if inner.stopping.is_cancelled() {
             return;
@@ -45,24 +48,25 @@ impl WebhookRouter {
         let router = self.clone();
         inner.attempts.spawn(async move {
             let inner = &router.inner;
-            let ready = async {
-                let slot = Arc::clone(&inner.slots).acquire_owned().await.ok()?;
-                let ticket = router.next_start(true).await?;
-                Some((slot, ticket))
-            };
             let ready = tokio::select! {
                 biased;
                 () = inner.stopping.cancelled() => None,
-                ready = ready => ready,
+                ready = router.ready_for(webhook_id) => ready,
             };
             inner.waiting_immediate.fetch_sub(1, Ordering::SeqCst);
-            let Some((slot, ticket)) = ready else { return };
-            match inner.claims.submit((id, due_by)).await {
+            let Some((slot, ticket, endpoint_start)) = ready else { return };
+            let claimed = inner.claims.submit((id, due_by)).await;
+            if !matches!(claimed, Ok(Some(_))) {
+                router.cancel_start(ticket);
+                if let Some(endpoint_start) = endpoint_start {
+                    router.cancel_endpoint_start(endpoint_start);
+                }
+            }
+            match claimed {
                 Ok(Some((row, secret))) => router.attempt(row, secret, slot, None).await,
                 // Attempted by someone else meanwhile (the poll, another instance), or gone.
-                Ok(None) => router.cancel_start(ticket),
+                Ok(None) => {}
                 Err(error) => {
-                    router.cancel_start(ticket);
                     warn!(delivery_id = id, %error, "could not claim a delivery for its immediate attempt; the poll will retry it");
                 }
             }
@@ -70,10 +74,16 @@ impl WebhookRouter {
     }
 
     /// A slot and a start, if both are free right now and no earlier attempt is waiting for them (so taking them
-    /// keeps first come, first served).
-    pub(super) fn start_now(&self) -> Option<(OwnedSemaphorePermit, RateTicket)> {
+    /// keeps first come, first served), for a delivery of `webhook_id` known to have no rate of its own (one with
+    /// a rate, or not known, goes through the line, which paces it by its endpoint too).
+    pub(super) fn start_now(&self, webhook_id: i64) -> Option<(OwnedSemaphorePermit, RateTicket)> {
         let inner = &self.inner;
-        if inner.stopping.is_cancelled() || inner.waiting_immediate.load(Ordering::SeqCst) > 0 {
+        let waiting_for_endpoint = inner.endpoint_rates.waiting_for_endpoint.load(Ordering::SeqCst);
+        let in_line = inner.waiting_immediate.load(Ordering::SeqCst).saturating_sub(waiting_for_endpoint);
+        if inner.stopping.is_cancelled() || in_line > 0 {
+            return None;
+        }
+        if inner.endpoint_rates.fresh(webhook_id, self.now()) != Some(None) {
             return None;
         }
         // A shared rate is a round trip, which a request does not wait for: its attempt goes through the line.
@@ -147,7 +157,7 @@ impl WebhookRouter {
 
     /// The next start the rate allows, first come first served among everything that waits for one. With `wait`
     /// false, `None` at once when no start is free now; otherwise it waits until one is.
-    async fn next_start(&self, wait: bool) -> Option<RateTicket> {
+    pub(super) async fn next_start(&self, wait: bool) -> Option<RateTicket> {
         let inner = &self.inner;
         let _turn = if wait { inner.next_start.lock().await } else { inner.next_start.try_lock().ok()? };
         loop {
@@ -306,6 +316,67 @@ impl WebhookRouter {
         None
     }
 
+    /// Up to `take` of the due rows (round-robin across targets, as [`round_robin`]) whose endpoints allow a start
+    /// now: a row of a limited endpoint takes one of its endpoint's starts, without waiting; a refusal marks the
+    /// endpoint spent (its other rows are passed over, this cycle and in the reads of the next cycles until its
+    /// wait is over). When rows were passed over and fewer than `take` are picked, the due rows are read again
+    /// without the spent endpoints (at most [`MAX_DUE_READS_PER_POLL`] reads), so that one endpoint's backlog,
+    /// oldest of all, cannot fill every read and starve the other endpoints.
+    async fn pick_within_endpoint_rates(
+        &self,
+        mut due: Vec<DueDelivery>,
+        window: usize,
+        take: usize,
+    ) -> Vec<(i64, Option<EndpointStart>)> {
+        let rates = &self.inner.endpoint_rates;
+        let mut picks: Vec<(i64, Option<EndpointStart>)> = Vec::with_capacity(take);
+        let mut spent: HashSet<i64> = HashSet::new();
+        for read in 1..=MAX_DUE_READS_PER_POLL {
+            let now = self.now();
+            let mut passed_over = false;
+            let by_id: HashMap<i64, &DueDelivery> = due.iter().map(|row| (row.id, row)).collect();
+            for id in round_robin(&due, due.len()) {
+                if picks.len() == take {
+                    break;
+                }
+                let Some(row) = by_id.get(&id) else { continue };
+                rates.note(row.webhook_id, row.rate_limit_per_second, now);
+                if picks.iter().any(|(picked, _)| *picked == id) {
+                    continue;
+                }
+                let Some(limit) = row.rate_limit_per_second else {
+                    picks.push((id, None));
+                    continue;
+                };
+                if spent.contains(&row.webhook_id) {
+                    passed_over = true;
+                    continue;
+                }
+                match self.try_endpoint_start(row.webhook_id, limit).await {
+                    Ok(ticket) => picks.push((id, Some((row.webhook_id, ticket)))),
+                    Err(wait) => {
+                        spent.insert(row.webhook_id);
+                        rates.spend(row.webhook_id, tokio::time::Instant::now() + wait);
+                        passed_over = true;
+                    }
+                }
+            }
+            if picks.len() == take || !passed_over || read == MAX_DUE_READS_PER_POLL {
+                break;
+            }
+            let skip: Vec<i64> = spent.iter().copied().collect();
+            let due_by = self.now();
+            match self.store(move |store| store.due_deliveries_skipping(due_by, window, &skip)).await {
+                Ok(more) => due = more,
+                Err(error) => {
+                    debug!(%error, "could not read more due deliveries past spent endpoints; the next cycle will");
+                    break;
+                }
+            }
+        }
+        picks
+    }
+
     /// One poll cycle: first in a new leadership term, releases the claims the polls of older terms left (a leader
     /// that died mid-attempt: its deliveries are due again at once, not when their claims end); then waits for a
     /// free slot, takes up to `max_per_cycle` free slots, reads the due rows, waits for a start the rate allows
@@ -337,7 +408,8 @@ impl WebhookRouter {
         }
         let window = candidate_window(cap);
         let now = self.now();
-        let due = self.store(move |store| store.due_deliveries(now, window)).await?;
+        let skip = inner.endpoint_rates.spent(tokio::time::Instant::now());
+        let due = self.store(move |store| store.due_deliveries_skipping(now, window, &skip)).await?;
         let wanted = slots.len().min(due.len());
         if wanted == 0 {
             return Ok(0);
@@ -354,7 +426,11 @@ impl WebhookRouter {
                 None => break,
             }
         }
-        let picked = round_robin(&due, tickets.len());
+        let picks = self.pick_within_endpoint_rates(due, window, tickets.len()).await;
+        for ticket in tickets.split_off(picks.len()) {
+            self.cancel_start(ticket);
+        }
+        let picked: Vec<i64> = picks.iter().map(|(id, _)| *id).collect();
         // The clock has moved while waiting for the rate; rows due by the read are still due now.
         let now = self.now();
         let lease = self.lease_end(now);
@@ -364,12 +440,19 @@ impl WebhookRouter {
             Ok(claimed) => claimed,
             Err(error) => {
                 tickets.into_iter().for_each(|ticket| self.cancel_start(ticket));
+                picks.into_iter().filter_map(|(_, start)| start).for_each(|start| self.cancel_endpoint_start(start));
                 return Err(error);
             }
         };
         let started = claimed.len();
         for ticket in tickets.split_off(started) {
             self.cancel_start(ticket);
+        }
+        let claimed_ids: HashSet<i64> = claimed.iter().map(|(row, _)| row.id).collect();
+        for (_, start) in picks.into_iter().filter(|(id, _)| !claimed_ids.contains(id)) {
+            if let Some(start) = start {
+                self.cancel_endpoint_start(start);
+            }
         }
         for ((row, secret), slot) in claimed.into_iter().zip(slots) {
             self.spawn_attempt(row, secret, slot, Some(token));

@@ -112,7 +112,7 @@ impl WebhookRouter {
         for row in deliveries {
             self.publish_status(row);
             if let Some(due_by) = row.next_retry_at {
-                self.spawn_immediate_attempt(row.id, due_by);
+                self.spawn_immediate_attempt(row.id, row.webhook_id, due_by);
             }
         }
     }

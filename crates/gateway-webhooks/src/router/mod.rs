@@ -6,7 +6,8 @@
 //! poll found due, needs one of `max_per_cycle` in-flight slots and a start allowed by the [`DispatchRate`]
 //! port (FR-10.12: at most `--webhook-max-per-second` requests start in any one-second window). The poll takes
 //! at most `max_per_cycle` due rows per cycle, and only as many as it holds free slots and starts for, so a
-//! claimed row never waits while its claim runs out.
+//! claimed row never waits while its claim runs out. A config may have a rate of its own
+//! (`rate_limit_per_second`), kept by the [`EndpointRate`] port inside the global one: see `endpoint_rates.rs`.
 //!
 //! ## Claims
 //! An attempt first claims its row: one atomic update moves `next_retry_at` to the end of a lease (the attempt
@@ -17,6 +18,7 @@
 mod configs;
 mod deliveries;
 mod dispatch;
+mod endpoint_rates;
 mod events;
 mod failure_reports;
 mod groups;
@@ -30,8 +32,8 @@ use std::time::Duration;
 
 use gateway_core::runtime::stats::DeliveryStats;
 use gateway_core::{
-    Clock, ComponentHealth, Delivery, DeliveryAttempt, DispatchRate, DueDelivery, Event, EventPayload, EventPublisher,
-    Leadership, StoreError, Topic, WebhookStore, WebhookTransport, run_blocking,
+    Clock, ComponentHealth, Delivery, DeliveryAttempt, DispatchRate, DueDelivery, EndpointRate, Event, EventPayload,
+    EventPublisher, InProcessEndpointRate, Leadership, StoreError, Topic, WebhookStore, WebhookTransport, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::Semaphore;
@@ -41,6 +43,7 @@ use tracing::warn;
 
 pub use deliveries::Enqueued;
 pub use deliveries::Inbound;
+pub use endpoint_rates::ENDPOINT_RATE_REFRESH_INTERVAL;
 pub use events::{EventDraft, MAX_DELIVERIES_PER_EVENT, Published};
 pub use failure_reports::SIGNATURE_FAILURE_REPORT_INTERVAL;
 pub use known_configs::CONFIG_IDS_REFRESH_INTERVAL;
@@ -69,6 +72,9 @@ pub const LEASE_MARGIN: time::Duration = time::Duration::seconds(5);
 pub const CANDIDATE_WINDOW_FACTOR: usize = 10;
 /// Upper bound of the candidate window (rows read per poll).
 pub const MAX_CANDIDATE_WINDOW: usize = 1000;
+/// Reads of due rows one poll cycle makes at most: the first, then again without the endpoints whose own rate
+/// (`rate_limit_per_second`) turned out spent, while slots and starts are left over.
+pub const MAX_DUE_READS_PER_POLL: usize = 3;
 /// Immediate attempts waiting for a slot, at most; past that, new deliveries are left to the poll (their
 /// `next_retry_at` safety net), which bounds the memory a burst of enqueues can take.
 pub const MAX_WAITING_IMMEDIATE: usize = 10_000;
@@ -153,6 +159,9 @@ struct Inner {
     /// The store's newest fencing epoch and when it was read: what an attempt made while this instance does not
     /// lead carries ([`WebhookRouter::epoch_of`]).
     known_epoch: tokio::sync::Mutex<Option<(tokio::time::Instant, u64)>>,
+    /// Each endpoint's own rate (`rate_limit_per_second`), inside `ports.rate`.
+    endpoint_rate: Arc<dyn EndpointRate>,
+    endpoint_rates: endpoint_rates::EndpointRates,
 }
 
 /// The webhook router. Cheap to clone; clones share everything.
@@ -214,7 +223,17 @@ fn duration_to_time(duration: Duration) -> time::Duration {
 impl WebhookRouter {
     /// A router. Deliveries are attempted as soon as they are enqueued; run its loop
     /// ([`run`](gateway_core::BackgroundLoop::run)) once for the poll that retries them.
-    pub fn new(ports: RouterPorts, mut config: RouterConfig) -> Self {
+    pub fn new(ports: RouterPorts, config: RouterConfig) -> Self {
+        Self::with_endpoint_rate(ports, config, Arc::new(InProcessEndpointRate::per_second()))
+    }
+
+    /// [`Self::new`] with the per-endpoint rates kept by `endpoint_rate` (cluster-wide when the global rate is)
+    /// instead of in this process.
+    pub fn with_endpoint_rate(
+        ports: RouterPorts,
+        mut config: RouterConfig,
+        endpoint_rate: Arc<dyn EndpointRate>,
+    ) -> Self {
         // The binary refuses zeros at start; these keep an embedding caller's mistake from hanging the poll.
         config.max_per_cycle = config.max_per_cycle.clamp(1, Semaphore::MAX_PERMITS);
         config.poll_interval = config.poll_interval.max(Duration::from_millis(1));
@@ -242,6 +261,8 @@ impl WebhookRouter {
                 stopping: CancellationToken::new(),
                 released_for: std::sync::Mutex::new(None),
                 known_epoch: tokio::sync::Mutex::new(None),
+                endpoint_rate,
+                endpoint_rates: endpoint_rates::EndpointRates::default(),
             }),
         }
     }

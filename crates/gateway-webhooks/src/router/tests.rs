@@ -74,6 +74,7 @@ impl Harness {
                 secret: WebhookSecret::new(SECRET),
                 inbound_secret: None,
                 inbound_require_timestamp: false,
+                rate_limit_per_second: None,
             })
             .await
             .unwrap()
@@ -353,6 +354,8 @@ fn round_robin_takes_one_per_target_in_turn() {
             id,
             target_url: url.into(),
             next_retry_at: start + seconds(index as i64),
+            webhook_id: 1,
+            rate_limit_per_second: None,
         })
         .collect();
     assert_eq!(round_robin(&due, 5), [1, 4, 6, 2, 7]);
@@ -673,6 +676,7 @@ async fn configs_are_validated_unique_and_deleted_with_their_deliveries() {
         secret: WebhookSecret::new("x"),
         inbound_secret: None,
         inbound_require_timestamp: false,
+        rate_limit_per_second: None,
     };
     assert_eq!(h.router.create_config(duplicate.clone()).await, Err(WebhookError::DuplicateConfig));
     let invalid = WebhookConfigDraft { event_type: "other".into(), target_url: "ftp://x/".into(), ..duplicate };
@@ -1022,6 +1026,7 @@ async fn with_an_inbound_secret_the_outbound_secret_never_verifies_inbound() {
         secret: WebhookSecret::new(SECRET),
         inbound_secret: Some(WebhookSecret::new("inbound one")),
         inbound_require_timestamp: false,
+        rate_limit_per_second: None,
     };
     let config = h.router.create_config(draft).await.unwrap();
     // An outbound delivery as its receiver got it, posted back in.
@@ -1131,6 +1136,7 @@ async fn unknown_ids_cost_one_read_of_the_id_list_per_interval_and_a_config_crea
             created_at: h.clock.now(),
             inbound_secret: None,
             inbound_require_timestamp: false,
+            rate_limit_per_second: None,
         })
         .unwrap();
     assert_eq!(h.router.inbound_config(elsewhere.id).await, Err(WebhookError::UnknownWebhook(elsewhere.id)));
@@ -1264,4 +1270,141 @@ async fn recover_takes_more_than_a_batch_of_dead_rows_and_sends_them_within_the_
     assert!(matches!(too_long, Err(WebhookError::InvalidDelivery { field: "since", .. })), "{too_long:?}");
     let unknown = h.router.recover(config.id + 100, window_start, None, Duration::from_secs(86_400)).await;
     assert_eq!(unknown, Err(WebhookError::UnknownWebhook(config.id + 100)));
+}
+
+/// A router whose requests are timed (tokio's paused clock), with `global` starts per second and `slots` in flight.
+fn timed_harness_with(global: usize, slots: usize) -> (Harness, Arc<TimedTransport>) {
+    let mut h = Harness::with_defaults();
+    let transport = Arc::new(TimedTransport::default());
+    let ports = RouterPorts {
+        store: h.store.clone(),
+        transport: transport.clone(),
+        publisher: h.publisher.clone(),
+        clock: Arc::new(h.clock.clone()),
+        leadership: h.leadership.clone(),
+        rate: Arc::new(SlidingWindowRate::per_second(global)),
+    };
+    h.router = WebhookRouter::new(ports, RouterConfig { max_per_cycle: slots, ..RouterConfig::default() });
+    (h, transport)
+}
+
+impl Harness {
+    /// A config of its own target, with `rate` starts per second of its own (or none).
+    async fn config_with_rate(&self, source: &str, rate: Option<i64>) -> WebhookConfig {
+        self.router
+            .create_config(WebhookConfigDraft {
+                source_identifier: source.into(),
+                event_type: "push".into(),
+                agent_intent: "review".into(),
+                target_session: format!("{source}-session"),
+                target_url: format!("https://{source}.example/hook"),
+                secret: WebhookSecret::new(SECRET),
+                inbound_secret: None,
+                inbound_require_timestamp: false,
+                rate_limit_per_second: rate,
+            })
+            .await
+            .unwrap()
+    }
+}
+
+/// The starts of the deliveries in `ids`, in order.
+fn starts_of(starts: &[(i64, tokio::time::Instant)], ids: &[i64]) -> Vec<(i64, tokio::time::Instant)> {
+    starts.iter().filter(|(id, _)| ids.contains(id)).copied().collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limited_endpoint_starts_at_most_its_rate_and_does_not_slow_an_unlimited_one() {
+    let (h, transport) = timed_harness_with(100, 10);
+    let limited = h.config_with_rate("slow", Some(2)).await;
+    let open = h.config_with_rate("fast", None).await;
+    let began = tokio::time::Instant::now();
+    let (mut slow, mut fast) = (Vec::new(), Vec::new());
+    for index in 0..20 {
+        slow.push(h.router.enqueue(limited.id, format!("s{index}"), "{}".into()).await.unwrap().id);
+        fast.push(h.router.enqueue(open.id, format!("f{index}"), "{}".into()).await.unwrap().id);
+    }
+    h.router.wait_idle().await;
+    let starts = transport.starts();
+    assert_eq!(starts.len(), 40, "every delivery attempted once");
+    let slow_starts = starts_of(&starts, &slow);
+    assert_within_rate(&slow_starts, 2);
+    let last_slow = slow_starts.last().unwrap().1 - began;
+    assert!(last_slow >= Duration::from_secs(9), "20 at 2/s take 9 s at least, took {last_slow:?}");
+    assert!(last_slow < Duration::from_secs(11), "and the endpoint's rate is used: {last_slow:?}");
+    let fast_starts = starts_of(&starts, &fast);
+    assert!(
+        fast_starts.iter().all(|(_, at)| *at - began < Duration::from_millis(100)),
+        "the unlimited endpoint went at once: {:?}",
+        fast_starts.iter().map(|(_, at)| *at - began).collect::<Vec<_>>()
+    );
+    assert!(h.store.deliveries().iter().all(|row| row.status == DeliveryStatus::Delivered));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoints_rate_holds_inside_a_busy_global_cap() {
+    // The global cap (3/s) is the bottleneck: the limited endpoint's attempts wait long for a global start after
+    // their endpoint allowed them, and its starts must still never come closer than its rate allows.
+    let (h, transport) = timed_harness_with(3, 2);
+    let limited = h.config_with_rate("slow", Some(2)).await;
+    let open = h.config_with_rate("fast", None).await;
+    let (mut slow, mut fast) = (Vec::new(), Vec::new());
+    for index in 0..12 {
+        slow.push(h.router.enqueue(limited.id, format!("s{index}"), "{}".into()).await.unwrap().id);
+        fast.push(h.router.enqueue(open.id, format!("f{index}"), "{}".into()).await.unwrap().id);
+    }
+    h.router.wait_idle().await;
+    let starts = transport.starts();
+    assert_eq!(starts.len(), 24);
+    assert_within_rate(&starts, 3);
+    assert_within_rate(&starts_of(&starts, &slow), 2);
+    assert_eq!(starts_of(&starts, &fast).len(), 12);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_poll_passes_over_a_spent_endpoints_backlog_to_the_other_endpoints_due_rows() {
+    let (h, transport) = timed_harness_with(100, 10);
+    let limited = h.config_with_rate("slow", Some(2)).await;
+    let open = h.config_with_rate("fast", None).await;
+    // More of the limited endpoint's rows than one read of the poll takes, all older than the other's.
+    let backlog = candidate_window(10) + 20;
+    let now = h.clock.now();
+    for index in 0..backlog {
+        h.due_row(&limited, &limited.target_url, now - seconds(1000 - index as i64));
+    }
+    let others: Vec<i64> =
+        (0..5).map(|index| h.due_row(&open, &open.target_url, now - seconds(10 - index)).id).collect();
+    assert_eq!(h.poll().await, 7, "2 of the limited endpoint, then the 5 others");
+    let attempted: Vec<i64> = transport.starts().iter().map(|(id, _)| *id).collect();
+    assert!(others.iter().all(|id| attempted.contains(id)), "{attempted:?}");
+    assert_eq!(h.poll().await, 0, "the limited endpoint is spent for this second");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(h.poll().await, 2, "its next second");
+    assert_within_rate(&transport.starts(), 2 + others.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_set_removed_or_changed_applies_to_the_next_attempts() {
+    let (h, transport) = timed_harness_with(100, 10);
+    let config = h.config_with_rate("hook", None).await;
+    let change = |rate| WebhookConfigChange { rate_limit_per_second: Some(rate), ..WebhookConfigChange::default() };
+    let limited = h.router.update_config(config.id, change(Some(1))).await.unwrap();
+    assert_eq!(limited.rate_limit_per_second, Some(1));
+    let began = tokio::time::Instant::now();
+    for index in 0..3 {
+        h.router.enqueue(config.id, format!("s{index}"), "{}".into()).await.unwrap();
+    }
+    h.router.wait_idle().await;
+    let last = transport.starts().last().unwrap().1 - began;
+    assert!(last >= Duration::from_secs(2), "3 at 1/s: {last:?}");
+    let open = h.router.update_config(config.id, change(None)).await.unwrap();
+    assert_eq!(open.rate_limit_per_second, None);
+    let again = tokio::time::Instant::now();
+    for index in 0..3 {
+        h.router.enqueue(config.id, format!("t{index}"), "{}".into()).await.unwrap();
+    }
+    h.router.wait_idle().await;
+    assert!(transport.starts().iter().skip(3).all(|(_, at)| *at - again < Duration::from_millis(100)));
+    let invalid = h.router.update_config(config.id, change(Some(0))).await.unwrap_err();
+    assert!(matches!(invalid, WebhookError::InvalidConfig { field: "rate_limit_per_second", .. }), "{invalid:?}");
 }

@@ -20,7 +20,7 @@ use crate::http::request::{
 use crate::http::response::{IDEMPOTENT_REPLAYED_HEADER, Response, created_or_replayed, json_response};
 use crate::state::AppState;
 
-const CONFIG_FIELDS: [&str; 8] = [
+const CONFIG_FIELDS: [&str; 9] = [
     "source_identifier",
     "event_type",
     "agent_intent",
@@ -29,8 +29,9 @@ const CONFIG_FIELDS: [&str; 8] = [
     "secret",
     "inbound_secret",
     "inbound_require_timestamp",
+    "rate_limit_per_second",
 ];
-const CONFIG_CHANGE_FIELDS: [&str; 7] = [
+const CONFIG_CHANGE_FIELDS: [&str; 8] = [
     "target_url",
     "agent_intent",
     "target_session",
@@ -38,6 +39,7 @@ const CONFIG_CHANGE_FIELDS: [&str; 7] = [
     "inbound_secret",
     "inbound_require_timestamp",
     "revoke_previous",
+    "rate_limit_per_second",
 ];
 const DELIVERY_FIELDS: [&str; 3] = ["webhook_id", "session_id", "payload"];
 const EVENT_FIELDS: [&str; 3] = ["event_type", "source_identifier", "payload"];
@@ -90,6 +92,7 @@ pub(super) async fn create_config(state: &AppState, request: Request) -> Result<
         secret: WebhookSecret::new(text("secret")?),
         inbound_secret: body.take_string("inbound_secret")?.map(WebhookSecret::new),
         inbound_require_timestamp: body.take_bool("inbound_require_timestamp")?.unwrap_or(false),
+        rate_limit_per_second: body.take_i64("rate_limit_per_second")?,
     };
     body.finish(&CONFIG_FIELDS)?;
     let created = state.webhooks.create_config(draft).await?;
@@ -108,7 +111,8 @@ pub(super) async fn show_config(state: &AppState, id: i64) -> Result<Response, A
 }
 
 /// `PATCH /gateway/webhook-configs/{id}`: any of `target_url`, `agent_intent`, `target_session`, `secret`,
-/// `inbound_secret`, `inbound_require_timestamp`, `revoke_previous` (at least one, each checked as on create) → 200
+/// `inbound_secret`, `inbound_require_timestamp`, `revoke_previous`, `rate_limit_per_second` (null removes it) (at
+/// least one, each checked as on create) → 200
 /// with the config as `GET` shows it; the id and the deliveries stay. `revoke_previous: true` ends the grace of
 /// every previous secret at once (a leaked secret).
 pub(super) async fn update_config(state: &AppState, id: i64, request: Request) -> Result<Response, ApiError> {
@@ -121,6 +125,11 @@ pub(super) async fn update_config(state: &AppState, id: i64, request: Request) -
         inbound_secret: body.take_string("inbound_secret")?.map(WebhookSecret::new),
         inbound_require_timestamp: body.take_bool("inbound_require_timestamp")?,
         revoke_previous: body.take_bool("revoke_previous")?.unwrap_or(false),
+        rate_limit_per_second: match body.take_nullable_i64("rate_limit_per_second")? {
+            Some(Some(rate)) => Some(Some(gateway_webhooks::check_rate_limit(rate)?)),
+            Some(None) => Some(None),
+            None => None,
+        },
     };
     body.finish(&CONFIG_CHANGE_FIELDS)?;
     let updated = state.webhooks.update_config(id, change).await?;

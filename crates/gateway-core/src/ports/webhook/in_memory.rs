@@ -146,6 +146,7 @@ impl WebhookStore for InMemoryWebhookStore {
             previous_inbound_secret: None,
             inbound_secret_rotated_at: None,
             inbound_require_timestamp: config.inbound_require_timestamp,
+            rate_limit_per_second: config.rate_limit_per_second,
         };
         tables.configs.insert(created.id, created.clone());
         Ok(created)
@@ -361,18 +362,28 @@ impl WebhookStore for InMemoryWebhookStore {
         Ok(u64::try_from(count).unwrap_or(u64::MAX))
     }
 
-    fn due_deliveries(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<DueDelivery>, StoreError> {
+    fn due_deliveries_skipping(
+        &self,
+        now: OffsetDateTime,
+        limit: usize,
+        skip_configs: &[i64],
+    ) -> Result<Vec<DueDelivery>, StoreError> {
         self.failure.check()?;
         let tables = lock(&self.tables);
         let mut due: Vec<DueDelivery> = tables
             .deliveries
             .values()
-            .filter(|delivery| is_due(delivery, now))
+            .filter(|delivery| is_due(delivery, now) && !skip_configs.contains(&delivery.webhook_id))
             .filter_map(|delivery| {
                 Some(DueDelivery {
                     id: delivery.id,
                     target_url: delivery.target_url.clone(),
                     next_retry_at: delivery.next_retry_at?,
+                    webhook_id: delivery.webhook_id,
+                    rate_limit_per_second: tables
+                        .configs
+                        .get(&delivery.webhook_id)
+                        .and_then(|config| config.rate_limit_per_second),
                 })
             })
             .collect();
@@ -539,6 +550,7 @@ mod tests {
                 created_at: START,
                 inbound_secret: None,
                 inbound_require_timestamp: false,
+                rate_limit_per_second: None,
             })
             .unwrap();
         // A row as a crashed process left it: claimed (due at the end of its lease) with one attempt made.

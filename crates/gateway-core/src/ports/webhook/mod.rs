@@ -80,6 +80,9 @@ pub struct WebhookConfig {
     /// Inbound requests must carry a Standard Webhooks signature with a fresh timestamp: the
     /// `X-Observatory-Signature` scheme, which has no timestamp, is refused.
     pub inbound_require_timestamp: bool,
+    /// At most this many attempts to this endpoint start in any one second, inside the global cap
+    /// (`--webhook-max-per-second`); `None`: only the global cap.
+    pub rate_limit_per_second: Option<u32>,
 }
 
 /// What an operator's `PATCH` changes in a config; `None` (and `false`) leaves a field as it is.
@@ -94,6 +97,8 @@ pub struct WebhookConfigChange {
     /// Ends the grace of every previous secret at once (a leaked secret): after this change only the current
     /// secret (and the current inbound secret) verifies.
     pub revoke_previous: bool,
+    /// `Some(None)` removes the endpoint's own rate, `Some(Some(n))` sets it.
+    pub rate_limit_per_second: Option<Option<u32>>,
 }
 
 impl WebhookConfig {
@@ -129,6 +134,9 @@ impl WebhookConfig {
             self.previous_secret = None;
             self.previous_inbound_secret = None;
         }
+        if let Some(rate) = change.rate_limit_per_second {
+            self.rate_limit_per_second = rate;
+        }
         self
     }
 }
@@ -145,6 +153,7 @@ pub struct NewWebhookConfig {
     pub created_at: OffsetDateTime,
     pub inbound_secret: Option<WebhookSecret>,
     pub inbound_require_timestamp: bool,
+    pub rate_limit_per_second: Option<u32>,
 }
 
 /// Where a delivery is in its life. The names are the `status` column's values.
@@ -263,6 +272,9 @@ pub struct DueDelivery {
     pub id: i64,
     pub target_url: String,
     pub next_retry_at: OffsetDateTime,
+    /// Its config, and that config's own rate (`rate_limit_per_second`), which the poll paces it by.
+    pub webhook_id: i64,
+    pub rate_limit_per_second: Option<u32>,
 }
 
 /// One row of `webhook_delivery_attempts`: the history the forensic inspector shows.
@@ -501,7 +513,18 @@ pub trait WebhookStore: FencingEpoch + Send + Sync + fmt::Debug {
 
     /// Rows with status pending or failed and `next_retry_at <= now`, oldest `next_retry_at` first (ties by
     /// id), at most `limit`. Read only: the caller claims what it picks.
-    fn due_deliveries(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<DueDelivery>, StoreError>;
+    fn due_deliveries(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<DueDelivery>, StoreError> {
+        self.due_deliveries_skipping(now, limit, &[])
+    }
+    /// [`Self::due_deliveries`] leaving out the rows of the configs in `skip_configs`: the poll skips the endpoints
+    /// whose own rate is spent right now, so that their backlog does not fill the rows it reads and starve the
+    /// others. Each row carries its config's `rate_limit_per_second` as it is when read.
+    fn due_deliveries_skipping(
+        &self,
+        now: OffsetDateTime,
+        limit: usize,
+        skip_configs: &[i64],
+    ) -> Result<Vec<DueDelivery>, StoreError>;
     /// Atomically claims those of `ids` that are pending or failed with `next_retry_at <= due_by`, setting
     /// their `next_retry_at` to `lease_until`; returns the claimed rows as stored. Rows claimed by someone
     /// else meanwhile, or changed, are left out.
@@ -732,6 +755,7 @@ mod tests {
             created_at: time::macros::datetime!(2026-02-22 12:00:00 UTC),
             inbound_secret: Some(WebhookSecret::new("hunter3-inbound")),
             inbound_require_timestamp: false,
+            rate_limit_per_second: None,
         };
         let printed = format!("{config:?}");
         assert!(!printed.contains("hunter2") && !printed.contains("hunter3"), "{printed}");
