@@ -47,6 +47,10 @@ diesel::table! {
         previous_inbound_secret -> Nullable<Text>,
         inbound_secret_rotated_at -> Nullable<Timestamp>,
         inbound_require_timestamp -> Bool,
+        enabled -> Bool,
+        disabled_reason -> Nullable<Text>,
+        consecutive_failures -> BigInt,
+        last_success_at -> Nullable<Timestamp>,
     }
 }
 

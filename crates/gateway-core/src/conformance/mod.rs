@@ -192,6 +192,9 @@ macro_rules! webhook_store_conformance {
             an_event_fans_out_to_every_matching_config_at_once_and_its_key_finds_it_again,
             a_fan_out_wider_than_its_bound_writes_nothing,
             concurrent_fan_outs_with_one_key_publish_exactly_once,
+            failures_in_a_row_disable_a_config_once_and_hold_its_deliveries,
+            enabling_a_config_resumes_its_held_deliveries_and_disabling_by_hand_holds_them,
+            endpoint_stats_count_the_windows_attempts_and_dead_letters,
         );
     };
 }
