@@ -460,6 +460,8 @@ fn fan_out_rows(
     let mut configs: Vec<ConfigRow> = on_backend!(connection, c => {
         let mut query = dsl::webhook_configs
             .filter(dsl::event_type.eq_any([event.event_type.as_str(), WILDCARD_EVENT_TYPE]))
+            // "One delivery per enabled config": a disabled one is left out, not held (NewWebhookEvent::reaches).
+            .filter(dsl::enabled.eq(true))
             .order(dsl::id.asc())
             .limit(limit)
             .select(ConfigRow::as_select())

@@ -119,7 +119,7 @@ pub fn check_config_change(change: &WebhookConfigChange) -> Result<(), WebhookEr
         return Err(invalid(
             "body",
             "name at least one of target_url, agent_intent, target_session, secret, inbound_secret, \
-             inbound_require_timestamp, revoke_previous"
+             inbound_require_timestamp, revoke_previous, enabled"
                 .into(),
         ));
     }

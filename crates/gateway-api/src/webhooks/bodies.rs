@@ -4,7 +4,7 @@
 //! The answers' fields are in alphabetical order, the order they had when the handlers built them as JSON maps:
 //! the same bytes.
 
-use gateway_core::{Delivery, DeliveryAttempt, DeliveryStatus, WebhookConfig, encoding::rfc3339};
+use gateway_core::{Delivery, DeliveryAttempt, DeliveryStatus, EndpointStats, WebhookConfig, encoding::rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -129,6 +129,11 @@ pub struct WebhookConfigChangeFields {
     inbound_require_timestamp: bool,
     #[schema(schema_with = revoke_previous, required = false)]
     revoke_previous: bool,
+    /// `false` disables the config by hand (`disabled_reason: "manual"`): its deliveries are held. `true` resumes
+    /// a disabled config: the reason and the failure count are cleared, and its held deliveries are due at once
+    /// (sent oldest first under `--webhook-max-per-second`).
+    #[schema(required = false)]
+    enabled: bool,
 }
 
 /// The schema of a config's change: its fields, at least one. (utoipa's `min_properties` writes `maxProperties`,
@@ -174,9 +179,52 @@ pub struct WebhookConfigBody<'a> {
     pub source_identifier: &'a str,
     pub target_session: &'a str,
     pub target_url: &'a str,
+    /// Health (issue 20). A disabled config's deliveries are held: neither attempted nor aging toward dead.
+    pub enabled: bool,
+    #[schema(schema_with = disabled_reason, required = true)]
+    pub disabled_reason: Option<&'static str>,
+    /// Failed attempts in a row; a success resets it.
+    pub consecutive_failures: i64,
+    #[schema(schema_with = last_success_at, required = true)]
+    pub last_success_at: Option<String>,
+    pub stats_24h: Stats24h,
+}
+
+/// The last 24 hours of a config: successful attempts, failed attempts, and deliveries that went dead.
+#[derive(Debug, Default, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Stats24h {
+    pub delivered: u64,
+    pub failed_attempts: u64,
+    pub dead: u64,
+}
+
+impl From<EndpointStats> for Stats24h {
+    fn from(stats: EndpointStats) -> Self {
+        Self { delivered: stats.delivered, failed_attempts: stats.failed_attempts, dead: stats.dead }
+    }
+}
+
+fn disabled_reason() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(["failing", "manual"]))
+        .description(Some(
+            "Why the config is disabled: `failing` (after `--webhook-disable-after-failures` failed attempts in a \
+             row) or `manual` (`PATCH {\"enabled\": false}`); null while enabled.",
+        ))
+}
+
+fn last_success_at() -> ObjectBuilder {
+    nullable_instant("The start of the latest successful attempt; null when none succeeded yet.")
 }
 
 impl<'a> WebhookConfigBody<'a> {
+    /// The config with its `stats_24h` (`EndpointStats` since 24 hours ago).
+    pub fn with_stats(config: &'a WebhookConfig, stats: EndpointStats) -> Self {
+        Self { stats_24h: stats.into(), ..Self::of(config) }
+    }
+
     pub fn of(config: &'a WebhookConfig) -> Self {
         Self {
             agent_intent: &config.agent_intent,
@@ -190,6 +238,11 @@ impl<'a> WebhookConfigBody<'a> {
             source_identifier: &config.source_identifier,
             target_session: &config.target_session,
             target_url: &config.target_url,
+            enabled: config.enabled,
+            disabled_reason: config.disabled_reason.map(|reason| reason.as_str()),
+            consecutive_failures: config.consecutive_failures,
+            last_success_at: config.last_success_at.map(rfc3339::format),
+            stats_24h: Stats24h::default(),
         }
     }
 }
