@@ -106,6 +106,10 @@ mod tests {
             previous_inbound_secret: None,
             inbound_secret_rotated_at: None,
             inbound_require_timestamp: false,
+            enabled: true,
+            disabled_reason: None,
+            consecutive_failures: 0,
+            last_success_at: None,
         }
     }
 

@@ -657,7 +657,10 @@ async fn an_update_changes_only_what_it_names_and_refuses_what_create_refuses() 
         h.router.update_config(config.id + 1, rotate("x")).await,
         Err(WebhookError::UnknownWebhook(config.id + 1))
     );
-    assert_eq!(h.router.config(config.id).await.unwrap(), expected, "refused changes wrote nothing");
+    // The enqueued delivery's attempt succeeded: the config's health moved, which no refused change touches.
+    let stored = h.router.config(config.id).await.unwrap();
+    let expected = WebhookConfig { last_success_at: stored.last_success_at, ..expected };
+    assert_eq!(stored, expected, "refused changes wrote nothing");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1224,4 +1227,63 @@ async fn each_attempt_carries_the_term_that_made_it_signed() {
     h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
     h.router.wait_idle().await;
     assert_eq!(epoch_sent(&h.transport.requests()[4]), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_in_a_row_disable_a_config_once_hold_its_deliveries_and_enabling_resumes_them() {
+    let settings = RouterConfig {
+        retry_schedule: RetrySchedule::from_seconds(&[1, 1, 1, 1, 1]).unwrap(),
+        disable_after_failures: 3,
+        ..Default::default()
+    };
+    let h = Harness::new(settings);
+    h.transport.set_fallback(http_failure(500));
+    let config = h.config().await;
+    let first = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    let second = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    h.clock.advance(seconds(1));
+    h.poll().await;
+    let disabled_events = || {
+        h.publisher
+            .on_topic(&Topic::Webhooks)
+            .into_iter()
+            .filter(|event| matches!(event.payload, EventPayload::WebhookEndpointDisabled { .. }))
+            .map(|event| event.payload)
+            .collect::<Vec<_>>()
+    };
+    let stored = h.router.config(config.id).await.unwrap();
+    assert!(!stored.enabled, "three failures in a row disable it");
+    assert_eq!(stored.disabled_reason, Some(gateway_core::DisabledReason::Failing));
+    let event = EventPayload::WebhookEndpointDisabled {
+        webhook_id: config.id,
+        // The poll's two attempts were recorded together: the third failure disabled it, the fourth still counts.
+        consecutive_failures: 3,
+        disabled_reason: "failing".into(),
+    };
+    assert_eq!(disabled_events(), [event], "announced once");
+    let attempts = h.transport.request_count();
+    for _ in 0..10 {
+        h.clock.advance(seconds(60));
+        h.poll().await;
+    }
+    let third = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(h.transport.request_count(), attempts, "nothing is attempted while it is disabled");
+    for id in [first.id, second.id, third.id] {
+        let row = h.row(id);
+        assert!(row.status.is_awaiting_attempt() && row.next_retry_at.is_none(), "held: {row:?}");
+    }
+    h.transport.set_fallback(AttemptOutcome::Delivered { status_code: 200 });
+    let enable = WebhookConfigChange { enabled: Some(true), ..WebhookConfigChange::default() };
+    let resumed = h.router.update_config(config.id, enable).await.unwrap();
+    assert!(resumed.enabled && resumed.consecutive_failures == 0);
+    // The rate's window (tokio time) still holds the attempts made before the disable.
+    tokio::time::advance(std::time::Duration::from_secs(1)).await;
+    h.poll().await;
+    for id in [first.id, second.id, third.id] {
+        assert_eq!(h.row(id).status, DeliveryStatus::Delivered, "resumed and delivered");
+    }
+    assert_eq!(disabled_events().len(), 1);
+    assert!(h.router.config(config.id).await.unwrap().last_success_at.is_some());
 }
