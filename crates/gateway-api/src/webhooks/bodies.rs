@@ -67,6 +67,14 @@ fn revoke_previous() -> ObjectBuilder {
     ))
 }
 
+fn enabled_change() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Boolean).description(Some(
+        "`false` disables the config by hand (`disabled_reason: \"manual\"`): its deliveries are held. `true` resumes \
+         a disabled config: the reason and the failure count are cleared, and its held deliveries are due at once \
+         (sent oldest first under `--webhook-max-per-second`).",
+    ))
+}
+
 fn nullable_instant(description: &str) -> ObjectBuilder {
     ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
@@ -129,10 +137,7 @@ pub struct WebhookConfigChangeFields {
     inbound_require_timestamp: bool,
     #[schema(schema_with = revoke_previous, required = false)]
     revoke_previous: bool,
-    /// `false` disables the config by hand (`disabled_reason: "manual"`): its deliveries are held. `true` resumes
-    /// a disabled config: the reason and the failure count are cleared, and its held deliveries are due at once
-    /// (sent oldest first under `--webhook-max-per-second`).
-    #[schema(required = false)]
+    #[schema(schema_with = enabled_change, required = false)]
     enabled: bool,
 }
 
@@ -179,7 +184,7 @@ pub struct WebhookConfigBody<'a> {
     pub source_identifier: &'a str,
     pub target_session: &'a str,
     pub target_url: &'a str,
-    /// Health (issue 20). A disabled config's deliveries are held: neither attempted nor aging toward dead.
+    /// Whether deliveries are sent. A disabled config's deliveries are held: neither attempted nor aging toward dead.
     pub enabled: bool,
     #[schema(schema_with = disabled_reason, required = true)]
     pub disabled_reason: Option<&'static str>,
