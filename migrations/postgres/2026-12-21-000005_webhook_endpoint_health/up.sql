@@ -8,5 +8,6 @@ ALTER TABLE webhook_configs ADD COLUMN consecutive_failures BIGINT NOT NULL DEFA
 ALTER TABLE webhook_configs ADD COLUMN last_success_at TIMESTAMP;
 -- stats_24h: the attempts of the last 24 hours are one range of this index, whatever the history's size.
 CREATE INDEX webhook_delivery_attempts_started_at ON webhook_delivery_attempts (started_at);
--- stats_24h's dead letters: the deliveries that died in the window, one range of this partial index.
-CREATE INDEX webhook_deliveries_dead_at ON webhook_deliveries (last_attempted_at) WHERE status = 'dead';
+-- stats_24h's dead letters: the deliveries that died in the window, one range of this partial index (status leads, so
+-- the planner prefers it over (status, next_retry_at) for status = 'dead').
+CREATE INDEX webhook_deliveries_dead_at ON webhook_deliveries (status, last_attempted_at) WHERE status = 'dead';
