@@ -428,7 +428,7 @@ fn claims_and_records_in_opposite_orders_never_fail_each_other(store: &DieselSto
     }
 }
 
-/// What `stats_24h` costs: 100 configs, 100,000 attempts (and 10,000 dead letters) in the window, 400,000 older
+/// What `stats_24h` costs: 100 configs, 100,000 attempts (and 1,000 dead letters) in the window, 400,000 older
 /// attempts outside it. Prints the time of one `endpoint_stats` (the read behind a config list).
 #[test]
 #[ignore = "a measurement, not a check"]
