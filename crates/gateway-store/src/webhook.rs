@@ -17,10 +17,10 @@ use diesel::prelude::*;
 use diesel::result::DatabaseErrorKind;
 use diesel::sqlite::Sqlite;
 use gateway_core::{
-    AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, DisabledReason, EndpointStats, DeliveryFilter, DeliveryMaker, DeliveryStatus, DeliveryUpdate,
-    DueDelivery, FanOut, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
-    ReceiptKey, RetryNowOutcome, StoreError, WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent,
-    WebhookSecret, WebhookStore,
+    AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus,
+    DeliveryUpdate, DisabledReason, DueDelivery, EndpointStats, FanOut, FencingToken, IdempotencyKey, InboundInsert,
+    NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RetryNowOutcome, StoreError, WILDCARD_EVENT_TYPE,
+    WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -209,8 +209,9 @@ impl From<ConfigRow> for WebhookConfig {
             inbound_require_timestamp: row.inbound_require_timestamp,
             enabled: row.enabled,
             // A disabled row always has a reason; one this version cannot read is shown as manual (held either way).
-            disabled_reason: (!row.enabled)
-                .then(|| row.disabled_reason.as_deref().and_then(DisabledReason::parse).unwrap_or(DisabledReason::Manual)),
+            disabled_reason: (!row.enabled).then(|| {
+                row.disabled_reason.as_deref().and_then(DisabledReason::parse).unwrap_or(DisabledReason::Manual)
+            }),
             consecutive_failures: row.consecutive_failures,
             last_success_at: row.last_success_at.map(from_db),
         }
@@ -972,7 +973,10 @@ impl WebhookStore for DieselStore {
         update: &DeliveryUpdate,
     ) -> Result<bool, StoreError> {
         let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
-        Ok(self.record_attempts_counting(std::slice::from_ref(&record), 0)?.into_iter().all(|recorded| recorded.applied))
+        Ok(self
+            .record_attempts_counting(std::slice::from_ref(&record), 0)?
+            .into_iter()
+            .all(|recorded| recorded.applied))
     }
 
     fn record_attempts_counting(
@@ -1080,17 +1084,13 @@ impl DieselStore {
         outcomes: Vec<QueryResult<DeliveryRow>>,
     ) -> Result<Vec<QueryResult<DeliveryRow>>, StoreError> {
         let ids: Vec<i64> = outcomes.iter().flatten().map(|row| row.id).collect();
-        let held: Vec<DeliveryRow> = self.immediate("hold the deliveries of disabled webhook configs", |connection| {
-            hold_rows(connection, &ids)
-        })?;
+        let held: Vec<DeliveryRow> = self
+            .immediate("hold the deliveries of disabled webhook configs", |connection| hold_rows(connection, &ids))?;
         if held.is_empty() {
             return Ok(outcomes);
         }
         let mut held: std::collections::HashMap<i64, DeliveryRow> = held.into_iter().map(|row| (row.id, row)).collect();
-        Ok(outcomes
-            .into_iter()
-            .map(|outcome| outcome.map(|row| held.remove(&row.id).unwrap_or(row)))
-            .collect())
+        Ok(outcomes.into_iter().map(|outcome| outcome.map(|row| held.remove(&row.id).unwrap_or(row))).collect())
     }
 
     /// The group insert in one transaction, each delivery a constraint refuses failing alone. SQLite: a savepoint

@@ -167,15 +167,14 @@ fn a_failing_endpoint_is_disabled_once_its_deliveries_are_held_and_enabling_it_s
     assert_eq!((&stored["enabled"], &stored["disabled_reason"]), (&json!(false), &json!("failing")), "{stored}");
     let attempts = receiver.count();
     assert!(attempts >= 3, "{attempts}");
-    let frozen: Vec<Value> = [first, second].iter().map(|id| delivery(&gateway, *id)["attempt_count"].clone()).collect();
+    let frozen: Vec<Value> =
+        [first, second].iter().map(|id| delivery(&gateway, *id)["attempt_count"].clone()).collect();
 
     // Held while disabled: a new delivery is accepted but not sent, a published event leaves the config out, and
     // several retry periods (1 s each, polled every 100 ms) pass without an attempt or an aging one.
     let third = enqueue(&gateway, webhook_id, 3);
-    let (status, published) = gateway.operator_post(
-        "/gateway/webhook-events",
-        &json!({"event_type": "order.paid", "payload": {"order": 1}}),
-    );
+    let (status, published) =
+        gateway.operator_post("/gateway/webhook-events", &json!({"event_type": "order.paid", "payload": {"order": 1}}));
     assert_eq!((status, &published["delivery_ids"]), (202, &json!([])), "{published}");
     std::thread::sleep(std::time::Duration::from_millis(2_500));
     assert_eq!(receiver.count(), attempts, "nothing is sent to a disabled endpoint");

@@ -125,7 +125,7 @@ impl CredentialId {
         let millis = u64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
         let mut fresh = [0u8; 8];
         random.fill(&mut fresh[2..])?;
-        let mut last = crate::runtime::sync::lock(&LAST);
+        let mut last = lock(&LAST);
         // An instant before the last (the clock stepped back) takes fresh bytes and leaves the last as it was.
         let tail = match *last {
             (last_millis, last_tail) if last_millis == millis && last_tail < RANDOM_MAX => last_tail + 1,

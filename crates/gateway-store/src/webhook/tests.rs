@@ -443,7 +443,11 @@ fn endpoint_stats_cost() {
                 "'2026-02-22 11:30:00'",
             )
         } else {
-            ("WITH n(i) AS (SELECT generate_series(1, 500000))", "TIMESTAMP '2026-02-20 12:00:00'", "TIMESTAMP '2026-02-22 11:30:00'")
+            (
+                "WITH n(i) AS (SELECT generate_series(1, 500000))",
+                "TIMESTAMP '2026-02-20 12:00:00'",
+                "TIMESTAMP '2026-02-22 11:30:00'",
+            )
         };
         let configs = (1..=100)
             .map(|n| format!("('src-{n}', 'push', 'review', 's', 'https://example.com/a', 'secret', {old})"))
@@ -468,7 +472,10 @@ fn endpoint_stats_cost() {
         ];
         for statement in statements {
             store
-                .with_connection("fill", |connection| on_backend!(connection, c => diesel::sql_query(&statement).execute(c)))
+                .with_connection(
+                    "fill",
+                    |connection| on_backend!(connection, c => diesel::sql_query(&statement).execute(c)),
+                )
                 .unwrap();
         }
     }

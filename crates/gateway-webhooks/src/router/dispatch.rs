@@ -10,10 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gateway_core::{
-    EndpointDisabled,
     AttemptOutcome, AttemptRecord, BackgroundLoop, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate,
-    EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret, WebhookStore,
-    run_blocking,
+    EndpointDisabled, EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret,
+    WebhookStore, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::OwnedSemaphorePermit;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use gateway_core::runtime::group_commit::GroupCommit;
 use gateway_core::{
-    AttemptRecord, AttemptRecorded, Clock, Delivery, NewDelivery, StoreError, WebhookConfig, WebhookSecret, WebhookStore,
+    AttemptRecord, AttemptRecorded, Clock, Delivery, NewDelivery, StoreError, WebhookConfig, WebhookSecret,
+    WebhookStore,
 };
 use time::OffsetDateTime;
 

@@ -112,7 +112,10 @@ pub(super) async fn show_config(state: &AppState, id: i64) -> Result<Response, A
 }
 
 /// A config's `stats_24h` from every config's (none recorded: zeros).
-fn stats_of(stats: &std::collections::BTreeMap<i64, gateway_core::EndpointStats>, id: i64) -> gateway_core::EndpointStats {
+fn stats_of(
+    stats: &std::collections::BTreeMap<i64, gateway_core::EndpointStats>,
+    id: i64,
+) -> gateway_core::EndpointStats {
     stats.get(&id).copied().unwrap_or_default()
 }
 

@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use time::OffsetDateTime;
 
 use super::{
-    AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, EndpointStats, DeliveryFilter, DeliveryMaker, DeliveryStatus, DeliveryUpdate, DueDelivery, FanOut,
-    InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RetryNowOutcome, WebhookConfig,
-    WebhookConfigChange, WebhookEvent, WebhookStore,
+    AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus,
+    DeliveryUpdate, DueDelivery, EndpointStats, FanOut, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
+    ReceiptKey, RetryNowOutcome, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookStore,
 };
 use crate::ids::IdempotencyKey;
 use crate::ports::failure::FailureSwitch;
@@ -458,7 +458,10 @@ impl WebhookStore for InMemoryWebhookStore {
     ) -> Result<bool, StoreError> {
         self.failure.check()?;
         let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
-        Ok(self.record_attempts_counting(std::slice::from_ref(&record), 0)?.into_iter().all(|recorded| recorded.applied))
+        Ok(self
+            .record_attempts_counting(std::slice::from_ref(&record), 0)?
+            .into_iter()
+            .all(|recorded| recorded.applied))
     }
 
     fn record_attempts_counting(
@@ -551,7 +554,9 @@ fn hold(tables: &mut Tables, webhook_id: i64) {
 /// A resumed config's held deliveries are due at `now`.
 fn resume(tables: &mut Tables, webhook_id: i64, now: OffsetDateTime) {
     for delivery in tables.deliveries.values_mut() {
-        if delivery.webhook_id == webhook_id && delivery.status.is_awaiting_attempt() && delivery.next_retry_at.is_none()
+        if delivery.webhook_id == webhook_id
+            && delivery.status.is_awaiting_attempt()
+            && delivery.next_retry_at.is_none()
         {
             delivery.next_retry_at = Some(now);
         }
@@ -560,7 +565,12 @@ fn resume(tables: &mut Tables, webhook_id: i64, now: OffsetDateTime) {
 
 /// One attempt recorded under the caller's lock: `None` when the delivery is gone (nothing recorded), else whether
 /// its outcome was applied.
-fn record_one(tables: &mut Tables, attempt: &DeliveryAttempt, lease: OffsetDateTime, update: &DeliveryUpdate) -> Option<bool> {
+fn record_one(
+    tables: &mut Tables,
+    attempt: &DeliveryAttempt,
+    lease: OffsetDateTime,
+    update: &DeliveryUpdate,
+) -> Option<bool> {
     {
         let Tables { deliveries, attempts, poll_claims, claimed, .. } = tables;
         let Some(delivery) = deliveries.get_mut(&attempt.delivery_id) else {

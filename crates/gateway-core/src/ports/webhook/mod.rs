@@ -211,10 +211,15 @@ impl WebhookConfig {
     /// [`WebhookStore::record_attempts_counting`] applies: a success resets the count and moves `last_success_at`
     /// forward; a failure adds one, and an enabled config whose count reaches `disable_after_failures` (0: never)
     /// is disabled as `failing` — the disable returned, once.
-    pub fn count_attempt(&mut self, attempt: &DeliveryAttempt, disable_after_failures: u32) -> Option<EndpointDisabled> {
+    pub fn count_attempt(
+        &mut self,
+        attempt: &DeliveryAttempt,
+        disable_after_failures: u32,
+    ) -> Option<EndpointDisabled> {
         if attempt.error_class.is_none() {
             self.consecutive_failures = 0;
-            self.last_success_at = Some(self.last_success_at.map_or(attempt.started_at, |at| at.max(attempt.started_at)));
+            self.last_success_at =
+                Some(self.last_success_at.map_or(attempt.started_at, |at| at.max(attempt.started_at)));
             return None;
         }
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
@@ -674,7 +679,10 @@ pub trait WebhookStore: FencingEpoch + Send + Sync + fmt::Debug {
     ) -> Result<Vec<AttemptRecorded>, StoreError>;
     /// Each config's attempts and dead letters since `since` (`stats_24h`); a config without any is left out. A
     /// database adapter reads the window from indexes on the attempts' start and the dead rows' last attempt.
-    fn endpoint_stats(&self, since: OffsetDateTime) -> Result<std::collections::BTreeMap<i64, EndpointStats>, StoreError>;
+    fn endpoint_stats(
+        &self,
+        since: OffsetDateTime,
+    ) -> Result<std::collections::BTreeMap<i64, EndpointStats>, StoreError>;
     /// Retention: deletes up to `limit` deliveries that are delivered or dead and were created before
     /// `created_before`, with their attempts (and so their idempotency keys); returns how many deliveries went.
     /// Pending and failed deliveries are never pruned, however old. Callers repeat it until it returns less than
