@@ -1279,7 +1279,7 @@ async fn failures_in_a_row_disable_a_config_once_hold_its_deliveries_and_enablin
     let resumed = h.router.update_config(config.id, enable).await.unwrap();
     assert!(resumed.enabled && resumed.consecutive_failures == 0);
     // The rate's window (tokio time) still holds the attempts made before the disable.
-    tokio::time::advance(std::time::Duration::from_secs(1)).await;
+    tokio::time::advance(Duration::from_secs(1)).await;
     h.poll().await;
     for id in [first.id, second.id, third.id] {
         assert_eq!(h.row(id).status, DeliveryStatus::Delivered, "resumed and delivered");
