@@ -1287,3 +1287,29 @@ async fn failures_in_a_row_disable_a_config_once_hold_its_deliveries_and_enablin
     assert_eq!(disabled_events().len(), 1);
     assert!(h.router.config(config.id).await.unwrap().last_success_at.is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn resumed_deliveries_go_out_oldest_first_under_the_cap_not_all_at_once() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let disable = WebhookConfigChange { enabled: Some(false), ..WebhookConfigChange::default() };
+    assert!(!h.router.update_config(config.id, disable).await.unwrap().enabled);
+    let start = h.clock.now();
+    let ids: Vec<i64> =
+        (0..12).map(|index| h.due_row(&config, &config.target_url, start + seconds(index)).id).collect();
+    h.clock.set(start + seconds(3_600));
+    assert_eq!(h.poll().await, 0, "held while disabled");
+    let enable = WebhookConfigChange { enabled: Some(true), ..WebhookConfigChange::default() };
+    h.router.update_config(config.id, enable).await.unwrap();
+    let mut per_cycle = Vec::new();
+    for _ in 0..4 {
+        let before = h.transport.request_count();
+        h.poll().await;
+        per_cycle.push(h.transport.request_count() - before);
+    }
+    assert_eq!(per_cycle, [5, 5, 2, 0], "the backlog of a resumed config is paced like any other");
+    let order: Vec<i64> = h.transport.requests().iter().map(|request| request.delivery_id).collect();
+    let mut first_cycle = order[..5].to_vec();
+    first_cycle.sort_unstable();
+    assert_eq!(first_cycle, ids[..5], "the oldest five go first");
+}
