@@ -195,6 +195,7 @@ macro_rules! webhook_store_conformance {
             failures_in_a_row_disable_a_config_once_and_hold_its_deliveries,
             enabling_a_config_resumes_its_held_deliveries_and_disabling_by_hand_holds_them,
             endpoint_stats_count_the_windows_attempts_and_dead_letters,
+            an_attempt_in_flight_when_its_config_is_disabled_records_and_its_retry_is_held,
         );
     };
 }

@@ -1291,3 +1291,34 @@ pub fn endpoint_stats_count_the_windows_attempts_and_dead_letters(store: &dyn We
     assert_eq!(of_a, crate::EndpointStats { delivered: 3, failed_attempts: 3, dead: 1 });
     assert_eq!(stats.get(&b.id).copied().unwrap_or_default(), crate::EndpointStats::default(), "only the window");
 }
+
+/// Issue 20: disabling a config leaves a claimed row to its attempt (the claim is not broken, so a success is not
+/// sent twice); the attempt records as usual, and a retry it schedules is held. A success applies as usual.
+pub fn an_attempt_in_flight_when_its_config_is_disabled_records_and_its_retry_is_held(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let claimed = NewDelivery { claimed: true, ..new_delivery(config.id, "s", at) };
+    let rows: Vec<Delivery> = store
+        .insert_deliveries(&vec![claimed; 2])
+        .expect("insert")
+        .into_iter()
+        .map(|outcome| outcome.expect("inserted"))
+        .collect();
+    let disable = WebhookConfigChange { enabled: Some(false), ..WebhookConfigChange::default() };
+    store.update_config(config.id, &disable, at).expect("update").expect("the config");
+    for row in &rows {
+        assert_eq!(store.delivery(row.id).expect("read").expect("row").next_retry_at, row.next_retry_at, "claimed");
+    }
+    let t1 = at + Duration::seconds(1);
+    let failed = record_counting(store, &[&rows[0]], false, t1, 0);
+    assert!(failed[0].applied, "the attempt records under its claim");
+    let held = store.delivery(rows[0].id).expect("read").expect("row");
+    assert_eq!((held.status, held.attempt_count, held.next_retry_at), (DeliveryStatus::Failed, 1, None), "held");
+    let delivered = record_counting(store, &[&rows[1]], true, t1, 0);
+    assert!(delivered[0].applied);
+    assert_eq!(store.delivery(rows[1].id).expect("read").expect("row").status, DeliveryStatus::Delivered);
+    let stored = store.config(config.id).expect("read").expect("config");
+    assert_eq!((stored.enabled, stored.last_success_at), (false, Some(t1)), "a success does not enable it");
+}
