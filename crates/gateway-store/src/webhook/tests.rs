@@ -499,3 +499,85 @@ fn endpoint_stats_cost() {
         time(&fixture.store, "postgres");
     }
 }
+
+/// What counting health costs the group commit of attempt records: groups of 64 failed attempts over 8 configs,
+/// recorded without the health step (the port's records as before issue 20: on PostgreSQL one statement, on SQLite
+/// one IMMEDIATE transaction) and with it (`record_attempts_counting`), alternating in one run.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn record_counting_cost() {
+    const GROUP: usize = 64;
+    const ROUNDS: usize = 40;
+    fn group(store: &DieselStore, configs: &[i64]) -> Vec<AttemptRecord> {
+        let drafts: Vec<NewDelivery> = (0..GROUP)
+            .map(|n| NewDelivery { claimed: true, ..new_delivery(configs[n % configs.len()], "s", START) })
+            .collect();
+        let rows: Vec<Delivery> = store.insert_deliveries(&drafts).unwrap().into_iter().map(Result::unwrap).collect();
+        rows.iter()
+            .map(|row| AttemptRecord {
+                attempt: DeliveryAttempt {
+                    delivery_id: row.id,
+                    attempt_number: 1,
+                    started_at: START,
+                    duration_ms: 5,
+                    status_code: Some(500),
+                    error_class: Some("http_500".into()),
+                    error_detail: None,
+                },
+                lease: row.next_retry_at.unwrap(),
+                update: DeliveryUpdate {
+                    status: DeliveryStatus::Failed,
+                    attempt_count: 1,
+                    last_attempted_at: START,
+                    next_retry_at: Some(START + Duration::seconds(30)),
+                    error_detail: Some("http_500".into()),
+                    signature: None,
+                },
+            })
+            .collect()
+    }
+    fn without_health(store: &DieselStore, records: &[AttemptRecord]) {
+        if store.is_sqlite() {
+            store
+                .immediate("record", |connection| {
+                    records
+                        .iter()
+                        .map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update))
+                        .collect::<QueryResult<Vec<bool>>>()
+                })
+                .unwrap();
+        } else {
+            store
+                .with_connection("record", |connection| match connection {
+                    AnyConnection::Postgres(c) => crate::webhook::postgres::record_attempts(c, records),
+                    AnyConnection::Sqlite(_) => unreachable!("a PostgreSQL store"),
+                })
+                .unwrap();
+        }
+    }
+    fn measure(store: &DieselStore, label: &str) {
+        let configs: Vec<i64> =
+            (0..8).map(|n| store.create_config(&new_config(&format!("src-{n}"))).unwrap().id).collect();
+        let (mut before, mut after) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+        for _ in 0..ROUNDS {
+            let records = group(store, &configs);
+            let started = std::time::Instant::now();
+            without_health(store, &records);
+            before += started.elapsed();
+            let records = group(store, &configs);
+            let started = std::time::Instant::now();
+            store.record_attempts_counting(&records, 0).unwrap();
+            after += started.elapsed();
+        }
+        let per_group = |total: std::time::Duration| total / u32::try_from(ROUNDS).unwrap();
+        println!(
+            "{label}: a group of {GROUP} records, without health {:?}, with health {:?}",
+            per_group(before),
+            per_group(after)
+        );
+    }
+    measure(&crate::testing::sqlite().store, "sqlite");
+    if let Some(fixture) = crate::testing::postgres("webhook::tests::record_counting_cost") {
+        measure(&fixture.store, "postgres");
+    }
+}
