@@ -48,11 +48,11 @@ pub use ports::storage::{AgentStorage, InMemoryAgentStorage, STORED_ROW_CHARGE_B
 pub use ports::store::{StoreError, StoreHealth};
 pub use ports::tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore};
 pub use ports::webhook::{
-    AttemptOutcome, AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus,
-    DeliveryUpdate, DueDelivery, FailureClass, FakeTransport, FanOut, InMemoryWebhookStore, InboundInsert, NewDelivery,
-    NewWebhookConfig, NewWebhookEvent, OutboundRequest, ReceiptKey, RecoverWindow, RetryNowOutcome,
-    UnknownDeliveryStatus, WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret,
-    WebhookStore, WebhookTransport,
+    AttemptOutcome, AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker,
+    DeliveryStatus, DeliveryUpdate, DisabledReason, DueDelivery, EndpointDisabled, EndpointStats, FailureClass,
+    FakeTransport, FanOut, InMemoryWebhookStore, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
+    OutboundRequest, ReceiptKey, RecoverWindow, RetryNowOutcome, UnknownDeliveryStatus, WILDCARD_EVENT_TYPE,
+    WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore, WebhookTransport,
 };
 
 // What every component calls to run its work.

@@ -48,6 +48,10 @@ diesel::table! {
         inbound_secret_rotated_at -> Nullable<Timestamp>,
         inbound_require_timestamp -> Bool,
         rate_limit_per_second -> Nullable<Integer>,
+        enabled -> Bool,
+        disabled_reason -> Nullable<Text>,
+        consecutive_failures -> BigInt,
+        last_success_at -> Nullable<Timestamp>,
     }
 }
 

@@ -10,17 +10,17 @@
 //! `claim_token` (meaningful only while `claimed_until` is set), so a new term can release a deposed leader's
 //! claims at once (`release_deposed_claims`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::result::DatabaseErrorKind;
 use diesel::sqlite::Sqlite;
 use gateway_core::{
-    AttemptRecord, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus, DeliveryUpdate,
-    DueDelivery, FanOut, FencingToken, IdempotencyKey, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
-    ReceiptKey, RecoverWindow, RetryNowOutcome, StoreError, WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange,
-    WebhookEvent, WebhookSecret, WebhookStore,
+    AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus,
+    DeliveryUpdate, DisabledReason, DueDelivery, EndpointStats, FanOut, FencingToken, IdempotencyKey, InboundInsert,
+    NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RecoverWindow, RetryNowOutcome, StoreError,
+    WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -185,6 +185,10 @@ struct ConfigRow {
     inbound_secret_rotated_at: Option<PrimitiveDateTime>,
     inbound_require_timestamp: bool,
     rate_limit_per_second: Option<i32>,
+    enabled: bool,
+    disabled_reason: Option<String>,
+    consecutive_failures: i64,
+    last_success_at: Option<PrimitiveDateTime>,
 }
 
 impl From<ConfigRow> for WebhookConfig {
@@ -205,6 +209,13 @@ impl From<ConfigRow> for WebhookConfig {
             inbound_secret_rotated_at: row.inbound_secret_rotated_at.map(from_db),
             inbound_require_timestamp: row.inbound_require_timestamp,
             rate_limit_per_second: row.rate_limit_per_second.and_then(|rate| u32::try_from(rate).ok()),
+            enabled: row.enabled,
+            // A disabled row always has a reason; one this version cannot read is shown as manual (held either way).
+            disabled_reason: (!row.enabled).then(|| {
+                row.disabled_reason.as_deref().and_then(DisabledReason::parse).unwrap_or(DisabledReason::Manual)
+            }),
+            consecutive_failures: row.consecutive_failures,
+            last_success_at: row.last_success_at.map(from_db),
         }
     }
 }
@@ -469,6 +480,8 @@ fn fan_out_rows(
     let mut configs: Vec<ConfigRow> = on_backend!(connection, c => {
         let mut query = dsl::webhook_configs
             .filter(dsl::event_type.eq_any([event.event_type.as_str(), WILDCARD_EVENT_TYPE]))
+            // "One delivery per enabled config": a disabled one is left out, not held (NewWebhookEvent::reaches).
+            .filter(dsl::enabled.eq(true))
             .order(dsl::id.asc())
             .limit(limit)
             .select(ConfigRow::as_select())
@@ -587,6 +600,7 @@ impl WebhookStore for DieselStore {
             };
             let Some(current) = current else { return Ok(None) };
             let old_target = current.target_url.clone();
+            let was_enabled = current.enabled;
             let changed = WebhookConfig::from(current).changed(change, at);
             let write = diesel::update(dsl::webhook_configs.find(id)).set((
                 dsl::target_url.eq(&changed.target_url),
@@ -600,6 +614,9 @@ impl WebhookStore for DieselStore {
                 dsl::inbound_secret_rotated_at.eq(changed.inbound_secret_rotated_at.map(to_db)),
                 dsl::inbound_require_timestamp.eq(changed.inbound_require_timestamp),
                 dsl::rate_limit_per_second.eq(rate_to_db(changed.rate_limit_per_second)),
+                dsl::enabled.eq(changed.enabled),
+                dsl::disabled_reason.eq(changed.disabled_reason.map(DisabledReason::as_str)),
+                dsl::consecutive_failures.eq(changed.consecutive_failures),
             ));
             let written = on_backend!(connection, c => write.returning(ConfigRow::as_returning()).get_result(c))?;
             // Deliveries not delivered yet (dead ones too: "Retry now" after fixing the URL is the point) go where
@@ -615,6 +632,11 @@ impl WebhookStore for DieselStore {
                 )
                 .set(deliveries::target_url.eq(&written.target_url));
                 on_backend!(connection, c => follow.execute(c))?;
+            }
+            match (was_enabled, written.enabled) {
+                (true, false) => hold_deliveries(connection, id)?,
+                (false, true) => resume_deliveries(connection, id, to_db(at))?,
+                _ => {}
             }
             Ok(Some(written))
         })?;
@@ -680,7 +702,10 @@ impl WebhookStore for DieselStore {
 
     fn insert_delivery(&self, delivery: &NewDelivery) -> Result<Delivery, StoreError> {
         let row = NewDeliveryRow::of(delivery);
-        let inserted = self.with_connection("insert webhook delivery", |connection| row.insert(connection))?;
+        let inserted = self.immediate("insert webhook delivery", |connection| {
+            let inserted = row.insert(connection)?;
+            Ok(hold_new(connection, vec![inserted])?.remove(0))
+        })?;
         inserted.try_into()
     }
 
@@ -705,6 +730,7 @@ impl WebhookStore for DieselStore {
                 return Ok(InboundInsert::Duplicate { delivery_id: holder });
             }
             let inserted = row.insert(connection)?;
+            let inserted = hold_new(connection, vec![inserted])?.remove(0);
             for key in &keys {
                 let receipt = NewReceiptRow {
                     webhook_id: delivery.webhook_id,
@@ -751,10 +777,13 @@ impl WebhookStore for DieselStore {
                 AnyConnection::Sqlite(_) => Ok(None),
             })?;
         }
-        let outcomes = match written {
+        let mut outcomes = match written {
             Some(outcomes) => outcomes,
             None => self.insert_deliveries_in_transaction(&rows)?,
         };
+        if outcomes.iter().flatten().any(|row| row.next_retry_at.is_some()) {
+            outcomes = self.hold_inserted(outcomes)?;
+        }
         Ok(outcomes
             .into_iter()
             .map(|outcome| {
@@ -988,26 +1017,71 @@ impl WebhookStore for DieselStore {
         lease: OffsetDateTime,
         update: &DeliveryUpdate,
     ) -> Result<bool, StoreError> {
-        self.immediate("record webhook attempt", |connection| record(connection, attempt, lease, update))
+        let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
+        Ok(self
+            .record_attempts_counting(std::slice::from_ref(&record), 0)?
+            .into_iter()
+            .all(|recorded| recorded.applied))
     }
 
-    fn record_attempts(&self, records: &[AttemptRecord]) -> Result<Vec<bool>, StoreError> {
+    fn record_attempts_counting(
+        &self,
+        records: &[AttemptRecord],
+        disable_after_failures: u32,
+    ) -> Result<Vec<AttemptRecorded>, StoreError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        if !self.is_sqlite() && !postgres::repeats_a_delivery(records) {
-            // One statement, atomic on its own: no BEGIN and COMMIT round trips.
-            return self.with_connection("record webhook attempts", |connection| match connection {
-                AnyConnection::Postgres(c) => postgres::record_attempts(c, records),
-                AnyConnection::Sqlite(_) => Ok(Vec::new()),
-            });
-        }
-        self.immediate("record webhook attempts", |connection| match connection {
-            AnyConnection::Postgres(c) => postgres::record_attempts_in_turn(c, records),
-            AnyConnection::Sqlite(_) => {
-                records.iter().map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update)).collect()
+        // One transaction: the history, the rows' outcomes and the configs' health commit together (a crash cannot
+        // count an attempt twice or lose one). The configs are locked before the deliveries, as `update_config`
+        // locks a config before holding its deliveries, so the two never wait for each other in a circle.
+        self.immediate("record webhook attempts", |connection| {
+            let owners = delivery_owners(connection, records)?;
+            let mut configs = lock_configs(connection, &owners)?;
+            let applied = match connection {
+                AnyConnection::Postgres(c) if !postgres::repeats_a_delivery(records) => {
+                    postgres::record_attempts(c, records)?
+                }
+                AnyConnection::Postgres(c) => postgres::record_attempts_in_turn(c, records)?,
+                AnyConnection::Sqlite(_) => records
+                    .iter()
+                    .map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update))
+                    .collect::<QueryResult<_>>()?,
+            };
+            let mut recorded = Vec::with_capacity(records.len());
+            for (entry, applied) in records.iter().zip(applied) {
+                let config = owners.get(&entry.attempt.delivery_id).and_then(|owner| configs.get_mut(owner));
+                let disabled = config.and_then(|config| config.count_attempt(&entry.attempt, disable_after_failures));
+                recorded.push(AttemptRecorded { applied, disabled });
             }
+            for config in configs.values() {
+                write_health(connection, config)?;
+                if !config.enabled {
+                    // Attempts that were in flight when it was disabled have just scheduled their next try.
+                    hold_deliveries(connection, config.id)?;
+                }
+            }
+            Ok(recorded)
         })
+    }
+
+    fn endpoint_stats(&self, since: OffsetDateTime) -> Result<BTreeMap<i64, EndpointStats>, StoreError> {
+        let since = to_db(since);
+        let rows = self.with_connection("read webhook endpoint stats", |connection| {
+            on_backend!(connection, c => diesel::sql_query(ENDPOINT_STATS_SQL)
+                .bind::<diesel::sql_types::Timestamp, _>(since)
+                .bind::<diesel::sql_types::Timestamp, _>(since)
+                .load::<StatsRow>(c))
+        })?;
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        let mut stats: BTreeMap<i64, EndpointStats> = BTreeMap::new();
+        for row in rows {
+            let entry = stats.entry(row.webhook_id).or_default();
+            entry.delivered += count(row.delivered);
+            entry.failed_attempts += count(row.failed_attempts);
+            entry.dead += count(row.dead);
+        }
+        Ok(stats)
     }
 
     fn retry_now(&self, id: i64, now: OffsetDateTime) -> Result<RetryNowOutcome, StoreError> {
@@ -1028,8 +1102,9 @@ impl WebhookStore for DieselStore {
             if !retryable.contains(&current.status.as_str()) {
                 return Ok(Some(Err(current)));
             }
-            let reset = reset_for_retry(connection, &[id], now)?.pop().ok_or(diesel::result::Error::NotFound)?;
-            Ok(Some(Ok(reset)))
+            let reset = reset_for_retry(connection, &[id], now)?;
+            // A disabled config's delivery is reset but held, like every delivery of its config.
+            Ok(Some(Ok(hold_new(connection, reset)?.pop().ok_or(diesel::result::Error::NotFound)?)))
         })?;
         match outcome {
             None => Ok(RetryNowOutcome::NotFound),
@@ -1066,7 +1141,9 @@ impl WebhookStore for DieselStore {
             if batch.is_empty() {
                 return Ok(Vec::new());
             }
-            reset_for_retry(connection, &batch, now)
+            let reset = reset_for_retry(connection, &batch, now)?;
+            // A disabled config's recovered deliveries are held, like every delivery of its config.
+            hold_new(connection, reset)
         })?;
         let mut recovered = deliveries(rows)?;
         recovered.sort_by_key(|delivery| delivery.id);
@@ -1093,6 +1170,22 @@ fn reset_for_retry(
 }
 
 impl DieselStore {
+    /// [`hold_new`] over a group insert's outcomes, in one transaction of its own: a config disabled between the
+    /// insert and this is held by its own transaction (`hold_deliveries`), so nothing escapes both.
+    fn hold_inserted(
+        &self,
+        outcomes: Vec<QueryResult<DeliveryRow>>,
+    ) -> Result<Vec<QueryResult<DeliveryRow>>, StoreError> {
+        let ids: Vec<i64> = outcomes.iter().flatten().map(|row| row.id).collect();
+        let held: Vec<DeliveryRow> = self
+            .immediate("hold the deliveries of disabled webhook configs", |connection| hold_rows(connection, &ids))?;
+        if held.is_empty() {
+            return Ok(outcomes);
+        }
+        let mut held: HashMap<i64, DeliveryRow> = held.into_iter().map(|row| (row.id, row)).collect();
+        Ok(outcomes.into_iter().map(|outcome| outcome.map(|row| held.remove(&row.id).unwrap_or(row))).collect())
+    }
+
     /// The group insert in one transaction, each delivery a constraint refuses failing alone. SQLite: a savepoint
     /// per row, so a refused row rolls back alone and the others still commit together. PostgreSQL: the configs
     /// locked first, then one statement (`postgres::insert_deliveries`).
@@ -1142,7 +1235,8 @@ fn claim_rows(
         dsl::webhook_deliveries
             .filter(dsl::id.eq_any(ids))
             .filter(dsl::status.eq_any(statuses))
-            .filter(dsl::next_retry_at.le(to_db(due_by))),
+            .filter(dsl::next_retry_at.le(to_db(due_by)))
+            .filter(dsl::webhook_id.ne_all(disabled_configs())),
     )
     // The marker tells this claim from a scheduled retry once its process is gone (`recovery`).
     .set((
@@ -1213,6 +1307,130 @@ fn record(
         on_backend!(connection, c => resign.execute(c))?;
     }
     Ok(applied)
+}
+
+/// The ids of the disabled configs: a handful at most, read as a subquery by the claim.
+#[diesel::dsl::auto_type]
+fn disabled_configs() -> _ {
+    webhook_configs::table.filter(webhook_configs::enabled.eq(false)).select(webhook_configs::id)
+}
+
+/// Holds a disabled config's deliveries that await an attempt and are not claimed: `next_retry_at = NULL`, off the
+/// due index. A claimed one is left to its attempt, whose record holds it afterwards.
+fn hold_deliveries(connection: &mut AnyConnection<'_>, webhook_id: i64) -> QueryResult<()> {
+    use webhook_deliveries::dsl;
+    let hold = diesel::update(
+        dsl::webhook_deliveries
+            .filter(dsl::webhook_id.eq(webhook_id))
+            .filter(dsl::status.eq_any(AWAITING_ATTEMPT.map(DeliveryStatus::as_str)))
+            .filter(dsl::claimed_until.is_null())
+            .filter(dsl::next_retry_at.is_not_null()),
+    )
+    .set(dsl::next_retry_at.eq(None::<PrimitiveDateTime>));
+    on_backend!(connection, c => hold.execute(c))?;
+    Ok(())
+}
+
+/// A resumed config's held deliveries are due at `now`: the poll then sends them oldest first (ties by id) under
+/// the global rate, as any backlog.
+fn resume_deliveries(connection: &mut AnyConnection<'_>, webhook_id: i64, now: PrimitiveDateTime) -> QueryResult<()> {
+    use webhook_deliveries::dsl;
+    let resume = diesel::update(
+        dsl::webhook_deliveries
+            .filter(dsl::webhook_id.eq(webhook_id))
+            .filter(dsl::status.eq_any(AWAITING_ATTEMPT.map(DeliveryStatus::as_str)))
+            .filter(dsl::next_retry_at.is_null()),
+    )
+    .set(dsl::next_retry_at.eq(Some(now)));
+    on_backend!(connection, c => resume.execute(c))?;
+    Ok(())
+}
+
+/// Of the rows `ids`, those of disabled configs held (claim marker cleared too: an insert's claim must not start
+/// an attempt); returns the rows it changed.
+fn hold_rows(connection: &mut AnyConnection<'_>, ids: &[i64]) -> QueryResult<Vec<DeliveryRow>> {
+    use webhook_deliveries::dsl;
+    let hold = diesel::update(
+        dsl::webhook_deliveries
+            .filter(dsl::id.eq_any(ids))
+            .filter(dsl::status.eq_any(AWAITING_ATTEMPT.map(DeliveryStatus::as_str)))
+            .filter(dsl::webhook_id.eq_any(disabled_configs())),
+    )
+    .set((dsl::next_retry_at.eq(None::<PrimitiveDateTime>), dsl::claimed_until.eq(None::<PrimitiveDateTime>)));
+    on_backend!(connection, c => hold.returning(DeliveryRow::as_returning()).get_results(c))
+}
+
+/// `rows` just written, with those of disabled configs held ([`hold_rows`]), in the same order.
+fn hold_new(connection: &mut AnyConnection<'_>, rows: Vec<DeliveryRow>) -> QueryResult<Vec<DeliveryRow>> {
+    let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+    let mut held: HashMap<i64, DeliveryRow> =
+        hold_rows(connection, &ids)?.into_iter().map(|row| (row.id, row)).collect();
+    Ok(rows.into_iter().map(|row| held.remove(&row.id).unwrap_or(row)).collect())
+}
+
+/// The config of each recorded attempt's delivery (a delivery that is gone has none: its attempt counts for nothing).
+fn delivery_owners(connection: &mut AnyConnection<'_>, records: &[AttemptRecord]) -> QueryResult<HashMap<i64, i64>> {
+    let ids: Vec<i64> = records.iter().map(|entry| entry.attempt.delivery_id).collect();
+    let query = webhook_deliveries::table
+        .filter(webhook_deliveries::id.eq_any(&ids))
+        .select((webhook_deliveries::id, webhook_deliveries::webhook_id));
+    let owners: Vec<(i64, i64)> = on_backend!(connection, c => query.load(c))?;
+    Ok(owners.into_iter().collect())
+}
+
+/// The configs `owners` names, read (on PostgreSQL locked, in id order) to count attempts against.
+fn lock_configs(
+    connection: &mut AnyConnection<'_>,
+    owners: &HashMap<i64, i64>,
+) -> QueryResult<BTreeMap<i64, WebhookConfig>> {
+    let mut ids: Vec<i64> = owners.values().copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let query = webhook_configs::table.filter(webhook_configs::id.eq_any(&ids)).order(webhook_configs::id.asc());
+    let rows: Vec<ConfigRow> = match connection {
+        AnyConnection::Sqlite(c) => query.select(ConfigRow::as_select()).load(&mut **c)?,
+        // Not a key update: a delivery inserted for the config meanwhile (its foreign key check) does not wait.
+        AnyConnection::Postgres(c) => query.select(ConfigRow::as_select()).for_no_key_update().load(&mut **c)?,
+    };
+    Ok(rows.into_iter().map(|row| (row.id, WebhookConfig::from(row))).collect())
+}
+
+/// Writes a config's health as counted.
+fn write_health(connection: &mut AnyConnection<'_>, config: &WebhookConfig) -> QueryResult<()> {
+    use webhook_configs::dsl;
+    let write = diesel::update(dsl::webhook_configs.find(config.id)).set((
+        dsl::enabled.eq(config.enabled),
+        dsl::disabled_reason.eq(config.disabled_reason.map(DisabledReason::as_str)),
+        dsl::consecutive_failures.eq(config.consecutive_failures),
+        dsl::last_success_at.eq(config.last_success_at.map(to_db)),
+    ));
+    on_backend!(connection, c => write.execute(c))?;
+    Ok(())
+}
+
+/// `stats_24h` of every config: the window's attempts (a range of `webhook_delivery_attempts_started_at`, each
+/// joined to its delivery by primary key) and its dead letters (a range of the partial `webhook_deliveries_dead_at`).
+const ENDPOINT_STATS_SQL: &str = "\
+    SELECT d.webhook_id AS webhook_id, \
+        CAST(SUM(CASE WHEN a.error_class IS NULL THEN 1 ELSE 0 END) AS BIGINT) AS delivered, \
+        CAST(SUM(CASE WHEN a.error_class IS NULL THEN 0 ELSE 1 END) AS BIGINT) AS failed_attempts, \
+        CAST(0 AS BIGINT) AS dead \
+    FROM webhook_delivery_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id \
+    WHERE a.started_at >= $1 GROUP BY d.webhook_id \
+    UNION ALL \
+    SELECT webhook_id, CAST(0 AS BIGINT), CAST(0 AS BIGINT), CAST(COUNT(*) AS BIGINT) FROM webhook_deliveries \
+    WHERE status = 'dead' AND last_attempted_at >= $2 GROUP BY webhook_id";
+
+#[derive(QueryableByName)]
+struct StatsRow {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    webhook_id: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    delivered: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    failed_attempts: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    dead: i64,
 }
 
 fn is_constraint(kind: &DatabaseErrorKind) -> bool {

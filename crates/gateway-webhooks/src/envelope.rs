@@ -136,6 +136,10 @@ mod tests {
             inbound_secret_rotated_at: None,
             inbound_require_timestamp: false,
             rate_limit_per_second: None,
+            enabled: true,
+            disabled_reason: None,
+            consecutive_failures: 0,
+            last_success_at: None,
         }
     }
 

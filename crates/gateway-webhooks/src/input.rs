@@ -140,7 +140,7 @@ pub fn check_config_change(change: &WebhookConfigChange) -> Result<(), WebhookEr
         return Err(invalid(
             "body",
             "name at least one of target_url, agent_intent, target_session, secret, inbound_secret, \
-             inbound_require_timestamp, revoke_previous, rate_limit_per_second"
+             inbound_require_timestamp, revoke_previous, rate_limit_per_second, enabled"
                 .into(),
         ));
     }

@@ -22,10 +22,10 @@ pub use replay::INBOUND_REPLAY_WINDOW;
 pub use retention::{DeliveryRetention, RETENTION, RetentionConfig, RetentionPorts};
 pub use retry::{MAX_ATTEMPTS, RETRY_SCHEDULE, RetrySchedule, ScheduleError};
 pub use router::{
-    ATTEMPT_TIMEOUT, CONFIG_IDS_REFRESH_INTERVAL, DEFAULT_MAX_PER_CYCLE, DEFAULT_MAX_PER_SECOND, DeliveryDetail,
-    ENQUEUE_SAFETY_NET, EPOCH_REFRESH, Enqueued, EventDraft, Inbound, MAX_DELIVERIES_PER_EVENT, POLL_INTERVAL,
-    Published, RECOVER_BATCH, RouterConfig, RouterPorts, SIGNATURE_FAILURE_REPORT_INTERVAL, TEST_EVENT_TYPE,
-    WebhookRouter,
+    ATTEMPT_TIMEOUT, CONFIG_IDS_REFRESH_INTERVAL, DEFAULT_DISABLE_AFTER_FAILURES, DEFAULT_MAX_PER_CYCLE,
+    DEFAULT_MAX_PER_SECOND, DeliveryDetail, ENQUEUE_SAFETY_NET, EPOCH_REFRESH, Enqueued, EventDraft, Inbound,
+    MAX_DELIVERIES_PER_EVENT, POLL_INTERVAL, Published, RECOVER_BATCH, RouterConfig, RouterPorts,
+    SIGNATURE_FAILURE_REPORT_INTERVAL, TEST_EVENT_TYPE, WebhookRouter,
 };
 pub use signature::{
     DELIVERY_HEADER, InboundSignature, SECRET_ROTATION_GRACE, SIGNATURE_HEADER, SignatureError, Verified,

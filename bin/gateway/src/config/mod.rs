@@ -106,6 +106,11 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_WEBHOOK_MAX_PER_SECOND", value_name = "N", value_parser = at_most_usize(WEBHOOK_MAX_PER_SECOND_CEILING))]
     pub webhook_max_per_second: Option<usize>,
 
+    /// Failed attempts in a row after which a webhook config is disabled (`failing`) and its deliveries held until
+    /// it is enabled again; 0 never disables [default: DEFAULT_DISABLE_AFTER_FAILURES, 100].
+    #[arg(long, env = "GATEWAY_WEBHOOK_DISABLE_AFTER_FAILURES", value_name = "N")]
+    pub webhook_disable_after_failures: Option<u32>,
+
     /// Delays in seconds after failed attempts 1..5, comma-separated [default: RETRY_SCHEDULE,
     /// 30,120,600,3600,21600].
     #[arg(long, env = "GATEWAY_WEBHOOK_RETRY_SCHEDULE_S", value_name = "S,S,…", value_parser = parse_retry_schedule)]
@@ -464,6 +469,7 @@ impl Config {
             max_per_cycle: self.webhook_max_per_cycle.unwrap_or(defaults.max_per_cycle),
             retry_schedule: self.webhook_retry_schedule_s.clone().unwrap_or(defaults.retry_schedule),
             attempt_timeout: self.webhook_attempt_timeout(),
+            disable_after_failures: self.webhook_disable_after_failures.unwrap_or(defaults.disable_after_failures),
         }
     }
 

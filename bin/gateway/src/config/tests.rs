@@ -418,3 +418,15 @@ fn the_token_never_shows_in_debug() {
     let config = parse(&["--admin-token=super-secret-token-value"]).unwrap();
     assert!(!format!("{config:?}").contains("super-secret"));
 }
+
+#[test]
+fn disable_after_failures_defaults_to_the_webhook_crates_constant_and_zero_means_never() {
+    assert_eq!(
+        parse(&[]).unwrap().webhook_router().disable_after_failures,
+        gateway_webhooks::DEFAULT_DISABLE_AFTER_FAILURES
+    );
+    assert_eq!(parse(&["--webhook-disable-after-failures=3"]).unwrap().webhook_router().disable_after_failures, 3);
+    assert_eq!(parse(&["--webhook-disable-after-failures=0"]).unwrap().webhook_router().disable_after_failures, 0);
+    assert!(parse(&["--webhook-disable-after-failures=-1"]).is_err());
+    assert!(parse(&["--webhook-disable-after-failures=many"]).is_err());
+}

@@ -1200,3 +1200,58 @@ fn each_instance_lists_every_member_and_a_killed_one_drops_out_after_the_ttl() {
     let gone_after = killed.elapsed();
     assert!(gone_after >= cluster.ttl - cluster.timings.renew_interval * 2, "dropped out after {gone_after:?}");
 }
+
+fn config_on(cluster: &Cluster, index: usize, webhook: i64) -> Value {
+    let (status, body) = cluster.gateway(index).operator_get(&format!("/gateway/webhook-configs/{webhook}"));
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn delivery_on(cluster: &Cluster, index: usize, id: i64) -> Value {
+    let (status, body) = cluster.gateway(index).operator_get(&format!("/gateway/deliveries/{id}"));
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Issue 20 on two instances: the disable that the leader's retries cause is what the follower answers at once, a
+/// delivery enqueued through the follower is held (not attempted by it), and enabling through the follower lets the
+/// leader send everything.
+#[test]
+fn a_disabled_endpoint_is_disabled_on_every_instance_and_enabling_it_anywhere_resumes_it() {
+    let _turn = one_at_a_time();
+    let mut args = CLUSTER_ARGS.to_vec();
+    args.extend_from_slice(&["--webhook-disable-after-failures", "2"]);
+    let test = "it::cluster::a_disabled_endpoint_is_disabled_on_every_instance_and_enabling_it_anywhere_resumes_it";
+    let Some(cluster) = Cluster::start(test, 2, &args) else { return };
+    let leader = cluster.wait_for_leader(cluster.patience());
+    let follower = cluster.others(leader)[0];
+    let receiver = Receiver::start(Behaviour::Status(500));
+    let webhook = cluster.create_webhook(leader, "disabled-everywhere", &receiver.url("/hook"), SECRET);
+    let first = enqueued(&cluster, leader, webhook, &json!({"n": 1}));
+
+    let deadline = Instant::now() + cluster.patience();
+    while config_on(&cluster, follower, webhook)["enabled"] != json!(false) {
+        assert!(Instant::now() < deadline, "not disabled: {}", config_on(&cluster, follower, webhook));
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(config_on(&cluster, follower, webhook)["disabled_reason"], "failing");
+    let attempts = receiver.count();
+    let second = enqueued(&cluster, follower, webhook, &json!({"n": 2}));
+    assert_eq!(delivery_on(&cluster, leader, second)["next_retry_at"], Value::Null, "held");
+    thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(receiver.count(), attempts, "no instance attempts a disabled endpoint");
+
+    receiver.set(Behaviour::Status(204));
+    let (status, body) = cluster
+        .gateway(follower)
+        .operator_patch(&format!("/gateway/webhook-configs/{webhook}"), &json!({"enabled": true}));
+    assert_eq!((status, &body["enabled"]), (200, &json!(true)), "{body}");
+    assert_eq!(config_on(&cluster, leader, webhook)["enabled"], true, "the leader answers it at once");
+    let deadline = Instant::now() + cluster.patience();
+    for id in [first, second] {
+        while delivery_on(&cluster, leader, id)["status"] != "delivered" {
+            assert!(Instant::now() < deadline, "not delivered: {}", delivery_on(&cluster, leader, id));
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

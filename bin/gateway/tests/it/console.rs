@@ -751,7 +751,6 @@ async fn the_endpoints_view_tests_recovers_and_rotates_and_the_deliveries_view_r
 
 /// Enable and disable from the endpoints view (`PATCH {"enabled"}`, helper A's API on branch s23-a).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs PATCH enabled from s23-a; the lead un-ignores at merge"]
 async fn the_endpoints_view_disables_and_enables_an_endpoint() {
     let Some(tools) = BrowserTools::find("the_endpoints_view_disables_and_enables_an_endpoint") else {
         return;

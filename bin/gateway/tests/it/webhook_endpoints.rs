@@ -114,3 +114,102 @@ fn an_event_reaches_every_subscribed_config_signed_with_its_own_secret_once_per_
     assert_eq!(refunds.count(), 0, "a config of another type received the event");
     assert_eq!(everything.count(), 1, "{:?}", everything.received());
 }
+
+fn enqueue(gateway: &Gateway, webhook_id: i64, n: i64) -> i64 {
+    let (status, body) = gateway.operator_post(
+        "/gateway/deliveries",
+        &json!({"webhook_id": webhook_id, "session_id": "s", "payload": {"n": n}}),
+    );
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_i64().unwrap()
+}
+
+fn config(gateway: &Gateway, id: i64) -> Value {
+    let (status, body) = gateway.operator_get(&format!("/gateway/webhook-configs/{id}"));
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn delivery(gateway: &Gateway, id: i64) -> Value {
+    let (status, body) = gateway.operator_get(&format!("/gateway/deliveries/{id}"));
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[test]
+fn a_failing_endpoint_is_disabled_once_its_deliveries_are_held_and_enabling_it_sends_them() {
+    let receiver = Receiver::start(Behaviour::Status(500));
+    let gateway = start(&[
+        "--webhook-disable-after-failures",
+        "3",
+        "--webhook-retry-schedule-s",
+        "1,1,1,1,1",
+        "--webhook-poll-interval-ms",
+        "100",
+    ]);
+    let events = gateway.subscribe("gateway:webhooks");
+    let webhook_id = create_config(&gateway, "shop", "order.paid", &receiver.url("/hook"), "shop-secret");
+    let fresh = config(&gateway, webhook_id);
+    assert_eq!(
+        (&fresh["enabled"], &fresh["disabled_reason"], &fresh["consecutive_failures"], &fresh["last_success_at"]),
+        (&json!(true), &Value::Null, &json!(0), &Value::Null),
+        "{fresh}"
+    );
+    assert_eq!(fresh["stats_24h"], json!({"delivered": 0, "failed_attempts": 0, "dead": 0}));
+    let first = enqueue(&gateway, webhook_id, 1);
+    let second = enqueue(&gateway, webhook_id, 2);
+
+    let disabled = events.expect("webhook_endpoint_disabled");
+    assert_eq!(disabled.data["webhook_id"], webhook_id);
+    assert_eq!(disabled.data["consecutive_failures"], 3);
+    assert_eq!(disabled.data["disabled_reason"], "failing");
+    let stored = config(&gateway, webhook_id);
+    assert_eq!((&stored["enabled"], &stored["disabled_reason"]), (&json!(false), &json!("failing")), "{stored}");
+    let attempts = receiver.count();
+    assert!(attempts >= 3, "{attempts}");
+    let frozen: Vec<Value> =
+        [first, second].iter().map(|id| delivery(&gateway, *id)["attempt_count"].clone()).collect();
+
+    // Held while disabled: a new delivery is accepted but not sent, a published event leaves the config out, and
+    // several retry periods (1 s each, polled every 100 ms) pass without an attempt or an aging one.
+    let third = enqueue(&gateway, webhook_id, 3);
+    let (status, published) =
+        gateway.operator_post("/gateway/webhook-events", &json!({"event_type": "order.paid", "payload": {"order": 1}}));
+    assert_eq!((status, &published["delivery_ids"]), (202, &json!([])), "{published}");
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    assert_eq!(receiver.count(), attempts, "nothing is sent to a disabled endpoint");
+    for (id, attempt_count) in [first, second].iter().zip(&frozen) {
+        let row = delivery(&gateway, *id);
+        assert_eq!(&row["attempt_count"], attempt_count, "the attempt count is frozen: {row}");
+        assert_eq!((&row["status"], &row["next_retry_at"]), (&json!("failed"), &Value::Null), "held: {row}");
+    }
+    let held = delivery(&gateway, third);
+    assert_eq!((&held["status"], &held["next_retry_at"]), (&json!("pending"), &Value::Null), "{held}");
+    assert_eq!(config(&gateway, webhook_id)["stats_24h"]["failed_attempts"], json!(attempts));
+
+    receiver.set(Behaviour::Status(204));
+    let (status, resumed) =
+        gateway.operator_patch(&format!("/gateway/webhook-configs/{webhook_id}"), &json!({"enabled": true}));
+    assert_eq!(status, 200, "{resumed}");
+    assert_eq!(
+        (&resumed["enabled"], &resumed["disabled_reason"], &resumed["consecutive_failures"]),
+        (&json!(true), &Value::Null, &json!(0)),
+        "{resumed}"
+    );
+    for id in [first, second, third] {
+        eventually("each held delivery is sent once the endpoint is enabled", || {
+            delivery(&gateway, id)["status"] == "delivered"
+        });
+    }
+    let healthy = config(&gateway, webhook_id);
+    assert!(healthy["last_success_at"].is_string(), "{healthy}");
+    assert_eq!(healthy["stats_24h"]["delivered"], 3, "{healthy}");
+
+    let (status, manual) =
+        gateway.operator_patch(&format!("/gateway/webhook-configs/{webhook_id}"), &json!({"enabled": false}));
+    assert_eq!(status, 200, "{manual}");
+    assert_eq!((&manual["enabled"], &manual["disabled_reason"]), (&json!(false), &json!("manual")), "{manual}");
+    let (status, refused) =
+        gateway.operator_patch(&format!("/gateway/webhook-configs/{webhook_id}"), &json!({"enabled": "yes"}));
+    assert_eq!(status, 422, "{refused}");
+}

@@ -4,7 +4,7 @@
 //! The answers' fields are in alphabetical order, the order they had when the handlers built them as JSON maps:
 //! the same bytes; fields added since come after them.
 
-use gateway_core::{Delivery, DeliveryAttempt, DeliveryStatus, WebhookConfig, encoding::rfc3339};
+use gateway_core::{Delivery, DeliveryAttempt, DeliveryStatus, EndpointStats, WebhookConfig, encoding::rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -64,6 +64,14 @@ fn revoke_previous() -> ObjectBuilder {
     ObjectBuilder::new().schema_type(Type::Boolean).description(Some(
         "`true`: the previous secret and the previous inbound secret stop verifying at once (a leaked secret), \
          instead of 24 h after their rotation.",
+    ))
+}
+
+fn enabled_change() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Boolean).description(Some(
+        "`false` disables the config by hand (`disabled_reason: \"manual\"`): its deliveries are held. `true` resumes \
+         a disabled config: the reason and the failure count are cleared, and its held deliveries are due at once \
+         (sent oldest first under `--webhook-max-per-second`).",
     ))
 }
 
@@ -145,6 +153,8 @@ pub struct WebhookConfigChangeFields {
     revoke_previous: bool,
     #[schema(schema_with = rate_limit_per_second, required = false)]
     rate_limit_per_second: Option<u32>,
+    #[schema(schema_with = enabled_change, required = false)]
+    enabled: bool,
 }
 
 /// The schema of a config's change: its fields, at least one. (utoipa's `min_properties` writes `maxProperties`,
@@ -192,9 +202,52 @@ pub struct WebhookConfigBody<'a> {
     pub target_url: &'a str,
     #[schema(schema_with = rate_limit_per_second, required = true)]
     pub rate_limit_per_second: Option<u32>,
+    /// Whether deliveries are sent. A disabled config's deliveries are held: neither attempted nor aging toward dead.
+    pub enabled: bool,
+    #[schema(schema_with = disabled_reason, required = true)]
+    pub disabled_reason: Option<&'static str>,
+    /// Failed attempts in a row; a success resets it.
+    pub consecutive_failures: i64,
+    #[schema(schema_with = last_success_at, required = true)]
+    pub last_success_at: Option<String>,
+    pub stats_24h: Stats24h,
+}
+
+/// The last 24 hours of a config: successful attempts, failed attempts, and deliveries that went dead.
+#[derive(Debug, Default, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Stats24h {
+    pub delivered: u64,
+    pub failed_attempts: u64,
+    pub dead: u64,
+}
+
+impl From<EndpointStats> for Stats24h {
+    fn from(stats: EndpointStats) -> Self {
+        Self { delivered: stats.delivered, failed_attempts: stats.failed_attempts, dead: stats.dead }
+    }
+}
+
+fn disabled_reason() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(["failing", "manual"]))
+        .description(Some(
+            "Why the config is disabled: `failing` (after `--webhook-disable-after-failures` failed attempts in a \
+             row) or `manual` (`PATCH {\"enabled\": false}`); null while enabled.",
+        ))
+}
+
+fn last_success_at() -> ObjectBuilder {
+    nullable_instant("The start of the latest successful attempt; null when none succeeded yet.")
 }
 
 impl<'a> WebhookConfigBody<'a> {
+    /// The config with its `stats_24h` (`EndpointStats` since 24 hours ago).
+    pub fn with_stats(config: &'a WebhookConfig, stats: EndpointStats) -> Self {
+        Self { stats_24h: stats.into(), ..Self::of(config) }
+    }
+
     pub fn of(config: &'a WebhookConfig) -> Self {
         Self {
             agent_intent: &config.agent_intent,
@@ -209,6 +262,11 @@ impl<'a> WebhookConfigBody<'a> {
             target_session: &config.target_session,
             target_url: &config.target_url,
             rate_limit_per_second: config.rate_limit_per_second,
+            enabled: config.enabled,
+            disabled_reason: config.disabled_reason.map(|reason| reason.as_str()),
+            consecutive_failures: config.consecutive_failures,
+            last_success_at: config.last_success_at.map(rfc3339::format),
+            stats_24h: Stats24h::default(),
         }
     }
 }

@@ -449,8 +449,10 @@ pub fn an_update_changes_what_it_names_and_a_new_secret_keeps_the_previous_one(
     let others = insert(store, &new_delivery(other.id, "s", at));
     assert_eq!((created.previous_secret.clone(), created.secret_rotated_at), (None, None));
     let intent = WebhookConfigChange { agent_intent: Some("triage".into()), ..WebhookConfigChange::default() };
+    let before = store.config(created.id).expect("read").expect("the config");
     let updated = store.update_config(created.id, &intent, at + Duration::seconds(1)).expect("update");
-    let expected = WebhookConfig { agent_intent: "triage".into(), ..created.clone() };
+    // The attempts above counted in its health (`consecutive_failures`, `last_success_at`), which an update keeps.
+    let expected = WebhookConfig { agent_intent: "triage".into(), ..before };
     assert_eq!(updated.as_ref(), Some(&expected));
     assert_eq!(store.config(created.id).expect("read").as_ref(), Some(&expected));
     let rotated_at = at + Duration::milliseconds(2_250);
@@ -502,6 +504,7 @@ pub fn deleting_a_config_deletes_its_deliveries_their_attempts_and_their_keys(
     assert!(store.delete_config(doomed.id).expect("delete"));
     assert!(!store.delete_config(doomed.id).expect("delete"), "nothing left to delete");
     assert_eq!(store.config(doomed.id).expect("read"), None);
+    let kept = store.config(kept.id).expect("read").expect("the kept config");
     assert_eq!(store.list_configs().expect("list"), std::slice::from_ref(&kept));
     for gone in [row.id, attempted.id] {
         assert_eq!(store.delivery(gone).expect("read"), None);
@@ -1248,4 +1251,173 @@ pub fn a_configs_own_rate_round_trips_and_due_rows_carry_it_or_are_skipped_by_co
     assert_eq!(removed.rate_limit_per_second, None);
     assert_eq!(store.config(limited.id).expect("read").expect("found").rate_limit_per_second, None);
     assert_eq!(store.due_deliveries(later, 1).expect("due")[0].rate_limit_per_second, None);
+}
+
+/// Records one attempt of each claimed `row` (its lease is its `next_retry_at`), started at `at`, failed or
+/// delivered, with [`WebhookStore::record_attempts_counting`]; returns each record's outcome.
+fn record_counting(
+    store: &dyn WebhookStore,
+    rows: &[&Delivery],
+    delivered: bool,
+    at: OffsetDateTime,
+    disable_after: u32,
+) -> Vec<crate::AttemptRecorded> {
+    let status = if delivered { DeliveryStatus::Delivered } else { DeliveryStatus::Failed };
+    let records: Vec<AttemptRecord> = rows
+        .iter()
+        .map(|row| {
+            let (attempt, update) = attempt_and_update(row.id, row.attempt_count + 1, at, status);
+            AttemptRecord { attempt, lease: row.next_retry_at.expect("a claimed row"), update }
+        })
+        .collect();
+    store.record_attempts_counting(&records, disable_after).expect("record attempts")
+}
+
+/// Issue 20: failed attempts in a row are counted as they are recorded and a success resets the count; the
+/// attempt that reaches the limit disables the config (`failing`) and is the only one to say so; from then on the
+/// config's deliveries awaiting an attempt are held (`next_retry_at` empty: not due, not counted as due, not
+/// claimable), new ones included (an insert's claim is refused), and a fan-out leaves the config out.
+pub fn failures_in_a_row_disable_a_config_once_and_hold_its_deliveries(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let config = config(store, "github", at);
+    let fresh = store.config(config.id).expect("read").expect("the config");
+    assert!(fresh.enabled && fresh.disabled_reason.is_none(), "a new config is enabled");
+    assert_eq!((fresh.consecutive_failures, fresh.last_success_at), (0, None));
+    let claimed = NewDelivery { claimed: true, ..new_delivery(config.id, "s", at) };
+    let rows: Vec<Delivery> = store
+        .insert_deliveries(&vec![claimed.clone(); 5])
+        .expect("insert")
+        .into_iter()
+        .map(|outcome| outcome.expect("inserted"))
+        .collect();
+    let waiting = insert(store, &new_delivery(config.id, "s", at));
+    let t1 = at + Duration::seconds(1);
+    let first = record_counting(store, &[&rows[0]], false, t1, 3);
+    assert_eq!(first, [crate::AttemptRecorded { applied: true, disabled: None }]);
+    assert_eq!(store.config(config.id).expect("read").expect("config").consecutive_failures, 1);
+    let t2 = at + Duration::seconds(2);
+    assert!(record_counting(store, &[&rows[1]], true, t2, 3)[0].disabled.is_none());
+    let after_success = store.config(config.id).expect("read").expect("config");
+    assert_eq!((after_success.consecutive_failures, after_success.last_success_at), (0, Some(t2)), "a success resets");
+    let t3 = at + Duration::seconds(3);
+    let run = record_counting(store, &[&rows[2], &rows[3], &rows[4]], false, t3, 3);
+    let disables: Vec<_> = run.iter().map(|recorded| recorded.disabled.clone()).collect();
+    let disabled = crate::EndpointDisabled {
+        webhook_id: config.id,
+        consecutive_failures: 3,
+        reason: crate::DisabledReason::Failing,
+    };
+    assert_eq!(disables, [None, None, Some(disabled)], "the third failure in a row disables, and only it says so");
+    let stored = store.config(config.id).expect("read").expect("config");
+    assert!(!stored.enabled);
+    assert_eq!(stored.disabled_reason, Some(crate::DisabledReason::Failing));
+    assert_eq!((stored.consecutive_failures, stored.last_success_at), (3, Some(t2)));
+    let far = at + Duration::days(30);
+    for id in [rows[0].id, rows[2].id, rows[3].id, rows[4].id, waiting.id] {
+        let row = store.delivery(id).expect("read").expect("row");
+        assert_eq!(row.next_retry_at, None, "delivery {id} is held");
+        assert!(row.status.is_awaiting_attempt(), "delivery {id} keeps its status");
+    }
+    assert_eq!(store.delivery(rows[2].id).expect("read").expect("row").attempt_count, 1, "the count is frozen");
+    assert_eq!(due_ids(store, far, 100), Vec::<i64>::new(), "held deliveries are not due");
+    assert_eq!(store.count_due_deliveries(far).expect("count"), 0, "nor counted as due");
+    assert!(store.claim(&[waiting.id], far, far + LEASE).expect("claim").is_empty(), "nor claimable");
+    let late = insert(store, &NewDelivery { claimed: true, ..new_delivery(config.id, "s", t3) });
+    assert_eq!(late.next_retry_at, None, "a delivery enqueued while disabled is held, its claim refused");
+    let grouped = store.insert_deliveries(&[claimed]).expect("insert").remove(0).expect("inserted");
+    assert_eq!(grouped.next_retry_at, None, "a grouped insert too");
+    let reset = store.retry_now(rows[2].id, t3).expect("retry now");
+    let RetryNowOutcome::Reset(reset) = reset else { panic!("a failed row resets: {reset:?}") };
+    assert_eq!((reset.status, reset.next_retry_at), (DeliveryStatus::Pending, None), "reset, but held");
+    let event = new_event("push", None, None, t3);
+    let (_, fanned) = published(store.fan_out(&event, 10, &|config, id| event_delivery(config, id, t3)));
+    assert!(fanned.is_empty(), "a fan-out leaves a disabled config out");
+}
+
+/// Issue 20: `PATCH {"enabled": true}` clears the reason and the count and makes every held delivery due at once
+/// (the poll then takes them oldest first, ties by id); `PATCH {"enabled": false}` disables by hand (`manual`) and
+/// holds them again.
+pub fn enabling_a_config_resumes_its_held_deliveries_and_disabling_by_hand_holds_them(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let claimed = NewDelivery { claimed: true, ..new_delivery(config.id, "s", at) };
+    let rows: Vec<Delivery> = store
+        .insert_deliveries(&vec![claimed; 2])
+        .expect("insert")
+        .into_iter()
+        .map(|outcome| outcome.expect("inserted"))
+        .collect();
+    let waiting = insert(store, &new_delivery(config.id, "s", at));
+    let t1 = at + Duration::seconds(1);
+    assert!(record_counting(store, &[&rows[0], &rows[1]], false, t1, 2)[1].disabled.is_some());
+    let resumed_at = at + Duration::hours(2);
+    let enable = WebhookConfigChange { enabled: Some(true), ..WebhookConfigChange::default() };
+    let resumed = store.update_config(config.id, &enable, resumed_at).expect("update").expect("the config");
+    assert!(resumed.enabled && resumed.disabled_reason.is_none());
+    assert_eq!(resumed.consecutive_failures, 0, "resuming clears the count");
+    assert_eq!(store.config(config.id).expect("read"), Some(resumed.clone()));
+    let mut expected = vec![rows[0].id, rows[1].id, waiting.id];
+    expected.sort_unstable();
+    assert_eq!(due_ids(store, resumed_at, 100), expected, "every held delivery is due at once, oldest first");
+    for id in &expected {
+        let row = store.delivery(*id).expect("read").expect("row");
+        assert_eq!(row.next_retry_at, Some(resumed_at));
+    }
+    assert_eq!(store.delivery(rows[0].id).expect("read").expect("row").attempt_count, 1, "the history stays");
+    let disable = WebhookConfigChange { enabled: Some(false), ..WebhookConfigChange::default() };
+    let manual = store.update_config(config.id, &disable, resumed_at).expect("update").expect("the config");
+    assert!(!manual.enabled);
+    assert_eq!(manual.disabled_reason, Some(crate::DisabledReason::Manual));
+    assert_eq!(due_ids(store, resumed_at + Duration::days(1), 100), Vec::<i64>::new(), "held again");
+    let again = store.update_config(config.id, &disable, resumed_at).expect("update").expect("the config");
+    assert_eq!(again, manual, "disabling a disabled config changes nothing");
+}
+
+/// Issue 20, `stats_24h`: per config, the successful and the failed attempts started since the instant, and the
+/// deliveries whose last attempt (since then) left them dead; older history and other configs' are left out.
+pub fn endpoint_stats_count_the_windows_attempts_and_dead_letters(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let a = config(store, "github", at);
+    let b = config(store, "gitlab", at);
+    let since = at + Duration::hours(1);
+    history(store, a.id, 2, DeliveryStatus::Delivered, at);
+    history(store, a.id, 3, DeliveryStatus::Delivered, since);
+    history(store, a.id, 2, DeliveryStatus::Failed, since);
+    history(store, a.id, 1, DeliveryStatus::Dead, since);
+    history(store, b.id, 4, DeliveryStatus::Dead, at);
+    let stats = store.endpoint_stats(since).expect("stats");
+    let of_a = stats.get(&a.id).copied().unwrap_or_default();
+    assert_eq!(of_a, crate::EndpointStats { delivered: 3, failed_attempts: 3, dead: 1 });
+    assert_eq!(stats.get(&b.id).copied().unwrap_or_default(), crate::EndpointStats::default(), "only the window");
+}
+
+/// Issue 20: disabling a config leaves a claimed row to its attempt (the claim is not broken, so a success is not
+/// sent twice); the attempt records as usual, and a retry it schedules is held. A success applies as usual.
+pub fn an_attempt_in_flight_when_its_config_is_disabled_records_and_its_retry_is_held(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let claimed = NewDelivery { claimed: true, ..new_delivery(config.id, "s", at) };
+    let rows: Vec<Delivery> = store
+        .insert_deliveries(&vec![claimed; 2])
+        .expect("insert")
+        .into_iter()
+        .map(|outcome| outcome.expect("inserted"))
+        .collect();
+    let disable = WebhookConfigChange { enabled: Some(false), ..WebhookConfigChange::default() };
+    store.update_config(config.id, &disable, at).expect("update").expect("the config");
+    for row in &rows {
+        assert_eq!(store.delivery(row.id).expect("read").expect("row").next_retry_at, row.next_retry_at, "claimed");
+    }
+    let t1 = at + Duration::seconds(1);
+    let failed = record_counting(store, &[&rows[0]], false, t1, 0);
+    assert!(failed[0].applied, "the attempt records under its claim");
+    let held = store.delivery(rows[0].id).expect("read").expect("row");
+    assert_eq!((held.status, held.attempt_count, held.next_retry_at), (DeliveryStatus::Failed, 1, None), "held");
+    let delivered = record_counting(store, &[&rows[1]], true, t1, 0);
+    assert!(delivered[0].applied);
+    assert_eq!(store.delivery(rows[1].id).expect("read").expect("row").status, DeliveryStatus::Delivered);
+    let stored = store.config(config.id).expect("read").expect("config");
+    assert_eq!((stored.enabled, stored.last_success_at), (false, Some(t1)), "a success does not enable it");
 }

@@ -182,6 +182,12 @@ pub enum EventPayload {
     WebhookSignatureFailure {
         webhook_id: i64,
     },
+    /// A config disabled after too many failed attempts in a row (issue 20): its deliveries are held.
+    WebhookEndpointDisabled {
+        webhook_id: i64,
+        consecutive_failures: i64,
+        disabled_reason: String,
+    },
     /// On [`Topic::ScheduledJobs`] only: a job stored by an instance that does not lead, due at `next_fire_at`.
     JobScheduled {
         job_id: i64,
@@ -204,6 +210,7 @@ impl EventPayload {
             Self::WebhookDeliveryStatus { .. } => "webhook_delivery_status",
             Self::WebhookDlq { .. } => "webhook_dlq",
             Self::WebhookSignatureFailure { .. } => "webhook_signature_failure",
+            Self::WebhookEndpointDisabled { .. } => "webhook_endpoint_disabled",
             Self::JobScheduled { .. } => "job_scheduled",
             Self::CredentialRevoked { .. } => "credential_revoked",
         }

@@ -227,6 +227,7 @@ impl QueryFragment<Pg> for ClaimDeliveries<'_> {
              SELECT webhook_deliveries.id FROM webhook_deliveries \
              JOIN unnest($, $) AS asked (id, due_by) ON webhook_deliveries.id = asked.id \
              WHERE webhook_deliveries.status = ANY($) AND webhook_deliveries.next_retry_at <= asked.due_by \
+             AND webhook_deliveries.webhook_id NOT IN (SELECT id FROM webhook_configs WHERE NOT enabled) \
              ORDER BY webhook_deliveries.id FOR UPDATE OF webhook_deliveries) \
              UPDATE webhook_deliveries SET next_retry_at = $, claimed_until = $, claim_token = $ \
              FROM claimable WHERE webhook_deliveries.id = claimable.id RETURNING ",

@@ -121,6 +121,22 @@ fn instants_round_trip_exactly_for_the_lease_comparison(store: &DieselStore) {
     assert!(store.record_attempt(&attempt, claimed[0].next_retry_at.unwrap(), &update).unwrap());
 }
 
+/// `stats_24h` reads the window's attempts from the `started_at` index (each joined to its delivery by primary key)
+/// and the dead letters from their partial index: never a scan of the whole history.
+#[test]
+fn the_endpoint_stats_query_reads_only_the_window() {
+    let fixture = crate::testing::sqlite();
+    let query = diesel::sql_query(ENDPOINT_STATS_SQL)
+        .bind::<diesel::sql_types::Timestamp, _>(to_db(START))
+        .bind::<diesel::sql_types::Timestamp, _>(to_db(START));
+    let plan = fixture.store.with_sqlite("explain", |connection| crate::explain::query_plan(connection, query));
+    let plan = plan.unwrap().unwrap();
+    for index in ["webhook_delivery_attempts_started_at", "webhook_deliveries_dead_at"] {
+        assert!(plan.iter().any(|line| line.contains(&format!("USING INDEX {index}"))), "{index}: {plan:?}");
+    }
+    assert!(!plan.iter().any(|line| line.starts_with("SCAN")), "a table is scanned: {plan:?}");
+}
+
 /// FR-10.8: the poll's query must use the `(status, next_retry_at)` index — and in index order, without a sort —
 /// for each status the poll reads.
 #[test]
@@ -410,5 +426,159 @@ fn claims_and_records_in_opposite_orders_never_fail_each_other(store: &DieselSto
         let mut claimed = claimed;
         claimed.sort_unstable();
         assert_eq!(claimed, ids, "round {round}: every row claimed once");
+    }
+}
+
+/// What `stats_24h` costs: 100 configs, 100,000 attempts (and 1,000 dead letters) in the window, 400,000 older
+/// attempts outside it. Prints the time of one `endpoint_stats` (the read behind a config list).
+#[test]
+#[ignore = "a measurement, not a check"]
+fn endpoint_stats_cost() {
+    fn fill(store: &DieselStore) {
+        // Deliveries 1..=500,000 over configs 1..=100; each has one attempt: the first 400,000 two days old, the
+        // rest within the hour; one in ten of the recent ones failed, one in ten of those dead.
+        let (series, old, recent) = if store.is_sqlite() {
+            (
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500000)",
+                "'2026-02-20 12:00:00'",
+                "'2026-02-22 11:30:00'",
+            )
+        } else {
+            (
+                "WITH n(i) AS (SELECT generate_series(1, 500000))",
+                "TIMESTAMP '2026-02-20 12:00:00'",
+                "TIMESTAMP '2026-02-22 11:30:00'",
+            )
+        };
+        let configs = (1..=100)
+            .map(|n| format!("('src-{n}', 'push', 'review', 's', 'https://example.com/a', 'secret', {old})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let statements = [
+            format!(
+                "INSERT INTO webhook_configs (source_identifier, event_type, agent_intent, target_session, \
+                 target_url, secret, created_at) VALUES {configs}"
+            ),
+            format!(
+                "INSERT INTO webhook_deliveries (webhook_id, session_id, payload, target_url, signature, status, \
+                 attempt_count, last_attempted_at, created_at) {series} SELECT 1 + i % 100, 's', '{{}}', 'u', 'sig', \
+                 CASE WHEN i > 400000 AND i % 100 = 0 THEN 'dead' ELSE 'delivered' END, 1, \
+                 CASE WHEN i > 400000 THEN {recent} ELSE {old} END, {old} FROM n"
+            ),
+            format!(
+                "INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
+                 error_class) {series} SELECT i, 1, CASE WHEN i > 400000 THEN {recent} ELSE {old} END, 5, \
+                 CASE WHEN i % 10 = 0 THEN 'http_500' ELSE NULL END FROM n"
+            ),
+        ];
+        for statement in statements {
+            store
+                .with_connection(
+                    "fill",
+                    |connection| on_backend!(connection, c => diesel::sql_query(&statement).execute(c)),
+                )
+                .unwrap();
+        }
+    }
+    fn time(store: &DieselStore, label: &str) {
+        let since = START - Duration::hours(24);
+        let stats = store.endpoint_stats(since).unwrap();
+        let runs: u32 = 10;
+        let started = std::time::Instant::now();
+        for _ in 0..runs {
+            store.endpoint_stats(since).unwrap();
+        }
+        let each = started.elapsed() / runs;
+        let total: u64 = stats.values().map(|one| one.delivered + one.failed_attempts).sum();
+        println!("{label}: {} configs, {total} attempts in the window, {each:?} per endpoint_stats", stats.len());
+    }
+    let fixture = crate::testing::sqlite();
+    fill(&fixture.store);
+    time(&fixture.store, "sqlite");
+    if let Some(fixture) = crate::testing::postgres("webhook::tests::endpoint_stats_cost") {
+        fill(&fixture.store);
+        time(&fixture.store, "postgres");
+    }
+}
+
+/// What counting health costs the group commit of attempt records: groups of 64 failed attempts over 8 configs,
+/// recorded without the health step (the port's records as before issue 20: on PostgreSQL one statement, on SQLite
+/// one IMMEDIATE transaction) and with it (`record_attempts_counting`), alternating in one run.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn record_counting_cost() {
+    const GROUP: usize = 64;
+    const ROUNDS: usize = 40;
+    fn group(store: &DieselStore, configs: &[i64]) -> Vec<AttemptRecord> {
+        let drafts: Vec<NewDelivery> = (0..GROUP)
+            .map(|n| NewDelivery { claimed: true, ..new_delivery(configs[n % configs.len()], "s", START) })
+            .collect();
+        let rows: Vec<Delivery> = store.insert_deliveries(&drafts).unwrap().into_iter().map(Result::unwrap).collect();
+        rows.iter()
+            .map(|row| AttemptRecord {
+                attempt: DeliveryAttempt {
+                    delivery_id: row.id,
+                    attempt_number: 1,
+                    started_at: START,
+                    duration_ms: 5,
+                    status_code: Some(500),
+                    error_class: Some("http_500".into()),
+                    error_detail: None,
+                },
+                lease: row.next_retry_at.unwrap(),
+                update: DeliveryUpdate {
+                    status: DeliveryStatus::Failed,
+                    attempt_count: 1,
+                    last_attempted_at: START,
+                    next_retry_at: Some(START + Duration::seconds(30)),
+                    error_detail: Some("http_500".into()),
+                    signature: None,
+                },
+            })
+            .collect()
+    }
+    fn without_health(store: &DieselStore, records: &[AttemptRecord]) {
+        if store.is_sqlite() {
+            store
+                .immediate("record", |connection| {
+                    records
+                        .iter()
+                        .map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update))
+                        .collect::<QueryResult<Vec<bool>>>()
+                })
+                .unwrap();
+        } else {
+            store
+                .with_connection("record", |connection| match connection {
+                    AnyConnection::Postgres(c) => crate::webhook::postgres::record_attempts(c, records),
+                    AnyConnection::Sqlite(_) => unreachable!("a PostgreSQL store"),
+                })
+                .unwrap();
+        }
+    }
+    fn measure(store: &DieselStore, label: &str) {
+        let configs: Vec<i64> =
+            (0..8).map(|n| store.create_config(&new_config(&format!("src-{n}"))).unwrap().id).collect();
+        let (mut before, mut after) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+        for _ in 0..ROUNDS {
+            let records = group(store, &configs);
+            let started = std::time::Instant::now();
+            without_health(store, &records);
+            before += started.elapsed();
+            let records = group(store, &configs);
+            let started = std::time::Instant::now();
+            store.record_attempts_counting(&records, 0).unwrap();
+            after += started.elapsed();
+        }
+        let per_group = |total: std::time::Duration| total / u32::try_from(ROUNDS).unwrap();
+        println!(
+            "{label}: a group of {GROUP} records, without health {:?}, with health {:?}",
+            per_group(before),
+            per_group(after)
+        );
+    }
+    measure(&crate::testing::sqlite().store, "sqlite");
+    if let Some(fixture) = crate::testing::postgres("webhook::tests::record_counting_cost") {
+        measure(&fixture.store, "postgres");
     }
 }

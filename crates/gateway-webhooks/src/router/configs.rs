@@ -1,12 +1,17 @@
 //! Webhook configs: where a `{source_identifier, event_type}` pair is routed, and the secret that signs its
 //! traffic both ways.
 
-use gateway_core::{NewWebhookConfig, StoreError, WebhookConfig, WebhookConfigChange};
+use std::collections::BTreeMap;
+
+use gateway_core::{EndpointStats, NewWebhookConfig, StoreError, WebhookConfig, WebhookConfigChange};
 use tracing::info;
 
 use super::{WebhookRouter, target_host};
 use crate::error::WebhookError;
 use crate::input::{WebhookConfigDraft, check_config_change, check_rate_limit, check_secrets_differ};
+
+/// The window of a config's `stats_24h`.
+pub const STATS_WINDOW: time::Duration = time::Duration::hours(24);
 
 impl WebhookRouter {
     pub async fn create_config(&self, draft: WebhookConfigDraft) -> Result<WebhookConfig, WebhookError> {
@@ -46,6 +51,13 @@ impl WebhookRouter {
 
     pub async fn configs(&self) -> Result<Vec<WebhookConfig>, WebhookError> {
         self.store(|store| store.list_configs()).await
+    }
+
+    /// Each config's `stats_24h`: its attempts and dead letters of the last 24 hours (a config without any is left
+    /// out). One query for every config, whose cost is bounded by the window's attempts (docs/webhooks.md).
+    pub async fn endpoint_stats(&self) -> Result<BTreeMap<i64, EndpointStats>, WebhookError> {
+        let since = self.now() - STATS_WINDOW;
+        self.store(move |store| store.endpoint_stats(since)).await
     }
 
     pub async fn config(&self, id: i64) -> Result<WebhookConfig, WebhookError> {

@@ -209,6 +209,8 @@ impl WebhookRouter {
         info!(delivery_id = row.id, webhook_id = row.webhook_id, target_host = %target_host(&row.target_url), "webhook delivery enqueued");
         self.publish_status(row);
         match (ready, row.next_retry_at) {
+            // Held (its config is disabled): the store refused the claim it was inserted with.
+            (Some((_slot, ticket)), None) => self.cancel_start(ticket),
             (Some((slot, _started)), _) => self.spawn_attempt(row.clone(), secret, slot, None),
             (None, Some(due_by)) => self.spawn_immediate_attempt(row.id, row.webhook_id, due_by),
             (None, None) => {}

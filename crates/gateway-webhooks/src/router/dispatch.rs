@@ -13,8 +13,8 @@ use std::time::Duration;
 use gateway_core::runtime::stats::TalliedAttempt;
 use gateway_core::{
     AttemptOutcome, AttemptRecord, BackgroundLoop, Delivery, DeliveryAttempt, DeliveryStatus, DeliveryUpdate,
-    DueDelivery, EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket, WebhookSecret,
-    WebhookStore, run_blocking,
+    DueDelivery, EndpointDisabled, EventPayload, FailureClass, FencingToken, LeaderLoop, OutboundRequest, RateTicket,
+    WebhookSecret, WebhookStore, run_blocking,
 };
 use time::OffsetDateTime;
 use tokio::sync::OwnedSemaphorePermit;
@@ -287,6 +287,21 @@ impl WebhookRouter {
         drop(slot);
     }
 
+    /// The `webhook_endpoint_disabled` event of the disable an attempt's record made: the store reports each disable
+    /// once, to the one record that made it, so the event goes out once whichever instance recorded it.
+    fn announce_disabled(&self, disabled: &EndpointDisabled) {
+        warn!(
+            webhook_id = disabled.webhook_id,
+            consecutive_failures = disabled.consecutive_failures,
+            "webhook config disabled after failed attempts in a row; its deliveries are held until it is enabled"
+        );
+        self.publish(EventPayload::WebhookEndpointDisabled {
+            webhook_id: disabled.webhook_id,
+            consecutive_failures: disabled.consecutive_failures,
+            disabled_reason: disabled.reason.as_str().to_owned(),
+        });
+    }
+
     /// Records an attempt, retrying a failing store a few times (never past the lease). `None` when it gave
     /// up: the row then becomes due again when its lease ends.
     async fn record(&self, attempt: &DeliveryAttempt, lease: OffsetDateTime, update: &DeliveryUpdate) -> Option<bool> {
@@ -294,7 +309,12 @@ impl WebhookRouter {
         for tries in 1..=RECORD_TRIES {
             let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
             match self.inner.records.submit(record).await {
-                Ok(applied) => return Some(applied),
+                Ok(recorded) => {
+                    if let Some(disabled) = recorded.disabled {
+                        self.announce_disabled(&disabled);
+                    }
+                    return Some(recorded.applied);
+                }
                 Err(error) => {
                     self.inner.health.degraded(format!("cannot record webhook attempts: {error}"));
                     let out_of_time = self.now() + duration_to_time(backoff) >= lease;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use gateway_core::runtime::group_commit::GroupCommit;
 use gateway_core::{
-    AttemptRecord, Clock, Delivery, NewDelivery, StoreError, WebhookConfig, WebhookSecret, WebhookStore,
+    AttemptRecord, AttemptRecorded, Clock, Delivery, NewDelivery, StoreError, WebhookConfig, WebhookSecret,
+    WebhookStore,
 };
 use time::OffsetDateTime;
 
@@ -44,7 +45,7 @@ pub(super) type Claimed = (Delivery, WebhookSecret);
 
 pub(super) type Inserts = GroupCommit<DeliveryDraft, Result<Claimed, WebhookError>>;
 pub(super) type Claims = GroupCommit<(i64, OffsetDateTime), Option<Claimed>>;
-pub(super) type Records = GroupCommit<AttemptRecord, bool>;
+pub(super) type Records = GroupCommit<AttemptRecord, AttemptRecorded>;
 
 /// The row of `draft` for `config`'s target, signed with its (outbound) secret. A new delivery is due
 /// `ENQUEUE_SAFETY_NET` after its creation (FR-10.8); one inserted claimed holds its claim until then too, unless
@@ -62,7 +63,8 @@ pub(super) fn new_row(config: &WebhookConfig, draft: DeliveryDraft, shortest_lea
             false => draft.created_at + ENQUEUE_SAFETY_NET,
         },
         idempotency_key: draft.idempotency_key,
-        claimed: draft.claimed,
+        // A disabled config's delivery is held, never attempted at once (the store holds it whatever is asked).
+        claimed: draft.claimed && config.enabled,
     }
 }
 
@@ -154,6 +156,8 @@ pub(super) fn with_secrets(store: &dyn WebhookStore, rows: Vec<Delivery>) -> Res
     Ok(claimed)
 }
 
-pub(super) fn records(store: Arc<dyn WebhookStore>) -> Records {
-    GroupCommit::new(MAX_GROUP, move |records: Vec<AttemptRecord>| store.record_attempts(&records))
+pub(super) fn records(store: Arc<dyn WebhookStore>, disable_after_failures: u32) -> Records {
+    GroupCommit::new(MAX_GROUP, move |records: Vec<AttemptRecord>| {
+        store.record_attempts_counting(&records, disable_after_failures)
+    })
 }

@@ -92,6 +92,10 @@ pub(crate) const RECORD_FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// `--webhook-max-per-second`). The binary hands it to the [`DispatchRate`] adapter it wires.
 pub const DEFAULT_MAX_PER_SECOND: usize = 5;
 
+/// Failed attempts in a row after which a config is disabled (`--webhook-disable-after-failures`; 0: never), as
+/// Outpost does after 100.
+pub const DEFAULT_DISABLE_AFTER_FAILURES: u32 = 100;
+
 /// The router's tunables; the defaults are the constants of docs/requirements.md.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterConfig {
@@ -100,6 +104,8 @@ pub struct RouterConfig {
     pub retry_schedule: RetrySchedule,
     /// Used for the claim's length; the transport enforces it on the request.
     pub attempt_timeout: Duration,
+    /// Failed attempts in a row that disable a config (0: never).
+    pub disable_after_failures: u32,
 }
 
 impl Default for RouterConfig {
@@ -109,6 +115,7 @@ impl Default for RouterConfig {
             max_per_cycle: DEFAULT_MAX_PER_CYCLE,
             retry_schedule: RetrySchedule::default(),
             attempt_timeout: ATTEMPT_TIMEOUT,
+            disable_after_failures: DEFAULT_DISABLE_AFTER_FAILURES,
         }
     }
 }
@@ -242,7 +249,7 @@ impl WebhookRouter {
             Arc::new(groups::inserts(Arc::clone(&ports.store), Arc::clone(&ports.clock), config.attempt_timeout));
         let claims =
             Arc::new(groups::claims(Arc::clone(&ports.store), Arc::clone(&ports.clock), config.attempt_timeout));
-        let records = Arc::new(groups::records(Arc::clone(&ports.store)));
+        let records = Arc::new(groups::records(Arc::clone(&ports.store), config.disable_after_failures));
         Self {
             inner: Arc::new(Inner {
                 ports,

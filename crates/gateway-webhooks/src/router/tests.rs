@@ -660,7 +660,10 @@ async fn an_update_changes_only_what_it_names_and_refuses_what_create_refuses() 
         h.router.update_config(config.id + 1, rotate("x")).await,
         Err(WebhookError::UnknownWebhook(config.id + 1))
     );
-    assert_eq!(h.router.config(config.id).await.unwrap(), expected, "refused changes wrote nothing");
+    // The enqueued delivery's attempt succeeded: the config's health moved, which no refused change touches.
+    let stored = h.router.config(config.id).await.unwrap();
+    let expected = WebhookConfig { last_success_at: stored.last_success_at, ..expected };
+    assert_eq!(stored, expected, "refused changes wrote nothing");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1407,4 +1410,89 @@ async fn a_rate_set_removed_or_changed_applies_to_the_next_attempts() {
     assert!(transport.starts().iter().skip(3).all(|(_, at)| *at - again < Duration::from_millis(100)));
     let invalid = h.router.update_config(config.id, change(Some(0))).await.unwrap_err();
     assert!(matches!(invalid, WebhookError::InvalidConfig { field: "rate_limit_per_second", .. }), "{invalid:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_in_a_row_disable_a_config_once_hold_its_deliveries_and_enabling_resumes_them() {
+    let settings = RouterConfig {
+        retry_schedule: RetrySchedule::from_seconds(&[1, 1, 1, 1, 1]).unwrap(),
+        disable_after_failures: 3,
+        ..Default::default()
+    };
+    let h = Harness::new(settings);
+    h.transport.set_fallback(http_failure(500));
+    let config = h.config().await;
+    let first = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    let second = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    h.clock.advance(seconds(1));
+    h.poll().await;
+    let disabled_events = || {
+        h.publisher
+            .on_topic(&Topic::Webhooks)
+            .into_iter()
+            .filter(|event| matches!(event.payload, EventPayload::WebhookEndpointDisabled { .. }))
+            .map(|event| event.payload)
+            .collect::<Vec<_>>()
+    };
+    let stored = h.router.config(config.id).await.unwrap();
+    assert!(!stored.enabled, "three failures in a row disable it");
+    assert_eq!(stored.disabled_reason, Some(gateway_core::DisabledReason::Failing));
+    let event = EventPayload::WebhookEndpointDisabled {
+        webhook_id: config.id,
+        // The poll's two attempts were recorded together: the third failure disabled it, the fourth still counts.
+        consecutive_failures: 3,
+        disabled_reason: "failing".into(),
+    };
+    assert_eq!(disabled_events(), [event], "announced once");
+    let attempts = h.transport.request_count();
+    for _ in 0..10 {
+        h.clock.advance(seconds(60));
+        h.poll().await;
+    }
+    let third = h.router.enqueue(config.id, "s".into(), "{}".into()).await.unwrap();
+    h.router.wait_idle().await;
+    assert_eq!(h.transport.request_count(), attempts, "nothing is attempted while it is disabled");
+    for id in [first.id, second.id, third.id] {
+        let row = h.row(id);
+        assert!(row.status.is_awaiting_attempt() && row.next_retry_at.is_none(), "held: {row:?}");
+    }
+    h.transport.set_fallback(AttemptOutcome::Delivered { status_code: 200 });
+    let enable = WebhookConfigChange { enabled: Some(true), ..WebhookConfigChange::default() };
+    let resumed = h.router.update_config(config.id, enable).await.unwrap();
+    assert!(resumed.enabled && resumed.consecutive_failures == 0);
+    // The rate's window (tokio time) still holds the attempts made before the disable.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    h.poll().await;
+    for id in [first.id, second.id, third.id] {
+        assert_eq!(h.row(id).status, DeliveryStatus::Delivered, "resumed and delivered");
+    }
+    assert_eq!(disabled_events().len(), 1);
+    assert!(h.router.config(config.id).await.unwrap().last_success_at.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn resumed_deliveries_go_out_oldest_first_under_the_cap_not_all_at_once() {
+    let h = Harness::with_defaults();
+    let config = h.config().await;
+    let disable = WebhookConfigChange { enabled: Some(false), ..WebhookConfigChange::default() };
+    assert!(!h.router.update_config(config.id, disable).await.unwrap().enabled);
+    let start = h.clock.now();
+    let ids: Vec<i64> =
+        (0..12).map(|index| h.due_row(&config, &config.target_url, start + seconds(index)).id).collect();
+    h.clock.set(start + seconds(3_600));
+    assert_eq!(h.poll().await, 0, "held while disabled");
+    let enable = WebhookConfigChange { enabled: Some(true), ..WebhookConfigChange::default() };
+    h.router.update_config(config.id, enable).await.unwrap();
+    let mut per_cycle = Vec::new();
+    for _ in 0..4 {
+        let before = h.transport.request_count();
+        h.poll().await;
+        per_cycle.push(h.transport.request_count() - before);
+    }
+    assert_eq!(per_cycle, [5, 5, 2, 0], "the backlog of a resumed config is paced like any other");
+    let order: Vec<i64> = h.transport.requests().iter().map(|request| request.delivery_id).collect();
+    let mut first_cycle = order[..5].to_vec();
+    first_cycle.sort_unstable();
+    assert_eq!(first_cycle, ids[..5], "the oldest five go first");
 }

@@ -31,7 +31,7 @@ const CONFIG_FIELDS: [&str; 9] = [
     "inbound_require_timestamp",
     "rate_limit_per_second",
 ];
-const CONFIG_CHANGE_FIELDS: [&str; 8] = [
+const CONFIG_CHANGE_FIELDS: [&str; 9] = [
     "target_url",
     "agent_intent",
     "target_session",
@@ -40,6 +40,7 @@ const CONFIG_CHANGE_FIELDS: [&str; 8] = [
     "inbound_require_timestamp",
     "revoke_previous",
     "rate_limit_per_second",
+    "enabled",
 ];
 const DELIVERY_FIELDS: [&str; 3] = ["webhook_id", "session_id", "payload"];
 const EVENT_FIELDS: [&str; 3] = ["event_type", "source_identifier", "payload"];
@@ -102,12 +103,24 @@ pub(super) async fn create_config(state: &AppState, request: Request) -> Result<
 pub(super) async fn list_configs(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     Query::parse(request.uri(), &[])?;
     let configs = state.webhooks.configs().await?;
-    let webhook_configs = configs.iter().map(WebhookConfigBody::of).collect();
+    let stats = state.webhooks.endpoint_stats().await?;
+    let webhook_configs =
+        configs.iter().map(|config| WebhookConfigBody::with_stats(config, stats_of(&stats, config.id))).collect();
     Ok(json_response(StatusCode::OK, &WebhookConfigList { webhook_configs }))
 }
 
 pub(super) async fn show_config(state: &AppState, id: i64) -> Result<Response, ApiError> {
-    Ok(json_response(StatusCode::OK, &WebhookConfigBody::of(&state.webhooks.config(id).await?)))
+    let config = state.webhooks.config(id).await?;
+    let stats = state.webhooks.endpoint_stats().await?;
+    Ok(json_response(StatusCode::OK, &WebhookConfigBody::with_stats(&config, stats_of(&stats, id))))
+}
+
+/// A config's `stats_24h` from every config's (none recorded: zeros).
+fn stats_of(
+    stats: &std::collections::BTreeMap<i64, gateway_core::EndpointStats>,
+    id: i64,
+) -> gateway_core::EndpointStats {
+    stats.get(&id).copied().unwrap_or_default()
 }
 
 /// `PATCH /gateway/webhook-configs/{id}`: any of `target_url`, `agent_intent`, `target_session`, `secret`,
@@ -130,10 +143,12 @@ pub(super) async fn update_config(state: &AppState, id: i64, request: Request) -
             Some(None) => Some(None),
             None => None,
         },
+        enabled: body.take_bool("enabled")?,
     };
     body.finish(&CONFIG_CHANGE_FIELDS)?;
     let updated = state.webhooks.update_config(id, change).await?;
-    Ok(json_response(StatusCode::OK, &WebhookConfigBody::of(&updated)))
+    let stats = state.webhooks.endpoint_stats().await?;
+    Ok(json_response(StatusCode::OK, &WebhookConfigBody::with_stats(&updated, stats_of(&stats, id))))
 }
 
 pub(super) async fn delete_config(state: &AppState, id: i64) -> Result<Response, ApiError> {

@@ -1,15 +1,15 @@
 //! [`InMemoryWebhookStore`]: the webhook store in memory, with the database adapter's semantics, the claim
 //! protocol included (`conformance::webhook` holds both to the same rules).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use time::OffsetDateTime;
 
 use super::{
-    Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus, DeliveryUpdate, DueDelivery, FanOut,
-    InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RecoverWindow, RetryNowOutcome,
-    WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookStore,
+    AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus,
+    DeliveryUpdate, DueDelivery, EndpointStats, FanOut, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
+    ReceiptKey, RecoverWindow, RetryNowOutcome, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookStore,
 };
 use crate::ids::IdempotencyKey;
 use crate::ports::failure::FailureSwitch;
@@ -32,6 +32,9 @@ struct Tables {
     poll_claims: BTreeMap<i64, FencingToken>,
     events: BTreeMap<i64, WebhookEvent>,
     last_event_id: i64,
+    /// Rows under any claim (a poll's, an immediate attempt's, an insert's), as a database's `claimed_until`:
+    /// holding a disabled config's deliveries leaves them to their attempt's outcome.
+    claimed: BTreeSet<i64>,
 }
 
 /// `webhook_configs`, `webhook_deliveries` and `webhook_delivery_attempts` in memory. [`Self::failure`] makes every
@@ -70,8 +73,10 @@ fn claim_rows(
     for id in ids {
         if let Some(delivery) = tables.deliveries.get_mut(id)
             && is_due(delivery, due_by)
+            && tables.configs.get(&delivery.webhook_id).is_some_and(|config| config.enabled)
         {
             delivery.next_retry_at = Some(lease_until);
+            tables.claimed.insert(*id);
             claimed.push(delivery.clone());
             match token {
                 Some(token) => tables.poll_claims.insert(*id, token),
@@ -97,7 +102,12 @@ fn insert_row(tables: &mut Tables, delivery: &NewDelivery) -> Result<Delivery, S
     {
         return Err(StoreError::Conflict("idempotency key already used".to_owned()));
     }
+    let enabled = tables.configs.get(&delivery.webhook_id).is_some_and(|config| config.enabled);
     tables.last_delivery_id += 1;
+    if enabled && delivery.claimed {
+        let id = tables.last_delivery_id;
+        tables.claimed.insert(id);
+    }
     if let Some(key) = &delivery.idempotency_key {
         let id = tables.last_delivery_id;
         tables.delivery_by_key.insert(key.clone(), id);
@@ -112,7 +122,8 @@ fn insert_row(tables: &mut Tables, delivery: &NewDelivery) -> Result<Delivery, S
         status: DeliveryStatus::Pending,
         attempt_count: 0,
         last_attempted_at: None,
-        next_retry_at: Some(delivery.next_retry_at),
+        // A disabled config's new delivery is held from the start, whatever claim was asked for.
+        next_retry_at: enabled.then_some(delivery.next_retry_at),
         created_at: delivery.created_at,
         error_detail: None,
     };
@@ -147,6 +158,10 @@ impl WebhookStore for InMemoryWebhookStore {
             inbound_secret_rotated_at: None,
             inbound_require_timestamp: config.inbound_require_timestamp,
             rate_limit_per_second: config.rate_limit_per_second,
+            enabled: true,
+            disabled_reason: None,
+            consecutive_failures: 0,
+            last_success_at: None,
         };
         tables.configs.insert(created.id, created.clone());
         Ok(created)
@@ -176,8 +191,14 @@ impl WebhookStore for InMemoryWebhookStore {
         self.failure.check()?;
         let mut tables = lock(&self.tables);
         let Some(config) = tables.configs.get_mut(&id) else { return Ok(None) };
+        let was_enabled = config.enabled;
         *config = config.clone().changed(change, at);
         let changed = config.clone();
+        match (was_enabled, changed.enabled) {
+            (true, false) => hold(&mut tables, id),
+            (false, true) => resume(&mut tables, id, at),
+            _ => {}
+        }
         for delivery in tables.deliveries.values_mut() {
             if delivery.webhook_id == id && delivery.status != DeliveryStatus::Delivered {
                 delivery.target_url.clone_from(&changed.target_url);
@@ -447,26 +468,63 @@ impl WebhookStore for InMemoryWebhookStore {
         update: &DeliveryUpdate,
     ) -> Result<bool, StoreError> {
         self.failure.check()?;
+        let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
+        Ok(self
+            .record_attempts_counting(std::slice::from_ref(&record), 0)?
+            .into_iter()
+            .all(|recorded| recorded.applied))
+    }
+
+    fn record_attempts_counting(
+        &self,
+        records: &[AttemptRecord],
+        disable_after_failures: u32,
+    ) -> Result<Vec<AttemptRecorded>, StoreError> {
+        self.failure.check()?;
         let mut tables = lock(&self.tables);
-        let Tables { deliveries, attempts, poll_claims, .. } = &mut *tables;
-        let Some(delivery) = deliveries.get_mut(&attempt.delivery_id) else {
-            // The config (and with it the delivery) was deleted mid-attempt: nothing to record against.
-            return Ok(false);
-        };
-        let still_ours = delivery.next_retry_at == Some(lease) && delivery.attempt_count == attempt.attempt_number - 1;
-        if still_ours {
-            poll_claims.remove(&attempt.delivery_id);
-            delivery.status = update.status;
-            delivery.attempt_count = update.attempt_count;
-            delivery.last_attempted_at = Some(update.last_attempted_at);
-            delivery.next_retry_at = update.next_retry_at;
-            delivery.error_detail.clone_from(&update.error_detail);
-            if let Some(signature) = &update.signature {
-                delivery.signature.clone_from(signature);
+        let mut recorded = Vec::with_capacity(records.len());
+        let mut touched = BTreeSet::new();
+        for record in records {
+            let applied = record_one(&mut tables, &record.attempt, record.lease, &record.update);
+            let disabled = match applied {
+                None => None,
+                Some(_) => {
+                    let webhook_id = tables.deliveries.get(&record.attempt.delivery_id).map(|row| row.webhook_id);
+                    let config = webhook_id.and_then(|id| tables.configs.get_mut(&id));
+                    config.and_then(|config| {
+                        touched.insert(config.id);
+                        config.count_attempt(&record.attempt, disable_after_failures)
+                    })
+                }
+            };
+            recorded.push(AttemptRecorded { applied: applied.unwrap_or(false), disabled });
+        }
+        for webhook_id in touched {
+            if tables.configs.get(&webhook_id).is_some_and(|config| !config.enabled) {
+                hold(&mut tables, webhook_id);
             }
         }
-        attempts.push(attempt.clone());
-        Ok(still_ours)
+        Ok(recorded)
+    }
+
+    fn endpoint_stats(&self, since: OffsetDateTime) -> Result<BTreeMap<i64, EndpointStats>, StoreError> {
+        self.failure.check()?;
+        let tables = lock(&self.tables);
+        let mut stats: BTreeMap<i64, EndpointStats> = BTreeMap::new();
+        for attempt in tables.attempts.iter().filter(|attempt| attempt.started_at >= since) {
+            let Some(delivery) = tables.deliveries.get(&attempt.delivery_id) else { continue };
+            let entry = stats.entry(delivery.webhook_id).or_default();
+            match attempt.error_class {
+                None => entry.delivered += 1,
+                Some(_) => entry.failed_attempts += 1,
+            }
+        }
+        for delivery in tables.deliveries.values() {
+            if delivery.status == DeliveryStatus::Dead && delivery.last_attempted_at.is_some_and(|at| at >= since) {
+                stats.entry(delivery.webhook_id).or_default().dead += 1;
+            }
+        }
+        Ok(stats)
     }
 
     fn retry_now(&self, id: i64, now: OffsetDateTime) -> Result<RetryNowOutcome, StoreError> {
@@ -479,8 +537,14 @@ impl WebhookStore for InMemoryWebhookStore {
             return Ok(RetryNowOutcome::NotAllowed(delivery.status));
         }
         delivery.reset_for_retry(now);
-        let reset = delivery.clone();
+        let webhook_id = delivery.webhook_id;
         tables.poll_claims.remove(&id);
+        tables.claimed.remove(&id);
+        if tables.configs.get(&webhook_id).is_some_and(|config| !config.enabled) {
+            // Reset, but held like every delivery of its config until the config is enabled.
+            hold(&mut tables, webhook_id);
+        }
+        let reset = tables.deliveries.get(&id).cloned().ok_or_else(|| StoreError::Internal("reset row gone".into()))?;
         Ok(RetryNowOutcome::Reset(reset))
     }
 
@@ -494,7 +558,7 @@ impl WebhookStore for InMemoryWebhookStore {
     ) -> Result<Vec<Delivery>, StoreError> {
         self.failure.check()?;
         let mut tables = lock(&self.tables);
-        let Tables { deliveries, poll_claims, .. } = &mut *tables;
+        let Tables { deliveries, poll_claims, claimed, .. } = &mut *tables;
         let mut recovered = Vec::new();
         for delivery in deliveries.range_mut(after_id.saturating_add(1)..).map(|(_, delivery)| delivery) {
             if recovered.len() == limit {
@@ -506,10 +570,70 @@ impl WebhookStore for InMemoryWebhookStore {
             {
                 delivery.reset_for_retry(now);
                 poll_claims.remove(&delivery.id);
-                recovered.push(delivery.clone());
+                claimed.remove(&delivery.id);
+                recovered.push(delivery.id);
             }
         }
-        Ok(recovered)
+        if tables.configs.get(&webhook_id).is_some_and(|config| !config.enabled) {
+            // Recovered, but held like every delivery of its config until the config is enabled.
+            hold(&mut tables, webhook_id);
+        }
+        Ok(recovered.iter().filter_map(|id| tables.deliveries.get(id).cloned()).collect())
+    }
+}
+
+/// Holds a disabled config's deliveries awaiting an attempt, except those under a claim (their outcome decides).
+fn hold(tables: &mut Tables, webhook_id: i64) {
+    let Tables { deliveries, claimed, .. } = tables;
+    for delivery in deliveries.values_mut() {
+        if delivery.webhook_id == webhook_id && delivery.status.is_awaiting_attempt() && !claimed.contains(&delivery.id)
+        {
+            delivery.next_retry_at = None;
+        }
+    }
+}
+
+/// A resumed config's held deliveries are due at `now`.
+fn resume(tables: &mut Tables, webhook_id: i64, now: OffsetDateTime) {
+    for delivery in tables.deliveries.values_mut() {
+        if delivery.webhook_id == webhook_id
+            && delivery.status.is_awaiting_attempt()
+            && delivery.next_retry_at.is_none()
+        {
+            delivery.next_retry_at = Some(now);
+        }
+    }
+}
+
+/// One attempt recorded under the caller's lock: `None` when the delivery is gone (nothing recorded), else whether
+/// its outcome was applied.
+fn record_one(
+    tables: &mut Tables,
+    attempt: &DeliveryAttempt,
+    lease: OffsetDateTime,
+    update: &DeliveryUpdate,
+) -> Option<bool> {
+    {
+        let Tables { deliveries, attempts, poll_claims, claimed, .. } = tables;
+        let Some(delivery) = deliveries.get_mut(&attempt.delivery_id) else {
+            // The config (and with it the delivery) was deleted mid-attempt: nothing to record against.
+            return None;
+        };
+        let still_ours = delivery.next_retry_at == Some(lease) && delivery.attempt_count == attempt.attempt_number - 1;
+        if still_ours {
+            claimed.remove(&attempt.delivery_id);
+            poll_claims.remove(&attempt.delivery_id);
+            delivery.status = update.status;
+            delivery.attempt_count = update.attempt_count;
+            delivery.last_attempted_at = Some(update.last_attempted_at);
+            delivery.next_retry_at = update.next_retry_at;
+            delivery.error_detail.clone_from(&update.error_detail);
+            if let Some(signature) = &update.signature {
+                delivery.signature.clone_from(signature);
+            }
+        }
+        attempts.push(attempt.clone());
+        Some(still_ours)
     }
 }
 

@@ -83,6 +83,64 @@ pub struct WebhookConfig {
     /// At most this many attempts to this endpoint start in any one second, inside the global cap
     /// (`--webhook-max-per-second`); `None`: only the global cap.
     pub rate_limit_per_second: Option<u32>,
+    /// Health (issue 20): a disabled config's deliveries are held, neither attempted nor aging toward dead.
+    pub enabled: bool,
+    /// Why it is disabled; `None` while enabled.
+    pub disabled_reason: Option<DisabledReason>,
+    /// Failed attempts in a row, counted when each attempt is recorded; a success resets it.
+    pub consecutive_failures: i64,
+    pub last_success_at: Option<OffsetDateTime>,
+}
+
+/// Why a config is disabled; the names are the `disabled_reason` column's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DisabledReason {
+    /// Disabled by the router after `--webhook-disable-after-failures` failed attempts in a row.
+    Failing,
+    /// Disabled by an operator (`PATCH {"enabled": false}`).
+    Manual,
+}
+
+impl DisabledReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Failing => "failing",
+            Self::Manual => "manual",
+        }
+    }
+
+    /// The column's text; `None` for a value no version wrote (read as "manual": held either way).
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Failing, Self::Manual].into_iter().find(|reason| reason.as_str() == text)
+    }
+}
+
+/// A config that [`WebhookStore::record_attempts_counting`] disabled: the `webhook_endpoint_disabled` event's fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointDisabled {
+    pub webhook_id: i64,
+    pub consecutive_failures: i64,
+    pub reason: DisabledReason,
+}
+
+/// What recording one attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecorded {
+    /// The row carried the attempt's claim and took its outcome ([`WebhookStore::record_attempt`]'s answer).
+    pub applied: bool,
+    /// This attempt was the one that disabled its config (at most one attempt per disable reports it).
+    pub disabled: Option<EndpointDisabled>,
+}
+
+/// One config's `stats_24h`: attempts and dead letters since an instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct EndpointStats {
+    /// Successful attempts (each is a delivery delivered).
+    pub delivered: u64,
+    pub failed_attempts: u64,
+    /// Deliveries whose last attempt made them dead.
+    pub dead: u64,
 }
 
 /// What an operator's `PATCH` changes in a config; `None` (and `false`) leaves a field as it is.
@@ -99,6 +157,9 @@ pub struct WebhookConfigChange {
     pub revoke_previous: bool,
     /// `Some(None)` removes the endpoint's own rate, `Some(Some(n))` sets it.
     pub rate_limit_per_second: Option<Option<u32>>,
+    /// `Some(true)` resumes a disabled config (reason and count cleared, its held deliveries due at once);
+    /// `Some(false)` disables an enabled one by hand.
+    pub enabled: Option<bool>,
 }
 
 impl WebhookConfig {
@@ -137,7 +198,50 @@ impl WebhookConfig {
         if let Some(rate) = change.rate_limit_per_second {
             self.rate_limit_per_second = rate;
         }
+        match change.enabled {
+            Some(true) if !self.enabled => {
+                self.enabled = true;
+                self.disabled_reason = None;
+                self.consecutive_failures = 0;
+            }
+            Some(false) if self.enabled => {
+                self.enabled = false;
+                self.disabled_reason = Some(DisabledReason::Manual);
+            }
+            _ => {}
+        }
         self
+    }
+}
+
+impl WebhookConfig {
+    /// Counts one recorded attempt in the config's health, the rule every
+    /// [`WebhookStore::record_attempts_counting`] applies: a success resets the count and moves `last_success_at`
+    /// forward; a failure adds one, and an enabled config whose count reaches `disable_after_failures` (0: never)
+    /// is disabled as `failing` — the disable returned, once.
+    pub fn count_attempt(
+        &mut self,
+        attempt: &DeliveryAttempt,
+        disable_after_failures: u32,
+    ) -> Option<EndpointDisabled> {
+        if attempt.error_class.is_none() {
+            self.consecutive_failures = 0;
+            self.last_success_at =
+                Some(self.last_success_at.map_or(attempt.started_at, |at| at.max(attempt.started_at)));
+            return None;
+        }
+        self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+        let reached = disable_after_failures > 0 && self.consecutive_failures >= i64::from(disable_after_failures);
+        if !(self.enabled && reached) {
+            return None;
+        }
+        self.enabled = false;
+        self.disabled_reason = Some(DisabledReason::Failing);
+        Some(EndpointDisabled {
+            webhook_id: self.id,
+            consecutive_failures: self.consecutive_failures,
+            reason: DisabledReason::Failing,
+        })
     }
 }
 
@@ -372,7 +476,8 @@ impl NewWebhookEvent {
     /// Whether `config` receives this event: its `event_type` is the event's or `*`, and its source is the
     /// narrowing one when the event names one. The rule every [`WebhookStore::fan_out`] applies.
     pub fn reaches(&self, config: &WebhookConfig) -> bool {
-        (config.event_type == self.event_type || config.event_type == WILDCARD_EVENT_TYPE)
+        config.enabled
+            && (config.event_type == self.event_type || config.event_type == WILDCARD_EVENT_TYPE)
             && self.source_identifier.as_ref().is_none_or(|source| *source == config.source_identifier)
     }
 }
@@ -583,8 +688,24 @@ pub trait WebhookStore: FencingEpoch + Send + Sync + fmt::Debug {
     /// them in one transaction, all or nothing, so a caller that retries after an error records nothing twice. This
     /// default records them one by one and is not atomic.
     fn record_attempts(&self, records: &[AttemptRecord]) -> Result<Vec<bool>, StoreError> {
-        records.iter().map(|record| self.record_attempt(&record.attempt, record.lease, &record.update)).collect()
+        Ok(self.record_attempts_counting(records, 0)?.into_iter().map(|recorded| recorded.applied).collect())
     }
+    /// [`Self::record_attempts`], in the same transaction counting each config's failed attempts in a row (an
+    /// attempt whose delivery is gone counts for nothing): a success sets `consecutive_failures = 0` and
+    /// `last_success_at` (the latest attempt's start), a failure adds one; an enabled config whose count reaches
+    /// `disable_after_failures` (0: never) is disabled as `failing`, and the attempt that did it reports it. A
+    /// disabled config's deliveries awaiting an attempt and not claimed are held: `next_retry_at = NULL`.
+    fn record_attempts_counting(
+        &self,
+        records: &[AttemptRecord],
+        disable_after_failures: u32,
+    ) -> Result<Vec<AttemptRecorded>, StoreError>;
+    /// Each config's attempts and dead letters since `since` (`stats_24h`); a config without any is left out. A
+    /// database adapter reads the window from indexes on the attempts' start and the dead rows' last attempt.
+    fn endpoint_stats(
+        &self,
+        since: OffsetDateTime,
+    ) -> Result<std::collections::BTreeMap<i64, EndpointStats>, StoreError>;
     /// Retention: deletes up to `limit` deliveries that are delivered or dead and were created before
     /// `created_before`, with their attempts (and so their idempotency keys); returns how many deliveries went.
     /// Pending and failed deliveries are never pruned, however old. Callers repeat it until it returns less than
