@@ -6,6 +6,7 @@ import { h, replace, table, empty, field, copyText } from './dom.js';
 import { api, errorAlert, query, describe, ApiError } from './api.js';
 import { absolute, badge, clock, localToRfc3339, number, rfc3339ToLocal, when } from './format.js';
 import { host } from './deliveries.js';
+import { hourlyCharts } from './charts.js';
 
 /** How long a test delivery is watched for its first outcome. */
 const WATCH_MS = 60000;
@@ -64,11 +65,13 @@ function endpointRow(config, { context, reload, recoverPanel }) {
   test.addEventListener('click', () => sendTest(config, { button: test, result, context }));
   const recover = h('button', { type: 'button', class: 'button ghost small', 'data-testid': 'recover' }, 'Recover…');
   recover.addEventListener('click', () => showRecover(config, recoverPanel, context));
+  const charts = h('button', { type: 'button', class: 'button ghost small', 'data-testid': 'charts' }, 'Last 24 h');
+  charts.addEventListener('click', () => showCharts(config, recoverPanel, context));
   const actions = h('div', { class: 'endpoint-actions' });
   const showActions = () => {
     const rotate = h('button', { type: 'button', class: 'button ghost small', 'data-testid': 'rotate' }, 'Rotate secret');
     rotate.addEventListener('click', confirmRotate);
-    replace(actions, test, rotate, toggleButton(config, { result, context, reload }), recover);
+    replace(actions, test, rotate, toggleButton(config, { result, context, reload }), recover, charts);
   };
   const confirmRotate = () => {
     const yes = h('button', { type: 'button', class: 'button danger solid small', 'data-testid': 'confirm-rotate' }, 'Rotate now');
@@ -246,6 +249,18 @@ async function sendTest(config, { button, result, context }) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Recover
+
+/** One endpoint's last 24 hours (its deliveries, failed attempts and dead letters per hour), below the list. */
+function showCharts(config, panel, context) {
+  const close = h('button', { type: 'button', class: 'button ghost small' }, 'Close');
+  close.addEventListener('click', () => replace(panel));
+  const box = h('div', { 'data-testid': 'endpoint-charts' });
+  replace(panel, h('section', { class: 'panel', 'aria-labelledby': 'endpoint-charts-title' },
+    h('div', { class: 'view-head' }, h('h2', { id: 'endpoint-charts-title' }, 'The last 24 hours of ', name(config)), close),
+    box));
+  hourlyCharts(box, { webhookId: config.id, signal: context.signal });
+  panel.scrollIntoView({ block: 'nearest' });
+}
 
 function showRecover(config, panel, context) {
   const since = h('input', {

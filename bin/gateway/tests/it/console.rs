@@ -525,22 +525,21 @@ async fn the_overview_charts_the_last_day_and_every_agents_credentials_list_with
     b.script("document.querySelector('[data-testid=hourly-charts]').scrollIntoView(); return null").await;
     b.screenshot(&shots, "overview-charts").await;
 
-    // What an endpoint's page will call: one webhook config's delivery series only, its dead letter among them.
-    b.script(&format!(
-        "const box = document.createElement('div'); box.id = 'endpoint-charts'; document.body.append(box); \
-         import('/console/charts.js').then((charts) => charts.hourlyCharts(box, {{ webhookId: {} }})); return null",
-        config_ids[0]
-    ))
-    .await;
+    // The endpoints view: one webhook config's last 24 hours, its delivery series only, its dead letter among them.
+    b.goto(&gateway.url("/#/endpoints")).await;
+    let row = format!("[data-testid=endpoint-row][data-webhook-id='{}']", config_ids[0]);
+    b.wait_text(&format!("{row} [data-testid=charts]"), |text| text == "Last 24 h").await;
+    b.click(&format!("{row} [data-testid=charts]")).await;
     b.wait_until(
         "the failing endpoint's dead letter in its own chart",
-        "return document.querySelectorAll('#endpoint-charts [data-testid=chart-dead_letters] rect.bar.nonzero').length === 1",
+        "return document.querySelectorAll('[data-testid=endpoint-charts] [data-testid=chart-dead_letters] rect.bar.nonzero').length === 1",
     )
     .await;
+    b.screenshot(&shots, "endpoint-charts").await;
     let shown = b
         .script(
-            "return [...document.querySelectorAll('#endpoint-charts figure')].map((f) => f.dataset.testid).join(',') + '|' + \
-             document.querySelectorAll('#endpoint-charts [data-testid=chart-deliveries] rect.bar.nonzero').length",
+            "return [...document.querySelectorAll('[data-testid=endpoint-charts] figure')].map((f) => f.dataset.testid).join(',') + '|' + \
+             document.querySelectorAll('[data-testid=endpoint-charts] [data-testid=chart-deliveries] rect.bar.nonzero').length",
         )
         .await;
     assert_eq!(shown, json!("chart-deliveries,chart-failed_attempts,chart-dead_letters|0"), "only its delivery series");
