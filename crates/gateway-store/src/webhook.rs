@@ -1225,11 +1225,50 @@ fn claim_rows(
     lease_until: OffsetDateTime,
     token: Option<FencingToken>,
 ) -> QueryResult<Vec<DeliveryRow>> {
+    let claimed = match connection {
+        AnyConnection::Postgres(c) => {
+            postgres::claim(c, ids.iter().map(|id| (*id, due_by)), lease_until, token.map(token_to_db))?
+        }
+        AnyConnection::Sqlite(_) => claim_rows_sqlite(connection, ids, due_by, lease_until, token)?,
+    };
+    if claimed.len() < ids.len() {
+        let taken: HashSet<i64> = claimed.iter().map(|row| row.id).collect();
+        let passed: Vec<i64> = ids.iter().copied().filter(|id| !taken.contains(id)).collect();
+        hold_lapsed(connection, &passed, due_by)?;
+    }
+    Ok(claimed)
+}
+
+/// Holds those of `ids` that are due by `due_by` while their config is disabled: rows a claim was taken on before
+/// the disable (the disable leaves claimed rows to their attempt) whose process died, so that no attempt recorded
+/// and held them. Without this they would stay due — read by every poll, refused by every claim — until an enable.
+fn hold_lapsed(connection: &mut AnyConnection<'_>, ids: &[i64], due_by: OffsetDateTime) -> QueryResult<()> {
+    use webhook_deliveries::dsl;
+    let hold = diesel::update(
+        dsl::webhook_deliveries
+            .filter(dsl::id.eq_any(ids))
+            .filter(dsl::status.eq_any(AWAITING_ATTEMPT.map(DeliveryStatus::as_str)))
+            .filter(dsl::next_retry_at.le(to_db(due_by)))
+            .filter(dsl::webhook_id.eq_any(disabled_configs())),
+    )
+    .set((
+        dsl::next_retry_at.eq(None::<PrimitiveDateTime>),
+        dsl::claimed_until.eq(None::<PrimitiveDateTime>),
+        dsl::claim_token.eq(None::<i64>),
+    ));
+    on_backend!(connection, c => hold.execute(c))?;
+    Ok(())
+}
+
+fn claim_rows_sqlite(
+    connection: &mut AnyConnection<'_>,
+    ids: &[i64],
+    due_by: OffsetDateTime,
+    lease_until: OffsetDateTime,
+    token: Option<FencingToken>,
+) -> QueryResult<Vec<DeliveryRow>> {
     use webhook_deliveries::dsl;
     let token = token.map(token_to_db);
-    if let AnyConnection::Postgres(c) = connection {
-        return postgres::claim(c, ids.iter().map(|id| (*id, due_by)), lease_until, token);
-    }
     let statuses = AWAITING_ATTEMPT.map(DeliveryStatus::as_str);
     let claim = diesel::update(
         dsl::webhook_deliveries

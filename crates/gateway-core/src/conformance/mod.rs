@@ -199,6 +199,7 @@ macro_rules! webhook_store_conformance {
             enabling_a_config_resumes_its_held_deliveries_and_disabling_by_hand_holds_them,
             endpoint_stats_count_the_windows_attempts_and_dead_letters,
             an_attempt_in_flight_when_its_config_is_disabled_records_and_its_retry_is_held,
+            a_claim_that_lapsed_after_its_config_was_disabled_is_held_by_the_next_claim,
         );
     };
 }

@@ -1421,3 +1421,27 @@ pub fn an_attempt_in_flight_when_its_config_is_disabled_records_and_its_retry_is
     let stored = store.config(config.id).expect("read").expect("config");
     assert_eq!((stored.enabled, stored.last_success_at), (false, Some(t1)), "a success does not enable it");
 }
+
+/// A claim taken before its config was disabled whose process then died (no attempt recorded, so nothing held the
+/// row) is held by the next claim that finds it due: not claimed, off the due backlog, and due again at the enable.
+pub fn a_claim_that_lapsed_after_its_config_was_disabled_is_held_by_the_next_claim(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let row = insert(store, &new_delivery(config.id, "s", at));
+    let due = row.next_retry_at.expect("due");
+    let lease = due + Duration::seconds(30);
+    assert_eq!(store.claim(&[row.id], due, lease).expect("claim").len(), 1);
+    let disable = WebhookConfigChange { enabled: Some(false), ..WebhookConfigChange::default() };
+    store.update_config(config.id, &disable, at).expect("update").expect("the config");
+    // The process that held the claim is gone; its lease has run out.
+    let later = lease + Duration::seconds(1);
+    assert!(store.claim(&[row.id], later, later + Duration::seconds(30)).expect("claim").is_empty());
+    let held = store.delivery(row.id).expect("read").expect("row");
+    assert_eq!((held.status, held.next_retry_at), (DeliveryStatus::Pending, None), "held");
+    assert_eq!(store.count_due_deliveries(later).expect("count"), 0, "not in the due backlog");
+    let enable = WebhookConfigChange { enabled: Some(true), ..WebhookConfigChange::default() };
+    store.update_config(config.id, &enable, later).expect("update").expect("the config");
+    assert_eq!(store.claim(&[row.id], later, later + Duration::seconds(30)).expect("claim").len(), 1, "resumed");
+}

@@ -71,9 +71,17 @@ fn claim_rows(
 ) -> Vec<Delivery> {
     let mut claimed = Vec::new();
     for id in ids {
-        if let Some(delivery) = tables.deliveries.get_mut(id)
-            && is_due(delivery, due_by)
-            && tables.configs.get(&delivery.webhook_id).is_some_and(|config| config.enabled)
+        let Some(delivery) = tables.deliveries.get_mut(id) else { continue };
+        if !is_due(delivery, due_by) {
+            continue;
+        }
+        if !tables.configs.get(&delivery.webhook_id).is_some_and(|config| config.enabled) {
+            // Due yet its config is disabled: a claim that lapsed (its process died) after the disable. Held now.
+            delivery.next_retry_at = None;
+            tables.claimed.remove(id);
+            tables.poll_claims.remove(id);
+            continue;
+        }
         {
             delivery.next_retry_at = Some(lease_until);
             tables.claimed.insert(*id);
