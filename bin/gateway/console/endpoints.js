@@ -224,6 +224,11 @@ async function sendTest(config, { button, result, context }) {
   }
   button.disabled = false;
   const link = h('a', { href: `#/deliveries/${sent.delivery_id}`, 'data-testid': 'test-delivery' }, `#${sent.delivery_id}`);
+  if (config.enabled === false) {
+    // Held like every delivery of a disabled endpoint: it goes out when the endpoint is enabled.
+    replace(result, 'Test delivery ', link, ' held: this endpoint is disabled; it goes out once it is enabled.');
+    return;
+  }
   replace(result, 'Test delivery ', link, ' sent; waiting for its first attempt…');
   const deadline = Date.now() + WATCH_MS;
   while (!context.signal.aborted && Date.now() < deadline) {
@@ -247,9 +252,6 @@ async function sendTest(config, { button, result, context }) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// Recover
-
 /** One endpoint's last 24 hours (its deliveries, failed attempts and dead letters per hour), below the list. */
 function showCharts(config, panel, context) {
   const close = h('button', { type: 'button', class: 'button ghost small' }, 'Close');
@@ -261,6 +263,9 @@ function showCharts(config, panel, context) {
   hourlyCharts(box, { webhookId: config.id, signal: context.signal });
   panel.scrollIntoView({ block: 'nearest' });
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Recover
 
 function showRecover(config, panel, context) {
   const since = h('input', {

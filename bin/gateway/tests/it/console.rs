@@ -776,6 +776,9 @@ async fn the_endpoints_view_disables_and_enables_an_endpoint() {
     .await;
     assert_eq!(gateway.operator_get(&format!("/gateway/webhook-configs/{id}")).1["enabled"], false);
     b.wait_text(&format!("{row} [data-testid=toggle]"), |text| text == "Enable").await;
+    // A test event to a disabled endpoint is held, and the view says so rather than wait for an attempt.
+    b.click(&format!("{row} [data-testid=test]")).await;
+    b.wait_text(&format!("{row} [data-testid=endpoint-result]"), |text| text.contains("held")).await;
     b.click(&format!("{row} [data-testid=toggle]")).await;
     b.wait_text(&format!("{row} [data-testid=toggle]"), |text| text == "Disable").await;
     assert_eq!(gateway.operator_get(&format!("/gateway/webhook-configs/{id}")).1["enabled"], true);
