@@ -777,13 +777,13 @@ impl WebhookStore for DieselStore {
                 AnyConnection::Sqlite(_) => Ok(None),
             })?;
         }
-        let mut outcomes = match written {
+        let outcomes = match written {
+            Some(outcomes) if outcomes.iter().flatten().any(|row| row.next_retry_at.is_some()) => {
+                self.hold_inserted(outcomes)?
+            }
             Some(outcomes) => outcomes,
             None => self.insert_deliveries_in_transaction(&rows)?,
         };
-        if outcomes.iter().flatten().any(|row| row.next_retry_at.is_some()) {
-            outcomes = self.hold_inserted(outcomes)?;
-        }
         Ok(outcomes
             .into_iter()
             .map(|outcome| {
@@ -1170,20 +1170,17 @@ fn reset_for_retry(
 }
 
 impl DieselStore {
-    /// [`hold_new`] over a group insert's outcomes, in one transaction of its own: a config disabled between the
-    /// insert and this is held by its own transaction (`hold_deliveries`), so nothing escapes both.
+    /// [`hold_outcomes`] after PostgreSQL's one-statement group insert, as one statement of its own (atomic alone:
+    /// a transaction around it would only add round trips). A config disabled between the insert and this is held by
+    /// the disable's own statement (`hold_deliveries`), and one whose disable commits while this runs by the first
+    /// claim that finds the row due (`hold_lapsed`), so nothing escapes all three.
     fn hold_inserted(
         &self,
         outcomes: Vec<QueryResult<DeliveryRow>>,
     ) -> Result<Vec<QueryResult<DeliveryRow>>, StoreError> {
-        let ids: Vec<i64> = outcomes.iter().flatten().map(|row| row.id).collect();
-        let held: Vec<DeliveryRow> = self
-            .immediate("hold the deliveries of disabled webhook configs", |connection| hold_rows(connection, &ids))?;
-        if held.is_empty() {
-            return Ok(outcomes);
-        }
-        let mut held: HashMap<i64, DeliveryRow> = held.into_iter().map(|row| (row.id, row)).collect();
-        Ok(outcomes.into_iter().map(|outcome| outcome.map(|row| held.remove(&row.id).unwrap_or(row))).collect())
+        self.with_connection("hold the deliveries of disabled webhook configs", |connection| {
+            hold_outcomes(connection, outcomes)
+        })
     }
 
     /// The group insert in one transaction, each delivery a constraint refuses failing alone. SQLite: a savepoint
@@ -1197,7 +1194,9 @@ impl DieselStore {
             let c = match connection {
                 AnyConnection::Sqlite(c) => c,
                 AnyConnection::Postgres(c) => {
-                    return postgres::insert_deliveries(c, rows, true).map(Option::unwrap_or_default);
+                    // The configs are locked by this transaction: a disable waits for it, then holds what it wrote.
+                    let outcomes = postgres::insert_deliveries(c, rows, true).map(Option::unwrap_or_default)?;
+                    return hold_outcomes(&mut AnyConnection::Postgres(c), outcomes);
                 }
             };
             let mut outcomes = Vec::with_capacity(rows.len());
@@ -1210,7 +1209,8 @@ impl DieselStore {
                     Err(other) => return Err(other),
                 }
             }
-            Ok(outcomes)
+            // In the insert's own transaction: SQLite runs one writer at a time, so no disable comes between.
+            hold_outcomes(&mut AnyConnection::Sqlite(c), outcomes)
         })
     }
 }
@@ -1397,6 +1397,20 @@ fn hold_rows(connection: &mut AnyConnection<'_>, ids: &[i64]) -> QueryResult<Vec
     )
     .set((dsl::next_retry_at.eq(None::<PrimitiveDateTime>), dsl::claimed_until.eq(None::<PrimitiveDateTime>)));
     on_backend!(connection, c => hold.returning(DeliveryRow::as_returning()).get_results(c))
+}
+
+/// A group insert's outcomes with the rows of disabled configs held ([`hold_rows`]), in the same order.
+fn hold_outcomes(
+    connection: &mut AnyConnection<'_>,
+    outcomes: Vec<QueryResult<DeliveryRow>>,
+) -> QueryResult<Vec<QueryResult<DeliveryRow>>> {
+    let ids: Vec<i64> = outcomes.iter().flatten().filter(|row| row.next_retry_at.is_some()).map(|row| row.id).collect();
+    if ids.is_empty() {
+        return Ok(outcomes);
+    }
+    let mut held: HashMap<i64, DeliveryRow> =
+        hold_rows(connection, &ids)?.into_iter().map(|row| (row.id, row)).collect();
+    Ok(outcomes.into_iter().map(|outcome| outcome.map(|row| held.remove(&row.id).unwrap_or(row))).collect())
 }
 
 /// `rows` just written, with those of disabled configs held ([`hold_rows`]), in the same order.
