@@ -469,20 +469,6 @@ impl WebhookStore for InMemoryWebhookStore {
         Ok(released)
     }
 
-    fn record_attempt(
-        &self,
-        attempt: &DeliveryAttempt,
-        lease: OffsetDateTime,
-        update: &DeliveryUpdate,
-    ) -> Result<bool, StoreError> {
-        self.failure.check()?;
-        let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
-        Ok(self
-            .record_attempts_counting(std::slice::from_ref(&record), 0)?
-            .into_iter()
-            .all(|recorded| recorded.applied))
-    }
-
     fn record_attempts_counting(
         &self,
         records: &[AttemptRecord],

@@ -683,10 +683,16 @@ pub trait WebhookStore: FencingEpoch + Send + Sync + fmt::Debug {
         attempt: &DeliveryAttempt,
         lease: OffsetDateTime,
         update: &DeliveryUpdate,
-    ) -> Result<bool, StoreError>;
-    /// [`Self::record_attempt`] for several attempts, one outcome each, in order. A database adapter should write
-    /// them in one transaction, all or nothing, so a caller that retries after an error records nothing twice. This
-    /// default records them one by one and is not atomic.
+    ) -> Result<bool, StoreError> {
+        let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
+        Ok(self
+            .record_attempts_counting(std::slice::from_ref(&record), 0)?
+            .into_iter()
+            .all(|recorded| recorded.applied))
+    }
+    /// [`Self::record_attempt`] for several attempts, one outcome each, in order, as one
+    /// [`Self::record_attempts_counting`] that never disables: all or nothing, so a caller that retries after an
+    /// error records nothing twice.
     fn record_attempts(&self, records: &[AttemptRecord]) -> Result<Vec<bool>, StoreError> {
         Ok(self.record_attempts_counting(records, 0)?.into_iter().map(|recorded| recorded.applied).collect())
     }
