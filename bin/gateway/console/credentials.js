@@ -2,7 +2,7 @@
 // with no agent chosen, every agent's) with their last use, expiry and state, revoke one after a confirmation. The token is in the page only while its dialog is open
 // (never in storage or the address); closing the dialog empties the field and removes it from the page.
 
-import { h, replace, table, empty, field, copyText } from './dom.js';
+import { h, replace, table, empty, field, showOnce } from './dom.js';
 import { api, errorAlert, query, ApiError } from './api.js';
 import { absolute, badge, number, relative, when } from './format.js';
 
@@ -222,33 +222,19 @@ function lastUse(iso, now) {
  * Escape) removes the dialog, and the token with it, from the page; `onClosed` then shows the list.
  */
 function showToken(issued, onClosed) {
-  const text = h('input', {
-    type: 'text', readonly: true, value: issued.token, spellcheck: 'false', autocomplete: 'off', class: 'mono token',
-    'aria-label': 'The new token', 'data-testid': 'token-value',
+  showOnce({
+    kind: 'token',
+    label: 'The new token',
+    value: issued.token,
+    title: ['New token for ', h('code', {}, issued.agent_id)],
+    body: [
+      h('p', {}, h('strong', {}, 'Shown this once.'), ' The gateway keeps only its hash: copy it now into the agent\'s secret store. ',
+        issued.expires_at
+          ? `It expires ${relative(issued.expires_at)}, at ${absolute(issued.expires_at, { precise: true })}.`
+          : 'It never expires.'),
+      h('p', { class: 'muted' }, 'Credential ', h('code', {}, issued.credential_id),
+        '. The agent sends it as Authorization: Bearer <token> on heartbeats, messages, tools and its streams.'),
+    ],
+    onClosed,
   });
-  const copy = h('button', { type: 'button', class: 'button', 'data-testid': 'token-copy' }, 'Copy');
-  copy.addEventListener('click', () => copyText(text.value, copy));
-  const done = h('button', { type: 'button', class: 'button ghost', 'data-testid': 'token-close' }, 'I have stored it — close');
-  const dialog = h(
-    'dialog',
-    { class: 'token-dialog', 'aria-labelledby': 'token-title', 'data-testid': 'token-dialog' },
-    h('h2', { id: 'token-title' }, 'New token for ', h('code', {}, issued.agent_id)),
-    h('p', {}, h('strong', {}, 'Shown this once.'), ' The gateway keeps only its hash: copy it now into the agent\'s secret store. ',
-      issued.expires_at
-        ? `It expires ${relative(issued.expires_at)}, at ${absolute(issued.expires_at, { precise: true })}.`
-        : 'It never expires.'),
-    h('div', { class: 'token-line' }, text, copy),
-    h('p', { class: 'muted' }, 'Credential ', h('code', {}, issued.credential_id),
-      '. The agent sends it as Authorization: Bearer <token> on heartbeats, messages, tools and its streams.'),
-    h('div', { class: 'dialog-actions' }, done),
-  );
-  dialog.addEventListener('close', () => {
-    text.value = '';
-    dialog.remove();
-    onClosed();
-  });
-  done.addEventListener('click', () => dialog.close());
-  document.body.append(dialog);
-  dialog.showModal();
-  text.select();
 }

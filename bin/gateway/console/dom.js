@@ -80,3 +80,37 @@ export async function copyText(text, button) {
   }
   setTimeout(() => { button.textContent = label; }, 1500);
 }
+
+/**
+ * A secret shown this once: a modal dialog with `value` as read-only text, a copy button and the `body` paragraphs.
+ * Closing it (the button, Escape) removes the dialog, and the secret with it, from the page; then `onClosed` runs.
+ * Its parts are named `<kind>-dialog`, `<kind>-value`, `<kind>-copy`, `<kind>-close` for tests.
+ */
+export function showOnce({ kind, label, value, title, body, onClosed }) {
+  const text = h('input', {
+    type: 'text', readonly: true, value, spellcheck: 'false', autocomplete: 'off', class: 'mono token',
+    'aria-label': label, 'data-testid': `${kind}-value`,
+  });
+  const copy = h('button', { type: 'button', class: 'button', 'data-testid': `${kind}-copy` }, 'Copy');
+  copy.addEventListener('click', () => copyText(text.value, copy));
+  const done = h('button', { type: 'button', class: 'button ghost', 'data-testid': `${kind}-close` }, 'I have stored it — close');
+  const [first, ...rest] = body;
+  const dialog = h(
+    'dialog',
+    { class: 'token-dialog', 'aria-labelledby': `${kind}-title`, 'data-testid': `${kind}-dialog` },
+    h('h2', { id: `${kind}-title` }, ...title),
+    first,
+    h('div', { class: 'token-line' }, text, copy),
+    ...rest,
+    h('div', { class: 'dialog-actions' }, done),
+  );
+  dialog.addEventListener('close', () => {
+    text.value = '';
+    dialog.remove();
+    onClosed();
+  });
+  done.addEventListener('click', () => dialog.close());
+  document.body.append(dialog);
+  dialog.showModal();
+  text.select();
+}

@@ -2,7 +2,7 @@
 // to one — send a test event, rotate its secret (the new one shown once, the old one's grace shown), enable or
 // disable it, and recover a window of its dead deliveries, whose progress is followed until none is in flight.
 
-import { h, replace, table, empty, field, copyText } from './dom.js';
+import { h, replace, table, empty, field, showOnce } from './dom.js';
 import { api, errorAlert, query, describe, ApiError } from './api.js';
 import { absolute, badge, clock, localToRfc3339, number, rfc3339ToLocal, when } from './format.js';
 import { host } from './deliveries.js';
@@ -174,35 +174,21 @@ function newSecret() {
  * secret stops verifying inbound requests. Closing it removes the dialog, and the secret with it, from the page.
  */
 function showSecret(config, secret, onClosed) {
-  const text = h('input', {
-    type: 'text', readonly: true, value: secret, spellcheck: 'false', autocomplete: 'off', class: 'mono token',
-    'aria-label': 'The new secret', 'data-testid': 'secret-value',
-  });
-  const copy = h('button', { type: 'button', class: 'button', 'data-testid': 'secret-copy' }, 'Copy');
-  copy.addEventListener('click', () => copyText(text.value, copy));
-  const done = h('button', { type: 'button', class: 'button ghost', 'data-testid': 'secret-close' }, 'I have stored it — close');
   const graceEnds = new Date(Date.parse(config.secret_rotated_at) + SECRET_GRACE_MS).toISOString();
-  const dialog = h(
-    'dialog',
-    { class: 'token-dialog', 'aria-labelledby': 'secret-title', 'data-testid': 'secret-dialog' },
-    h('h2', { id: 'secret-title' }, 'New secret for ', name(config)),
-    h('p', {}, h('strong', {}, 'Shown this once.'), ' Give it to the receiver now: every delivery from now on is signed with it.'),
-    h('div', { class: 'token-line' }, text, copy),
-    h('p', { 'data-testid': 'secret-grace' }, config.has_inbound_secret
-      ? 'Inbound requests are verified with this endpoint\'s inbound secret, which did not change.'
-      : `Inbound requests signed with the previous secret are still accepted for 24 h, until ${absolute(graceEnds)}, ` +
-        'unless it is revoked (PATCH with "revoke_previous": true).'),
-    h('div', { class: 'dialog-actions' }, done),
-  );
-  dialog.addEventListener('close', () => {
-    text.value = '';
-    dialog.remove();
-    onClosed();
+  showOnce({
+    kind: 'secret',
+    label: 'The new secret',
+    value: secret,
+    title: ['New secret for ', name(config)],
+    body: [
+      h('p', {}, h('strong', {}, 'Shown this once.'), ' Give it to the receiver now: every delivery from now on is signed with it.'),
+      h('p', { 'data-testid': 'secret-grace' }, config.has_inbound_secret
+        ? 'Inbound requests are verified with this endpoint\'s inbound secret, which did not change.'
+        : `Inbound requests signed with the previous secret are still accepted for 24 h, until ${absolute(graceEnds)}, ` +
+          'unless it is revoked (PATCH with "revoke_previous": true).'),
+    ],
+    onClosed,
   });
-  done.addEventListener('click', () => dialog.close());
-  document.body.append(dialog);
-  dialog.showModal();
-  text.select();
 }
 
 /** Sends a test event, then watches its delivery until the first attempt has an outcome. */
