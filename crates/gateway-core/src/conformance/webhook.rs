@@ -117,6 +117,18 @@ fn attempt_once(
     store.delivery(row.id).expect("read").expect("the row")
 }
 
+/// `count` deliveries of `webhook_id` created at `created_at`, inserted claimed (their attempts need no claim).
+fn insert_claimed(
+    store: &dyn WebhookStore,
+    webhook_id: i64,
+    count: usize,
+    created_at: OffsetDateTime,
+) -> Vec<Delivery> {
+    let claimed = NewDelivery { claimed: true, ..new_delivery(webhook_id, "s", created_at) };
+    let inserted = store.insert_deliveries(&vec![claimed; count]).expect("insert deliveries");
+    inserted.into_iter().map(|outcome| outcome.expect("inserted")).collect()
+}
+
 /// `count` deliveries of `webhook_id` created at `created_at`, each with one attempt that left it `status`, made
 /// with a few group calls (inserted claimed, so the attempts need no claim).
 fn history(
@@ -126,9 +138,7 @@ fn history(
     status: DeliveryStatus,
     created_at: OffsetDateTime,
 ) -> Vec<i64> {
-    let claimed = NewDelivery { claimed: true, ..new_delivery(webhook_id, "s", created_at) };
-    let inserted = store.insert_deliveries(&vec![claimed; count]).expect("insert deliveries");
-    let rows: Vec<Delivery> = inserted.into_iter().map(|outcome| outcome.expect("inserted")).collect();
+    let rows = insert_claimed(store, webhook_id, count, created_at);
     let outcome = if status == DeliveryStatus::Pending { DeliveryStatus::Dead } else { status };
     let records: Vec<AttemptRecord> = rows
         .iter()
@@ -1282,13 +1292,7 @@ pub fn failures_in_a_row_disable_a_config_once_and_hold_its_deliveries(store: &d
     let fresh = store.config(config.id).expect("read").expect("the config");
     assert!(fresh.enabled && fresh.disabled_reason.is_none(), "a new config is enabled");
     assert_eq!((fresh.consecutive_failures, fresh.last_success_at), (0, None));
-    let claimed = NewDelivery { claimed: true, ..new_delivery(config.id, "s", at) };
-    let rows: Vec<Delivery> = store
-        .insert_deliveries(&vec![claimed.clone(); 5])
-        .expect("insert")
-        .into_iter()
-        .map(|outcome| outcome.expect("inserted"))
-        .collect();
+    let rows = insert_claimed(store, config.id, 5, at);
     let waiting = insert(store, &new_delivery(config.id, "s", at));
     let t1 = at + Duration::seconds(1);
     let first = record_counting(store, &[&rows[0]], false, t1, 3);
@@ -1323,7 +1327,7 @@ pub fn failures_in_a_row_disable_a_config_once_and_hold_its_deliveries(store: &d
     assert!(store.claim(&[waiting.id], far, far + LEASE).expect("claim").is_empty(), "nor claimable");
     let late = insert(store, &NewDelivery { claimed: true, ..new_delivery(config.id, "s", t3) });
     assert_eq!(late.next_retry_at, None, "a delivery enqueued while disabled is held, its claim refused");
-    let grouped = store.insert_deliveries(&[claimed]).expect("insert").remove(0).expect("inserted");
+    let grouped = insert_claimed(store, config.id, 1, at).remove(0);
     assert_eq!(grouped.next_retry_at, None, "a grouped insert too");
     let reset = store.retry_now(rows[2].id, t3).expect("retry now");
     let RetryNowOutcome::Reset(reset) = reset else { panic!("a failed row resets: {reset:?}") };
@@ -1341,13 +1345,7 @@ pub fn enabling_a_config_resumes_its_held_deliveries_and_disabling_by_hand_holds
     at: OffsetDateTime,
 ) {
     let config = config(store, "github", at);
-    let claimed = NewDelivery { claimed: true, ..new_delivery(config.id, "s", at) };
-    let rows: Vec<Delivery> = store
-        .insert_deliveries(&vec![claimed; 2])
-        .expect("insert")
-        .into_iter()
-        .map(|outcome| outcome.expect("inserted"))
-        .collect();
+    let rows = insert_claimed(store, config.id, 2, at);
     let waiting = insert(store, &new_delivery(config.id, "s", at));
     let t1 = at + Duration::seconds(1);
     assert!(record_counting(store, &[&rows[0], &rows[1]], false, t1, 2)[1].disabled.is_some());
@@ -1398,13 +1396,7 @@ pub fn an_attempt_in_flight_when_its_config_is_disabled_records_and_its_retry_is
     at: OffsetDateTime,
 ) {
     let config = config(store, "github", at);
-    let claimed = NewDelivery { claimed: true, ..new_delivery(config.id, "s", at) };
-    let rows: Vec<Delivery> = store
-        .insert_deliveries(&vec![claimed; 2])
-        .expect("insert")
-        .into_iter()
-        .map(|outcome| outcome.expect("inserted"))
-        .collect();
+    let rows = insert_claimed(store, config.id, 2, at);
     let disable = WebhookConfigChange { enabled: Some(false), ..WebhookConfigChange::default() };
     store.update_config(config.id, &disable, at).expect("update").expect("the config");
     for row in &rows {

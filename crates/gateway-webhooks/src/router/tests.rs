@@ -785,18 +785,7 @@ fn assert_within_rate(starts: &[(i64, tokio::time::Instant)], limit: usize) {
 }
 
 fn timed_harness() -> (Harness, Arc<TimedTransport>) {
-    let mut h = Harness::with_defaults();
-    let transport = Arc::new(TimedTransport::default());
-    let ports = RouterPorts {
-        store: h.store.clone(),
-        transport: transport.clone(),
-        publisher: h.publisher.clone(),
-        clock: Arc::new(h.clock.clone()),
-        leadership: h.leadership.clone(),
-        rate: Arc::new(SlidingWindowRate::per_second(DEFAULT_MAX_PER_SECOND)),
-    };
-    h.router = WebhookRouter::new(ports, RouterConfig::default());
-    (h, transport)
+    timed_harness_with(DEFAULT_MAX_PER_SECOND, RouterConfig::default().max_per_cycle)
 }
 
 #[tokio::test(start_paused = true)]
