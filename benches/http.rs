@@ -309,7 +309,8 @@ impl WrkRun {
     }
 
     fn busy(&self) -> String {
-        self.cpu.map_or("-".to_owned(), |cpu| format!("{:.0} %", 100.0 * cpu.as_secs_f64() / self.elapsed.as_secs_f64()))
+        self.cpu
+            .map_or("-".to_owned(), |cpu| format!("{:.0} %", 100.0 * cpu.as_secs_f64() / self.elapsed.as_secs_f64()))
     }
 }
 
@@ -336,8 +337,9 @@ fn wrk(settings: &Settings, script: &str, server: &Server) -> WrkRun {
     let text = run(settings.duration);
     let elapsed = started.elapsed();
     let cpu = http_load::tree_cpu_time(pid).zip(before).map(|(after, before)| after.saturating_sub(before));
-    let field =
-        |prefix: &str| text.lines().find_map(|line| line.trim().strip_prefix(prefix).map(|rest| rest.trim().to_owned()));
+    let field = |prefix: &str| {
+        text.lines().find_map(|line| line.trim().strip_prefix(prefix).map(|rest| rest.trim().to_owned()))
+    };
     let requests: u64 = text
         .lines()
         .find_map(|line| line.trim().split_once(" requests in ").and_then(|(count, _)| count.parse().ok()))

@@ -7,14 +7,14 @@ use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{Array, Text, Timestamp};
-use diesel::sqlite::Sqlite;
+use diesel::sqlite::{Sqlite, SqliteConnection};
 use gateway_core::{AgentId, ClusterId, HeartbeatRecord, HeartbeatStore, StoreError};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::batch::push_sql_with_binds;
 use crate::connection::{AnyConnection, DieselStore};
 use crate::schema::gateway_heartbeats;
-use crate::timestamp::{from_db, to_db};
+use crate::timestamp::{from_db, push_sqlite_text, to_db};
 
 /// Rows per upsert statement: 3 parameters each, far below SQLite's 32,766 (and PostgreSQL's 65,535).
 const MAX_ROWS_PER_UPSERT: usize = 500;
@@ -99,9 +99,10 @@ pub(crate) struct AgentRowsUpsert {
 
 /// Runs `upsert` over `rows`, in statements of up to [`MAX_ROWS_PER_UPSERT`] rows, in the caller's transaction.
 ///
-/// Multi-row statements: SQLite compiles each statement Diesel sends (neither the query-builder upsert nor
-/// `sql_query` is kept in the statement cache), and compiling one per row was 13 % of the gateway's CPU under
-/// heartbeat load.
+/// Multi-row statements: compiling one statement per row was 13 % of the gateway's CPU under heartbeat load. On
+/// SQLite the statement's text is the same for any number of rows ([`JsonAgentRows`]), so it is compiled once per
+/// connection; on PostgreSQL (outside the one-statement group path, which is [`UnnestAgentRows`]) it has one
+/// `($n, $n, $n)` per row.
 pub(crate) fn upsert_agent_rows(
     connection: &mut AnyConnection<'_>,
     upsert: &AgentRowsUpsert,
@@ -109,10 +110,7 @@ pub(crate) fn upsert_agent_rows(
 ) -> QueryResult<()> {
     for chunk in rows.chunks(MAX_ROWS_PER_UPSERT) {
         match connection {
-            AnyConnection::Sqlite(connection) => {
-                bind_rows(diesel::sql_query(upsert.sql(chunk.len(), |_| "?".to_owned())).into_boxed::<Sqlite>(), chunk)
-                    .execute(&mut **connection)?
-            }
+            AnyConnection::Sqlite(connection) => JsonAgentRows::new(upsert, chunk).execute(&mut **connection)?,
             AnyConnection::Postgres(connection) => {
                 bind_rows(diesel::sql_query(upsert.sql(chunk.len(), |n| format!("${n}"))).into_boxed::<Pg>(), chunk)
                     .execute(&mut **connection)?
@@ -123,8 +121,7 @@ pub(crate) fn upsert_agent_rows(
 }
 
 impl AgentRowsUpsert {
-    /// The statement for `rows` rows, with `placeholder(n)` for the n-th parameter (from 1): `?` on SQLite, `$n` on
-    /// PostgreSQL.
+    /// The statement for `rows` rows, with `placeholder(n)` for the n-th parameter (from 1): `$n` on PostgreSQL.
     fn sql(&self, rows: usize, placeholder: impl Fn(usize) -> String) -> String {
         let values: Vec<String> = (0..rows)
             .map(|row| {
@@ -133,6 +130,76 @@ impl AgentRowsUpsert {
             .collect();
         format!("{} VALUES {} {}", self.insert, values.join(", "), self.on_conflict)
     }
+}
+
+/// SQLite's statement for a group of [`AgentRow`]s: the rows as one JSON text parameter, an array of
+/// `[agent id, cluster id, instant]`, read back by `json_each`. Its text does not depend on the row count, so
+/// Diesel's statement cache (keyed by the text: no static query id) keeps it compiled per connection; a text with
+/// one `(?, ?, ?)` per row was compiled again for every group (about 3,800 instructions per heartbeat,
+/// docs/benchmarks.md). Each instant is the text Diesel would bind for it, so the stored values are the same.
+pub(crate) struct JsonAgentRows<'a> {
+    upsert: &'a AgentRowsUpsert,
+    rows: String,
+}
+
+impl<'a> JsonAgentRows<'a> {
+    pub(crate) fn new(upsert: &'a AgentRowsUpsert, rows: &[AgentRow<'_>]) -> Self {
+        // An agent row's JSON is its ids, 26 bytes of instant and 12 of punctuation.
+        let capacity =
+            rows.iter().map(|(agent_id, cluster_id, _)| agent_id.len() + cluster_id.len() + 40).sum::<usize>();
+        let mut json = String::with_capacity(capacity + 2);
+        json.push('[');
+        for (n, (agent_id, cluster_id, at)) in rows.iter().enumerate() {
+            if n > 0 {
+                json.push(',');
+            }
+            json.push('[');
+            push_json_string(&mut json, agent_id);
+            json.push(',');
+            push_json_string(&mut json, cluster_id);
+            json.push_str(",\"");
+            push_sqlite_text(to_db(*at), &mut json);
+            json.push_str("\"]");
+        }
+        json.push(']');
+        Self { upsert, rows: json }
+    }
+}
+
+impl QueryFragment<Sqlite> for JsonAgentRows<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+        out.push_sql(self.upsert.insert);
+        out.push_sql(" SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(");
+        out.push_bind_param::<Text, _>(&self.rows)?;
+        // `WHERE true`: without it SQLite's parser takes the upsert's `ON` for a join constraint of the `FROM`.
+        out.push_sql(") WHERE true ");
+        out.push_sql(self.upsert.on_conflict);
+        Ok(())
+    }
+}
+
+impl QueryId for JsonAgentRows<'_> {
+    type QueryId = ();
+    // Not static: Diesel then keys its statement cache by the text, one entry per kind of agent row upsert.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl RunQueryDsl<SqliteConnection> for JsonAgentRows<'_> {}
+
+/// Appends `value` as a JSON string: quoted, with `"`, `\` and control characters escaped.
+fn push_json_string(json: &mut String, value: &str) {
+    json.push('"');
+    for character in value.chars() {
+        match character {
+            '"' => json.push_str("\\\""),
+            '\\' => json.push_str("\\\\"),
+            control if control < ' ' => {
+                let _ = std::fmt::Write::write_fmt(json, format_args!("\\u{:04x}", u32::from(control)));
+            }
+            other => json.push(other),
+        }
+    }
+    json.push('"');
 }
 
 /// PostgreSQL's statement for groups of [`AgentRow`]s: each column of a group is one array parameter, `unnest`ed,
@@ -222,4 +289,69 @@ where
         upsert = upsert.bind::<Text, _>(*agent_id).bind::<Text, _>(*cluster_id).bind::<Timestamp, _>(to_db(*at));
     }
     upsert
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00.5 UTC);
+
+    fn record(agent_id: &str, cluster_id: &str, at: OffsetDateTime) -> HeartbeatRecord {
+        HeartbeatRecord {
+            agent_id: AgentId::new(agent_id).unwrap(),
+            cluster_id: ClusterId::new(cluster_id).unwrap(),
+            last_seen_at: at,
+        }
+    }
+
+    /// Ids a JSON text must escape, or carry as they are, read back as sent; groups of every size up to past
+    /// one statement's rows (the statement's text is the same for all of them).
+    on_every_backend!(odd_ids_and_every_group_size_read_back_as_written);
+
+    fn odd_ids_and_every_group_size_read_back_as_written(store: &DieselStore) {
+        let odd = ["quote\"d", "back\\slash", "ünïcødé-代理", "sp ace", "{\"json\":[1]}", "\\u0041"];
+        let records: Vec<_> = odd
+            .iter()
+            .enumerate()
+            .map(|(n, id)| record(id, odd[odd.len() - 1 - n], START + time::Duration::microseconds(n as i64 * 10)))
+            .collect();
+        store.upsert_heartbeats(&records).unwrap();
+        for expected in &records {
+            assert_eq!(store.heartbeat(&expected.agent_id).unwrap().as_ref(), Some(expected));
+        }
+        for size in [1, 2, 31, MAX_ROWS_PER_UPSERT + 1] {
+            let at = START + time::Duration::seconds(size as i64) + time::Duration::nanoseconds(1_234_567);
+            let group: Vec<_> = (0..size).map(|n| record(&format!("agent-{n}"), "c", at)).collect();
+            store.upsert_heartbeats(&group).unwrap();
+            for n in [0, size - 1] {
+                let stored = store.heartbeat(&group[n].agent_id).unwrap().unwrap();
+                assert_eq!(stored.last_seen_at, crate::timestamp::normalize(at), "group of {size}");
+            }
+        }
+    }
+
+    /// The instant's text in the row is the one Diesel binds for a `Timestamp`: SQLite compares these as text
+    /// (`WHERE last_seen_at < ?`), so a different spelling of the same instant would order differently.
+    #[test]
+    fn sqlite_rows_hold_diesels_text_for_the_instant() {
+        let fixture = crate::testing::sqlite();
+        let store = &fixture.store;
+        for at in [START, datetime!(2026-02-22 12:00:00 UTC), datetime!(2026-02-22 12:00:00.100200 UTC)] {
+            store.upsert_heartbeats(&[record("agent-1", "c", at)]).unwrap();
+            let (stored, expected) = store
+                .with_connection("read", |connection| match connection {
+                    AnyConnection::Sqlite(c) => diesel::select((
+                        diesel::dsl::sql::<Text>("(SELECT last_seen_at FROM gateway_heartbeats)"),
+                        diesel::dsl::sql::<Text>("").bind::<Timestamp, _>(to_db(at)),
+                    ))
+                    .get_result::<(String, String)>(&mut **c),
+                    AnyConnection::Postgres(_) => unreachable!("a SQLite store"),
+                })
+                .unwrap();
+            assert_eq!(stored, expected);
+        }
+    }
 }
