@@ -100,8 +100,8 @@ pub(crate) struct AgentRowsUpsert {
 /// Runs `upsert` over `rows`, in statements of up to [`MAX_ROWS_PER_UPSERT`] rows, in the caller's transaction.
 ///
 /// Multi-row statements: compiling one statement per row was 13 % of the gateway's CPU under heartbeat load. On
-/// SQLite the statement's text is the same for any number of rows ([`JsonAgentRows`]), so it is compiled once per
-/// connection; on PostgreSQL (outside the one-statement group path, which is [`UnnestAgentRows`]) it has one
+/// SQLite the statement of each group size up to [`MAX_CACHED_ROWS`] is compiled once per connection
+/// ([`ValuesAgentRows`]); on PostgreSQL (outside the one-statement group path, which is [`UnnestAgentRows`]) it has one
 /// `($n, $n, $n)` per row.
 pub(crate) fn upsert_agent_rows(
     connection: &mut AnyConnection<'_>,
@@ -110,7 +110,7 @@ pub(crate) fn upsert_agent_rows(
 ) -> QueryResult<()> {
     for chunk in rows.chunks(MAX_ROWS_PER_UPSERT) {
         match connection {
-            AnyConnection::Sqlite(connection) => JsonAgentRows::new(upsert, chunk).execute(&mut **connection)?,
+            AnyConnection::Sqlite(connection) => ValuesAgentRows::new(upsert, chunk).execute(&mut **connection)?,
             AnyConnection::Postgres(connection) => {
                 bind_rows(diesel::sql_query(upsert.sql(chunk.len(), |n| format!("${n}"))).into_boxed::<Pg>(), chunk)
                     .execute(&mut **connection)?
@@ -132,75 +132,71 @@ impl AgentRowsUpsert {
     }
 }
 
-/// SQLite's statement for a group of [`AgentRow`]s: the rows as one JSON text parameter, an array of
-/// `[agent id, cluster id, instant]`, read back by `json_each`. Its text does not depend on the row count, so
-/// Diesel's statement cache (keyed by the text: no static query id) keeps it compiled per connection; a text with
-/// one `(?, ?, ?)` per row was compiled again for every group (about 3,800 instructions per heartbeat,
-/// docs/benchmarks.md). Each instant is the text Diesel would bind for it, so the stored values are the same.
-pub(crate) struct JsonAgentRows<'a> {
+/// Groups of up to this many rows keep their statement compiled (one per size, per connection); a larger group's
+/// is compiled for it and dropped. Under load a heartbeat group is about as large as the connections sending
+/// heartbeats (32–64 in the benchmarks); a few statements of this size per connection are small.
+const MAX_CACHED_ROWS: usize = 64;
+
+/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row, kept in Diesel's statement cache
+/// (keyed by the text: no static query id), so a group of a size seen before is not compiled again; compiling it
+/// for every group was about 3,800 instructions per heartbeat (docs/benchmarks.md). Each instant is bound as the
+/// text Diesel would bind for it, formatted by hand ([`push_sqlite_text`]), so the stored values are the same.
+/// Measured against one fixed text reading the rows as a JSON parameter with `json_each`: SQLite's JSON functions
+/// cost more per row than binding three parameters.
+pub(crate) struct ValuesAgentRows<'a> {
     upsert: &'a AgentRowsUpsert,
-    rows: String,
+    rows: &'a [AgentRow<'a>],
+    /// Every row's instant, as text, one after the other: 19 bytes, or 21–26 with a fraction.
+    instants: String,
+    /// Where each row's instant ends in `instants`.
+    ends: Vec<usize>,
 }
 
-impl<'a> JsonAgentRows<'a> {
-    pub(crate) fn new(upsert: &'a AgentRowsUpsert, rows: &[AgentRow<'_>]) -> Self {
-        // An agent row's JSON is its ids, 26 bytes of instant and 12 of punctuation.
-        let capacity =
-            rows.iter().map(|(agent_id, cluster_id, _)| agent_id.len() + cluster_id.len() + 40).sum::<usize>();
-        let mut json = String::with_capacity(capacity + 2);
-        json.push('[');
-        for (n, (agent_id, cluster_id, at)) in rows.iter().enumerate() {
-            if n > 0 {
-                json.push(',');
-            }
-            json.push('[');
-            push_json_string(&mut json, agent_id);
-            json.push(',');
-            push_json_string(&mut json, cluster_id);
-            json.push_str(",\"");
-            push_sqlite_text(to_db(*at), &mut json);
-            json.push_str("\"]");
-        }
-        json.push(']');
-        Self { upsert, rows: json }
+impl<'a> ValuesAgentRows<'a> {
+    pub(crate) fn new(upsert: &'a AgentRowsUpsert, rows: &'a [AgentRow<'a>]) -> Self {
+        let mut instants = String::with_capacity(rows.len() * 26);
+        let ends = rows
+            .iter()
+            .map(|(_, _, at)| {
+                push_sqlite_text(to_db(*at), &mut instants);
+                instants.len()
+            })
+            .collect();
+        Self { upsert, rows, instants, ends }
     }
 }
 
-impl QueryFragment<Sqlite> for JsonAgentRows<'_> {
+impl QueryFragment<Sqlite> for ValuesAgentRows<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+        if self.rows.len() > MAX_CACHED_ROWS {
+            out.unsafe_to_cache_prepared();
+        }
         out.push_sql(self.upsert.insert);
-        out.push_sql(" SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(");
-        out.push_bind_param::<Text, _>(&self.rows)?;
-        // `WHERE true`: without it SQLite's parser takes the upsert's `ON` for a join constraint of the `FROM`.
-        out.push_sql(") WHERE true ");
+        out.push_sql(" VALUES ");
+        let mut start = 0;
+        for (n, ((agent_id, cluster_id, _), end)) in self.rows.iter().zip(&self.ends).enumerate() {
+            out.push_sql(if n == 0 { "(" } else { ", (" });
+            out.push_bind_param::<Text, _>(*agent_id)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Text, _>(*cluster_id)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Text, _>(self.instants.get(start..*end).unwrap_or_default())?;
+            out.push_sql(")");
+            start = *end;
+        }
+        out.push_sql(" ");
         out.push_sql(self.upsert.on_conflict);
         Ok(())
     }
 }
 
-impl QueryId for JsonAgentRows<'_> {
+impl QueryId for ValuesAgentRows<'_> {
     type QueryId = ();
-    // Not static: Diesel then keys its statement cache by the text, one entry per kind of agent row upsert.
+    // Not static: Diesel then keys its statement cache by the text, one entry per group size.
     const HAS_STATIC_QUERY_ID: bool = false;
 }
 
-impl RunQueryDsl<SqliteConnection> for JsonAgentRows<'_> {}
-
-/// Appends `value` as a JSON string: quoted, with `"`, `\` and control characters escaped.
-fn push_json_string(json: &mut String, value: &str) {
-    json.push('"');
-    for character in value.chars() {
-        match character {
-            '"' => json.push_str("\\\""),
-            '\\' => json.push_str("\\\\"),
-            control if control < ' ' => {
-                let _ = std::fmt::Write::write_fmt(json, format_args!("\\u{:04x}", u32::from(control)));
-            }
-            other => json.push(other),
-        }
-    }
-    json.push('"');
-}
+impl RunQueryDsl<SqliteConnection> for ValuesAgentRows<'_> {}
 
 /// PostgreSQL's statement for groups of [`AgentRow`]s: each column of a group is one array parameter, `unnest`ed,
 /// so the text is the same for any group size and the statement is prepared once per connection (a text that
@@ -307,8 +303,8 @@ mod tests {
         }
     }
 
-    /// Ids a JSON text must escape, or carry as they are, read back as sent; groups of every size up to past
-    /// one statement's rows (the statement's text is the same for all of them).
+    // Ids with quotes, backslashes and non-ASCII read back as sent; groups of several sizes, one of them again
+    // (its statement then comes from the cache), past the cached sizes and past one statement's rows.
     on_every_backend!(odd_ids_and_every_group_size_read_back_as_written);
 
     fn odd_ids_and_every_group_size_read_back_as_written(store: &DieselStore) {
@@ -322,7 +318,7 @@ mod tests {
         for expected in &records {
             assert_eq!(store.heartbeat(&expected.agent_id).unwrap().as_ref(), Some(expected));
         }
-        for size in [1, 2, 31, MAX_ROWS_PER_UPSERT + 1] {
+        for size in [1, 2, 31, 2, MAX_CACHED_ROWS + 1, MAX_ROWS_PER_UPSERT + 1] {
             let at = START + time::Duration::seconds(size as i64) + time::Duration::nanoseconds(1_234_567);
             let group: Vec<_> = (0..size).map(|n| record(&format!("agent-{n}"), "c", at)).collect();
             store.upsert_heartbeats(&group).unwrap();
