@@ -1,6 +1,8 @@
 //! Load generator for the agent-facing HTTP path: `POST /gateway/heartbeat` and `POST /gateway/messages` against
-//! the release gateway binary, and the same generator against a bare hyper server that reads each request and
-//! answers 200 (this machine's HTTP ceiling), in one run. Heartbeats go to two gateways in turn,
+//! the release gateway binary, and the same generator against a bare hyper server that does the least a JSON
+//! endpoint can (reads the body, checks it is JSON without building it, answers 200: see `bare_server`; this
+//! machine's HTTP ceiling), in one run. `HTTP_BENCH_WRK=1` measures issue 18's way instead: wrk with
+//! benches/load/heartbeat.lua and messages.lua against the bare server and one gateway in turn (`wrk_rounds`). Heartbeats go to two gateways in turn,
 //! `HTTP_BENCH_AUTH_ROUNDS` (3) pairs: one with `--agent-auth off`, one with `--agent-auth required` where each
 //! agent sends its own token (one credential issued per agent before the run), and a third measurement sends the
 //! same tokens to the gateway with auth off (what the larger request head costs, apart from checking it). Every

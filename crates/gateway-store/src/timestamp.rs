@@ -58,7 +58,7 @@ pub(crate) fn push_sqlite_text(stored: PrimitiveDateTime, out: &mut String) {
     let mut nanos = stored.nanosecond();
     if nanos != 0 {
         let mut digits = 9;
-        while nanos % 10 == 0 {
+        while nanos.is_multiple_of(10) {
             nanos /= 10;
             digits -= 1;
         }
