@@ -1,6 +1,8 @@
 //! Load generator for the agent-facing HTTP path: `POST /gateway/heartbeat` and `POST /gateway/messages` against
-//! the release gateway binary, and the same generator against a bare hyper server that reads each request and
-//! answers 200 (this machine's HTTP ceiling), in one run. Heartbeats go to two gateways in turn,
+//! the release gateway binary, and the same generator against a bare hyper server that does the least a JSON
+//! endpoint can (reads the body, checks it is JSON without building it, answers 200: see `bare_server`; this
+//! machine's HTTP ceiling), in one run. `HTTP_BENCH_WRK=1` measures issue 18's way instead: wrk with
+//! benches/load/heartbeat.lua and messages.lua against the bare server and one gateway in turn (`wrk_rounds`). Heartbeats go to two gateways in turn,
 //! `HTTP_BENCH_AUTH_ROUNDS` (3) pairs: one with `--agent-auth off`, one with `--agent-auth required` where each
 //! agent sends its own token (one credential issued per agent before the run), and a third measurement sends the
 //! same tokens to the gateway with auth off (what the larger request head costs, apart from checking it). Every
@@ -63,6 +65,10 @@ fn main() {
     println!("gateway binary: {} ({})", gateway_binary.display(), age(&gateway_binary));
     println!("{}", pinning.describe(ENV_PREFIX));
     println!("load generator: pid {}, CPUs {}", std::process::id(), allowed_cpus("self"));
+    if std::env::var_os(format!("{ENV_PREFIX}_WRK")).is_some() {
+        wrk_rounds(&settings, &pinning, &gateway_binary);
+        return;
+    }
 
     let mut bare = pinning.command(&std::env::current_exe().unwrap());
     let bare = Server::spawn("bare hyper server", bare.arg(BARE_SERVER_ARG), "listening on ");
@@ -225,10 +231,148 @@ impl Target {
     }
 }
 
-/// The ceiling: hyper's HTTP/1 server on the same kind of runtime as the gateway's, reading each request body
-/// and answering 200 with an empty body.
+/// `HTTP_BENCH_WRK=1`: issue 18's method. The bare server and one gateway (SQLite, agent auth off) run side by
+/// side on the servers' CPUs; wrk (one thread per generator CPU, `HTTP_BENCH_CONNECTIONS`) sends
+/// `benches/load/heartbeat.lua` (`HTTP_BENCH_AGENTS` distinct agents) and `benches/load/messages.lua` to each in
+/// turn, `HTTP_BENCH_ROUNDS` (3) rounds, each run after its own warm-up. Each gateway figure is set beside the bare
+/// server's with the same body, measured just before it: by requests/s and by server CPU per request.
+fn wrk_rounds(settings: &Settings, pinning: &Pinning, gateway_binary: &std::path::Path) {
+    if std::process::Command::new("wrk").arg("--version").output().is_err() {
+        println!("http (wrk): skipped (wrk not found: Debian package `wrk`)");
+        return;
+    }
+    let mut bare = pinning.command(&std::env::current_exe().unwrap());
+    let bare = Server::spawn("bare hyper server", bare.arg(BARE_SERVER_ARG), "listening on ");
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = start_gateway(pinning, gateway_binary, &dir, "open", "off");
+    let rounds = gateway_testkit::env_size(&format!("{ENV_PREFIX}_ROUNDS"), 3).max(1);
+    let scripts = [
+        ("POST /gateway/heartbeat", concat!(env!("CARGO_MANIFEST_DIR"), "/load/heartbeat.lua")),
+        ("POST /gateway/messages", concat!(env!("CARGO_MANIFEST_DIR"), "/load/messages.lua")),
+    ];
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        for (name, script) in scripts {
+            let ceiling = wrk(settings, script, &bare);
+            let measured = wrk(settings, script, &gateway);
+            let row = format!(
+                "| {round} | {name} | {:.0} ({}, {}) | {:.0} ({}, {}) | **{:.2}** | {:.2} | {} / {} |",
+                ceiling.rate,
+                ceiling.busy(),
+                ceiling.per_request(),
+                measured.rate,
+                measured.busy(),
+                measured.per_request(),
+                measured.rate / ceiling.rate,
+                ceiling.cpu_per_request() / measured.cpu_per_request(),
+                measured.p50,
+                measured.p99,
+            );
+            println!("{row}");
+            if !measured.failures.is_empty() || !ceiling.failures.is_empty() {
+                println!("  failures: bare {}, gateway {}", ceiling.failures, measured.failures);
+            }
+            rows.push(row);
+        }
+    }
+    println!();
+    println!(
+        "| round | body | bare req/s (server CPU busy, per request) | gateway req/s (busy, per request) | of the bare \
+         server | by CPU per request | gateway p50 / p99 |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for row in rows {
+        println!("{row}");
+    }
+    println!("(targets, issue 18: heartbeats >= 0.75 of the bare server, DecisionLogs >= 0.9)");
+}
+
+/// What one wrk run against one server measured.
+struct WrkRun {
+    /// 2xx answers per second.
+    rate: f64,
+    answered: u64,
+    p50: String,
+    p99: String,
+    /// Non-2xx answers and socket errors as wrk reports them; empty when there were none.
+    failures: String,
+    /// The server's CPU time over the run.
+    cpu: Option<std::time::Duration>,
+    elapsed: std::time::Duration,
+}
+
+impl WrkRun {
+    fn cpu_per_request(&self) -> f64 {
+        self.cpu.map_or(f64::NAN, |cpu| cpu.as_secs_f64() / self.answered as f64)
+    }
+
+    fn per_request(&self) -> String {
+        format!("{:.2} µs", self.cpu_per_request() * 1e6)
+    }
+
+    fn busy(&self) -> String {
+        self.cpu
+            .map_or("-".to_owned(), |cpu| format!("{:.0} %", 100.0 * cpu.as_secs_f64() / self.elapsed.as_secs_f64()))
+    }
+}
+
+/// wrk with `script` against `server`: a warm-up run, then the measured one, the server's CPU time read around
+/// it. This process runs on the generator's CPUs, and wrk inherits them.
+fn wrk(settings: &Settings, script: &str, server: &Server) -> WrkRun {
+    let (address, pid) = (server.address, server.child.id());
+    let run = |duration: std::time::Duration| {
+        let output = std::process::Command::new("wrk")
+            .args(["-t", &settings.client_threads.to_string()])
+            .args(["-c", &settings.connections.to_string()])
+            .args(["-d", &format!("{}s", duration.as_secs().max(1))])
+            .args(["--latency", "-s", script, &format!("http://{address}")])
+            .env("HEARTBEAT_AGENTS", settings.agents.to_string())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "wrk failed: {text}{}", String::from_utf8_lossy(&output.stderr));
+        text
+    };
+    run(settings.warmup);
+    let before = http_load::tree_cpu_time(pid);
+    let started = std::time::Instant::now();
+    let text = run(settings.duration);
+    let elapsed = started.elapsed();
+    let cpu = http_load::tree_cpu_time(pid).zip(before).map(|(after, before)| after.saturating_sub(before));
+    let field = |prefix: &str| {
+        text.lines().find_map(|line| line.trim().strip_prefix(prefix).map(|rest| rest.trim().to_owned()))
+    };
+    let requests: u64 = text
+        .lines()
+        .find_map(|line| line.trim().split_once(" requests in ").and_then(|(count, _)| count.parse().ok()))
+        .unwrap_or(0);
+    let non_2xx: u64 = field("Non-2xx or 3xx responses:").and_then(|count| count.parse().ok()).unwrap_or(0);
+    let mut failures = if non_2xx > 0 { format!("{non_2xx} non-2xx") } else { String::new() };
+    if let Some(errors) = field("Socket errors:") {
+        failures.push_str(&format!(" socket errors: {errors}"));
+    }
+    // wrk's own rate is over its own measured time; the answered share of it counts.
+    let rate: f64 = field("Requests/sec:").and_then(|rate| rate.parse().ok()).unwrap_or(0.0);
+    WrkRun {
+        rate: rate * requests.saturating_sub(non_2xx) as f64 / requests.max(1) as f64,
+        answered: requests.saturating_sub(non_2xx),
+        p50: field("50%").unwrap_or_default(),
+        p99: field("99%").unwrap_or_default(),
+        failures,
+        cpu,
+        elapsed,
+    }
+}
+
+/// The ceiling: the least a JSON endpoint can do, on hyper's HTTP/1 server. One current-thread runtime (the
+/// least scheduling a server can have: no work stealing, no cross-thread wake-ups), the gateway's allocator
+/// (mimalloc, this executable's) and connection settings (`writev(false)`, `TCP_NODELAY`); per request it reads
+/// the whole body, checks that it is one JSON value without building a tree (`serde::de::IgnoredAny`: every byte
+/// is parsed, strings unescaped into nothing, no allocation per value) and answers 200 with an empty body — 400
+/// with an empty body when it is not JSON. It does not look at the path, the method or any header, and writes no
+/// headers of its own; hyper adds `content-length` and `date`, as it does for the gateway.
 fn bare_server() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut stdout = std::io::stdout();
@@ -239,11 +383,15 @@ fn bare_server() {
             stream.set_nodelay(true).unwrap();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(|request: hyper::Request<Incoming>| async move {
-                    let _ = request.into_body().collect().await;
-                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::new())))
+                    let body = request.into_body().collect().await.map(http_body_util::Collected::to_bytes);
+                    let status = match body {
+                        Ok(body) if is_json(&body) => hyper::StatusCode::OK,
+                        _ => hyper::StatusCode::BAD_REQUEST,
+                    };
+                    let mut response = hyper::Response::new(Full::new(Bytes::new()));
+                    *response.status_mut() = status;
+                    Ok::<_, Infallible>(response)
                 });
-                // The gateway's own connection settings (bin/gateway/src/http/mod.rs), so the comparison is of the
-                // work done per request, not of how bytes are written.
                 let _ = hyper::server::conn::http1::Builder::new()
                     .writev(false)
                     .serve_connection(TokioIo::new(stream), service)
@@ -251,4 +399,9 @@ fn bare_server() {
             });
         }
     });
+}
+
+/// Whether `body` is one JSON value (and nothing after it), parsed without building it.
+fn is_json(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
 }

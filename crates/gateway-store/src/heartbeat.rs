@@ -7,14 +7,14 @@ use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{Array, Text, Timestamp};
-use diesel::sqlite::Sqlite;
+use diesel::sqlite::{Sqlite, SqliteConnection};
 use gateway_core::{AgentId, ClusterId, HeartbeatRecord, HeartbeatStore, StoreError};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::batch::push_sql_with_binds;
 use crate::connection::{AnyConnection, DieselStore};
 use crate::schema::gateway_heartbeats;
-use crate::timestamp::{from_db, to_db};
+use crate::timestamp::{from_db, push_sqlite_text, to_db};
 
 /// Rows per upsert statement: 3 parameters each, far below SQLite's 32,766 (and PostgreSQL's 65,535).
 const MAX_ROWS_PER_UPSERT: usize = 500;
@@ -99,9 +99,10 @@ pub(crate) struct AgentRowsUpsert {
 
 /// Runs `upsert` over `rows`, in statements of up to [`MAX_ROWS_PER_UPSERT`] rows, in the caller's transaction.
 ///
-/// Multi-row statements: SQLite compiles each statement Diesel sends (neither the query-builder upsert nor
-/// `sql_query` is kept in the statement cache), and compiling one per row was 13 % of the gateway's CPU under
-/// heartbeat load.
+/// Multi-row statements: compiling one statement per row was 13 % of the gateway's CPU under heartbeat load. On
+/// SQLite the statement of each group size up to [`MAX_CACHED_ROWS`] is compiled once per connection
+/// ([`ValuesAgentRows`]); on PostgreSQL (outside the one-statement group path, which is [`UnnestAgentRows`]) it has one
+/// `($n, $n, $n)` per row.
 pub(crate) fn upsert_agent_rows(
     connection: &mut AnyConnection<'_>,
     upsert: &AgentRowsUpsert,
@@ -109,10 +110,7 @@ pub(crate) fn upsert_agent_rows(
 ) -> QueryResult<()> {
     for chunk in rows.chunks(MAX_ROWS_PER_UPSERT) {
         match connection {
-            AnyConnection::Sqlite(connection) => {
-                bind_rows(diesel::sql_query(upsert.sql(chunk.len(), |_| "?".to_owned())).into_boxed::<Sqlite>(), chunk)
-                    .execute(&mut **connection)?
-            }
+            AnyConnection::Sqlite(connection) => ValuesAgentRows::new(upsert, chunk).execute(&mut **connection)?,
             AnyConnection::Postgres(connection) => {
                 bind_rows(diesel::sql_query(upsert.sql(chunk.len(), |n| format!("${n}"))).into_boxed::<Pg>(), chunk)
                     .execute(&mut **connection)?
@@ -123,8 +121,7 @@ pub(crate) fn upsert_agent_rows(
 }
 
 impl AgentRowsUpsert {
-    /// The statement for `rows` rows, with `placeholder(n)` for the n-th parameter (from 1): `?` on SQLite, `$n` on
-    /// PostgreSQL.
+    /// The statement for `rows` rows, with `placeholder(n)` for the n-th parameter (from 1): `$n` on PostgreSQL.
     fn sql(&self, rows: usize, placeholder: impl Fn(usize) -> String) -> String {
         let values: Vec<String> = (0..rows)
             .map(|row| {
@@ -134,6 +131,72 @@ impl AgentRowsUpsert {
         format!("{} VALUES {} {}", self.insert, values.join(", "), self.on_conflict)
     }
 }
+
+/// Groups of up to this many rows keep their statement compiled (one per size, per connection); a larger group's
+/// is compiled for it and dropped. Under load a heartbeat group is about as large as the connections sending
+/// heartbeats (32–64 in the benchmarks); a few statements of this size per connection are small.
+const MAX_CACHED_ROWS: usize = 64;
+
+/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row, kept in Diesel's statement cache
+/// (keyed by the text: no static query id), so a group of a size seen before is not compiled again; compiling it
+/// for every group was about 3,800 instructions per heartbeat (docs/benchmarks.md). Each instant is bound as the
+/// text Diesel would bind for it, formatted by hand ([`push_sqlite_text`]), so the stored values are the same.
+/// Measured against one fixed text reading the rows as a JSON parameter with `json_each`: SQLite's JSON functions
+/// cost more per row than binding three parameters.
+pub(crate) struct ValuesAgentRows<'a> {
+    upsert: &'a AgentRowsUpsert,
+    rows: &'a [AgentRow<'a>],
+    /// Every row's instant, as text, one after the other: 19 bytes, or 21–26 with a fraction.
+    instants: String,
+    /// Where each row's instant ends in `instants`.
+    ends: Vec<usize>,
+}
+
+impl<'a> ValuesAgentRows<'a> {
+    pub(crate) fn new(upsert: &'a AgentRowsUpsert, rows: &'a [AgentRow<'a>]) -> Self {
+        let mut instants = String::with_capacity(rows.len() * 26);
+        let ends = rows
+            .iter()
+            .map(|(_, _, at)| {
+                push_sqlite_text(to_db(*at), &mut instants);
+                instants.len()
+            })
+            .collect();
+        Self { upsert, rows, instants, ends }
+    }
+}
+
+impl QueryFragment<Sqlite> for ValuesAgentRows<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+        if self.rows.len() > MAX_CACHED_ROWS {
+            out.unsafe_to_cache_prepared();
+        }
+        out.push_sql(self.upsert.insert);
+        out.push_sql(" VALUES ");
+        let mut start = 0;
+        for (n, ((agent_id, cluster_id, _), end)) in self.rows.iter().zip(&self.ends).enumerate() {
+            out.push_sql(if n == 0 { "(" } else { ", (" });
+            out.push_bind_param::<Text, _>(*agent_id)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Text, _>(*cluster_id)?;
+            out.push_sql(", ");
+            out.push_bind_param::<Text, _>(self.instants.get(start..*end).unwrap_or_default())?;
+            out.push_sql(")");
+            start = *end;
+        }
+        out.push_sql(" ");
+        out.push_sql(self.upsert.on_conflict);
+        Ok(())
+    }
+}
+
+impl QueryId for ValuesAgentRows<'_> {
+    type QueryId = ();
+    // Not static: Diesel then keys its statement cache by the text, one entry per group size.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl RunQueryDsl<SqliteConnection> for ValuesAgentRows<'_> {}
 
 /// PostgreSQL's statement for groups of [`AgentRow`]s: each column of a group is one array parameter, `unnest`ed,
 /// so the text is the same for any group size and the statement is prepared once per connection (a text that
@@ -222,4 +285,69 @@ where
         upsert = upsert.bind::<Text, _>(*agent_id).bind::<Text, _>(*cluster_id).bind::<Timestamp, _>(to_db(*at));
     }
     upsert
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    const START: OffsetDateTime = datetime!(2026-02-22 12:00:00.5 UTC);
+
+    fn record(agent_id: &str, cluster_id: &str, at: OffsetDateTime) -> HeartbeatRecord {
+        HeartbeatRecord {
+            agent_id: AgentId::new(agent_id).unwrap(),
+            cluster_id: ClusterId::new(cluster_id).unwrap(),
+            last_seen_at: at,
+        }
+    }
+
+    // Ids with quotes, backslashes and non-ASCII read back as sent; groups of several sizes, one of them again
+    // (its statement then comes from the cache), past the cached sizes and past one statement's rows.
+    on_every_backend!(odd_ids_and_every_group_size_read_back_as_written);
+
+    fn odd_ids_and_every_group_size_read_back_as_written(store: &DieselStore) {
+        let odd = ["quote\"d", "back\\slash", "ünïcødé-代理", "sp ace", "{\"json\":[1]}", "\\u0041"];
+        let records: Vec<_> = odd
+            .iter()
+            .enumerate()
+            .map(|(n, id)| record(id, odd[odd.len() - 1 - n], START + time::Duration::microseconds(n as i64 * 10)))
+            .collect();
+        store.upsert_heartbeats(&records).unwrap();
+        for expected in &records {
+            assert_eq!(store.heartbeat(&expected.agent_id).unwrap().as_ref(), Some(expected));
+        }
+        for size in [1, 2, 31, 2, MAX_CACHED_ROWS + 1, MAX_ROWS_PER_UPSERT + 1] {
+            let at = START + time::Duration::seconds(size as i64) + time::Duration::nanoseconds(1_234_567);
+            let group: Vec<_> = (0..size).map(|n| record(&format!("agent-{n}"), "c", at)).collect();
+            store.upsert_heartbeats(&group).unwrap();
+            for n in [0, size - 1] {
+                let stored = store.heartbeat(&group[n].agent_id).unwrap().unwrap();
+                assert_eq!(stored.last_seen_at, crate::timestamp::normalize(at), "group of {size}");
+            }
+        }
+    }
+
+    /// The instant's text in the row is the one Diesel binds for a `Timestamp`: SQLite compares these as text
+    /// (`WHERE last_seen_at < ?`), so a different spelling of the same instant would order differently.
+    #[test]
+    fn sqlite_rows_hold_diesels_text_for_the_instant() {
+        let fixture = crate::testing::sqlite();
+        let store = &fixture.store;
+        for at in [START, datetime!(2026-02-22 12:00:00 UTC), datetime!(2026-02-22 12:00:00.100200 UTC)] {
+            store.upsert_heartbeats(&[record("agent-1", "c", at)]).unwrap();
+            let (stored, expected) = store
+                .with_connection("read", |connection| match connection {
+                    AnyConnection::Sqlite(c) => diesel::select((
+                        diesel::dsl::sql::<Text>("(SELECT last_seen_at FROM gateway_heartbeats)"),
+                        diesel::dsl::sql::<Text>("").bind::<Timestamp, _>(to_db(at)),
+                    ))
+                    .get_result::<(String, String)>(&mut **c),
+                    AnyConnection::Postgres(_) => unreachable!("a SQLite store"),
+                })
+                .unwrap();
+            assert_eq!(stored, expected);
+        }
+    }
 }
