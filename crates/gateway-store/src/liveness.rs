@@ -23,7 +23,7 @@ use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::background::PeriodicThread;
 use crate::connection::{AnyConnection, DieselStore};
-use crate::fencing::admit;
+use crate::fencing::{admit, token_from_db};
 use crate::heartbeat::{
     AgentRow, AgentRowsSql, AgentRowsUpsert, Columns, HeartbeatRows, UnnestAgentRows, latest_rows, upsert_agent_rows,
     write_heartbeats,
@@ -316,6 +316,34 @@ impl LivenessMap for SharedLiveness {
         self.flush()?;
         let flushed = began.elapsed();
         let cutoff = to_db(now.checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH));
+        // Most passes find nobody silent. Asked first in one read-only statement, outside any transaction: on
+        // PostgreSQL the fenced transaction's `FOR UPDATE` of the epoch row gives it a transaction id, so even a
+        // pass that changes nothing waited for a WAL flush at its commit (95-138 ms of a 1M-agent pass during a
+        // checkpoint) and for the epoch row lock other leader loops hold. The answer only decides whether to
+        // write: the fenced transaction below checks the epoch and selects the silent again under its locks, so a
+        // deposed leader still evicts nothing, and a pass that skips it has written nothing a fence could refuse.
+        let probing = std::time::Instant::now();
+        let (newest, anyone_silent) = self.inner.store.with_connection("look for silent agents", |connection| {
+            use crate::schema::gateway_leader_epoch::dsl as epoch;
+            let newest = epoch::gateway_leader_epoch.find(1).select(epoch::epoch);
+            let silent =
+                diesel::select(diesel::dsl::exists(dsl::gateway_live_agents.filter(dsl::received_at.lt(cutoff))));
+            on_backend!(connection, c => Ok((newest.first::<i64>(c)?, silent.get_result::<bool>(c)?)))
+        })?;
+        let newest = token_from_db(newest);
+        if newest > token {
+            // What the fenced transaction would answer, without taking its locks.
+            return Err(StoreError::Fenced { token, newest });
+        }
+        if newest == token && !anyone_silent {
+            tracing::debug!(
+                flush_ms = flushed.as_secs_f64() * 1e3,
+                probe_ms = probing.elapsed().as_secs_f64() * 1e3,
+                evicted = 0,
+                "evict silent agents"
+            );
+            return Ok(Vec::new());
+        }
         let evicted: Vec<LiveRow> = self.inner.store.immediate_fenced("evict silent agents", |connection| {
             admit(connection, token)?;
             let silent = dsl::gateway_live_agents.filter(dsl::received_at.lt(cutoff)).select((
