@@ -336,8 +336,14 @@ impl LivenessMap for SharedLiveness {
         let (newest, anyone_silent) = self.inner.store.with_connection("look for silent agents", |connection| {
             use crate::schema::gateway_leader_epoch::dsl as epoch;
             let newest = epoch::gateway_leader_epoch.find(1).select(epoch::epoch);
-            let silent = diesel::select(diesel::dsl::exists(dsl::gateway_live_agents.filter(is_silent.clone())));
-            on_backend!(connection, c => Ok((newest.first::<i64>(c)?, silent.get_result::<bool>(c)?)))
+            // Ordered by the indexed minute, so the plan walks that index from the oldest and stops at the first
+            // silent row: an `EXISTS` was planned as a sequential scan of the whole table after a bulk fill (the
+            // planner expecting an early match), 100-210 ms at a million rows.
+            let silent = dsl::gateway_live_agents
+                .filter(is_silent.clone())
+                .order(dsl::received_minute.asc())
+                .select(dsl::agent_id);
+            on_backend!(connection, c => Ok((newest.first::<i64>(c)?, silent.first::<String>(c).optional()?.is_some())))
         })?;
         let newest = token_from_db(newest);
         if newest > token {
