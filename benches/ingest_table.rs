@@ -336,7 +336,7 @@ fn hot_updates(url: &str) -> String {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         hot: i64,
     }
-    let mut connection = diesel::PgConnection::establish(url).unwrap();
+    let mut connection = PgConnection::establish(url).unwrap();
     diesel::sql_query("SELECT pg_stat_clear_snapshot()").execute(&mut connection).unwrap();
     let tables: Vec<Updates> = diesel::sql_query(
         "SELECT relname::text AS relname, n_tup_upd AS updates, n_tup_hot_upd AS hot FROM pg_stat_user_tables \
