@@ -111,7 +111,7 @@ impl Bench {
             println!("  {}", window.close().describe());
             println!(
                 "{}: {:.0} heartbeats/s, p50 {}, p99 {}, failures: {}; gateway CPU {} per heartbeat, PostgreSQL + \
-                 Redis {}",
+                 Redis {} (Redis alone {})",
                 started.title,
                 run.rate,
                 run.p50,
@@ -119,6 +119,7 @@ impl Bench {
                 run.failures,
                 run.per_heartbeat(run.cpu_of("gateway")),
                 run.per_heartbeat(sum(run.cpu_of("postgres"), run.cpu_of("redis"))),
+                run.per_heartbeat(run.cpu_of("redis")),
             );
             println!("machine after: {}", machine_state());
             let Started { gateways, postgres_database, commits_before, redis, .. } = started;
@@ -134,6 +135,7 @@ impl Bench {
                 // Warm-up and measured run: every request wrk sent was answered (failures are printed).
                 let sent = run.requests + (run.rate * self.settings.warmup.as_secs_f64()) as u64;
                 commits_per_thousand = Some(1000.0 * commits as f64 / sent.max(1) as f64);
+                println!("  {}", hot_updates(database.url()));
                 let measured = self.ceiling(database.url(), setup.redis, group);
                 println!(
                     "  ceiling, groups of {}: {:.0} heartbeats/s; loop CPU {} and PostgreSQL {} per heartbeat",
@@ -320,4 +322,34 @@ fn pin_this_thread(cpus: &str) {
 fn thread_cpu_time() -> Duration {
     let fields = http_load::stat_fields("thread-self").unwrap_or_default();
     Duration::from_millis(fields.get(11..=12).map_or(0, |used| used.iter().sum::<u64>()) * 10)
+}
+
+/// How many of the updates the gateway made to the two heartbeat tables were HOT (no index touched): what decides
+/// PostgreSQL's cost per heartbeat in cluster mode, where every receipt rewrites its agent's `gateway_live_agents` row.
+fn hot_updates(url: &str) -> String {
+    #[derive(QueryableByName)]
+    struct Updates {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        relname: String,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        updates: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        hot: i64,
+    }
+    let mut connection = PgConnection::establish(url).unwrap();
+    diesel::sql_query("SELECT pg_stat_clear_snapshot()").execute(&mut connection).unwrap();
+    let tables: Vec<Updates> = diesel::sql_query(
+        "SELECT relname::text AS relname, n_tup_upd AS updates, n_tup_hot_upd AS hot FROM pg_stat_user_tables \
+         WHERE relname IN ('gateway_heartbeats', 'gateway_live_agents') ORDER BY relname",
+    )
+    .load(&mut connection)
+    .unwrap();
+    let described: Vec<String> = tables
+        .iter()
+        .map(|table| {
+            let share = 100.0 * table.hot as f64 / table.updates.max(1) as f64;
+            format!("{} {} updates, {share:.0} % HOT", table.relname, table.updates)
+        })
+        .collect();
+    format!("updates under the gateway: {}", described.join("; "))
 }

@@ -145,4 +145,80 @@ mod tests {
         let stale = store.immediate_fenced("leader A again", |connection| admit(connection, FencingToken(5)));
         assert_eq!(stale, Err(StoreError::Fenced { token: FencingToken(5), newest: FencingToken(6) }));
     }
+
+    /// The eviction pass with nobody silent is read-only (issue 18): while a rival leader loop of the same term
+    /// holds the epoch row (a cron claim, a webhook poll), a pass that finds nobody silent answers at once instead
+    /// of queueing behind it for a lock and a commit it does not need. And it fences as before: under an older
+    /// token it is refused, silent agent or not, and a silent agent is evicted only by the newest term.
+    #[test]
+    fn a_pass_with_nobody_silent_takes_no_lock_and_a_deposed_pass_evicts_nothing() {
+        use gateway_core::{ClusterId, LivenessMap};
+        use time::macros::datetime;
+
+        use crate::SharedLiveness;
+
+        let Some(fixture) = testing::postgres(
+            "fencing::tests::a_pass_with_nobody_silent_takes_no_lock_and_a_deposed_pass_evicts_nothing",
+        ) else {
+            return;
+        };
+        let store = &fixture.store;
+        let at = datetime!(2026-02-22 12:00:00 UTC);
+        let threshold = time::Duration::seconds(90);
+        let map = SharedLiveness::new(store.clone(), 10);
+        let alice = gateway_core::AgentId::new("alice").unwrap();
+        map.record(&alice, &ClusterId::new("west").unwrap(), at).unwrap();
+        map.flush().unwrap();
+        assert!(map.evict_silent(at, threshold, FencingToken(5)).unwrap().is_empty(), "term 5 begins");
+
+        let order = AtomicU64::new(0);
+        let (rival_ended, pass_ended) = (AtomicU64::new(0), AtomicU64::new(0));
+        let pass_done = AtomicBool::new(false);
+        let (rival_holds, rival_holding) = mpsc::channel();
+        thread::scope(|scope| {
+            let rival = scope.spawn(|| {
+                store.immediate_fenced("another leader loop, term 5", |connection| {
+                    admit(connection, FencingToken(5))?;
+                    rival_holds.send(()).unwrap();
+                    let deadline = Instant::now() + BARRIER_PATIENCE;
+                    while !pass_done.load(Ordering::SeqCst) && waiting_for_a_lock(store) == 0 {
+                        assert!(Instant::now() < deadline, "the pass neither ended nor waited in {BARRIER_PATIENCE:?}");
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    rival_ended.store(order.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    Ok(())
+                })
+            });
+            rival_holding.recv().unwrap();
+            let pass = scope.spawn(|| {
+                let evicted = map.evict_silent(at + time::Duration::seconds(30), threshold, FencingToken(5));
+                pass_ended.store(order.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                pass_done.store(true, Ordering::SeqCst);
+                evicted
+            });
+            rival.join().unwrap().unwrap();
+            assert!(pass.join().unwrap().unwrap().is_empty(), "nobody is silent");
+        });
+        let (rival_ended, pass_ended) = (rival_ended.load(Ordering::SeqCst), pass_ended.load(Ordering::SeqCst));
+        assert!(
+            pass_ended < rival_ended,
+            "the pass with nobody silent ended at step {pass_ended}, after the rival's transaction (step \
+             {rival_ended}): it waited for the epoch row's lock"
+        );
+
+        let silent_now = at + time::Duration::seconds(91);
+        store.immediate_fenced("term 6 begins", |connection| admit(connection, FencingToken(6))).unwrap();
+        assert_eq!(
+            map.evict_silent(at, threshold, FencingToken(5)),
+            Err(StoreError::Fenced { token: FencingToken(5), newest: FencingToken(6) }),
+            "deposed, with nobody silent"
+        );
+        assert_eq!(
+            map.evict_silent(silent_now, threshold, FencingToken(5)),
+            Err(StoreError::Fenced { token: FencingToken(5), newest: FencingToken(6) }),
+            "deposed, with alice silent"
+        );
+        assert_eq!(map.live_agents(None, 10).unwrap().len(), 1, "the deposed leader evicted nothing");
+        assert_eq!(map.evict_silent(silent_now, threshold, FencingToken(6)).unwrap().len(), 1, "term 6 evicts her");
+    }
 }

@@ -35,5 +35,5 @@ pub use background::PeriodicThread;
 pub use connection::DieselStore;
 pub use database_url::{DatabaseUrl, PostgresUrl};
 pub use error::OpenError;
-pub use liveness::{COUNT_INTERVAL, FLUSH_INTERVAL, SharedLiveness};
+pub use liveness::{COUNT_INTERVAL, FLUSH_INTERVAL, RECEIPT_MINUTE_SECONDS, SharedLiveness};
 pub use wal::{CHECKPOINT_INTERVAL, WalCheckpointer};

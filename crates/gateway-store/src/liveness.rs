@@ -23,7 +23,7 @@ use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::background::PeriodicThread;
 use crate::connection::{AnyConnection, DieselStore};
-use crate::fencing::admit;
+use crate::fencing::{admit, token_from_db};
 use crate::heartbeat::{
     AgentRow, AgentRowsSql, AgentRowsUpsert, Columns, HeartbeatRows, UnnestAgentRows, latest_rows, upsert_agent_rows,
     write_heartbeats,
@@ -37,6 +37,11 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 pub const COUNT_INTERVAL: Duration = Duration::from_secs(5);
 /// Longest pause between flusher passes while the database is unreachable.
 pub const FLUSH_RETRY_MAX: Duration = Duration::from_secs(5);
+/// The width of `gateway_live_agents.received_minute`, the indexed column the eviction pass finds its candidates
+/// by (fixed by migration 2026-12-21-000011 on both backends). An update that leaves it unchanged (every heartbeat of
+/// an agent but its first in each minute) touches no index on PostgreSQL (a HOT update); the pass still decides on
+/// the exact `received_at`, so the width changes how many rows a pass reads, never whom it evicts.
+pub const RECEIPT_MINUTE_SECONDS: i64 = 60;
 /// Agent ids per `IN (…)` list (SQLite takes 32,766 parameters, PostgreSQL 65,535).
 const MAX_IDS_PER_LIST: usize = 500;
 
@@ -315,17 +320,52 @@ impl LivenessMap for SharedLiveness {
         let began = std::time::Instant::now();
         self.flush()?;
         let flushed = began.elapsed();
-        let cutoff = to_db(now.checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH));
+        let cutoff = now.checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+        // Every receipt before the cutoff is in the cutoff's minute or an earlier one; the index on the minute finds
+        // those, and the exact receipt decides.
+        let cutoff_minute = cutoff.unix_timestamp().div_euclid(RECEIPT_MINUTE_SECONDS);
+        let cutoff = to_db(cutoff);
+        let is_silent = dsl::received_minute.le(cutoff_minute).and(dsl::received_at.lt(cutoff));
+        // Most passes find nobody silent. Asked first in one read-only statement, outside any transaction: on
+        // PostgreSQL the fenced transaction's `FOR UPDATE` of the epoch row gives it a transaction id, so even a
+        // pass that changes nothing waited for a WAL flush at its commit (95-138 ms of a 1M-agent pass during a
+        // checkpoint) and for the epoch row lock other leader loops hold. The answer only decides whether to
+        // write: the fenced transaction below checks the epoch and selects the silent again under its locks, so a
+        // deposed leader still evicts nothing, and a pass that skips it has written nothing a fence could refuse.
+        let probing = std::time::Instant::now();
+        let (newest, anyone_silent) = self.inner.store.with_connection("look for silent agents", |connection| {
+            use crate::schema::gateway_leader_epoch::dsl as epoch;
+            let newest = epoch::gateway_leader_epoch.find(1).select(epoch::epoch);
+            // Ordered by the indexed minute, so the plan walks that index from the oldest and stops at the first
+            // silent row: an `EXISTS` was planned as a sequential scan of the whole table after a bulk fill (the
+            // planner expecting an early match), 100-210 ms at a million rows.
+            let silent = dsl::gateway_live_agents
+                .filter(is_silent)
+                .order(dsl::received_minute.asc())
+                .select(dsl::agent_id);
+            on_backend!(connection, c => Ok((newest.first::<i64>(c)?, silent.first::<String>(c).optional()?.is_some())))
+        })?;
+        let newest = token_from_db(newest);
+        if newest > token {
+            // What the fenced transaction would answer, without taking its locks.
+            return Err(StoreError::Fenced { token, newest });
+        }
+        if newest == token && !anyone_silent {
+            tracing::debug!(
+                flush_ms = flushed.as_secs_f64() * 1e3,
+                probe_ms = probing.elapsed().as_secs_f64() * 1e3,
+                evicted = 0,
+                "evict silent agents"
+            );
+            return Ok(Vec::new());
+        }
         let evicted: Vec<LiveRow> = self.inner.store.immediate_fenced("evict silent agents", |connection| {
             admit(connection, token)?;
-            let silent = dsl::gateway_live_agents.filter(dsl::received_at.lt(cutoff)).select((
-                dsl::agent_id,
-                dsl::cluster_id,
-                dsl::received_at,
-            ));
+            let silent =
+                dsl::gateway_live_agents.filter(is_silent).select((dsl::agent_id, dsl::cluster_id, dsl::received_at));
             let mut rows: Vec<LiveRow> = match connection {
-                // The transaction holds the write lock: the order is free, and the received_at index gives it.
-                AnyConnection::Sqlite(c) => silent.order(dsl::received_at.asc()).load(&mut **c)?,
+                // The transaction holds the write lock: the order is free (sorted below).
+                AnyConnection::Sqlite(c) => silent.load(&mut **c)?,
                 // Locked in agent id order, like the flushes that may be writing the same rows; a row refreshed
                 // while this waited for it no longer matches and stays.
                 AnyConnection::Postgres(c) => silent.order(dsl::agent_id.asc()).for_update().load(&mut **c)?,
@@ -518,6 +558,7 @@ mod tests {
         capability_entries_are_kept_for_live_agents_only_and_go_with_the_eviction,
         a_cluster_at_its_cap_refuses_new_agents_on_every_instance,
         the_rows_transaction_writes_every_receipt_recorded_before_it,
+        the_pass_decides_on_the_exact_receipt_within_the_cutoffs_minute,
     );
 
     fn agent(id: &str) -> AgentId {
@@ -547,6 +588,34 @@ mod tests {
         a.record(&agent("alice"), &ClusterId::new("west").unwrap(), START + time::Duration::seconds(100)).unwrap();
         a.flush().unwrap();
         assert_eq!(b.get(&agent("alice")), None, "a returning agent starts without one");
+    }
+
+    /// The pass finds candidates by the receipt's minute (the indexed column) and evicts by the exact receipt:
+    /// in the cutoff's own minute, a receipt a second before the cutoff is silent and one a second after is not.
+    fn the_pass_decides_on_the_exact_receipt_within_the_cutoffs_minute(store: &DieselStore) {
+        let map = SharedLiveness::new(store.clone(), 10);
+        let west = ClusterId::new("west").unwrap();
+        let seconds = time::Duration::seconds;
+        let cutoff = datetime!(2026-02-22 12:00:30 UTC);
+        for (id, receipt) in [("earlier-minute", cutoff - seconds(31)), ("before", cutoff - seconds(1))] {
+            map.record(&agent(id), &west, receipt).unwrap();
+        }
+        for (id, receipt) in [("at", cutoff), ("after", cutoff + seconds(1)), ("next-minute", cutoff + seconds(30))] {
+            map.record(&agent(id), &west, receipt).unwrap();
+        }
+        map.flush().unwrap();
+        let threshold = seconds(90);
+        let mut evicted: Vec<String> = map
+            .evict_silent(cutoff + threshold, threshold, FencingToken(1))
+            .unwrap()
+            .into_iter()
+            .map(|entry| entry.agent_id.as_str().to_owned())
+            .collect();
+        evicted.sort();
+        assert_eq!(evicted, ["before", "earlier-minute"]);
+        let left: Vec<String> =
+            map.live_agents(None, 10).unwrap().into_iter().map(|entry| entry.agent_id.as_str().to_owned()).collect();
+        assert_eq!(left, ["after", "at", "next-minute"]);
     }
 
     /// What lets the heartbeat manager answer after the rows without a flush of its own.

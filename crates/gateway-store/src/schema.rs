@@ -137,6 +137,7 @@ diesel::table! {
         agent_type -> Nullable<Text>,
         capability_version -> Nullable<Text>,
         capabilities_updated_at -> Nullable<Timestamp>,
+        received_minute -> BigInt,
     }
 }
 
