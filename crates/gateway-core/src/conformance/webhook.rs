@@ -145,7 +145,7 @@ fn history(
         .map(|row| {
             let lease = row.next_retry_at.expect("a lease");
             let (attempt, update) = attempt_and_update(row.id, 1, created_at + Duration::seconds(1), outcome);
-            AttemptRecord { attempt, lease, update }
+            AttemptRecord { webhook_id, attempt, lease, update }
         })
         .collect();
     assert!(store.record_attempts(&records).expect("record attempts").into_iter().all(|applied| applied));
@@ -665,8 +665,10 @@ pub fn an_applied_attempt_may_replace_the_signature(store: &dyn WebhookStore, at
     let (attempt, mut update) = attempt_and_update(grouped.id, 1, at, DeliveryStatus::Delivered);
     update.signature = Some("sha256=22".into());
     let (kept_attempt, kept_update) = attempt_and_update(kept.id, 1, at, DeliveryStatus::Delivered);
-    let records =
-        [AttemptRecord { attempt, lease, update }, AttemptRecord { attempt: kept_attempt, lease, update: kept_update }];
+    let records = [
+        AttemptRecord { webhook_id: config.id, attempt, lease, update },
+        AttemptRecord { webhook_id: config.id, attempt: kept_attempt, lease, update: kept_update },
+    ];
     assert_eq!(store.record_attempts(&records).expect("record"), [true, true]);
     let signature = |id| store.delivery(id).expect("read").expect("the row").signature;
     assert_eq!(
@@ -836,7 +838,7 @@ pub fn claim_each_takes_each_row_by_its_own_due_time_and_record_attempts_answers
 
     let record = |row: &Delivery| {
         let (attempt, update) = attempt_and_update(row.id, 1, at + Duration::seconds(31), DeliveryStatus::Failed);
-        AttemptRecord { attempt, lease, update }
+        AttemptRecord { webhook_id: row.webhook_id, attempt, lease, update }
     };
     let recorded = store.record_attempts(&[record(&rows[0]), record(&rows[1]), record(&rows[2])]).expect("record");
     assert_eq!(recorded, [true, true, false], "the unclaimed row keeps its state; its attempt is history only");
@@ -1277,7 +1279,12 @@ fn record_counting(
         .iter()
         .map(|row| {
             let (attempt, update) = attempt_and_update(row.id, row.attempt_count + 1, at, status);
-            AttemptRecord { attempt, lease: row.next_retry_at.expect("a claimed row"), update }
+            AttemptRecord {
+                webhook_id: row.webhook_id,
+                attempt,
+                lease: row.next_retry_at.expect("a claimed row"),
+                update,
+            }
         })
         .collect();
     store.record_attempts_counting(&records, disable_after).expect("record attempts")

@@ -340,10 +340,15 @@ fn records_of_one_delivery_in_one_group_are_judged_one_after_the_other(store: &D
     let (stale, stale_update) = failed_attempt(row.id, 1, due);
     let (lost, lost_update) = failed_attempt(other.id, 3, due);
     let records = [
-        AttemptRecord { attempt: first, lease, update: first_update.clone() },
-        AttemptRecord { attempt: lost, lease, update: lost_update },
-        AttemptRecord { attempt: second, lease: first_update.next_retry_at.unwrap(), update: second_update.clone() },
-        AttemptRecord { attempt: stale, lease, update: stale_update },
+        AttemptRecord { webhook_id: config.id, attempt: first, lease, update: first_update.clone() },
+        AttemptRecord { webhook_id: config.id, attempt: lost, lease, update: lost_update },
+        AttemptRecord {
+            webhook_id: config.id,
+            attempt: second,
+            lease: first_update.next_retry_at.unwrap(),
+            update: second_update.clone(),
+        },
+        AttemptRecord { webhook_id: config.id, attempt: stale, lease, update: stale_update },
     ];
     assert_eq!(store.record_attempts(&records).unwrap(), [true, false, true, false]);
     let stored = store.delivery(row.id).unwrap().unwrap();
@@ -372,7 +377,7 @@ fn a_record_for_a_deleted_delivery_records_nothing_and_the_others_apply(store: &
         .iter()
         .map(|row| {
             let (attempt, update) = failed_attempt(row.id, 1, due);
-            AttemptRecord { attempt, lease, update }
+            AttemptRecord { webhook_id: row.webhook_id, attempt, lease, update }
         })
         .collect();
     assert_eq!(store.record_attempts(&records).unwrap(), [true, false, true]);
@@ -414,7 +419,7 @@ fn claims_and_records_in_opposite_orders_never_fail_each_other(store: &DieselSto
                     .iter()
                     .map(|id| {
                         let (attempt, update) = failed_attempt(*id, 1, due);
-                        AttemptRecord { attempt, lease: START, update }
+                        AttemptRecord { webhook_id: config.id, attempt, lease: START, update }
                     })
                     .collect();
                 barrier.wait();
@@ -516,6 +521,7 @@ fn record_counting_cost() {
         let rows: Vec<Delivery> = store.insert_deliveries(&drafts).unwrap().into_iter().map(Result::unwrap).collect();
         rows.iter()
             .map(|row| AttemptRecord {
+                webhook_id: row.webhook_id,
                 attempt: DeliveryAttempt {
                     delivery_id: row.id,
                     attempt_number: 1,
@@ -544,7 +550,7 @@ fn record_counting_cost() {
                     records
                         .iter()
                         .map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update))
-                        .collect::<QueryResult<Vec<bool>>>()
+                        .collect::<QueryResult<Vec<Option<bool>>>>()
                 })
                 .unwrap();
         } else {
