@@ -777,10 +777,11 @@ impl WebhookStore for DieselStore {
                 AnyConnection::Sqlite(_) => Ok(None),
             })?;
         }
+        // PostgreSQL's statement has held the rows of configs disabled as it found them. A config disabled after is
+        // held by the disable's own statement (`hold_deliveries`), or, when the disable commits while this runs, by the
+        // first claim that finds a row due (`hold_lapsed`) or by the record of an attempt that started (the record
+        // holds a disabled config's deliveries): nothing escapes all of them.
         let outcomes = match written {
-            Some(outcomes) if outcomes.iter().flatten().any(|row| row.next_retry_at.is_some()) => {
-                self.hold_inserted(outcomes)?
-            }
             Some(outcomes) => outcomes,
             None => self.insert_deliveries_in_transaction(&rows)?,
         };
@@ -1171,19 +1172,6 @@ fn reset_for_retry(
 }
 
 impl DieselStore {
-    /// [`hold_outcomes`] after PostgreSQL's one-statement group insert, as one statement of its own (atomic alone:
-    /// a transaction around it would only add round trips). A config disabled between the insert and this is held by
-    /// the disable's own statement (`hold_deliveries`), and one whose disable commits while this runs by the first
-    /// claim that finds the row due (`hold_lapsed`), so nothing escapes all three.
-    fn hold_inserted(
-        &self,
-        outcomes: Vec<QueryResult<DeliveryRow>>,
-    ) -> Result<Vec<QueryResult<DeliveryRow>>, StoreError> {
-        self.with_connection("hold the deliveries of disabled webhook configs", |connection| {
-            hold_outcomes(connection, outcomes)
-        })
-    }
-
     /// The group insert in one transaction, each delivery a constraint refuses failing alone. SQLite: a savepoint
     /// per row, so a refused row rolls back alone and the others still commit together. PostgreSQL: the configs
     /// locked first, then one statement (`postgres::insert_deliveries`).

@@ -45,7 +45,9 @@ type DeliveryColumns = (
 );
 
 /// A group's deliveries as one `INSERT … SELECT … FROM unnest(…)`, in the order they were sent; a delivery whose
-/// idempotency key is held is skipped. Returns each written row with its key and claim marker.
+/// idempotency key is held is skipped, and one of a config disabled as this statement finds it is written held (no
+/// `next_retry_at`, no claim: what `hold_rows` would make of it, without a statement of its own). Returns each
+/// written row with its key and claim marker.
 struct InsertDeliveries<'a> {
     webhook_id: Vec<i64>,
     session_id: Vec<&'a str>,
@@ -85,14 +87,16 @@ impl QueryFragment<Pg> for InsertDeliveries<'_> {
         out.push_sql(
             "INSERT INTO webhook_deliveries (webhook_id, session_id, payload, target_url, signature, status, \
              attempt_count, next_retry_at, created_at, idempotency_key, claimed_until) \
-             SELECT webhook_id, session_id, payload, target_url, signature, status, attempt_count, next_retry_at, \
-             created_at, idempotency_key, claimed_until ",
+             SELECT sent.webhook_id, sent.session_id, sent.payload, sent.target_url, sent.signature, sent.status, \
+             sent.attempt_count, CASE WHEN held.id IS NULL THEN sent.next_retry_at END, sent.created_at, \
+             sent.idempotency_key, CASE WHEN held.id IS NULL THEN sent.claimed_until END ",
         );
         push_sql_with_binds(
             &mut out,
             "FROM unnest($, $, $, $, $, $, $, $, $, $, $) WITH ORDINALITY AS sent (webhook_id, session_id, payload, \
              target_url, signature, status, attempt_count, next_retry_at, created_at, idempotency_key, \
              claimed_until, position) \
+             LEFT JOIN (SELECT id FROM webhook_configs WHERE NOT enabled) AS held ON held.id = sent.webhook_id \
              ORDER BY position \
              ON CONFLICT (idempotency_key) DO NOTHING RETURNING ",
             |index, out| match index {
@@ -184,10 +188,11 @@ pub(super) fn insert_deliveries(
                 && row.payload == sent.payload
                 && row.target_url == sent.target_url
                 && row.signature == sent.signature
-                && row.next_retry_at == Some(sent.next_retry_at)
                 && row.created_at == sent.created_at
                 && key.as_deref() == sent.idempotency_key
-                && *claimed_until == sent.claimed_until
+                // As sent, or held (both cleared) when its config is disabled.
+                && ((row.next_retry_at == Some(sent.next_retry_at) && *claimed_until == sent.claimed_until)
+                    || (row.next_retry_at.is_none() && claimed_until.is_none()))
         },
         |sent| sent.idempotency_key.is_some(),
     )?;
