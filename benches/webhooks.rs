@@ -17,6 +17,14 @@
 //!    second.
 //!    Also the enqueue-to-receipt latency of those deliveries, and the process's CPU time per delivery.
 //!
+//! 2c. The ceiling (`WEBHOOK_BENCH_CEILING=0` skips it): the store calls the gateway makes for a delivery inserted
+//!    claimed — an insert group, then its attempts' record group (with endpoint health) — issued by a minimal loop
+//!    over one `DieselStore` pool on a fresh database of the same server: `WEBHOOK_BENCH_CEILING_WRITERS` (2: the
+//!    gateway's insert and record commits run side by side) threads, each writing groups of
+//!    `WEBHOOK_BENCH_CEILING_GROUP` (8: the most the 8 clients can have waiting on one insert commit) until
+//!    `WEBHOOK_BENCH_DELIVERIES` are recorded; printed with part 2's figure as a fraction of it. No HTTP, signing,
+//!    dispatch or receiver: what is left is the database's part.
+//!
 //! 2b. Enqueue-to-receipt latency at a steady rate (`WEBHOOK_BENCH_PACED_RATE`, 2,500/s, for 4 s), open loop.
 //! 3. Enqueue-to-receipt latency: deliveries enqueued one at a time; from sending the POST to the receiver
 //!    reading the request, p50/p99.
@@ -30,7 +38,10 @@ use clap::Parser;
 use diesel::prelude::*;
 use gateway::Gateway;
 use gateway::config::{AdminToken, Config};
-use gateway_core::{NewWebhookConfig, WebhookSecret, WebhookStore};
+use gateway_core::{
+    AttemptRecord, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, NewDelivery, NewWebhookConfig, WebhookSecret,
+    WebhookStore,
+};
 use gateway_store::DieselStore;
 use gateway_store::schema::webhook_deliveries;
 use gateway_store::timestamp::to_db;
@@ -319,6 +330,9 @@ fn end_to_end(backend: &database::Backend) {
         let per_delivery = (after - before).as_secs_f64() * 1e6 / deliveries as f64;
         println!("  CPU (clients + gateway + receiver): {per_delivery:.0} µs per delivery");
     }
+    if std::env::var("WEBHOOK_BENCH_CEILING").as_deref() != Ok("0") {
+        ceiling(backend, deliveries, rate(deliveries, elapsed));
+    }
 
     let paced_rate = env_size("WEBHOOK_BENCH_PACED_RATE", 2_500);
     let paced = paced_rate * 4; // four seconds of it
@@ -375,6 +389,96 @@ fn end_to_end(backend: &database::Backend) {
 
     shutdown.cancel();
     runtime.shutdown_timeout(Duration::from_secs(5));
+}
+
+/// Part 2c (see the module's documentation): the ceiling, and part 2's figure `gateway_rate` as a fraction of it.
+fn ceiling(backend: &database::Backend, deliveries: usize, gateway_rate: f64) {
+    let group = env_size("WEBHOOK_BENCH_CEILING_GROUP", 8).max(1);
+    let writers = env_size("WEBHOOK_BENCH_CEILING_WRITERS", 2).max(1);
+    let bench_database = backend.fresh("webhook_ceiling");
+    let store = DieselStore::open(&bench_database.url).unwrap();
+    let now = OffsetDateTime::now_utc();
+    let config = store
+        .create_config(&NewWebhookConfig {
+            source_identifier: "bench".into(),
+            event_type: "bench".into(),
+            agent_intent: "bench".into(),
+            target_session: "bench".into(),
+            target_url: "http://127.0.0.1:9/hook".into(),
+            secret: WebhookSecret::new("bench-secret"),
+            created_at: now,
+            inbound_secret: None,
+            inbound_require_timestamp: false,
+            rate_limit_per_second: None,
+        })
+        .unwrap();
+    let groups_per_writer = deliveries.div_ceil(group * writers);
+    let write_group = |seq: usize| {
+        let now = OffsetDateTime::now_utc();
+        let drafts: Vec<NewDelivery> = (0..group)
+            .map(|offset| NewDelivery {
+                webhook_id: config.id,
+                session_id: "bench".into(),
+                payload: format!(r#"{{"seq":{}}}"#, seq * group + offset),
+                target_url: config.target_url.clone(),
+                signature: "sha256=0000000000000000000000000000000000000000000000000000000000000000".into(),
+                created_at: now,
+                next_retry_at: now + time::Duration::seconds(30),
+                idempotency_key: None,
+                claimed: true,
+            })
+            .collect();
+        let records: Vec<AttemptRecord> = store
+            .insert_deliveries(&drafts)
+            .unwrap()
+            .into_iter()
+            .map(|row| {
+                let row = row.unwrap();
+                AttemptRecord {
+                    webhook_id: row.webhook_id,
+                    attempt: DeliveryAttempt {
+                        delivery_id: row.id,
+                        attempt_number: 1,
+                        started_at: now,
+                        duration_ms: 1,
+                        status_code: Some(204),
+                        error_class: None,
+                        error_detail: None,
+                    },
+                    lease: row.next_retry_at.unwrap(),
+                    update: DeliveryUpdate {
+                        status: DeliveryStatus::Delivered,
+                        attempt_count: 1,
+                        last_attempted_at: now,
+                        next_retry_at: None,
+                        error_detail: None,
+                        signature: None,
+                    },
+                }
+            })
+            .collect();
+        let recorded = store.record_attempts_counting(&records, 100).unwrap();
+        assert!(recorded.iter().all(|recorded| recorded.applied));
+    };
+    let started = Instant::now();
+    thread::scope(|scope| {
+        for writer in 0..writers {
+            let write_group = &write_group;
+            scope.spawn(move || {
+                for turn in 0..groups_per_writer {
+                    write_group(writer * groups_per_writer + turn);
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed();
+    let written = groups_per_writer * group * writers;
+    let ceiling_rate = rate(written, elapsed);
+    println!(
+        "2c. ceiling: {written} deliveries inserted claimed and recorded by {writers} writers in groups of {group}: \
+         {ceiling_rate:.0} deliveries/s; the gateway (part 2) at {:.2} of it",
+        gateway_rate / ceiling_rate
+    );
 }
 
 fn main() {

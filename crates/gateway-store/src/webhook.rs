@@ -777,10 +777,11 @@ impl WebhookStore for DieselStore {
                 AnyConnection::Sqlite(_) => Ok(None),
             })?;
         }
+        // PostgreSQL's statement has held the rows of configs disabled as it found them. A config disabled after is
+        // held by the disable's own statement (`hold_deliveries`), or, when the disable commits while this runs, by the
+        // first claim that finds a row due (`hold_lapsed`) or by the record of an attempt that started (the record
+        // holds a disabled config's deliveries): nothing escapes all of them.
         let outcomes = match written {
-            Some(outcomes) if outcomes.iter().flatten().any(|row| row.next_retry_at.is_some()) => {
-                self.hold_inserted(outcomes)?
-            }
             Some(outcomes) => outcomes,
             None => self.insert_deliveries_in_transaction(&rows)?,
         };
@@ -1019,16 +1020,29 @@ impl WebhookStore for DieselStore {
         if records.is_empty() {
             return Ok(Vec::new());
         }
+        if !self.is_sqlite() && !postgres::repeats_a_delivery(records) {
+            // The common case on PostgreSQL: the configs' health in one statement, then the records in one. Should
+            // a delivery be gone (deleted with its config mid-attempt: its attempt must count for nothing), the
+            // counts written are wrong: that transaction is rolled back and the group recorded the general way.
+            let mut a_delivery_was_gone = false;
+            let counted = self.immediate("record webhook attempts", |connection| {
+                let AnyConnection::Postgres(c) = connection else {
+                    return Err(diesel::result::Error::RollbackTransaction);
+                };
+                let counted = postgres::record_attempts_counting(c, records, disable_after_failures)?;
+                a_delivery_was_gone = counted.is_none();
+                counted.ok_or(diesel::result::Error::RollbackTransaction)
+            });
+            if !a_delivery_was_gone {
+                return counted;
+            }
+        }
         // One transaction: the history, the rows' outcomes and the configs' health commit together (a crash cannot
         // count an attempt twice or lose one). The configs are locked before the deliveries, as `update_config`
         // locks a config before holding its deliveries, so the two never wait for each other in a circle.
         self.immediate("record webhook attempts", |connection| {
-            let owners = delivery_owners(connection, records)?;
-            let mut configs = lock_configs(connection, &owners)?;
-            let applied = match connection {
-                AnyConnection::Postgres(c) if !postgres::repeats_a_delivery(records) => {
-                    postgres::record_attempts(c, records)?
-                }
+            let mut configs = lock_configs(connection, records)?;
+            let applied: Vec<Option<bool>> = match connection {
                 AnyConnection::Postgres(c) => postgres::record_attempts_in_turn(c, records)?,
                 AnyConnection::Sqlite(_) => records
                     .iter()
@@ -1037,9 +1051,10 @@ impl WebhookStore for DieselStore {
             };
             let mut recorded = Vec::with_capacity(records.len());
             for (entry, applied) in records.iter().zip(applied) {
-                let config = owners.get(&entry.attempt.delivery_id).and_then(|owner| configs.get_mut(owner));
+                // A delivery that is gone: its attempt counts for nothing.
+                let config = applied.and_then(|_| configs.get_mut(&entry.webhook_id));
                 let disabled = config.and_then(|config| config.count_attempt(&entry.attempt, disable_after_failures));
-                recorded.push(AttemptRecorded { applied, disabled });
+                recorded.push(AttemptRecorded { applied: applied.unwrap_or(false), disabled });
             }
             for config in configs.values() {
                 write_health(connection, config)?;
@@ -1157,19 +1172,6 @@ fn reset_for_retry(
 }
 
 impl DieselStore {
-    /// [`hold_outcomes`] after PostgreSQL's one-statement group insert, as one statement of its own (atomic alone:
-    /// a transaction around it would only add round trips). A config disabled between the insert and this is held by
-    /// the disable's own statement (`hold_deliveries`), and one whose disable commits while this runs by the first
-    /// claim that finds the row due (`hold_lapsed`), so nothing escapes all three.
-    fn hold_inserted(
-        &self,
-        outcomes: Vec<QueryResult<DeliveryRow>>,
-    ) -> Result<Vec<QueryResult<DeliveryRow>>, StoreError> {
-        self.with_connection("hold the deliveries of disabled webhook configs", |connection| {
-            hold_outcomes(connection, outcomes)
-        })
-    }
-
     /// The group insert in one transaction, each delivery a constraint refuses failing alone. SQLite: a savepoint
     /// per row, so a refused row rolls back alone and the others still commit together. PostgreSQL: the configs
     /// locked first, then one statement (`postgres::insert_deliveries`).
@@ -1273,14 +1275,15 @@ fn claim_rows_sqlite(
     on_backend!(connection, c => claim.returning(DeliveryRow::as_returning()).get_results(c))
 }
 
-/// Appends an attempt to the history and applies its outcome if the row still carries the claim it ran under.
-/// Call it inside a `DieselStore::immediate` transaction (it reads, then writes).
+/// Appends an attempt to the history and applies its outcome if the row still carries the claim it ran under:
+/// whether it applied, `None` when the delivery is gone (nothing recorded). Call it inside a
+/// `DieselStore::immediate` transaction (it reads, then writes).
 fn record(
     connection: &mut AnyConnection<'_>,
     attempt: &DeliveryAttempt,
     lease: OffsetDateTime,
     update: &DeliveryUpdate,
-) -> QueryResult<bool> {
+) -> QueryResult<Option<bool>> {
     use webhook_deliveries::dsl;
     let history = NewAttemptRow {
         delivery_id: attempt.delivery_id,
@@ -1308,7 +1311,7 @@ fn record(
     };
     if !exists {
         // Deleted with its config mid-attempt: there is nothing left to attach the history to.
-        return Ok(false);
+        return Ok(None);
     }
     let insert = diesel::insert_into(webhook_delivery_attempts::table).values(&history);
     on_backend!(connection, c => insert.execute(c))?;
@@ -1332,7 +1335,7 @@ fn record(
             diesel::update(dsl::webhook_deliveries.find(attempt.delivery_id)).set(dsl::signature.eq(signature));
         on_backend!(connection, c => resign.execute(c))?;
     }
-    Ok(applied)
+    Ok(Some(applied))
 }
 
 /// The ids of the disabled configs: a handful at most, read as a subquery by the claim.
@@ -1408,22 +1411,12 @@ fn hold_new(connection: &mut AnyConnection<'_>, rows: Vec<DeliveryRow>) -> Query
     Ok(rows.into_iter().map(|row| held.remove(&row.id).unwrap_or(row)).collect())
 }
 
-/// The config of each recorded attempt's delivery (a delivery that is gone has none: its attempt counts for nothing).
-fn delivery_owners(connection: &mut AnyConnection<'_>, records: &[AttemptRecord]) -> QueryResult<HashMap<i64, i64>> {
-    let ids: Vec<i64> = records.iter().map(|entry| entry.attempt.delivery_id).collect();
-    let query = webhook_deliveries::table
-        .filter(webhook_deliveries::id.eq_any(&ids))
-        .select((webhook_deliveries::id, webhook_deliveries::webhook_id));
-    let owners: Vec<(i64, i64)> = on_backend!(connection, c => query.load(c))?;
-    Ok(owners.into_iter().collect())
-}
-
-/// The configs `owners` names, read (on PostgreSQL locked, in id order) to count attempts against.
+/// The configs the records name, read (on PostgreSQL locked, in id order) to count attempts against.
 fn lock_configs(
     connection: &mut AnyConnection<'_>,
-    owners: &HashMap<i64, i64>,
+    records: &[AttemptRecord],
 ) -> QueryResult<BTreeMap<i64, WebhookConfig>> {
-    let mut ids: Vec<i64> = owners.values().copied().collect();
+    let mut ids: Vec<i64> = records.iter().map(|entry| entry.webhook_id).collect();
     ids.sort_unstable();
     ids.dedup();
     let query = webhook_configs::table.filter(webhook_configs::id.eq_any(&ids)).order(webhook_configs::id.asc());

@@ -196,6 +196,7 @@ macro_rules! webhook_store_conformance {
             recover_resets_the_dead_rows_of_one_config_in_a_window_a_batch_at_a_time,
             a_configs_own_rate_round_trips_and_due_rows_carry_it_or_are_skipped_by_config,
             failures_in_a_row_disable_a_config_once_and_hold_its_deliveries,
+            a_group_of_records_counts_health_as_its_attempts_one_by_one,
             enabling_a_config_resumes_its_held_deliveries_and_disabling_by_hand_holds_them,
             endpoint_stats_count_the_windows_attempts_and_dead_letters,
             an_attempt_in_flight_when_its_config_is_disabled_records_and_its_retry_is_held,

@@ -145,7 +145,7 @@ fn history(
         .map(|row| {
             let lease = row.next_retry_at.expect("a lease");
             let (attempt, update) = attempt_and_update(row.id, 1, created_at + Duration::seconds(1), outcome);
-            AttemptRecord { attempt, lease, update }
+            AttemptRecord { webhook_id, attempt, lease, update }
         })
         .collect();
     assert!(store.record_attempts(&records).expect("record attempts").into_iter().all(|applied| applied));
@@ -665,8 +665,10 @@ pub fn an_applied_attempt_may_replace_the_signature(store: &dyn WebhookStore, at
     let (attempt, mut update) = attempt_and_update(grouped.id, 1, at, DeliveryStatus::Delivered);
     update.signature = Some("sha256=22".into());
     let (kept_attempt, kept_update) = attempt_and_update(kept.id, 1, at, DeliveryStatus::Delivered);
-    let records =
-        [AttemptRecord { attempt, lease, update }, AttemptRecord { attempt: kept_attempt, lease, update: kept_update }];
+    let records = [
+        AttemptRecord { webhook_id: config.id, attempt, lease, update },
+        AttemptRecord { webhook_id: config.id, attempt: kept_attempt, lease, update: kept_update },
+    ];
     assert_eq!(store.record_attempts(&records).expect("record"), [true, true]);
     let signature = |id| store.delivery(id).expect("read").expect("the row").signature;
     assert_eq!(
@@ -836,7 +838,7 @@ pub fn claim_each_takes_each_row_by_its_own_due_time_and_record_attempts_answers
 
     let record = |row: &Delivery| {
         let (attempt, update) = attempt_and_update(row.id, 1, at + Duration::seconds(31), DeliveryStatus::Failed);
-        AttemptRecord { attempt, lease, update }
+        AttemptRecord { webhook_id: row.webhook_id, attempt, lease, update }
     };
     let recorded = store.record_attempts(&[record(&rows[0]), record(&rows[1]), record(&rows[2])]).expect("record");
     assert_eq!(recorded, [true, true, false], "the unclaimed row keeps its state; its attempt is history only");
@@ -1277,10 +1279,72 @@ fn record_counting(
         .iter()
         .map(|row| {
             let (attempt, update) = attempt_and_update(row.id, row.attempt_count + 1, at, status);
-            AttemptRecord { attempt, lease: row.next_retry_at.expect("a claimed row"), update }
+            AttemptRecord {
+                webhook_id: row.webhook_id,
+                attempt,
+                lease: row.next_retry_at.expect("a claimed row"),
+                update,
+            }
         })
         .collect();
     store.record_attempts_counting(&records, disable_after).expect("record attempts")
+}
+
+/// Records one attempt of each claimed `row`, each failed or delivered as `delivered` says, all in one group
+/// started at `at`; returns each record's outcome.
+fn record_mixed(
+    store: &dyn WebhookStore,
+    rows: &[Delivery],
+    delivered: &[bool],
+    at: OffsetDateTime,
+    disable_after: u32,
+) -> Vec<crate::AttemptRecorded> {
+    let records: Vec<AttemptRecord> = rows
+        .iter()
+        .zip(delivered)
+        .map(|(row, delivered)| {
+            let status = if *delivered { DeliveryStatus::Delivered } else { DeliveryStatus::Failed };
+            let (attempt, update) = attempt_and_update(row.id, row.attempt_count + 1, at, status);
+            AttemptRecord { webhook_id: row.webhook_id, attempt, lease: row.next_retry_at.expect("claimed"), update }
+        })
+        .collect();
+    store.record_attempts_counting(&records, disable_after).expect("record attempts")
+}
+
+/// Issue 18: one group of records counts as its attempts would one by one. A success early in a group resets a count
+/// that is already at the limit without disabling (only a failure reaches the limit); a limit reached in the middle
+/// of a group disables then, reported by the attempt that reached it, and a later success of the same group resets
+/// the count but does not enable again.
+pub fn a_group_of_records_counts_health_as_its_attempts_one_by_one(store: &dyn WebhookStore, at: OffsetDateTime) {
+    let config = config(store, "github", at);
+    let rows = insert_claimed(store, config.id, 12, at);
+    let t1 = at + Duration::seconds(1);
+    // Counted with no limit: three failures leave an enabled config at 3.
+    assert!(record_mixed(store, &rows[0..3], &[false; 3], t1, 0).iter().all(|recorded| recorded.disabled.is_none()));
+    assert_eq!(store.config(config.id).expect("read").expect("config").consecutive_failures, 3);
+    let t2 = at + Duration::seconds(2);
+    let early_success = record_mixed(store, &rows[3..5], &[true, false], t2, 3);
+    assert!(early_success.iter().all(|recorded| recorded.disabled.is_none()), "{early_success:?}");
+    let stored = store.config(config.id).expect("read").expect("config");
+    assert!(stored.enabled, "a success first: the count restarts before any failure could reach the limit");
+    assert_eq!((stored.consecutive_failures, stored.last_success_at), (1, Some(t2)));
+    let t3 = at + Duration::seconds(3);
+    let run = record_mixed(store, &rows[5..10], &[false, false, true, false, false], t3, 3);
+    let disables: Vec<_> = run.iter().map(|recorded| recorded.disabled.clone()).collect();
+    let disabled = crate::EndpointDisabled {
+        webhook_id: config.id,
+        consecutive_failures: 3,
+        reason: crate::DisabledReason::Failing,
+    };
+    assert_eq!(disables, [None, Some(disabled), None, None, None], "the failure that reached 3 disabled");
+    let stored = store.config(config.id).expect("read").expect("config");
+    assert!(!stored.enabled, "a later success of the group does not enable again");
+    assert_eq!(stored.disabled_reason, Some(crate::DisabledReason::Failing));
+    assert_eq!((stored.consecutive_failures, stored.last_success_at), (2, Some(t3)), "counted to the group's end");
+    let t4 = at + Duration::seconds(4);
+    let more = record_mixed(store, &rows[10..12], &[false, false], t4, 3);
+    assert!(more.iter().all(|recorded| recorded.disabled.is_none()), "a disabled config is not disabled again");
+    assert_eq!(store.config(config.id).expect("read").expect("config").consecutive_failures, 4);
 }
 
 /// Issue 20: failed attempts in a row are counted as they are recorded and a success resets the count; the

@@ -6,14 +6,14 @@
 //! before: two such writes wait for each other instead of deadlocking. A group insert locks its configs (`FOR KEY
 //! SHARE`, in id order) and only inserts deliveries; deleting a config locks the config first.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamp};
-use gateway_core::{AttemptRecord, DeliveryStatus};
+use gateway_core::{AttemptRecord, AttemptRecorded, DeliveryStatus, DisabledReason, EndpointDisabled};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use super::{AWAITING_ATTEMPT, DeliveryRow, NewDeliveryRow, record};
@@ -45,7 +45,9 @@ type DeliveryColumns = (
 );
 
 /// A group's deliveries as one `INSERT … SELECT … FROM unnest(…)`, in the order they were sent; a delivery whose
-/// idempotency key is held is skipped. Returns each written row with its key and claim marker.
+/// idempotency key is held is skipped, and one of a config disabled as this statement finds it is written held (no
+/// `next_retry_at`, no claim: what `hold_rows` would make of it, without a statement of its own). Returns each
+/// written row with its key and claim marker.
 struct InsertDeliveries<'a> {
     webhook_id: Vec<i64>,
     session_id: Vec<&'a str>,
@@ -85,14 +87,16 @@ impl QueryFragment<Pg> for InsertDeliveries<'_> {
         out.push_sql(
             "INSERT INTO webhook_deliveries (webhook_id, session_id, payload, target_url, signature, status, \
              attempt_count, next_retry_at, created_at, idempotency_key, claimed_until) \
-             SELECT webhook_id, session_id, payload, target_url, signature, status, attempt_count, next_retry_at, \
-             created_at, idempotency_key, claimed_until ",
+             SELECT sent.webhook_id, sent.session_id, sent.payload, sent.target_url, sent.signature, sent.status, \
+             sent.attempt_count, CASE WHEN held.id IS NULL THEN sent.next_retry_at END, sent.created_at, \
+             sent.idempotency_key, CASE WHEN held.id IS NULL THEN sent.claimed_until END ",
         );
         push_sql_with_binds(
             &mut out,
             "FROM unnest($, $, $, $, $, $, $, $, $, $, $) WITH ORDINALITY AS sent (webhook_id, session_id, payload, \
              target_url, signature, status, attempt_count, next_retry_at, created_at, idempotency_key, \
              claimed_until, position) \
+             LEFT JOIN (SELECT id FROM webhook_configs WHERE NOT enabled) AS held ON held.id = sent.webhook_id \
              ORDER BY position \
              ON CONFLICT (idempotency_key) DO NOTHING RETURNING ",
             |index, out| match index {
@@ -184,10 +188,11 @@ pub(super) fn insert_deliveries(
                 && row.payload == sent.payload
                 && row.target_url == sent.target_url
                 && row.signature == sent.signature
-                && row.next_retry_at == Some(sent.next_retry_at)
                 && row.created_at == sent.created_at
                 && key.as_deref() == sent.idempotency_key
-                && *claimed_until == sent.claimed_until
+                // As sent, or held (both cleared) when its config is disabled.
+                && ((row.next_retry_at == Some(sent.next_retry_at) && *claimed_until == sent.claimed_until)
+                    || (row.next_retry_at.is_none() && claimed_until.is_none()))
         },
         |sent| sent.idempotency_key.is_some(),
     )?;
@@ -266,8 +271,8 @@ pub(super) fn claim(
 
 /// A group's attempts in one statement: their deliveries locked first, in id order (one deleted meanwhile is not
 /// found, and its attempt is not recorded); the history rows of the others inserted in the group's order; and
-/// each outcome applied to its delivery if the row still carries the claim the attempt ran under. Returns the ids
-/// of the deliveries it applied to. Each delivery at most once in the group.
+/// each outcome applied to its delivery if the row still carries the claim the attempt ran under. Returns each
+/// delivery found, and whether its outcome applied. Each delivery at most once in the group.
 ///
 /// Only the `locked` CTE waits for other transactions' row locks, in id order: the insert and the update touch
 /// only rows it returned (the foreign key check of the history takes a lock this transaction already holds).
@@ -288,7 +293,7 @@ struct RecordAttempts<'a> {
     signature: Vec<Option<&'a str>>,
 }
 
-postgres_statement!(RecordAttempts -> BigInt);
+postgres_statement!(RecordAttempts -> (BigInt, diesel::sql_types::Bool));
 
 impl<'a> RecordAttempts<'a> {
     fn of(records: &[&'a AttemptRecord]) -> Self {
@@ -327,7 +332,8 @@ impl QueryFragment<Pg> for RecordAttempts<'_> {
              FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY AS attempt (delivery_id, attempt_number, started_at, \
              duration_ms, status_code, error_class, error_detail, position) \
              WHERE attempt.delivery_id IN (SELECT id FROM locked) \
-             ORDER BY position) \
+             ORDER BY position), \
+             applied AS (\
              UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
              last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
              error_detail = outcome.error_detail, claimed_until = NULL, \
@@ -337,7 +343,8 @@ impl QueryFragment<Pg> for RecordAttempts<'_> {
              WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.id IN (SELECT id FROM locked) \
              AND webhook_deliveries.next_retry_at = outcome.lease \
              AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
-             RETURNING webhook_deliveries.id",
+             RETURNING webhook_deliveries.id) \
+             SELECT locked.id, locked.id IN (SELECT id FROM applied) FROM locked",
             |index, out| match index {
                 0 | 1 | 8 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
                 2 | 9 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_number),
@@ -366,11 +373,169 @@ pub(super) fn repeats_a_delivery(records: &[AttemptRecord]) -> bool {
 }
 
 /// The group's records as one statement, atomic on its own (call it outside a transaction, or inside one), for a
-/// group that names each delivery once (`repeats_a_delivery`).
-pub(super) fn record_attempts(connection: &mut PgConnection, records: &[AttemptRecord]) -> QueryResult<Vec<bool>> {
-    let records: Vec<&AttemptRecord> = records.iter().collect();
-    let applied: HashSet<i64> = RecordAttempts::of(&records).load::<i64>(connection)?.into_iter().collect();
-    Ok(records.iter().map(|record| applied.contains(&record.attempt.delivery_id)).collect())
+/// group that names each delivery once (`repeats_a_delivery`): whether each applied, `None` for a delivery that is
+/// gone (nothing recorded for it).
+pub(super) fn record_attempts(
+    connection: &mut PgConnection,
+    records: &[AttemptRecord],
+) -> QueryResult<Vec<Option<bool>>> {
+    let references: Vec<&AttemptRecord> = records.iter().collect();
+    let found: HashMap<i64, bool> =
+        RecordAttempts::of(&references).load::<(i64, bool)>(connection)?.into_iter().collect();
+    Ok(records.iter().map(|record| found.get(&record.attempt.delivery_id).copied()).collect())
+}
+
+/// What one group's attempts do to one config's health, counted from the attempts in the group's order: the
+/// failures before its first success (all of them without one), the longest run of failures after a success, the
+/// run at its end, whether any succeeded, and the latest success's start. With the count the config had, these
+/// give every count [`gateway_core::WebhookConfig::count_attempt`] passes through, and so whether it crossed the
+/// limit, in one statement that reads the count as it finds it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct GroupHealth {
+    leading_failures: i64,
+    peak_after_success: i64,
+    trailing_failures: i64,
+    any_success: bool,
+    last_success_at: Option<PrimitiveDateTime>,
+}
+
+impl GroupHealth {
+    fn count(&mut self, attempt: &gateway_core::DeliveryAttempt) {
+        if attempt.error_class.is_none() {
+            self.any_success = true;
+            self.trailing_failures = 0;
+            let started = to_db(attempt.started_at);
+            self.last_success_at = Some(self.last_success_at.map_or(started, |at| at.max(started)));
+            return;
+        }
+        self.trailing_failures = self.trailing_failures.saturating_add(1);
+        if self.any_success {
+            self.peak_after_success = self.peak_after_success.max(self.trailing_failures);
+        } else {
+            self.leading_failures = self.trailing_failures;
+        }
+    }
+}
+
+/// Each config's [`GroupHealth`] applied in one `UPDATE … FROM unnest(…)`: the configs are locked first, in id
+/// order (a group for the same config committing meanwhile is waited for and its count read as it left it, so
+/// none is lost), then the count, `last_success_at` and, for an enabled config whose count reached the limit
+/// (`disable_after_failures`, 0: never) at any attempt of the group, the disable. Returns per config found: its id,
+/// whether it was enabled and its count before, and whether it is enabled now.
+struct CountHealth<'a> {
+    webhook_id: Vec<i64>,
+    leading_failures: Vec<i64>,
+    peak_after_success: Vec<i64>,
+    trailing_failures: Vec<i64>,
+    any_success: Vec<bool>,
+    last_success_at: Vec<Option<PrimitiveDateTime>>,
+    disable_after_failures: i64,
+    failing: &'a str,
+}
+
+postgres_statement!(CountHealth -> (BigInt, diesel::sql_types::Bool, BigInt, diesel::sql_types::Bool));
+
+impl QueryFragment<Pg> for CountHealth<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        // Planned at each execution, as the other group statements looking rows up by id (`batch`).
+        out.unsafe_to_cache_prepared();
+        push_sql_with_binds(
+            &mut out,
+            "WITH found AS MATERIALIZED (\
+             SELECT id, enabled, consecutive_failures FROM webhook_configs WHERE id = ANY($) \
+             ORDER BY id FOR NO KEY UPDATE), \
+             counted AS (\
+             SELECT found.id, found.enabled AS was_enabled, found.consecutive_failures AS was, group_health.*, \
+             (found.enabled AND $ > 0 AND GREATEST(\
+             CASE WHEN group_health.leading_failures > 0 \
+             THEN found.consecutive_failures + group_health.leading_failures ELSE 0 END, \
+             group_health.peak_after_success) >= $) AS crossed \
+             FROM found JOIN unnest($, $, $, $, $, $) AS group_health (webhook_id, leading_failures, \
+             peak_after_success, trailing_failures, any_success, last_success_at) \
+             ON group_health.webhook_id = found.id) \
+             UPDATE webhook_configs SET \
+             consecutive_failures = CASE WHEN counted.any_success THEN counted.trailing_failures \
+             ELSE counted.was + counted.trailing_failures END, \
+             last_success_at = GREATEST(webhook_configs.last_success_at, counted.last_success_at), \
+             enabled = counted.was_enabled AND NOT counted.crossed, \
+             disabled_reason = CASE WHEN counted.crossed THEN $ ELSE webhook_configs.disabled_reason END \
+             FROM counted WHERE webhook_configs.id = counted.id \
+             RETURNING webhook_configs.id, counted.was_enabled, counted.was, webhook_configs.enabled",
+            |index, out| match index {
+                0 | 3 => out.push_bind_param::<Array<BigInt>, _>(&self.webhook_id),
+                1 | 2 => out.push_bind_param::<BigInt, _>(&self.disable_after_failures),
+                4 => out.push_bind_param::<Array<BigInt>, _>(&self.leading_failures),
+                5 => out.push_bind_param::<Array<BigInt>, _>(&self.peak_after_success),
+                6 => out.push_bind_param::<Array<BigInt>, _>(&self.trailing_failures),
+                7 => out.push_bind_param::<Array<diesel::sql_types::Bool>, _>(&self.any_success),
+                8 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.last_success_at),
+                _ => out.push_bind_param::<Text, _>(&self.failing),
+            },
+        )
+    }
+}
+
+/// [`super::WebhookStore::record_attempts_counting`] for a group that names each delivery once, in two statements
+/// (the configs' health, then the records) and a hold for a config left disabled; call it inside a transaction.
+/// The configs are locked before the deliveries, as everywhere (`update_config` locks a config, then holds its
+/// deliveries). `None` when a delivery of the group is gone: the counts written assumed it was there, so the
+/// caller rolls back and records the group the general way.
+pub(super) fn record_attempts_counting(
+    connection: &mut PgConnection,
+    records: &[AttemptRecord],
+    disable_after_failures: u32,
+) -> QueryResult<Option<Vec<AttemptRecorded>>> {
+    let mut health: BTreeMap<i64, GroupHealth> = BTreeMap::new();
+    for record in records {
+        health.entry(record.webhook_id).or_default().count(&record.attempt);
+    }
+    let statement = CountHealth {
+        webhook_id: health.keys().copied().collect(),
+        leading_failures: health.values().map(|counts| counts.leading_failures).collect(),
+        peak_after_success: health.values().map(|counts| counts.peak_after_success).collect(),
+        trailing_failures: health.values().map(|counts| counts.trailing_failures).collect(),
+        any_success: health.values().map(|counts| counts.any_success).collect(),
+        last_success_at: health.values().map(|counts| counts.last_success_at).collect(),
+        disable_after_failures: i64::from(disable_after_failures),
+        failing: DisabledReason::Failing.as_str(),
+    };
+    let counted: Vec<(i64, bool, i64, bool)> = statement.load(connection)?;
+    let applied = record_attempts(connection, records)?;
+    if applied.iter().any(Option::is_none) {
+        return Ok(None);
+    }
+    // Which attempt disabled its config: the count replayed from where the statement found it, attempt by attempt,
+    // as `count_attempt` counts.
+    let mut replay: HashMap<i64, (bool, i64)> =
+        counted.iter().map(|(id, was_enabled, was, _)| (*id, (*was_enabled, *was))).collect();
+    let limit = i64::from(disable_after_failures);
+    let mut recorded = Vec::with_capacity(records.len());
+    for (record, applied) in records.iter().zip(applied) {
+        let mut disabled = None;
+        if let Some((enabled, count)) = replay.get_mut(&record.webhook_id) {
+            if record.attempt.error_class.is_none() {
+                *count = 0;
+            } else {
+                *count = count.saturating_add(1);
+                if *enabled && limit > 0 && *count >= limit {
+                    *enabled = false;
+                    disabled = Some(EndpointDisabled {
+                        webhook_id: record.webhook_id,
+                        consecutive_failures: *count,
+                        reason: DisabledReason::Failing,
+                    });
+                }
+            }
+        }
+        recorded.push(AttemptRecorded { applied: applied.unwrap_or(false), disabled });
+    }
+    for (webhook_id, _, _, enabled) in counted {
+        if !enabled {
+            // Attempts that were in flight when it was disabled have just scheduled their next try.
+            super::hold_deliveries(&mut AnyConnection::Postgres(connection), webhook_id)?;
+        }
+    }
+    Ok(Some(recorded))
 }
 
 /// The group's records when one delivery has several (its attempts judged one after the other): the deliveries
@@ -379,7 +544,7 @@ pub(super) fn record_attempts(connection: &mut PgConnection, records: &[AttemptR
 pub(super) fn record_attempts_in_turn(
     connection: &mut PgConnection,
     records: &[AttemptRecord],
-) -> QueryResult<Vec<bool>> {
+) -> QueryResult<Vec<Option<bool>>> {
     let mut ids: Vec<i64> = records.iter().map(|record| record.attempt.delivery_id).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -444,6 +609,7 @@ mod tests {
         let records: Vec<AttemptRecord> = ids
             .iter()
             .map(|id| AttemptRecord {
+                webhook_id: 1,
                 attempt: DeliveryAttempt {
                     delivery_id: *id,
                     attempt_number: 1,

@@ -7,6 +7,8 @@ use time::Duration;
 use time::macros::datetime;
 
 use super::*;
+use gateway_core::EndpointDisabled;
+
 use crate::testing::count;
 
 const START: OffsetDateTime = datetime!(2026-02-22 12:00:00 UTC);
@@ -20,6 +22,8 @@ on_every_backend!(
     records_of_one_delivery_in_one_group_are_judged_one_after_the_other,
     a_record_for_a_deleted_delivery_records_nothing_and_the_others_apply,
     claims_and_records_in_opposite_orders_never_fail_each_other,
+    concurrent_groups_for_one_config_lose_no_count_and_disable_it_once,
+    an_attempt_whose_delivery_is_gone_counts_for_nothing,
 );
 
 fn new_config(source: &str) -> NewWebhookConfig {
@@ -340,10 +344,15 @@ fn records_of_one_delivery_in_one_group_are_judged_one_after_the_other(store: &D
     let (stale, stale_update) = failed_attempt(row.id, 1, due);
     let (lost, lost_update) = failed_attempt(other.id, 3, due);
     let records = [
-        AttemptRecord { attempt: first, lease, update: first_update.clone() },
-        AttemptRecord { attempt: lost, lease, update: lost_update },
-        AttemptRecord { attempt: second, lease: first_update.next_retry_at.unwrap(), update: second_update.clone() },
-        AttemptRecord { attempt: stale, lease, update: stale_update },
+        AttemptRecord { webhook_id: config.id, attempt: first, lease, update: first_update.clone() },
+        AttemptRecord { webhook_id: config.id, attempt: lost, lease, update: lost_update },
+        AttemptRecord {
+            webhook_id: config.id,
+            attempt: second,
+            lease: first_update.next_retry_at.unwrap(),
+            update: second_update.clone(),
+        },
+        AttemptRecord { webhook_id: config.id, attempt: stale, lease, update: stale_update },
     ];
     assert_eq!(store.record_attempts(&records).unwrap(), [true, false, true, false]);
     let stored = store.delivery(row.id).unwrap().unwrap();
@@ -372,7 +381,7 @@ fn a_record_for_a_deleted_delivery_records_nothing_and_the_others_apply(store: &
         .iter()
         .map(|row| {
             let (attempt, update) = failed_attempt(row.id, 1, due);
-            AttemptRecord { attempt, lease, update }
+            AttemptRecord { webhook_id: row.webhook_id, attempt, lease, update }
         })
         .collect();
     assert_eq!(store.record_attempts(&records).unwrap(), [true, false, true]);
@@ -414,7 +423,7 @@ fn claims_and_records_in_opposite_orders_never_fail_each_other(store: &DieselSto
                     .iter()
                     .map(|id| {
                         let (attempt, update) = failed_attempt(*id, 1, due);
-                        AttemptRecord { attempt, lease: START, update }
+                        AttemptRecord { webhook_id: config.id, attempt, lease: START, update }
                     })
                     .collect();
                 barrier.wait();
@@ -516,6 +525,7 @@ fn record_counting_cost() {
         let rows: Vec<Delivery> = store.insert_deliveries(&drafts).unwrap().into_iter().map(Result::unwrap).collect();
         rows.iter()
             .map(|row| AttemptRecord {
+                webhook_id: row.webhook_id,
                 attempt: DeliveryAttempt {
                     delivery_id: row.id,
                     attempt_number: 1,
@@ -544,7 +554,7 @@ fn record_counting_cost() {
                     records
                         .iter()
                         .map(|entry| record(connection, &entry.attempt, entry.lease, &entry.update))
-                        .collect::<QueryResult<Vec<bool>>>()
+                        .collect::<QueryResult<Vec<Option<bool>>>>()
                 })
                 .unwrap();
         } else {
@@ -581,4 +591,91 @@ fn record_counting_cost() {
     if let Some(fixture) = crate::testing::postgres("webhook::tests::record_counting_cost") {
         measure(&fixture.store, "postgres");
     }
+}
+
+/// Groups of failed attempts for one config recorded side by side (on PostgreSQL, transactions that each count
+/// the config in one statement): every failure is counted, and the limit, crossed by one of the groups, is reported
+/// once, by the attempt that reached it.
+fn concurrent_groups_for_one_config_lose_no_count_and_disable_it_once(store: &DieselStore) {
+    const THREADS: usize = 4;
+    const GROUPS: usize = 10;
+    const GROUP: usize = 5;
+    const LIMIT: u32 = 150;
+    let config = store.create_config(&new_config("github")).unwrap();
+    let drafts: Vec<NewDelivery> = (0..THREADS * GROUPS * GROUP)
+        .map(|n| NewDelivery { claimed: true, ..new_delivery(config.id, &format!("s{n}"), START) })
+        .collect();
+    let rows: Vec<Delivery> = store.insert_deliveries(&drafts).unwrap().into_iter().map(Result::unwrap).collect();
+    let barrier = std::sync::Barrier::new(THREADS);
+    let disables: Vec<EndpointDisabled> = std::thread::scope(|scope| {
+        let recorders: Vec<_> = rows
+            .chunks(GROUPS * GROUP)
+            .map(|mine| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    let mut disables = Vec::new();
+                    for group in mine.chunks(GROUP) {
+                        let records: Vec<AttemptRecord> = group
+                            .iter()
+                            .map(|row| {
+                                let (attempt, update) = failed_attempt(row.id, 1, START);
+                                AttemptRecord {
+                                    webhook_id: config.id,
+                                    attempt,
+                                    lease: row.next_retry_at.unwrap(),
+                                    update,
+                                }
+                            })
+                            .collect();
+                        let recorded = store.record_attempts_counting(&records, LIMIT).unwrap();
+                        assert!(recorded.iter().all(|recorded| recorded.applied));
+                        disables.extend(recorded.into_iter().filter_map(|recorded| recorded.disabled));
+                    }
+                    disables
+                })
+            })
+            .collect();
+        recorders.into_iter().flat_map(|recorder| recorder.join().unwrap()).collect()
+    });
+    let stored = store.config(config.id).unwrap().unwrap();
+    assert_eq!(stored.consecutive_failures, i64::try_from(rows.len()).unwrap(), "no failure lost");
+    assert!(!stored.enabled);
+    assert_eq!(
+        disables,
+        [EndpointDisabled {
+            webhook_id: config.id,
+            consecutive_failures: i64::from(LIMIT),
+            reason: DisabledReason::Failing
+        }],
+        "one disable, reported once"
+    );
+}
+
+/// A group in which one delivery has gone (deleted under its attempt) counts only the attempts that were recorded.
+fn an_attempt_whose_delivery_is_gone_counts_for_nothing(store: &DieselStore) {
+    let config = store.create_config(&new_config("github")).unwrap();
+    let drafts: Vec<NewDelivery> =
+        (0..3).map(|n| NewDelivery { claimed: true, ..new_delivery(config.id, &format!("s{n}"), START) }).collect();
+    let rows: Vec<Delivery> = store.insert_deliveries(&drafts).unwrap().into_iter().map(Result::unwrap).collect();
+    store
+        .with_connection("delete a delivery", |connection| {
+            let delete = diesel::delete(webhook_deliveries::table.find(rows[1].id));
+            on_backend!(connection, c => delete.execute(c))
+        })
+        .unwrap();
+    let records: Vec<AttemptRecord> = rows
+        .iter()
+        .map(|row| {
+            let (attempt, update) = failed_attempt(row.id, 1, START);
+            AttemptRecord { webhook_id: config.id, attempt, lease: row.next_retry_at.unwrap(), update }
+        })
+        .collect();
+    let recorded = store.record_attempts_counting(&records, 2).unwrap();
+    let applied: Vec<bool> = recorded.iter().map(|recorded| recorded.applied).collect();
+    assert_eq!(applied, [true, false, true]);
+    let disabled: Vec<bool> = recorded.iter().map(|recorded| recorded.disabled.is_some()).collect();
+    assert_eq!(disabled, [false, false, true], "the second failure counted is the one that reaches 2");
+    assert_eq!(store.config(config.id).unwrap().unwrap().consecutive_failures, 2);
+    assert_eq!(count(store, "webhook_delivery_attempts"), 2);
 }

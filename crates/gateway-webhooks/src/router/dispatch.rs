@@ -230,7 +230,7 @@ impl WebhookRouter {
             error_detail: transition.error_detail.clone(),
             signature: resigned,
         };
-        let recorded = self.record(&attempt, lease, &update).await;
+        let recorded = self.record(row.webhook_id, &attempt, lease, &update).await;
         let delivery = Delivery {
             signature: update.signature.clone().unwrap_or(row.signature.clone()),
             status: update.status,
@@ -304,10 +304,16 @@ impl WebhookRouter {
 
     /// Records an attempt, retrying a failing store a few times (never past the lease). `None` when it gave
     /// up: the row then becomes due again when its lease ends.
-    async fn record(&self, attempt: &DeliveryAttempt, lease: OffsetDateTime, update: &DeliveryUpdate) -> Option<bool> {
+    async fn record(
+        &self,
+        webhook_id: i64,
+        attempt: &DeliveryAttempt,
+        lease: OffsetDateTime,
+        update: &DeliveryUpdate,
+    ) -> Option<bool> {
         let mut backoff = RECORD_FIRST_BACKOFF;
         for tries in 1..=RECORD_TRIES {
-            let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
+            let record = AttemptRecord { webhook_id, attempt: attempt.clone(), lease, update: update.clone() };
             match self.inner.records.submit(record).await {
                 Ok(recorded) => {
                     if let Some(disabled) = recorded.disabled {

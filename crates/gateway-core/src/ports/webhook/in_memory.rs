@@ -483,8 +483,7 @@ impl WebhookStore for InMemoryWebhookStore {
             let disabled = match applied {
                 None => None,
                 Some(_) => {
-                    let webhook_id = tables.deliveries.get(&record.attempt.delivery_id).map(|row| row.webhook_id);
-                    let config = webhook_id.and_then(|id| tables.configs.get_mut(&id));
+                    let config = tables.configs.get_mut(&record.webhook_id);
                     config.and_then(|config| {
                         touched.insert(config.id);
                         config.count_attempt(&record.attempt, disable_after_failures)

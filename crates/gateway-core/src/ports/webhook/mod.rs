@@ -429,6 +429,9 @@ pub struct DeliveryFilter {
 /// delivery's new state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptRecord {
+    /// The config of the attempt's delivery (as claimed: a delivery never changes config), whose health the
+    /// attempt counts in. Carried so that a store counts without reading each delivery's owner first.
+    pub webhook_id: i64,
     pub attempt: DeliveryAttempt,
     pub lease: OffsetDateTime,
     pub update: DeliveryUpdate,
@@ -684,7 +687,13 @@ pub trait WebhookStore: FencingEpoch + Send + Sync + fmt::Debug {
         lease: OffsetDateTime,
         update: &DeliveryUpdate,
     ) -> Result<bool, StoreError> {
-        let record = AttemptRecord { attempt: attempt.clone(), lease, update: update.clone() };
+        // One attempt on its own (tests, tools; the router records groups with the config it claimed under): its
+        // config is read here. A delivery already gone records nothing, whatever config is named.
+        let Some(delivery) = self.delivery(attempt.delivery_id)? else {
+            return Ok(false);
+        };
+        let record =
+            AttemptRecord { webhook_id: delivery.webhook_id, attempt: attempt.clone(), lease, update: update.clone() };
         Ok(self
             .record_attempts_counting(std::slice::from_ref(&record), 0)?
             .into_iter()
