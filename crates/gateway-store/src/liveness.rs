@@ -339,10 +339,8 @@ impl LivenessMap for SharedLiveness {
             // Ordered by the indexed minute, so the plan walks that index from the oldest and stops at the first
             // silent row: an `EXISTS` was planned as a sequential scan of the whole table after a bulk fill (the
             // planner expecting an early match), 100-210 ms at a million rows.
-            let silent = dsl::gateway_live_agents
-                .filter(is_silent)
-                .order(dsl::received_minute.asc())
-                .select(dsl::agent_id);
+            let silent =
+                dsl::gateway_live_agents.filter(is_silent).order(dsl::received_minute.asc()).select(dsl::agent_id);
             on_backend!(connection, c => Ok((newest.first::<i64>(c)?, silent.first::<String>(c).optional()?.is_some())))
         })?;
         let newest = token_from_db(newest);
