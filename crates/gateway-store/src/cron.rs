@@ -78,29 +78,22 @@ impl<'a> NewCronJobRow<'a> {
     }
 
     /// Inserts the row unless its idempotency key is held, in which case the holder comes back instead
-    /// (`false`). Call it inside the transaction of the group, so the holder read is the row that made the
-    /// insert do nothing, and a key repeated within the group finds the group's own earlier row.
-    ///
-    /// On PostgreSQL, an insert whose key a concurrent, uncommitted insert holds waits for that transaction: if it
-    /// commits, this insert does nothing and the lookup (a new statement, hence a new snapshot) finds its row.
+    /// (`false`). SQLite's group path only, inside the group's immediate transaction: no other writer can take the
+    /// key between the read and the insert, and a key repeated within the group finds the group's own earlier row.
+    /// A read rather than `ON CONFLICT`: the key's unique index is partial (keyless rows write no entry), and
+    /// Diesel cannot name an index predicate in SQLite's conflict target; PostgreSQL's group insert names it.
     fn insert_unless_key_held(&self, connection: &mut AnyConnection<'_>) -> QueryResult<(CronJobRow, bool)> {
         let Some(key) = self.idempotency_key else { return self.insert(connection).map(|row| (row, true)) };
-        // Only a conflict on the key is skipped: any other constraint still fails the group.
-        let inserted = on_backend!(connection, c => {
-            diesel::insert_into(cron_jobs::table)
-                .values(self)
-                .on_conflict(cron_jobs::idempotency_key)
-                .do_nothing()
-                .returning(CronJobRow::as_returning())
-                .get_result(c)
+        let holder = on_backend!(connection, c => {
+            cron_jobs::table
+                .filter(cron_jobs::idempotency_key.eq(key))
+                .select(CronJobRow::as_select())
+                .first(c)
                 .optional()
         })?;
-        match inserted {
-            Some(row) => Ok((row, true)),
-            None => on_backend!(connection, c => {
-                cron_jobs::table.filter(cron_jobs::idempotency_key.eq(key)).select(CronJobRow::as_select()).first(c)
-            })
-            .map(|holder| (holder, false)),
+        match holder {
+            Some(holder) => Ok((holder, false)),
+            None => self.insert(connection).map(|row| (row, true)),
         }
     }
 }
@@ -152,7 +145,7 @@ impl QueryFragment<Pg> for InsertCronJobs<'_> {
              AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone, \
              misfire_policy, max_lateness_ms, position) \
              ORDER BY position \
-             ON CONFLICT (idempotency_key) DO NOTHING \
+             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
              RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, timezone, misfire_policy, \
              max_lateness_ms, idempotency_key",
             |index, out| match index {
@@ -222,6 +215,8 @@ fn insert_group_postgres(
         HashMap::new()
     } else {
         cron_jobs::table
+            // Says what the partial index on the key covers, so the planner need not prove it from `= ANY($1)`.
+            .filter(cron_jobs::idempotency_key.is_not_null())
             .filter(cron_jobs::idempotency_key.eq_any(&held))
             .select((CronJobRow::as_select(), cron_jobs::idempotency_key.assume_not_null()))
             .load::<(CronJobRow, String)>(connection)?
