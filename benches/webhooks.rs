@@ -330,6 +330,15 @@ fn end_to_end(backend: &database::Backend) {
         let per_delivery = (after - before).as_secs_f64() * 1e6 / deliveries as f64;
         println!("  CPU (clients + gateway + receiver): {per_delivery:.0} µs per delivery");
     }
+    // Inserted claimed, two commits per delivery (insert, record); unclaimed, a claim commit more.
+    let mut metrics =
+        agent.get(format!("{base}/metrics")).header("authorization", format!("Bearer {TOKEN}")).call().unwrap();
+    let metrics = metrics.body_mut().read_to_string().unwrap();
+    let enqueued = |path: &str| {
+        let prefix = format!("gateway_webhook_enqueued_total{{path=\"{path}\"}} ");
+        metrics.lines().find_map(|line| line.strip_prefix(prefix.as_str())).unwrap_or("?").to_owned()
+    };
+    println!("  written claimed: {}, unclaimed: {}", enqueued("claimed"), enqueued("unclaimed"));
     if std::env::var("WEBHOOK_BENCH_CEILING").as_deref() != Ok("0") {
         ceiling(backend, deliveries, rate(deliveries, elapsed));
     }
