@@ -22,7 +22,8 @@
 //!    over one `DieselStore` pool on a fresh database of the same server: `WEBHOOK_BENCH_CEILING_WRITERS` (2: the
 //!    gateway's insert and record commits run side by side) threads, each writing groups of
 //!    `WEBHOOK_BENCH_CEILING_GROUP` (8: the most the 8 clients can have waiting on one insert commit) until
-//!    `WEBHOOK_BENCH_DELIVERIES` are recorded; printed with part 2's figure as a fraction of it. No HTTP, signing,
+//!    `WEBHOOK_BENCH_DELIVERIES` are recorded; printed with part 2's figure as a fraction of it
+//!    (`WEBHOOK_BENCH_CEILING_CONFIG_READ` set: each group reads its config first, as the gateway's does). No HTTP, signing,
 //!    dispatch or receiver: what is left is the database's part.
 //!
 //! 2b. Enqueue-to-receipt latency at a steady rate (`WEBHOOK_BENCH_PACED_RATE`, 2,500/s, for 4 s), open loop.
@@ -330,6 +331,15 @@ fn end_to_end(backend: &database::Backend) {
         let per_delivery = (after - before).as_secs_f64() * 1e6 / deliveries as f64;
         println!("  CPU (clients + gateway + receiver): {per_delivery:.0} µs per delivery");
     }
+    // Inserted claimed, two commits per delivery (insert, record); unclaimed, a claim commit more.
+    let mut metrics =
+        agent.get(format!("{base}/metrics")).header("authorization", format!("Bearer {TOKEN}")).call().unwrap();
+    let metrics = metrics.body_mut().read_to_string().unwrap();
+    let enqueued = |path: &str| {
+        let prefix = format!("gateway_webhook_enqueued_total{{path=\"{path}\"}} ");
+        metrics.lines().find_map(|line| line.strip_prefix(prefix.as_str())).unwrap_or("?").to_owned()
+    };
+    println!("  written claimed: {}, unclaimed: {}", enqueued("claimed"), enqueued("unclaimed"));
     if std::env::var("WEBHOOK_BENCH_CEILING").as_deref() != Ok("0") {
         ceiling(backend, deliveries, rate(deliveries, elapsed));
     }
@@ -413,8 +423,14 @@ fn ceiling(backend: &database::Backend, deliveries: usize, gateway_rate: f64) {
         })
         .unwrap();
     let groups_per_writer = deliveries.div_ceil(group * writers);
+    // What the gateway's insert group reads before its insert (the secret to sign with, never cached: a rotation
+    // signs at once), to weigh that round trip against the rest.
+    let read_config = std::env::var_os("WEBHOOK_BENCH_CEILING_CONFIG_READ").is_some();
     let write_group = |seq: usize| {
         let now = OffsetDateTime::now_utc();
+        if read_config {
+            store.config(config.id).unwrap().unwrap();
+        }
         let drafts: Vec<NewDelivery> = (0..group)
             .map(|offset| NewDelivery {
                 webhook_id: config.id,
@@ -475,8 +491,9 @@ fn ceiling(backend: &database::Backend, deliveries: usize, gateway_rate: f64) {
     let written = groups_per_writer * group * writers;
     let ceiling_rate = rate(written, elapsed);
     println!(
-        "2c. ceiling: {written} deliveries inserted claimed and recorded by {writers} writers in groups of {group}: \
+        "2c. ceiling: {written} deliveries inserted claimed and recorded by {writers} writers in groups of {group}{}: \
          {ceiling_rate:.0} deliveries/s; the gateway (part 2) at {:.2} of it",
+        if read_config { ", the config read before each insert" } else { "" },
         gateway_rate / ceiling_rate
     );
 }

@@ -260,6 +260,18 @@ impl Collector for Scrape {
              know (at most one a second, however many unknown ids arrive)",
             deliveries.config_id_reads.get(),
         )?;
+        let mut enqueued = encoder.encode_descriptor(
+            "webhook_enqueued",
+            "New webhook deliveries written by this instance, by whether they were written already claimed for an \
+             attempt that started at once (claimed: insert and record are their only commits) or not (unclaimed: a \
+             claim commit more, or a poll)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (path, count) in [("claimed", &deliveries.enqueued_claimed), ("unclaimed", &deliveries.enqueued_unclaimed)]
+        {
+            ConstCounter::new(count.get()).encode(enqueued.encode_family(&[("path", path)])?)?;
+        }
 
         if let Some(store) = self.store {
             gauge(

@@ -196,6 +196,12 @@ pub struct DeliveryStats {
     pub inbound_duplicates: Counter,
     /// Reads of the config id list made because an inbound request named an id the instance did not know.
     pub config_id_reads: Counter,
+    /// New deliveries written already claimed, their attempt started at once: the insert and the attempt's
+    /// record are their only commits.
+    pub enqueued_claimed: Counter,
+    /// New deliveries written unclaimed (no slot or start free at once, or the config disabled): each costs a
+    /// claim commit more before its attempt, or waits for a poll.
+    pub enqueued_unclaimed: Counter,
     /// The recorded attempts per webhook config since the last history flush took them.
     pub by_config: ConfigTally,
 }

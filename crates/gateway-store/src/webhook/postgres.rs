@@ -98,7 +98,7 @@ impl QueryFragment<Pg> for InsertDeliveries<'_> {
              claimed_until, position) \
              LEFT JOIN (SELECT id FROM webhook_configs WHERE NOT enabled) AS held ON held.id = sent.webhook_id \
              ORDER BY position \
-             ON CONFLICT (idempotency_key) DO NOTHING RETURNING ",
+             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING ",
             |index, out| match index {
                 0 => out.push_bind_param::<Array<BigInt>, _>(&self.webhook_id),
                 1 => out.push_bind_param::<Array<Text>, _>(&self.session_id),

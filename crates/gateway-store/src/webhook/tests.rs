@@ -24,6 +24,7 @@ on_every_backend!(
     claims_and_records_in_opposite_orders_never_fail_each_other,
     concurrent_groups_for_one_config_lose_no_count_and_disable_it_once,
     an_attempt_whose_delivery_is_gone_counts_for_nothing,
+    the_idempotency_indexes_hold_only_keyed_rows_and_still_refuse_a_held_key,
 );
 
 fn new_config(source: &str) -> NewWebhookConfig {
@@ -678,4 +679,49 @@ fn an_attempt_whose_delivery_is_gone_counts_for_nothing(store: &DieselStore) {
     assert_eq!(disabled, [false, false, true], "the second failure counted is the one that reaches 2");
     assert_eq!(store.config(config.id).unwrap().unwrap().consecutive_failures, 2);
     assert_eq!(count(store, "webhook_delivery_attempts"), 2);
+}
+
+#[derive(diesel::QueryableByName)]
+struct IndexDefinition {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    definition: String,
+}
+
+/// Most deliveries and events carry no key: partial indexes (migration 2026-12-21-000008) spare each of them an
+/// index entry, and the group insert's `ON CONFLICT` must name their predicate or PostgreSQL refuses it.
+fn the_idempotency_indexes_hold_only_keyed_rows_and_still_refuse_a_held_key(store: &DieselStore) {
+    for index in ["webhook_deliveries_idempotency_key", "webhook_events_idempotency_key"] {
+        let definition = store
+            .with_connection("read index definition", |connection| match connection {
+                AnyConnection::Sqlite(c) => {
+                    diesel::sql_query("SELECT sql AS definition FROM sqlite_master WHERE name = ?")
+                        .bind::<diesel::sql_types::Text, _>(index)
+                        .get_result::<IndexDefinition>(&mut **c)
+                }
+                AnyConnection::Postgres(c) => {
+                    diesel::sql_query("SELECT indexdef AS definition FROM pg_indexes WHERE indexname = $1")
+                        .bind::<diesel::sql_types::Text, _>(index)
+                        .get_result::<IndexDefinition>(&mut **c)
+                }
+            })
+            .unwrap()
+            .definition;
+        assert!(
+            definition.to_lowercase().contains("where (idempotency_key is not null)")
+                || definition.to_lowercase().contains("where idempotency_key is not null"),
+            "{index}: {definition}"
+        );
+    }
+    let config = store.create_config(&new_config("partial")).unwrap();
+    let unkeyed: Vec<NewDelivery> = (0..3).map(|_| new_delivery(config.id, "s", START)).collect();
+    let written = store.insert_deliveries(&unkeyed).unwrap();
+    assert!(written.iter().all(Result::is_ok), "{written:?}");
+    let first = store.insert_deliveries(&[keyed(config.id, "s", "key-1")]).unwrap();
+    assert!(first[0].is_ok(), "{first:?}");
+    let again =
+        store.insert_deliveries(&[keyed(config.id, "s", "key-1"), new_delivery(config.id, "s", START)]).unwrap();
+    assert!(matches!(again[0], Err(StoreError::Conflict(_))), "{again:?}");
+    assert!(again[1].is_ok(), "{again:?}");
+    let found = store.delivery_by_idempotency_key(&IdempotencyKey::new("key-1").unwrap()).unwrap();
+    assert_eq!(found.map(|delivery| delivery.id), first[0].as_ref().ok().map(|delivery| delivery.id));
 }

@@ -190,6 +190,7 @@ async fn an_enqueued_delivery_is_attempted_at_once_signed_and_delivered() {
     assert_eq!(h.statuses(), [("pending".into(), 0), ("delivered".into(), 1)]);
     let stats = h.router.stats();
     assert_eq!([stats.attempts.get(), stats.delivered.get(), stats.failed_retrying.get()], [1, 1, 0]);
+    assert_eq!([stats.enqueued_claimed.get(), stats.enqueued_unclaimed.get()], [1, 0], "written claimed");
 }
 
 #[tokio::test(start_paused = true)]
@@ -811,6 +812,11 @@ async fn a_burst_of_twelve_enqueues_goes_five_then_five_then_two_oldest_first() 
     assert_eq!(order, ids, "oldest first");
     assert_within_rate(&starts, DEFAULT_MAX_PER_SECOND);
     assert!(h.store.deliveries().iter().all(|row| row.status == DeliveryStatus::Delivered));
+    // Those past the second's starts were written unclaimed, for a claim once a start is free.
+    let stats = h.router.stats();
+    let (claimed, unclaimed) = (stats.enqueued_claimed.get(), stats.enqueued_unclaimed.get());
+    assert_eq!(claimed + unclaimed, 12);
+    assert!(claimed <= 5 && unclaimed >= 7, "claimed {claimed}, unclaimed {unclaimed}");
 }
 
 #[tokio::test(start_paused = true)]
