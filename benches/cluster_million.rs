@@ -613,6 +613,8 @@ struct Sizes {
     heartbeat_bytes: i64,
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     heartbeat_index_bytes: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    live_autovacuums: i64,
 }
 
 /// Rows and `pg_total_relation_size` (table, indexes, TOAST) of the two tables a heartbeat writes.
@@ -623,17 +625,20 @@ fn sizes(admin: &mut PgConnection) -> String {
              pg_indexes_size('gateway_live_agents') AS live_index_bytes, \
              (SELECT count(*) FROM gateway_heartbeats) AS heartbeat_rows, \
              pg_total_relation_size('gateway_heartbeats') AS heartbeat_bytes, \
-             pg_indexes_size('gateway_heartbeats') AS heartbeat_index_bytes",
+             pg_indexes_size('gateway_heartbeats') AS heartbeat_index_bytes, \
+             (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'gateway_live_agents') \
+                 AS live_autovacuums",
     )
     .get_result(admin)
     .unwrap();
     let mb = |bytes: i64| bytes as f64 / 1_048_576.0;
     format!(
-        "gateway_live_agents {} rows, {:.1} MB on disk (indexes {:.1} MB); gateway_heartbeats {} rows, {:.1} MB \
-         (indexes {:.1} MB)",
+        "gateway_live_agents {} rows, {:.1} MB on disk (indexes {:.1} MB, {} autovacuums so far); gateway_heartbeats \
+         {} rows, {:.1} MB (indexes {:.1} MB)",
         sizes.live_rows,
         mb(sizes.live_bytes),
         mb(sizes.live_index_bytes),
+        sizes.live_autovacuums,
         sizes.heartbeat_rows,
         mb(sizes.heartbeat_bytes),
         mb(sizes.heartbeat_index_bytes)
