@@ -8,7 +8,8 @@
 //! `MILLION_AGENTS` (1,000,000), `MILLION_SILENT` (a tenth of them), `MILLION_THRESHOLD_S` (150: the gateways'
 //! `--heartbeat-eviction-threshold-s`), `MILLION_CHECK_MS` (10,000: `--heartbeat-check-interval-ms`),
 //! `MILLION_RATE` (the steady load's heartbeats/s over both instances; default 0.6 of the rate the fill reached),
-//! `MILLION_CONNECTIONS` (64), `MILLION_SETTLE_S` (10: load after the crowd's pass). Pinning as the other modes
+//! `MILLION_CONNECTIONS` (64), `MILLION_SETTLE_S` (10: load after the crowd's pass), `MILLION_PG_NAPTIME_S` (unset:
+//! the server's 60 s autovacuum naptime). Pinning as the other modes
 //! (`CLUSTER_BENCH_SERVER_CPUS`, `CLUSTER_BENCH_CLIENT_CPUS`).
 //!
 //! The run, in the leader's time (its passes tick every check interval from its start):
@@ -117,6 +118,15 @@ pub fn run(gateway_binary: &Path, pinning: &Pinning, postgres: &TempPostgres, po
     let base_wall = SystemTime::now();
     let logs = tempfile::tempdir().unwrap();
     let database = postgres.create_database("million");
+    // A server-wide setting (not a table's): how often the autovacuum launcher looks for tables due, which bounds
+    // how long the dead index entries of a bulk fill wait for their vacuum. Unset: PostgreSQL's 60 s.
+    if let Ok(naptime) = std::env::var("MILLION_PG_NAPTIME_S") {
+        let seconds: u32 = naptime.parse().expect("MILLION_PG_NAPTIME_S: seconds");
+        let mut admin = PgConnection::establish(database.url()).unwrap();
+        diesel::sql_query(format!("ALTER SYSTEM SET autovacuum_naptime = '{seconds}s'")).execute(&mut admin).unwrap();
+        diesel::sql_query("SELECT pg_reload_conf()").execute(&mut admin).unwrap();
+        println!("PostgreSQL autovacuum_naptime: {seconds} s");
+    }
     let redis = RedisServer::start().unwrap();
     let redis_pid = redis.pid().unwrap();
     pinning.pin_started(redis_pid);
@@ -613,6 +623,8 @@ struct Sizes {
     heartbeat_bytes: i64,
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     heartbeat_index_bytes: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    live_autovacuums: i64,
 }
 
 /// Rows and `pg_total_relation_size` (table, indexes, TOAST) of the two tables a heartbeat writes.
@@ -623,17 +635,20 @@ fn sizes(admin: &mut PgConnection) -> String {
              pg_indexes_size('gateway_live_agents') AS live_index_bytes, \
              (SELECT count(*) FROM gateway_heartbeats) AS heartbeat_rows, \
              pg_total_relation_size('gateway_heartbeats') AS heartbeat_bytes, \
-             pg_indexes_size('gateway_heartbeats') AS heartbeat_index_bytes",
+             pg_indexes_size('gateway_heartbeats') AS heartbeat_index_bytes, \
+             (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'gateway_live_agents') \
+                 AS live_autovacuums",
     )
     .get_result(admin)
     .unwrap();
     let mb = |bytes: i64| bytes as f64 / 1_048_576.0;
     format!(
-        "gateway_live_agents {} rows, {:.1} MB on disk (indexes {:.1} MB); gateway_heartbeats {} rows, {:.1} MB \
-         (indexes {:.1} MB)",
+        "gateway_live_agents {} rows, {:.1} MB on disk (indexes {:.1} MB, {} autovacuums so far); gateway_heartbeats \
+         {} rows, {:.1} MB (indexes {:.1} MB)",
         sizes.live_rows,
         mb(sizes.live_bytes),
         mb(sizes.live_index_bytes),
+        sizes.live_autovacuums,
         sizes.heartbeat_rows,
         mb(sizes.heartbeat_bytes),
         mb(sizes.heartbeat_index_bytes)

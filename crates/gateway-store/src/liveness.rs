@@ -333,14 +333,15 @@ impl LivenessMap for SharedLiveness {
         // write: the fenced transaction below checks the epoch and selects the silent again under its locks, so a
         // deposed leader still evicts nothing, and a pass that skips it has written nothing a fence could refuse.
         let probing = std::time::Instant::now();
+        // Ordered by the indexed minute, so the plan walks that index from the oldest and stops at the first silent
+        // row: an `EXISTS` was planned as a sequential scan of the whole table after a bulk fill (the planner
+        // expecting an early match), 100-210 ms at a million rows.
+        let first_silent =
+            || dsl::gateway_live_agents.filter(is_silent).order(dsl::received_minute.asc()).select(dsl::agent_id);
         let (newest, anyone_silent) = self.inner.store.with_connection("look for silent agents", |connection| {
             use crate::schema::gateway_leader_epoch::dsl as epoch;
             let newest = epoch::gateway_leader_epoch.find(1).select(epoch::epoch);
-            // Ordered by the indexed minute, so the plan walks that index from the oldest and stops at the first
-            // silent row: an `EXISTS` was planned as a sequential scan of the whole table after a bulk fill (the
-            // planner expecting an early match), 100-210 ms at a million rows.
-            let silent =
-                dsl::gateway_live_agents.filter(is_silent).order(dsl::received_minute.asc()).select(dsl::agent_id);
+            let silent = first_silent();
             on_backend!(connection, c => Ok((newest.first::<i64>(c)?, silent.first::<String>(c).optional()?.is_some())))
         })?;
         let newest = token_from_db(newest);
@@ -384,6 +385,23 @@ impl LivenessMap for SharedLiveness {
             evicted = evicted.len(),
             "evict silent agents"
         );
+        if !evicted.is_empty() && !self.inner.store.is_sqlite() {
+            // The evicted rows' index entries stay in the minute index until vacuum, and the first walk over them
+            // visits the heap for each to learn it is dead (132 ms after evicting 100,000 of a million), then marks
+            // them so that later walks skip them. That first walk is taken here, in the pass that made them (already
+            // seconds long for such a crowd), rather than in the next pass, which finds nobody silent. Its answer
+            // decides nothing: the next pass asks again.
+            let rewalking = std::time::Instant::now();
+            let rewalked = self.inner.store.with_connection("look for silent agents", |connection| {
+                let silent = first_silent();
+                on_backend!(connection, c => silent.first::<String>(c).optional())
+            });
+            tracing::debug!(
+                rewalk_ms = rewalking.elapsed().as_secs_f64() * 1e3,
+                ok = rewalked.is_ok(),
+                "evicted rows' index entries walked"
+            );
+        }
         let evicted: Vec<LiveEntry> = evicted.into_iter().map(LiveRow::into_entry).collect::<Result<_, _>>()?;
         let mut local = lock(&self.inner.local);
         for entry in &evicted {
@@ -630,6 +648,35 @@ mod tests {
             b.live_agents(None, 10).unwrap().into_iter().map(|entry| entry.agent_id.as_str().to_owned()).collect();
         assert_eq!(listed, ["alice", "bob"]);
         assert_eq!(b.heartbeat(&agent("alice")).unwrap(), Some(row));
+    }
+
+    /// Migration 2026-12-21-000012: without it the eviction pass's probe walks a million dead index entries until
+    /// PostgreSQL's default thresholds (20 % of the rows) start a vacuum.
+    #[test]
+    fn postgres_vacuums_the_live_agents_after_one_percent_of_their_rows_changed() {
+        #[derive(QueryableByName)]
+        struct Options {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            options: String,
+        }
+        let Some(fixture) = crate::testing::postgres(module_path!()) else { return };
+        let options: Options = fixture
+            .store
+            .with_connection("read reloptions", |connection| {
+                let AnyConnection::Postgres(c) = connection else { panic!("a PostgreSQL store") };
+                diesel::sql_query(
+                    "SELECT coalesce(array_to_string(reloptions, ','), '') AS options FROM pg_class \
+                     WHERE relname = 'gateway_live_agents'",
+                )
+                .get_result(&mut **c)
+            })
+            .unwrap();
+        let mut options: Vec<&str> = options.options.split(',').collect();
+        options.sort_unstable();
+        assert_eq!(
+            options,
+            ["autovacuum_vacuum_insert_scale_factor=0.01", "autovacuum_vacuum_scale_factor=0.01", "fillfactor=70"]
+        );
     }
 
     fn a_cluster_at_its_cap_refuses_new_agents_on_every_instance(store: &DieselStore) {

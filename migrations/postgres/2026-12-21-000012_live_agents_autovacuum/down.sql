@@ -1,0 +1,1 @@
+ALTER TABLE gateway_live_agents RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_insert_scale_factor);
