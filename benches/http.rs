@@ -320,44 +320,24 @@ impl WrkRun {
 /// it. This process runs on the generator's CPUs, and wrk inherits them.
 fn wrk(settings: &Settings, script: &str, server: &Server) -> WrkRun {
     let (address, pid) = (server.address, server.child.id());
-    let run = |duration: std::time::Duration| {
-        let output = std::process::Command::new("wrk")
-            .args(["-t", &settings.client_threads.to_string()])
-            .args(["-c", &settings.connections.to_string()])
-            .args(["-d", &format!("{}s", duration.as_secs().max(1))])
-            .args(["--latency", "-s", script, &format!("http://{address}")])
-            .env("HEARTBEAT_AGENTS", settings.agents.to_string())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(output.status.success(), "wrk failed: {text}{}", String::from_utf8_lossy(&output.stderr));
-        text
-    };
-    run(settings.warmup);
+    http_load::wrk(settings, script, address, settings.warmup);
     let before = http_load::tree_cpu_time(pid);
     let started = std::time::Instant::now();
-    let text = run(settings.duration);
+    let report = http_load::wrk(settings, script, address, settings.duration);
     let elapsed = started.elapsed();
     let cpu = http_load::tree_cpu_time(pid).zip(before).map(|(after, before)| after.saturating_sub(before));
-    let field = |prefix: &str| {
-        text.lines().find_map(|line| line.trim().strip_prefix(prefix).map(|rest| rest.trim().to_owned()))
-    };
-    let requests: u64 = text
-        .lines()
-        .find_map(|line| line.trim().split_once(" requests in ").and_then(|(count, _)| count.parse().ok()))
-        .unwrap_or(0);
-    let non_2xx: u64 = field("Non-2xx or 3xx responses:").and_then(|count| count.parse().ok()).unwrap_or(0);
+    let non_2xx = report.non_2xx;
     let mut failures = if non_2xx > 0 { format!("{non_2xx} non-2xx") } else { String::new() };
-    if let Some(errors) = field("Socket errors:") {
+    if let Some(errors) = &report.socket_errors {
         failures.push_str(&format!(" socket errors: {errors}"));
     }
-    // wrk's own rate is over its own measured time; the answered share of it counts.
-    let rate: f64 = field("Requests/sec:").and_then(|rate| rate.parse().ok()).unwrap_or(0.0);
+    let answered = report.requests.saturating_sub(non_2xx);
     WrkRun {
-        rate: rate * requests.saturating_sub(non_2xx) as f64 / requests.max(1) as f64,
-        answered: requests.saturating_sub(non_2xx),
-        p50: field("50%").unwrap_or_default(),
-        p99: field("99%").unwrap_or_default(),
+        // wrk's own rate is over its own measured time; the answered share of it counts.
+        rate: report.rate * answered as f64 / report.requests.max(1) as f64,
+        answered,
+        p50: report.p50,
+        p99: report.p99,
         failures,
         cpu,
         elapsed,

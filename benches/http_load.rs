@@ -205,6 +205,47 @@ pub struct Load<'a> {
     pub tokens: Option<Arc<Vec<String>>>,
 }
 
+/// What wrk (`--latency`) printed for one run.
+pub struct WrkReport {
+    /// Requests sent, answered or not.
+    pub requests: u64,
+    pub non_2xx: u64,
+    pub socket_errors: Option<String>,
+    /// wrk's `Requests/sec`: over wrk's own measured time, every answer counted.
+    pub rate: f64,
+    pub p50: String,
+    pub p99: String,
+}
+
+/// Runs wrk with `script` against `address` for `duration`, with `settings`' threads, connections and agent ids
+/// (`HEARTBEAT_AGENTS`, read by benches/load/*.lua). wrk inherits this process's CPUs.
+pub fn wrk(settings: &Settings, script: &str, address: SocketAddr, duration: Duration) -> WrkReport {
+    let output = Command::new("wrk")
+        .args(["-t", &settings.client_threads.to_string()])
+        .args(["-c", &settings.connections.to_string()])
+        .args(["-d", &format!("{}s", duration.as_secs().max(1))])
+        .args(["--latency", "-s", script, &format!("http://{address}")])
+        .env("HEARTBEAT_AGENTS", settings.agents.to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "wrk failed: {text}{}", String::from_utf8_lossy(&output.stderr));
+    let field = |prefix: &str| {
+        text.lines().find_map(|line| line.trim().strip_prefix(prefix).map(|rest| rest.trim().to_owned()))
+    };
+    WrkReport {
+        requests: text
+            .lines()
+            .find_map(|line| line.trim().split_once(" requests in ").and_then(|(count, _)| count.parse().ok()))
+            .unwrap_or(0),
+        non_2xx: field("Non-2xx or 3xx responses:").and_then(|count| count.parse().ok()).unwrap_or(0),
+        socket_errors: field("Socket errors:"),
+        rate: field("Requests/sec:").and_then(|rate| rate.parse().ok()).unwrap_or(0.0),
+        p50: field("50%").unwrap_or_default(),
+        p99: field("99%").unwrap_or_default(),
+    }
+}
+
 pub struct Settings {
     pub connections: u64,
     pub duration: Duration,

@@ -211,14 +211,7 @@ impl Bench {
     fn wrk(&self, script: &str, address: std::net::SocketAddr, duration: Duration, watched: &[Watched]) -> WrkRun {
         let before: Vec<_> = watched.iter().map(|process| http_load::tree_cpu_time(process.pid)).collect();
         // This process runs on the generator's CPUs, and wrk inherits them.
-        let output = Command::new("wrk")
-            .args(["-t", &self.settings.client_threads.to_string()])
-            .args(["-c", &self.settings.connections.to_string()])
-            .args(["-d", &format!("{}s", duration.as_secs().max(1))])
-            .args(["--latency", "-s", script, &format!("http://{address}")])
-            .env("HEARTBEAT_AGENTS", self.settings.agents.to_string())
-            .output()
-            .unwrap();
+        let report = http_load::wrk(&self.settings, script, address, duration);
         let cpu = watched
             .iter()
             .zip(before)
@@ -229,26 +222,16 @@ impl Bench {
                 (process.name.clone(), used)
             })
             .collect();
-        let text = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "wrk failed: {text}{}", String::from_utf8_lossy(&output.stderr));
-        let field = |prefix: &str| {
-            text.lines().find_map(|line| line.trim().strip_prefix(prefix).map(|rest| rest.trim().to_owned()))
-        };
-        let requests: u64 = text
-            .lines()
-            .find_map(|line| line.trim().split_once(" requests in ").and_then(|(count, _)| count.parse().ok()))
-            .unwrap_or(0);
-        let non_2xx: u64 = field("Non-2xx or 3xx responses:").and_then(|count| count.parse().ok()).unwrap_or(0);
-        let socket_errors = field("Socket errors:");
         let seconds = duration.as_secs().max(1) as f64;
         WrkRun {
-            rate: requests.saturating_sub(non_2xx) as f64 / seconds,
-            requests,
-            p50: field("50%").unwrap_or_default(),
-            p99: field("99%").unwrap_or_default(),
+            rate: report.requests.saturating_sub(report.non_2xx) as f64 / seconds,
+            requests: report.requests,
+            p50: report.p50,
+            p99: report.p99,
             failures: format!(
-                "{non_2xx} non-2xx{}",
-                socket_errors.map_or(String::new(), |errors| format!("; {errors}"))
+                "{} non-2xx{}",
+                report.non_2xx,
+                report.socket_errors.map_or(String::new(), |errors| format!("; {errors}"))
             ),
             cpu,
             elapsed: duration,
