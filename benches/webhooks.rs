@@ -40,8 +40,8 @@ use diesel::prelude::*;
 use gateway::Gateway;
 use gateway::config::{AdminToken, Config};
 use gateway_core::{
-    AttemptRecord, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, NewDelivery, NewWebhookConfig, WebhookSecret,
-    WebhookStore,
+    AttemptRecord, DeliveryAttempt, DeliveryStatus, DeliveryUpdate, NewDelivery, NewWebhookConfig, WebhookConfig,
+    WebhookSecret, WebhookStore,
 };
 use gateway_store::DieselStore;
 use gateway_store::schema::webhook_deliveries;
@@ -133,6 +133,24 @@ struct PlanLine {
     plan: String,
 }
 
+/// A config for the store-level parts, every field but its target and secret "bench".
+fn bench_config(store: &DieselStore, target_url: &str, secret: &str, now: OffsetDateTime) -> WebhookConfig {
+    store
+        .create_config(&NewWebhookConfig {
+            source_identifier: "bench".into(),
+            event_type: "bench".into(),
+            agent_intent: "bench".into(),
+            target_session: "bench".into(),
+            target_url: target_url.into(),
+            secret: WebhookSecret::new(secret),
+            created_at: now,
+            inbound_secret: None,
+            inbound_require_timestamp: false,
+            rate_limit_per_second: None,
+        })
+        .unwrap()
+}
+
 fn due_row_query(backend: &database::Backend) {
     let delivered = env_size("WEBHOOK_BENCH_DELIVERED", 1_000_000);
     let due = env_size("WEBHOOK_BENCH_DUE", 10_000);
@@ -140,20 +158,7 @@ fn due_row_query(backend: &database::Backend) {
     let database = backend.fresh("webhook_due_rows");
     let store = DieselStore::open(&database.url).unwrap();
     let now = OffsetDateTime::now_utc();
-    let config = store
-        .create_config(&NewWebhookConfig {
-            source_identifier: "bench".into(),
-            event_type: "bench".into(),
-            agent_intent: "bench".into(),
-            target_session: "bench".into(),
-            target_url: "https://a.example/hook".into(),
-            secret: WebhookSecret::new("bench"),
-            created_at: now,
-            inbound_secret: None,
-            inbound_require_timestamp: false,
-            rate_limit_per_second: None,
-        })
-        .unwrap();
+    let config = bench_config(&store, "https://a.example/hook", "bench", now);
     fill(&database, config.id, delivered, due, now);
     // What a long-running database has: fresh planner statistics, and the bulk load checkpointed out of the
     // write-ahead log into the database file (SQLite), or vacuumed (PostgreSQL: the visibility map set, as
@@ -408,20 +413,7 @@ fn ceiling(backend: &database::Backend, deliveries: usize, gateway_rate: f64) {
     let bench_database = backend.fresh("webhook_ceiling");
     let store = DieselStore::open(&bench_database.url).unwrap();
     let now = OffsetDateTime::now_utc();
-    let config = store
-        .create_config(&NewWebhookConfig {
-            source_identifier: "bench".into(),
-            event_type: "bench".into(),
-            agent_intent: "bench".into(),
-            target_session: "bench".into(),
-            target_url: "http://127.0.0.1:9/hook".into(),
-            secret: WebhookSecret::new("bench-secret"),
-            created_at: now,
-            inbound_secret: None,
-            inbound_require_timestamp: false,
-            rate_limit_per_second: None,
-        })
-        .unwrap();
+    let config = bench_config(&store, "http://127.0.0.1:9/hook", "bench-secret", now);
     let groups_per_writer = deliveries.div_ceil(group * writers);
     // What the gateway's insert group reads before its insert (the secret to sign with, never cached: a rotation
     // signs at once), to weigh that round trip against the rest.
