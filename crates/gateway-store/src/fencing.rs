@@ -88,6 +88,48 @@ mod tests {
             .n
     }
 
+    /// Runs `rival` while a transaction of term `holder` holds the epoch row (its `admit`): that transaction stays
+    /// open until `rival` has returned or is seen waiting for a lock. `rival` is given `step`, which numbers events
+    /// in the order they happen. Returns the step at which the holding transaction ended, and `rival`'s answer.
+    fn while_the_epoch_row_is_held<T: Send>(
+        store: &DieselStore,
+        holder: (&str, FencingToken),
+        rival: impl FnOnce(&(dyn Fn() -> u64 + Sync)) -> T + Send,
+    ) -> (u64, T) {
+        let order = AtomicU64::new(0);
+        let step = || order.fetch_add(1, Ordering::SeqCst) + 1;
+        let holder_ended = AtomicU64::new(0);
+        let rival_done = AtomicBool::new(false);
+        let (holds, holding) = mpsc::channel();
+        thread::scope(|scope| {
+            let held = scope.spawn(|| {
+                store.immediate_fenced(holder.0, |connection| {
+                    admit(connection, holder.1)?;
+                    holds.send(()).unwrap();
+                    let deadline = Instant::now() + BARRIER_PATIENCE;
+                    while !rival_done.load(Ordering::SeqCst) && waiting_for_a_lock(store) == 0 {
+                        assert!(
+                            Instant::now() < deadline,
+                            "the rival neither ended nor waited within {BARRIER_PATIENCE:?}"
+                        );
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    holder_ended.store(step(), Ordering::SeqCst);
+                    Ok(())
+                })
+            });
+            holding.recv().unwrap();
+            let (step, rival_done) = (&step, &rival_done);
+            let rival = scope.spawn(move || {
+                let answer = rival(step);
+                rival_done.store(true, Ordering::SeqCst);
+                answer
+            });
+            held.join().unwrap().unwrap();
+            (holder_ended.load(Ordering::SeqCst), rival.join().unwrap())
+        })
+    }
+
     /// Two leaders race on PostgreSQL. The epoch is at 5 already, so leader A, admitting term 5, writes nothing to
     /// the epoch row: only the row lock of its read (`FOR UPDATE`) orders it against B. A admits and holds its
     /// transaction open; B, of term 6, admits meanwhile. B must wait until A's transaction has ended, so A's
@@ -103,39 +145,17 @@ mod tests {
         let store = &fixture.store;
         store.immediate_fenced("term 5 begins", |connection| admit(connection, FencingToken(5))).unwrap();
 
-        let order = AtomicU64::new(0);
-        let (a_ended, b_admitted) = (AtomicU64::new(0), AtomicU64::new(0));
-        let b_done = AtomicBool::new(false);
-        let (a_holds, a_holding) = mpsc::channel();
-        thread::scope(|scope| {
-            let a = scope.spawn(|| {
-                store.immediate_fenced("leader A, term 5", |connection| {
-                    admit(connection, FencingToken(5))?;
-                    a_holds.send(()).unwrap();
-                    // Held until B has admitted (the race lost) or is seen waiting for A's lock.
-                    let deadline = Instant::now() + BARRIER_PATIENCE;
-                    while !b_done.load(Ordering::SeqCst) && waiting_for_a_lock(store) == 0 {
-                        assert!(Instant::now() < deadline, "B neither admitted nor waited within {BARRIER_PATIENCE:?}");
-                        thread::sleep(Duration::from_millis(5));
-                    }
-                    a_ended.store(order.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                    Ok(())
-                })
+        // A holds its transaction open until B has admitted (the race lost) or is seen waiting for A's lock.
+        let (a_ended, b_admitted) = while_the_epoch_row_is_held(store, ("leader A, term 5", FencingToken(5)), |step| {
+            let mut admitted = 0;
+            let answer = store.immediate_fenced("leader B, term 6", |connection| {
+                admit(connection, FencingToken(6))?;
+                admitted = step();
+                Ok(())
             });
-            a_holding.recv().unwrap();
-            let b = scope.spawn(|| {
-                let admitted = store.immediate_fenced("leader B, term 6", |connection| {
-                    admit(connection, FencingToken(6))?;
-                    b_admitted.store(order.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                    Ok(())
-                });
-                b_done.store(true, Ordering::SeqCst);
-                admitted
-            });
-            a.join().unwrap().unwrap();
-            b.join().unwrap().unwrap();
+            answer.map(|()| admitted)
         });
-        let (a_ended, b_admitted) = (a_ended.load(Ordering::SeqCst), b_admitted.load(Ordering::SeqCst));
+        let b_admitted = b_admitted.unwrap();
         assert!(
             a_ended < b_admitted,
             "term 6 was admitted (step {b_admitted}) while term 5's transaction was still open (it ended at step \
@@ -171,35 +191,12 @@ mod tests {
         map.flush().unwrap();
         assert!(map.evict_silent(at, threshold, FencingToken(5)).unwrap().is_empty(), "term 5 begins");
 
-        let order = AtomicU64::new(0);
-        let (rival_ended, pass_ended) = (AtomicU64::new(0), AtomicU64::new(0));
-        let pass_done = AtomicBool::new(false);
-        let (rival_holds, rival_holding) = mpsc::channel();
-        thread::scope(|scope| {
-            let rival = scope.spawn(|| {
-                store.immediate_fenced("another leader loop, term 5", |connection| {
-                    admit(connection, FencingToken(5))?;
-                    rival_holds.send(()).unwrap();
-                    let deadline = Instant::now() + BARRIER_PATIENCE;
-                    while !pass_done.load(Ordering::SeqCst) && waiting_for_a_lock(store) == 0 {
-                        assert!(Instant::now() < deadline, "the pass neither ended nor waited in {BARRIER_PATIENCE:?}");
-                        thread::sleep(Duration::from_millis(5));
-                    }
-                    rival_ended.store(order.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                    Ok(())
-                })
-            });
-            rival_holding.recv().unwrap();
-            let pass = scope.spawn(|| {
+        let (rival_ended, (evicted, pass_ended)) =
+            while_the_epoch_row_is_held(store, ("another leader loop, term 5", FencingToken(5)), |step| {
                 let evicted = map.evict_silent(at + time::Duration::seconds(30), threshold, FencingToken(5));
-                pass_ended.store(order.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                pass_done.store(true, Ordering::SeqCst);
-                evicted
+                (evicted, step())
             });
-            rival.join().unwrap().unwrap();
-            assert!(pass.join().unwrap().unwrap().is_empty(), "nobody is silent");
-        });
-        let (rival_ended, pass_ended) = (rival_ended.load(Ordering::SeqCst), pass_ended.load(Ordering::SeqCst));
+        assert!(evicted.unwrap().is_empty(), "nobody is silent");
         assert!(
             pass_ended < rival_ended,
             "the pass with nobody silent ended at step {pass_ended}, after the rival's transaction (step \
