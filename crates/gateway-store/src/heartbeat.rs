@@ -112,7 +112,7 @@ pub(crate) fn upsert_agent_rows(
         match connection {
             AnyConnection::Sqlite(connection) => ValuesAgentRows::new(upsert, chunk).execute(&mut **connection)?,
             AnyConnection::Postgres(connection) => {
-                bind_rows(diesel::sql_query(upsert.sql(chunk.len(), |n| format!("${n}"))).into_boxed::<Pg>(), chunk)
+                bind_rows(diesel::sql_query(upsert.postgres_sql(chunk.len())).into_boxed::<Pg>(), chunk)
                     .execute(&mut **connection)?
             }
         };
@@ -121,13 +121,10 @@ pub(crate) fn upsert_agent_rows(
 }
 
 impl AgentRowsUpsert {
-    /// The statement for `rows` rows, with `placeholder(n)` for the n-th parameter (from 1): `$n` on PostgreSQL.
-    fn sql(&self, rows: usize, placeholder: impl Fn(usize) -> String) -> String {
-        let values: Vec<String> = (0..rows)
-            .map(|row| {
-                format!("({}, {}, {})", placeholder(3 * row + 1), placeholder(3 * row + 2), placeholder(3 * row + 3))
-            })
-            .collect();
+    /// PostgreSQL's statement for `rows` rows, one `($n, $n, $n)` each.
+    fn postgres_sql(&self, rows: usize) -> String {
+        let values: Vec<String> =
+            (0..rows).map(|row| format!("(${}, ${}, ${})", 3 * row + 1, 3 * row + 2, 3 * row + 3)).collect();
         format!("{} VALUES {} {}", self.insert, values.join(", "), self.on_conflict)
     }
 }
@@ -271,16 +268,11 @@ impl<K: AgentRowsSql> QueryId for UnnestAgentRows<'_, K> {
 
 impl<K: AgentRowsSql> RunQueryDsl<PgConnection> for UnnestAgentRows<'_, K> {}
 
-/// Binds the chunk's rows in the statement's parameter order.
-fn bind_rows<'a, DB>(
-    mut upsert: diesel::query_builder::BoxedSqlQuery<'a, DB, diesel::query_builder::SqlQuery>,
+/// Binds the chunk's rows in [`AgentRowsUpsert::postgres_sql`]'s parameter order.
+fn bind_rows<'a>(
+    mut upsert: diesel::query_builder::BoxedSqlQuery<'a, Pg, diesel::query_builder::SqlQuery>,
     chunk: &[AgentRow<'a>],
-) -> diesel::query_builder::BoxedSqlQuery<'a, DB, diesel::query_builder::SqlQuery>
-where
-    DB: diesel::backend::Backend + diesel::sql_types::HasSqlType<Text> + diesel::sql_types::HasSqlType<Timestamp>,
-    &'a str: diesel::serialize::ToSql<Text, DB>,
-    PrimitiveDateTime: diesel::serialize::ToSql<Timestamp, DB>,
-{
+) -> diesel::query_builder::BoxedSqlQuery<'a, Pg, diesel::query_builder::SqlQuery> {
     for (agent_id, cluster_id, at) in chunk {
         upsert = upsert.bind::<Text, _>(*agent_id).bind::<Text, _>(*cluster_id).bind::<Timestamp, _>(to_db(*at));
     }

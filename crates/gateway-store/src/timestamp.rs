@@ -19,8 +19,8 @@ pub fn from_db(stored: PrimitiveDateTime) -> OffsetDateTime {
 }
 
 /// Appends `stored` as the text Diesel binds for a `Timestamp` on SQLite (`YYYY-MM-DD HH:MM:SS`, then `.` and the
-/// fraction without trailing zeros when there is one), for statements that carry instants inside another
-/// parameter (heartbeat groups as one JSON text). Written by hand because `time`'s generic formatter, which Diesel
+/// fraction without trailing zeros when there is one), for statements that bind instants as text (SQLite's heartbeat
+/// groups, `ValuesAgentRows`). Written by hand because `time`'s generic formatter, which Diesel
 /// uses, cost about 2,600 instructions per heartbeat (docs/benchmarks.md, "Per-request cost"); the text must be
 /// Diesel's to the byte, since SQLite compares these columns as text.
 pub(crate) fn push_sqlite_text(stored: PrimitiveDateTime, out: &mut String) {
