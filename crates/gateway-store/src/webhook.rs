@@ -1182,10 +1182,10 @@ impl DieselStore {
         self.immediate("insert webhook deliveries", |connection| {
             let c = match connection {
                 AnyConnection::Sqlite(c) => c,
+                // The statement holds the rows of configs disabled as it finds them, as on the path without a
+                // transaction (`insert_deliveries`, which says what holds those of a config disabled after).
                 AnyConnection::Postgres(c) => {
-                    // The configs are locked by this transaction: a disable waits for it, then holds what it wrote.
-                    let outcomes = postgres::insert_deliveries(c, rows, true).map(Option::unwrap_or_default)?;
-                    return hold_outcomes(&mut AnyConnection::Postgres(c), outcomes);
+                    return postgres::insert_deliveries(c, rows, true).map(Option::unwrap_or_default);
                 }
             };
             let mut outcomes = Vec::with_capacity(rows.len());
@@ -1389,25 +1389,28 @@ fn hold_rows(connection: &mut AnyConnection<'_>, ids: &[i64]) -> QueryResult<Vec
     on_backend!(connection, c => hold.returning(DeliveryRow::as_returning()).get_results(c))
 }
 
-/// A group insert's outcomes with the rows of disabled configs held ([`hold_rows`]), in the same order.
+/// Those of `ids` whose config is disabled, held ([`hold_rows`]), by id.
+fn hold_by_id(connection: &mut AnyConnection<'_>, ids: &[i64]) -> QueryResult<HashMap<i64, DeliveryRow>> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    Ok(hold_rows(connection, ids)?.into_iter().map(|row| (row.id, row)).collect())
+}
+
+/// A group insert's outcomes with the rows of disabled configs held, in the same order.
 fn hold_outcomes(
     connection: &mut AnyConnection<'_>,
     outcomes: Vec<QueryResult<DeliveryRow>>,
 ) -> QueryResult<Vec<QueryResult<DeliveryRow>>> {
     let ids: Vec<i64> = outcomes.iter().flatten().filter(|row| row.next_retry_at.is_some()).map(|row| row.id).collect();
-    if ids.is_empty() {
-        return Ok(outcomes);
-    }
-    let mut held: HashMap<i64, DeliveryRow> =
-        hold_rows(connection, &ids)?.into_iter().map(|row| (row.id, row)).collect();
+    let mut held = hold_by_id(connection, &ids)?;
     Ok(outcomes.into_iter().map(|outcome| outcome.map(|row| held.remove(&row.id).unwrap_or(row))).collect())
 }
 
-/// `rows` just written, with those of disabled configs held ([`hold_rows`]), in the same order.
+/// `rows` just written, with those of disabled configs held, in the same order.
 fn hold_new(connection: &mut AnyConnection<'_>, rows: Vec<DeliveryRow>) -> QueryResult<Vec<DeliveryRow>> {
     let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
-    let mut held: HashMap<i64, DeliveryRow> =
-        hold_rows(connection, &ids)?.into_iter().map(|row| (row.id, row)).collect();
+    let mut held = hold_by_id(connection, &ids)?;
     Ok(rows.into_iter().map(|row| held.remove(&row.id).unwrap_or(row)).collect())
 }
 
