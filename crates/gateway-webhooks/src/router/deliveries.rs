@@ -208,22 +208,20 @@ impl WebhookRouter {
     fn hand_over(&self, row: &Delivery, secret: WebhookSecret, ready: Option<(OwnedSemaphorePermit, RateTicket)>) {
         info!(delivery_id = row.id, webhook_id = row.webhook_id, target_host = %target_host(&row.target_url), "webhook delivery enqueued");
         self.publish_status(row);
+        // Written claimed: inserted with a slot and a start, and not held.
         let stats = &self.inner.stats;
+        if ready.is_some() && row.next_retry_at.is_some() {
+            &stats.enqueued_claimed
+        } else {
+            &stats.enqueued_unclaimed
+        }
+        .increment();
         match (ready, row.next_retry_at) {
             // Held (its config is disabled): the store refused the claim it was inserted with.
-            (Some((_slot, ticket)), None) => {
-                stats.enqueued_unclaimed.increment();
-                self.cancel_start(ticket);
-            }
-            (Some((slot, _started)), _) => {
-                stats.enqueued_claimed.increment();
-                self.spawn_attempt(row.clone(), secret, slot, None);
-            }
-            (None, Some(due_by)) => {
-                stats.enqueued_unclaimed.increment();
-                self.spawn_immediate_attempt(row.id, row.webhook_id, due_by);
-            }
-            (None, None) => stats.enqueued_unclaimed.increment(),
+            (Some((_slot, ticket)), None) => self.cancel_start(ticket),
+            (Some((slot, _started)), _) => self.spawn_attempt(row.clone(), secret, slot, None),
+            (None, Some(due_by)) => self.spawn_immediate_attempt(row.id, row.webhook_id, due_by),
+            (None, None) => {}
         }
     }
 
