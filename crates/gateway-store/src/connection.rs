@@ -388,13 +388,14 @@ fn open_postgres_pinging_after(
 
 /// The PostgreSQL pool's connections, checked only where one may be stale.
 ///
-/// A network database drops connections (a restart, a failover, a proxy's idle timeout), and Diesel marks a
-/// PostgreSQL connection broken only when a transaction could not be rolled back, so a dead connection would go
-/// back to the pool after a failed query and fail the next caller too. Diesel's own answer, a `SELECT 1` on every
-/// checkout, costs a round trip and a server transaction per store call (about a tenth of heartbeat ingest:
-/// docs/benchmarks.md). Instead:
-/// - a connection whose statement failed at the connection level is discarded when it comes back (`has_broken`),
-///   as is one whose transaction manager is broken, or one returned while its thread panics;
+/// A network database drops connections (a restart, a failover, a proxy's idle timeout), and it drops them all at
+/// once: the connection whose statement found it out is discarded (Diesel 2.3 marks its transaction manager broken
+/// when libpq no longer knows the transaction status), but the others sit in the pool looking healthy, and each
+/// would fail one caller. Diesel's own answer, a `SELECT 1` on every checkout, costs a round trip and a server
+/// transaction per store call (about a tenth of heartbeat ingest: docs/benchmarks.md). Instead:
+/// - a connection whose statement failed at the connection level is discarded when it comes back (`has_broken`:
+///   our own flag, which does not depend on how Diesel tracks transactions, and Diesel's check), as is one whose
+///   transaction manager is broken for another reason, or one returned while its thread panics;
 /// - a connection is pinged as it is handed out (`is_valid`) only when it sat unused for longer than
 ///   `ping_after_idle`, or when any connection of the pool has failed at the connection level since this one was
 ///   last handed out (the pool's failure generation): after a restart, the first failure makes the pool check
