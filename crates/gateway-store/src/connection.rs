@@ -444,10 +444,11 @@ struct FailureWatch {
 
 impl Instrumentation for FailureWatch {
     fn on_connection_event(&mut self, event: InstrumentationEvent<'_>) {
-        if let InstrumentationEvent::FinishQuery { error: Some(error), .. } = event {
-            if is_connection_failure(error) && !self.failed.swap(true, Ordering::Relaxed) {
-                self.health.failure_generation.fetch_add(1, Ordering::Release);
-            }
+        if let InstrumentationEvent::FinishQuery { error: Some(error), .. } = event
+            && is_connection_failure(error)
+            && !self.failed.swap(true, Ordering::Relaxed)
+        {
+            self.health.failure_generation.fetch_add(1, Ordering::Release);
         }
     }
 }
