@@ -399,8 +399,9 @@ fn open_postgres_pinging_after(
 /// - a connection is pinged as it is handed out (`is_valid`) only when it sat unused for longer than
 ///   `ping_after_idle`, or when any connection of the pool has failed at the connection level since this one was
 ///   last handed out (the pool's failure generation): after a restart, the first failure makes the pool check
-///   every connection older than it, so a restart costs the requests in flight on killed connections and at most
-///   one more, on a connection used within the idle threshold before anything had failed.
+///   every connection older than it, so a restart costs the requests in flight on killed connections and those
+///   that took a connection used within the idle threshold before the first failure came back (one, for callers
+///   one at a time: `a_connection_killed_while_fresh_fails_one_call_and_the_pool_checks_the_rest`).
 #[derive(Debug)]
 struct PostgresManager {
     connections: ConnectionManager<PgConnection>,
