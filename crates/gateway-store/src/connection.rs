@@ -8,11 +8,13 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use diesel::connection::SimpleConnection;
+use diesel::connection::{Instrumentation, InstrumentationEvent, SimpleConnection};
 use diesel::pg::PgConnection;
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, ManageConnection, Pool, PooledConnection};
+use diesel::result::DatabaseErrorKind;
 use diesel::sqlite::SqliteConnection;
 use diesel::{Connection, QueryResult, RunQueryDsl};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
@@ -43,6 +45,12 @@ pub const POSTGRES_POOL_SIZE: u32 = 10;
 /// How long a caller waits for a PostgreSQL connection. Shorter than SQLite's: while the server is down, every
 /// call waits this long before it answers 503, and a load balancer's probe should see that in time.
 pub const POSTGRES_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a PostgreSQL connection may sit unused in the pool before the pool checks it (`SELECT 1`) as it hands
+/// it out. A connection used more recently than this is handed out unchecked: under load every connection is, so
+/// the check's round trip (and the transaction it costs the server) would be paid on every store call for nothing.
+/// One second as Go's pgxpool does: long enough that a busy pool never pings, short enough that connections a
+/// restart or a proxy's idle timeout killed while nobody used them are replaced before anyone sees them.
+pub const POSTGRES_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// How often, at most, the pool's failures to connect are logged: while PostgreSQL is down every checkout retries,
 /// several times a second per instance, and one line per failure would bury everything else.
 pub const CONNECT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -128,7 +136,7 @@ macro_rules! on_backend {
 #[derive(Clone)]
 enum Pools {
     Sqlite(Pool<ConnectionManager<SqliteConnection>>),
-    Postgres(Pool<ConnectionManager<PgConnection>>),
+    Postgres(Pool<PostgresManager>, Arc<PostgresPoolHealth>),
 }
 
 /// Every store port over one pool. Cheap to clone.
@@ -142,15 +150,19 @@ pub struct DieselStore {
 
 impl fmt::Debug for DieselStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (backend, state) = match &self.pools {
-            Pools::Sqlite(pool) => ("sqlite", pool.state()),
-            Pools::Postgres(pool) => ("postgres", pool.state()),
+        let (backend, state, health) = match &self.pools {
+            Pools::Sqlite(pool) => ("sqlite", pool.state(), None),
+            Pools::Postgres(pool, health) => ("postgres", pool.state(), Some(health)),
         };
-        f.debug_struct("DieselStore")
+        let mut debug = f.debug_struct("DieselStore");
+        debug
             .field("backend", &backend)
             .field("connections", &state.connections)
-            .field("idle_connections", &state.idle_connections)
-            .finish()
+            .field("idle_connections", &state.idle_connections);
+        if let Some(health) = health {
+            debug.field("checks", health);
+        }
+        debug.finish()
     }
 }
 
@@ -201,7 +213,7 @@ impl DieselStore {
     ) -> Result<T, StoreError> {
         let outcome = match &self.pools {
             Pools::Sqlite(pool) => work(&mut AnyConnection::Sqlite(&mut *checkout(pool, operation)?)),
-            Pools::Postgres(pool) => work(&mut AnyConnection::Postgres(&mut *checkout(pool, operation)?)),
+            Pools::Postgres(pool, _) => work(&mut AnyConnection::Postgres(&mut checkout(pool, operation)?.connection)),
         };
         outcome.map_err(|error| classify(operation, error))
     }
@@ -244,9 +256,9 @@ impl DieselStore {
         Ok(match &self.pools {
             Pools::Sqlite(pool) => checkout(pool, operation)?
                 .immediate_transaction(|connection| work(&mut AnyConnection::Sqlite(connection))),
-            Pools::Postgres(pool) => {
-                checkout(pool, operation)?.transaction(|connection| work(&mut AnyConnection::Postgres(connection)))
-            }
+            Pools::Postgres(pool, _) => checkout(pool, operation)?
+                .connection
+                .transaction(|connection| work(&mut AnyConnection::Postgres(connection))),
         })
     }
 
@@ -261,7 +273,7 @@ impl DieselStore {
                 checkout(pool, operation)
                     .and_then(|mut connection| work(&mut connection).map_err(|error| classify(operation, error))),
             ),
-            Pools::Postgres(_) => None,
+            Pools::Postgres(..) => None,
         }
     }
 }
@@ -280,13 +292,7 @@ pub(crate) fn returned_row_if_any<T>(rows: QueryResult<Vec<T>>) -> QueryResult<O
     Ok(rows?.into_iter().next())
 }
 
-fn checkout<C>(
-    pool: &Pool<ConnectionManager<C>>,
-    operation: &str,
-) -> Result<PooledConnection<ConnectionManager<C>>, StoreError>
-where
-    C: diesel::r2d2::R2D2Connection + 'static,
-{
+fn checkout<M: ManageConnection>(pool: &Pool<M>, operation: &str) -> Result<PooledConnection<M>, StoreError> {
     pool.get().map_err(|error| StoreError::Unavailable(format!("{operation}: no connection: {error}")))
 }
 
@@ -348,23 +354,156 @@ fn open_sqlite_beside_holder(database: &std::path::Path) -> Result<DieselStore, 
 /// No file lock and no claim release here: a PostgreSQL database is shared, and claims found at start may be live
 /// instances' (see `recovery`).
 fn open_postgres(url: &PostgresUrl) -> Result<(DieselStore, usize), OpenError> {
+    open_postgres_pinging_after(url, POSTGRES_PING_AFTER_IDLE)
+}
+
+/// [`open_postgres`] with the pool's idle threshold given: tests make it a few milliseconds (or hours) rather than
+/// wait out [`POSTGRES_PING_AFTER_IDLE`].
+fn open_postgres_pinging_after(
+    url: &PostgresUrl,
+    ping_after_idle: Duration,
+) -> Result<(DieselStore, usize), OpenError> {
     let connect_error = |error: &dyn fmt::Display| OpenError::Connect(url.redact(&error.to_string()));
     let mut setup = PgConnection::establish(&url.for_libpq()).map_err(|error| connect_error(&error))?;
     let migrated = migrate_postgres(&mut setup).map_err(|error| OpenError::Migrate(url.redact(&error)))?;
     drop(setup);
 
+    let health = Arc::new(PostgresPoolHealth::default());
+    let manager = PostgresManager {
+        connections: ConnectionManager::new(url.for_libpq()),
+        ping_after_idle,
+        health: Arc::clone(&health),
+    };
     let pool = Pool::builder()
         .max_size(POSTGRES_POOL_SIZE)
         .connection_timeout(POSTGRES_CHECKOUT_TIMEOUT)
-        // A network database drops connections (a restart, a failover, a proxy's idle timeout), and Diesel marks
-        // a PostgreSQL connection broken only when a transaction could not be rolled back: without this check
-        // a dead connection would go back to the pool after a failed read and fail the next caller too. The
-        // check is one `SELECT 1` round trip per checkout (docs/benchmarks.md measures it).
+        // r2d2 asks the manager on every checkout; `PostgresManager::is_valid` decides whether that costs a round
+        // trip (a connection idle for a while, or one that may have seen a restart) or nothing.
         .test_on_check_out(true)
         .error_handler(Box::new(ConnectErrors { url: url.clone(), last: std::sync::Mutex::default() }))
-        .build(ConnectionManager::new(url.for_libpq()))
+        .build(manager)
         .map_err(|error| connect_error(&error))?;
-    Ok((DieselStore { pools: Pools::Postgres(pool), _lock: None }, migrated))
+    Ok((DieselStore { pools: Pools::Postgres(pool, health), _lock: None }, migrated))
+}
+
+/// The PostgreSQL pool's connections, checked only where one may be stale.
+///
+/// A network database drops connections (a restart, a failover, a proxy's idle timeout), and it drops them all at
+/// once: the connection whose statement found it out is discarded (Diesel 2.3 marks its transaction manager broken
+/// when libpq no longer knows the transaction status), but the others sit in the pool looking healthy, and each
+/// would fail one caller. Diesel's own answer, a `SELECT 1` on every checkout, costs a round trip and a server
+/// transaction per store call (about a tenth of heartbeat ingest: docs/benchmarks.md). Instead:
+/// - a connection whose statement failed at the connection level is discarded when it comes back (`has_broken`:
+///   our own flag, which does not depend on how Diesel tracks transactions, and Diesel's check), as is one whose
+///   transaction manager is broken for another reason, or one returned while its thread panics;
+/// - a connection is pinged as it is handed out (`is_valid`) only when it sat unused for longer than
+///   `ping_after_idle`, or when any connection of the pool has failed at the connection level since this one was
+///   last handed out (the pool's failure generation): after a restart, the first failure makes the pool check
+///   every connection older than it, so a restart costs the requests in flight on killed connections and those
+///   that took a connection used within the idle threshold before the first failure came back (one, for callers
+///   one at a time: `a_connection_killed_while_fresh_fails_one_call_and_the_pool_checks_the_rest`).
+#[derive(Debug)]
+struct PostgresManager {
+    connections: ConnectionManager<PgConnection>,
+    ping_after_idle: Duration,
+    health: Arc<PostgresPoolHealth>,
+}
+
+/// What the pool's connections report to it, shared by the manager, each connection's [`FailureWatch`] and the
+/// store (for tests and for the store's `Debug`).
+#[derive(Debug, Default)]
+struct PostgresPoolHealth {
+    /// Raised each time a connection first fails at the connection level; a connection last handed out under an
+    /// older generation is pinged before it is handed out again.
+    failure_generation: AtomicU64,
+    /// Connections opened, the first [`POSTGRES_POOL_SIZE`] included.
+    opened: AtomicU64,
+    /// Checkouts that ran the `SELECT 1`, and those of them that failed (the connection was dropped).
+    pings: AtomicU64,
+    failed_pings: AtomicU64,
+    /// Connections discarded as they came back (`has_broken`).
+    discarded_on_return: AtomicU64,
+}
+
+/// A pooled PostgreSQL connection, with what its pool needs to decide whether to check it.
+pub(crate) struct PostgresConnection {
+    pub(crate) connection: PgConnection,
+    /// Set by the connection's [`FailureWatch`] when one of its statements failed at the connection level.
+    failed: Arc<AtomicBool>,
+    /// When it was opened or last came back to the pool.
+    returned_at: std::time::Instant,
+    /// The pool's failure generation when it was opened or last handed out.
+    generation: u64,
+}
+
+/// Watches every statement of one connection (Diesel reports each one's outcome to its instrumentation, those a
+/// caller's closure swallowed and `BEGIN`/`COMMIT` included) for a failure that means the connection is gone.
+struct FailureWatch {
+    failed: Arc<AtomicBool>,
+    health: Arc<PostgresPoolHealth>,
+}
+
+impl Instrumentation for FailureWatch {
+    fn on_connection_event(&mut self, event: InstrumentationEvent<'_>) {
+        if let InstrumentationEvent::FinishQuery { error: Some(error), .. } = event
+            && is_connection_failure(error)
+            && !self.failed.swap(true, Ordering::Relaxed)
+        {
+            self.health.failure_generation.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// Diesel reports `ClosedConnection` when libpq says the connection is bad (the server closed it, a network error)
+/// or for SQLSTATE class 08, and `UnableToSendCommand` when libpq could not send the query at all.
+fn is_connection_failure(error: &diesel::result::Error) -> bool {
+    matches!(
+        error,
+        diesel::result::Error::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+            _
+        )
+    )
+}
+
+impl ManageConnection for PostgresManager {
+    type Connection = PostgresConnection;
+    type Error = diesel::r2d2::Error;
+
+    fn connect(&self) -> Result<PostgresConnection, diesel::r2d2::Error> {
+        // Read before connecting: a failure reported while this connection was being opened may predate it.
+        let generation = self.health.failure_generation.load(Ordering::Acquire);
+        let mut connection = self.connections.connect()?;
+        let failed = Arc::new(AtomicBool::new(false));
+        connection.set_instrumentation(FailureWatch { failed: Arc::clone(&failed), health: Arc::clone(&self.health) });
+        self.health.opened.fetch_add(1, Ordering::Relaxed);
+        Ok(PostgresConnection { connection, failed, returned_at: std::time::Instant::now(), generation })
+    }
+
+    fn is_valid(&self, pooled: &mut PostgresConnection) -> Result<(), diesel::r2d2::Error> {
+        // Read before pinging, so that a failure reported during the ping still makes the next checkout check.
+        let generation = self.health.failure_generation.load(Ordering::Acquire);
+        let stale = generation != pooled.generation || pooled.returned_at.elapsed() > self.ping_after_idle;
+        pooled.generation = generation;
+        if !stale {
+            return Ok(());
+        }
+        self.health.pings.fetch_add(1, Ordering::Relaxed);
+        self.connections.is_valid(&mut pooled.connection).inspect_err(|_| {
+            self.health.failed_pings.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    fn has_broken(&self, pooled: &mut PostgresConnection) -> bool {
+        // Diesel's own check: a panicking thread, or a transaction that could not be closed.
+        let broken = pooled.failed.load(Ordering::Relaxed) || self.connections.has_broken(&mut pooled.connection);
+        if broken {
+            self.health.discarded_on_return.fetch_add(1, Ordering::Relaxed);
+        } else {
+            pooled.returned_at = std::time::Instant::now();
+        }
+        broken
+    }
 }
 
 /// Runs the pending migrations while holding the migration lock, so that of several instances starting together
@@ -505,6 +644,137 @@ mod tests {
         }
         store.upsert_heartbeat(&beat).unwrap();
         assert!(store.heartbeat(&beat.agent_id).unwrap().is_some());
+    }
+
+    /// A PostgreSQL store whose pool checks connections idle longer than `ping_after_idle`.
+    fn postgres_checking_after(url: &str, ping_after_idle: Duration) -> DieselStore {
+        let DatabaseUrl::Postgres(url) = crate::testing::postgres_url(url) else { panic!("not a PostgreSQL url") };
+        open_postgres_pinging_after(&url, ping_after_idle).unwrap().0
+    }
+
+    fn health(store: &DieselStore) -> &PostgresPoolHealth {
+        match &store.pools {
+            Pools::Postgres(_, health) => health,
+            Pools::Sqlite(_) => panic!("a SQLite store"),
+        }
+    }
+
+    fn count(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    /// Ends every other session on `admin`'s database, as a server restart or a proxy would, and waits until the
+    /// server has let them go. Returns how many there were.
+    fn terminate_other_backends(admin: &mut PgConnection) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let others = "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()";
+        let terminated =
+            diesel::sql_query(format!("SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) AS n {others}"))
+                .get_result::<Count>(admin)
+                .unwrap()
+                .n;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while diesel::sql_query(format!("SELECT COUNT(*) AS n {others}")).get_result::<Count>(admin).unwrap().n > 0 {
+            assert!(std::time::Instant::now() < deadline, "the terminated sessions did not end");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        terminated
+    }
+
+    /// One store call of each way a port method reaches a connection: a single statement, a transaction, and the
+    /// heartbeat path (a single statement with no transaction around it).
+    fn store_calls(store: &DieselStore, beat: &gateway_core::HeartbeatRecord) -> [Result<(), StoreError>; 3] {
+        use gateway_core::HeartbeatStore;
+        [
+            store.ping(),
+            store.immediate("select", |c| on_backend!(c, c => diesel::sql_query("SELECT 1").execute(c).map(drop))),
+            store.upsert_heartbeat(beat),
+        ]
+    }
+
+    fn beat() -> gateway_core::HeartbeatRecord {
+        gateway_core::HeartbeatRecord {
+            agent_id: gateway_core::AgentId::new("a").unwrap(),
+            cluster_id: gateway_core::ClusterId::new("c").unwrap(),
+            last_seen_at: OffsetDateTime::now_utc(),
+        }
+    }
+
+    /// Connections the server ended while they sat unused in the pool (a restart, a failover, a proxy's idle
+    /// timeout) are found dead by the check an idle connection gets, and replaced before any caller sees them.
+    #[test]
+    fn connections_killed_while_idle_are_replaced_unseen() {
+        let Some(database) = gateway_testkit::postgres::database("connection::connections_killed_while_idle") else {
+            return;
+        };
+        let store = postgres_checking_after(database.url(), Duration::from_millis(5));
+        store.ping().unwrap();
+        let mut admin = PgConnection::establish(database.url()).unwrap();
+        assert_eq!(terminate_other_backends(&mut admin), i64::from(POSTGRES_POOL_SIZE));
+        std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..3 {
+            for outcome in store_calls(&store, &beat()) {
+                outcome.unwrap();
+            }
+        }
+        let health = health(&store);
+        assert!(count(&health.failed_pings) >= 1, "{store:?}");
+        assert!(count(&health.opened) > u64::from(POSTGRES_POOL_SIZE), "{store:?}");
+        assert_eq!(count(&health.discarded_on_return), 0, "no caller's statement failed: {store:?}");
+    }
+
+    /// A connection the server ended while it was in use a moment ago is handed out unchecked (the documented
+    /// cost): that one call fails as unavailable, the connection is discarded as it comes back, and its failure makes
+    /// the pool check every other connection before handing it out, so of all the calls after the server killed
+    /// every session only the first fails.
+    #[test]
+    fn a_connection_killed_while_fresh_fails_one_call_and_the_pool_checks_the_rest() {
+        let Some(database) = gateway_testkit::postgres::database("connection::a_connection_killed_while_fresh") else {
+            return;
+        };
+        let store = postgres_checking_after(database.url(), Duration::from_secs(3600));
+        store.ping().unwrap();
+        let mut admin = PgConnection::establish(database.url()).unwrap();
+        assert_eq!(terminate_other_backends(&mut admin), i64::from(POSTGRES_POOL_SIZE));
+        let outcomes: Vec<Result<(), StoreError>> =
+            (0..POSTGRES_POOL_SIZE).flat_map(|_| store_calls(&store, &beat())).collect();
+        assert!(matches!(&outcomes[0], Err(StoreError::Unavailable(_))), "{:?}", outcomes[0]);
+        let failed: Vec<_> = outcomes[1..].iter().filter(|outcome| outcome.is_err()).collect();
+        assert!(failed.is_empty(), "after the first, {} calls failed: {failed:?}", failed.len());
+        let health = health(&store);
+        assert_eq!(count(&health.discarded_on_return), 1, "{store:?}");
+        assert!(count(&health.failed_pings) >= 1, "the others were checked: {store:?}");
+        assert!(count(&health.opened) > u64::from(POSTGRES_POOL_SIZE), "{store:?}");
+    }
+
+    /// Connections in use are handed out without a round trip, and a statement's own failure (not the
+    /// connection's) neither discards its connection nor makes the pool check the others.
+    #[test]
+    fn connections_in_use_are_not_checked_and_a_failing_statement_keeps_its_connection() {
+        let Some(database) = gateway_testkit::postgres::database("connection::connections_in_use_are_not_checked")
+        else {
+            return;
+        };
+        let store = postgres_checking_after(database.url(), Duration::from_secs(3600));
+        for _ in 0..20 {
+            for outcome in store_calls(&store, &beat()) {
+                outcome.unwrap();
+            }
+            let division = store.with_connection(
+                "divide",
+                |c| on_backend!(c, c => diesel::sql_query("SELECT 1 / 0").execute(c).map(drop)),
+            );
+            assert!(matches!(division, Err(StoreError::Internal(_))), "{division:?}");
+        }
+        let health = health(&store);
+        assert_eq!(count(&health.pings), 0, "{store:?}");
+        assert_eq!(count(&health.discarded_on_return), 0, "{store:?}");
+        assert_eq!(count(&health.opened), u64::from(POSTGRES_POOL_SIZE), "{store:?}");
+        assert_eq!(count(&health.failure_generation), 0, "{store:?}");
     }
 
     /// PostgreSQL's own words for a deadlock victim are classified as a transient failure (loops retry it).
