@@ -86,11 +86,14 @@ impl<E: fmt::Display> diesel::r2d2::HandleError<E> for ConnectErrors {
 pub const MIGRATION_LOCK: i64 = 0x0067_6174_6577_6179;
 
 /// WAL pages after which a commit checkpoints by itself (SQLite's default is 1,000). The background checkpointer
-/// (`wal.rs`, every 100 ms) is meant to do that work, but at tens of thousands of cron jobs a second the log passes
-/// 1,000 pages between two of its turns, and the commit that crosses the line copied the log on the writer's
-/// critical path (7% of the cron benchmark's CPU, commits of 20-90 ms). 8,000 pages (32 MB at 4 KiB) leaves that to
-/// the background thread and keeps the backstop for when it falls behind.
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 8_000;
+/// (`wal.rs`, every 100 ms) is meant to do that work; the commit that crosses the line instead copies the log and
+/// fsyncs the database on the writer's critical path. At 40,000 cron jobs a second (about 2 WAL frames a job, counted
+/// with strace) the log grows by some 9,000 pages between two of the checkpointer's turns, so 1,000 (7% of the cron benchmark's CPU) and then
+/// 8,000 (cron on SQLite 37-42k jobs/s against 44-49k with 32,000, docs/benchmarks.md "Cron: the automatic
+/// checkpoint off the writer's path") still checkpointed inside commits. 32,000 pages (128 MB at 4 KiB: about the
+/// WAL file's size on disk at its largest, and what a restart after a crash reads back) leaves it to the background thread
+/// with room for a late turn, and keeps the backstop for when it falls behind.
+const WAL_AUTOCHECKPOINT_PAGES: u32 = 32_000;
 
 /// Applies the pragmas to every connection the pool hands out. `busy_timeout` comes first so that the
 /// statements after it already wait for a lock instead of failing at once.
@@ -553,6 +556,22 @@ mod tests {
             .value
     }
 
+    /// `wal_autocheckpoint` is no table-valued pragma (setting it is a side effect), so it is read by its statement.
+    fn wal_autocheckpoint(store: &DieselStore) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct Pages {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            wal_autocheckpoint: i64,
+        }
+        store
+            .with_sqlite("pragma", |connection| {
+                diesel::sql_query("PRAGMA wal_autocheckpoint").get_result::<Pages>(connection)
+            })
+            .unwrap()
+            .unwrap()
+            .wal_autocheckpoint
+    }
+
     #[test]
     fn opens_migrates_and_sets_pragmas_on_pooled_connections() {
         let dir = tempfile::tempdir().unwrap();
@@ -562,6 +581,7 @@ mod tests {
         assert_eq!(pragma(&store, "busy_timeout", "timeout"), "5000");
         assert_eq!(pragma(&store, "foreign_keys", "foreign_keys"), "1");
         assert_eq!(pragma(&store, "synchronous", "synchronous"), "1");
+        assert_eq!(wal_autocheckpoint(&store), i64::from(WAL_AUTOCHECKPOINT_PAGES));
         // Opening again (once the first store has let go of the file) runs no migration twice.
         drop(store);
         DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
