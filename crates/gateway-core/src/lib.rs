@@ -53,6 +53,7 @@ pub use ports::webhook::{
     FakeTransport, FanOut, InMemoryWebhookStore, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
     OutboundRequest, ReceiptKey, RecoverWindow, RetryNowOutcome, UnknownDeliveryStatus, WILDCARD_EVENT_TYPE,
     WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore, WebhookTransport,
+    insert_deliveries_reading_configs,
 };
 
 // What every component calls to run its work.
