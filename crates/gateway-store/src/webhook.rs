@@ -1025,15 +1025,20 @@ impl WebhookStore for DieselStore {
             return Ok(Vec::new());
         }
         if !self.is_sqlite() && !postgres::repeats_a_delivery(records) {
-            // The common case on PostgreSQL: the configs' health and the records in one statement, atomic on its
-            // own. Should a delivery be gone (deleted with its config mid-attempt: its attempt must count for
-            // nothing), the statement fails whole and the group is recorded the general way.
-            let counted = self.with_connection("record webhook attempts", |connection| match connection {
-                AnyConnection::Postgres(c) => postgres::record_attempts_counting(c, records, disable_after_failures),
-                AnyConnection::Sqlite(_) => Ok(None),
-            })?;
-            if let Some(recorded) = counted {
-                return Ok(recorded);
+            // The common case on PostgreSQL: the configs' health in one statement, then the records in one. Should
+            // a delivery be gone (deleted with its config mid-attempt: its attempt must count for nothing), the
+            // counts written are wrong: that transaction is rolled back and the group recorded the general way.
+            let mut a_delivery_was_gone = false;
+            let counted = self.immediate("record webhook attempts", |connection| {
+                let AnyConnection::Postgres(c) = connection else {
+                    return Err(diesel::result::Error::RollbackTransaction);
+                };
+                let counted = postgres::record_attempts_counting(c, records, disable_after_failures)?;
+                a_delivery_was_gone = counted.is_none();
+                counted.ok_or(diesel::result::Error::RollbackTransaction)
+            });
+            if !a_delivery_was_gone {
+                return counted;
             }
         }
         // One transaction: the history, the rows' outcomes and the configs' health commit together (a crash cannot

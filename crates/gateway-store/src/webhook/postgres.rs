@@ -360,6 +360,8 @@ struct RecordAttempts<'a> {
     signature: Vec<Option<&'a str>>,
 }
 
+postgres_statement!(RecordAttempts -> (BigInt, diesel::sql_types::Bool));
+
 impl<'a> RecordAttempts<'a> {
     fn of(records: &[&'a AttemptRecord]) -> Self {
         Self {
@@ -381,11 +383,73 @@ impl<'a> RecordAttempts<'a> {
     }
 }
 
+impl QueryFragment<Pg> for RecordAttempts<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
+        // The claim the attempt ran under: the lease instant and the attempt count before it (see
+        // `WebhookStore::record_attempt`).
+        push_sql_with_binds(
+            &mut out,
+            "WITH locked AS MATERIALIZED (\
+             SELECT id FROM webhook_deliveries WHERE id = ANY($) ORDER BY id FOR UPDATE), \
+             history AS (\
+             INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
+             status_code, error_class, error_detail) \
+             SELECT delivery_id, attempt_number, started_at, duration_ms, status_code, error_class, error_detail \
+             FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY AS attempt (delivery_id, attempt_number, started_at, \
+             duration_ms, status_code, error_class, error_detail, position) \
+             WHERE attempt.delivery_id IN (SELECT id FROM locked) \
+             ORDER BY position), \
+             applied AS (\
+             UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
+             last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
+             error_detail = outcome.error_detail, claimed_until = NULL, \
+             signature = COALESCE(outcome.signature, webhook_deliveries.signature) \
+             FROM unnest($, $, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
+             attempt_count, last_attempted_at, next_retry_at, error_detail, signature) \
+             WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.id IN (SELECT id FROM locked) \
+             AND webhook_deliveries.next_retry_at = outcome.lease \
+             AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
+             RETURNING webhook_deliveries.id) \
+             SELECT locked.id, locked.id IN (SELECT id FROM applied) FROM locked",
+            |index, out| match index {
+                0 | 1 | 8 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
+                2 | 9 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_number),
+                3 => out.push_bind_param::<Array<Timestamp>, _>(&self.started_at),
+                4 => out.push_bind_param::<Array<BigInt>, _>(&self.duration_ms),
+                5 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.status_code),
+                6 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_class),
+                7 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.attempt_error_detail),
+                10 => out.push_bind_param::<Array<Timestamp>, _>(&self.lease),
+                11 => out.push_bind_param::<Array<Text>, _>(&self.status),
+                12 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
+                13 => out.push_bind_param::<Array<Timestamp>, _>(&self.last_attempted_at),
+                14 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.next_retry_at),
+                15 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_detail),
+                _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.signature),
+            },
+        )
+    }
+}
+
 /// Whether the records name a delivery more than once: such a group cannot be [`record_attempts`]' one statement.
 pub(super) fn repeats_a_delivery(records: &[AttemptRecord]) -> bool {
     let mut ids: Vec<i64> = records.iter().map(|record| record.attempt.delivery_id).collect();
     ids.sort_unstable();
     ids.windows(2).any(|pair| pair[0] == pair[1])
+}
+
+/// The group's records as one statement, atomic on its own (call it outside a transaction, or inside one), for a
+/// group that names each delivery once (`repeats_a_delivery`): whether each applied, `None` for a delivery that is
+/// gone (nothing recorded for it).
+pub(super) fn record_attempts(
+    connection: &mut PgConnection,
+    records: &[AttemptRecord],
+) -> QueryResult<Vec<Option<bool>>> {
+    let references: Vec<&AttemptRecord> = records.iter().collect();
+    let found: HashMap<i64, bool> =
+        RecordAttempts::of(&references).load::<(i64, bool)>(connection)?.into_iter().collect();
+    Ok(records.iter().map(|record| found.get(&record.attempt.delivery_id).copied()).collect())
 }
 
 /// What one group's attempts do to one config's health, counted from the attempts in the group's order: the
@@ -436,28 +500,12 @@ struct CountHealth<'a> {
     failing: &'a str,
 }
 
-/// [`CountHealth`] and [`RecordAttempts`] as one statement, atomic and durable on its own, so it needs no
-/// transaction around it (no `BEGIN`, no `COMMIT`: two round trips fewer per group). The lock order stays the one
-/// every write keeps, configs before deliveries: the configs are locked in `found`, and `locked` waits for `health`
-/// (its one-time filter counts `health`'s rows before the scan starts) before it locks a delivery. The history rows
-/// are inserted for every record, not only the deliveries found: a delivery that is gone fails its history row's
-/// foreign key at the end of the statement, and with it the whole statement (the counts assumed it was there), so
-/// the caller records the group the general way. Returns a row per delivery found, `(id, applied, NULL, NULL)`, and
-/// per config counted, `(id, was_enabled, was, enabled_now)`.
-struct RecordAttemptsCounting<'a> {
-    health: CountHealth<'a>,
-    records: RecordAttempts<'a>,
-}
+postgres_statement!(CountHealth -> (BigInt, diesel::sql_types::Bool, BigInt, diesel::sql_types::Bool));
 
-postgres_statement!(
-    RecordAttemptsCounting -> (BigInt, diesel::sql_types::Bool, Nullable<BigInt>, Nullable<diesel::sql_types::Bool>)
-);
-
-impl QueryFragment<Pg> for RecordAttemptsCounting<'_> {
+impl QueryFragment<Pg> for CountHealth<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         // Planned at each execution, as the other group statements looking rows up by id (`batch`).
         out.unsafe_to_cache_prepared();
-        let (health, records) = (&self.health, &self.records);
         push_sql_with_binds(
             &mut out,
             "WITH found AS MATERIALIZED (\
@@ -471,8 +519,7 @@ impl QueryFragment<Pg> for RecordAttemptsCounting<'_> {
              group_health.peak_after_success) >= $) AS crossed \
              FROM found JOIN unnest($, $, $, $, $, $) AS group_health (webhook_id, leading_failures, \
              peak_after_success, trailing_failures, any_success, last_success_at) \
-             ON group_health.webhook_id = found.id), \
-             health AS (\
+             ON group_health.webhook_id = found.id) \
              UPDATE webhook_configs SET \
              consecutive_failures = CASE WHEN counted.any_success THEN counted.trailing_failures \
              ELSE counted.was + counted.trailing_failures END, \
@@ -480,63 +527,26 @@ impl QueryFragment<Pg> for RecordAttemptsCounting<'_> {
              enabled = counted.was_enabled AND NOT counted.crossed, \
              disabled_reason = CASE WHEN counted.crossed THEN $ ELSE webhook_configs.disabled_reason END \
              FROM counted WHERE webhook_configs.id = counted.id \
-             RETURNING webhook_configs.id, counted.was_enabled, counted.was, webhook_configs.enabled), \
-             locked AS MATERIALIZED (\
-             SELECT id FROM webhook_deliveries WHERE id = ANY($) AND (SELECT count(*) FROM health) >= 0 \
-             ORDER BY id FOR UPDATE), \
-             history AS (\
-             INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
-             status_code, error_class, error_detail) \
-             SELECT delivery_id, attempt_number, started_at, duration_ms, status_code, error_class, error_detail \
-             FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY AS attempt (delivery_id, attempt_number, started_at, \
-             duration_ms, status_code, error_class, error_detail, position) \
-             ORDER BY position), \
-             applied AS (\
-             UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
-             last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
-             error_detail = outcome.error_detail, claimed_until = NULL, \
-             signature = COALESCE(outcome.signature, webhook_deliveries.signature) \
-             FROM unnest($, $, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
-             attempt_count, last_attempted_at, next_retry_at, error_detail, signature) \
-             WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.id IN (SELECT id FROM locked) \
-             AND webhook_deliveries.next_retry_at = outcome.lease \
-             AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
-             RETURNING webhook_deliveries.id) \
-             SELECT locked.id, locked.id IN (SELECT id FROM applied), NULL::BIGINT, NULL::BOOLEAN FROM locked \
-             UNION ALL SELECT id, was_enabled, was, enabled FROM health",
+             RETURNING webhook_configs.id, counted.was_enabled, counted.was, webhook_configs.enabled",
             |index, out| match index {
-                0 | 3 => out.push_bind_param::<Array<BigInt>, _>(&health.webhook_id),
-                1 | 2 => out.push_bind_param::<BigInt, _>(&health.disable_after_failures),
-                4 => out.push_bind_param::<Array<BigInt>, _>(&health.leading_failures),
-                5 => out.push_bind_param::<Array<BigInt>, _>(&health.peak_after_success),
-                6 => out.push_bind_param::<Array<BigInt>, _>(&health.trailing_failures),
-                7 => out.push_bind_param::<Array<diesel::sql_types::Bool>, _>(&health.any_success),
-                8 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&health.last_success_at),
-                9 => out.push_bind_param::<Text, _>(&health.failing),
-                10 | 11 | 18 => out.push_bind_param::<Array<BigInt>, _>(&records.delivery_id),
-                12 | 19 => out.push_bind_param::<Array<Integer>, _>(&records.attempt_number),
-                13 => out.push_bind_param::<Array<Timestamp>, _>(&records.started_at),
-                14 => out.push_bind_param::<Array<BigInt>, _>(&records.duration_ms),
-                15 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&records.status_code),
-                16 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.error_class),
-                17 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.attempt_error_detail),
-                20 => out.push_bind_param::<Array<Timestamp>, _>(&records.lease),
-                21 => out.push_bind_param::<Array<Text>, _>(&records.status),
-                22 => out.push_bind_param::<Array<Integer>, _>(&records.attempt_count),
-                23 => out.push_bind_param::<Array<Timestamp>, _>(&records.last_attempted_at),
-                24 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&records.next_retry_at),
-                25 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.error_detail),
-                _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.signature),
+                0 | 3 => out.push_bind_param::<Array<BigInt>, _>(&self.webhook_id),
+                1 | 2 => out.push_bind_param::<BigInt, _>(&self.disable_after_failures),
+                4 => out.push_bind_param::<Array<BigInt>, _>(&self.leading_failures),
+                5 => out.push_bind_param::<Array<BigInt>, _>(&self.peak_after_success),
+                6 => out.push_bind_param::<Array<BigInt>, _>(&self.trailing_failures),
+                7 => out.push_bind_param::<Array<diesel::sql_types::Bool>, _>(&self.any_success),
+                8 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.last_success_at),
+                _ => out.push_bind_param::<Text, _>(&self.failing),
             },
         )
     }
 }
 
-/// [`super::WebhookStore::record_attempts_counting`] for a group that names each delivery once, in one statement
-/// ([`RecordAttemptsCounting`]: call it outside a transaction), then a hold for a config left disabled, in a
-/// statement of its own (should the process die between the two, the claims hold that config's rows as they find
-/// them due, `hold_lapsed`, and no claim takes a disabled config's row). `None` when a delivery of the group is gone:
-/// then nothing was written, and the caller records the group the general way.
+/// [`super::WebhookStore::record_attempts_counting`] for a group that names each delivery once, in two statements
+/// (the configs' health, then the records) and a hold for a config left disabled; call it inside a transaction.
+/// The configs are locked before the deliveries, as everywhere (`update_config` locks a config, then holds its
+/// deliveries). `None` when a delivery of the group is gone: the counts written assumed it was there, so the
+/// caller rolls back and records the group the general way.
 pub(super) fn record_attempts_counting(
     connection: &mut PgConnection,
     records: &[AttemptRecord],
@@ -546,38 +556,21 @@ pub(super) fn record_attempts_counting(
     for record in records {
         health.entry(record.webhook_id).or_default().count(&record.attempt);
     }
-    let references: Vec<&AttemptRecord> = records.iter().collect();
-    let statement = RecordAttemptsCounting {
-        health: CountHealth {
-            webhook_id: health.keys().copied().collect(),
-            leading_failures: health.values().map(|counts| counts.leading_failures).collect(),
-            peak_after_success: health.values().map(|counts| counts.peak_after_success).collect(),
-            trailing_failures: health.values().map(|counts| counts.trailing_failures).collect(),
-            any_success: health.values().map(|counts| counts.any_success).collect(),
-            last_success_at: health.values().map(|counts| counts.last_success_at).collect(),
-            disable_after_failures: i64::from(disable_after_failures),
-            failing: DisabledReason::Failing.as_str(),
-        },
-        records: RecordAttempts::of(&references),
+    let statement = CountHealth {
+        webhook_id: health.keys().copied().collect(),
+        leading_failures: health.values().map(|counts| counts.leading_failures).collect(),
+        peak_after_success: health.values().map(|counts| counts.peak_after_success).collect(),
+        trailing_failures: health.values().map(|counts| counts.trailing_failures).collect(),
+        any_success: health.values().map(|counts| counts.any_success).collect(),
+        last_success_at: health.values().map(|counts| counts.last_success_at).collect(),
+        disable_after_failures: i64::from(disable_after_failures),
+        failing: DisabledReason::Failing.as_str(),
     };
-    let rows: Vec<(i64, bool, Option<i64>, Option<bool>)> = match statement.load(connection) {
-        // A history row whose delivery is gone: the statement wrote nothing.
-        Err(DieselError::DatabaseError(DatabaseErrorKind::ForeignKeyViolation, _)) => return Ok(None),
-        rows => rows?,
-    };
-    let mut found: HashMap<i64, bool> = HashMap::with_capacity(records.len());
-    let mut counted: Vec<(i64, bool, i64, bool)> = Vec::with_capacity(health.len());
-    for (id, flag, was, enabled) in rows {
-        match (was, enabled) {
-            (Some(was), Some(enabled)) => counted.push((id, flag, was, enabled)),
-            _ => {
-                found.insert(id, flag);
-            }
-        }
+    let counted: Vec<(i64, bool, i64, bool)> = statement.load(connection)?;
+    let applied = record_attempts(connection, records)?;
+    if applied.iter().any(Option::is_none) {
+        return Ok(None);
     }
-    // Every delivery was found (else the history's foreign key failed the statement).
-    let applied: Vec<Option<bool>> =
-        records.iter().map(|record| found.get(&record.attempt.delivery_id).copied()).collect();
     // Which attempt disabled its config: the count replayed from where the statement found it, attempt by attempt,
     // as `count_attempt` counts.
     let mut replay: HashMap<i64, (bool, i64)> =
@@ -705,20 +698,7 @@ mod tests {
             })
             .collect();
         let records: Vec<&AttemptRecord> = records.iter().collect();
-        let record = RecordAttemptsCounting {
-            health: CountHealth {
-                webhook_id: vec![1],
-                leading_failures: vec![0],
-                peak_after_success: vec![0],
-                trailing_failures: vec![0],
-                any_success: vec![true],
-                last_success_at: vec![Some(to_db(START))],
-                disable_after_failures: 100,
-                failing: DisabledReason::Failing.as_str(),
-            },
-            records: RecordAttempts::of(&records),
-        };
-        for plan in [plan(&fixture, claim), plan(&fixture, record)] {
+        for plan in [plan(&fixture, claim), plan(&fixture, RecordAttempts::of(&records))] {
             assert!(plan.contains("webhook_deliveries_pkey"), "{plan}");
             assert!(!plan.contains("Seq Scan on webhook_deliveries"), "{plan}");
         }
