@@ -19,8 +19,8 @@ use diesel::sqlite::Sqlite;
 use gateway_core::{
     AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus,
     DeliveryUpdate, DisabledReason, DueDelivery, EndpointStats, FanOut, FencingToken, IdempotencyKey, InboundInsert,
-    NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RecoverWindow, RetryNowOutcome, StoreError,
-    WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore,
+    InsertedToConfig, NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RecoverWindow, RetryNowOutcome,
+    StoreError, WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -299,6 +299,9 @@ struct NewDeliveryRow<'a> {
     /// The claim marker (`recovery`) of a delivery inserted already claimed.
     claimed_until: Option<PrimitiveDateTime>,
 }
+
+/// One row of a group insert, as written, with its config's secret when the insert read it (`to_configs`).
+type WrittenRow = QueryResult<(DeliveryRow, Option<String>)>;
 
 impl<'a> NewDeliveryRow<'a> {
     fn of(delivery: &'a NewDelivery) -> Self {
@@ -777,10 +780,7 @@ impl WebhookStore for DieselStore {
             .collect())
     }
 
-    fn insert_deliveries_to_configs(
-        &self,
-        deliveries: &[NewDelivery],
-    ) -> Result<Vec<Result<(Delivery, WebhookSecret), StoreError>>, StoreError> {
+    fn insert_deliveries_to_configs(&self, deliveries: &[NewDelivery]) -> Result<Vec<InsertedToConfig>, StoreError> {
         if self.is_sqlite() {
             // A read costs SQLite no round trip; the insert stays the one SQLite writes for any group.
             return gateway_core::insert_deliveries_reading_configs(self, deliveries);
@@ -1183,7 +1183,7 @@ impl DieselStore {
         &self,
         rows: &[NewDeliveryRow<'_>],
         to_configs: bool,
-    ) -> Result<Vec<QueryResult<(DeliveryRow, Option<String>)>>, StoreError> {
+    ) -> Result<Vec<WrittenRow>, StoreError> {
         self.immediate("insert webhook deliveries", |connection| {
             let c = match connection {
                 AnyConnection::Sqlite(c) => c,
@@ -1215,7 +1215,7 @@ impl DieselStore {
         &self,
         deliveries: &[NewDelivery],
         to_configs: bool,
-    ) -> Result<Vec<QueryResult<(DeliveryRow, Option<String>)>>, StoreError> {
+    ) -> Result<Vec<WrittenRow>, StoreError> {
         let rows: Vec<NewDeliveryRow<'_>> = deliveries.iter().map(NewDeliveryRow::of).collect();
         if rows.is_empty() {
             return Ok(Vec::new());

@@ -16,7 +16,7 @@ use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamp};
 use gateway_core::{AttemptRecord, AttemptRecorded, DeliveryStatus, DisabledReason, EndpointDisabled};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
-use super::{AWAITING_ATTEMPT, DeliveryRow, NewDeliveryRow, record};
+use super::{AWAITING_ATTEMPT, DeliveryRow, NewDeliveryRow, WrittenRow, record};
 use crate::batch::{pair_in_order, push_sql_with_binds};
 use crate::connection::AnyConnection;
 use crate::schema::{webhook_configs, webhook_deliveries};
@@ -189,7 +189,7 @@ pub(super) fn insert_deliveries(
     rows: &[NewDeliveryRow<'_>],
     lock_configs: bool,
     to_configs: bool,
-) -> QueryResult<Option<Vec<QueryResult<(DeliveryRow, Option<String>)>>>> {
+) -> QueryResult<Option<Vec<WrittenRow>>> {
     let configs: Option<HashSet<i64>> = if lock_configs {
         let mut webhook_ids: Vec<i64> = rows.iter().map(|row| row.webhook_id).collect();
         webhook_ids.sort_unstable();
