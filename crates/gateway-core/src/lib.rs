@@ -50,9 +50,10 @@ pub use ports::tool_call::{InMemoryToolCallStore, ToolCallRecord, ToolCallStore}
 pub use ports::webhook::{
     AttemptOutcome, AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker,
     DeliveryStatus, DeliveryUpdate, DisabledReason, DueDelivery, EndpointDisabled, EndpointStats, FailureClass,
-    FakeTransport, FanOut, InMemoryWebhookStore, InboundInsert, NewDelivery, NewWebhookConfig, NewWebhookEvent,
-    OutboundRequest, ReceiptKey, RecoverWindow, RetryNowOutcome, UnknownDeliveryStatus, WILDCARD_EVENT_TYPE,
-    WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore, WebhookTransport,
+    FakeTransport, FanOut, InMemoryWebhookStore, InboundInsert, InsertedToConfig, NewDelivery, NewWebhookConfig,
+    NewWebhookEvent, OutboundRequest, ReceiptKey, RecoverWindow, RetryNowOutcome, UnknownDeliveryStatus,
+    WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore,
+    WebhookTransport, insert_deliveries_reading_configs,
 };
 
 // What every component calls to run its work.

@@ -19,8 +19,8 @@ use diesel::sqlite::Sqlite;
 use gateway_core::{
     AttemptRecord, AttemptRecorded, Delivery, DeliveryAttempt, DeliveryFilter, DeliveryMaker, DeliveryStatus,
     DeliveryUpdate, DisabledReason, DueDelivery, EndpointStats, FanOut, FencingToken, IdempotencyKey, InboundInsert,
-    NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RecoverWindow, RetryNowOutcome, StoreError,
-    WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore,
+    InsertedToConfig, NewDelivery, NewWebhookConfig, NewWebhookEvent, ReceiptKey, RecoverWindow, RetryNowOutcome,
+    StoreError, WILDCARD_EVENT_TYPE, WebhookConfig, WebhookConfigChange, WebhookEvent, WebhookSecret, WebhookStore,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -300,6 +300,9 @@ struct NewDeliveryRow<'a> {
     claimed_until: Option<PrimitiveDateTime>,
 }
 
+/// One row of a group insert, as written, with its config's secret when the insert read it (`to_configs`).
+type WrittenRow = QueryResult<(DeliveryRow, Option<String>)>;
+
 impl<'a> NewDeliveryRow<'a> {
     fn of(delivery: &'a NewDelivery) -> Self {
         Self {
@@ -524,8 +527,10 @@ fn fan_out_rows(
     let written: Vec<DeliveryRow> = match connection {
         AnyConnection::Sqlite(_) => rows.iter().map(|row| row.insert(connection)).collect::<QueryResult<_>>()?,
         AnyConnection::Postgres(_) if rows.is_empty() => Vec::new(),
-        AnyConnection::Postgres(c) => match postgres::insert_deliveries(c, &rows, false)? {
-            Some(outcomes) => outcomes.into_iter().collect::<QueryResult<_>>()?,
+        AnyConnection::Postgres(c) => match postgres::insert_deliveries(c, &rows, false, false)? {
+            Some(outcomes) => {
+                outcomes.into_iter().map(|outcome| outcome.map(|(row, _)| row)).collect::<QueryResult<_>>()?
+            }
             // The configs are locked: none can be missing. Were one, nothing was written, and nothing must be.
             None => return Err(diesel::result::Error::RollbackTransaction),
         },
@@ -764,31 +769,30 @@ impl WebhookStore for DieselStore {
     }
 
     fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<Vec<Result<Delivery, StoreError>>, StoreError> {
-        let rows: Vec<NewDeliveryRow<'_>> = deliveries.iter().map(NewDeliveryRow::of).collect();
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut written = None;
-        if !self.is_sqlite() {
-            // One statement, atomic on its own, when every config is there (the common case: the router has just
-            // read them); else the group again, its configs locked first.
-            written = self.with_connection("insert webhook deliveries", |connection| match connection {
-                AnyConnection::Postgres(c) => postgres::insert_deliveries(c, &rows, false),
-                AnyConnection::Sqlite(_) => Ok(None),
-            })?;
-        }
-        // PostgreSQL's statement has held the rows of configs disabled as it found them. A config disabled after is
-        // held by the disable's own statement (`hold_deliveries`), or, when the disable commits while this runs, by the
-        // first claim that finds a row due (`hold_lapsed`) or by the record of an attempt that started (the record
-        // holds a disabled config's deliveries): nothing escapes all of them.
-        let outcomes = match written {
-            Some(outcomes) => outcomes,
-            None => self.insert_deliveries_in_transaction(&rows)?,
-        };
+        let outcomes = self.insert_delivery_group(deliveries, false)?;
         Ok(outcomes
             .into_iter()
             .map(|outcome| {
-                outcome.map_err(|error| classify("insert webhook delivery", error)).and_then(Delivery::try_from)
+                outcome
+                    .map_err(|error| classify("insert webhook delivery", error))
+                    .and_then(|(row, _)| Delivery::try_from(row))
+            })
+            .collect())
+    }
+
+    fn insert_deliveries_to_configs(&self, deliveries: &[NewDelivery]) -> Result<Vec<InsertedToConfig>, StoreError> {
+        if self.is_sqlite() {
+            // A read costs SQLite no round trip; the insert stays the one SQLite writes for any group.
+            return gateway_core::insert_deliveries_reading_configs(self, deliveries);
+        }
+        let outcomes = self.insert_delivery_group(deliveries, true)?;
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| {
+                let (row, secret) = outcome.map_err(|error| classify("insert webhook delivery", error))?;
+                let secret =
+                    secret.ok_or_else(|| StoreError::Internal("a delivery came back without its secret".to_owned()))?;
+                Ok((Delivery::try_from(row)?, WebhookSecret::new(secret)))
             })
             .collect())
     }
@@ -1178,14 +1182,15 @@ impl DieselStore {
     fn insert_deliveries_in_transaction(
         &self,
         rows: &[NewDeliveryRow<'_>],
-    ) -> Result<Vec<QueryResult<DeliveryRow>>, StoreError> {
+        to_configs: bool,
+    ) -> Result<Vec<WrittenRow>, StoreError> {
         self.immediate("insert webhook deliveries", |connection| {
             let c = match connection {
                 AnyConnection::Sqlite(c) => c,
                 // The statement holds the rows of configs disabled as it finds them, as on the path without a
-                // transaction (`insert_deliveries`, which says what holds those of a config disabled after).
+                // transaction (`insert_delivery_group`, which says what holds those of a config disabled after).
                 AnyConnection::Postgres(c) => {
-                    return postgres::insert_deliveries(c, rows, true).map(Option::unwrap_or_default);
+                    return postgres::insert_deliveries(c, rows, true, to_configs).map(Option::unwrap_or_default);
                 }
             };
             let mut outcomes = Vec::with_capacity(rows.len());
@@ -1199,8 +1204,39 @@ impl DieselStore {
                 }
             }
             // In the insert's own transaction: SQLite runs one writer at a time, so no disable comes between.
-            hold_outcomes(&mut AnyConnection::Sqlite(c), outcomes)
+            let held = hold_outcomes(&mut AnyConnection::Sqlite(c), outcomes)?;
+            Ok(held.into_iter().map(|outcome| outcome.map(|row| (row, None))).collect())
         })
+    }
+
+    /// The group insert of `insert_deliveries` (`to_configs`: of `insert_deliveries_to_configs`, on PostgreSQL;
+    /// SQLite reads the configs first), each row with its config's secret when `to_configs`.
+    fn insert_delivery_group(
+        &self,
+        deliveries: &[NewDelivery],
+        to_configs: bool,
+    ) -> Result<Vec<WrittenRow>, StoreError> {
+        let rows: Vec<NewDeliveryRow<'_>> = deliveries.iter().map(NewDeliveryRow::of).collect();
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut written = None;
+        if !self.is_sqlite() {
+            // One statement, atomic on its own, when every config is there (the common case: the router has just
+            // read them, or it asks the statement to read them); else the group again, its configs locked first.
+            written = self.with_connection("insert webhook deliveries", |connection| match connection {
+                AnyConnection::Postgres(c) => postgres::insert_deliveries(c, &rows, false, to_configs),
+                AnyConnection::Sqlite(_) => Ok(None),
+            })?;
+        }
+        // PostgreSQL's statement has held the rows of configs disabled as it found them. A config disabled after is
+        // held by the disable's own statement (`hold_deliveries`), or, when the disable commits while this runs, by the
+        // first claim that finds a row due (`hold_lapsed`) or by the record of an attempt that started (the record
+        // holds a disabled config's deliveries): nothing escapes all of them.
+        match written {
+            Some(outcomes) => Ok(outcomes),
+            None => self.insert_deliveries_in_transaction(&rows, to_configs),
+        }
     }
 }
 

@@ -175,6 +175,7 @@ macro_rules! webhook_store_conformance {
             a_delivery_is_inserted_pending_and_one_for_a_missing_config_is_a_conflict,
             an_idempotency_key_is_unique_and_finds_its_delivery,
             a_group_insert_fails_only_the_deliveries_a_constraint_refuses,
+            a_group_inserted_to_its_configs_takes_their_targets_and_current_secrets,
             a_delivery_inserted_claimed_waits_for_its_lease_and_its_attempt_applies,
             an_applied_attempt_may_replace_the_signature,
             due_rows_are_oldest_first_across_pending_and_failed_ties_by_id_never_delivered_or_dead,

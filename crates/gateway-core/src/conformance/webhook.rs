@@ -629,6 +629,72 @@ pub fn a_group_insert_fails_only_the_deliveries_a_constraint_refuses(store: &dyn
     assert!(store.insert_deliveries(&[]).expect("an empty group").is_empty());
 }
 
+/// A group inserted to its configs ([`WebhookStore::insert_deliveries_to_configs`]) takes each row's target from its
+/// config as the write finds it, stores no signature, and answers each written row with its config's current
+/// secret: after a rotation (and a new target), the next group gets the new ones. A delivery whose config is missing,
+/// or whose key is held, fails alone with [`StoreError::Conflict`]; a disabled config's delivery is written held
+/// even when asked claimed. An empty group writes nothing.
+pub fn a_group_inserted_to_its_configs_takes_their_targets_and_current_secrets(
+    store: &dyn WebhookStore,
+    at: OffsetDateTime,
+) {
+    let config = config(store, "github", at);
+    let other = store.create_config(&new_config("gitlab", "push", at)).expect("create config");
+    let holder = insert(store, &keyed(config.id, "k-0", at));
+    let outcomes = store
+        .insert_deliveries_to_configs(&[
+            new_delivery(config.id, "a", at),
+            new_delivery(config.id + 1_000, "no such config", at),
+            keyed(config.id, "k-0", at),
+            NewDelivery { claimed: true, ..new_delivery(other.id, "b", at) },
+        ])
+        .expect("insert deliveries");
+    let refused: Vec<bool> = outcomes.iter().map(|outcome| matches!(outcome, Err(StoreError::Conflict(_)))).collect();
+    assert_eq!(refused, [false, true, true, false], "{outcomes:?}");
+    let written: Vec<&(Delivery, WebhookSecret)> = outcomes.iter().flatten().collect();
+    let shown: Vec<(&str, &str, &str, &str)> = written
+        .iter()
+        .map(|(row, secret)| {
+            (row.session_id.as_str(), row.target_url.as_str(), row.signature.as_str(), secret.expose())
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("a", config.target_url.as_str(), "", config.secret.expose()),
+            ("b", other.target_url.as_str(), "", other.secret.expose())
+        ]
+    );
+    for (row, _) in &written {
+        assert_eq!(store.delivery(row.id).expect("read").as_ref(), Some(row), "answered as stored");
+    }
+    assert_eq!(store.delivery_by_idempotency_key(&key("k-0")).expect("read"), Some(holder));
+
+    let rotate = WebhookConfigChange {
+        secret: Some(WebhookSecret::new("rotated")),
+        target_url: Some("https://example.com/moved".into()),
+        ..WebhookConfigChange::default()
+    };
+    store.update_config(config.id, &rotate, at + Duration::seconds(1)).expect("rotate").expect("found");
+    let disable = WebhookConfigChange { enabled: Some(false), ..WebhookConfigChange::default() };
+    store.update_config(other.id, &disable, at + Duration::seconds(1)).expect("disable").expect("found");
+    let later = at + Duration::seconds(2);
+    let outcomes = store
+        .insert_deliveries_to_configs(&[
+            new_delivery(config.id, "c", later),
+            NewDelivery { claimed: true, ..new_delivery(other.id, "d", later) },
+        ])
+        .expect("insert deliveries");
+    let written: Vec<(Delivery, WebhookSecret)> =
+        outcomes.into_iter().map(|outcome| outcome.expect("written")).collect();
+    assert_eq!(written[0].0.target_url, "https://example.com/moved");
+    assert_eq!(written[0].1.expose(), "rotated", "the secret as the write found it");
+    assert_eq!(written[0].0.next_retry_at, Some(later + FIRST_DUE));
+    assert_eq!(written[1].0.next_retry_at, None, "held: its config is disabled");
+    assert!(store.claim(&[written[1].0.id], later + FIRST_DUE, later + FIRST_DUE + LEASE).expect("claim").is_empty());
+    assert!(store.insert_deliveries_to_configs(&[]).expect("an empty group").is_empty());
+}
+
 /// A delivery inserted already claimed (its inserter makes the first attempt at once) holds its claim until its
 /// `next_retry_at`: it is neither due nor claimable before, the attempt recorded under that lease applies, and if
 /// none is recorded the row is due again when the lease ends.

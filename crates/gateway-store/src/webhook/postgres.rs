@@ -16,7 +16,7 @@ use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamp};
 use gateway_core::{AttemptRecord, AttemptRecorded, DeliveryStatus, DisabledReason, EndpointDisabled};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
-use super::{AWAITING_ATTEMPT, DeliveryRow, NewDeliveryRow, record};
+use super::{AWAITING_ATTEMPT, DeliveryRow, NewDeliveryRow, WrittenRow, record};
 use crate::batch::{pair_in_order, push_sql_with_binds};
 use crate::connection::AnyConnection;
 use crate::schema::{webhook_configs, webhook_deliveries};
@@ -82,6 +82,54 @@ impl<'a> InsertDeliveries<'a> {
     }
 }
 
+/// [`InsertDeliveries`] for rows that go to their configs as the statement finds them
+/// (`WebhookStore::insert_deliveries_to_configs`): each row's target is its config's, its signature empty, and each
+/// written row comes back with its config's secret, read in the same snapshot as the target. A row whose config is
+/// missing fails the statement (its target is NULL), as the foreign key would. A type of its own because Diesel
+/// caches a prepared statement by its type.
+struct InsertDeliveriesToConfigs<'a>(InsertDeliveries<'a>);
+
+postgres_statement!(InsertDeliveriesToConfigs -> (DeliveryColumns, Nullable<Text>, Nullable<Timestamp>, Nullable<Text>));
+
+impl QueryFragment<Pg> for InsertDeliveriesToConfigs<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        let rows = &self.0;
+        out.push_sql(
+            "WITH written AS (INSERT INTO webhook_deliveries (webhook_id, session_id, payload, target_url, signature, \
+             status, attempt_count, next_retry_at, created_at, idempotency_key, claimed_until) \
+             SELECT sent.webhook_id, sent.session_id, sent.payload, config.target_url, '', sent.status, \
+             sent.attempt_count, CASE WHEN config.enabled THEN sent.next_retry_at END, sent.created_at, \
+             sent.idempotency_key, CASE WHEN config.enabled THEN sent.claimed_until END ",
+        );
+        push_sql_with_binds(
+            &mut out,
+            "FROM unnest($, $, $, $, $, $, $, $, $) WITH ORDINALITY AS sent (webhook_id, session_id, payload, status, \
+             attempt_count, next_retry_at, created_at, idempotency_key, claimed_until, position) \
+             LEFT JOIN webhook_configs AS config ON config.id = sent.webhook_id \
+             ORDER BY position \
+             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING ",
+            |index, out| match index {
+                0 => out.push_bind_param::<Array<BigInt>, _>(&rows.webhook_id),
+                1 => out.push_bind_param::<Array<Text>, _>(&rows.session_id),
+                2 => out.push_bind_param::<Array<Text>, _>(&rows.payload),
+                3 => out.push_bind_param::<Array<Text>, _>(&rows.status),
+                4 => out.push_bind_param::<Array<Integer>, _>(&rows.attempt_count),
+                5 => out.push_bind_param::<Array<Timestamp>, _>(&rows.next_retry_at),
+                6 => out.push_bind_param::<Array<Timestamp>, _>(&rows.created_at),
+                7 => out.push_bind_param::<Array<Nullable<Text>>, _>(&rows.idempotency_key),
+                _ => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&rows.claimed_until),
+            },
+        )?;
+        out.push_sql(DELIVERY_COLUMNS);
+        out.push_sql(
+            ", webhook_deliveries.idempotency_key AS written_key, webhook_deliveries.claimed_until AS written_claim) \
+             SELECT written.*, config.secret FROM written LEFT JOIN webhook_configs AS config \
+             ON config.id = written.webhook_id",
+        );
+        Ok(())
+    }
+}
+
 impl QueryFragment<Pg> for InsertDeliveries<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         out.push_sql(
@@ -133,11 +181,15 @@ fn refused(kind: DatabaseErrorKind, why: &str) -> DieselError {
 /// Without `lock_configs`, the insert is one statement, for a group whose configs all exist (as they did when the
 /// router read them): `None` when one is missing, and then nothing was written (the statement failed on the foreign
 /// key, whole), so the caller runs the group again with `lock_configs`.
+///
+/// With `to_configs`, each row goes to its config as the statement finds it ([`InsertDeliveriesToConfigs`]) and
+/// comes back with the config's secret; without, with `None`.
 pub(super) fn insert_deliveries(
     connection: &mut PgConnection,
     rows: &[NewDeliveryRow<'_>],
     lock_configs: bool,
-) -> QueryResult<Option<Vec<QueryResult<DeliveryRow>>>> {
+    to_configs: bool,
+) -> QueryResult<Option<Vec<WrittenRow>>> {
     let configs: Option<HashSet<i64>> = if lock_configs {
         let mut webhook_ids: Vec<i64> = rows.iter().map(|row| row.webhook_id).collect();
         webhook_ids.sort_unstable();
@@ -168,26 +220,41 @@ pub(super) fn insert_deliveries(
             Ok(sent.len() - 1)
         })
         .collect();
-    let mut written: Vec<(DeliveryRow, Option<String>, Option<PrimitiveDateTime>)> = if sent.is_empty() {
+    type Written = (DeliveryRow, Option<String>, Option<PrimitiveDateTime>, Option<String>);
+    let mut written: Vec<Written> = if sent.is_empty() {
         Vec::new()
     } else {
-        match InsertDeliveries::of(&sent).load(connection) {
-            Err(DieselError::DatabaseError(DatabaseErrorKind::ForeignKeyViolation, _)) if !lock_configs => {
+        let statement = InsertDeliveries::of(&sent);
+        let loaded = if to_configs {
+            InsertDeliveriesToConfigs(statement).load(connection)
+        } else {
+            statement
+                .load(connection)
+                .map(|rows| rows.into_iter().map(|(row, key, claimed_until)| (row, key, claimed_until, None)).collect())
+        };
+        match loaded {
+            // A missing config: the foreign key refuses the row, or, going to its config, its target is NULL.
+            Err(DieselError::DatabaseError(
+                DatabaseErrorKind::ForeignKeyViolation | DatabaseErrorKind::NotNullViolation,
+                _,
+            )) if !lock_configs => {
                 return Ok(None);
             }
             written => written?,
         }
     };
-    written.sort_unstable_by_key(|(row, _, _)| row.id);
+    written.sort_unstable_by_key(|(row, _, _, _)| row.id);
     let mut written = pair_in_order(
         &sent,
         written,
-        |sent, (row, key, claimed_until)| {
+        |sent, (row, key, claimed_until, secret)| {
             row.webhook_id == sent.webhook_id
                 && row.session_id == sent.session_id
                 && row.payload == sent.payload
-                && row.target_url == sent.target_url
-                && row.signature == sent.signature
+                && match to_configs {
+                    true => row.signature.is_empty() && secret.is_some(),
+                    false => row.target_url == sent.target_url && row.signature == sent.signature,
+                }
                 && row.created_at == sent.created_at
                 && key.as_deref() == sent.idempotency_key
                 // As sent, or held (both cleared) when its config is disabled.
@@ -201,7 +268,7 @@ pub(super) fn insert_deliveries(
             .map(|step| {
                 let position = step?;
                 match written[position].take() {
-                    Some((row, _, _)) => Ok(row),
+                    Some((row, _, _, secret)) => Ok((row, secret)),
                     None => Err(refused(DatabaseErrorKind::UniqueViolation, "the idempotency key is held")),
                 }
             })

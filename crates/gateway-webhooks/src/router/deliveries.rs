@@ -8,7 +8,7 @@ use gateway_core::{
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, info, warn};
 
-use super::groups::{DeliveryDraft, new_row};
+use super::groups::{DeliveryDraft, new_row, signed};
 use super::known_configs::Lookup;
 use super::{DeliveryDetail, WebhookRouter, target_host};
 use crate::envelope::inbound_envelope;
@@ -199,8 +199,8 @@ impl WebhookRouter {
                 return Err(error);
             }
         };
-        self.hand_over(&row, secret, ready);
-        Ok(row)
+        self.hand_over(&row, secret.clone(), ready);
+        Ok(signed(row, &secret))
     }
 
     /// A new row goes to the dispatcher: its attempt starts at once when it was inserted claimed with a slot and a

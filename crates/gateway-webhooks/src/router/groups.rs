@@ -19,12 +19,11 @@ use crate::signature::sign;
 /// Most rows written by one shared commit.
 pub const MAX_GROUP: usize = 256;
 
-/// A delivery to create: the config is looked up (and the payload signed) by the writer, in the same trip as
-/// the insert, unless the caller already has it (an inbound webhook verified with it).
+/// A delivery to create: its config's target and secret are the insert's to read
+/// (`WebhookStore::insert_deliveries_to_configs`), in the same statement on PostgreSQL.
 #[derive(Debug)]
 pub(super) struct DeliveryDraft {
     pub(super) webhook_id: i64,
-    pub(super) config: Option<WebhookConfig>,
     pub(super) session_id: String,
     pub(super) payload: String,
     pub(super) created_at: OffsetDateTime,
@@ -35,7 +34,7 @@ pub(super) struct DeliveryDraft {
 
 impl DeliveryDraft {
     pub(super) fn new(webhook_id: i64, session_id: String, payload: String, created_at: OffsetDateTime) -> Self {
-        Self { webhook_id, config: None, session_id, payload, created_at, idempotency_key: None, claimed: false }
+        Self { webhook_id, session_id, payload, created_at, idempotency_key: None, claimed: false }
     }
 }
 
@@ -51,25 +50,23 @@ pub(super) type Records = GroupCommit<AttemptRecord, AttemptRecorded>;
 /// `ENQUEUE_SAFETY_NET` after its creation (FR-10.8); one inserted claimed holds its claim until then too, unless
 /// the attempt's time limit needs longer (`shortest_lease`).
 pub(super) fn new_row(config: &WebhookConfig, draft: DeliveryDraft, shortest_lease: OffsetDateTime) -> NewDelivery {
+    let row = unsigned_row(draft, shortest_lease);
     NewDelivery {
         webhook_id: config.id,
-        signature: sign(&config.secret, draft.payload.as_bytes()),
-        session_id: draft.session_id,
-        payload: draft.payload,
+        signature: sign(&config.secret, row.payload.as_bytes()),
         target_url: config.target_url.clone(),
-        created_at: draft.created_at,
-        next_retry_at: match draft.claimed {
-            true => (draft.created_at + ENQUEUE_SAFETY_NET).max(shortest_lease),
-            false => draft.created_at + ENQUEUE_SAFETY_NET,
-        },
-        idempotency_key: draft.idempotency_key,
         // A disabled config's delivery is held, never attempted at once (the store holds it whatever is asked).
-        claimed: draft.claimed && config.enabled,
+        claimed: row.claimed && config.enabled,
+        ..row
     }
 }
 
 /// A new delivery is due `ENQUEUE_SAFETY_NET` after its creation (FR-10.8), whether or not it is inserted claimed:
-/// a claim taken at insert runs until then too, unless the attempt's time limit needs longer.
+/// a claim taken at insert runs until then too, unless the attempt's time limit needs longer. The group is written
+/// without reading its configs first: the insert takes each row's target from its config and hands back the
+/// config's secret as it found it, which the attempt signs with, so a rotation committed before the insert signs
+/// it. The row is stored without a signature (its first attempt records the one it was sent with); the caller's
+/// answer shows the signature that attempt sends ([`signed`]).
 pub(super) fn inserts(
     store: Arc<dyn WebhookStore>,
     clock: Arc<dyn Clock>,
@@ -77,47 +74,47 @@ pub(super) fn inserts(
 ) -> Inserts {
     GroupCommit::new(MAX_GROUP, move |drafts: Vec<DeliveryDraft>| {
         let shortest_lease = millisecond_now(clock.as_ref()) + duration_to_time(attempt_timeout) + LEASE_MARGIN;
-        let mut configs: HashMap<i64, Option<WebhookConfig>> = HashMap::new();
-        let mut outcomes: Vec<Option<Result<Claimed, WebhookError>>> = Vec::with_capacity(drafts.len());
-        let mut rows = Vec::with_capacity(drafts.len());
-        let mut secrets = Vec::with_capacity(drafts.len());
-        for mut draft in drafts {
-            let config = match draft.config.take() {
-                Some(config) => Some(config),
-                None => match configs.get(&draft.webhook_id) {
-                    Some(known) => known.clone(),
-                    None => {
-                        let found = store.config(draft.webhook_id)?;
-                        configs.insert(draft.webhook_id, found.clone());
-                        found
-                    }
-                },
-            };
-            let Some(config) = config else {
-                outcomes.push(Some(Err(WebhookError::UnknownWebhook(draft.webhook_id))));
-                continue;
-            };
-            secrets.push(config.secret.clone());
-            rows.push(new_row(&config, draft, shortest_lease));
-            outcomes.push(None);
-        }
-        let mut inserted =
-            store.insert_deliveries(&rows)?.into_iter().zip(rows.iter().map(|row| row.webhook_id).zip(secrets));
-        Ok(outcomes
-            .into_iter()
-            .map(|known| {
-                known.unwrap_or_else(|| match inserted.next() {
-                    Some((Ok(delivery), (_, secret))) => Ok((delivery, secret)),
-                    // The config was deleted since it was read, or the idempotency key is held: the caller tells.
-                    Some((Err(StoreError::Conflict(_)), (webhook_id, _))) => {
-                        Err(WebhookError::UnknownWebhook(webhook_id))
-                    }
-                    Some((Err(error), _)) => Err(error.into()),
-                    None => Err(StoreError::Internal("a grouped insert returned too few outcomes".to_owned()).into()),
-                })
+        let rows: Vec<NewDelivery> = drafts.into_iter().map(|draft| unsigned_row(draft, shortest_lease)).collect();
+        let inserted = store.insert_deliveries_to_configs(&rows)?;
+        Ok(rows
+            .iter()
+            .zip(inserted)
+            .map(|(row, outcome)| match outcome {
+                Ok(claimed) => Ok(claimed),
+                // The config is gone, or the idempotency key is held: the caller tells.
+                Err(StoreError::Conflict(_)) => Err(WebhookError::UnknownWebhook(row.webhook_id)),
+                Err(error) => Err(error.into()),
             })
             .collect())
     })
+}
+
+/// The row of `draft` before its config is read: the store fills in the target and leaves the signature empty.
+/// A disabled config's delivery is inserted held whatever `claimed` asks (the store holds it).
+fn unsigned_row(draft: DeliveryDraft, shortest_lease: OffsetDateTime) -> NewDelivery {
+    NewDelivery {
+        webhook_id: draft.webhook_id,
+        signature: String::new(),
+        session_id: draft.session_id,
+        payload: draft.payload,
+        target_url: String::new(),
+        created_at: draft.created_at,
+        next_retry_at: match draft.claimed {
+            true => (draft.created_at + ENQUEUE_SAFETY_NET).max(shortest_lease),
+            false => draft.created_at + ENQUEUE_SAFETY_NET,
+        },
+        idempotency_key: draft.idempotency_key,
+        claimed: draft.claimed,
+    }
+}
+
+/// `row` as its caller is answered: with the signature its attempts send (`X-Observatory-Signature`), made with
+/// `secret`, when the row holds none yet.
+pub(super) fn signed(mut row: Delivery, secret: &WebhookSecret) -> Delivery {
+    if row.signature.is_empty() {
+        row.signature = sign(secret, row.payload.as_bytes());
+    }
+    row
 }
 
 /// Claims for immediate attempts, each by its own due time, all under one lease taken when the group is written.

@@ -95,10 +95,6 @@ impl WebhookRouter {
         let config = self.config(webhook_id).await?;
         let now = self.now();
         let payload = test_envelope(webhook_id, now);
-        let draft = DeliveryDraft {
-            config: Some(config.clone()),
-            ..DeliveryDraft::new(webhook_id, config.target_session, payload, now)
-        };
-        self.create_delivery(draft).await
+        self.create_delivery(DeliveryDraft::new(webhook_id, config.target_session, payload, now)).await
     }
 }

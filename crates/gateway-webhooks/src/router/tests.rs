@@ -178,8 +178,12 @@ async fn an_enqueued_delivery_is_attempted_at_once_signed_and_delivered() {
     assert_eq!(requests[0].url, "https://receiver.example/hook");
     assert_eq!(requests[0].body, payload);
     assert_eq!(requests[0].signature, sign(&WebhookSecret::new(SECRET), payload.as_bytes()));
+    // The row was written unsigned (its config's secret came back from the insert); the answer showed the signature
+    // the attempt sends, and the attempt's record stored it.
+    assert_eq!(row.signature, requests[0].signature, "the answer's signature is the one sent");
 
     let detail = h.router.delivery(row.id).await.unwrap();
+    assert_eq!(detail.delivery.signature, requests[0].signature, "recorded by the first attempt");
     assert_eq!(detail.delivery.status, DeliveryStatus::Delivered);
     assert_eq!(detail.delivery.attempt_count, 1);
     assert_eq!(detail.delivery.next_retry_at, None);

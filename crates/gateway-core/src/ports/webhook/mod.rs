@@ -5,6 +5,7 @@
 mod fake_transport;
 mod in_memory;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -337,6 +338,10 @@ pub struct Delivery {
     pub error_detail: Option<String>,
 }
 
+/// One delivery's outcome of [`WebhookStore::insert_deliveries_to_configs`]: the row as written, with its config's
+/// secret as the write found it.
+pub type InsertedToConfig = Result<(Delivery, WebhookSecret), StoreError>;
+
 /// A delivery to insert: always `pending` with `attempt_count = 0`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct NewDelivery {
@@ -606,6 +611,16 @@ pub trait WebhookStore: FencingEpoch + Send + Sync + fmt::Debug {
     fn insert_deliveries(&self, deliveries: &[NewDelivery]) -> Result<Vec<Result<Delivery, StoreError>>, StoreError> {
         Ok(deliveries.iter().map(|delivery| self.insert_delivery(delivery)).collect())
     }
+    /// [`Self::insert_deliveries`] for callers that have not read the configs: each delivery goes to its config as
+    /// this write finds it. A row's `target_url` is its config's and its `signature` is empty, whatever the caller
+    /// put in them (the signature is the first attempt's to record: [`DeliveryUpdate::signature`]), and each
+    /// written row comes back with its config's secret, which its attempt signs with. A delivery whose config is
+    /// gone fails alone, with [`StoreError::Conflict`], as do the other conflicts. So a router's group of enqueues
+    /// needs no read before its write: a database adapter returns the secrets from the insert statement itself.
+    /// This default reads each config once, then inserts.
+    fn insert_deliveries_to_configs(&self, deliveries: &[NewDelivery]) -> Result<Vec<InsertedToConfig>, StoreError> {
+        insert_deliveries_reading_configs(self, deliveries)
+    }
     fn delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError>;
     /// The delivery created with this `Idempotency-Key`, if any.
     fn delivery_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<Delivery>, StoreError>;
@@ -873,6 +888,45 @@ impl AttemptOutcome {
 /// [`AttemptOutcome::Failed`] with its class.
 pub trait WebhookTransport: Send + Sync + fmt::Debug {
     fn post(&self, request: &OutboundRequest) -> AttemptOutcome;
+}
+
+/// [`WebhookStore::insert_deliveries_to_configs`] by reading each config once, then inserting: its default, and
+/// what an adapter whose reads cost no round trip (SQLite) can keep.
+pub fn insert_deliveries_reading_configs<S: WebhookStore + ?Sized>(
+    store: &S,
+    deliveries: &[NewDelivery],
+) -> Result<Vec<InsertedToConfig>, StoreError> {
+    let mut configs: HashMap<i64, Option<WebhookConfig>> = HashMap::new();
+    let mut rows = Vec::with_capacity(deliveries.len());
+    let mut secrets = Vec::with_capacity(deliveries.len());
+    for delivery in deliveries {
+        let config = match configs.get(&delivery.webhook_id) {
+            Some(known) => known.clone(),
+            None => {
+                let found = store.config(delivery.webhook_id)?;
+                configs.insert(delivery.webhook_id, found.clone());
+                found
+            }
+        };
+        match config {
+            Some(config) => {
+                rows.push(NewDelivery { target_url: config.target_url, signature: String::new(), ..delivery.clone() });
+                secrets.push(Some(config.secret));
+            }
+            None => secrets.push(None),
+        }
+    }
+    let mut inserted = store.insert_deliveries(&rows)?.into_iter();
+    secrets
+        .into_iter()
+        .map(|secret| match secret {
+            None => Ok(Err(StoreError::Conflict("the webhook config is gone".to_owned()))),
+            Some(secret) => match inserted.next() {
+                Some(outcome) => Ok(outcome.map(|row| (row, secret))),
+                None => Err(StoreError::Internal("a grouped insert returned too few outcomes".to_owned())),
+            },
+        })
+        .collect()
 }
 
 #[cfg(test)]
