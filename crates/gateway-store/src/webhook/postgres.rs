@@ -4,7 +4,22 @@
 //! Lock order: every write that locks several delivery rows locks them in ascending id order, in its first
 //! statement (the claims' `FOR UPDATE … ORDER BY id`, the attempt records' likewise), and takes no other row lock
 //! before: two such writes wait for each other instead of deadlocking. A group insert locks its configs (`FOR KEY
-//! SHARE`, in id order) and only inserts deliveries; deleting a config locks the config first.
+//! SHARE`, in id order, or through its foreign key check) and only inserts deliveries; deleting a config locks the
+//! config first. A record group that counts its configs' health locks them (`FOR NO KEY UPDATE`, in id order)
+//! before its deliveries.
+//!
+//! Locking a row and updating it in one statement is safe only where no other transaction can hold a lock on the
+//! row beside its updater. PostgreSQL waits in two steps: for the heavyweight lock on the tuple (the version that
+//! the statement's snapshot found), then for the transactions holding the row; and a statement whose lock waited
+//! for another transaction's update locks the newest version, while its `UPDATE` still reaches the row through
+//! the older one its snapshot sees. When that older version is still held by a running transaction too, a key share
+//! lock from a delivery insert's foreign key check (its `xmax` a multixact of that locker and the committed
+//! updater), the `UPDATE` queues for the older version's tuple lock while it holds the newest one, and the next
+//! group, which holds that tuple lock while it waits for the newest version, closes a circle: `deadlock detected`.
+//! Configs have such lockers (every delivery insert), so the count locks its configs in a statement of its own and
+//! updates them in the next, whose snapshot sees the version it locked (`record_attempts_counting`). Deliveries
+//! have none (the only key share lock on one, an attempt's foreign key check, is taken by the record that already
+//! holds it `FOR UPDATE`): the claim and the record lock and update them in one statement.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -484,9 +499,10 @@ impl GroupHealth {
     }
 }
 
-/// Each config's [`GroupHealth`] applied in one `UPDATE … FROM unnest(…)`: the configs are locked first, in id
-/// order (a group for the same config committing meanwhile is waited for and its count read as it left it, so
-/// none is lost), then the count, `last_success_at` and, for an enabled config whose count reached the limit
+/// Each config's [`GroupHealth`] applied in one `UPDATE … FROM unnest(…)`, once the transaction has locked the
+/// configs in a statement before (see the module comment): the configs are locked again here, in id order (which
+/// waits for nothing then, and keeps the statement right on its own: a group for the same config committing
+/// meanwhile is waited for and its count read as it left it, so none is lost), then the count, `last_success_at` and, for an enabled config whose count reached the limit
 /// (`disable_after_failures`, 0: never) at any attempt of the group, the disable. Returns per config found: its id,
 /// whether it was enabled and its count before, and whether it is enabled now.
 struct CountHealth<'a> {
@@ -542,8 +558,9 @@ impl QueryFragment<Pg> for CountHealth<'_> {
     }
 }
 
-/// [`super::WebhookStore::record_attempts_counting`] for a group that names each delivery once, in two statements
-/// (the configs' health, then the records) and a hold for a config left disabled; call it inside a transaction.
+/// [`super::WebhookStore::record_attempts_counting`] for a group that names each delivery once, in three statements
+/// (the configs locked, their health, then the records) and a hold for a config left disabled; call it inside a
+/// transaction.
 /// The configs are locked before the deliveries, as everywhere (`update_config` locks a config, then holds its
 /// deliveries). `None` when a delivery of the group is gone: the counts written assumed it was there, so the
 /// caller rolls back and records the group the general way.
@@ -566,6 +583,14 @@ pub(super) fn record_attempts_counting(
         disable_after_failures: i64::from(disable_after_failures),
         failing: DisabledReason::Failing.as_str(),
     };
+    // The configs locked in a statement of their own, so that the count's statement, whose snapshot is taken after,
+    // sees the very versions locked (see the module comment: locking and updating in one statement deadlocks).
+    webhook_configs::table
+        .filter(webhook_configs::id.eq_any(&statement.webhook_id))
+        .order(webhook_configs::id.asc())
+        .select(webhook_configs::id)
+        .for_no_key_update()
+        .load::<i64>(connection)?;
     let counted: Vec<(i64, bool, i64, bool)> = statement.load(connection)?;
     let applied = record_attempts(connection, records)?;
     if applied.iter().any(Option::is_none) {
