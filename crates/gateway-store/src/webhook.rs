@@ -1025,9 +1025,9 @@ impl WebhookStore for DieselStore {
             return Ok(Vec::new());
         }
         if !self.is_sqlite() && !postgres::repeats_a_delivery(records) {
-            // The common case on PostgreSQL: the configs' health in one statement, then the records in one. Should
-            // a delivery be gone (deleted with its config mid-attempt: its attempt must count for nothing), the
-            // counts written are wrong: that transaction is rolled back and the group recorded the general way.
+            // The common case on PostgreSQL: the records in one statement (the configs locked first), then the
+            // configs' health in one. Should a delivery be gone (deleted with its config mid-attempt: its attempt
+            // must count for nothing), that transaction is rolled back and the group recorded the general way.
             let mut a_delivery_was_gone = false;
             let counted = self.immediate("record webhook attempts", |connection| {
                 let AnyConnection::Postgres(c) = connection else {

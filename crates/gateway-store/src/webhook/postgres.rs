@@ -3,8 +3,23 @@
 //!
 //! Lock order: every write that locks several delivery rows locks them in ascending id order, in its first
 //! statement (the claims' `FOR UPDATE … ORDER BY id`, the attempt records' likewise), and takes no other row lock
-//! before: two such writes wait for each other instead of deadlocking. A group insert locks its configs (`FOR KEY
-//! SHARE`, in id order) and only inserts deliveries; deleting a config locks the config first.
+//! before but, for a record group, its configs' (`FOR NO KEY UPDATE`, in id order, in the same statement): two such
+//! writes wait for each other instead of deadlocking. A group insert locks its configs (`FOR KEY SHARE`, in id
+//! order, or through its foreign key check) and only inserts deliveries; deleting a config locks the config first.
+//!
+//! Locking a row and updating it in one statement is safe only where no other transaction can hold a lock on the
+//! row beside its updater. PostgreSQL waits in two steps: for the heavyweight lock on the tuple (the version that
+//! the statement's snapshot found), then for the transactions holding the row; and a statement whose lock waited
+//! for another transaction's update locks the newest version, while its `UPDATE` still reaches the row through
+//! the older one its snapshot sees. When that older version is still held by a running transaction too, a key share
+//! lock from a delivery insert's foreign key check (its `xmax` a multixact of that locker and the committed
+//! updater), the `UPDATE` queues for the older version's tuple lock while it holds the newest one, and the next
+//! group, which holds that tuple lock while it waits for the newest version, closes a circle: `deadlock detected`.
+//! Configs have such lockers (every delivery insert), so a record group locks its configs in its first statement
+//! (the records', before their deliveries) and counts them in its second, whose snapshot sees the versions it
+//! locked (`record_attempts_counting`). Deliveries have none (the only key share lock on one, an attempt's foreign
+//! key check, is taken by the record that already holds it `FOR UPDATE`): the claim and the record lock and update
+//! them in one statement.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -341,9 +356,14 @@ pub(super) fn claim(
 /// each outcome applied to its delivery if the row still carries the claim the attempt ran under. Returns each
 /// delivery found, and whether its outcome applied. Each delivery at most once in the group.
 ///
-/// Only the `locked` CTE waits for other transactions' row locks, in id order: the insert and the update touch
-/// only rows it returned (the foreign key check of the history takes a lock this transaction already holds).
+/// Only the `configs` CTE (the group's configs, for the count that follows in the transaction) and then the
+/// `locked` one wait for other transactions' row locks, each in id order, the configs first (`locked` waits for
+/// `configs` through a one-time filter): the insert and the update touch only rows `locked` returned (the foreign
+/// key check of the history takes a lock this transaction already holds), and nothing here updates a config.
 struct RecordAttempts<'a> {
+    /// Configs locked (`FOR NO KEY UPDATE`, in id order) before the deliveries, for the count that follows in the
+    /// transaction; empty for none.
+    webhook_id: Vec<i64>,
     delivery_id: Vec<i64>,
     attempt_number: Vec<i32>,
     started_at: Vec<PrimitiveDateTime>,
@@ -364,7 +384,11 @@ postgres_statement!(RecordAttempts -> (BigInt, diesel::sql_types::Bool));
 
 impl<'a> RecordAttempts<'a> {
     fn of(records: &[&'a AttemptRecord]) -> Self {
+        let mut webhook_id: Vec<i64> = records.iter().map(|record| record.webhook_id).collect();
+        webhook_id.sort_unstable();
+        webhook_id.dedup();
         Self {
+            webhook_id,
             delivery_id: records.iter().map(|record| record.attempt.delivery_id).collect(),
             attempt_number: records.iter().map(|record| record.attempt.attempt_number).collect(),
             started_at: records.iter().map(|record| to_db(record.attempt.started_at)).collect(),
@@ -390,8 +414,11 @@ impl QueryFragment<Pg> for RecordAttempts<'_> {
         // `WebhookStore::record_attempt`).
         push_sql_with_binds(
             &mut out,
-            "WITH locked AS MATERIALIZED (\
-             SELECT id FROM webhook_deliveries WHERE id = ANY($) ORDER BY id FOR UPDATE), \
+            "WITH configs AS MATERIALIZED (\
+             SELECT id FROM webhook_configs WHERE id = ANY($) ORDER BY id FOR NO KEY UPDATE), \
+             locked AS MATERIALIZED (\
+             SELECT id FROM webhook_deliveries WHERE id = ANY($) AND (SELECT count(*) FROM configs) >= 0 \
+             ORDER BY id FOR UPDATE), \
              history AS (\
              INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
              status_code, error_class, error_detail) \
@@ -413,19 +440,20 @@ impl QueryFragment<Pg> for RecordAttempts<'_> {
              RETURNING webhook_deliveries.id) \
              SELECT locked.id, locked.id IN (SELECT id FROM applied) FROM locked",
             |index, out| match index {
-                0 | 1 | 8 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
-                2 | 9 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_number),
-                3 => out.push_bind_param::<Array<Timestamp>, _>(&self.started_at),
-                4 => out.push_bind_param::<Array<BigInt>, _>(&self.duration_ms),
-                5 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.status_code),
-                6 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_class),
-                7 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.attempt_error_detail),
-                10 => out.push_bind_param::<Array<Timestamp>, _>(&self.lease),
-                11 => out.push_bind_param::<Array<Text>, _>(&self.status),
-                12 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
-                13 => out.push_bind_param::<Array<Timestamp>, _>(&self.last_attempted_at),
-                14 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.next_retry_at),
-                15 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_detail),
+                0 => out.push_bind_param::<Array<BigInt>, _>(&self.webhook_id),
+                1 | 2 | 9 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
+                3 | 10 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_number),
+                4 => out.push_bind_param::<Array<Timestamp>, _>(&self.started_at),
+                5 => out.push_bind_param::<Array<BigInt>, _>(&self.duration_ms),
+                6 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.status_code),
+                7 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_class),
+                8 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.attempt_error_detail),
+                11 => out.push_bind_param::<Array<Timestamp>, _>(&self.lease),
+                12 => out.push_bind_param::<Array<Text>, _>(&self.status),
+                13 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
+                14 => out.push_bind_param::<Array<Timestamp>, _>(&self.last_attempted_at),
+                15 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.next_retry_at),
+                16 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_detail),
                 _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.signature),
             },
         )
@@ -484,9 +512,10 @@ impl GroupHealth {
     }
 }
 
-/// Each config's [`GroupHealth`] applied in one `UPDATE … FROM unnest(…)`: the configs are locked first, in id
-/// order (a group for the same config committing meanwhile is waited for and its count read as it left it, so
-/// none is lost), then the count, `last_success_at` and, for an enabled config whose count reached the limit
+/// Each config's [`GroupHealth`] applied in one `UPDATE … FROM unnest(…)`, once the transaction has locked the
+/// configs in a statement before ([`RecordAttempts`]; see the module comment): the configs are locked again here,
+/// in id order (which waits for nothing then, and keeps the statement right on its own: a group for the same config
+/// committing meanwhile is waited for and its count read as it left it, so none is lost), then the count, `last_success_at` and, for an enabled config whose count reached the limit
 /// (`disable_after_failures`, 0: never) at any attempt of the group, the disable. Returns per config found: its id,
 /// whether it was enabled and its count before, and whether it is enabled now.
 struct CountHealth<'a> {
@@ -543,10 +572,11 @@ impl QueryFragment<Pg> for CountHealth<'_> {
 }
 
 /// [`super::WebhookStore::record_attempts_counting`] for a group that names each delivery once, in two statements
-/// (the configs' health, then the records) and a hold for a config left disabled; call it inside a transaction.
-/// The configs are locked before the deliveries, as everywhere (`update_config` locks a config, then holds its
-/// deliveries). `None` when a delivery of the group is gone: the counts written assumed it was there, so the
-/// caller rolls back and records the group the general way.
+/// (the records, which lock the configs before the deliveries, then the configs' health) and a hold for a config
+/// left disabled; call it inside a transaction. The configs are locked before the deliveries, as everywhere
+/// (`update_config` locks a config, then holds its deliveries). `None` when a delivery of the group is gone (before
+/// any count is written): its attempt must count for nothing, so the caller rolls back and records the group the
+/// general way.
 pub(super) fn record_attempts_counting(
     connection: &mut PgConnection,
     records: &[AttemptRecord],
@@ -566,11 +596,14 @@ pub(super) fn record_attempts_counting(
         disable_after_failures: i64::from(disable_after_failures),
         failing: DisabledReason::Failing.as_str(),
     };
-    let counted: Vec<(i64, bool, i64, bool)> = statement.load(connection)?;
+    // The records first: their statement locks the configs before the deliveries, so the count's statement, whose
+    // snapshot is taken after, sees the very versions locked (see the module comment: locking and updating in one
+    // statement deadlocks).
     let applied = record_attempts(connection, records)?;
     if applied.iter().any(Option::is_none) {
         return Ok(None);
     }
+    let counted: Vec<(i64, bool, i64, bool)> = statement.load(connection)?;
     // Which attempt disabled its config: the count replayed from where the statement found it, attempt by attempt,
     // as `count_attempt` counts.
     let mut replay: HashMap<i64, (bool, i64)> =

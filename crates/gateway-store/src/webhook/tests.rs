@@ -653,6 +653,111 @@ fn concurrent_groups_for_one_config_lose_no_count_and_disable_it_once(store: &Di
     );
 }
 
+/// Writers that each insert a group of claimed deliveries for one shared config and then record their attempts
+/// (successes), side by side, as the webhook benchmark's ceiling does and as several gateway instances on one
+/// PostgreSQL do: no write fails, and every attempt is recorded and counted. Meanwhile a transaction holds the key
+/// share lock on the config that a delivery insert's foreign key check takes (as a group insert on its locking
+/// path or a fan-out does): it keeps a live member in the multixact of every version of the config row that the
+/// record groups leave behind, which is what let a count that locked and updated its configs in one statement
+/// deadlock with another (see `postgres`' module comment). Without it the deadlock needs the inserts' own brief
+/// locks to fall just so, and showed in one run of four. PostgreSQL only: SQLite runs one writer at a time.
+#[test]
+fn writers_inserting_and_recording_groups_for_one_config_never_deadlock() {
+    const THREADS: usize = 8;
+    const GROUPS: usize = 25;
+    const GROUP: usize = 8;
+    let Some(fixture) = crate::testing::postgres(
+        "webhook::tests::writers_inserting_and_recording_groups_for_one_config_never_deadlock",
+    ) else {
+        return;
+    };
+    let store = &fixture.store;
+    let config = store.create_config(&new_config("github")).unwrap();
+    let barrier = std::sync::Barrier::new(THREADS + 1);
+    let (writing, all_written) = std::sync::mpsc::channel::<()>();
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let barrier = &barrier;
+        // A group insert in its transaction (the path that locks its configs first, or a fan-out) holds the key
+        // share lock on the config that the foreign key check takes, here for as long as the writers run.
+        scope.spawn(move || {
+            store
+                .with_connection("hold a key share lock on the config", |connection| {
+                    let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                    c.transaction(|c| {
+                        webhook_configs::table
+                            .find(config.id)
+                            .select(webhook_configs::id)
+                            .for_key_share()
+                            .load::<i64>(c)?;
+                        barrier.wait();
+                        // Until every writer has dropped its sender.
+                        while all_written.recv().is_ok() {}
+                        Ok(())
+                    })
+                })
+                .unwrap();
+        });
+        let writers: Vec<_> = (0..THREADS)
+            .map(|writer| {
+                let writing = writing.clone();
+                scope.spawn(move || {
+                    let _writing = writing;
+                    barrier.wait();
+                    let mut failures = Vec::new();
+                    for turn in 0..GROUPS {
+                        let drafts: Vec<NewDelivery> = (0..GROUP)
+                            .map(|n| NewDelivery {
+                                claimed: true,
+                                ..new_delivery(config.id, &format!("w{writer}-{turn}-{n}"), START)
+                            })
+                            .collect();
+                        let written = match store.insert_deliveries_to_configs(&drafts) {
+                            Ok(written) => written,
+                            Err(error) => {
+                                failures.push(format!("insert: {error}"));
+                                continue;
+                            }
+                        };
+                        let records: Vec<AttemptRecord> = written
+                            .into_iter()
+                            .map(|written| {
+                                let (row, _secret) = written.unwrap();
+                                let (mut attempt, mut update) = failed_attempt(row.id, 1, START);
+                                attempt.status_code = Some(204);
+                                attempt.error_class = None;
+                                update.status = DeliveryStatus::Delivered;
+                                update.next_retry_at = None;
+                                update.error_detail = None;
+                                update.signature = Some("sha256=01".into());
+                                AttemptRecord {
+                                    webhook_id: config.id,
+                                    attempt,
+                                    lease: row.next_retry_at.unwrap(),
+                                    update,
+                                }
+                            })
+                            .collect();
+                        match store.record_attempts_counting(&records, 100) {
+                            Ok(recorded) => assert!(recorded.iter().all(|recorded| recorded.applied)),
+                            Err(error) => failures.push(format!("record: {error}")),
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        drop(writing);
+        writers.into_iter().flat_map(|writer| writer.join().unwrap()).collect()
+    });
+    assert!(failures.is_empty(), "{} writes failed, the first: {:?}", failures.len(), failures.first());
+    let total = i64::try_from(THREADS * GROUPS * GROUP).unwrap();
+    assert_eq!(count(store, "webhook_delivery_attempts"), total);
+    assert_eq!(count(store, "webhook_deliveries WHERE status = 'delivered'"), total);
+    let stored = store.config(config.id).unwrap().unwrap();
+    assert!(stored.enabled);
+    assert_eq!(stored.consecutive_failures, 0);
+}
+
 /// A group in which one delivery has gone (deleted under its attempt) counts only the attempts that were recorded.
 fn an_attempt_whose_delivery_is_gone_counts_for_nothing(store: &DieselStore) {
     let config = store.create_config(&new_config("github")).unwrap();
