@@ -88,11 +88,11 @@ pub const MIGRATION_LOCK: i64 = 0x0067_6174_6577_6179;
 /// WAL pages after which a commit checkpoints by itself (SQLite's default is 1,000). The background checkpointer
 /// (`wal.rs`, every 100 ms) is meant to do that work; the commit that crosses the line instead copies the log and
 /// fsyncs the database on the writer's critical path. At 40,000 cron jobs a second (about 2 WAL frames a job, counted
-/// with strace) the log grows by some 9,000 pages between two of the checkpointer's turns, so 1,000 (7% of the cron benchmark's CPU) and then
-/// 8,000 (cron on SQLite 37-42k jobs/s against 44-49k with 32,000, docs/benchmarks.md "Cron: the automatic
-/// checkpoint off the writer's path") still checkpointed inside commits. 32,000 pages (128 MB at 4 KiB: about the
-/// WAL file's size on disk at its largest, and what a restart after a crash reads back) leaves it to the background thread
-/// with room for a late turn, and keeps the backstop for when it falls behind.
+/// with strace) the log grows by some 9,000 pages between two of the checkpointer's turns, so 1,000 (7% of the cron
+/// benchmark's CPU) and then 8,000 (cron on SQLite 37-42k jobs/s against 44-49k with 32,000, docs/benchmarks.md "Cron:
+/// the automatic checkpoint off the writer's path") still checkpointed inside commits. 32,000 pages (128 MB at 4 KiB:
+/// about the WAL file's size on disk at its largest, and what a restart after a crash reads back) leaves it to the
+/// background thread with room for a late turn, and keeps the backstop for when it falls behind.
 const WAL_AUTOCHECKPOINT_PAGES: u32 = 32_000;
 
 /// Applies the pragmas to every connection the pool hands out. `busy_timeout` comes first so that the

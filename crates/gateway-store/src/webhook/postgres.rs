@@ -512,12 +512,13 @@ impl GroupHealth {
     }
 }
 
-/// Each config's [`GroupHealth`] applied in one `UPDATE … FROM unnest(…)`, once the transaction has locked the
-/// configs in a statement before ([`RecordAttempts`]; see the module comment): the configs are locked again here,
-/// in id order (which waits for nothing then, and keeps the statement right on its own: a group for the same config
-/// committing meanwhile is waited for and its count read as it left it, so none is lost), then the count, `last_success_at` and, for an enabled config whose count reached the limit
-/// (`disable_after_failures`, 0: never) at any attempt of the group, the disable. Returns per config found: its id,
-/// whether it was enabled and its count before, and whether it is enabled now.
+/// Each config's [`GroupHealth`] applied in one `UPDATE … FROM unnest(…)`, once the transaction has locked the configs
+/// in a statement before ([`RecordAttempts`]; see the module comment): the configs are locked again here, in id order
+/// (which waits for nothing then, and keeps the statement right on its own: a group for the same config committing
+/// meanwhile is waited for and its count read as it left it, so none is lost), then the count, `last_success_at` and,
+/// for an enabled config whose count reached the limit (`disable_after_failures`, 0: never) at any attempt of the
+/// group, the disable. Returns per config found: its id, whether it was enabled and its count before, and whether it is
+/// enabled now.
 struct CountHealth<'a> {
     webhook_id: Vec<i64>,
     leading_failures: Vec<i64>,
