@@ -642,16 +642,12 @@ mod tests {
     /// once it is back, without a restart: the pool replaces the connections the restart killed.
     #[test]
     fn the_store_is_unavailable_while_postgres_is_down_and_recovers_when_it_is_back() {
-        use gateway_core::{AgentId, ClusterId, HeartbeatRecord, HeartbeatStore};
+        use gateway_core::HeartbeatStore;
         let test = "connection::the_store_is_unavailable_while_postgres_is_down";
         let Some(server) = gateway_testkit::postgres::server(test) else { return };
         let database = server.create_database(test);
         let store = DieselStore::open(&crate::testing::postgres_url(database.url())).unwrap();
-        let beat = HeartbeatRecord {
-            agent_id: AgentId::new("a").unwrap(),
-            cluster_id: ClusterId::new("c").unwrap(),
-            last_seen_at: OffsetDateTime::now_utc(),
-        };
+        let beat = beat();
         store.upsert_heartbeat(&beat).unwrap();
         server.stop().unwrap();
         assert!(matches!(store.ping(), Err(StoreError::Unavailable(_))), "{:?}", store.ping());
