@@ -299,7 +299,13 @@ impl CronScheduler {
         let limit = limit.min(MAX_RUNS_LIMIT);
         self.blocking(move |scheduler| {
             let runs = scheduler.inner.store.cron_job_runs(job_id, limit)?;
-            if runs.is_empty() && scheduler.inner.store.cron_job(job_id)?.is_none() {
+            if !runs.is_empty() || scheduler.inner.store.cron_job(job_id)?.is_some() {
+                return Ok(runs);
+            }
+            // A one-time job that fired between the two reads is gone with its run written (one transaction): read
+            // the runs once more before calling the job unknown.
+            let runs = scheduler.inner.store.cron_job_runs(job_id, limit)?;
+            if runs.is_empty() {
                 return Err(CronError::NotFound(job_id));
             }
             Ok(runs)
