@@ -244,6 +244,12 @@ fn open_fresh(backend: &Backend, scenario: &str) -> (BenchDatabase, DieselStore)
         .unwrap();
         println!("(without the index agent_mailbox_job_seq)");
     }
+    if let (Ok(sql), Some(url)) = (std::env::var("CRON_BENCH_PG_AFTER_SQL"), &database.postgres_url) {
+        // An experiment's schema change, made after the migrations (PostgreSQL only).
+        diesel::connection::SimpleConnection::batch_execute(&mut diesel::PgConnection::establish(url).unwrap(), &sql)
+            .unwrap();
+        println!("(after the migrations: {sql})");
+    }
     (database, store)
 }
 
@@ -358,7 +364,7 @@ impl TracedStore {
 /// Part 1. Returns the jobs/s, and the gateway's group sizes when `measure_groups` (the store calls are then
 /// traced, which the `ceiling` part needs to issue groups of the same sizes).
 async fn throughput(backend: &Backend, jobs: usize, measure_groups: bool) -> (f64, Option<GroupSizes>) {
-    let (_database, store) = open_fresh(backend, "cron_throughput");
+    let (database, store) = open_fresh(backend, "cron_throughput");
     let recorder = Arc::new(LatenessRecorder::default());
     let shutdown = CancellationToken::new();
     let trace = std::env::var_os("CRON_BENCH_TRACE");
@@ -380,6 +386,7 @@ async fn throughput(backend: &Backend, jobs: usize, measure_groups: bool) -> (f6
             }
         });
     }
+    let stats = PgStats::start(&database);
     let started = Instant::now();
     produce(&scheduler, jobs, producers(), |_| 1).await;
     let scheduled = started.elapsed();
@@ -387,6 +394,9 @@ async fn throughput(backend: &Backend, jobs: usize, measure_groups: bool) -> (f6
     wait_until("every row deleted", Duration::from_secs(600), || remaining_rows(&store) == 0).await;
     let total = started.elapsed();
     shutdown.cancel();
+    if let Some(stats) = stats {
+        stats.print();
+    }
     if let Some(path) = trace {
         let mut text = String::new();
         for (call, at, took, rows) in traced.calls.lock().unwrap().iter() {
@@ -728,4 +738,46 @@ fn main() {
             recovery(rows).await;
         }
     });
+}
+
+/// `CRON_BENCH_PG_STATS`: PostgreSQL's own account of a run (per statement with `pg_stat_statements` loaded through
+/// `TESTKIT_POSTGRES_OPTIONS="-c shared_preload_libraries=pg_stat_statements"`, WAL, per table and index), printed
+/// with `psql` after it.
+struct PgStats {
+    url: String,
+}
+
+impl PgStats {
+    fn start(database: &BenchDatabase) -> Option<Self> {
+        std::env::var_os("CRON_BENCH_PG_STATS")?;
+        let url = database.postgres_url.clone()?;
+        let stats = Self { url };
+        stats.psql(
+            "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset(); \
+             SELECT pg_stat_reset_shared('wal'); SELECT pg_stat_reset();",
+        );
+        Some(stats)
+    }
+
+    fn psql(&self, sql: &str) {
+        let output = std::process::Command::new("psql").args([&self.url, "-X", "-q", "-c", sql]).output().unwrap();
+        print!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    }
+
+    fn print(&self) {
+        self.psql(
+            "SELECT calls, round(total_exec_time::numeric, 1) AS total_ms, round(mean_exec_time::numeric, 3) AS mean_ms, \
+             rows, wal_records, wal_fpi, wal_bytes, shared_blks_hit, shared_blks_dirtied, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS query \
+             FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 14",
+        );
+        self.psql("SELECT wal_records, wal_fpi, wal_bytes, wal_buffers_full, wal_write, wal_sync FROM pg_stat_wal");
+        self.psql(
+            "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables \
+             WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY relname",
+        );
+        self.psql(
+            "SELECT xact_commit, blks_hit, blks_read, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database \
+             WHERE datname = current_database()",
+        );
+    }
 }

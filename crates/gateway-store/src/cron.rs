@@ -888,6 +888,43 @@ mod tests {
         assert!(!plan.contains("Seq Scan"), "the query scans the table: {plan}");
     }
 
+    /// The firing loop claims rows soon after their group inserted them; each claimed version stays on its row's
+    /// page (a HOT update: no index of `cron_jobs` gets an entry for it), which migration `cron_jobs_fillfactor`
+    /// leaves room for. On full pages the claimed versions move to other pages.
+    #[test]
+    fn a_claim_keeps_each_row_on_its_page_on_postgres() {
+        #[derive(diesel::QueryableByName, PartialEq, Debug)]
+        struct Place {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            id: i64,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            page: i64,
+        }
+        let Some(fixture) = crate::testing::postgres("cron::tests::a_claim_keeps_each_row_on_its_page_on_postgres")
+        else {
+            return;
+        };
+        let store = &fixture.store;
+        let places = || {
+            store
+                .with_connection("read each row's page", |connection| {
+                    let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                    diesel::sql_query("SELECT id, (ctid::text::point)[0]::bigint AS page FROM cron_jobs ORDER BY id")
+                        .load::<Place>(&mut **c)
+                })
+                .unwrap()
+        };
+        let group: Vec<NewCronJob> = (0..300).map(|n| one_time(START + Duration::milliseconds(n))).collect();
+        let ids: Vec<i64> = store.insert_cron_jobs(&group).unwrap().iter().map(|insert| insert.job.id).collect();
+        let before = places();
+        let pages: HashSet<i64> = before.iter().map(|place| place.page).collect();
+        assert!(pages.len() > 2, "the group fills several pages: {pages:?}");
+
+        let claimed = store.claim_fires(&ids, &lease("a", 1, START + Duration::seconds(1))).unwrap();
+        assert_eq!(claimed.len(), ids.len());
+        assert_eq!(places(), before, "every claimed version stays on its row's page");
+    }
+
     /// Two claimers racing for the same rows from separate connections (on PostgreSQL, separate transactions that
     /// wait for each other's row locks): every row is claimed exactly once.
     fn rival_claimers_never_hold_one_instant_together(store: &DieselStore) {

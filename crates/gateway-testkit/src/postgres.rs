@@ -210,12 +210,18 @@ impl TempPostgres {
     /// Starts the server (again, after [`Self::stop`]) on its port; returns once it accepts connections.
     pub fn start(&self) -> Result<(), String> {
         let durability = if self.durable { "on" } else { "off" };
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={durability} -c synchronous_commit={durability} \
              -c full_page_writes={durability} -c max_connections=300",
             self.port,
             self.root.display()
         );
+        // For a look inside a benchmark's server (`-c shared_preload_libraries=pg_stat_statements`, say); never set
+        // by a test.
+        if let Ok(extra) = std::env::var("TESTKIT_POSTGRES_OPTIONS") {
+            options.push(' ');
+            options.push_str(&extra);
+        }
         let log = self.root.join("server.log").display().to_string();
         let data = self.data().display().to_string();
         self.run("pg_ctl", &["-D", &data, "-l", &log, "-o", &options, "-w", "-t", "60", "start"])

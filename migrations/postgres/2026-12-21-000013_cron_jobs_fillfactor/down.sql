@@ -1,0 +1,1 @@
+ALTER TABLE cron_jobs RESET (fillfactor);
