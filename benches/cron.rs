@@ -7,7 +7,11 @@
 //! default channel size), `CRON_BENCH_NO_CHECKPOINTER` (set: no background WAL checkpoints, SQLite's default),
 //! `CRON_BENCH_DUMP` (a file: one line per fire), `CRON_BENCH_WITHOUT_RUNS_INDEX` (set: the mailbox's index by job,
 //! which the runs of a job are read through, is dropped, to measure what it costs per fire), `BENCH_DATABASE=postgres` (parts 1 and 2 on a throwaway
-//! PostgreSQL server instead of SQLite; part 3 is SQLite's start-up claim release, so it is skipped).
+//! PostgreSQL server instead of SQLite; part 3 is SQLite's start-up claim release, so it is skipped). On PostgreSQL,
+//! `CRON_BENCH_PG_STATS` (set: part 1 prints the server's account of the run with `psql` — per statement when the
+//! server has `pg_stat_statements`, which `TESTKIT_POSTGRES_OPTIONS="-c shared_preload_libraries=pg_stat_statements"`
+//! loads, WAL, rows and HOT updates per table) and `CRON_BENCH_PG_AFTER_SQL` (SQL run after the migrations, to
+//! measure a schema change before writing its migration).
 //! Results: docs/benchmarks.md.
 //!
 //! 1. Throughput: one-time jobs scheduled (`schedule_once`, one row each), fired and deleted, per second.

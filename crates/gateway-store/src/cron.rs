@@ -895,9 +895,9 @@ mod tests {
     fn a_claim_keeps_each_row_on_its_page_on_postgres() {
         #[derive(diesel::QueryableByName, PartialEq, Debug)]
         struct Place {
-            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            #[diesel(sql_type = BigInt)]
             id: i64,
-            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            #[diesel(sql_type = BigInt)]
             page: i64,
         }
         let Some(fixture) = crate::testing::postgres("cron::tests::a_claim_keeps_each_row_on_its_page_on_postgres")
