@@ -26,8 +26,9 @@
 //!    their attempts' record group with endpoint health (`record_attempts_counting`, the first record writing the
 //!    signature) — in the gateway's group sizes, issued by a minimal loop over one `DieselStore` pool (the
 //!    gateway's: 10 connections) on a fresh database of the same server. `WEBHOOK_BENCH_CEILING_WRITERS` (8) threads
-//!    each insert groups of `WEBHOOK_BENCH_CEILING_GROUP` (4: the gateway's insert groups under part 2's 8 clients,
-//!    3.7–3.9 traced) until they hold `WEBHOOK_BENCH_CEILING_RECORD_GROUP` (8: its record groups, 6.6–7.4 traced)
+//!    each insert groups of `WEBHOOK_BENCH_CEILING_GROUP` (8: the gateway's insert groups under part 2's 8 clients,
+//!    lingering, about 8 traced; 3.7–3.9 before they lingered) until they hold `WEBHOOK_BENCH_CEILING_RECORD_GROUP`
+//!    (8: its record groups, 8–9 traced)
 //!    deliveries, record those as one group, and go on until `WEBHOOK_BENCH_DELIVERIES` are recorded. Writer `w`
 //!    writes to config `w mod WEBHOOK_BENCH_CEILING_CONFIGS` (as many as writers: a record group locks its configs
 //!    until it commits, so writers sharing one config wait for each other, and with one config the ceiling is the
@@ -638,7 +639,7 @@ fn ceiling(
     gateway_server: Option<&ServerUse>,
     statements: Option<&Statements>,
 ) {
-    let group = env_size("WEBHOOK_BENCH_CEILING_GROUP", 4).max(1);
+    let group = env_size("WEBHOOK_BENCH_CEILING_GROUP", 8).max(1);
     let inserts_per_record = env_size("WEBHOOK_BENCH_CEILING_RECORD_GROUP", 8).div_ceil(group).max(1);
     let record_group = group * inserts_per_record;
     let writers = env_size("WEBHOOK_BENCH_CEILING_WRITERS", 8).max(1);
