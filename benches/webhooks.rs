@@ -28,7 +28,7 @@
 //!    gateway's: 10 connections) on a fresh database of the same server. `WEBHOOK_BENCH_CEILING_WRITERS` (8) threads
 //!    each insert groups of `WEBHOOK_BENCH_CEILING_GROUP` (8: the gateway's insert groups under part 2's 8 clients,
 //!    lingering, about 8 traced; 3.7–3.9 before they lingered) until they hold `WEBHOOK_BENCH_CEILING_RECORD_GROUP`
-//!    (8: its record groups, 8–9 traced)
+//!    (8: its record groups traced 6.6–8.9 before they lingered, about 14 since)
 //!    deliveries, record those as one group, and go on until `WEBHOOK_BENCH_DELIVERIES` are recorded. Writer `w`
 //!    writes to config `w mod WEBHOOK_BENCH_CEILING_CONFIGS` (as many as writers: a record group locks its configs
 //!    until it commits, so writers sharing one config wait for each other, and with one config the ceiling is the
