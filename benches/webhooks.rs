@@ -26,9 +26,9 @@
 //!    their attempts' record group with endpoint health (`record_attempts_counting`, the first record writing the
 //!    signature) — in the gateway's group sizes, issued by a minimal loop over one `DieselStore` pool (the
 //!    gateway's: 10 connections) on a fresh database of the same server. `WEBHOOK_BENCH_CEILING_WRITERS` (8) threads
-//!    each insert groups of `WEBHOOK_BENCH_CEILING_GROUP` (8: the gateway's insert groups under part 2's 8 clients,
-//!    lingering, about 8 traced; 3.7–3.9 before they lingered) until they hold `WEBHOOK_BENCH_CEILING_RECORD_GROUP`
-//!    (8: its record groups traced 6.6–8.9 before they lingered, about 14 since)
+//!    each insert groups of `WEBHOOK_BENCH_CEILING_GROUP` (7: the gateway's insert groups under part 2's 8 clients,
+//!    lingering, 6.0 traced; 3.7–3.9 before they lingered) until they hold `WEBHOOK_BENCH_CEILING_RECORD_GROUP`
+//!    (14: its record groups, 14 traced; 6.6–8.9 before they lingered)
 //!    deliveries, record those as one group, and go on until `WEBHOOK_BENCH_DELIVERIES` are recorded. Writer `w`
 //!    writes to config `w mod WEBHOOK_BENCH_CEILING_CONFIGS` (as many as writers: a record group locks its configs
 //!    until it commits, so writers sharing one config wait for each other, and with one config the ceiling is the
@@ -639,8 +639,8 @@ fn ceiling(
     gateway_server: Option<&ServerUse>,
     statements: Option<&Statements>,
 ) {
-    let group = env_size("WEBHOOK_BENCH_CEILING_GROUP", 8).max(1);
-    let inserts_per_record = env_size("WEBHOOK_BENCH_CEILING_RECORD_GROUP", 8).div_ceil(group).max(1);
+    let group = env_size("WEBHOOK_BENCH_CEILING_GROUP", 7).max(1);
+    let inserts_per_record = env_size("WEBHOOK_BENCH_CEILING_RECORD_GROUP", 14).div_ceil(group).max(1);
     let record_group = group * inserts_per_record;
     let writers = env_size("WEBHOOK_BENCH_CEILING_WRITERS", 8).max(1);
     let config_count = env_size("WEBHOOK_BENCH_CEILING_CONFIGS", writers).max(1);
