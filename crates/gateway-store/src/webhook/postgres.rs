@@ -460,6 +460,130 @@ impl QueryFragment<Pg> for RecordAttempts<'_> {
     }
 }
 
+/// A group whose attempts all succeeded, all to one config, as one statement, atomic on its own and sent without
+/// `BEGIN`/`COMMIT` ([`record_successes`]): the config's health written first (`health`, a plain `UPDATE`: its count
+/// back to 0, `last_success_at` moved on; a success cannot disable), then [`RecordAttempts`]' deliveries, history
+/// and outcomes. The deliveries' lock waits for the config's update through a one-time filter (configs before
+/// deliveries, the order everywhere). The config is not locked and then updated in one statement — the circle the
+/// module comment describes — but updated as an ordinary `UPDATE`, which waits for a concurrent updater and then
+/// re-reads the newest version, holding nothing else meanwhile; with one config per group there is no order
+/// between configs to keep. A delivery that is gone makes the statement fail whole ([`DELIVERY_GONE`]): its
+/// attempt must count for nothing, so the caller records the group the general way.
+struct RecordSuccesses<'a> {
+    records: RecordAttempts<'a>,
+    last_success_at: PrimitiveDateTime,
+    deliveries: i64,
+}
+
+/// What [`RecordSuccesses`] fails with when one of its deliveries is gone: the text of a failed cast, the one way a
+/// statement can raise an error of its choosing without a function of its own.
+const DELIVERY_GONE: &str = "webhook deliveries gone from the group";
+
+postgres_statement!(RecordSuccesses -> (BigInt, diesel::sql_types::Bool, Nullable<diesel::sql_types::Bool>));
+
+impl QueryFragment<Pg> for RecordSuccesses<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
+        let records = &self.records;
+        push_sql_with_binds(
+            &mut out,
+            "WITH health AS (\
+             UPDATE webhook_configs SET consecutive_failures = 0, \
+             last_success_at = GREATEST(webhook_configs.last_success_at, $) \
+             WHERE id = ANY($) RETURNING id, enabled), \
+             locked AS MATERIALIZED (\
+             SELECT id FROM webhook_deliveries WHERE id = ANY($) AND (SELECT count(*) FROM health) >= 0 \
+             ORDER BY id FOR UPDATE), \
+             history AS (\
+             INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
+             status_code, error_class, error_detail) \
+             SELECT delivery_id, attempt_number, started_at, duration_ms, status_code, error_class, error_detail \
+             FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY AS attempt (delivery_id, attempt_number, started_at, \
+             duration_ms, status_code, error_class, error_detail, position) \
+             WHERE attempt.delivery_id IN (SELECT id FROM locked) \
+             ORDER BY position), \
+             applied AS (\
+             UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
+             last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
+             error_detail = outcome.error_detail, claimed_until = NULL, \
+             signature = COALESCE(outcome.signature, webhook_deliveries.signature) \
+             FROM unnest($, $, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
+             attempt_count, last_attempted_at, next_retry_at, error_detail, signature) \
+             WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.id IN (SELECT id FROM locked) \
+             AND webhook_deliveries.next_retry_at = outcome.lease \
+             AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
+             RETURNING webhook_deliveries.id), \
+             checked AS (\
+             SELECT CASE WHEN (SELECT count(*) FROM locked) < $ \
+             THEN CAST($ || (SELECT count(*) FROM locked) AS integer) ELSE 0 END AS gone) \
+             SELECT locked.id, locked.id IN (SELECT id FROM applied), (SELECT bool_and(enabled) FROM health) \
+             FROM checked JOIN locked ON checked.gone = 0",
+            |index, out| match index {
+                0 => out.push_bind_param::<Timestamp, _>(&self.last_success_at),
+                1 => out.push_bind_param::<Array<BigInt>, _>(&records.webhook_id),
+                2 | 3 | 10 => out.push_bind_param::<Array<BigInt>, _>(&records.delivery_id),
+                4 | 11 => out.push_bind_param::<Array<Integer>, _>(&records.attempt_number),
+                5 => out.push_bind_param::<Array<Timestamp>, _>(&records.started_at),
+                6 => out.push_bind_param::<Array<BigInt>, _>(&records.duration_ms),
+                7 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&records.status_code),
+                8 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.error_class),
+                9 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.attempt_error_detail),
+                12 => out.push_bind_param::<Array<Timestamp>, _>(&records.lease),
+                13 => out.push_bind_param::<Array<Text>, _>(&records.status),
+                14 => out.push_bind_param::<Array<Integer>, _>(&records.attempt_count),
+                15 => out.push_bind_param::<Array<Timestamp>, _>(&records.last_attempted_at),
+                16 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&records.next_retry_at),
+                17 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.error_detail),
+                18 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.signature),
+                19 => out.push_bind_param::<BigInt, _>(&self.deliveries),
+                _ => out.push_bind_param::<Text, _>(&DELIVERY_GONE),
+            },
+        )
+    }
+}
+
+/// Whether the group can be [`record_successes`]' one statement: each delivery once, every attempt a success, all
+/// to one config.
+pub(super) fn all_successes_to_one_config(records: &[AttemptRecord]) -> bool {
+    records.first().is_some_and(|first| {
+        records.iter().all(|record| record.webhook_id == first.webhook_id && record.attempt.error_class.is_none())
+    }) && !repeats_a_delivery(records)
+}
+
+/// A group that [`all_successes_to_one_config`] as one statement, outside a transaction: each record's outcome, and
+/// whether the config is disabled (then its awaiting deliveries are for the caller to hold). `None` when a delivery
+/// of the group is gone: nothing was written, and the caller records the group the general way.
+pub(super) fn record_successes(
+    connection: &mut PgConnection,
+    records: &[AttemptRecord],
+) -> QueryResult<Option<(Vec<AttemptRecorded>, bool)>> {
+    let references: Vec<&AttemptRecord> = records.iter().collect();
+    let Some(last_success_at) = records.iter().map(|record| to_db(record.attempt.started_at)).max() else {
+        return Ok(Some((Vec::new(), false)));
+    };
+    let statement = RecordSuccesses {
+        records: RecordAttempts::of(&references),
+        last_success_at,
+        deliveries: i64::try_from(records.len()).unwrap_or(i64::MAX),
+    };
+    let found: Vec<(i64, bool, Option<bool>)> = match statement.load(connection) {
+        Err(DieselError::DatabaseError(_, information)) if information.message().contains(DELIVERY_GONE) => {
+            return Ok(None);
+        }
+        found => found?,
+    };
+    let disabled = found.iter().any(|(_, _, enabled)| *enabled == Some(false));
+    let applied: HashMap<i64, bool> = found.into_iter().map(|(id, applied, _)| (id, applied)).collect();
+    let recorded = records
+        .iter()
+        .map(|record| AttemptRecorded {
+            applied: applied.get(&record.attempt.delivery_id).copied().unwrap_or(false),
+            disabled: None,
+        })
+        .collect();
+    Ok(Some((recorded, disabled)))
+}
+
 /// Whether the records name a delivery more than once: such a group cannot be [`record_attempts`]' one statement.
 pub(super) fn repeats_a_delivery(records: &[AttemptRecord]) -> bool {
     let mut ids: Vec<i64> = records.iter().map(|record| record.attempt.delivery_id).collect();

@@ -24,6 +24,7 @@ on_every_backend!(
     claims_and_records_in_opposite_orders_never_fail_each_other,
     concurrent_groups_for_one_config_lose_no_count_and_disable_it_once,
     an_attempt_whose_delivery_is_gone_counts_for_nothing,
+    a_success_whose_delivery_is_gone_counts_for_nothing,
     the_idempotency_indexes_hold_only_keyed_rows_and_still_refuse_a_held_key,
 );
 
@@ -783,6 +784,73 @@ fn an_attempt_whose_delivery_is_gone_counts_for_nothing(store: &DieselStore) {
     let disabled: Vec<bool> = recorded.iter().map(|recorded| recorded.disabled.is_some()).collect();
     assert_eq!(disabled, [false, false, true], "the second failure counted is the one that reaches 2");
     assert_eq!(store.config(config.id).unwrap().unwrap().consecutive_failures, 2);
+    assert_eq!(count(store, "webhook_delivery_attempts"), 2);
+}
+
+/// The same for a group of successes to one config, which PostgreSQL records in one statement without a
+/// transaction: a gone delivery's success neither resets the count nor moves `last_success_at`, and when every
+/// delivery of the group is gone the config is left as it was.
+fn a_success_whose_delivery_is_gone_counts_for_nothing(store: &DieselStore) {
+    let config = store.create_config(&new_config("github")).unwrap();
+    let drafts: Vec<NewDelivery> =
+        (0..4).map(|n| NewDelivery { claimed: true, ..new_delivery(config.id, &format!("s{n}"), START) }).collect();
+    let rows: Vec<Delivery> = store.insert_deliveries(&drafts).unwrap().into_iter().map(Result::unwrap).collect();
+    let (attempt, update) = failed_attempt(rows[3].id, 1, START);
+    store
+        .record_attempts_counting(
+            &[AttemptRecord { webhook_id: config.id, attempt, lease: rows[3].next_retry_at.unwrap(), update }],
+            100,
+        )
+        .unwrap();
+    assert_eq!(store.config(config.id).unwrap().unwrap().consecutive_failures, 1);
+    let delete = |id: i64| {
+        store
+            .with_connection("delete a delivery", |connection| {
+                let delete = diesel::delete(webhook_deliveries::table.find(id));
+                on_backend!(connection, c => delete.execute(c))
+            })
+            .unwrap();
+    };
+    let success = |row: &Delivery, at: OffsetDateTime| AttemptRecord {
+        webhook_id: config.id,
+        attempt: DeliveryAttempt {
+            delivery_id: row.id,
+            attempt_number: 1,
+            started_at: at,
+            duration_ms: 12,
+            status_code: Some(204),
+            error_class: None,
+            error_detail: None,
+        },
+        lease: row.next_retry_at.unwrap(),
+        update: DeliveryUpdate {
+            status: DeliveryStatus::Delivered,
+            attempt_count: 1,
+            last_attempted_at: at,
+            next_retry_at: None,
+            error_detail: None,
+            signature: None,
+        },
+    };
+    delete(rows[2].id);
+    let recorded = store.record_attempts_counting(&[success(&rows[2], START + Duration::minutes(9))], 100).unwrap();
+    assert!(!recorded[0].applied);
+    let stored = store.config(config.id).unwrap().unwrap();
+    assert_eq!(
+        (stored.consecutive_failures, stored.last_success_at),
+        (1, None),
+        "a group of gone deliveries counts nothing"
+    );
+
+    delete(rows[1].id);
+    // The gone delivery's attempt started last: had it counted, `last_success_at` would be its start.
+    let records = [success(&rows[0], START + Duration::minutes(1)), success(&rows[1], START + Duration::minutes(5))];
+    let recorded = store.record_attempts_counting(&records, 100).unwrap();
+    let applied: Vec<bool> = recorded.iter().map(|recorded| recorded.applied).collect();
+    assert_eq!(applied, [true, false]);
+    let stored = store.config(config.id).unwrap().unwrap();
+    assert_eq!(stored.consecutive_failures, 0);
+    assert_eq!(stored.last_success_at, Some(START + Duration::minutes(1)));
     assert_eq!(count(store, "webhook_delivery_attempts"), 2);
 }
 
