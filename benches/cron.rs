@@ -3,7 +3,8 @@
 //! Run: `cargo bench -p gateway-benches --bench cron` (release profile, or `just bench cron`);
 //! `cargo bench -p gateway-benches --bench cron -- lateness` runs one part.
 //! Environment: `CRON_BENCH_JOBS` (100,000), `CRON_BENCH_ROWS` (1,000,000), `CRON_BENCH_PRODUCERS` (32
-//! concurrent callers), `CRON_BENCH_SPREAD_S` (10), `CRON_BENCH_TCS_CHANNEL` (200, tokio-cron-scheduler's
+//! concurrent callers), `CRON_BENCH_AGENTS` (one per caller: the agents the jobs belong to), `CRON_BENCH_PENDING`
+//! (0: one-time jobs due in a year written before part 1, spread over the agents), `CRON_BENCH_SPREAD_S` (10), `CRON_BENCH_TCS_CHANNEL` (200, tokio-cron-scheduler's
 //! default channel size), `CRON_BENCH_NO_CHECKPOINTER` (set: no background WAL checkpoints, SQLite's default),
 //! `CRON_BENCH_DUMP` (a file: one line per fire), `CRON_BENCH_WITHOUT_RUNS_INDEX` (set: the mailbox's index by job,
 //! which the runs of a job are read through, is dropped, to measure what it costs per fire), `BENCH_DATABASE=postgres` (parts 1 and 2 on a throwaway
@@ -312,6 +313,48 @@ fn remaining_rows(store: &DieselStore) -> usize {
     store.pending_fires(OffsetDateTime::now_utc() + time::Duration::days(36_600), 1).unwrap().len()
 }
 
+/// How many agents the jobs belong to (`CRON_BENCH_AGENTS`, default one per caller): job `i` is agent
+/// `i % agents`'s. With few agents, a group's rows share the leaves of the agent index; a deployment's thousands of
+/// agents each write a leaf of their own, which a run with more agents shows.
+fn agents() -> usize {
+    env_size("CRON_BENCH_AGENTS", producers()).max(1)
+}
+
+fn agent(n: usize) -> AgentId {
+    AgentId::new(format!("agent-{n}")).unwrap()
+}
+
+/// `count` one-time jobs due in a year, spread over the agents round the clock, written before part 1 runs
+/// (`CRON_BENCH_PENDING`, default none): the pending rows a deployment carries, so that the agent index is as large
+/// as theirs and each new row's entry lands among an agent's others rather than in a nearly empty index.
+fn write_backlog(store: &DieselStore, count: usize) {
+    let due = OffsetDateTime::now_utc() + time::Duration::days(365);
+    let agents = agents();
+    for first in (0..count).step_by(1_000) {
+        let group: Vec<gateway_core::NewCronJob> = (first..(first + 1_000).min(count))
+            .map(|index| gateway_core::NewCronJob {
+                agent_id: agent(index % agents),
+                schedule: None,
+                next_fire_at: due + time::Duration::seconds((index * 7_919 % 86_400) as i64),
+                payload: json!({"n": index}).as_object().cloned().unwrap_or_default(),
+                is_one_time: true,
+                idempotency_key: None,
+                timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+                misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+                max_lateness_ms: None,
+            })
+            .collect();
+        store.insert_cron_jobs(&group).unwrap();
+    }
+    // The backlog's pages go to the database file now rather than through the checkpointer during the run.
+    store.checkpoint_wal().unwrap();
+}
+
+/// Rows due before tomorrow: part 1's jobs, not the backlog.
+fn rows_due_within_a_day(store: &DieselStore) -> usize {
+    store.pending_fires(OffsetDateTime::now_utc() + time::Duration::days(1), 1).unwrap().len()
+}
+
 /// Jobs scheduled so far by [`produce`], for the trace.
 static SCHEDULED: AtomicUsize = AtomicUsize::new(0);
 
@@ -327,10 +370,10 @@ async fn produce(
         let scheduler = scheduler.clone();
         let delay_of = delay_of.clone();
         tasks.spawn(async move {
-            let agent = AgentId::new(format!("agent-{producer}")).unwrap();
+            let agents = agents();
             for index in (producer..count).step_by(producers) {
                 let payload = json!({"n": index}).as_object().cloned().unwrap_or_default();
-                scheduler.schedule_once(agent.clone(), delay_of(index), payload).await.unwrap();
+                scheduler.schedule_once(agent(index % agents), delay_of(index), payload).await.unwrap();
                 SCHEDULED.fetch_add(1, Ordering::Relaxed);
             }
         });
@@ -369,6 +412,10 @@ impl TracedStore {
 /// traced, which the `ceiling` part needs to issue groups of the same sizes).
 async fn throughput(backend: &Backend, jobs: usize, measure_groups: bool) -> (f64, Option<GroupSizes>) {
     let (database, store) = open_fresh(backend, "cron_throughput");
+    let backlog = env_size("CRON_BENCH_PENDING", 0);
+    if backlog > 0 {
+        tokio::task::block_in_place(|| write_backlog(&store, backlog));
+    }
     let recorder = Arc::new(LatenessRecorder::default());
     let shutdown = CancellationToken::new();
     let trace = std::env::var_os("CRON_BENCH_TRACE");
@@ -395,7 +442,7 @@ async fn throughput(backend: &Backend, jobs: usize, measure_groups: bool) -> (f6
     produce(&scheduler, jobs, producers(), |_| 1).await;
     let scheduled = started.elapsed();
     wait_until("every job fired", Duration::from_secs(600), || recorder.fired() >= jobs).await;
-    wait_until("every row deleted", Duration::from_secs(600), || remaining_rows(&store) == 0).await;
+    wait_until("every row deleted", Duration::from_secs(600), || rows_due_within_a_day(&store) == 0).await;
     let total = started.elapsed();
     shutdown.cancel();
     if let Some(stats) = stats {
@@ -412,8 +459,10 @@ async fn throughput(backend: &Backend, jobs: usize, measure_groups: bool) -> (f6
         std::fs::write(path, text).unwrap();
     }
     println!(
-        "## throughput: {jobs} one-time jobs (delay 1 ms), {} concurrent callers, {}",
+        "## throughput: {jobs} one-time jobs (delay 1 ms), {} concurrent callers, {} agents, {backlog} pending \
+         beside them, {}",
         producers(),
+        agents(),
         backend.name()
     );
     println!("scheduled (rows written):        {:>9.0} jobs/s  ({scheduled:.2?})", rate(jobs, scheduled));
@@ -462,7 +511,7 @@ fn ceiling_loop(store: &DieselStore, jobs: usize, insert_group: usize, fire_batc
     use gateway_core::{ClaimLease, FencingToken, FireCompletion, FireKey, FiredReminder, NewCronJob};
     // SingleProcessLeadership's term, under which the gateway's loop writes.
     let token = FencingToken(1);
-    let agents: Vec<AgentId> = (0..producers()).map(|n| AgentId::new(format!("agent-{n}")).unwrap()).collect();
+    let agents: Vec<AgentId> = (0..agents()).map(agent).collect();
     let (inserted, due) = std::sync::mpsc::channel::<Vec<i64>>();
     let started = Instant::now();
     std::thread::scope(|scope| {

@@ -12,6 +12,7 @@ use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamp};
+use diesel::sqlite::SqliteConnection;
 use gateway_core::{
     AgentId, ClaimLease, CronJob, CronJobInsert, CronJobRun, CronJobStore, FencingToken, FireCompletion, FiredReminder,
     IdempotencyKey, MisfirePolicy, NewCronJob, PendingFire, SkippedRun, StoreError,
@@ -24,6 +25,11 @@ use crate::fencing::{admit, token_from_db, token_to_db};
 use crate::mailbox::record_fires;
 use crate::schema::cron_jobs;
 use crate::timestamp::{from_db, to_db};
+
+diesel::define_sql_function! {
+    /// SQLite's rowid of the connection's latest successful insert.
+    fn last_insert_rowid() -> BigInt;
+}
 
 #[derive(Queryable, Selectable, Clone)]
 #[diesel(table_name = cron_jobs)]
@@ -72,8 +78,36 @@ impl<'a> NewCronJobRow<'a> {
     }
 
     fn insert(&self, connection: &mut AnyConnection<'_>) -> QueryResult<CronJobRow> {
-        on_backend!(connection, c => {
-            returned_row(diesel::insert_into(cron_jobs::table).values(self).returning(CronJobRow::as_returning()).get_results(c))
+        match connection {
+            AnyConnection::Sqlite(c) => self.insert_sqlite(c),
+            AnyConnection::Postgres(c) => returned_row(
+                diesel::insert_into(cron_jobs::table)
+                    .values(self)
+                    .returning(CronJobRow::as_returning())
+                    .get_results(&mut **c),
+            ),
+        }
+    }
+
+    /// SQLite's insert without `RETURNING`: the row is what was bound, under the id SQLite gave it. `RETURNING` is
+    /// compiled as a trigger, which makes a single-row insert a statement that may abort half-way (its NOT NULL
+    /// checks) and so one that opens a statement journal and collects its rows in an ephemeral table; without it
+    /// the insert writes the row and its index entries and nothing else.
+    fn insert_sqlite(&self, connection: &mut SqliteConnection) -> QueryResult<CronJobRow> {
+        diesel::insert_into(cron_jobs::table).values(self).execute(connection)?;
+        let id = diesel::select(last_insert_rowid()).get_result::<i64>(connection)?;
+        Ok(CronJobRow {
+            id,
+            agent_id: self.agent_id.to_owned(),
+            schedule: self.schedule.map(str::to_owned),
+            next_fire_at: self.next_fire_at,
+            payload: self.payload.clone(),
+            is_one_time: self.is_one_time,
+            // The column's default: a job is written unpaused.
+            paused: false,
+            timezone: self.timezone.to_owned(),
+            misfire_policy: self.misfire_policy.to_owned(),
+            max_lateness_ms: self.max_lateness_ms,
         })
     }
 
@@ -682,6 +716,7 @@ mod tests {
         a_large_group_answers_each_job_in_its_place,
         rival_groups_with_one_key_write_it_once,
         a_batch_advances_each_row_once_from_its_claimed_instant,
+        an_inserted_job_comes_back_as_it_was_stored,
     );
 
     fn one_time(at: OffsetDateTime) -> NewCronJob {
@@ -749,6 +784,31 @@ mod tests {
         let instants: Vec<OffsetDateTime> = outcomes.iter().map(|outcome| outcome.job.next_fire_at).collect();
         assert_eq!(instants, plain.iter().map(|job| job.next_fire_at).collect::<Vec<_>>());
         assert!(outcomes.iter().all(|outcome| outcome.inserted));
+    }
+
+    /// The job an insert answers with is the row as a read finds it, every column (on SQLite the insert builds it
+    /// from what it bound and the id SQLite gave the row, rather than reading it back), alone and in a group, with
+    /// and without the optional columns, after rows of other agents and after a deleted row.
+    fn an_inserted_job_comes_back_as_it_was_stored(store: &DieselStore) {
+        let gone = store.insert_cron_job(&one_time(START)).unwrap();
+        assert!(store.delete_cron_job(gone.id).unwrap());
+        let full = NewCronJob {
+            agent_id: AgentId::new("agent-other").unwrap(),
+            timezone: "Europe/Paris".to_owned(),
+            misfire_policy: MisfirePolicy::Skip,
+            max_lateness_ms: Some(1_500),
+            payload: json!({"é": "ü", "n": [1.5, null]}).as_object().cloned().unwrap(),
+            ..keyed(START + Duration::microseconds(123_457), "stored")
+        };
+        let alone = store.insert_cron_job(&full).unwrap();
+        assert_eq!(store.cron_job(alone.id).unwrap().as_ref(), Some(&alone));
+        assert!(alone.id > gone.id, "ids are never reused");
+        let group = [recurring(START), one_time(START + Duration::days(400)), keyed(START, "fresh"), full.clone()];
+        let outcomes = store.insert_cron_jobs(&group).unwrap();
+        for outcome in &outcomes {
+            assert_eq!(store.cron_job(outcome.job.id).unwrap().as_ref(), Some(&outcome.job));
+        }
+        assert_eq!(outcomes[3].job, alone, "the held key's row");
     }
 
     /// Groups on separate connections (separate transactions on PostgreSQL, where an insert of a key another
