@@ -105,7 +105,10 @@ impl HeartbeatManager {
             })
             // Every agent's connection sends its next heartbeat once answered: without the wait, callers split into
             // two cohorts that each pay a commit (docs/benchmarks.md, issue 18).
-            .lingering(),
+            .lingering()
+            // A heartbeat's caller is a connection task: answered from the runtime thread it runs on, it is woken
+            // without a syscall (docs/benchmarks.md, issue 18 item 2).
+            .replying_from_runtime(),
         );
         let inner = Inner {
             liveness,

@@ -11,7 +11,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::ports::store::StoreError;
 use crate::runtime::sync::lock;
@@ -63,8 +63,13 @@ pub struct GroupCommit<T, R> {
     state: Mutex<Pending<T, R>>,
     /// Signalled when a waiting writer's target is queued.
     arrived: Condvar,
+    /// Signalled, for a writer on the runtime, when its target is queued.
+    came_back: Notify,
     /// Whether the writer waits for the callers it answered (see above).
     linger: bool,
+    /// Whether the writer is a task on the runtime that hands only the store call to the blocking pool
+    /// ([`Self::replying_from_runtime`]).
+    on_runtime: bool,
 }
 
 /// How long, at most, a writer waits for callers to come back, as a share of the last group's write time.
@@ -101,7 +106,9 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             write: Box::new(write),
             state: Mutex::new(Pending { queued: Vec::new(), writing: false, awaited: None }),
             arrived: Condvar::new(),
+            came_back: Notify::new(),
             linger: false,
+            on_runtime: false,
         }
     }
 
@@ -113,6 +120,18 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
         self
     }
 
+    /// The writer runs as a task on the runtime and awaits only each group's store call on the blocking pool, so
+    /// that it answers its callers from a runtime thread: waking a caller there queues it on that thread, where a
+    /// writer on the blocking pool wakes the runtime's worker once per reply (a syscall, and on a busy core a
+    /// context switch each: 0.46 per heartbeat on SQLite, docs/benchmarks.md, issue 18 item 2). The store call,
+    /// the results and the lingering are the same; a linger that times out may wait up to the runtime timer's
+    /// millisecond more.
+    #[must_use]
+    pub fn replying_from_runtime(mut self) -> Self {
+        self.on_runtime = true;
+        self
+    }
+
     /// Commits `item`, possibly together with other callers' items, and returns its result. Must be called
     /// within a tokio runtime (the writer runs on its blocking pool).
     pub async fn submit(self: &Arc<Self>, item: T) -> Result<R, StoreError> {
@@ -121,14 +140,22 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             let mut pending = lock(&self.state);
             pending.queued.push((item, reply));
             if pending.awaited.is_some_and(|target| pending.queued.len() >= target) {
-                self.arrived.notify_one();
+                if self.on_runtime {
+                    self.came_back.notify_one();
+                } else {
+                    self.arrived.notify_one();
+                }
             }
             !std::mem::replace(&mut pending.writing, true)
         };
         if start_writer {
             let writer = Arc::clone(self);
             // Not awaited: the writer answers through the replies, and a writer that dies drops them.
-            drop(tokio::task::spawn_blocking(move || writer.write_while_queued()));
+            if self.on_runtime {
+                drop(tokio::spawn(writer.write_from_runtime()));
+            } else {
+                drop(tokio::task::spawn_blocking(move || writer.write_while_queued()));
+            }
         }
         result.await.unwrap_or_else(|_| Err(StoreError::Internal("the group writer stopped".to_owned())))
     }
@@ -175,6 +202,67 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
     }
 }
 
+impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
+    /// [`Self::write_while_queued`] as a task on the runtime: the same groups, each store call on the blocking pool.
+    async fn write_from_runtime(self: Arc<Self>) {
+        let mut last: Option<(usize, Duration)> = None;
+        loop {
+            if let Some((size, took)) = last.filter(|(size, _)| self.linger && *size > 1) {
+                self.linger_on_runtime(size, took).await;
+            }
+            let group: Vec<_> = {
+                let mut pending = lock(&self.state);
+                if pending.queued.is_empty() {
+                    // As in `write_while_queued`: an item queued after this starts a new writer.
+                    pending.writing = false;
+                    return;
+                }
+                let take = pending.queued.len().min(self.max_group);
+                pending.queued.drain(..take).collect()
+            };
+            let (items, replies): (Vec<T>, Vec<_>) = group.into_iter().unzip();
+            let count = items.len();
+            let started = Instant::now();
+            let writer = Arc::clone(&self);
+            let results = tokio::task::spawn_blocking(move || write_shared(&writer.write, items, count))
+                .await
+                .unwrap_or_else(|stopped| {
+                    let error = StoreError::Internal(format!("a grouped store write did not complete: {stopped}"));
+                    (0..count).map(|_| Err(error.clone())).collect()
+                });
+            last = Some((count, started.elapsed()));
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    /// The writer's wait for the callers it answered, on the runtime: until as many items are queued as the group
+    /// it wrote plus those queued when it finished, or for at most [`LINGER_SHARE`] of `took`.
+    async fn linger_on_runtime(&self, size: usize, took: Duration) {
+        let deadline = tokio::time::Instant::now() + took.mul_f64(LINGER_SHARE).min(MAX_LINGER);
+        let target = {
+            let mut pending = lock(&self.state);
+            let target = (size + pending.queued.len()).min(self.max_group);
+            pending.awaited = Some(target);
+            target
+        };
+        loop {
+            let came_back = self.came_back.notified();
+            tokio::pin!(came_back);
+            // Registered before the queue is looked at, so a caller that reaches the target in between is seen.
+            came_back.as_mut().enable();
+            if lock(&self.state).queued.len() >= target {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, came_back).await.is_err() {
+                break;
+            }
+        }
+        lock(&self.state).awaited = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -184,6 +272,23 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn async_callers_each_get_their_own_result_in_fewer_writes() {
+        callers_share_writes(|group| group).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn callers_answered_from_the_runtime_each_get_their_own_result_in_fewer_writes() {
+        callers_share_writes(GroupCommit::replying_from_runtime).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lingering_writers_on_either_side_answer_every_caller() {
+        callers_share_writes(GroupCommit::lingering).await;
+        callers_share_writes(|group| group.lingering().replying_from_runtime()).await;
+    }
+
+    /// 256 callers through a group built by `shape`: each gets its own result, in fewer writes than callers, and a
+    /// caller after the writer stopped starts a new one.
+    async fn callers_share_writes(shape: fn(GroupCommit<u64, u64>) -> GroupCommit<u64, u64>) {
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&calls);
         // The first write waits at this gate until every caller has queued, so sharing does not depend on timing.
@@ -191,14 +296,14 @@ mod tests {
         let gate = Mutex::new(gate);
         let in_first_write = Arc::new(AtomicUsize::new(0));
         let in_write = Arc::clone(&in_first_write);
-        let group = Arc::new(GroupCommit::<u64, u64>::new(64, move |items: Vec<u64>| {
+        let group = Arc::new(shape(GroupCommit::<u64, u64>::new(64, move |items: Vec<u64>| {
             if counted.fetch_add(1, Ordering::Relaxed) == 0 {
                 in_write.store(items.len(), Ordering::SeqCst);
                 let _ = lock(&gate).recv();
             }
             assert!(items.len() <= 64);
             Ok(items.into_iter().map(|item| item * 2).collect())
-        }));
+        })));
         let callers: Vec<_> = (0..256u64)
             .map(|item| {
                 let group = Arc::clone(&group);
@@ -225,13 +330,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_writer_on_the_runtime_still_makes_its_store_calls_off_it() {
+        let runtime_thread = std::thread::current().id();
+        let group = Arc::new(
+            GroupCommit::<u8, bool>::new(8, move |items: Vec<u8>| {
+                Ok(items.iter().map(|_| std::thread::current().id() != runtime_thread).collect())
+            })
+            .replying_from_runtime(),
+        );
+        assert_eq!(group.submit(1).await, Ok(true), "the store call ran on the runtime's thread");
+    }
+
+    #[tokio::test]
     async fn an_async_group_that_panics_or_miscounts_fails_its_callers() {
-        let panicking = Arc::new(GroupCommit::<u8, ()>::new(8, |_| panic!("adapter bug")));
+        fails_its_callers(|group| group).await;
+    }
+
+    #[tokio::test]
+    async fn a_group_answered_from_the_runtime_that_panics_or_miscounts_fails_its_callers() {
+        fails_its_callers(GroupCommit::replying_from_runtime).await;
+    }
+
+    async fn fails_its_callers(shape: fn(GroupCommit<u8, ()>) -> GroupCommit<u8, ()>) {
+        let panicking = Arc::new(shape(GroupCommit::<u8, ()>::new(8, |_| panic!("adapter bug"))));
         assert!(matches!(panicking.submit(1).await, Err(StoreError::Internal(_))));
         assert!(matches!(panicking.submit(2).await, Err(StoreError::Internal(_))));
-        let miscounting = Arc::new(GroupCommit::<u8, ()>::new(8, |_| Ok(Vec::new())));
+        let miscounting = Arc::new(shape(GroupCommit::<u8, ()>::new(8, |_| Ok(Vec::new()))));
         assert!(matches!(miscounting.submit(1).await, Err(StoreError::Internal(_))));
-        let failing = Arc::new(GroupCommit::<u8, ()>::new(8, |_| Err(StoreError::Unavailable("locked".to_owned()))));
+        let failing =
+            Arc::new(shape(GroupCommit::<u8, ()>::new(8, |_| Err(StoreError::Unavailable("locked".to_owned())))));
         assert_eq!(failing.submit(1).await, Err(StoreError::Unavailable("locked".to_owned())));
     }
 }
