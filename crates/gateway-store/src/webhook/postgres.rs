@@ -407,56 +407,75 @@ impl<'a> RecordAttempts<'a> {
     }
 }
 
+/// The part every record statement shares, after its `locked` CTE (the group's deliveries, locked): each attempt's
+/// history row, and each delivery's outcome where the claim it ran under still holds (the lease instant and the
+/// attempt count before it, see `WebhookStore::record_attempt`). Binds: [`RecordAttempts::push_history_and_applied_bind`].
+macro_rules! history_and_applied {
+    () => {
+        "history AS (\
+         INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
+         status_code, error_class, error_detail) \
+         SELECT delivery_id, attempt_number, started_at, duration_ms, status_code, error_class, error_detail \
+         FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY AS attempt (delivery_id, attempt_number, started_at, \
+         duration_ms, status_code, error_class, error_detail, position) \
+         WHERE attempt.delivery_id IN (SELECT id FROM locked) \
+         ORDER BY position), \
+         applied AS (\
+         UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
+         last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
+         error_detail = outcome.error_detail, claimed_until = NULL, \
+         signature = COALESCE(outcome.signature, webhook_deliveries.signature) \
+         FROM unnest($, $, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
+         attempt_count, last_attempted_at, next_retry_at, error_detail, signature) \
+         WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.id IN (SELECT id FROM locked) \
+         AND webhook_deliveries.next_retry_at = outcome.lease \
+         AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
+         RETURNING webhook_deliveries.id)"
+    };
+}
+
 impl QueryFragment<Pg> for RecordAttempts<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         out.unsafe_to_cache_prepared();
-        // The claim the attempt ran under: the lease instant and the attempt count before it (see
-        // `WebhookStore::record_attempt`).
         push_sql_with_binds(
             &mut out,
-            "WITH configs AS MATERIALIZED (\
-             SELECT id FROM webhook_configs WHERE id = ANY($) ORDER BY id FOR NO KEY UPDATE), \
-             locked AS MATERIALIZED (\
-             SELECT id FROM webhook_deliveries WHERE id = ANY($) AND (SELECT count(*) FROM configs) >= 0 \
-             ORDER BY id FOR UPDATE), \
-             history AS (\
-             INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
-             status_code, error_class, error_detail) \
-             SELECT delivery_id, attempt_number, started_at, duration_ms, status_code, error_class, error_detail \
-             FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY AS attempt (delivery_id, attempt_number, started_at, \
-             duration_ms, status_code, error_class, error_detail, position) \
-             WHERE attempt.delivery_id IN (SELECT id FROM locked) \
-             ORDER BY position), \
-             applied AS (\
-             UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
-             last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
-             error_detail = outcome.error_detail, claimed_until = NULL, \
-             signature = COALESCE(outcome.signature, webhook_deliveries.signature) \
-             FROM unnest($, $, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
-             attempt_count, last_attempted_at, next_retry_at, error_detail, signature) \
-             WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.id IN (SELECT id FROM locked) \
-             AND webhook_deliveries.next_retry_at = outcome.lease \
-             AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
-             RETURNING webhook_deliveries.id) \
-             SELECT locked.id, locked.id IN (SELECT id FROM applied) FROM locked",
+            concat!(
+                "WITH configs AS MATERIALIZED (\
+                 SELECT id FROM webhook_configs WHERE id = ANY($) ORDER BY id FOR NO KEY UPDATE), \
+                 locked AS MATERIALIZED (\
+                 SELECT id FROM webhook_deliveries WHERE id = ANY($) AND (SELECT count(*) FROM configs) >= 0 \
+                 ORDER BY id FOR UPDATE), ",
+                history_and_applied!(),
+                " SELECT locked.id, locked.id IN (SELECT id FROM applied) FROM locked"
+            ),
             |index, out| match index {
                 0 => out.push_bind_param::<Array<BigInt>, _>(&self.webhook_id),
-                1 | 2 | 9 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
-                3 | 10 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_number),
-                4 => out.push_bind_param::<Array<Timestamp>, _>(&self.started_at),
-                5 => out.push_bind_param::<Array<BigInt>, _>(&self.duration_ms),
-                6 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.status_code),
-                7 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_class),
-                8 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.attempt_error_detail),
-                11 => out.push_bind_param::<Array<Timestamp>, _>(&self.lease),
-                12 => out.push_bind_param::<Array<Text>, _>(&self.status),
-                13 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
-                14 => out.push_bind_param::<Array<Timestamp>, _>(&self.last_attempted_at),
-                15 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.next_retry_at),
-                16 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_detail),
-                _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.signature),
+                1 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
+                _ => self.push_history_and_applied_bind(index - 2, out),
             },
         )
+    }
+}
+
+impl RecordAttempts<'_> {
+    /// The binds of [`history_and_applied!`], in their order (`index` 0 is its first `$`).
+    fn push_history_and_applied_bind<'b>(&'b self, index: usize, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        match index {
+            0 | 7 => out.push_bind_param::<Array<BigInt>, _>(&self.delivery_id),
+            1 | 8 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_number),
+            2 => out.push_bind_param::<Array<Timestamp>, _>(&self.started_at),
+            3 => out.push_bind_param::<Array<BigInt>, _>(&self.duration_ms),
+            4 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.status_code),
+            5 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_class),
+            6 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.attempt_error_detail),
+            9 => out.push_bind_param::<Array<Timestamp>, _>(&self.lease),
+            10 => out.push_bind_param::<Array<Text>, _>(&self.status),
+            11 => out.push_bind_param::<Array<Integer>, _>(&self.attempt_count),
+            12 => out.push_bind_param::<Array<Timestamp>, _>(&self.last_attempted_at),
+            13 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.next_retry_at),
+            14 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.error_detail),
+            _ => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.signature),
+        }
     }
 }
 
@@ -487,54 +506,26 @@ impl QueryFragment<Pg> for RecordSuccesses<'_> {
         let records = &self.records;
         push_sql_with_binds(
             &mut out,
-            "WITH health AS (\
-             UPDATE webhook_configs SET consecutive_failures = 0, \
-             last_success_at = GREATEST(webhook_configs.last_success_at, $) \
-             WHERE id = ANY($) RETURNING id, enabled), \
-             locked AS MATERIALIZED (\
-             SELECT id FROM webhook_deliveries WHERE id = ANY($) AND (SELECT count(*) FROM health) >= 0 \
-             ORDER BY id FOR UPDATE), \
-             history AS (\
-             INSERT INTO webhook_delivery_attempts (delivery_id, attempt_number, started_at, duration_ms, \
-             status_code, error_class, error_detail) \
-             SELECT delivery_id, attempt_number, started_at, duration_ms, status_code, error_class, error_detail \
-             FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY AS attempt (delivery_id, attempt_number, started_at, \
-             duration_ms, status_code, error_class, error_detail, position) \
-             WHERE attempt.delivery_id IN (SELECT id FROM locked) \
-             ORDER BY position), \
-             applied AS (\
-             UPDATE webhook_deliveries SET status = outcome.status, attempt_count = outcome.attempt_count, \
-             last_attempted_at = outcome.last_attempted_at, next_retry_at = outcome.next_retry_at, \
-             error_detail = outcome.error_detail, claimed_until = NULL, \
-             signature = COALESCE(outcome.signature, webhook_deliveries.signature) \
-             FROM unnest($, $, $, $, $, $, $, $, $) AS outcome (delivery_id, attempt_number, lease, status, \
-             attempt_count, last_attempted_at, next_retry_at, error_detail, signature) \
-             WHERE webhook_deliveries.id = outcome.delivery_id AND webhook_deliveries.id IN (SELECT id FROM locked) \
-             AND webhook_deliveries.next_retry_at = outcome.lease \
-             AND webhook_deliveries.attempt_count = outcome.attempt_number - 1 \
-             RETURNING webhook_deliveries.id), \
-             checked AS (\
-             SELECT CASE WHEN (SELECT count(*) FROM locked) < $ \
-             THEN CAST($ || (SELECT count(*) FROM locked) AS integer) ELSE 0 END AS gone) \
-             SELECT locked.id, locked.id IN (SELECT id FROM applied), (SELECT bool_and(enabled) FROM health) \
-             FROM checked JOIN locked ON checked.gone = 0",
+            concat!(
+                "WITH health AS (\
+                 UPDATE webhook_configs SET consecutive_failures = 0, \
+                 last_success_at = GREATEST(webhook_configs.last_success_at, $) \
+                 WHERE id = ANY($) RETURNING id, enabled), \
+                 locked AS MATERIALIZED (\
+                 SELECT id FROM webhook_deliveries WHERE id = ANY($) AND (SELECT count(*) FROM health) >= 0 \
+                 ORDER BY id FOR UPDATE), ",
+                history_and_applied!(),
+                ", checked AS (\
+                 SELECT CASE WHEN (SELECT count(*) FROM locked) < $ \
+                 THEN CAST($ || (SELECT count(*) FROM locked) AS integer) ELSE 0 END AS gone) \
+                 SELECT locked.id, locked.id IN (SELECT id FROM applied), (SELECT bool_and(enabled) FROM health) \
+                 FROM checked JOIN locked ON checked.gone = 0"
+            ),
             |index, out| match index {
                 0 => out.push_bind_param::<Timestamp, _>(&self.last_success_at),
                 1 => out.push_bind_param::<Array<BigInt>, _>(&records.webhook_id),
-                2 | 3 | 10 => out.push_bind_param::<Array<BigInt>, _>(&records.delivery_id),
-                4 | 11 => out.push_bind_param::<Array<Integer>, _>(&records.attempt_number),
-                5 => out.push_bind_param::<Array<Timestamp>, _>(&records.started_at),
-                6 => out.push_bind_param::<Array<BigInt>, _>(&records.duration_ms),
-                7 => out.push_bind_param::<Array<Nullable<Integer>>, _>(&records.status_code),
-                8 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.error_class),
-                9 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.attempt_error_detail),
-                12 => out.push_bind_param::<Array<Timestamp>, _>(&records.lease),
-                13 => out.push_bind_param::<Array<Text>, _>(&records.status),
-                14 => out.push_bind_param::<Array<Integer>, _>(&records.attempt_count),
-                15 => out.push_bind_param::<Array<Timestamp>, _>(&records.last_attempted_at),
-                16 => out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&records.next_retry_at),
-                17 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.error_detail),
-                18 => out.push_bind_param::<Array<Nullable<Text>>, _>(&records.signature),
+                2 => out.push_bind_param::<Array<BigInt>, _>(&records.delivery_id),
+                3..=18 => records.push_history_and_applied_bind(index - 3, out),
                 19 => out.push_bind_param::<BigInt, _>(&self.deliveries),
                 _ => out.push_bind_param::<Text, _>(&DELIVERY_GONE),
             },
