@@ -77,12 +77,49 @@ pub const LINGER_SHARE: f64 = 1.0;
 /// The longest wait, whatever the write time.
 pub const MAX_LINGER: Duration = Duration::from_millis(1);
 
+type Reply<R> = oneshot::Sender<Result<R, StoreError>>;
+
 struct Pending<T, R> {
-    queued: Vec<(T, oneshot::Sender<Result<R, StoreError>>)>,
+    queued: Vec<(T, Reply<R>)>,
     /// A writer is running on the blocking pool (and will look at `queued` again before it stops).
     writing: bool,
     /// A writer waits until this many items are queued.
     awaited: Option<usize>,
+}
+
+impl<T, R> Pending<T, R> {
+    /// Starts a writer's wait for the callers it answered: it waits until as many items are queued as the group it
+    /// wrote (`size`) plus those queued when it finished, at most a group.
+    fn await_company(&mut self, size: usize, max_group: usize) -> usize {
+        let target = (size + self.queued.len()).min(max_group);
+        self.awaited = Some(target);
+        target
+    }
+
+    /// The next group to write, split into items and replies; with nothing queued, `None`, and the writer is marked
+    /// stopped. Called under the lock `submit` queues under: an item queued after this starts a new writer, one
+    /// queued before it is in this group.
+    fn take_group(&mut self, max_group: usize) -> Option<(Vec<T>, Vec<Reply<R>>)> {
+        if self.queued.is_empty() {
+            self.writing = false;
+            return None;
+        }
+        let take = self.queued.len().min(max_group);
+        Some(self.queued.drain(..take).unzip())
+    }
+}
+
+/// How long a writer waits for company after a group that took `took` to write.
+fn linger_bound(took: Duration) -> Duration {
+    took.mul_f64(LINGER_SHARE).min(MAX_LINGER)
+}
+
+/// Sends each caller its result. A caller may have gone away (its request was cancelled): its item was written all
+/// the same.
+fn answer<R>(replies: Vec<Reply<R>>, results: Vec<Result<R, StoreError>>) {
+    for (reply, result) in replies.into_iter().zip(results) {
+        let _ = reply.send(result);
+    }
 }
 
 impl<T, R> fmt::Debug for GroupCommit<T, R> {
@@ -164,12 +201,11 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
         // The size and write time of the group written last.
         let mut last: Option<(usize, Duration)> = None;
         loop {
-            let group: Vec<_> = {
+            let group = {
                 let mut pending = lock(&self.state);
                 if let Some((size, took)) = last.filter(|(size, _)| self.linger && *size > 1) {
-                    let target = (size + pending.queued.len()).min(self.max_group);
-                    let deadline = Instant::now() + took.mul_f64(LINGER_SHARE).min(MAX_LINGER);
-                    pending.awaited = Some(target);
+                    let target = pending.await_company(size, self.max_group);
+                    let deadline = Instant::now() + linger_bound(took);
                     while pending.queued.len() < target {
                         let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
                         pending = self
@@ -180,24 +216,14 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
                     }
                     pending.awaited = None;
                 }
-                if pending.queued.is_empty() {
-                    // Cleared under the lock that `submit` queues under: an item queued after this starts a new
-                    // writer, one queued before it is in this loop's next group.
-                    pending.writing = false;
-                    return;
-                }
-                let take = pending.queued.len().min(self.max_group);
-                pending.queued.drain(..take).collect()
+                pending.take_group(self.max_group)
             };
-            let (items, replies): (Vec<T>, Vec<_>) = group.into_iter().unzip();
+            let Some((items, replies)) = group else { return };
             let count = items.len();
             let started = Instant::now();
             let results = write_shared(&self.write, items, count);
             last = Some((count, started.elapsed()));
-            for (reply, result) in replies.into_iter().zip(results) {
-                // The caller may have gone away (its request was cancelled): its item was written all the same.
-                let _ = reply.send(result);
-            }
+            answer(replies, results);
         }
     }
 }
@@ -210,17 +236,7 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             if let Some((size, took)) = last.filter(|(size, _)| self.linger && *size > 1) {
                 self.linger_on_runtime(size, took).await;
             }
-            let group: Vec<_> = {
-                let mut pending = lock(&self.state);
-                if pending.queued.is_empty() {
-                    // As in `write_while_queued`: an item queued after this starts a new writer.
-                    pending.writing = false;
-                    return;
-                }
-                let take = pending.queued.len().min(self.max_group);
-                pending.queued.drain(..take).collect()
-            };
-            let (items, replies): (Vec<T>, Vec<_>) = group.into_iter().unzip();
+            let Some((items, replies)) = lock(&self.state).take_group(self.max_group) else { return };
             let count = items.len();
             let started = Instant::now();
             let writer = Arc::clone(&self);
@@ -231,22 +247,15 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
                     (0..count).map(|_| Err(error.clone())).collect()
                 });
             last = Some((count, started.elapsed()));
-            for (reply, result) in replies.into_iter().zip(results) {
-                let _ = reply.send(result);
-            }
+            answer(replies, results);
         }
     }
 
     /// The writer's wait for the callers it answered, on the runtime: until as many items are queued as the group
     /// it wrote plus those queued when it finished, or for at most [`LINGER_SHARE`] of `took`.
     async fn linger_on_runtime(&self, size: usize, took: Duration) {
-        let deadline = tokio::time::Instant::now() + took.mul_f64(LINGER_SHARE).min(MAX_LINGER);
-        let target = {
-            let mut pending = lock(&self.state);
-            let target = (size + pending.queued.len()).min(self.max_group);
-            pending.awaited = Some(target);
-            target
-        };
+        let deadline = tokio::time::Instant::now() + linger_bound(took);
+        let target = lock(&self.state).await_company(size, self.max_group);
         loop {
             let came_back = self.came_back.notified();
             tokio::pin!(came_back);
