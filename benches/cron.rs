@@ -324,6 +324,21 @@ fn agent(n: usize) -> AgentId {
     AgentId::new(format!("agent-{n}")).unwrap()
 }
 
+/// The one-time job numbered `index` as the bench writes it straight to the store: `{"n": index}`, no key.
+fn one_time_job(agent_id: AgentId, next_fire_at: OffsetDateTime, index: usize) -> gateway_core::NewCronJob {
+    gateway_core::NewCronJob {
+        agent_id,
+        schedule: None,
+        next_fire_at,
+        payload: json!({"n": index}).as_object().cloned().unwrap_or_default(),
+        is_one_time: true,
+        idempotency_key: None,
+        timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+        misfire_policy: gateway_core::MisfirePolicy::FireOnce,
+        max_lateness_ms: None,
+    }
+}
+
 /// `count` one-time jobs due in a year, spread over the agents round the clock, written before part 1 runs
 /// (`CRON_BENCH_PENDING`, default none): the pending rows a deployment carries, so that the agent index is as large
 /// as theirs and each new row's entry lands among an agent's others rather than in a nearly empty index.
@@ -332,16 +347,9 @@ fn write_backlog(store: &DieselStore, count: usize) {
     let agents = agents();
     for first in (0..count).step_by(1_000) {
         let group: Vec<gateway_core::NewCronJob> = (first..(first + 1_000).min(count))
-            .map(|index| gateway_core::NewCronJob {
-                agent_id: agent(index % agents),
-                schedule: None,
-                next_fire_at: due + time::Duration::seconds((index * 7_919 % 86_400) as i64),
-                payload: json!({"n": index}).as_object().cloned().unwrap_or_default(),
-                is_one_time: true,
-                idempotency_key: None,
-                timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
-                misfire_policy: gateway_core::MisfirePolicy::FireOnce,
-                max_lateness_ms: None,
+            .map(|index| {
+                let at = due + time::Duration::seconds((index * 7_919 % 86_400) as i64);
+                one_time_job(agent(index % agents), at, index)
             })
             .collect();
         store.insert_cron_jobs(&group).unwrap();
@@ -523,17 +531,7 @@ fn ceiling_loop(store: &DieselStore, jobs: usize, insert_group: usize, fire_batc
                 let next_fire_at =
                     next_fire_at.replace_nanosecond(next_fire_at.millisecond() as u32 * 1_000_000).unwrap();
                 let group: Vec<NewCronJob> = (first..(first + insert_group).min(jobs))
-                    .map(|index| NewCronJob {
-                        agent_id: agents[index % agents.len()].clone(),
-                        schedule: None,
-                        next_fire_at,
-                        payload: json!({"n": index}).as_object().cloned().unwrap_or_default(),
-                        is_one_time: true,
-                        idempotency_key: None,
-                        timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
-                        misfire_policy: gateway_core::MisfirePolicy::FireOnce,
-                        max_lateness_ms: None,
-                    })
+                    .map(|index| one_time_job(agents[index % agents.len()].clone(), next_fire_at, index))
                     .collect();
                 let written = store.insert_cron_jobs(&group).unwrap();
                 inserted.send(written.iter().map(|insert| insert.job.id).collect()).unwrap();
