@@ -6,13 +6,14 @@ use std::marker::PhantomData;
 use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::sql_types::{Array, Text, Timestamp};
+use diesel::sql_types::{Array, BigInt, Text, Timestamp};
 use diesel::sqlite::{Sqlite, SqliteConnection};
 use gateway_core::{AgentId, ClusterId, HeartbeatRecord, HeartbeatStore, StoreError};
 use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::batch::push_sql_with_binds;
 use crate::connection::{AnyConnection, DieselStore};
+use crate::liveness::RECEIPT_MINUTE_SECONDS;
 use crate::schema::gateway_heartbeats;
 use crate::timestamp::{from_db, push_sqlite_text, to_db};
 
@@ -207,10 +208,13 @@ pub(crate) struct UnnestAgentRows<'a, K> {
 }
 
 /// The text of an [`UnnestAgentRows`]: `$` for each parameter, three per set of rows (agent ids, cluster ids,
-/// instants), each set inserted in the order sent (`WITH ORDINALITY … ORDER BY`): the rows are sorted by agent id,
-/// and every writer of them locks them in that order.
+/// instants) or four for a set listed in [`Self::WITH_MINUTES`] (then the instants' minutes, [`receipt_minute`]),
+/// each set inserted in the order sent (`WITH ORDINALITY … ORDER BY`): the rows are sorted by agent id, and every
+/// writer of them locks them in that order.
 pub(crate) trait AgentRowsSql: 'static {
     const SQL: &'static str;
+    /// Whether each set, in order, binds a fourth array, the minutes (a set past the list binds three).
+    const WITH_MINUTES: &'static [bool] = &[];
 }
 
 /// The heartbeat rows alone.
@@ -228,6 +232,8 @@ pub(crate) struct Columns<'a> {
     agent_id: Vec<&'a str>,
     cluster_id: Vec<&'a str>,
     at: Vec<PrimitiveDateTime>,
+    /// Each instant's minute, for a set whose statement writes it ([`Self::with_minutes`]); empty otherwise.
+    minute: Vec<i64>,
 }
 
 impl<'a> Columns<'a> {
@@ -236,8 +242,25 @@ impl<'a> Columns<'a> {
             agent_id: rows.iter().map(|row| row.0).collect(),
             cluster_id: rows.iter().map(|row| row.1).collect(),
             at: rows.iter().map(|row| to_db(row.2)).collect(),
+            minute: Vec::new(),
         }
     }
+
+    /// [`Self::of`] with each stored instant's [`receipt_minute`].
+    pub(crate) fn with_minutes(rows: &[AgentRow<'a>]) -> Self {
+        let mut columns = Self::of(rows);
+        columns.minute = columns.at.iter().map(|at| receipt_minute(at.assume_utc())).collect();
+        columns
+    }
+}
+
+/// The minute `instant` falls in, `floor(seconds since the epoch / 60)`: `gateway_live_agents.received_minute`,
+/// which the eviction pass finds its candidates by (the cutoff's minute is this same function of the cutoff).
+/// Exact for any instant, before the epoch too: the whole nanoseconds are divided, rounding down.
+pub(crate) fn receipt_minute(instant: OffsetDateTime) -> i64 {
+    let minute = instant.unix_timestamp_nanos().div_euclid(i128::from(RECEIPT_MINUTE_SECONDS) * 1_000_000_000);
+    // An OffsetDateTime's minutes since the epoch fit an i64 many times over.
+    i64::try_from(minute).unwrap_or(i64::MAX)
 }
 
 impl<'a, K: AgentRowsSql> UnnestAgentRows<'a, K> {
@@ -248,14 +271,25 @@ impl<'a, K: AgentRowsSql> UnnestAgentRows<'a, K> {
 
 impl<K: AgentRowsSql> QueryFragment<Pg> for UnnestAgentRows<'_, K> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        // Each parameter's set and column, in the text's order.
+        let layout: Vec<(&'b Columns<'_>, usize)> = self
+            .sets
+            .iter()
+            .enumerate()
+            .flat_map(|(n, set)| {
+                let columns = if K::WITH_MINUTES.get(n).copied().unwrap_or(false) { 4 } else { 3 };
+                (0..columns).map(move |column| (set, column))
+            })
+            .collect();
         push_sql_with_binds(&mut out, K::SQL, |index, out| {
-            let set = self.sets.get(index / 3).ok_or_else(|| {
+            let (set, column) = layout.get(index).copied().ok_or_else(|| {
                 diesel::result::Error::QueryBuilderError("more parameters than sets of agent rows".into())
             })?;
-            match index % 3 {
+            match column {
                 0 => out.push_bind_param::<Array<Text>, _>(&set.agent_id),
                 1 => out.push_bind_param::<Array<Text>, _>(&set.cluster_id),
-                _ => out.push_bind_param::<Array<Timestamp>, _>(&set.at),
+                2 => out.push_bind_param::<Array<Timestamp>, _>(&set.at),
+                _ => out.push_bind_param::<Array<BigInt>, _>(&set.minute),
             }
         })
     }

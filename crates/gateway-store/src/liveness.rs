@@ -501,25 +501,35 @@ fn write_rows_postgres(
 ) -> QueryResult<()> {
     let beats = latest_rows(heartbeats);
     match (beats.is_empty(), receipts.is_empty()) {
-        (false, false) => UnnestAgentRows::<RowsAndReceipts>::new(vec![Columns::of(&beats), Columns::of(receipts)])
-            .execute(connection)?,
+        (false, false) => {
+            UnnestAgentRows::<RowsAndReceipts>::new(vec![Columns::of(&beats), Columns::with_minutes(receipts)])
+                .execute(connection)?
+        }
         (false, true) => UnnestAgentRows::<HeartbeatRows>::new(vec![Columns::of(&beats)]).execute(connection)?,
-        (true, false) => UnnestAgentRows::<ReceiptRows>::new(vec![Columns::of(receipts)]).execute(connection)?,
+        (true, false) => {
+            UnnestAgentRows::<ReceiptRows>::new(vec![Columns::with_minutes(receipts)]).execute(connection)?
+        }
         (true, true) => 0,
     };
     Ok(())
 }
 
 /// The receipts' upsert on PostgreSQL, a literal so that [`RowsAndReceipts`] is this same text after its `WITH`: a
-/// receipt never moves an agent's instant back, alone or with the rows.
+/// receipt never moves an agent's instant back, alone or with the rows. It writes each receipt's minute itself
+/// ([`crate::heartbeat::receipt_minute`]; a plain column on PostgreSQL since migration 2026-12-21-000014: as a generated column its
+/// expression was set up for every statement and evaluated in numeric arithmetic for every row, 3 % of the CPU
+/// PostgreSQL and the gateway share under cluster-mode heartbeat load); the minute moves with `received_at` only.
 macro_rules! receipts_upsert {
     () => {
-        "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at) \
-         SELECT agent_id, cluster_id, at FROM unnest($, $, $) WITH ORDINALITY AS sent (agent_id, cluster_id, at, n) \
+        "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at, received_minute) \
+         SELECT agent_id, cluster_id, at, minute FROM unnest($, $, $, $) WITH ORDINALITY \
+         AS sent (agent_id, cluster_id, at, minute, n) \
          ORDER BY n \
          ON CONFLICT (agent_id) DO UPDATE SET \
          cluster_id = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
              THEN excluded.cluster_id ELSE gateway_live_agents.cluster_id END, \
+         received_minute = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
+             THEN excluded.received_minute ELSE gateway_live_agents.received_minute END, \
          received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
              THEN excluded.received_at ELSE gateway_live_agents.received_at END"
     };
@@ -530,6 +540,7 @@ struct ReceiptRows;
 
 impl AgentRowsSql for ReceiptRows {
     const SQL: &'static str = receipts_upsert!();
+    const WITH_MINUTES: &'static [bool] = &[true];
 }
 
 /// The heartbeat rows and the receipts in one statement. PostgreSQL runs a data-modifying `WITH` that the main
@@ -545,6 +556,7 @@ impl AgentRowsSql for RowsAndReceipts {
          ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at) ",
         receipts_upsert!()
     );
+    const WITH_MINUTES: &'static [bool] = &[false, true];
 }
 
 /// Sets a live agent's entry; an agent without a row (never live, or evicted) gets none.
@@ -575,6 +587,7 @@ mod tests {
         a_cluster_at_its_cap_refuses_new_agents_on_every_instance,
         the_rows_transaction_writes_every_receipt_recorded_before_it,
         the_pass_decides_on_the_exact_receipt_within_the_cutoffs_minute,
+        each_receipts_minute_is_its_own_and_moves_only_with_it,
     );
 
     fn agent(id: &str) -> AgentId {
@@ -632,6 +645,48 @@ mod tests {
         let left: Vec<String> =
             map.live_agents(None, 10).unwrap().into_iter().map(|entry| entry.agent_id.as_str().to_owned()).collect();
         assert_eq!(left, ["after", "at", "next-minute"]);
+    }
+
+    /// `received_minute` is the minute of the stored `received_at` (on PostgreSQL the gateway writes it, on SQLite
+    /// the column's expression computes it): either side of a minute's boundary by a microsecond, with the rows and
+    /// alone; and a receipt older than the stored one, flushed late by another instance, moves neither.
+    fn each_receipts_minute_is_its_own_and_moves_only_with_it(store: &DieselStore) {
+        use gateway_live_agents::dsl;
+        let (a, b) = (SharedLiveness::new(store.clone(), 10), SharedLiveness::new(store.clone(), 10));
+        let west = ClusterId::new("west").unwrap();
+        let boundary = datetime!(2026-02-22 12:01:00 UTC);
+        let micro = time::Duration::microseconds(1);
+        let stored = |id: &str| -> (PrimitiveDateTime, i64) {
+            store
+                .with_connection("read a receipt", |connection| {
+                    on_backend!(connection, c => dsl::gateway_live_agents
+                        .find(id)
+                        .select((dsl::received_at, dsl::received_minute))
+                        .first(c))
+                })
+                .unwrap()
+        };
+        for (n, receipt) in [boundary - micro, boundary, boundary + micro].into_iter().enumerate() {
+            let id = format!("agent-{n}");
+            a.record(&agent(&id), &west, receipt).unwrap();
+            if n == 0 {
+                a.flush().unwrap();
+            } else {
+                let row = HeartbeatRecord { agent_id: agent(&id), cluster_id: west.clone(), last_seen_at: receipt };
+                a.upsert_heartbeats(&[row]).unwrap();
+            }
+            let expected = receipt.unix_timestamp().div_euclid(RECEIPT_MINUTE_SECONDS);
+            assert_eq!(stored(&id), (to_db(receipt), expected), "{receipt}");
+            assert_eq!(crate::heartbeat::receipt_minute(receipt), expected);
+        }
+        // agent-2 heartbeats on into the next minute through a; b flushes an older receipt of it afterwards.
+        let later = boundary + time::Duration::seconds(61);
+        a.record(&agent("agent-2"), &west, later).unwrap();
+        a.flush().unwrap();
+        b.record(&agent("agent-2"), &west, boundary).unwrap();
+        b.flush().unwrap();
+        assert_eq!(stored("agent-2"), (to_db(later), later.unix_timestamp().div_euclid(RECEIPT_MINUTE_SECONDS)));
+        assert_eq!(crate::heartbeat::receipt_minute(datetime!(1969-12-31 23:59:59.5 UTC)), -1, "rounded down");
     }
 
     /// What lets the heartbeat manager answer after the rows without a flush of its own.
