@@ -113,38 +113,13 @@ impl Auth {
     /// over it): the authenticated agent's with auth on, the named one's with auth off (a body that names none is
     /// not counted then).
     pub async fn admit(&self, caller: &Caller, named: Named<'_>, access: Access) -> Result<(), AuthError> {
-        match self.admission(caller, named, access) {
-            Admission::Decided(outcome) => outcome,
-            Admission::Count { agent_id, refusal } => {
-                let limited = self.count(agent_id).await;
-                refusal.map_or(limited, |mismatch| Err(AuthError::IdentityMismatch(mismatch)))
-            }
-        }
-    }
-
-    /// [`Self::admit`] when it needs no round trip (no shared rate limiter to ask): the same answer, at once;
-    /// `None` when only `admit` can say. A caller that holds much across its await (a DecisionLog) admits with
-    /// this first and awaits `admit` only in a boxed future of its own, so its future stays small.
-    pub fn admit_now(&self, caller: &Caller, named: Named<'_>, access: Access) -> Option<Result<(), AuthError>> {
-        match self.admission(caller, named, access) {
-            Admission::Decided(outcome) => Some(outcome),
-            Admission::Count { agent_id, refusal } => {
-                let limited = self.count_now(&agent_id)?;
-                Some(refusal.map_or(limited, |mismatch| Err(AuthError::IdentityMismatch(mismatch))))
-            }
-        }
-    }
-
-    /// What [`Self::admit`] decides without counting, or whom it must count (and the refusal it gives after
-    /// counting: a refused request counts too, it is the authenticated agent's request all the same).
-    fn admission<'a>(&self, caller: &'a Caller, named: Named<'a>, access: Access) -> Admission<'a> {
         let (counted, refusal) = match caller {
             Caller::Open => match named {
                 Named::Agent(agent_id) => (Counted::Named(agent_id), None),
                 Named::Nobody | Named::Unreadable => (Counted::Nobody, None),
             },
-            Caller::Operator if access == Access::Read => return Admission::Decided(Ok(())),
-            Caller::Operator => return Admission::Decided(Err(AuthError::IdentityMismatch(Mismatch::OperatorActs))),
+            Caller::Operator if access == Access::Read => return Ok(()),
+            Caller::Operator => return Err(AuthError::IdentityMismatch(Mismatch::OperatorActs)),
             Caller::Agent(verified) => {
                 let refusal = match named {
                     Named::Agent(agent_id) if !verified.is_agent(agent_id) => Some(Mismatch::OtherAgent),
@@ -159,16 +134,15 @@ impl Auth {
                 (counted, refusal)
             }
         };
-        let agent_id = match counted {
-            _ if access != Access::Act => None,
-            Counted::Named(agent_id) => Some(std::borrow::Cow::Borrowed(agent_id)),
-            Counted::Credential(verified) => Some(std::borrow::Cow::Owned(verified.agent_id())),
-            Counted::Nobody => None,
+        // A refused request counts too (it is the authenticated agent's request all the same); the refusal is
+        // what it is told.
+        let limited = match counted {
+            _ if access != Access::Act => Ok(()),
+            Counted::Named(agent_id) => self.count(agent_id).await,
+            Counted::Credential(verified) => self.count(&verified.agent_id()).await,
+            Counted::Nobody => Ok(()),
         };
-        match agent_id {
-            Some(agent_id) => Admission::Count { agent_id, refusal },
-            None => Admission::Decided(refusal.map_or(Ok(()), |mismatch| Err(AuthError::IdentityMismatch(mismatch)))),
-        }
+        refusal.map_or(limited, |mismatch| Err(AuthError::IdentityMismatch(mismatch)))
     }
 
     /// [`Self::authenticate`] and [`Self::admit`] at once, for a request whose path or query names the agent.
@@ -184,46 +158,22 @@ impl Auth {
         Ok(caller)
     }
 
-    async fn count(&self, agent_id: std::borrow::Cow<'_, AgentId>) -> Result<(), AuthError> {
-        if let Some(counted) = self.count_now(&agent_id) {
-            return counted;
-        }
+    async fn count(&self, agent_id: &AgentId) -> Result<(), AuthError> {
         let Some(limiter) = &self.limiter else { return Ok(()) };
         let now = tokio::time::Instant::now().into_std();
-        // A round trip, off the runtime's workers. A lost blocking task lets the request through, as the shared
-        // limiter itself does when Redis does not answer.
-        let (limiter, agent_id) = (Arc::clone(limiter), agent_id.into_owned());
-        let decision =
-            Box::pin(run_blocking(move || limiter.check(&agent_id, now))).await.unwrap_or(RateDecision::Allowed);
-        limited(decision)
-    }
-
-    /// The count of a request without a limiter or with a limiter of this instance's own; `None` when the
-    /// limiter is shared (a round trip: [`Self::count`]).
-    fn count_now(&self, agent_id: &AgentId) -> Option<Result<(), AuthError>> {
-        let Some(limiter) = &self.limiter else { return Some(Ok(())) };
-        if limiter.is_shared() {
-            return None;
+        let decision = if limiter.is_shared() {
+            // A round trip, off the runtime's workers. A lost blocking task lets the request through, as the
+            // shared limiter itself does when Redis does not answer.
+            let (limiter, agent_id) = (Arc::clone(limiter), agent_id.clone());
+            Box::pin(run_blocking(move || limiter.check(&agent_id, now))).await.unwrap_or(RateDecision::Allowed)
+        } else {
+            limiter.check(agent_id, now)
+        };
+        match decision {
+            RateDecision::Allowed => Ok(()),
+            RateDecision::Limited { retry_after } => Err(AuthError::RateLimited { retry_after }),
         }
-        Some(limited(limiter.check(agent_id, tokio::time::Instant::now().into_std())))
     }
-}
-
-fn limited(decision: RateDecision) -> Result<(), AuthError> {
-    match decision {
-        RateDecision::Allowed => Ok(()),
-        RateDecision::Limited { retry_after } => Err(AuthError::RateLimited { retry_after }),
-    }
-}
-
-/// What [`Auth::admit`] decided without counting, or whom it must count first.
-enum Admission<'a> {
-    Decided(Result<(), AuthError>),
-    /// Count the request of `agent_id`, then refuse it with `refusal` if there is one.
-    Count {
-        agent_id: std::borrow::Cow<'a, AgentId>,
-        refusal: Option<Mismatch>,
-    },
 }
 
 /// Whose request [`Auth::admit`] counts: the agent the body names (with auth on, only once it is the credential's),

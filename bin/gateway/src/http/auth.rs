@@ -1,17 +1,12 @@
 //! The bearer token of a request, which gateway-auth checks (an agent's or the operator's).
 
+use http::HeaderMap;
 use http::header::AUTHORIZATION;
-use http::{HeaderMap, HeaderValue};
 
 /// The token of an `Authorization: Bearer <token>` header (the scheme in any case), if there is one. Read as bytes:
 /// every agent request with agent auth on goes through here.
 pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    bearer_token_of(headers.get(AUTHORIZATION))
-}
-
-/// [`bearer_token`] of a request's (first) `Authorization` value, for a handler that keeps only that value.
-pub(crate) fn bearer_token_of(authorization: Option<&HeaderValue>) -> Option<&str> {
-    let (scheme, token) = authorization?.as_bytes().split_at_checked(b"bearer ".len())?;
+    let (scheme, token) = headers.get(AUTHORIZATION)?.as_bytes().split_at_checked(b"bearer ".len())?;
     if !scheme.eq_ignore_ascii_case(b"bearer ") {
         return None;
     }

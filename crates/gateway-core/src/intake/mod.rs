@@ -21,5 +21,5 @@ mod receive;
 
 pub use receive::{
     AcceptedReceipt, BoxFuture, DecisionLogIntake, InspectedLog, IntakePorts, ReminderDesk, ReminderNotScheduled,
-    ReminderRefusal, ScheduledReminder, Scheduling, Settling,
+    ReminderRefusal, ScheduledReminder, Settling,
 };

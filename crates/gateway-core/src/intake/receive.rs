@@ -115,16 +115,13 @@ impl InspectedLog {
     }
 }
 
-/// The future of a log whose reminder is being scheduled ([`DecisionLogIntake::settle_now`]).
-pub type Scheduling<'a> = BoxFuture<'a, Result<AcceptedReceipt, Rejection>>;
-
 /// The future of [`DecisionLogIntake::settle`]: ready at once unless the log's reminder is being scheduled.
 #[derive(Debug)]
 pub struct Settling<'a>(SettlingState<'a>);
 
 enum SettlingState<'a> {
     Done(Option<Result<AcceptedReceipt, Rejection>>),
-    Scheduling(Scheduling<'a>),
+    Scheduling(BoxFuture<'a, Result<AcceptedReceipt, Rejection>>),
 }
 
 impl Debug for SettlingState<'_> {
@@ -182,31 +179,21 @@ impl DecisionLogIntake {
     /// without a reminder is settled at once, and the future is ready at its first poll.
     #[inline]
     pub fn settle(&self, inspected: InspectedLog) -> Settling<'_> {
-        Settling(match self.settle_now(inspected) {
-            Ok(outcome) => SettlingState::Done(Some(outcome)),
-            Err(scheduling) => SettlingState::Scheduling(scheduling),
-        })
-    }
-
-    /// [`Self::settle`] as its outcome when the log is settled at once (it has no reminder), else the future that
-    /// schedules the reminder and then settles it. A caller that awaits only that boxed future holds nothing of the
-    /// outcome across an await (an [`AcceptedReceipt`] is some 400 bytes, which hyper would move with the request's
-    /// future several times).
-    #[inline]
-    pub fn settle_now(&self, inspected: InspectedLog) -> Result<Result<AcceptedReceipt, Rejection>, Scheduling<'_>> {
-        match inspected.0 {
-            Ok(AcceptedLog { log, reminder: None }) => Ok(Ok(self.accept(log, None))),
+        Settling(match inspected.0 {
+            Ok(AcceptedLog { log, reminder: None }) => SettlingState::Done(Some(Ok(self.accept(log, None)))),
             // Boxed: the scheduler's future is large, and unboxed it would size every DecisionLog's future, which
             // hyper moves several times per request.
             Ok(AcceptedLog { log, reminder: Some(reminder) }) => {
-                Err(Box::pin(self.accept_with_reminder(log, reminder)))
+                SettlingState::Scheduling(Box::pin(self.accept_with_reminder(log, reminder)))
             }
             Err(Rejection::SchemaViolation(rejected)) => {
                 self.report(&rejected);
-                Ok(Err(Rejection::SchemaViolation(rejected)))
+                SettlingState::Done(Some(Err(Rejection::SchemaViolation(rejected))))
             }
-            Err(refused @ (Rejection::InvalidJson | Rejection::StoreFailed(_))) => Ok(Err(refused)),
-        }
+            Err(refused @ (Rejection::InvalidJson | Rejection::StoreFailed(_))) => {
+                SettlingState::Done(Some(Err(refused)))
+            }
+        })
     }
 
     /// FR-10.7: the reminder is handed to the scheduler, and its row committed, before the log is published; a
