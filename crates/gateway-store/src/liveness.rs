@@ -458,9 +458,13 @@ impl LivenessMap for SharedLiveness {
                 let silent = first_silent();
                 return on_backend!(connection, c => Ok((newest.first::<i64>(c)?, silent.first::<String>(c).optional()?.is_some())));
             };
+            // Ordered by the minute like the walk, so the plan reads an index in that order (the partial one, the
+            // smallest): unordered, it was planned as a sequential scan of the table before its first analyze
+            // (105-173 ms at a million rows).
             let inserted_late = dsl::gateway_live_agents
                 .filter(dsl::inserted_minute.gt(dsl::received_minute))
                 .filter(is_silent)
+                .order(dsl::received_minute.asc())
                 .select(dsl::agent_id);
             let after_covered = first_silent().filter(dsl::received_minute.gt(covered));
             on_backend!(connection, c => {
