@@ -77,8 +77,9 @@ struct Inner {
     tracked: AtomicUsize,
     /// The last examination of the minutes behind the cutoff (PostgreSQL; `None` before the first).
     examined: Mutex<Option<Arc<Examined>>>,
-    /// When this instance last ran an eviction pass: it examines while it is the one that does.
-    last_pass: Mutex<Option<Instant>>,
+    /// When this instance last ran an eviction pass, and that pass's threshold: it examines while it is the one
+    /// that runs them, the minutes their cutoffs are about to reach.
+    last_pass: Mutex<Option<(Instant, time::Duration)>>,
 }
 
 /// What an examination read: every live row of every minute up to `through` (as that statement saw the table), and
@@ -192,7 +193,7 @@ impl SharedLiveness {
 
     /// Whether this instance ran an eviction pass lately (it is the leader, or was until moments ago).
     fn runs_passes(&self) -> bool {
-        lock(&self.inner.last_pass).is_some_and(|at| at.elapsed() < EXAMINES_AFTER_A_PASS)
+        lock(&self.inner.last_pass).is_some_and(|(at, _)| at.elapsed() < EXAMINES_AFTER_A_PASS)
     }
 
     /// Reads, on PostgreSQL, the earliest receipt of each minute that ended [`EXAMINATION_MARGIN_SECONDS`] or more
@@ -220,14 +221,22 @@ impl SharedLiveness {
             earliest: PrimitiveDateTime,
         }
         let began = Instant::now();
+        // No further than the minute after the next passes' cutoffs: the minutes after it hold the fleet's live
+        // rows, each a visit to the heap, and no pass needs them yet.
+        let needed = lock(&self.inner.last_pass).map_or(i64::MAX, |(_, threshold)| {
+            let cutoff = OffsetDateTime::now_utc().checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+            cutoff.unix_timestamp().div_euclid(RECEIPT_MINUTE_SECONDS).saturating_add(1)
+        });
         let examined = self.inner.store.with_connection("examine the minutes behind the cutoff", |connection| {
             let AnyConnection::Postgres(c) = connection else { return Ok(None) };
             // Two statements: the bound by the first one's start, the rows by the second's snapshot, taken later,
             // so a row the second does not see was committed after the first began.
-            let bound: Bound =
-                diesel::sql_query("SELECT (floor((extract(epoch FROM now()) - $1) / 60) - 1)::bigint AS through")
-                    .bind::<diesel::sql_types::BigInt, _>(EXAMINATION_MARGIN_SECONDS)
-                    .get_result(&mut **c)?;
+            let bound: Bound = diesel::sql_query(
+                "SELECT least((floor((extract(epoch FROM now()) - $1) / 60) - 1)::bigint, $2) AS through",
+            )
+            .bind::<diesel::sql_types::BigInt, _>(EXAMINATION_MARGIN_SECONDS)
+            .bind::<diesel::sql_types::BigInt, _>(needed)
+            .get_result(&mut **c)?;
             let earliest: Vec<Earliest> = diesel::sql_query(
                 "SELECT received_minute AS minute, min(received_at) AS earliest FROM gateway_live_agents \
                  WHERE received_minute <= $1 GROUP BY received_minute",
@@ -424,7 +433,7 @@ impl LivenessMap for SharedLiveness {
         token: FencingToken,
     ) -> Result<Vec<LiveEntry>, StoreError> {
         use gateway_live_agents::dsl;
-        *lock(&self.inner.last_pass) = Some(Instant::now());
+        *lock(&self.inner.last_pass) = Some((Instant::now(), threshold));
         // This instance's own receipts first: an agent must not be evicted for a heartbeat still in memory here.
         let began = Instant::now();
         self.flush()?;
