@@ -7,11 +7,11 @@
 //! heartbeat's own group commit before it answers, writes every kept receipt in one transaction. Capability entries
 //! are kept the same way and written by the same flush, or by the flusher thread within [`FLUSH_INTERVAL`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use gateway_core::runtime::sync::lock;
@@ -44,6 +44,16 @@ pub const FLUSH_RETRY_MAX: Duration = Duration::from_secs(5);
 pub const RECEIPT_MINUTE_SECONDS: i64 = 60;
 /// Agent ids per `IN (…)` list (SQLite takes 32,766 parameters, PostgreSQL 65,535).
 const MAX_IDS_PER_LIST: usize = 500;
+/// How often the leader examines the minutes behind the cutoff on PostgreSQL ([`SharedLiveness::examine`], on the
+/// flusher thread): the passes after it read those minutes' rows from its answer instead of the table.
+pub const EXAMINE_INTERVAL: Duration = Duration::from_secs(5);
+/// An instance examines only while it runs passes (the leader): for this long after its last one.
+const EXAMINES_AFTER_A_PASS: Duration = Duration::from_secs(120);
+/// An examination covers the minutes that ended this long before it began, by PostgreSQL's clock: a receipt that
+/// reaches those minutes after it is then an insert whose transaction began in a later minute, which
+/// `gateway_live_agents_inserted_late` lists (migration 2026-12-21-000016) — unless that transaction took longer
+/// than this from its start to its commit; the next examination, one [`EXAMINE_INTERVAL`] later, reads that row.
+pub const EXAMINATION_MARGIN_SECONDS: i64 = 10;
 
 /// The database-backed [`LivenessMap`] and [`CapabilityMap`]. Cheap to clone; clones share everything. Run
 /// [`SharedLiveness::start_flusher`] for as long as the process serves.
@@ -65,6 +75,34 @@ struct Inner {
     flushing: Mutex<()>,
     /// Live agents of the whole cluster, as of the last count, plus those admitted here since.
     tracked: AtomicUsize,
+    /// The last examination of the minutes behind the cutoff (PostgreSQL; `None` before the first).
+    examined: Mutex<Option<Arc<Examined>>>,
+    /// When this instance last ran an eviction pass, and that pass's threshold: it examines while it is the one
+    /// that runs them, the minutes their cutoffs are about to reach.
+    last_pass: Mutex<Option<(Instant, time::Duration)>>,
+}
+
+/// What an examination read: every live row of every minute up to `through` (as that statement saw the table), and
+/// the earliest receipt of each of those minutes that had any.
+///
+/// What makes the answer last: a receipt never moves back (the upserts keep the later one), so a row it saw can
+/// since have left for a later minute, taken a later receipt or gone, and still be at or after the earliest
+/// receipt of the minute it was in; a row it did not see and that is now in those minutes can only have been
+/// inserted since, with a receipt from before its insert's minute (see [`EXAMINATION_MARGIN_SECONDS`]), and those
+/// are the rows of `gateway_live_agents_inserted_late`, which every pass reads.
+#[derive(Debug)]
+struct Examined {
+    through: i64,
+    earliest: BTreeMap<i64, PrimitiveDateTime>,
+}
+
+impl Examined {
+    /// The minute up to which a pass with this cutoff can skip the table: every minute up to it was examined and
+    /// held no receipt before the cutoff then. `None`: the pass reads the table from the oldest minute.
+    fn covers(&self, cutoff_minute: i64, cutoff: PrimitiveDateTime) -> Option<i64> {
+        let upto = self.through.min(cutoff_minute);
+        self.earliest.range(..=upto).all(|(_, earliest)| *earliest >= cutoff).then_some(upto)
+    }
 }
 
 #[derive(Default)]
@@ -123,6 +161,8 @@ impl SharedLiveness {
             local: Mutex::new(Local::default()),
             flushing: Mutex::new(()),
             tracked: AtomicUsize::new(0),
+            examined: Mutex::new(None),
+            last_pass: Mutex::new(None),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -132,15 +172,101 @@ impl SharedLiveness {
     pub fn start_flusher(&self) -> std::io::Result<PeriodicThread> {
         let map = self.clone();
         let counts_every = (COUNT_INTERVAL.as_millis() / FLUSH_INTERVAL.as_millis()).max(1);
+        let examines_every = (EXAMINE_INTERVAL.as_millis() / FLUSH_INTERVAL.as_millis()).max(1);
         let mut pass: u128 = 0;
         PeriodicThread::spawn("liveness-flush", "sharing liveness", FLUSH_INTERVAL, FLUSH_RETRY_MAX, move || {
             map.flush()?;
             if pass.is_multiple_of(counts_every) {
                 map.count()?;
             }
+            if pass.is_multiple_of(examines_every) && map.runs_passes() {
+                // A failed examination leaves the last one, which stays true (see `Examined`): passes only read
+                // more of the table until the next one works.
+                if let Err(error) = map.examine() {
+                    tracing::debug!(%error, "minutes behind the cutoff not examined");
+                }
+            }
             pass += 1;
             Ok(())
         })
+    }
+
+    /// Whether this instance ran an eviction pass lately (it is the leader, or was until moments ago).
+    fn runs_passes(&self) -> bool {
+        lock(&self.inner.last_pass).is_some_and(|(at, _)| at.elapsed() < EXAMINES_AFTER_A_PASS)
+    }
+
+    /// Reads, on PostgreSQL, the earliest receipt of each minute that ended [`EXAMINATION_MARGIN_SECONDS`] or more
+    /// ago, for the eviction passes that follow. The flusher runs it every [`EXAMINE_INTERVAL`] on the instance
+    /// that runs passes. Why: after a heartbeat moves an agent into a new minute, the index entry of the minute it
+    /// left points at a dead row until vacuum, and a minute's entries all die in the half minute after it ends —
+    /// just when a threshold of 90 s brings it into the pass's range — so a pass reading the table from the oldest
+    /// minute visits a million dead rows each minute at a million agents (150-275 ms). Read here, off the pass, the
+    /// table's side of a pass is the few rows inserted with an old receipt. SQLite updates its index in place:
+    /// nothing to do there.
+    pub fn examine(&self) -> Result<(), StoreError> {
+        if self.inner.store.is_sqlite() {
+            return Ok(());
+        }
+        #[derive(QueryableByName)]
+        struct Bound {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            through: i64,
+        }
+        #[derive(QueryableByName)]
+        struct Earliest {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            minute: i64,
+            #[diesel(sql_type = diesel::sql_types::Timestamp)]
+            earliest: PrimitiveDateTime,
+        }
+        let began = Instant::now();
+        // No further than the minute after the next passes' cutoffs: the minutes after it hold the fleet's live
+        // rows, each a visit to the heap, and no pass needs them yet.
+        let needed = lock(&self.inner.last_pass).map_or(i64::MAX, |(_, threshold)| {
+            let cutoff = OffsetDateTime::now_utc().checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+            cutoff.unix_timestamp().div_euclid(RECEIPT_MINUTE_SECONDS).saturating_add(1)
+        });
+        let examined = self.inner.store.with_connection("examine the minutes behind the cutoff", |connection| {
+            let AnyConnection::Postgres(c) = connection else { return Ok(None) };
+            let c: &mut PgConnection = c;
+            // One read-only transaction (no transaction id, nothing to flush at its commit), two statements: the
+            // bound by the transaction's start, the rows by the second statement's snapshot, taken later, so a row
+            // that statement does not see was committed after the transaction began.
+            c.transaction(|c| {
+                // The range holds the dead entries of the minutes agents left and the few rows still in them: an
+                // index scan reads those. Planned freely it was a sequential scan of the table (p50 122 ms at a
+                // million rows, every 5 s, on the database's CPU that heartbeats share).
+                diesel::sql_query("SET LOCAL enable_seqscan = off").execute(c)?;
+                diesel::sql_query("SET LOCAL enable_bitmapscan = off").execute(c)?;
+                let bound: Bound = diesel::sql_query(
+                    "SELECT least((floor((extract(epoch FROM now()) - $1) / 60) - 1)::bigint, $2) AS through",
+                )
+                .bind::<diesel::sql_types::BigInt, _>(EXAMINATION_MARGIN_SECONDS)
+                .bind::<diesel::sql_types::BigInt, _>(needed)
+                .get_result(c)?;
+                let earliest: Vec<Earliest> = diesel::sql_query(
+                    "SELECT received_minute AS minute, min(received_at) AS earliest FROM gateway_live_agents \
+                     WHERE received_minute <= $1 GROUP BY received_minute ORDER BY received_minute",
+                )
+                .bind::<diesel::sql_types::BigInt, _>(bound.through)
+                .load(c)?;
+                Ok(Some(Examined {
+                    through: bound.through,
+                    earliest: earliest.into_iter().map(|row| (row.minute, row.earliest)).collect(),
+                }))
+            })
+        })?;
+        if let Some(examined) = examined {
+            tracing::debug!(
+                examine_ms = began.elapsed().as_secs_f64() * 1e3,
+                through = examined.through,
+                minutes_with_rows = examined.earliest.len(),
+                "minutes behind the cutoff examined"
+            );
+            *lock(&self.inner.examined) = Some(Arc::new(examined));
+        }
+        Ok(())
     }
 
     /// Counts the cluster's live agents (the cap's reference).
@@ -316,8 +442,9 @@ impl LivenessMap for SharedLiveness {
         token: FencingToken,
     ) -> Result<Vec<LiveEntry>, StoreError> {
         use gateway_live_agents::dsl;
+        *lock(&self.inner.last_pass) = Some((Instant::now(), threshold));
         // This instance's own receipts first: an agent must not be evicted for a heartbeat still in memory here.
-        let began = std::time::Instant::now();
+        let began = Instant::now();
         self.flush()?;
         let flushed = began.elapsed();
         let cutoff = now.checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH);
@@ -332,17 +459,38 @@ impl LivenessMap for SharedLiveness {
         // checkpoint) and for the epoch row lock other leader loops hold. The answer only decides whether to
         // write: the fenced transaction below checks the epoch and selects the silent again under its locks, so a
         // deposed leader still evicts nothing, and a pass that skips it has written nothing a fence could refuse.
-        let probing = std::time::Instant::now();
+        let probing = Instant::now();
         // Ordered by the indexed minute, so the plan walks that index from the oldest and stops at the first silent
         // row: an `EXISTS` was planned as a sequential scan of the whole table after a bulk fill (the planner
         // expecting an early match), 100-210 ms at a million rows.
         let first_silent =
             || dsl::gateway_live_agents.filter(is_silent).order(dsl::received_minute.asc()).select(dsl::agent_id);
+        // The minutes the last examination answers for (PostgreSQL): only the rows inserted since with an old
+        // receipt (their own small index) and the minutes after those are read.
+        let examined = lock(&self.inner.examined).clone();
+        let covered = examined.as_deref().and_then(|examined| examined.covers(cutoff_minute, cutoff));
         let (newest, anyone_silent) = self.inner.store.with_connection("look for silent agents", |connection| {
             use crate::schema::gateway_leader_epoch::dsl as epoch;
             let newest = epoch::gateway_leader_epoch.find(1).select(epoch::epoch);
-            let silent = first_silent();
-            on_backend!(connection, c => Ok((newest.first::<i64>(c)?, silent.first::<String>(c).optional()?.is_some())))
+            let Some(covered) = covered else {
+                let silent = first_silent();
+                return on_backend!(connection, c => Ok((newest.first::<i64>(c)?, silent.first::<String>(c).optional()?.is_some())));
+            };
+            // Ordered by the minute like the walk, so the plan reads an index in that order (the partial one, the
+            // smallest): unordered, it was planned as a sequential scan of the table before its first analyze
+            // (105-173 ms at a million rows).
+            let inserted_late = dsl::gateway_live_agents
+                .filter(dsl::inserted_minute.gt(dsl::received_minute))
+                .filter(is_silent)
+                .order(dsl::received_minute.asc())
+                .select(dsl::agent_id);
+            let after_covered = first_silent().filter(dsl::received_minute.gt(covered));
+            on_backend!(connection, c => {
+                let newest = newest.first::<i64>(c)?;
+                let silent = inserted_late.first::<String>(c).optional()?.is_some()
+                    || (covered < cutoff_minute && after_covered.first::<String>(c).optional()?.is_some());
+                Ok((newest, silent))
+            })
         })?;
         let newest = token_from_db(newest);
         if newest > token {
@@ -353,6 +501,7 @@ impl LivenessMap for SharedLiveness {
             tracing::debug!(
                 flush_ms = flushed.as_secs_f64() * 1e3,
                 probe_ms = probing.elapsed().as_secs_f64() * 1e3,
+                examined_through = covered,
                 evicted = 0,
                 "evict silent agents"
             );
@@ -391,7 +540,7 @@ impl LivenessMap for SharedLiveness {
             // them so that later walks skip them. That first walk is taken here, in the pass that made them (already
             // seconds long for such a crowd), rather than in the next pass, which finds nobody silent. Its answer
             // decides nothing: the next pass asks again.
-            let rewalking = std::time::Instant::now();
+            let rewalking = Instant::now();
             let rewalked = self.inner.store.with_connection("look for silent agents", |connection| {
                 let silent = first_silent();
                 on_backend!(connection, c => silent.first::<String>(c).optional())
@@ -588,7 +737,81 @@ mod tests {
         the_rows_transaction_writes_every_receipt_recorded_before_it,
         the_pass_decides_on_the_exact_receipt_within_the_cutoffs_minute,
         each_receipts_minute_is_its_own_and_moves_only_with_it,
+        a_receipt_inserted_late_into_examined_minutes_is_evicted_by_the_next_pass,
+        a_pass_after_an_examination_evicts_every_receipt_its_cutoff_passed,
+        a_receipt_that_moved_between_examined_minutes_is_found_by_the_next_examination,
     );
+
+    /// Makes every row look inserted in its receipt's minute, as a row is when its receipt arrives on time: the
+    /// tests' clock is months behind the database's, which would make every row one inserted late.
+    fn as_if_inserted_on_time(store: &DieselStore) {
+        store
+            .with_connection("test: rows inserted on time", |connection| {
+                on_backend!(connection, c => diesel::sql_query(
+                    "UPDATE gateway_live_agents SET inserted_minute = received_minute"
+                ).execute(c))
+            })
+            .unwrap();
+    }
+
+    fn evicted_ids(map: &SharedLiveness, now: OffsetDateTime) -> Vec<String> {
+        let evicted = map.evict_silent(now, time::Duration::seconds(90), FencingToken(1)).unwrap();
+        let mut ids: Vec<String> = evicted.into_iter().map(|entry| entry.agent_id.as_str().to_owned()).collect();
+        ids.sort();
+        ids
+    }
+
+    /// An instance that kept receipts while the database was unreachable inserts them late, into minutes the
+    /// leader's examination already answered for (on PostgreSQL the passes here read no minute of the table: the
+    /// tests' clock is months behind the database's, so every minute they use was examined): the next pass evicts
+    /// the agent all the same.
+    fn a_receipt_inserted_late_into_examined_minutes_is_evicted_by_the_next_pass(store: &DieselStore) {
+        let map = SharedLiveness::new(store.clone(), 10);
+        let west = ClusterId::new("west").unwrap();
+        let seconds = time::Duration::seconds;
+        map.record(&agent("steady"), &west, START).unwrap();
+        map.flush().unwrap();
+        as_if_inserted_on_time(store);
+        map.examine().unwrap();
+        assert!(evicted_ids(&map, START + seconds(60)).is_empty());
+        map.record(&agent("late"), &west, START - seconds(600)).unwrap();
+        map.flush().unwrap();
+        assert_eq!(evicted_ids(&map, START + seconds(70)), ["late"]);
+    }
+
+    /// An examination saw receipts that the cutoff passes later: each pass evicts exactly those behind its cutoff.
+    fn a_pass_after_an_examination_evicts_every_receipt_its_cutoff_passed(store: &DieselStore) {
+        let map = SharedLiveness::new(store.clone(), 10);
+        let west = ClusterId::new("west").unwrap();
+        let seconds = time::Duration::seconds;
+        map.record(&agent("first"), &west, START).unwrap();
+        map.record(&agent("second"), &west, START + seconds(30)).unwrap();
+        map.flush().unwrap();
+        as_if_inserted_on_time(store);
+        map.examine().unwrap();
+        assert!(evicted_ids(&map, START + seconds(85)).is_empty());
+        assert_eq!(evicted_ids(&map, START + seconds(91)), ["first"]);
+        assert!(evicted_ids(&map, START + seconds(110)).is_empty());
+        assert_eq!(evicted_ids(&map, START + seconds(121)), ["second"]);
+    }
+
+    /// A receipt that reaches its row late moves it from one examined minute to another (a receipt never moves
+    /// back, but it can be older than the cutoffs to come): the next examination reads it where it is now.
+    fn a_receipt_that_moved_between_examined_minutes_is_found_by_the_next_examination(store: &DieselStore) {
+        let map = SharedLiveness::new(store.clone(), 10);
+        let west = ClusterId::new("west").unwrap();
+        let seconds = time::Duration::seconds;
+        map.record(&agent("mover"), &west, START - seconds(300)).unwrap();
+        map.record(&agent("steady"), &west, START + seconds(200)).unwrap();
+        map.flush().unwrap();
+        as_if_inserted_on_time(store);
+        map.examine().unwrap();
+        map.record(&agent("mover"), &west, START - seconds(50)).unwrap();
+        map.flush().unwrap();
+        map.examine().unwrap();
+        assert!(evicted_ids(&map, START + seconds(35)).is_empty());
+        assert_eq!(evicted_ids(&map, START + seconds(45)), ["mover"]);
+    }
 
     fn agent(id: &str) -> AgentId {
         AgentId::new(id).unwrap()

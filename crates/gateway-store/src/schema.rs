@@ -138,6 +138,7 @@ diesel::table! {
         capability_version -> Nullable<Text>,
         capabilities_updated_at -> Nullable<Timestamp>,
         received_minute -> BigInt,
+        inserted_minute -> BigInt,
     }
 }
 

@@ -1,0 +1,1 @@
+ALTER TABLE gateway_live_agents DROP COLUMN inserted_minute;
