@@ -1004,8 +1004,7 @@ mod tests {
     /// the primary key, and `cron_jobs_due` not read at all.
     #[test]
     fn a_claim_looks_its_rows_up_by_id_on_postgres() {
-        let Some(fixture) = crate::testing::postgres("cron::tests::a_claim_looks_its_rows_up_by_id_on_postgres")
-        else {
+        let Some(fixture) = crate::testing::postgres("cron::tests::a_claim_looks_its_rows_up_by_id_on_postgres") else {
             return;
         };
         let plan = fixture
