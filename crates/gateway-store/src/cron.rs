@@ -630,7 +630,9 @@ struct ClaimCronJobs<'a> {
     now: PrimitiveDateTime,
 }
 
-postgres_statement!(ClaimCronJobs -> (BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text, Text, Nullable<BigInt>));
+postgres_statement!(ClaimCronJobs -> (
+    BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text, Text, Nullable<BigInt>
+));
 
 impl QueryFragment<Pg> for ClaimCronJobs<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
