@@ -587,10 +587,18 @@ impl DieselStore {
 fn claim(connection: &mut AnyConnection<'_>, job_ids: &[i64], lease: &ClaimLease) -> QueryResult<Vec<CronJobRow>> {
     let now = to_db(lease.now);
     let token = token_to_db(lease.token);
+    let due_by = to_db(lease.due_by);
+    let expires_at = to_db(lease.expires_at);
+    let connection = match connection {
+        AnyConnection::Postgres(connection) => {
+            let claim = ClaimCronJobs { owner: lease.owner.as_str(), expires_at, token, ids: job_ids, due_by, now };
+            return claim.load(&mut **connection);
+        }
+        AnyConnection::Sqlite(connection) => connection,
+    };
     let free =
         cron_jobs::claimed_until.is_null().or(cron_jobs::claimed_until.le(now)).or(cron_jobs::claim_token.lt(token));
-    let due_by = to_db(lease.due_by);
-    let claim = diesel::update(
+    diesel::update(
         cron_jobs::table
             .filter(cron_jobs::id.eq_any(job_ids))
             .filter(cron_jobs::next_fire_at.le(due_by))
@@ -599,10 +607,55 @@ fn claim(connection: &mut AnyConnection<'_>, job_ids: &[i64], lease: &ClaimLease
     )
     .set((
         cron_jobs::claimed_by.eq(lease.owner.as_str()),
-        cron_jobs::claimed_until.eq(to_db(lease.expires_at)),
+        cron_jobs::claimed_until.eq(expires_at),
         cron_jobs::claim_token.eq(token),
-    ));
-    on_backend!(connection, c => claim.returning(CronJobRow::as_returning()).load(c))
+    ))
+    .returning(CronJobRow::as_returning())
+    .load(&mut **connection)
+}
+
+/// The claim on PostgreSQL: each id looked up through the primary key (a nested loop over the ids), the
+/// conditions checked on the row it finds. Written as `id = ANY($1) AND next_fire_at <= …` the planner may
+/// instead AND a bitmap of the ids with one of `cron_jobs_due`'s range `paused = false AND next_fire_at <= due_by`
+/// — every row ever due, since the range's dead entries (fired and deleted rows) stay in the index until vacuum
+/// removes them: measured in the cron bench, the range read 3,682 entries at the run's first claims and 74,906
+/// at its last, and the claim's time grew from 0.3 to 2.3 ms until autovacuum came (docs/benchmarks.md, issue
+/// 18, branch s27-c). Planned at each execution like the other lookups by id (`batch.rs`).
+struct ClaimCronJobs<'a> {
+    owner: &'a str,
+    expires_at: PrimitiveDateTime,
+    token: i64,
+    ids: &'a [i64],
+    due_by: PrimitiveDateTime,
+    now: PrimitiveDateTime,
+}
+
+postgres_statement!(ClaimCronJobs -> (
+    BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text, Text, Nullable<BigInt>
+));
+
+impl QueryFragment<Pg> for ClaimCronJobs<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
+        push_sql_with_binds(
+            &mut out,
+            "UPDATE cron_jobs SET claimed_by = $, claimed_until = $, claim_token = $ \
+             FROM (SELECT unnest($) AS id, $ AS due_by OFFSET 0) AS wanted \
+             WHERE cron_jobs.id = wanted.id AND cron_jobs.next_fire_at <= wanted.due_by AND NOT cron_jobs.paused \
+             AND (cron_jobs.claimed_until IS NULL OR cron_jobs.claimed_until <= $ OR cron_jobs.claim_token < $) \
+             RETURNING cron_jobs.id, cron_jobs.agent_id, cron_jobs.schedule, cron_jobs.next_fire_at, \
+             cron_jobs.payload, cron_jobs.is_one_time, cron_jobs.paused, cron_jobs.timezone, \
+             cron_jobs.misfire_policy, cron_jobs.max_lateness_ms",
+            |index, out| match index {
+                0 => out.push_bind_param::<Text, _>(&self.owner),
+                1 => out.push_bind_param::<Timestamp, _>(&self.expires_at),
+                2 | 6 => out.push_bind_param::<BigInt, _>(&self.token),
+                3 => out.push_bind_param::<Array<BigInt>, _>(&self.ids),
+                4 => out.push_bind_param::<Timestamp, _>(&self.due_by),
+                _ => out.push_bind_param::<Timestamp, _>(&self.now),
+            },
+        )
+    }
 }
 
 /// Deletes in one statement (the owner identifies its claim); advances each row only from the instant that was
@@ -946,6 +999,31 @@ mod tests {
         assert!(plan.contains("Index Scan using cron_jobs_due"), "{plan}");
         assert!(!plan.contains("Sort"), "the query sorts: {plan}");
         assert!(!plan.contains("Seq Scan"), "the query scans the table: {plan}");
+    }
+
+    /// PostgreSQL's plan of the claim when few rows are due by the statistics (as in a running gateway, whose
+    /// `cron_jobs_due` range up to now holds every fired row's dead entry until vacuum): each id looked up through
+    /// the primary key, and `cron_jobs_due` not read at all.
+    #[test]
+    fn a_claim_looks_its_rows_up_by_id_on_postgres() {
+        let Some(fixture) = crate::testing::postgres("cron::tests::a_claim_looks_its_rows_up_by_id_on_postgres") else {
+            return;
+        };
+        let plan = fixture
+            .store
+            .with_connection("explain", |connection| {
+                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                crate::explain::fill_cron_jobs(c, 50_000)?;
+                // The first 300 rows, due 300 s after the first; the ids are the table's first.
+                let due_by = to_db(START - Duration::seconds(24_700));
+                let ids: Vec<i64> = (1..=300).collect();
+                let claim = ClaimCronJobs { owner: "a", expires_at: due_by, token: 1, ids: &ids, due_by, now: due_by };
+                crate::explain::postgres_plan(c, claim)
+            })
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("cron_jobs_pkey"), "{plan}");
+        assert!(!plan.contains("cron_jobs_due"), "the claim reads the due index: {plan}");
     }
 
     /// The firing loop claims rows soon after their group inserted them; each claimed version stays on its row's
