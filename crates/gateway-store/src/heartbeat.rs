@@ -13,7 +13,7 @@ use time::{OffsetDateTime, PrimitiveDateTime};
 
 use crate::batch::push_sql_with_binds;
 use crate::connection::{AnyConnection, DieselStore};
-use crate::liveness::RECEIPT_MINUTE_SECONDS;
+use crate::liveness::receipt_minute;
 use crate::schema::gateway_heartbeats;
 use crate::timestamp::{from_db, push_sqlite_text, to_db};
 
@@ -252,15 +252,6 @@ impl<'a> Columns<'a> {
         columns.minute = columns.at.iter().map(|at| receipt_minute(at.assume_utc())).collect();
         columns
     }
-}
-
-/// The minute `instant` falls in, `floor(seconds since the epoch / 60)`: `gateway_live_agents.received_minute`,
-/// which the eviction pass finds its candidates by (the cutoff's minute is this same function of the cutoff).
-/// Exact for any instant, before the epoch too: the whole nanoseconds are divided, rounding down.
-pub(crate) fn receipt_minute(instant: OffsetDateTime) -> i64 {
-    let minute = instant.unix_timestamp_nanos().div_euclid(i128::from(RECEIPT_MINUTE_SECONDS) * 1_000_000_000);
-    // An OffsetDateTime's minutes since the epoch fit an i64 many times over.
-    i64::try_from(minute).unwrap_or(i64::MAX)
 }
 
 impl<'a, K: AgentRowsSql> UnnestAgentRows<'a, K> {

@@ -42,6 +42,15 @@ pub const FLUSH_RETRY_MAX: Duration = Duration::from_secs(5);
 /// an agent but its first in each minute) touches no index on PostgreSQL (a HOT update); the pass still decides on
 /// the exact `received_at`, so the width changes how many rows a pass reads, never whom it evicts.
 pub const RECEIPT_MINUTE_SECONDS: i64 = 60;
+/// The minute `instant` falls in, `floor(seconds since the epoch / 60)`: `gateway_live_agents.received_minute`,
+/// which the eviction pass finds its candidates by (the cutoff's minute is this same function of the cutoff).
+/// Exact for any instant, before the epoch too: the whole nanoseconds are divided, rounding down.
+pub(crate) fn receipt_minute(instant: OffsetDateTime) -> i64 {
+    let minute = instant.unix_timestamp_nanos().div_euclid(i128::from(RECEIPT_MINUTE_SECONDS) * 1_000_000_000);
+    // An OffsetDateTime's minutes since the epoch fit an i64 many times over.
+    i64::try_from(minute).unwrap_or(i64::MAX)
+}
+
 /// Agent ids per `IN (…)` list (SQLite takes 32,766 parameters, PostgreSQL 65,535).
 const MAX_IDS_PER_LIST: usize = 500;
 /// How often the leader examines the minutes behind the cutoff on PostgreSQL ([`SharedLiveness::examine`], on the
@@ -225,7 +234,7 @@ impl SharedLiveness {
         // rows, each a visit to the heap, and no pass needs them yet.
         let needed = lock(&self.inner.last_pass).map_or(i64::MAX, |(_, threshold)| {
             let cutoff = OffsetDateTime::now_utc().checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH);
-            cutoff.unix_timestamp().div_euclid(RECEIPT_MINUTE_SECONDS).saturating_add(1)
+            receipt_minute(cutoff).saturating_add(1)
         });
         let examined = self.inner.store.with_connection("examine the minutes behind the cutoff", |connection| {
             let AnyConnection::Postgres(c) = connection else { return Ok(None) };
@@ -450,7 +459,7 @@ impl LivenessMap for SharedLiveness {
         let cutoff = now.checked_sub(threshold).unwrap_or(OffsetDateTime::UNIX_EPOCH);
         // Every receipt before the cutoff is in the cutoff's minute or an earlier one; the index on the minute finds
         // those, and the exact receipt decides.
-        let cutoff_minute = cutoff.unix_timestamp().div_euclid(RECEIPT_MINUTE_SECONDS);
+        let cutoff_minute = receipt_minute(cutoff);
         let cutoff = to_db(cutoff);
         let is_silent = dsl::received_minute.le(cutoff_minute).and(dsl::received_at.lt(cutoff));
         // Most passes find nobody silent. Asked first in one read-only statement, outside any transaction: on
@@ -665,7 +674,7 @@ fn write_rows_postgres(
 
 /// The receipts' upsert on PostgreSQL, a literal so that [`RowsAndReceipts`] is this same text after its `WITH`: a
 /// receipt never moves an agent's instant back, alone or with the rows. It writes each receipt's minute itself
-/// ([`crate::heartbeat::receipt_minute`]; a plain column on PostgreSQL since migration 2026-12-21-000014: as a generated column its
+/// ([`receipt_minute`]; a plain column on PostgreSQL since migration 2026-12-21-000014: as a generated column its
 /// expression was set up for every statement and evaluated in numeric arithmetic for every row, 3 % of the CPU
 /// PostgreSQL and the gateway share under cluster-mode heartbeat load); the minute moves with `received_at` only.
 macro_rules! receipts_upsert {
@@ -900,7 +909,7 @@ mod tests {
             }
             let expected = receipt.unix_timestamp().div_euclid(RECEIPT_MINUTE_SECONDS);
             assert_eq!(stored(&id), (to_db(receipt), expected), "{receipt}");
-            assert_eq!(crate::heartbeat::receipt_minute(receipt), expected);
+            assert_eq!(receipt_minute(receipt), expected);
         }
         // agent-2 heartbeats on into the next minute through a; b flushes an older receipt of it afterwards.
         let later = boundary + time::Duration::seconds(61);
@@ -909,7 +918,7 @@ mod tests {
         b.record(&agent("agent-2"), &west, boundary).unwrap();
         b.flush().unwrap();
         assert_eq!(stored("agent-2"), (to_db(later), later.unix_timestamp().div_euclid(RECEIPT_MINUTE_SECONDS)));
-        assert_eq!(crate::heartbeat::receipt_minute(datetime!(1969-12-31 23:59:59.5 UTC)), -1, "rounded down");
+        assert_eq!(receipt_minute(datetime!(1969-12-31 23:59:59.5 UTC)), -1, "rounded down");
     }
 
     /// What lets the heartbeat manager answer after the rows without a flush of its own.
