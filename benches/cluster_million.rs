@@ -406,19 +406,26 @@ fn wait_for_leader(gateways: &[(&str, Server, PathBuf)]) -> usize {
     }
 }
 
+/// The lines of a JSON log whose message is `message`, parsed (a line that does not parse is left out).
+fn log_events(log: &Path, message: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let quoted = format!("\"{message}\"");
+    text.lines().filter(|line| line.contains(&quoted)).filter_map(|line| serde_json::from_str(line).ok()).collect()
+}
+
+/// When a log line was written, as time since `base_wall`.
+fn logged_at(line: &Value, base_wall: SystemTime) -> Option<Duration> {
+    let at = time::OffsetDateTime::parse(line["timestamp"].as_str()?, &time::format_description::well_known::Rfc3339)
+        .ok()?;
+    Some(SystemTime::from(at).duration_since(base_wall).unwrap_or_default())
+}
+
 /// The `eviction pass` lines of a JSON log, in µs since `base_wall`.
 fn passes(log: &Path, base_wall: SystemTime) -> Vec<Pass> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter(|line| line.contains("\"eviction pass\""))
+    log_events(log, "eviction pass")
+        .iter()
         .filter_map(|line| {
-            let line: Value = serde_json::from_str(line).ok()?;
-            let at = time::OffsetDateTime::parse(
-                line["timestamp"].as_str()?,
-                &time::format_description::well_known::Rfc3339,
-            )
-            .ok()?;
-            let ended = SystemTime::from(at).duration_since(base_wall).unwrap_or_default();
+            let ended = logged_at(line, base_wall)?;
             let total_ms = line["total_ms"].as_f64()?;
             let began = ended.saturating_sub(Duration::from_secs_f64(total_ms / 1e3));
             Some(Pass {
@@ -435,17 +442,10 @@ fn passes(log: &Path, base_wall: SystemTime) -> Vec<Pass> {
 /// The `evict silent agents` lines of a JSON log: when each ended (µs since `base_wall`), its flush and its
 /// transaction in ms.
 fn store_passes(log: &Path, base_wall: SystemTime) -> Vec<(u64, f64, f64)> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter(|line| line.contains("\"evict silent agents\""))
+    log_events(log, "evict silent agents")
+        .iter()
         .filter_map(|line| {
-            let line: Value = serde_json::from_str(line).ok()?;
-            let at = time::OffsetDateTime::parse(
-                line["timestamp"].as_str()?,
-                &time::format_description::well_known::Rfc3339,
-            )
-            .ok()?;
-            let ended = SystemTime::from(at).duration_since(base_wall).unwrap_or_default();
+            let ended = logged_at(line, base_wall)?;
             // `probe_ms`: a pass that found nobody silent in its read-only probe and opened no transaction.
             let store_ms = line["transaction_ms"].as_f64().or_else(|| line["probe_ms"].as_f64())?;
             Some((micros(ended), line["flush_ms"].as_f64()?, store_ms))
@@ -456,10 +456,9 @@ fn store_passes(log: &Path, base_wall: SystemTime) -> Vec<(u64, f64, f64)> {
 /// The `examine_ms` of each `minutes behind the cutoff examined` line of a JSON log (gateway-store's examination,
 /// which lets a pass skip the minutes it read).
 fn examinations(log: &Path) -> Vec<f64> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter(|line| line.contains("\"minutes behind the cutoff examined\""))
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok()?["examine_ms"].as_f64())
+    log_events(log, "minutes behind the cutoff examined")
+        .iter()
+        .filter_map(|line| line["examine_ms"].as_f64())
         .collect()
 }
 
