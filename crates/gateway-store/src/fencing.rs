@@ -166,6 +166,84 @@ mod tests {
         assert_eq!(stale, Err(StoreError::Fenced { token: FencingToken(5), newest: FencingToken(6) }));
     }
 
+    /// The firing loop's write on PostgreSQL is one statement that checks the epoch itself (cron.rs,
+    /// `CompleteAndClaim`). Leader A of term 5 has claimed a fire; leader B admits term 6 and holds its
+    /// transaction open. A's write meanwhile — the fire's completion, its mailbox record and the next claim — must
+    /// wait for the epoch row, then write none of the three and answer fenced. Had the statement read the epoch
+    /// from its snapshot (taken before B commits) instead of the locked newest row, or had one of its parts not
+    /// waited for the check, A's term-5 writes would land after term 6 began.
+    #[test]
+    fn a_one_statement_cron_write_waits_for_a_newer_term_and_then_writes_nothing() {
+        use gateway_core::{
+            AgentId, ClaimLease, CronJobStore, FireCompletion, FireKey, FiredReminder, MisfirePolicy, NewCronJob,
+        };
+        use time::macros::datetime;
+
+        let Some(fixture) = testing::postgres(
+            "fencing::tests::a_one_statement_cron_write_waits_for_a_newer_term_and_then_writes_nothing",
+        ) else {
+            return;
+        };
+        let store = &fixture.store;
+        let at = datetime!(2026-02-22 12:00:00 UTC);
+        let job = || {
+            store
+                .insert_cron_job(&NewCronJob {
+                    agent_id: AgentId::new("agent-7").unwrap(),
+                    schedule: None,
+                    next_fire_at: at,
+                    payload: serde_json::Map::new(),
+                    is_one_time: true,
+                    idempotency_key: None,
+                    timezone: gateway_core::DEFAULT_TIMEZONE.to_owned(),
+                    misfire_policy: MisfirePolicy::FireOnce,
+                    max_lateness_ms: None,
+                })
+                .unwrap()
+        };
+        let (first, second) = (job(), job());
+        let term_5 = ClaimLease {
+            owner: "leader-a".to_owned(),
+            token: FencingToken(5),
+            now: at,
+            due_by: at,
+            expires_at: at + time::Duration::seconds(10),
+        };
+        assert_eq!(store.claim_fires(&[first.id], &term_5).unwrap().len(), 1, "term 5 begins with a claim");
+        let done = FireCompletion::Delete(FireKey { job_id: first.id, scheduled_for: at });
+        let fire = FiredReminder {
+            fire_id: format!("{}:{at}", first.id),
+            job_id: first.id,
+            agent_id: first.agent_id.clone(),
+            payload: first.payload.clone(),
+            scheduled_for: at,
+            fired_at: at,
+            epoch: 5,
+        };
+
+        let (b_ended, (a_answer, a_ended)) =
+            while_the_epoch_row_is_held(store, ("leader B, term 6", FencingToken(6)), |step| {
+                let answer =
+                    store.complete_and_claim("leader-a", &[done], std::slice::from_ref(&fire), &[second.id], &term_5);
+                (answer, step())
+            });
+        assert_eq!(a_answer, Err(StoreError::Fenced { token: FencingToken(5), newest: FencingToken(6) }));
+        assert!(b_ended < a_ended, "A's write answered (step {a_ended}) before term 6's transaction ended ({b_ended})");
+        assert!(store.cron_job(first.id).unwrap().is_some(), "the deposed leader's completion deleted the row");
+        let pending = store.pending_fires(at + time::Duration::seconds(1), 10).unwrap();
+        let second_claim =
+            pending.iter().find(|pending| pending.job_id == second.id).map(|pending| pending.claim_token);
+        assert_eq!(second_claim, Some(None), "the deposed leader's claim was written");
+        let recorded: i64 = store
+            .with_connection("count mailbox records", |connection| {
+                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                use diesel::dsl::count_star;
+                crate::schema::agent_mailbox::table.select(count_star()).first(&mut **c)
+            })
+            .unwrap();
+        assert_eq!(recorded, 0, "the deposed leader's fire was recorded in the mailbox");
+    }
+
     /// The eviction pass with nobody silent is read-only (issue 18): while a rival leader loop of the same term
     /// holds the epoch row (a cron claim, a webhook poll), a pass that finds nobody silent answers at once instead
     /// of queueing behind it for a lock and a commit it does not need. And it fences as before: under an older
