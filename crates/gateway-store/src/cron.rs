@@ -22,7 +22,7 @@ use time::PrimitiveDateTime;
 use crate::batch::{pair_in_order, push_sql_with_binds};
 use crate::connection::{AnyConnection, DieselStore, returned_row, returned_row_if_any};
 use crate::fencing::{admit, token_from_db, token_to_db};
-use crate::mailbox::{InsertEntries, record_fires, with_fire_records};
+use crate::mailbox::record_fires;
 use crate::schema::cron_jobs;
 use crate::timestamp::{from_db, to_db};
 
@@ -508,11 +508,6 @@ impl CronJobStore for DieselStore {
         job_ids: &[i64],
         lease: &ClaimLease,
     ) -> Result<(usize, Vec<CronJob>), StoreError> {
-        if let Some((completed, rows)) =
-            self.complete_and_claim_in_one_statement(owner, completions, fired, job_ids, lease)?
-        {
-            return Ok((completed, jobs(rows)?));
-        }
         let (completed, rows) = self.immediate_fenced("complete and claim cron fires", |connection| {
             admit(connection, lease.token)?;
             record_fires(connection, fired)?;
@@ -584,194 +579,6 @@ impl DieselStore {
             })
         })?;
         jobs(rows)
-    }
-}
-
-impl DieselStore {
-    /// The firing loop's write as one statement on PostgreSQL ([`CompleteAndClaim`]): `None` when it wrote nothing
-    /// because its term is not the epoch's own (a new term's first write, which raises the epoch, or a deposed
-    /// leader's, which is refused) — then the transaction of `admit` and the four statements decides — and on
-    /// SQLite, where statements cost no round trips. Also `None` when a job would be both completed and claimed:
-    /// one statement cannot write a row twice (the second write is lost), the transaction writes in order.
-    fn complete_and_claim_in_one_statement(
-        &self,
-        owner: &str,
-        completions: &[FireCompletion],
-        fired: &[FiredReminder],
-        job_ids: &[i64],
-        lease: &ClaimLease,
-    ) -> Result<Option<(usize, Vec<CronJobRow>)>, StoreError> {
-        if completions.iter().any(|completion| job_ids.contains(&completion.fire().job_id)) {
-            return Ok(None);
-        }
-        self.with_connection("complete and claim cron fires", |connection| {
-            let AnyConnection::Postgres(connection) = connection else {
-                return Ok(None);
-            };
-            with_fire_records(fired, |records| {
-                let advances = completions.iter().filter_map(|completion| match completion {
-                    FireCompletion::Advance { fire, next_fire_at } => {
-                        Some((fire.job_id, fire.scheduled_for, *next_fire_at))
-                    }
-                    FireCompletion::Delete(_) => None,
-                });
-                let statement = CompleteAndClaim {
-                    token: token_to_db(lease.token),
-                    records,
-                    deleted: completions
-                        .iter()
-                        .filter_map(|completion| match completion {
-                            FireCompletion::Delete(fire) => Some(fire.job_id),
-                            FireCompletion::Advance { .. } => None,
-                        })
-                        .collect(),
-                    advance: AdvanceCronJobs::of(owner, advances),
-                    claim: ClaimCronJobs {
-                        owner: lease.owner.as_str(),
-                        expires_at: to_db(lease.expires_at),
-                        token: token_to_db(lease.token),
-                        ids: job_ids,
-                        due_by: to_db(lease.due_by),
-                        now: to_db(lease.now),
-                    },
-                };
-                let rows: Vec<CompleteAndClaimRow> = statement.load(&mut **connection)?;
-                complete_and_claim_outcome(rows)
-            })
-        })
-    }
-}
-
-/// One row of [`CompleteAndClaim`]: whether the epoch admitted the write, the rows it completed, and a claimed
-/// row's columns (all `None` when nothing was claimed: the outcome's one row joined to no claim).
-type CompleteAndClaimRow = (
-    i64,
-    i64,
-    Option<i64>,
-    Option<String>,
-    Option<String>,
-    Option<PrimitiveDateTime>,
-    Option<String>,
-    Option<bool>,
-    Option<bool>,
-    Option<String>,
-    Option<String>,
-    Option<i64>,
-);
-
-/// What [`CompleteAndClaim`]'s rows say: `None` when the epoch did not admit it (nothing was written).
-fn complete_and_claim_outcome(rows: Vec<CompleteAndClaimRow>) -> QueryResult<Option<(usize, Vec<CronJobRow>)>> {
-    let Some(&(admitted, completed, ..)) = rows.first() else {
-        return Err(diesel::result::Error::NotFound);
-    };
-    if admitted == 0 {
-        return Ok(None);
-    }
-    let completed = usize::try_from(completed).unwrap_or(0);
-    let mut claimed = Vec::with_capacity(rows.len());
-    for row in rows {
-        let (_, _, id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, timezone, misfire, lateness) =
-            row;
-        let Some(id) = id else { continue };
-        let missing = || {
-            diesel::result::Error::DeserializationError(
-                format!("claimed cron job {id}: a NOT NULL column came back NULL").into(),
-            )
-        };
-        claimed.push(CronJobRow {
-            id,
-            agent_id: agent_id.ok_or_else(missing)?,
-            schedule,
-            next_fire_at: next_fire_at.ok_or_else(missing)?,
-            payload: payload.ok_or_else(missing)?,
-            is_one_time: is_one_time.ok_or_else(missing)?,
-            paused: paused.ok_or_else(missing)?,
-            timezone: timezone.ok_or_else(missing)?,
-            misfire_policy: misfire.ok_or_else(missing)?,
-            max_lateness_ms: lateness,
-        });
-    }
-    Ok(Some((completed, claimed)))
-}
-
-/// The firing loop's write on PostgreSQL in one statement, instead of a transaction of six round trips (`BEGIN`,
-/// the epoch's check, the mailbox records, the deletes, the claims, `COMMIT`; the advances a seventh): the same
-/// statements as data-modifying parts of one `WITH`, one atomic step, committed on its own. Fencing as `admit`:
-/// the epoch row is locked (`FOR UPDATE`, re-checked against its newest version if a rival changed it meanwhile)
-/// and must hold this very term; every part writes only under `EXISTS (SELECT FROM admitted)`, which PostgreSQL
-/// evaluates once, before the part reads a row — so the epoch's lock is still taken before any row lock, and a
-/// write whose term is not the epoch's writes nothing and reports `admitted = 0`. The parts see one snapshot, so
-/// none may read what another writes: the mailbox, the deleted rows, the advanced rows and the claimed rows are
-/// distinct (a job both completed and claimed takes the transaction instead). Measured in docs/benchmarks.md
-/// (issue 18, branch s28-c).
-struct CompleteAndClaim<'a> {
-    token: i64,
-    records: &'a InsertEntries<'a>,
-    deleted: Vec<i64>,
-    advance: AdvanceCronJobs<'a>,
-    claim: ClaimCronJobs<'a>,
-}
-
-postgres_statement!(CompleteAndClaim -> (
-    BigInt, BigInt, Nullable<BigInt>, Nullable<Text>, Nullable<Text>, Nullable<Timestamp>, Nullable<Text>,
-    Nullable<Bool>, Nullable<Bool>, Nullable<Text>, Nullable<Text>, Nullable<BigInt>
-));
-
-impl QueryFragment<Pg> for CompleteAndClaim<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.unsafe_to_cache_prepared();
-        push_sql_with_binds(
-            &mut out,
-            "WITH admitted AS ( \
-                 SELECT epoch FROM gateway_leader_epoch WHERE id = 1 AND epoch = $ FOR UPDATE \
-             ), recorded AS ( \
-                 INSERT INTO agent_mailbox (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch) \
-                 SELECT fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch \
-                 FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY \
-                 AS sent (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch, position) \
-                 WHERE EXISTS (SELECT FROM admitted) \
-                 ORDER BY position \
-                 ON CONFLICT (fire_id) DO NOTHING \
-             ), deleted AS ( \
-                 DELETE FROM cron_jobs WHERE id = ANY($) AND claimed_by = $ AND EXISTS (SELECT FROM admitted) \
-                 RETURNING 1 \
-             ), advanced AS ( \
-                 UPDATE cron_jobs \
-                 SET next_fire_at = done.next_fire_at, claimed_by = NULL, claimed_until = NULL, claim_token = NULL \
-                 FROM unnest($, $, $) AS done (id, scheduled_for, next_fire_at) \
-                 WHERE cron_jobs.id = done.id AND cron_jobs.next_fire_at = done.scheduled_for \
-                 AND cron_jobs.claimed_by = $ AND EXISTS (SELECT FROM admitted) \
-                 RETURNING 1 \
-             ), claimed AS ( \
-                 UPDATE cron_jobs SET claimed_by = $, claimed_until = $, claim_token = $ \
-                 FROM (SELECT unnest($) AS id, $ AS due_by OFFSET 0) AS wanted \
-                 WHERE cron_jobs.id = wanted.id AND cron_jobs.next_fire_at <= wanted.due_by AND NOT cron_jobs.paused \
-                 AND (cron_jobs.claimed_until IS NULL OR cron_jobs.claimed_until <= $ OR cron_jobs.claim_token < $) \
-                 AND EXISTS (SELECT FROM admitted) \
-                 RETURNING cron_jobs.id, cron_jobs.agent_id, cron_jobs.schedule, cron_jobs.next_fire_at, \
-                 cron_jobs.payload, cron_jobs.is_one_time, cron_jobs.paused, cron_jobs.timezone, \
-                 cron_jobs.misfire_policy, cron_jobs.max_lateness_ms \
-             ) \
-             SELECT (SELECT count(*) FROM admitted), \
-             (SELECT count(*) FROM deleted) + (SELECT count(*) FROM advanced), \
-             claimed.id, claimed.agent_id, claimed.schedule, claimed.next_fire_at, claimed.payload, \
-             claimed.is_one_time, claimed.paused, claimed.timezone, claimed.misfire_policy, claimed.max_lateness_ms \
-             FROM (VALUES (1)) AS outcome (one) LEFT JOIN claimed ON true",
-            |index, out| match index {
-                0 | 16 | 20 => out.push_bind_param::<BigInt, _>(&self.token),
-                1..=7 => self.records.bind_arrays(index - 1, out),
-                8 => out.push_bind_param::<Array<BigInt>, _>(&self.deleted),
-                9 | 13 => out.push_bind_param::<Text, _>(&self.advance.owner),
-                10 => out.push_bind_param::<Array<BigInt>, _>(&self.advance.id),
-                11 => out.push_bind_param::<Array<Timestamp>, _>(&self.advance.scheduled_for),
-                12 => out.push_bind_param::<Array<Timestamp>, _>(&self.advance.next_fire_at),
-                14 => out.push_bind_param::<Text, _>(&self.claim.owner),
-                15 => out.push_bind_param::<Timestamp, _>(&self.claim.expires_at),
-                17 => out.push_bind_param::<Array<BigInt>, _>(&self.claim.ids),
-                18 => out.push_bind_param::<Timestamp, _>(&self.claim.due_by),
-                _ => out.push_bind_param::<Timestamp, _>(&self.claim.now),
-            },
-        )
     }
 }
 

@@ -99,8 +99,8 @@ impl TryFrom<EntryRow> for MailboxEntry {
 }
 
 /// A completion's records as one `INSERT … SELECT … FROM unnest(…)`, in the order given; a fire recorded already
-/// is left as it is. Its arrays are also bound by the cron store's one-statement write (`cron.rs`).
-pub(crate) struct InsertEntries<'a> {
+/// is left as it is.
+struct InsertEntries<'a> {
     fire_id: Vec<&'a str>,
     agent_id: Vec<&'a str>,
     job_id: Vec<i64>,
@@ -126,7 +126,7 @@ impl<'a> InsertEntries<'a> {
     }
 
     /// Binds the seven arrays, for the `$`s of `unnest($, $, $, $, $, $, $)`.
-    pub(crate) fn bind_arrays<'b>(&'b self, index: usize, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+    fn bind_arrays<'b>(&'b self, index: usize, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         match index {
             0 => out.push_bind_param::<Array<Text>, _>(&self.fire_id),
             1 => out.push_bind_param::<Array<Text>, _>(&self.agent_id),
@@ -191,12 +191,6 @@ impl QueryFragment<Pg> for MarkReceived<'_> {
             },
         )
     }
-}
-
-/// `fired` as the arrays of [`InsertEntries`], in firing order, handed to `write` (PostgreSQL).
-pub(crate) fn with_fire_records<T>(fired: &[FiredReminder], write: impl FnOnce(&InsertEntries<'_>) -> T) -> T {
-    let rows: Vec<NewEntryRow<'_>> = in_firing_order(fired).into_iter().map(NewEntryRow::of).collect();
-    write(&InsertEntries::of(&rows))
 }
 
 /// Records `fired` unless already recorded, inside the caller's transaction (the cron completion's).
