@@ -167,10 +167,10 @@ impl<'a> InsertCronJobs<'a> {
     }
 }
 
-impl QueryFragment<Pg> for InsertCronJobs<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        push_sql_with_binds(
-            &mut out,
+/// The text of [`InsertCronJobs`] and [`InsertKeylessCronJobs`], which differ only in `ON CONFLICT`.
+macro_rules! insert_cron_jobs_sql {
+    ($on_conflict:literal) => {
+        concat!(
             "INSERT INTO cron_jobs (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, \
              timezone, misfire_policy, max_lateness_ms) \
              SELECT agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone, \
@@ -178,22 +178,56 @@ impl QueryFragment<Pg> for InsertCronJobs<'_> {
              FROM unnest($, $, $, $, $, $, $, $, $) WITH ORDINALITY \
              AS sent (agent_id, schedule, next_fire_at, payload, is_one_time, idempotency_key, timezone, \
              misfire_policy, max_lateness_ms, position) \
-             ORDER BY position \
-             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
-             RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, timezone, misfire_policy, \
-             max_lateness_ms, idempotency_key",
-            |index, out| match index {
-                0 => out.push_bind_param::<Array<Text>, _>(&self.agent_id),
-                1 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.schedule),
-                2 => out.push_bind_param::<Array<Timestamp>, _>(&self.next_fire_at),
-                3 => out.push_bind_param::<Array<Text>, _>(&self.payload),
-                4 => out.push_bind_param::<Array<Bool>, _>(&self.is_one_time),
-                5 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.idempotency_key),
-                6 => out.push_bind_param::<Array<Text>, _>(&self.timezone),
-                7 => out.push_bind_param::<Array<Text>, _>(&self.misfire_policy),
-                _ => out.push_bind_param::<Array<Nullable<BigInt>>, _>(&self.max_lateness_ms),
-            },
+             ORDER BY position ",
+            $on_conflict,
+            "RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, timezone, misfire_policy, \
+             max_lateness_ms, idempotency_key"
         )
+    };
+}
+
+impl InsertCronJobs<'_> {
+    /// Binds the nine arrays, for the `$`s of `unnest(…)`.
+    fn bind_arrays<'b>(&'b self, index: usize, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        match index {
+            0 => out.push_bind_param::<Array<Text>, _>(&self.agent_id),
+            1 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.schedule),
+            2 => out.push_bind_param::<Array<Timestamp>, _>(&self.next_fire_at),
+            3 => out.push_bind_param::<Array<Text>, _>(&self.payload),
+            4 => out.push_bind_param::<Array<Bool>, _>(&self.is_one_time),
+            5 => out.push_bind_param::<Array<Nullable<Text>>, _>(&self.idempotency_key),
+            6 => out.push_bind_param::<Array<Text>, _>(&self.timezone),
+            7 => out.push_bind_param::<Array<Text>, _>(&self.misfire_policy),
+            _ => out.push_bind_param::<Array<Nullable<BigInt>>, _>(&self.max_lateness_ms),
+        }
+    }
+}
+
+impl QueryFragment<Pg> for InsertCronJobs<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        push_sql_with_binds(
+            &mut out,
+            insert_cron_jobs_sql!("ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "),
+            |index, out| self.bind_arrays(index, out),
+        )
+    }
+}
+
+/// [`InsertCronJobs`] for a group in which no row has an idempotency key, without `ON CONFLICT`: no such row can
+/// conflict (the key's unique index is partial, `WHERE idempotency_key IS NOT NULL`, and ids come from the
+/// sequence), and an `INSERT … ON CONFLICT` inserts each row speculatively — it first probes the arbiter index,
+/// then writes the heap tuple and a second WAL record to confirm it. Measured in docs/benchmarks.md (issue 18,
+/// branch s28-c).
+struct InsertKeylessCronJobs<'a>(InsertCronJobs<'a>);
+
+postgres_statement!(InsertKeylessCronJobs -> (
+    (BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text, Text, Nullable<BigInt>),
+    Nullable<Text>
+));
+
+impl QueryFragment<Pg> for InsertKeylessCronJobs<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        push_sql_with_binds(&mut out, insert_cron_jobs_sql!(""), |index, out| self.0.bind_arrays(index, out))
     }
 }
 
@@ -221,7 +255,12 @@ fn insert_group_postgres(
             }
         })
         .collect();
-    let mut written: Vec<(CronJobRow, Option<String>)> = InsertCronJobs::of(&sent).load(connection)?;
+    let statement = InsertCronJobs::of(&sent);
+    let mut written: Vec<(CronJobRow, Option<String>)> = if sent.iter().all(|row| row.idempotency_key.is_none()) {
+        InsertKeylessCronJobs(statement).load(connection)?
+    } else {
+        statement.load(connection)?
+    };
     written.sort_unstable_by_key(|(row, _)| row.id);
     let written = pair_in_order(
         &sent,
@@ -1069,6 +1108,85 @@ mod tests {
         let claimed = store.claim_fires(&ids, &lease("a", 1, START + Duration::seconds(1))).unwrap();
         assert_eq!(claimed.len(), ids.len());
         assert_eq!(places(), before, "every claimed version stays on its row's page");
+    }
+
+    /// A group without idempotency keys is inserted plainly on PostgreSQL, not speculatively: `ON CONFLICT` writes
+    /// each row's heap tuple as a speculative insertion and then a second WAL record (`HEAP_CONFIRM`) for it, and
+    /// probes the arbiter index first, which a keyless row can never conflict in. Read from the WAL itself
+    /// (`pg_walinspect`, PostgreSQL ≥ 15; skipped with a line where the extension is missing): a group with keys
+    /// still confirms each row (so the count below sees them when they are there), a keyless group none.
+    #[test]
+    fn a_keyless_group_is_inserted_without_speculative_insertion_on_postgres() {
+        #[derive(diesel::QueryableByName)]
+        struct Lsn {
+            #[diesel(sql_type = Text)]
+            lsn: String,
+        }
+        #[derive(diesel::QueryableByName)]
+        struct Confirmed {
+            #[diesel(sql_type = BigInt)]
+            rows: i64,
+        }
+        let Some(fixture) = crate::testing::postgres(
+            "cron::tests::a_keyless_group_is_inserted_without_speculative_insertion_on_postgres",
+        ) else {
+            return;
+        };
+        let store = &fixture.store;
+        let sql = |statement: &str| {
+            store.with_connection("inspect the WAL", |connection| {
+                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                diesel::sql_query(statement).execute(&mut **c)
+            })
+        };
+        if let Err(missing) = sql("CREATE EXTENSION IF NOT EXISTS pg_walinspect") {
+            assert!(std::env::var_os("CI").is_none(), "pg_walinspect is missing: {missing}");
+            println!("skipped: pg_walinspect is missing ({missing})");
+            return;
+        }
+        let lsn = || {
+            store
+                .with_connection("read the WAL position", |connection| {
+                    let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                    // Test servers run without fsync and commit without waiting for the flush; a switch to the
+                    // next WAL file flushes everything before it.
+                    diesel::sql_query("SELECT pg_switch_wal()::text AS lsn").execute(&mut **c)?;
+                    diesel::sql_query("SELECT pg_current_wal_flush_lsn()::text AS lsn").get_result::<Lsn>(&mut **c)
+                })
+                .unwrap()
+                .lsn
+        };
+        // The HEAP_CONFIRM records on this database's cron_jobs heap between two flushed positions (each insert's
+        // commit flushes its records; other tests share the server, and their tables may have the same file
+        // number in another database).
+        let confirmed = |from: &str, to: &str| {
+            store
+                .with_connection("count confirmations", |connection| {
+                    let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+                    diesel::sql_query(
+                        "SELECT count(*) AS rows FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn) \
+                         WHERE resource_manager = 'Heap' AND record_type = 'HEAP_CONFIRM' \
+                         AND block_ref LIKE '%rel ' || (SELECT dattablespace FROM pg_database \
+                         WHERE datname = current_database()) || '/' || (SELECT oid FROM pg_database \
+                         WHERE datname = current_database()) || '/' || pg_relation_filenode('cron_jobs') || ' %'",
+                    )
+                    .bind::<Text, _>(from)
+                    .bind::<Text, _>(to)
+                    .get_result::<Confirmed>(&mut **c)
+                })
+                .unwrap()
+                .rows
+        };
+        let before = lsn();
+        let keyed: Vec<NewCronJob> = (0..5).map(|n| keyed(START, &format!("k-{n}"))).collect();
+        assert_eq!(store.insert_cron_jobs(&keyed).unwrap().len(), 5);
+        let between = lsn();
+        let keyless: Vec<NewCronJob> = (0..20).map(|n| one_time(START + Duration::milliseconds(n))).collect();
+        let inserted = store.insert_cron_jobs(&keyless).unwrap();
+        assert!(inserted.iter().all(|insert| insert.inserted), "every keyless row is new");
+        let after = lsn();
+        assert_eq!(confirmed(&before, &between), 5, "a keyed group confirms each row it inserts speculatively");
+        assert_eq!(confirmed(&between, &after), 0, "a keyless group was inserted speculatively");
     }
 
     /// Two claimers racing for the same rows from separate connections (on PostgreSQL, separate transactions that
