@@ -40,142 +40,17 @@ impl HeartbeatPing {
     /// The ping of a body that is certainly valid, read without a JSON tree; `None` for anything else (not JSON,
     /// a refused field, or a shape the direct reading leaves to the other, such as a timestamp that is not a
     /// string), which [`Self::from_json`] then decides. See `gateway_core::intake::direct_json`.
-    ///
-    /// Pings as agents send them (one flat object of plain strings) are read by [`plain_fields`], which costs a
-    /// fifth of serde's reading; any other shape goes through serde's.
     pub fn from_valid_body(body: &[u8]) -> Option<Self> {
-        if let Some(plain) = plain_fields(body) {
-            return Self::valid(plain.kind, plain.agent_id.to_owned(), plain.cluster_id.to_owned(), plain.timestamp);
-        }
         let ping: PingFields<'_> = gateway_core::intake::direct_json::read(body)?;
-        Self::valid(&ping.kind, ping.agent_id, ping.cluster_id, ping.timestamp.as_deref())
-    }
-
-    /// The rules of [`Self::from_json`] for fields read directly; `None` where it would refuse (it then names why).
-    fn valid(kind: &str, agent_id: String, cluster_id: String, timestamp: Option<&str>) -> Option<Self> {
-        if kind != "heartbeat" || timestamp.is_some_and(|text| text.len() > MAX_ID_BYTES) {
+        if ping.kind != "heartbeat" || ping.timestamp.as_ref().is_some_and(|text| text.len() > MAX_ID_BYTES) {
             return None;
         }
         Some(Self {
-            agent_id: AgentId::new(agent_id).ok()?,
-            cluster_id: ClusterId::new(cluster_id).ok()?,
-            timestamp: timestamp.and_then(gateway_core::encoding::rfc3339::parse_utc),
+            agent_id: AgentId::new(ping.agent_id).ok()?,
+            cluster_id: ClusterId::new(ping.cluster_id).ok()?,
+            timestamp: ping.timestamp.as_deref().and_then(gateway_core::encoding::rfc3339::parse_utc),
         })
     }
-}
-
-/// A ping's fields, borrowed from a body in its plainest form.
-#[derive(Debug, PartialEq, Eq)]
-struct PlainFields<'a> {
-    kind: &'a str,
-    agent_id: &'a str,
-    cluster_id: &'a str,
-    timestamp: Option<&'a str>,
-}
-
-/// The fields of a body that is one JSON object whose every value is a string without escapes, with `type`,
-/// `agent_id` and `cluster_id` each present once (`timestamp` at most once); `None` for any other body, which the
-/// serde reading then takes.
-///
-/// It accepts only JSON, and reads it as the value reading does: the whole body is checked as UTF-8, strings
-/// may hold neither a backslash nor a control character (JSON forbids raw ones), whitespace is JSON's four
-/// bytes, nothing but whitespace may follow the object, and fields it does not name are skipped (the value
-/// reading ignores them too). A repeated field is left to the other readings (the value reading keeps the last).
-fn plain_fields(body: &[u8]) -> Option<PlainFields<'_>> {
-    let text = std::str::from_utf8(body).ok()?;
-    let mut scan = Scan { bytes: text.as_bytes(), at: 0 };
-    let (mut kind, mut agent_id, mut cluster_id, mut timestamp) = (None, None, None, None);
-    scan.expect(b'{')?;
-    loop {
-        let (key_start, key_end) = scan.string()?;
-        scan.expect(b':')?;
-        let value = scan.string()?;
-        let mut other = None;
-        let field = match &text[key_start..key_end] {
-            "type" => &mut kind,
-            "agent_id" => &mut agent_id,
-            "cluster_id" => &mut cluster_id,
-            "timestamp" => &mut timestamp,
-            _ => &mut other,
-        };
-        if field.replace(value).is_some() {
-            return None;
-        }
-        match scan.next()? {
-            b',' => {}
-            b'}' => break,
-            _ => return None,
-        }
-    }
-    scan.skip_whitespace();
-    if scan.at != scan.bytes.len() {
-        return None;
-    }
-    // Byte offsets of ASCII delimiters in a `str`: every slice taken above is on a character boundary.
-    let slice = |(start, end): (usize, usize)| &text[start..end];
-    Some(PlainFields {
-        kind: slice(kind?),
-        agent_id: slice(agent_id?),
-        cluster_id: slice(cluster_id?),
-        timestamp: timestamp.map(slice),
-    })
-}
-
-/// A cursor over a body for [`plain_fields`]; strings are handed out as byte ranges of it.
-struct Scan<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Scan<'_> {
-    fn skip_whitespace(&mut self) {
-        while matches!(self.bytes.get(self.at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.at += 1;
-        }
-    }
-
-    /// The next byte that is not whitespace, consumed.
-    fn next(&mut self) -> Option<u8> {
-        self.skip_whitespace();
-        let byte = *self.bytes.get(self.at)?;
-        self.at += 1;
-        Some(byte)
-    }
-
-    fn expect(&mut self, byte: u8) -> Option<()> {
-        (self.next()? == byte).then_some(())
-    }
-
-    /// The next value, which must be a string without escapes or control characters: the range of its content.
-    fn string(&mut self) -> Option<(usize, usize)> {
-        self.expect(b'"')?;
-        let start = self.at;
-        let end = start + string_length(&self.bytes[start..])?;
-        if self.bytes[end] != b'"' {
-            return None;
-        }
-        self.at = end + 1;
-        Some((start, end))
-    }
-}
-
-/// Where the string that `bytes` starts ends: the first `"`, backslash or control character. Eight bytes at a time
-/// while none is among them (byte by byte, the scan cost as much as serde's whole reading).
-fn string_length(bytes: &[u8]) -> Option<usize> {
-    const ONES: u64 = u64::from_ne_bytes([1; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    // High bit of a byte set when some byte of the word is zero, or below `n` (at most 0x80): exact as to whether
-    // there is one (a borrow may also mark bytes after it, which the byte-wise scan below does not need).
-    let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGHS;
-    let mut at = 0;
-    while let Some(word) = bytes.get(at..at + 8).and_then(|chunk| <[u8; 8]>::try_from(chunk).ok()) {
-        let word = u64::from_ne_bytes(word);
-        if below(word ^ (ONES * u64::from(b'"')), 1) | below(word ^ (ONES * u64::from(b'\\')), 1) | below(word, 0x20) != 0 {
-            break;
-        }
-        at += 8;
-    }
-    bytes[at..].iter().position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20).map(|length| at + length)
 }
 
 /// The fields of a heartbeat as the direct reading takes them (strings borrowed from the body where they can be).
@@ -259,82 +134,6 @@ mod tests {
         assert_eq!(both_readings(&bodies[3]).unwrap().unwrap().agent_id.as_str(), "a");
         assert_eq!(both_readings(&bodies[7]).unwrap().unwrap().agent_id.as_str(), "b", "the last of repeated keys");
         assert!(HeartbeatPing::from_valid_body(bodies[12].as_bytes()).is_none(), "an array is not a ping");
-    }
-
-    /// The plain reading takes only JSON objects of plain strings, and reads them as the value reading does; every
-    /// other body is left to the serde reading (and then the value reading), whose answers are checked above.
-    #[test]
-    fn the_plain_reading_takes_flat_pings_only_and_agrees_with_the_value_reading() {
-        let load = r#"{"type":"heartbeat","agent_id":"agent-7","cluster_id":"bench","timestamp":"2026-02-22T12:00:00Z"}"#;
-        let taken = [
-            load,
-            " {\"cluster_id\" : \"c\",\r\n\t\"agent_id\":\"é-1\", \"type\":\"heartbeat\" } \n",
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c","extra":"x","other":""}"#,
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c","timestamp":"yesterday"}"#,
-            r#"{"type":"status","agent_id":"a","cluster_id":"c"}"#,
-            r#"{"type":"heartbeat","agent_id":"","cluster_id":"c"}"#,
-        ];
-        for body in taken {
-            let plain = plain_fields(body.as_bytes()).unwrap_or_else(|| panic!("not read plainly: {body}"));
-            let value: Value = serde_json::from_str(body).unwrap();
-            assert_eq!(Some(plain.kind), value["type"].as_str(), "{body}");
-            assert_eq!(Some(plain.agent_id), value["agent_id"].as_str(), "{body}");
-            assert_eq!(Some(plain.cluster_id), value["cluster_id"].as_str(), "{body}");
-            assert_eq!(plain.timestamp, value["timestamp"].as_str(), "{body}");
-            assert_eq!(
-                HeartbeatPing::from_valid_body(body.as_bytes()).as_ref(),
-                HeartbeatPing::from_json(&value).as_ref().ok(),
-                "{body}"
-            );
-        }
-        let left = [
-            // Not JSON.
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c",}"#,
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c"} x"#,
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c"}}"#,
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c""#,
-            r#"{"type":"heartbeat" "agent_id":"a","cluster_id":"c"}"#,
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c"#,
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id"}"#,
-            r#"{,"type":"heartbeat","agent_id":"a","cluster_id":"c"}"#,
-            "{\"type\":\"heartbeat\",\"agent_id\":\"a\tb\",\"cluster_id\":\"c\"}",
-            "{\"type\":\"heartbeat\",\"agent_id\":\"a\",\"cluster_id\":\"c\"}\u{b}",
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c"}"#.trim_end_matches('}'),
-            "",
-            "{}",
-            // JSON, but not plain: escapes, other types, repeated or missing fields, not an object.
-            r#"{"type":"heartbeat","agent_id":"a\u0041","cluster_id":"c"}"#,
-            r#"{"typ\u0065":"heartbeat","agent_id":"a","cluster_id":"c"}"#,
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c","timestamp":null}"#,
-            r#"{"type":"heartbeat","agent_id":"a","cluster_id":"c","extra":{"x":[1]}}"#,
-            r#"{"type":"heartbeat","agent_id":7,"cluster_id":"c"}"#,
-            r#"{"type":"heartbeat","agent_id":"a","agent_id":"b","cluster_id":"c"}"#,
-            r#"{"type":"heartbeat","cluster_id":"c"}"#,
-            r#"["heartbeat","a","c"]"#,
-        ];
-        for body in left {
-            assert_eq!(plain_fields(body.as_bytes()), None, "{body}");
-            let _ = both_readings(body);
-        }
-        let mut invalid_utf8 = load.as_bytes().to_vec();
-        invalid_utf8[33] = 0xff;
-        assert_eq!(plain_fields(&invalid_utf8), None);
-    }
-
-    #[test]
-    fn a_string_ends_at_its_first_quote_backslash_or_control_character() {
-        for length in 0..40 {
-            for stop in [b'"', b'\\', 0, 0x1f] {
-                let mut text = vec![b'a'; length];
-                text.push(stop);
-                text.extend_from_slice(b"\"\\\x01tail");
-                assert_eq!(string_length(&text), Some(length), "{length} {stop}");
-            }
-            let mut text = "é~ ".repeat(length).into_bytes();
-            assert_eq!(string_length(&text), None, "{length}: no end");
-            text.extend_from_slice(b"\x7f\x20\x21\"");
-            assert_eq!(string_length(&text), Some(text.len() - 1), "{length}: only the quote ends it");
-        }
     }
 
     #[test]
