@@ -35,7 +35,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use gateway_edge::{BusyBody, Listener};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -87,12 +86,8 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown:
         let client = accepted.connection();
         let service = service_fn(move |request| {
             let busy = client.busy();
-            // A combinator rather than an `async` block, which would hold the router's future twice (as captured
-            // and as awaited) and copy it from one to the other on its first poll.
-            router::handle(Arc::clone(&state), &client, request).map(move |answered| {
-                let Ok(response) = answered;
-                Ok::<_, Infallible>(response.map(|body| BusyBody::new(body, busy)))
-            })
+            let response = router::handle(Arc::clone(&state), &client, request);
+            async move { Ok::<_, Infallible>(response.await?.map(|body| BusyBody::new(body, busy))) }
         });
         // No hyper header_read_timeout: gateway-edge's watcher enforces it for a fraction of the per-request cost.
         // No vectored writes: the answers are small, and copying the body behind the head and sending both in one
