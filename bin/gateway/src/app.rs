@@ -101,7 +101,6 @@ impl App {
             loops.spawn(supervise_loop(redis.members, shutdown.clone()));
             loops.spawn(supervise_loop(redis.bridge, stop_loops.clone()));
             threads.push(redis.flusher);
-            threads.push(redis.examiner);
         }
         let Coordination {
             leadership,
@@ -294,9 +293,6 @@ struct RedisLoops {
     bridge: RedisBridge,
     /// Writes the shared liveness map's kept entries; stopped (by drop) after the loops, before the store closes.
     flusher: PeriodicThread,
-    /// Examines the minutes behind the eviction pass's cutoff while this instance is the leader; stopped with the
-    /// flusher.
-    examiner: PeriodicThread,
 }
 
 impl Coordination {
@@ -366,7 +362,6 @@ impl Coordination {
         let endpoint_rate = Arc::new(rate.endpoint_rate());
         let shared = SharedLiveness::new(store.clone(), heartbeat.max_tracked_agents);
         let flusher = shared.start_flusher().map_err(StartError::Thread)?;
-        let examiner = shared.start_examiner().map_err(StartError::Thread)?;
         Ok(Self {
             leadership: Arc::new(leadership.clone()),
             publisher: Arc::new(bridge.clone()),
@@ -376,7 +371,7 @@ impl Coordination {
             heartbeats: Arc::new(shared.clone()),
             capabilities: Arc::new(shared),
             cluster: Cluster::Redis { leadership: leadership.clone(), members: members.clone(), since: clock.now() },
-            redis: Some(RedisLoops { leadership, members, bridge, flusher, examiner }),
+            redis: Some(RedisLoops { leadership, members, bridge, flusher }),
             endpoint_rate,
         })
     }

@@ -53,8 +53,8 @@ pub(crate) fn receipt_minute(instant: OffsetDateTime) -> i64 {
 
 /// Agent ids per `IN (…)` list (SQLite takes 32,766 parameters, PostgreSQL 65,535).
 const MAX_IDS_PER_LIST: usize = 500;
-/// How often the leader examines the minutes behind the cutoff on PostgreSQL ([`SharedLiveness::examine`], on a
-/// thread of its own): the passes after it read those minutes' rows from its answer instead of the table.
+/// How often the leader examines the minutes behind the cutoff on PostgreSQL ([`SharedLiveness::examine`], on the
+/// flusher thread): the passes after it read those minutes' rows from its answer instead of the table.
 pub const EXAMINE_INTERVAL: Duration = Duration::from_secs(5);
 /// An instance examines only while it runs passes (the leader): for this long after its last one.
 const EXAMINES_AFTER_A_PASS: Duration = Duration::from_secs(120);
@@ -65,7 +65,7 @@ const EXAMINES_AFTER_A_PASS: Duration = Duration::from_secs(120);
 pub const EXAMINATION_MARGIN_SECONDS: i64 = 10;
 
 /// The database-backed [`LivenessMap`] and [`CapabilityMap`]. Cheap to clone; clones share everything. Run
-/// [`SharedLiveness::start_flusher`] and [`SharedLiveness::start_examiner`] for as long as the process serves.
+/// [`SharedLiveness::start_flusher`] for as long as the process serves.
 ///
 /// The cap (`--max-tracked-agents`) is the cluster's: each instance counts the table every [`COUNT_INTERVAL`] and
 /// adds the agents it admitted since, so instances that admit new agents at the same moment may overshoot it by
@@ -89,9 +89,6 @@ struct Inner {
     /// When this instance last ran an eviction pass, and that pass's threshold: it examines while it is the one
     /// that runs them, the minutes their cutoffs are about to reach.
     last_pass: Mutex<Option<(Instant, time::Duration)>>,
-    /// Runs inside every examination on PostgreSQL, holding its connection: lets a test keep one open.
-    #[cfg(test)]
-    examination_hook: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
 }
 
 /// What an examination read: every live row of every minute up to `through` (as that statement saw the table), and
@@ -175,8 +172,6 @@ impl SharedLiveness {
             tracked: AtomicUsize::new(0),
             examined: Mutex::new(None),
             last_pass: Mutex::new(None),
-            #[cfg(test)]
-            examination_hook: Mutex::new(None),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -186,46 +181,23 @@ impl SharedLiveness {
     pub fn start_flusher(&self) -> std::io::Result<PeriodicThread> {
         let map = self.clone();
         let counts_every = (COUNT_INTERVAL.as_millis() / FLUSH_INTERVAL.as_millis()).max(1);
+        let examines_every = (EXAMINE_INTERVAL.as_millis() / FLUSH_INTERVAL.as_millis()).max(1);
         let mut pass: u128 = 0;
         PeriodicThread::spawn("liveness-flush", "sharing liveness", FLUSH_INTERVAL, FLUSH_RETRY_MAX, move || {
             map.flush()?;
             if pass.is_multiple_of(counts_every) {
                 map.count()?;
             }
+            if pass.is_multiple_of(examines_every) && map.runs_passes() {
+                // A failed examination leaves the last one, which stays true (see `Examined`): passes only read
+                // more of the table until the next one works.
+                if let Err(error) = map.examine() {
+                    tracing::debug!(%error, "minutes behind the cutoff not examined");
+                }
+            }
             pass += 1;
             Ok(())
         })
-    }
-
-    /// Examines the minutes behind the cutoff ([`SharedLiveness::examine`]) every [`EXAMINE_INTERVAL`] while this
-    /// instance runs passes, on a thread of its own until the handle is dropped: on the flusher's thread, the
-    /// flushes due during an examination (up to 226 ms at a million agents) waited for it. Nothing to examine on
-    /// SQLite: no thread.
-    pub fn start_examiner(&self) -> std::io::Result<PeriodicThread> {
-        if self.inner.store.is_sqlite() {
-            return Ok(PeriodicThread::idle());
-        }
-        self.examine_every(EXAMINE_INTERVAL)
-    }
-
-    fn examine_every(&self, interval: Duration) -> std::io::Result<PeriodicThread> {
-        let map = self.clone();
-        PeriodicThread::spawn(
-            "liveness-examine",
-            "examining the minutes behind the cutoff",
-            interval,
-            interval,
-            move || {
-                if map.runs_passes() {
-                    // A failed examination leaves the last one, which stays true (see `Examined`): passes only read
-                    // more of the table until the next one works.
-                    if let Err(error) = map.examine() {
-                        tracing::debug!(%error, "minutes behind the cutoff not examined");
-                    }
-                }
-                Ok(())
-            },
-        )
     }
 
     /// Whether this instance ran an eviction pass lately (it is the leader, or was until moments ago).
@@ -234,8 +206,8 @@ impl SharedLiveness {
     }
 
     /// Reads, on PostgreSQL, the earliest receipt of each minute that ended [`EXAMINATION_MARGIN_SECONDS`] or more
-    /// ago, for the eviction passes that follow. The examiner thread runs it every [`EXAMINE_INTERVAL`] on the
-    /// instance that runs passes. Why: after a heartbeat moves an agent into a new minute, the index entry of the minute it
+    /// ago, for the eviction passes that follow. The flusher runs it every [`EXAMINE_INTERVAL`] on the instance
+    /// that runs passes. Why: after a heartbeat moves an agent into a new minute, the index entry of the minute it
     /// left points at a dead row until vacuum, and a minute's entries all die in the half minute after it ends —
     /// just when a threshold of 90 s brings it into the pass's range — so a pass reading the table from the oldest
     /// minute visits a million dead rows each minute at a million agents (150-275 ms). Read here, off the pass, the
@@ -267,10 +239,6 @@ impl SharedLiveness {
         let examined = self.inner.store.with_connection("examine the minutes behind the cutoff", |connection| {
             let AnyConnection::Postgres(c) = connection else { return Ok(None) };
             let c: &mut PgConnection = c;
-            #[cfg(test)]
-            if let Some(hook) = lock(&self.inner.examination_hook).clone() {
-                hook();
-            }
             // One read-only transaction (no transaction id, nothing to flush at its commit), two statements: the
             // bound by the transaction's start, the rows by the second statement's snapshot, taken later, so a row
             // that statement does not see was committed after the transaction began.
@@ -852,40 +820,6 @@ mod tests {
         map.examine().unwrap();
         assert!(evicted_ids(&map, START + seconds(35)).is_empty());
         assert_eq!(evicted_ids(&map, START + seconds(45)), ["mover"]);
-    }
-
-    /// The flusher writes a receipt kept here while the leader's examination is running (held open by the hook,
-    /// with its pooled connection): flushes do not wait for examinations.
-    #[test]
-    fn a_flush_completes_while_an_examination_runs() {
-        use std::sync::mpsc;
-        let Some(fixture) = crate::testing::postgres(module_path!()) else { return };
-        let (map, other) =
-            (SharedLiveness::new(fixture.store.clone(), 10), SharedLiveness::new(fixture.store.clone(), 10));
-        assert!(evicted_ids(&map, START).is_empty(), "a pass: this instance examines from now on");
-        // Declared before the sender that releases the examination, so dropped after it: a failing test releases
-        // the held examination before it joins the threads.
-        let threads: (PeriodicThread, PeriodicThread);
-        let (entered, examining) = mpsc::channel::<()>();
-        let (release, released) = mpsc::channel::<()>();
-        let (entered, released) = (Mutex::new(entered), Mutex::new(released));
-        *lock(&map.inner.examination_hook) = Some(Arc::new(move || {
-            let _ = lock(&entered).send(());
-            let _ = lock(&released).recv();
-        }));
-        threads = (map.start_flusher().unwrap(), map.examine_every(Duration::from_millis(10)).unwrap());
-        examining.recv_timeout(Duration::from_secs(30)).expect("an examination began");
-        // Two flushes in turn: on a thread that also examines, the flush before an examination is no proof.
-        for (id, listed) in [("alice", 1), ("bob", 2)] {
-            map.record(&agent(id), &ClusterId::new("west").unwrap(), START).unwrap();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while other.live_agents(None, 10).unwrap().len() < listed {
-                assert!(Instant::now() < deadline, "{id}'s receipt was not flushed while the examination ran");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        drop(release);
-        drop(threads);
     }
 
     fn agent(id: &str) -> AgentId {
