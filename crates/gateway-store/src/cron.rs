@@ -997,15 +997,10 @@ mod tests {
         explain: impl FnOnce(&mut PgConnection) -> QueryResult<T>,
     ) -> Option<T> {
         let fixture = crate::testing::postgres(test)?;
-        let plans = fixture
-            .store
-            .with_connection("explain", |connection| {
-                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
-                crate::explain::fill_cron_jobs(c, 50_000)?;
-                explain(c)
-            })
-            .unwrap();
-        Some(plans)
+        Some(crate::testing::on_postgres(&fixture.store, |c| {
+            crate::explain::fill_cron_jobs(c, 50_000)?;
+            explain(c)
+        }))
     }
 
     /// The same on PostgreSQL, on a table of 50,000 one-time rows of 100 agents with fresh statistics.
@@ -1053,21 +1048,15 @@ mod tests {
     /// the primary key, and `cron_jobs_due` not read at all.
     #[test]
     fn a_claim_looks_its_rows_up_by_id_on_postgres() {
-        let Some(fixture) = crate::testing::postgres("cron::tests::a_claim_looks_its_rows_up_by_id_on_postgres") else {
+        let Some(plan) = plans_over_filled_cron_jobs("cron::tests::a_claim_looks_its_rows_up_by_id_on_postgres", |c| {
+            // The first 300 rows, due 300 s after the first; the ids are the table's first.
+            let due_by = to_db(START - Duration::seconds(24_700));
+            let ids: Vec<i64> = (1..=300).collect();
+            let claim = ClaimCronJobs { owner: "a", expires_at: due_by, token: 1, ids: &ids, due_by, now: due_by };
+            crate::explain::postgres_plan(c, claim)
+        }) else {
             return;
         };
-        let plan = fixture
-            .store
-            .with_connection("explain", |connection| {
-                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
-                crate::explain::fill_cron_jobs(c, 50_000)?;
-                // The first 300 rows, due 300 s after the first; the ids are the table's first.
-                let due_by = to_db(START - Duration::seconds(24_700));
-                let ids: Vec<i64> = (1..=300).collect();
-                let claim = ClaimCronJobs { owner: "a", expires_at: due_by, token: 1, ids: &ids, due_by, now: due_by };
-                crate::explain::postgres_plan(c, claim)
-            })
-            .unwrap();
         let plan = plan.join("\n");
         assert!(plan.contains("cron_jobs_pkey"), "{plan}");
         assert!(!plan.contains("cron_jobs_due"), "the claim reads the due index: {plan}");
@@ -1091,13 +1080,10 @@ mod tests {
         };
         let store = &fixture.store;
         let places = || {
-            store
-                .with_connection("read each row's page", |connection| {
-                    let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
-                    diesel::sql_query("SELECT id, (ctid::text::point)[0]::bigint AS page FROM cron_jobs ORDER BY id")
-                        .load::<Place>(&mut **c)
-                })
-                .unwrap()
+            crate::testing::on_postgres(store, |c| {
+                diesel::sql_query("SELECT id, (ctid::text::point)[0]::bigint AS page FROM cron_jobs ORDER BY id")
+                    .load::<Place>(c)
+            })
         };
         let group: Vec<NewCronJob> = (0..300).map(|n| one_time(START + Duration::milliseconds(n))).collect();
         let ids: Vec<i64> = store.insert_cron_jobs(&group).unwrap().iter().map(|insert| insert.job.id).collect();
@@ -1133,49 +1119,40 @@ mod tests {
             return;
         };
         let store = &fixture.store;
-        let sql = |statement: &str| {
-            store.with_connection("inspect the WAL", |connection| {
-                let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
-                diesel::sql_query(statement).execute(&mut **c)
-            })
-        };
-        if let Err(missing) = sql("CREATE EXTENSION IF NOT EXISTS pg_walinspect") {
+        let extension = store.with_connection("inspect the WAL", |connection| {
+            on_backend!(connection, c => diesel::sql_query("CREATE EXTENSION IF NOT EXISTS pg_walinspect").execute(c))
+        });
+        if let Err(missing) = extension {
             assert!(std::env::var_os("CI").is_none(), "pg_walinspect is missing: {missing}");
             println!("skipped: pg_walinspect is missing ({missing})");
             return;
         }
         let lsn = || {
-            store
-                .with_connection("read the WAL position", |connection| {
-                    let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
-                    // Test servers run without fsync and commit without waiting for the flush; a switch to the
-                    // next WAL file flushes everything before it.
-                    diesel::sql_query("SELECT pg_switch_wal()::text AS lsn").execute(&mut **c)?;
-                    diesel::sql_query("SELECT pg_current_wal_flush_lsn()::text AS lsn").get_result::<Lsn>(&mut **c)
-                })
-                .unwrap()
-                .lsn
+            crate::testing::on_postgres(store, |c| {
+                // Test servers run without fsync and commit without waiting for the flush; a switch to the next WAL
+                // file flushes everything before it.
+                diesel::sql_query("SELECT pg_switch_wal()::text AS lsn").execute(c)?;
+                diesel::sql_query("SELECT pg_current_wal_flush_lsn()::text AS lsn").get_result::<Lsn>(c)
+            })
+            .lsn
         };
         // The HEAP_CONFIRM records on this database's cron_jobs heap between two flushed positions (each insert's
         // commit flushes its records; other tests share the server, and their tables may have the same file
         // number in another database).
         let confirmed = |from: &str, to: &str| {
-            store
-                .with_connection("count confirmations", |connection| {
-                    let AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
-                    diesel::sql_query(
-                        "SELECT count(*) AS rows FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn) \
+            crate::testing::on_postgres(store, |c| {
+                diesel::sql_query(
+                    "SELECT count(*) AS rows FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn) \
                          WHERE resource_manager = 'Heap' AND record_type = 'HEAP_CONFIRM' \
                          AND block_ref LIKE '%rel ' || (SELECT dattablespace FROM pg_database \
                          WHERE datname = current_database()) || '/' || (SELECT oid FROM pg_database \
                          WHERE datname = current_database()) || '/' || pg_relation_filenode('cron_jobs') || ' %'",
-                    )
-                    .bind::<Text, _>(from)
-                    .bind::<Text, _>(to)
-                    .get_result::<Confirmed>(&mut **c)
-                })
-                .unwrap()
-                .rows
+                )
+                .bind::<Text, _>(from)
+                .bind::<Text, _>(to)
+                .get_result::<Confirmed>(c)
+            })
+            .rows
         };
         let before = lsn();
         let keyed: Vec<NewCronJob> = (0..5).map(|n| keyed(START, &format!("k-{n}"))).collect();

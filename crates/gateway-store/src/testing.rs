@@ -52,6 +52,19 @@ pub(crate) fn count(store: &DieselStore, table: &str) -> i64 {
         .n
 }
 
+/// Runs `statements` on a PostgreSQL store's connection (a test that started one with [`postgres`]).
+pub(crate) fn on_postgres<T>(
+    store: &DieselStore,
+    statements: impl FnOnce(&mut diesel::PgConnection) -> diesel::QueryResult<T>,
+) -> T {
+    store
+        .with_connection("a test's statements", |connection| {
+            let crate::connection::AnyConnection::Postgres(c) = connection else { unreachable!("a PostgreSQL store") };
+            statements(c)
+        })
+        .unwrap()
+}
+
 /// For each named function `fn name(store: &DieselStore)` of the enclosing module, a test `sqlite::name` and a
 /// test `postgres::name`, each on a fresh store.
 macro_rules! on_every_backend {
