@@ -113,6 +113,7 @@ impl App {
             endpoint_rate,
             ..
         } = coordination;
+        crate::experiment::install();
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
                 liveness,

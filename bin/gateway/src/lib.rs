@@ -8,6 +8,7 @@
 
 mod app;
 mod cluster;
+mod experiment;
 pub mod config;
 mod history;
 mod http;
