@@ -113,7 +113,6 @@ impl App {
             endpoint_rate,
             ..
         } = coordination;
-        crate::experiment::install();
         let heartbeat = HeartbeatManager::new(
             HeartbeatPorts {
                 liveness,

@@ -8,7 +8,6 @@
 
 mod app;
 mod cluster;
-mod experiment;
 pub mod config;
 mod history;
 mod http;

@@ -93,7 +93,7 @@ impl HeartbeatManager {
         let HeartbeatPorts { liveness, store, capabilities, publisher, clock, leadership } = ports;
         let shared = Arc::clone(&liveness);
         let flush_after_rows = !store.writes_receipts();
-        let upserts =
+        let upserts = Arc::new(
             GroupCommit::new(MAX_UPSERT_GROUP, move |records: Vec<HeartbeatRecord>| {
                 store.upsert_heartbeats(&records)?;
                 // These heartbeats' receipts were recorded before they were queued: after the flush they are live on
@@ -108,12 +108,8 @@ impl HeartbeatManager {
             .lingering()
             // A heartbeat's caller is a connection task: answered from the runtime thread it runs on, it is woken
             // without a syscall (docs/benchmarks.md, issue 18 item 2).
-            .replying_from_runtime();
-        // EXPERIMENT (s29-p): the group written by an async PostgreSQL client on the runtime.
-        let upserts = Arc::new(match gateway_core::runtime::group_commit::EXPERIMENT_ASYNC_HEARTBEATS.get() {
-            Some(write) => upserts.writing_async(Box::new(move |records| write(records))),
-            None => upserts,
-        });
+            .replying_from_runtime(),
+        );
         let inner = Inner {
             liveness,
             config,

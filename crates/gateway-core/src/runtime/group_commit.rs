@@ -39,15 +39,6 @@ fn write_shared<T, R>(
 /// Writes a group in one store call: one result per item, in order.
 type GroupWrite<T, R> = dyn Fn(Vec<T>) -> Result<Vec<R>, StoreError> + Send + Sync;
 
-/// EXPERIMENT (s29-p, not to be kept): a group written by a future awaited on the runtime, no blocking pool.
-pub type AsyncGroupWrite<T, R> = dyn Fn(Vec<T>) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<R>, StoreError>> + Send>>
-    + Send
-    + Sync;
-
-/// EXPERIMENT (s29-p): set by the binary when `GATEWAY_EXP_ASYNC_PG` is set on PostgreSQL without Redis.
-pub static EXPERIMENT_ASYNC_HEARTBEATS: std::sync::OnceLock<Box<AsyncGroupWrite<crate::HeartbeatRecord, ()>>> =
-    std::sync::OnceLock::new();
-
 /// Shares commits among concurrent async callers, who await their result.
 ///
 /// A caller queues its item with a one-shot reply; the first caller that finds no writer running starts one on
@@ -79,8 +70,6 @@ pub struct GroupCommit<T, R> {
     /// Whether the writer is a task on the runtime that hands only the store call to the blocking pool
     /// ([`Self::replying_from_runtime`]).
     on_runtime: bool,
-    /// EXPERIMENT (s29-p).
-    write_async: Option<Box<AsyncGroupWrite<T, R>>>,
 }
 
 /// How long, at most, a writer waits for callers to come back, as a share of the last group's write time.
@@ -157,7 +146,6 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             came_back: Notify::new(),
             linger: false,
             on_runtime: false,
-            write_async: None,
         }
     }
 
@@ -178,14 +166,6 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
     #[must_use]
     pub fn replying_from_runtime(mut self) -> Self {
         self.on_runtime = true;
-        self
-    }
-
-    /// EXPERIMENT (s29-p): each group is written by `write` awaited on the runtime.
-    #[must_use]
-    pub fn writing_async(mut self, write: Box<AsyncGroupWrite<T, R>>) -> Self {
-        self.on_runtime = true;
-        self.write_async = Some(write);
         self
     }
 
@@ -259,22 +239,13 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             let Some((items, replies)) = lock(&self.state).take_group(self.max_group) else { return };
             let count = items.len();
             let started = Instant::now();
-            let results = if let Some(write) = &self.write_async {
-                match write(items).await {
-                    Ok(results) if results.len() == count => results.into_iter().map(Ok).collect(),
-                    Ok(_) => (0..count).map(|_| Err(StoreError::Internal("miscounted".to_owned()))).collect(),
-                    Err(error) => (0..count).map(|_| Err(error.clone())).collect(),
-                }
-            } else {
-                let writer = Arc::clone(&self);
-                tokio::task::spawn_blocking(move || write_shared(&writer.write, items, count)).await.unwrap_or_else(
-                    |stopped| {
-                        let error =
-                            StoreError::Internal(format!("a grouped store write did not complete: {stopped}"));
-                        (0..count).map(|_| Err(error.clone())).collect()
-                    },
-                )
-            };
+            let writer = Arc::clone(&self);
+            let results = tokio::task::spawn_blocking(move || write_shared(&writer.write, items, count))
+                .await
+                .unwrap_or_else(|stopped| {
+                    let error = StoreError::Internal(format!("a grouped store write did not complete: {stopped}"));
+                    (0..count).map(|_| Err(error.clone())).collect()
+                });
             last = Some((count, started.elapsed()));
             answer(replies, results);
         }
