@@ -818,7 +818,7 @@ impl PgStats {
     fn print(&self) {
         self.psql(
             "SELECT calls, round(total_exec_time::numeric, 1) AS total_ms, round(mean_exec_time::numeric, 3) AS mean_ms, \
-             rows, wal_records, wal_fpi, wal_bytes, shared_blks_hit, shared_blks_dirtied, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS query \
+             plans, round(total_plan_time::numeric, 1) AS plan_ms, rows, wal_records, wal_fpi, wal_bytes, shared_blks_hit, shared_blks_dirtied, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS query \
              FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 14",
         );
         self.psql("SELECT wal_records, wal_fpi, wal_bytes, wal_buffers_full, wal_write, wal_sync FROM pg_stat_wal");
