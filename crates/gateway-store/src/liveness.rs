@@ -752,8 +752,9 @@ fn beats_or_receipts<'a>(beats: &[AgentRow<'a>], receipts: &[AgentRow<'a>]) -> V
 /// ([`receipt_minute`], written by the gateway since migration 2026-12-21-000014: as a generated column PostgreSQL
 /// evaluated its expression in numeric arithmetic for every row). The heartbeat's columns follow the heartbeats'
 /// rule (the last written wins); the receipt (its instant, minute and cluster) never moves back and its minute moves only with it; `inserted_minute`,
-/// "became live in", is PostgreSQL's minute when the receipt makes an evicted agent live again (the default does it
-/// on insert), which is what puts a re-live with an old receipt in `gateway_heartbeats_inserted_late`. Rows are
+/// "became live in", is PostgreSQL's minute of the statement, written when a receipt inserts the row or makes an
+/// evicted agent live again (computed once per statement: per row, its numeric arithmetic is what made the
+/// generated minute column cost 3 %), which is what puts a re-live with an old receipt in `gateway_heartbeats_inserted_late`. Rows are
 /// locked in agent id order, as by every writer of them. A heartbeat without a receipt in the group leaves the
 /// receipt as it is (NULL for an evicted agent: a heartbeat alone does not make it live).
 struct RowsWithReceipts;
@@ -761,14 +762,15 @@ struct RowsWithReceipts;
 impl AgentRowsSql for RowsWithReceipts {
     const SQL: &'static str = concat!(
         "INSERT INTO gateway_heartbeats \
-         (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id, received_minute) \
-         SELECT beat.agent_id, beat.cluster_id, beat.at, receipt.at, receipt.cluster_id, receipt.minute \
-         FROM unnest($, $, $) WITH ORDINALITY AS beat (agent_id, cluster_id, at, n) \
+         (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id, received_minute, inserted_minute) \
+         SELECT beat.agent_id, beat.cluster_id, beat.at, receipt.at, receipt.cluster_id, receipt.minute, now_minute.m \
+         FROM (SELECT floor(extract(epoch FROM now()) / 60)::bigint AS m) AS now_minute, \
+         unnest($, $, $) WITH ORDINALITY AS beat (agent_id, cluster_id, at, n) \
          LEFT JOIN unnest($, $, $, $) AS receipt (agent_id, cluster_id, at, minute) ON receipt.agent_id = beat.agent_id \
          ORDER BY beat.n \
          ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at, \
          inserted_minute = CASE WHEN gateway_heartbeats.received_at IS NULL AND excluded.received_at IS NOT NULL \
-             THEN floor(extract(epoch FROM now()) / 60)::bigint ELSE gateway_heartbeats.inserted_minute END, \
+             THEN excluded.inserted_minute ELSE gateway_heartbeats.inserted_minute END, \
          received_minute = CASE WHEN ",
         receipt_is_newer!(),
         " THEN excluded.received_minute ELSE gateway_heartbeats.received_minute END, \

@@ -11,8 +11,10 @@
 -- columns every heartbeat moves (last_seen_at, received_at, the cluster ids) are in no index key or predicate, so those updates
 -- stay HOT. Evicted rows leave the partial indexes, as a deleted row left the old table's: the listing, the count,
 -- the pass and the examination never read them. inserted_minute now means "became live in" (PostgreSQL's clock):
--- the default on insert, and the receipt's upsert sets it when it makes an evicted row live again, so a re-live
--- with an old receipt lands in gateway_heartbeats_inserted_late exactly as an insert did.
+-- the receipt's upsert writes it when it inserts a row or makes an evicted one live again, so a re-live with an
+-- old receipt lands in gateway_heartbeats_inserted_late exactly as an insert did. Its default stays 0, for rows a
+-- heartbeat alone inserts (not live; a single instance's every new agent): a default computed from now() would be
+-- evaluated, in numeric arithmetic, for each of them.
 --
 -- A live row without a heartbeat row: a receipt is written before its heartbeat's own group (the flush takes every
 -- kept receipt), so a heartbeat whose group failed, or an instance stopped between the two, leaves one; capability
@@ -44,7 +46,6 @@ UPDATE gateway_heartbeats AS h SET
     capability_version = l.capability_version,
     capabilities_updated_at = l.capabilities_updated_at
     FROM gateway_live_agents AS l WHERE l.agent_id = h.agent_id;
-ALTER TABLE gateway_heartbeats ALTER COLUMN inserted_minute SET DEFAULT floor(extract(epoch FROM now()) / 60)::bigint;
 CREATE INDEX gateway_heartbeats_received_minute ON gateway_heartbeats (received_minute)
     WHERE received_minute IS NOT NULL;
 CREATE INDEX gateway_heartbeats_inserted_late ON gateway_heartbeats (received_minute)
