@@ -751,12 +751,13 @@ fn beats_or_receipts<'a>(beats: &[AgentRow<'a>], receipts: &[AgentRow<'a>]) -> V
 /// first set is every agent's heartbeat columns ([`beats_or_receipts`]), the second the receipts with their minutes
 /// ([`receipt_minute`], written by the gateway since migration 2026-12-21-000014: as a generated column PostgreSQL
 /// evaluated its expression in numeric arithmetic for every row). The heartbeat's columns follow the heartbeats'
-/// rule (the last written wins); the receipt (its instant, minute and cluster) never moves back and its minute moves only with it; `inserted_minute`,
-/// "became live in", is PostgreSQL's minute of the statement, written when a receipt inserts the row or makes an
-/// evicted agent live again (computed once per statement: per row, its numeric arithmetic is what made the
-/// generated minute column cost 3 %), which is what puts a re-live with an old receipt in `gateway_heartbeats_inserted_late`. Rows are
-/// locked in agent id order, as by every writer of them. A heartbeat without a receipt in the group leaves the
-/// receipt as it is (NULL for an evicted agent: a heartbeat alone does not make it live).
+/// rule (the last written wins); the receipt (its instant, minute and cluster) never moves back, and its minute
+/// moves only with it. `inserted_minute`, "became live in", is PostgreSQL's minute of the statement, written when a
+/// receipt inserts the row or makes an evicted agent live again (computed once per statement: per row, its numeric
+/// arithmetic is what made the generated minute column cost 3 %); that is what puts a re-live with an old receipt in
+/// `gateway_heartbeats_inserted_late`. Rows are locked in agent id order, as by every writer of them. A heartbeat
+/// without a receipt in the group leaves the receipt as it is (NULL for an evicted agent: a heartbeat alone does not
+/// make it live).
 struct RowsWithReceipts;
 
 impl AgentRowsSql for RowsWithReceipts {
