@@ -17,6 +17,7 @@ CREATE INDEX gateway_live_agents_received_minute ON gateway_live_agents (receive
 CREATE INDEX gateway_live_agents_inserted_late ON gateway_live_agents (received_minute)
     WHERE inserted_minute > received_minute;
 ALTER TABLE gateway_heartbeats RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_insert_scale_factor);
+DROP INDEX gateway_heartbeats_live;
 DROP INDEX gateway_heartbeats_inserted_late;
 DROP INDEX gateway_heartbeats_received_minute;
 ALTER TABLE gateway_heartbeats

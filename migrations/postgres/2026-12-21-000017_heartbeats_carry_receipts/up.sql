@@ -50,7 +50,7 @@ CREATE INDEX gateway_heartbeats_received_minute ON gateway_heartbeats (received_
     WHERE received_minute IS NOT NULL;
 CREATE INDEX gateway_heartbeats_inserted_late ON gateway_heartbeats (received_minute)
     WHERE inserted_minute > received_minute;
--- EXPERIMENT (s29-r, reverted): no index of the live rows' ids; the listing reads the primary key and skips evicted rows.
+CREATE INDEX gateway_heartbeats_live ON gateway_heartbeats (agent_id) WHERE received_minute IS NOT NULL;
 -- gateway_live_agents' thresholds (migration 2026-12-21-000012): the pass's walk of the minute index visits the
 -- heap for every dead entry until vacuum removes it.
 ALTER TABLE gateway_heartbeats SET (
