@@ -4,7 +4,7 @@
 //! 1. one gateway on SQLite (the baseline),
 //! 2. one gateway on PostgreSQL without Redis (a single instance: liveness in its memory),
 //! 3. one gateway on PostgreSQL with Redis (cluster mode, alone: leadership, the event bridge, and every
-//!    heartbeat's receipt written to the shared `gateway_live_agents` in its rows' transaction),
+//!    heartbeat's receipt written into its own `gateway_heartbeats` row, in the same statement),
 //! 4. two gateways on PostgreSQL with Redis, the generator's connections spread over both (round robin), the
 //!    same number of connections in all.
 //!

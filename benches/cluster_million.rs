@@ -2,7 +2,8 @@
 //! cluster mode (release binary, one durable throwaway PostgreSQL, one throwaway Redis), and what it costs them:
 //! each instance's RSS, the leader's eviction pass with nobody silent, heartbeat latency under a steady load inside
 //! and outside those passes, one pass that evicts a tenth of the fleet at once while the load goes on, and the
-//! sizes of `gateway_live_agents` and `gateway_heartbeats` on disk.
+//! sizes of `gateway_heartbeats` (and of `gateway_live_agents`, for a build before the receipts moved into the
+//! heartbeat rows) on disk.
 //!
 //! Run: `cargo bench -p gateway-benches --bench cluster-ingest -- million`. Sizes and timings (environment):
 //! `MILLION_AGENTS` (1,000,000), `MILLION_SILENT` (a tenth of them), `MILLION_THRESHOLD_S` (150: the gateways'
@@ -649,27 +650,41 @@ struct Sizes {
     live_hot_updates: i64,
 }
 
-/// Rows and `pg_total_relation_size` (table, indexes, TOAST) of the two tables a heartbeat writes.
+/// The table that holds the receipts: `gateway_live_agents` before migration 2026-12-21-000017, the heartbeat rows
+/// since (live while `received_minute` is not NULL). Asked of the database, so that one harness measures either build.
+fn receipts_table(admin: &mut PgConnection) -> (&'static str, &'static str) {
+    #[derive(QueryableByName)]
+    struct Old {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        old: bool,
+    }
+    let old: Old =
+        diesel::sql_query("SELECT to_regclass('gateway_live_agents') IS NOT NULL AS old").get_result(admin).unwrap();
+    if old.old { ("gateway_live_agents", "true") } else { ("gateway_heartbeats", "received_minute IS NOT NULL") }
+}
+
+/// Rows and `pg_total_relation_size` (table, indexes, TOAST) of the tables a heartbeat writes.
 fn sizes(admin: &mut PgConnection) -> String {
-    let sizes: Sizes = diesel::sql_query(
-        "SELECT (SELECT count(*) FROM gateway_live_agents) AS live_rows, \
-             pg_total_relation_size('gateway_live_agents') AS live_bytes, \
-             pg_indexes_size('gateway_live_agents') AS live_index_bytes, \
+    let (table, live) = receipts_table(admin);
+    let sizes: Sizes = diesel::sql_query(format!(
+        "SELECT (SELECT count(*) FROM {table} WHERE {live}) AS live_rows, \
+             pg_total_relation_size('{table}') AS live_bytes, \
+             pg_indexes_size('{table}') AS live_index_bytes, \
              (SELECT count(*) FROM gateway_heartbeats) AS heartbeat_rows, \
              pg_total_relation_size('gateway_heartbeats') AS heartbeat_bytes, \
              pg_indexes_size('gateway_heartbeats') AS heartbeat_index_bytes, \
-             (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'gateway_live_agents') \
+             (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = '{table}') \
                  AS live_autovacuums, \
-             (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'gateway_live_agents') AS live_updates, \
-             (SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'gateway_live_agents') \
+             (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = '{table}') AS live_updates, \
+             (SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = '{table}') \
                  AS live_hot_updates",
-    )
+    ))
     .get_result(admin)
     .unwrap();
     let mb = |bytes: i64| bytes as f64 / 1_048_576.0;
     format!(
-        "gateway_live_agents {} rows, {:.1} MB on disk (indexes {:.1} MB, {} autovacuums so far, updates so far {} of \
-         which HOT {:.0} %); gateway_heartbeats {} rows, {:.1} MB (indexes {:.1} MB)",
+        "receipts in {table}: {} live rows, {:.1} MB on disk (indexes {:.1} MB, {} autovacuums so far, updates so far \
+         {} of which HOT {:.0} %); gateway_heartbeats {} rows, {:.1} MB (indexes {:.1} MB)",
         sizes.live_rows,
         mb(sizes.live_bytes),
         mb(sizes.live_index_bytes),
@@ -689,11 +704,12 @@ fn explain_eviction(admin: &mut PgConnection) {
         #[diesel(sql_type = diesel::sql_types::Text, column_name = "QUERY PLAN")]
         line: String,
     }
-    let plan: Vec<Line> = diesel::sql_query(
-        "EXPLAIN (ANALYZE, BUFFERS) SELECT agent_id FROM gateway_live_agents \
+    let (table, _) = receipts_table(admin);
+    let plan: Vec<Line> = diesel::sql_query(format!(
+        "EXPLAIN (ANALYZE, BUFFERS) SELECT agent_id FROM {table} \
          WHERE received_minute <= floor(extract(epoch FROM (now() AT TIME ZONE 'UTC') - interval '1 day') / 60) \
          AND received_at < (now() AT TIME ZONE 'UTC') - interval '1 day' ORDER BY received_minute LIMIT 1",
-    )
+    ))
     .load(admin)
     .unwrap();
     println!("the eviction pass's probe with nobody silent, EXPLAIN (ANALYZE, BUFFERS):");
@@ -701,11 +717,11 @@ fn explain_eviction(admin: &mut PgConnection) {
         println!("    {}", line.line);
     }
     // A gateway from before migration 2026-12-21-000016 has no such column: said, and the run goes on.
-    let Ok(plan) = diesel::sql_query(
-        "EXPLAIN (ANALYZE, BUFFERS) SELECT agent_id FROM gateway_live_agents \
+    let Ok(plan) = diesel::sql_query(format!(
+        "EXPLAIN (ANALYZE, BUFFERS) SELECT agent_id FROM {table} \
          WHERE inserted_minute > received_minute AND received_minute <= 0 AND received_at < '1970-01-01' \
          ORDER BY received_minute LIMIT 1",
-    )
+    ))
     .load::<Line>(admin) else {
         println!("no read of the rows inserted late to explain: this gateway's schema has no inserted_minute");
         return;

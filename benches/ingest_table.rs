@@ -329,7 +329,8 @@ fn thread_cpu_time() -> Duration {
 }
 
 /// How many of the updates the gateway made to the two heartbeat tables were HOT (no index touched): what decides
-/// PostgreSQL's cost per heartbeat in cluster mode, where every receipt rewrites its agent's `gateway_live_agents` row.
+/// PostgreSQL's cost per heartbeat in cluster mode, where every receipt rewrites its agent's row (in
+/// `gateway_live_agents` before migration 2026-12-21-000017, in `gateway_heartbeats` since: either build is measured).
 fn hot_updates(url: &str) -> String {
     #[derive(QueryableByName)]
     struct Updates {

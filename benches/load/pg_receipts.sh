@@ -1,7 +1,8 @@
 #!/bin/bash
-# PostgreSQL CPU per 32-row heartbeat statement (and its durable commit): today's two-table statement of cluster mode
-# (gateway-store's RowsAndReceipts over gateway_heartbeats and gateway_live_agents), one row per agent carrying both
-# the heartbeat and the receipt, and the heartbeat rows alone (docs/benchmarks.md, s28-p). Against a running
+# PostgreSQL CPU per 32-row heartbeat statement (and its durable commit): the two-table statement cluster mode sent
+# before migration 2026-12-21-000017 (gateway-store's RowsAndReceipts over gateway_heartbeats and gateway_live_agents),
+# one row per agent carrying both the heartbeat and the receipt (close to RowsWithReceipts, sent since), and the
+# heartbeat rows alone (docs/benchmarks.md, s28-p and s29-r). Its tables are its own copies. Against a running
 # PostgreSQL you may write to (a throwaway one: it creates tables t_hb, t_la, t_one, grp in database postgres):
 #
 #   PGHOST=127.0.0.1 PGPORT=<port> PGUSER=postgres POSTMASTER_PID=<pid> \

@@ -46,7 +46,11 @@ impl HeartbeatStore for DieselStore {
     fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError> {
         let row = self.with_connection("read heartbeat", |connection| {
             on_backend!(connection, c => {
-                gateway_heartbeats::table.find(agent_id.as_str()).first::<HeartbeatRow>(c).optional()
+                gateway_heartbeats::table
+                    .find(agent_id.as_str())
+                    .select((gateway_heartbeats::agent_id, gateway_heartbeats::cluster_id, gateway_heartbeats::last_seen_at))
+                    .first::<HeartbeatRow>(c)
+                    .optional()
             })
         })?;
         row.map(|row| {

@@ -1,6 +1,7 @@
-//! The liveness map and the capability map several instances share, over `gateway_live_agents` (one row per live
-//! agent): an agent heartbeating to any instance is live on all of them, and the leader evicts it once, fenced like
-//! every leader-only write. docs/architecture.md says why the database and not Redis.
+//! The liveness map and the capability map several instances share, over the receipt columns of
+//! `gateway_heartbeats` (each agent's own row; live while `received_minute` is not NULL): an agent heartbeating to
+//! any instance is live on all of them, and the leader evicts it once, fenced like every leader-only write, by
+//! clearing its receipt (the heartbeat row itself is kept). docs/architecture.md says why the database and not Redis.
 //!
 //! A heartbeat must not wait for a round trip before it is admitted, so [`SharedLiveness::record`] only checks the
 //! cap and keeps the receipt in this process; [`LivenessMap::flush`], which the heartbeat manager calls in the
@@ -25,10 +26,9 @@ use crate::background::PeriodicThread;
 use crate::connection::{AnyConnection, DieselStore};
 use crate::fencing::{admit, token_from_db};
 use crate::heartbeat::{
-    AgentRow, AgentRowsSql, AgentRowsUpsert, Columns, HeartbeatRows, UnnestAgentRows, latest_rows, upsert_agent_rows,
-    write_heartbeats,
+    AgentRow, AgentRowsSql, Columns, HeartbeatRows, UnnestAgentRows, latest_rows, write_heartbeats,
 };
-use crate::schema::gateway_live_agents;
+use crate::schema::gateway_heartbeats;
 use crate::timestamp::{from_db, to_db};
 
 /// How often kept capability entries (and any receipt no heartbeat flushed) are written in the background.
@@ -37,12 +37,12 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 pub const COUNT_INTERVAL: Duration = Duration::from_secs(5);
 /// Longest pause between flusher passes while the database is unreachable.
 pub const FLUSH_RETRY_MAX: Duration = Duration::from_secs(5);
-/// The width of `gateway_live_agents.received_minute`, the indexed column the eviction pass finds its candidates
+/// The width of `gateway_heartbeats.received_minute`, the indexed column the eviction pass finds its candidates
 /// by (fixed by migration 2026-12-21-000011 on both backends). An update that leaves it unchanged (every heartbeat of
 /// an agent but its first in each minute) touches no index on PostgreSQL (a HOT update); the pass still decides on
 /// the exact `received_at`, so the width changes how many rows a pass reads, never whom it evicts.
 pub const RECEIPT_MINUTE_SECONDS: i64 = 60;
-/// The minute `instant` falls in, `floor(seconds since the epoch / 60)`: `gateway_live_agents.received_minute`,
+/// The minute `instant` falls in, `floor(seconds since the epoch / 60)`: `gateway_heartbeats.received_minute`,
 /// which the eviction pass finds its candidates by (the cutoff's minute is this same function of the cutoff).
 /// Exact for any instant, before the epoch too: the whole nanoseconds are divided, rounding down.
 pub(crate) fn receipt_minute(instant: OffsetDateTime) -> i64 {
@@ -59,8 +59,9 @@ pub const EXAMINE_INTERVAL: Duration = Duration::from_secs(5);
 /// An instance examines only while it runs passes (the leader): for this long after its last one.
 const EXAMINES_AFTER_A_PASS: Duration = Duration::from_secs(120);
 /// An examination covers the minutes that ended this long before it began, by PostgreSQL's clock: a receipt that
-/// reaches those minutes after it is then an insert whose transaction began in a later minute, which
-/// `gateway_live_agents_inserted_late` lists (migration 2026-12-21-000016) — unless that transaction took longer
+/// reaches those minutes after it then made its agent live in a transaction that began in a later minute (an insert,
+/// or the receipt of an evicted agent), which `gateway_heartbeats_inserted_late` lists (migrations 2026-12-21-000016
+/// and 000017) — unless that transaction took longer
 /// than this from its start to its commit; the next examination, one [`EXAMINE_INTERVAL`] later, reads that row.
 pub const EXAMINATION_MARGIN_SECONDS: i64 = 10;
 
@@ -96,9 +97,10 @@ struct Inner {
 ///
 /// What makes the answer last: a receipt never moves back (the upserts keep the later one), so a row it saw can
 /// since have left for a later minute, taken a later receipt or gone, and still be at or after the earliest
-/// receipt of the minute it was in; a row it did not see and that is now in those minutes can only have been
-/// inserted since, with a receipt from before its insert's minute (see [`EXAMINATION_MARGIN_SECONDS`]), and those
-/// are the rows of `gateway_live_agents_inserted_late`, which every pass reads.
+/// receipt of the minute it was in (eviction only takes a row out of every minute); a live row it did not see and
+/// that is now in those minutes can only have become live since (inserted, or an evicted agent's receipt), with a
+/// receipt from before the minute it became live in (`inserted_minute`, see [`EXAMINATION_MARGIN_SECONDS`]), and
+/// those are the rows of `gateway_heartbeats_inserted_late`, which every pass reads.
 #[derive(Debug)]
 struct Examined {
     through: i64,
@@ -161,7 +163,7 @@ struct CapabilityRow {
 }
 
 impl SharedLiveness {
-    /// A map over `store`'s `gateway_live_agents` that admits new agents while the cluster tracks fewer than
+    /// A map over `store`'s `gateway_heartbeats` receipts that admits new agents while the cluster tracks fewer than
     /// `capacity`. Until the first count (the flusher's first pass), only this instance's admissions count.
     pub fn new(store: DieselStore, capacity: usize) -> Self {
         let inner = Inner {
@@ -255,7 +257,7 @@ impl SharedLiveness {
                 .bind::<diesel::sql_types::BigInt, _>(needed)
                 .get_result(c)?;
                 let earliest: Vec<Earliest> = diesel::sql_query(
-                    "SELECT received_minute AS minute, min(received_at) AS earliest FROM gateway_live_agents \
+                    "SELECT received_minute AS minute, min(received_at) AS earliest FROM gateway_heartbeats \
                      WHERE received_minute <= $1 GROUP BY received_minute ORDER BY received_minute",
                 )
                 .bind::<diesel::sql_types::BigInt, _>(bound.through)
@@ -280,10 +282,12 @@ impl SharedLiveness {
 
     /// Counts the cluster's live agents (the cap's reference).
     pub fn count(&self) -> Result<usize, StoreError> {
-        let rows: i64 = self.inner.store.with_connection(
-            "count live agents",
-            |connection| on_backend!(connection, c => gateway_live_agents::table.count().get_result(c)),
-        )?;
+        let rows: i64 = self.inner.store.with_connection("count live agents", |connection| {
+            on_backend!(connection, c => gateway_heartbeats::table
+                .filter(gateway_heartbeats::received_minute.is_not_null())
+                .count()
+                .get_result(c))
+        })?;
         let rows = usize::try_from(rows).unwrap_or(usize::MAX);
         self.inner.tracked.store(rows, Ordering::Relaxed);
         let mut local = lock(&self.inner.local);
@@ -316,9 +320,10 @@ impl SharedLiveness {
         let work = |connection: &mut AnyConnection<'_>| {
             match connection {
                 AnyConnection::Postgres(c) => write_rows_postgres(c, heartbeats, &rows)?,
-                AnyConnection::Sqlite(_) => {
+                AnyConnection::Sqlite(c) => {
+                    // Receipts first: for an agent with both, the heartbeat's own columns are the heartbeat's.
+                    write_receipts_sqlite(c, &rows)?;
                     write_heartbeats(connection, heartbeats)?;
-                    upsert_agent_rows(connection, &RECEIPT_UPSERT, &rows)?;
                 }
             }
             for (agent_id, entry) in &entries {
@@ -326,7 +331,7 @@ impl SharedLiveness {
             }
             Ok(())
         };
-        // On PostgreSQL the rows and the receipts are one statement, atomic and durable on its own: a transaction
+        // On PostgreSQL the rows and their receipts are one statement, atomic and durable on its own: a transaction
         // (two more round trips) only when capability entries go with it.
         let written = if entries.is_empty() && !self.inner.store.is_sqlite() {
             self.inner.store.with_connection("share liveness", work)
@@ -353,13 +358,14 @@ impl SharedLiveness {
     }
 
     fn load_capabilities(&self, agent_ids: &[AgentId]) -> Result<HashMap<String, CapabilityEntry>, StoreError> {
-        use gateway_live_agents::dsl;
+        use gateway_heartbeats::dsl;
         let mut found = HashMap::with_capacity(agent_ids.len());
         for chunk in agent_ids.chunks(MAX_IDS_PER_LIST) {
             let ids: Vec<&str> = chunk.iter().map(AgentId::as_str).collect();
             let rows: Vec<CapabilityRow> = self.inner.store.with_connection("read capabilities", |connection| {
-                on_backend!(connection, c => dsl::gateway_live_agents
+                on_backend!(connection, c => dsl::gateway_heartbeats
                     .filter(dsl::agent_id.eq_any(&ids))
+                    .filter(dsl::received_minute.is_not_null())
                     .select((dsl::agent_id, dsl::agent_type, dsl::capability_version, dsl::capabilities_updated_at))
                     .load(c))
             })?;
@@ -413,8 +419,11 @@ impl LivenessMap for SharedLiveness {
         cluster_id: &ClusterId,
         receipt: OffsetDateTime,
     ) -> Result<bool, StoreError> {
-        use gateway_live_agents::dsl;
-        let row = dsl::gateway_live_agents.find(agent_id.as_str()).select(dsl::agent_id);
+        use gateway_heartbeats::dsl;
+        let row = dsl::gateway_heartbeats
+            .find(agent_id.as_str())
+            .filter(dsl::received_minute.is_not_null())
+            .select(dsl::agent_id);
         let tracked: Option<String> = self.inner.store.with_connection(
             "look up a live agent",
             |connection| on_backend!(connection, c => row.first(c).optional()),
@@ -429,16 +438,18 @@ impl LivenessMap for SharedLiveness {
     }
 
     fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError> {
-        use gateway_live_agents::dsl;
+        use gateway_heartbeats::dsl;
         self.flush()?;
         let after = after.map_or("", AgentId::as_str);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows: Vec<LiveRow> = self.inner.store.with_connection("list live agents", |connection| {
-            on_backend!(connection, c => dsl::gateway_live_agents
+            // `gateway_heartbeats_live` on PostgreSQL: the live rows' ids, without the evicted agents' rows.
+            on_backend!(connection, c => dsl::gateway_heartbeats
+                .filter(dsl::received_minute.is_not_null())
                 .filter(dsl::agent_id.gt(after))
                 .order(dsl::agent_id.asc())
                 .limit(limit)
-                .select((dsl::agent_id, dsl::cluster_id, dsl::received_at))
+                .select((dsl::agent_id, dsl::received_cluster_id.assume_not_null(), dsl::received_at.assume_not_null()))
                 .load(c))
         })?;
         rows.into_iter().map(LiveRow::into_entry).collect()
@@ -450,7 +461,7 @@ impl LivenessMap for SharedLiveness {
         threshold: time::Duration,
         token: FencingToken,
     ) -> Result<Vec<LiveEntry>, StoreError> {
-        use gateway_live_agents::dsl;
+        use gateway_heartbeats::dsl;
         *lock(&self.inner.last_pass) = Some((Instant::now(), threshold));
         // This instance's own receipts first: an agent must not be evicted for a heartbeat still in memory here.
         let began = Instant::now();
@@ -473,7 +484,7 @@ impl LivenessMap for SharedLiveness {
         // row: an `EXISTS` was planned as a sequential scan of the whole table after a bulk fill (the planner
         // expecting an early match), 100-210 ms at a million rows.
         let first_silent =
-            || dsl::gateway_live_agents.filter(is_silent).order(dsl::received_minute.asc()).select(dsl::agent_id);
+            || dsl::gateway_heartbeats.filter(is_silent).order(dsl::received_minute.asc()).select(dsl::agent_id);
         // The minutes the last examination answers for (PostgreSQL): only the rows inserted since with an old
         // receipt (their own small index) and the minutes after those are read.
         let examined = lock(&self.inner.examined).clone();
@@ -488,8 +499,8 @@ impl LivenessMap for SharedLiveness {
             // Ordered by the minute like the walk, so the plan reads an index in that order (the partial one, the
             // smallest): unordered, it was planned as a sequential scan of the table before its first analyze
             // (105-173 ms at a million rows).
-            let inserted_late = dsl::gateway_live_agents
-                .filter(dsl::inserted_minute.gt(dsl::received_minute))
+            let inserted_late = dsl::gateway_heartbeats
+                .filter(dsl::inserted_minute.nullable().gt(dsl::received_minute))
                 .filter(is_silent)
                 .order(dsl::received_minute.asc())
                 .select(dsl::agent_id);
@@ -518,8 +529,11 @@ impl LivenessMap for SharedLiveness {
         }
         let evicted: Vec<LiveRow> = self.inner.store.immediate_fenced("evict silent agents", |connection| {
             admit(connection, token)?;
-            let silent =
-                dsl::gateway_live_agents.filter(is_silent).select((dsl::agent_id, dsl::cluster_id, dsl::received_at));
+            let silent = dsl::gateway_heartbeats.filter(is_silent).select((
+                dsl::agent_id,
+                dsl::received_cluster_id.assume_not_null(),
+                dsl::received_at.assume_not_null(),
+            ));
             let mut rows: Vec<LiveRow> = match connection {
                 // The transaction holds the write lock: the order is free (sorted below).
                 AnyConnection::Sqlite(c) => silent.load(&mut **c)?,
@@ -528,10 +542,24 @@ impl LivenessMap for SharedLiveness {
                 AnyConnection::Postgres(c) => silent.order(dsl::agent_id.asc()).for_update().load(&mut **c)?,
             };
             rows.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
+            // The receipt is cleared, not the row: heartbeat rows are kept (DESIGN §8). On SQLite the minute is
+            // generated from the receipt and clears with it.
             for chunk in rows.chunks(MAX_IDS_PER_LIST) {
                 let ids: Vec<&str> = chunk.iter().map(|row| row.agent_id.as_str()).collect();
-                let gone = diesel::delete(dsl::gateway_live_agents.filter(dsl::agent_id.eq_any(&ids)));
-                on_backend!(connection, c => gone.execute(c))?;
+                let evicted = dsl::gateway_heartbeats.filter(dsl::agent_id.eq_any(&ids));
+                let cleared = (
+                    dsl::received_at.eq(None::<PrimitiveDateTime>),
+                    dsl::received_cluster_id.eq(None::<String>),
+                    dsl::agent_type.eq(None::<String>),
+                    dsl::capability_version.eq(None::<String>),
+                    dsl::capabilities_updated_at.eq(None::<PrimitiveDateTime>),
+                );
+                match connection {
+                    AnyConnection::Sqlite(c) => diesel::update(evicted).set(cleared).execute(&mut **c)?,
+                    AnyConnection::Postgres(c) => diesel::update(evicted)
+                        .set((cleared, dsl::received_minute.eq(None::<i64>)))
+                        .execute(&mut **c)?,
+                };
             }
             Ok(rows)
         })?;
@@ -641,90 +669,131 @@ fn keep_latest(
     }
 }
 
-/// Writes receipts; a receipt older than the stored one (another instance's, flushed first) changes nothing.
-const RECEIPT_UPSERT: AgentRowsUpsert = AgentRowsUpsert {
-    insert: "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at)",
-    on_conflict: "ON CONFLICT (agent_id) DO UPDATE SET \
-         cluster_id = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
-             THEN excluded.cluster_id ELSE gateway_live_agents.cluster_id END, \
-         received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
-             THEN excluded.received_at ELSE gateway_live_agents.received_at END",
-};
+/// The receipt's rule, on both backends: a receipt older than the stored one (another instance's, flushed first)
+/// leaves it; an evicted agent's (NULL) takes any, and a heartbeat without a receipt (NULL sent) changes nothing.
+macro_rules! receipt_is_newer {
+    () => {
+        "(gateway_heartbeats.received_at IS NULL OR excluded.received_at >= gateway_heartbeats.received_at)"
+    };
+}
 
-/// A group's heartbeat rows and receipts on PostgreSQL, in one statement when there are both.
+/// Receipts on SQLite, in the caller's transaction, before the group's heartbeat rows (which then overwrite the
+/// heartbeat's own columns of the agents they carry). A receipt stands for its heartbeat in the contract's columns
+/// until that heartbeat's group writes them, as on PostgreSQL ([`RowsWithReceipts`]): a receipt is written by the
+/// first flush after it was kept, which can come before its heartbeat's group commit, and the row must exist then.
+fn write_receipts_sqlite(connection: &mut SqliteConnection, rows: &[AgentRow<'_>]) -> QueryResult<()> {
+    use diesel::sql_types::{Text, Timestamp};
+    for chunk in rows.chunks(MAX_IDS_PER_LIST) {
+        let values = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let sql = format!(
+            "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id) \
+             VALUES {values} \
+             ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, \
+             last_seen_at = excluded.last_seen_at, \
+             received_cluster_id = CASE WHEN {newer} \
+                 THEN excluded.received_cluster_id ELSE gateway_heartbeats.received_cluster_id END, \
+             received_at = CASE WHEN {newer} THEN excluded.received_at ELSE gateway_heartbeats.received_at END",
+            newer = receipt_is_newer!(),
+        );
+        let mut upsert = diesel::sql_query(sql).into_boxed::<diesel::sqlite::Sqlite>();
+        for (agent_id, cluster_id, at) in chunk {
+            let at = to_db(*at);
+            upsert = upsert.bind::<Text, _>(*agent_id).bind::<Text, _>(*cluster_id).bind::<Timestamp, _>(at);
+            upsert = upsert.bind::<Timestamp, _>(at).bind::<Text, _>(*cluster_id);
+        }
+        upsert.execute(connection)?;
+    }
+    Ok(())
+}
+
+/// A group's heartbeat rows and receipts on PostgreSQL, in one statement when there are receipts; the heartbeat rows
+/// alone are the three-column statement a single instance sends.
 fn write_rows_postgres(
     connection: &mut PgConnection,
     heartbeats: &[HeartbeatRecord],
     receipts: &[AgentRow<'_>],
 ) -> QueryResult<()> {
     let beats = latest_rows(heartbeats);
-    match (beats.is_empty(), receipts.is_empty()) {
-        (false, false) => {
-            UnnestAgentRows::<RowsAndReceipts>::new(vec![Columns::of(&beats), Columns::with_minutes(receipts)])
-                .execute(connection)?
+    if receipts.is_empty() {
+        if !beats.is_empty() {
+            UnnestAgentRows::<HeartbeatRows>::new(vec![Columns::of(&beats)]).execute(connection)?;
         }
-        (false, true) => UnnestAgentRows::<HeartbeatRows>::new(vec![Columns::of(&beats)]).execute(connection)?,
-        (true, false) => {
-            UnnestAgentRows::<ReceiptRows>::new(vec![Columns::with_minutes(receipts)]).execute(connection)?
-        }
-        (true, true) => 0,
-    };
+        return Ok(());
+    }
+    let rows = beats_or_receipts(&beats, receipts);
+    UnnestAgentRows::<RowsWithReceipts>::new(vec![Columns::of(&rows), Columns::with_minutes(receipts)])
+        .execute(connection)?;
     Ok(())
 }
 
-/// The receipts' upsert on PostgreSQL, a literal so that [`RowsAndReceipts`] is this same text after its `WITH`: a
-/// receipt never moves an agent's instant back, alone or with the rows. It writes each receipt's minute itself
-/// ([`receipt_minute`]; a plain column on PostgreSQL since migration 2026-12-21-000014: as a generated column its
-/// expression was set up for every statement and evaluated in numeric arithmetic for every row, 3 % of the CPU
-/// PostgreSQL and the gateway share under cluster-mode heartbeat load); the minute moves with `received_at` only.
-macro_rules! receipts_upsert {
-    () => {
-        "INSERT INTO gateway_live_agents (agent_id, cluster_id, received_at, received_minute) \
-         SELECT agent_id, cluster_id, at, minute FROM unnest($, $, $, $) WITH ORDINALITY \
-         AS sent (agent_id, cluster_id, at, minute, n) \
-         ORDER BY n \
-         ON CONFLICT (agent_id) DO UPDATE SET \
-         cluster_id = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
-             THEN excluded.cluster_id ELSE gateway_live_agents.cluster_id END, \
-         received_minute = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
-             THEN excluded.received_minute ELSE gateway_live_agents.received_minute END, \
-         received_at = CASE WHEN excluded.received_at >= gateway_live_agents.received_at \
-             THEN excluded.received_at ELSE gateway_live_agents.received_at END"
-    };
+/// One row per agent of either list (both sorted by agent id), in agent id order: the heartbeat's where the group
+/// has one, else the receipt, which stands for its heartbeat until that heartbeat's group writes it.
+fn beats_or_receipts<'a>(beats: &[AgentRow<'a>], receipts: &[AgentRow<'a>]) -> Vec<AgentRow<'a>> {
+    let mut rows = Vec::with_capacity(beats.len().max(receipts.len()));
+    let (mut b, mut r) = (beats.iter().peekable(), receipts.iter().peekable());
+    loop {
+        let next = match (b.peek(), r.peek()) {
+            (Some(beat), Some(receipt)) if beat.0 == receipt.0 => {
+                r.next();
+                b.next()
+            }
+            (Some(beat), Some(receipt)) if beat.0 > receipt.0 => r.next(),
+            (Some(_), _) => b.next(),
+            (None, Some(_)) => r.next(),
+            (None, None) => break,
+        };
+        rows.extend(next.copied());
+    }
+    rows
 }
 
-/// [`RECEIPT_UPSERT`] on PostgreSQL.
-struct ReceiptRows;
+/// The heartbeat rows and their receipts in one statement, one row per agent (migration 2026-12-21-000017): the
+/// first set is every agent's heartbeat columns ([`beats_or_receipts`]), the second the receipts with their minutes
+/// ([`receipt_minute`], written by the gateway since migration 2026-12-21-000014: as a generated column PostgreSQL
+/// evaluated its expression in numeric arithmetic for every row). The heartbeat's columns follow the heartbeats'
+/// rule (the last written wins); the receipt (its instant, minute and cluster) never moves back, and its minute
+/// moves only with it. `inserted_minute`, "became live in", is PostgreSQL's minute of the statement, written when a
+/// receipt inserts the row or makes an evicted agent live again (computed once per statement: per row, its numeric
+/// arithmetic is what made the generated minute column cost 3 %); that is what puts a re-live with an old receipt in
+/// `gateway_heartbeats_inserted_late`. Rows are locked in agent id order, as by every writer of them. A heartbeat
+/// without a receipt in the group leaves the receipt as it is (NULL for an evicted agent: a heartbeat alone does not
+/// make it live).
+struct RowsWithReceipts;
 
-impl AgentRowsSql for ReceiptRows {
-    const SQL: &'static str = receipts_upsert!();
-    const WITH_MINUTES: &'static [bool] = &[true];
-}
-
-/// The heartbeat rows and the receipts in one statement. PostgreSQL runs a data-modifying `WITH` that the main
-/// statement does not read after the main statement: receipts are locked first, then rows, by every instance
-/// alike, each set in agent id order.
-struct RowsAndReceipts;
-
-impl AgentRowsSql for RowsAndReceipts {
+impl AgentRowsSql for RowsWithReceipts {
     const SQL: &'static str = concat!(
-        "WITH beats AS (INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at) \
-         SELECT agent_id, cluster_id, at FROM unnest($, $, $) WITH ORDINALITY AS sent (agent_id, cluster_id, at, n) \
-         ORDER BY n \
-         ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at) ",
-        receipts_upsert!()
+        "INSERT INTO gateway_heartbeats \
+         (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id, received_minute, inserted_minute) \
+         SELECT beat.agent_id, beat.cluster_id, beat.at, receipt.at, receipt.cluster_id, receipt.minute, now_minute.m \
+         FROM (SELECT floor(extract(epoch FROM now()) / 60)::bigint AS m) AS now_minute, \
+         unnest($, $, $) WITH ORDINALITY AS beat (agent_id, cluster_id, at, n) \
+         LEFT JOIN unnest($, $, $, $) AS receipt (agent_id, cluster_id, at, minute) ON receipt.agent_id = beat.agent_id \
+         ORDER BY beat.n \
+         ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at, \
+         inserted_minute = CASE WHEN gateway_heartbeats.received_at IS NULL AND excluded.received_at IS NOT NULL \
+             THEN excluded.inserted_minute ELSE gateway_heartbeats.inserted_minute END, \
+         received_minute = CASE WHEN ",
+        receipt_is_newer!(),
+        " THEN excluded.received_minute ELSE gateway_heartbeats.received_minute END, \
+         received_cluster_id = CASE WHEN ",
+        receipt_is_newer!(),
+        " THEN excluded.received_cluster_id ELSE gateway_heartbeats.received_cluster_id END, \
+         received_at = CASE WHEN ",
+        receipt_is_newer!(),
+        " THEN excluded.received_at ELSE gateway_heartbeats.received_at END"
     );
     const WITH_MINUTES: &'static [bool] = &[false, true];
 }
 
-/// Sets a live agent's entry; an agent without a row (never live, or evicted) gets none.
+/// Sets a live agent's entry; an agent that is not live (never was, or evicted) gets none.
 fn update_capabilities(
     connection: &mut AnyConnection<'_>,
     agent_id: &AgentId,
     entry: &CapabilityEntry,
 ) -> QueryResult<usize> {
-    use gateway_live_agents::dsl;
-    let update = diesel::update(dsl::gateway_live_agents.find(agent_id.as_str())).set((
+    use gateway_heartbeats::dsl;
+    let live = dsl::gateway_heartbeats.find(agent_id.as_str()).filter(dsl::received_minute.is_not_null());
+    let update = diesel::update(live).set((
         dsl::agent_type.eq(entry.agent_type.as_str()),
         dsl::capability_version.eq(entry.capability_version.as_str()),
         dsl::capabilities_updated_at.eq(to_db(entry.updated_at)),
@@ -749,7 +818,50 @@ mod tests {
         a_receipt_inserted_late_into_examined_minutes_is_evicted_by_the_next_pass,
         a_pass_after_an_examination_evicts_every_receipt_its_cutoff_passed,
         a_receipt_that_moved_between_examined_minutes_is_found_by_the_next_examination,
+        an_agent_made_live_again_with_an_old_receipt_is_evicted_by_the_next_pass,
+        an_evicted_agents_heartbeat_row_keeps_its_contract_columns,
     );
+
+    /// An evicted agent's row stays in `gateway_heartbeats`; a receipt makes it live again. With an old receipt
+    /// (kept while the database was unreachable, say) into minutes the leader examined after the eviction, the next
+    /// pass evicts it all the same: becoming live again counts as an insert does (`inserted_minute`).
+    fn an_agent_made_live_again_with_an_old_receipt_is_evicted_by_the_next_pass(store: &DieselStore) {
+        let map = SharedLiveness::new(store.clone(), 10);
+        let west = ClusterId::new("west").unwrap();
+        let seconds = time::Duration::seconds;
+        map.record(&agent("returner"), &west, START).unwrap();
+        map.flush().unwrap();
+        as_if_inserted_on_time(store);
+        assert_eq!(evicted_ids(&map, START + seconds(91)), ["returner"]);
+        map.examine().unwrap();
+        assert!(evicted_ids(&map, START + seconds(92)).is_empty());
+        map.record(&agent("returner"), &west, START + seconds(5)).unwrap();
+        map.flush().unwrap();
+        assert_eq!(map.live_agents(None, 10).unwrap().len(), 1, "live again");
+        assert_eq!(evicted_ids(&map, START + seconds(100)), ["returner"]);
+        assert!(map.live_agents(None, 10).unwrap().is_empty());
+    }
+
+    /// Eviction clears the receipt, never the heartbeat: the row's contract columns read back as written, and the
+    /// agent is neither listed, nor counted, nor given capability entries.
+    fn an_evicted_agents_heartbeat_row_keeps_its_contract_columns(store: &DieselStore) {
+        let map = SharedLiveness::new(store.clone(), 10);
+        let west = ClusterId::new("west").unwrap();
+        map.record(&agent("alice"), &west, START).unwrap();
+        // The agent's own timestamp, not the receipt's instant.
+        let row = HeartbeatRecord {
+            agent_id: agent("alice"),
+            cluster_id: west,
+            last_seen_at: START - time::Duration::seconds(7),
+        };
+        map.upsert_heartbeats(std::slice::from_ref(&row)).unwrap();
+        assert_eq!(evicted_ids(&map, START + time::Duration::seconds(91)), ["alice"]);
+        assert_eq!(map.heartbeat(&agent("alice")).unwrap(), Some(row));
+        assert!(map.live_agents(None, 10).unwrap().is_empty());
+        assert_eq!(map.count().unwrap(), 0);
+        map.register(&agent("alice"), capabilities("1.0"));
+        assert_eq!(map.get(&agent("alice")), None);
+    }
 
     /// Makes every row look inserted in its receipt's minute, as a row is when its receipt arrives on time: the
     /// tests' clock is months behind the database's, which would make every row one inserted late.
@@ -757,7 +869,7 @@ mod tests {
         store
             .with_connection("test: rows inserted on time", |connection| {
                 on_backend!(connection, c => diesel::sql_query(
-                    "UPDATE gateway_live_agents SET inserted_minute = received_minute"
+                    "UPDATE gateway_heartbeats SET inserted_minute = received_minute WHERE received_minute IS NOT NULL"
                 ).execute(c))
             })
             .unwrap();
@@ -883,7 +995,7 @@ mod tests {
     /// the column's expression computes it): either side of a minute's boundary by a microsecond, with the rows and
     /// alone; and a receipt older than the stored one, flushed late by another instance, moves neither.
     fn each_receipts_minute_is_its_own_and_moves_only_with_it(store: &DieselStore) {
-        use gateway_live_agents::dsl;
+        use gateway_heartbeats::dsl;
         let (a, b) = (SharedLiveness::new(store.clone(), 10), SharedLiveness::new(store.clone(), 10));
         let west = ClusterId::new("west").unwrap();
         let boundary = datetime!(2026-02-22 12:01:00 UTC);
@@ -891,9 +1003,9 @@ mod tests {
         let stored = |id: &str| -> (PrimitiveDateTime, i64) {
             store
                 .with_connection("read a receipt", |connection| {
-                    on_backend!(connection, c => dsl::gateway_live_agents
+                    on_backend!(connection, c => dsl::gateway_heartbeats
                         .find(id)
-                        .select((dsl::received_at, dsl::received_minute))
+                        .select((dsl::received_at.assume_not_null(), dsl::received_minute.assume_not_null()))
                         .first(c))
                 })
                 .unwrap()
@@ -937,10 +1049,10 @@ mod tests {
         assert_eq!(b.heartbeat(&agent("alice")).unwrap(), Some(row));
     }
 
-    /// Migration 2026-12-21-000012: without it the eviction pass's probe walks a million dead index entries until
+    /// Migrations 2026-12-21-000012 and 000017: without them the eviction pass's probe walks a million dead index entries until
     /// PostgreSQL's default thresholds (20 % of the rows) start a vacuum.
     #[test]
-    fn postgres_vacuums_the_live_agents_after_one_percent_of_their_rows_changed() {
+    fn postgres_vacuums_the_heartbeat_rows_after_one_percent_of_them_changed() {
         #[derive(QueryableByName)]
         struct Options {
             #[diesel(sql_type = diesel::sql_types::Text)]
@@ -953,7 +1065,7 @@ mod tests {
                 let AnyConnection::Postgres(c) = connection else { panic!("a PostgreSQL store") };
                 diesel::sql_query(
                     "SELECT coalesce(array_to_string(reloptions, ','), '') AS options FROM pg_class \
-                     WHERE relname = 'gateway_live_agents'",
+                     WHERE relname = 'gateway_heartbeats'",
                 )
                 .get_result(&mut **c)
             })

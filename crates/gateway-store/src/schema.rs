@@ -5,6 +5,17 @@ diesel::table! {
         agent_id -> Text,
         cluster_id -> Text,
         last_seen_at -> Timestamp,
+        /// The rest is the shared liveness map's (migration `heartbeats_carry_receipts`): an agent is live while
+        /// `received_minute` is not NULL; eviction clears these columns, never the three above.
+        received_at -> Nullable<Timestamp>,
+        /// The newest receipt's cluster (`cluster_id` is the last written heartbeat's).
+        received_cluster_id -> Nullable<Text>,
+        /// Generated from `received_at` on SQLite (never written there); written with it on PostgreSQL.
+        received_minute -> Nullable<BigInt>,
+        inserted_minute -> BigInt,
+        agent_type -> Nullable<Text>,
+        capability_version -> Nullable<Text>,
+        capabilities_updated_at -> Nullable<Timestamp>,
     }
 }
 
@@ -126,19 +137,6 @@ diesel::table! {
     gateway_leader_epoch (id) {
         id -> BigInt,
         epoch -> BigInt,
-    }
-}
-
-diesel::table! {
-    gateway_live_agents (agent_id) {
-        agent_id -> Text,
-        cluster_id -> Text,
-        received_at -> Timestamp,
-        agent_type -> Nullable<Text>,
-        capability_version -> Nullable<Text>,
-        capabilities_updated_at -> Nullable<Timestamp>,
-        received_minute -> BigInt,
-        inserted_minute -> BigInt,
     }
 }
 
