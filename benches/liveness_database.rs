@@ -126,7 +126,7 @@ fn main() {
         .map(|page| {
             let after = agent(page * 400);
             let began = Instant::now();
-            let live = map.live_agents(Some(&after), 100).unwrap();
+            let live = map.live_agents(Some(&after), 100, 10_000).unwrap().entries;
             let ids: Vec<AgentId> = live.iter().map(|entry| entry.agent_id.clone()).collect();
             let entries = map.get_many(&ids).unwrap();
             assert_eq!(entries.len(), live.len());
