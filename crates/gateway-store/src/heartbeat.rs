@@ -122,7 +122,8 @@ pub(crate) fn write_rows_sqlite(
 /// heartbeats (32–64 in the benchmarks); a few statements of this size per connection are small.
 const MAX_CACHED_ROWS: usize = 64;
 
-/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row, kept in Diesel's statement cache
+/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row (five with [`SqliteRows::with_receipts`]),
+/// kept in Diesel's statement cache
 /// (keyed by the text: no static query id), so a group of a size seen before is not compiled again; compiling it
 /// for every group was about 3,800 instructions per heartbeat (docs/benchmarks.md). Each instant is bound as the
 /// text Diesel would bind for it, formatted by hand ([`push_sqlite_text`]), so the stored values are the same.
