@@ -14,6 +14,9 @@
 //! 2. The eviction pass with AGENTS live agents and none silent (every pass but a few), then with all of them
 //!    silent (one pass evicts the fleet).
 //! 3. A page of 100 live agents with their capability entries, as `GET /gateway/agents` reads it.
+//! 4. After all AGENTS are evicted, one in 1,000 live again: `GET /gateway/agents`'s pages of 100 from the start to
+//!    the end, each reading at most `MAX_ROWS_READ` (10,000) rows since migration 2026-12-21-000018 (no index of
+//!    the live rows alone): how many pages, and what one costs.
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // A benchmark reports on stdout and aborts on setup errors.
 
 #[path = "database.rs"]
@@ -126,7 +129,7 @@ fn main() {
         .map(|page| {
             let after = agent(page * 400);
             let began = Instant::now();
-            let live = map.live_agents(Some(&after), 100).unwrap();
+            let live = map.live_agents(Some(&after), 100, 10_000).unwrap().entries;
             let ids: Vec<AgentId> = live.iter().map(|entry| entry.agent_id.clone()).collect();
             let entries = map.get_many(&ids).unwrap();
             assert_eq!(entries.len(), live.len());
@@ -145,4 +148,39 @@ fn main() {
     let took = began.elapsed();
     assert_eq!(evicted.len(), agents);
     println!("\n   all {agents} silent: one pass evicts them in {}", millis(took));
+
+    let walk = 10 * 1000;
+    println!(
+        "\n4. pages of 100 (reading at most {walk} rows each) among {agents} evicted agents, one in 1,000 live again"
+    );
+    let again = start + time::Duration::seconds(100);
+    for id in ids.iter().step_by(1000) {
+        map.record(id, &cluster, again).unwrap();
+    }
+    map.flush().unwrap();
+    for round in 0..3 {
+        let (mut after, mut listed, mut times) = (None::<AgentId>, 0, Vec::new());
+        loop {
+            let began = Instant::now();
+            let page = map.live_agents(after.as_ref(), 100, walk).unwrap();
+            let ids: Vec<AgentId> = page.entries.iter().map(|entry| entry.agent_id.clone()).collect();
+            map.get_many(&ids).unwrap();
+            times.push(began.elapsed());
+            listed += page.entries.len();
+            match page.next_after {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(listed, agents.div_ceil(1000));
+        let pages = times.len();
+        let total: std::time::Duration = times.iter().sum();
+        let times: Sample<_> = times.into_iter().collect();
+        println!(
+            "   round {round}: {listed} agents in {pages} pages, {} in all; a page p50 {} max {}",
+            millis(total),
+            millis(times.percentile(50.0).unwrap()),
+            millis(times.max().unwrap())
+        );
+    }
 }

@@ -7,6 +7,22 @@ import { clock, number, when } from './format.js';
 const PAGE = 100;
 const MAX_PAGE = 1000;
 const REFRESH_MS = 5000;
+// In cluster mode a page reads at most 10,000 agent rows, evicted agents' included, so it may hold fewer than
+// `limit` agents with `next_after` set: follow it, up to this many requests per load.
+const MAX_REQUESTS = 20;
+
+/** Up to `limit` live agents after `after`, following `next_after` through short pages. */
+async function agentsAfter(limit, after, signal) {
+  let agents = [];
+  let next = after;
+  for (let request = 0; request < MAX_REQUESTS; request += 1) {
+    const page = await api('GET', `/gateway/agents${query({ limit: limit - agents.length, after: next })}`, { signal });
+    agents = agents.concat(page.agents);
+    next = page.next_after;
+    if (next === null || agents.length >= limit) break;
+  }
+  return { agents, next_after: next };
+}
 
 export function render(main, _route, context) {
   let agents = [];
@@ -35,7 +51,9 @@ export function render(main, _route, context) {
     count.textContent = `${number(agents.length)} live agent${agents.length === 1 ? '' : 's'}${next !== null ? ' shown (more to load)' : ''}` +
       ` · updated ${clock()}`;
     if (agents.length === 0) {
-      replace(body, empty('No live agents', 'An agent appears here after its first heartbeat (POST /gateway/heartbeat).'));
+      replace(body, next === null
+        ? empty('No live agents', 'An agent appears here after its first heartbeat (POST /gateway/heartbeat).')
+        : empty('No live agent among the agents read so far', 'Load more reads further.'));
       return;
     }
     if (shown.length === 0) {
@@ -62,7 +80,7 @@ export function render(main, _route, context) {
   const load = async () => {
     try {
       const limit = Math.min(MAX_PAGE, Math.max(PAGE, agents.length));
-      const page = await api('GET', `/gateway/agents${query({ limit })}`, { signal: context.signal });
+      const page = await agentsAfter(limit, null, context.signal);
       agents = page.agents;
       next = page.next_after;
       draw();
@@ -73,7 +91,7 @@ export function render(main, _route, context) {
   more.addEventListener('click', async () => {
     more.disabled = true;
     try {
-      const page = await api('GET', `/gateway/agents${query({ limit: PAGE, after: next })}`, { signal: context.signal });
+      const page = await agentsAfter(PAGE, next, context.signal);
       agents = agents.concat(page.agents);
       next = page.next_after;
       draw();

@@ -12,6 +12,11 @@ use crate::{Operation, Reason};
 pub const DEFAULT_PAGE: usize = 100;
 /// The largest `limit` of live agents.
 pub const MAX_PAGE: usize = 1000;
+/// The most agent rows a page reads, live or not. In cluster mode the rows of evicted agents are kept (DESIGN §8)
+/// and no index holds the live ones alone, so a page reads the rows after `after` in id order until it has `limit`
+/// live agents or has read this many: its cost is bounded however many evicted agents there are, and a page among
+/// them may hold fewer than `limit` agents, or none, with `next_after` set.
+pub const MAX_ROWS_READ: usize = 10 * MAX_PAGE;
 
 // A page of live agents.
 #[derive(Debug, Serialize, ToSchema)]
@@ -51,7 +56,12 @@ pub struct Capabilities<'a> {
 
 pub fn list_doc() -> Operation {
     Operation::new("listAgents", "operator", "Live agents")
-        .describe("Live agents in `agent_id` order; pass `next_after` as `after` for the next page.")
+        .describe(
+            "Live agents in `agent_id` order; pass `next_after` as `after` for the next page, until it is null. A page \
+             reads at most 10,000 agent rows, live or not (in cluster mode evicted agents keep theirs), so it may \
+             hold fewer than `limit` agents, or none, and still have a `next_after`: following it lists every agent \
+             that stayed live.",
+        )
         .limit(DEFAULT_PAGE, MAX_PAGE)
         .query_of::<AgentIdSchema>("after", "An agent id: the page starts after it.")
         .answer::<AgentPage<'static>>(200, "A page of live agents.")

@@ -38,7 +38,7 @@ pub use ports::history::{HistoryPoint, HistorySeries, HistoryStore, InMemoryHist
 pub use ports::leadership::{
     EpochGate, FencingEpoch, FencingToken, Leadership, SingleProcessLeadership, SoleLeadership, SwitchableLeadership,
 };
-pub use ports::liveness::{InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal};
+pub use ports::liveness::{InMemoryLiveness, LiveEntry, LivePage, LivenessMap, LivenessRefusal};
 pub use ports::mailbox::{FiredReminder, MailboxEntry, MailboxQuery, MailboxStore, Receipt};
 pub use ports::rate::{DispatchRate, EndpointRate, InProcessEndpointRate, RateTicket, SlidingWindowRate};
 pub use ports::rate_limit::{FixedWindowLimiter, RateDecision, RateLimiter};

@@ -5,7 +5,9 @@ mod manager;
 mod ping;
 
 pub use error::HeartbeatError;
-pub use manager::{EvictedAgent, HeartbeatConfig, HeartbeatManager, HeartbeatPorts, LiveAgent, MAX_UPSERT_GROUP};
+pub use manager::{
+    EvictedAgent, HeartbeatConfig, HeartbeatManager, HeartbeatPorts, LiveAgent, LiveAgentPage, MAX_UPSERT_GROUP,
+};
 pub use ping::HeartbeatPing;
 
 use std::time::Duration;

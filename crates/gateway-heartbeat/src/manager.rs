@@ -46,6 +46,14 @@ pub struct LiveAgent {
     pub capabilities: Option<CapabilityEntry>,
 }
 
+/// A page of live agents: [`HeartbeatManager::live_agents`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveAgentPage {
+    pub agents: Vec<LiveAgent>,
+    /// The next page's `after`; `None` once the map was read to its end.
+    pub next_after: Option<AgentId>,
+}
+
 /// An agent removed by a check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvictedAgent {
@@ -253,18 +261,25 @@ impl HeartbeatManager {
     }
 
     /// Live agents ordered by id, `limit` at most, starting after `after` (keyset pagination), with their
-    /// capabilities.
-    pub async fn live_agents(&self, after: Option<AgentId>, limit: usize) -> Result<Vec<LiveAgent>, StoreError> {
+    /// capabilities: the live ones among at most `walk` rows of the liveness map ([`LivenessMap::live_agents`]),
+    /// and where the next page starts.
+    pub async fn live_agents(
+        &self,
+        after: Option<AgentId>,
+        limit: usize,
+        walk: usize,
+    ) -> Result<LiveAgentPage, StoreError> {
         let liveness = Arc::clone(&self.inner.liveness);
         let capabilities = Arc::clone(&self.inner.capabilities);
         let (page, entries) = run_blocking(move || {
-            let page = liveness.live_agents(after.as_ref(), limit)?;
-            let ids: Vec<AgentId> = page.iter().map(|entry| entry.agent_id.clone()).collect();
+            let page = liveness.live_agents(after.as_ref(), limit, walk)?;
+            let ids: Vec<AgentId> = page.entries.iter().map(|entry| entry.agent_id.clone()).collect();
             let entries = capabilities.get_many(&ids)?;
             Ok::<_, StoreError>((page, entries))
         })
         .await??;
-        Ok(page
+        let agents = page
+            .entries
             .into_iter()
             .zip(entries)
             .map(|(entry, capabilities)| LiveAgent {
@@ -273,7 +288,8 @@ impl HeartbeatManager {
                 cluster_id: entry.cluster_id,
                 last_seen: entry.last_seen,
             })
-            .collect())
+            .collect();
+        Ok(LiveAgentPage { agents, next_after: page.next_after })
     }
 
     pub fn tracked_count(&self) -> usize {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use gateway_core::{
     AgentId, BackgroundLoop, CapabilityMap, ClusterId, EventPayload, FencingToken, HeartbeatStore,
-    InMemoryCapabilityMap, InMemoryHeartbeatStore, InMemoryLiveness, LiveEntry, LivenessMap, LivenessRefusal,
+    InMemoryCapabilityMap, InMemoryHeartbeatStore, InMemoryLiveness, LiveEntry, LivePage, LivenessMap, LivenessRefusal,
     ManualClock, RecordingPublisher, SingleProcessLeadership, StoreError, Topic,
 };
 use gateway_heartbeat::{
@@ -232,11 +232,13 @@ async fn live_agents_are_paged_in_id_order_with_capabilities() {
     }
     fixture.manager.note_capabilities(&agent("b"), "planner", "2.1");
     fixture.manager.note_capabilities(&agent("unknown"), "planner", "2.1");
-    let first = fixture.manager.live_agents(None, 2).await.unwrap();
-    assert_eq!(first.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
-    assert_eq!(first[1].capabilities.as_ref().unwrap().capability_version, "2.1");
-    let rest = fixture.manager.live_agents(Some(agent("b")), 2).await.unwrap();
-    assert_eq!(rest.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>(), ["c"]);
+    let first = fixture.manager.live_agents(None, 2, 100).await.unwrap();
+    assert_eq!(first.agents.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(first.agents[1].capabilities.as_ref().unwrap().capability_version, "2.1");
+    assert_eq!(first.next_after, Some(agent("b")));
+    let rest = fixture.manager.live_agents(Some(agent("b")), 2, 100).await.unwrap();
+    assert_eq!(rest.agents.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>(), ["c"]);
+    assert_eq!(rest.next_after, None);
     assert_eq!(fixture.capabilities.len(), 1, "agents that never heartbeat get no capability entry");
 }
 
@@ -304,8 +306,8 @@ impl LivenessMap for FlushedLiveness {
         Ok(self.elsewhere.contains(agent_id))
     }
 
-    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError> {
-        self.map.live_agents(after, limit)
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize, walk: usize) -> Result<LivePage, StoreError> {
+        self.map.live_agents(after, limit, walk)
     }
 
     fn evict_silent(

@@ -215,7 +215,7 @@ mod tests {
             Err(StoreError::Fenced { token: FencingToken(5), newest: FencingToken(6) }),
             "deposed, with alice silent"
         );
-        assert_eq!(map.live_agents(None, 10).unwrap().len(), 1, "the deposed leader evicted nothing");
+        assert_eq!(map.live_agents(None, 10, 100).unwrap().entries.len(), 1, "the deposed leader evicted nothing");
         assert_eq!(map.evict_silent(silent_now, threshold, FencingToken(6)).unwrap().len(), 1, "term 6 evicts her");
     }
 }

@@ -17,7 +17,7 @@ use crate::liveness::receipt_minute;
 use crate::schema::gateway_heartbeats;
 use crate::timestamp::{from_db, push_sqlite_text, to_db};
 
-/// Rows per upsert statement: 3 parameters each, far below SQLite's 32,766 (and PostgreSQL's 65,535).
+/// Rows per SQLite upsert statement: 3 or 5 parameters each, far below SQLite's 32,766.
 const MAX_ROWS_PER_UPSERT: usize = 500;
 
 #[derive(Queryable)]
@@ -30,17 +30,21 @@ struct HeartbeatRow {
 
 impl HeartbeatStore for DieselStore {
     fn upsert_heartbeats(&self, records: &[HeartbeatRecord]) -> Result<(), StoreError> {
-        if self.is_sqlite() {
-            return self.immediate("upsert heartbeats", |connection| write_heartbeats(connection, records));
-        }
-        // One statement, atomic and durable on its own: no BEGIN and COMMIT round trips around it.
         let rows = latest_rows(records);
-        self.with_connection("upsert heartbeats", |connection| match connection {
-            AnyConnection::Postgres(c) if !rows.is_empty() => {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let work = |connection: &mut AnyConnection<'_>| match connection {
+            AnyConnection::Sqlite(c) => write_rows_sqlite(c, &HEARTBEAT_ROWS, &rows),
+            AnyConnection::Postgres(c) => {
                 UnnestAgentRows::<HeartbeatRows>::new(vec![Columns::of(&rows)]).execute(&mut **c).map(drop)
             }
-            _ => write_heartbeats(connection, records),
-        })
+        };
+        if self.is_sqlite() {
+            return self.immediate("upsert heartbeats", work);
+        }
+        // One statement, atomic and durable on its own: no BEGIN and COMMIT round trips around it.
+        self.with_connection("upsert heartbeats", work)
     }
 
     fn heartbeat(&self, agent_id: &AgentId) -> Result<Option<HeartbeatRecord>, StoreError> {
@@ -66,12 +70,6 @@ impl HeartbeatStore for DieselStore {
     }
 }
 
-/// Upserts `records` inside the caller's transaction (the shared liveness map writes its receipts in the same one).
-pub(crate) fn write_heartbeats(connection: &mut AnyConnection<'_>, records: &[HeartbeatRecord]) -> QueryResult<()> {
-    let rows = latest_rows(records);
-    upsert_agent_rows(connection, &HEARTBEAT_UPSERT, &rows)
-}
-
 /// The rows a group of heartbeats writes, one per agent, in agent id order.
 pub(crate) fn latest_rows(records: &[HeartbeatRecord]) -> Vec<AgentRow<'_>> {
     // The last record of an agent wins, so only it is written: one row per agent per statement is also what
@@ -87,51 +85,36 @@ pub(crate) fn latest_rows(records: &[HeartbeatRecord]) -> Vec<AgentRow<'_>> {
     rows.iter().map(|record| (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at)).collect()
 }
 
-const HEARTBEAT_UPSERT: AgentRowsUpsert = AgentRowsUpsert {
+/// The heartbeat rows alone, on SQLite.
+pub(crate) const HEARTBEAT_ROWS: SqliteRows = SqliteRows {
     insert: "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at)",
     on_conflict: "ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, last_seen_at = excluded.last_seen_at",
+    with_receipts: false,
 };
 
 /// A row of an agent table: agent id, cluster id, an instant.
 pub(crate) type AgentRow<'a> = (&'a str, &'a str, OffsetDateTime);
 
-/// A multi-row upsert of [`AgentRow`]s: `insert` (`INSERT INTO table (three columns)`), the rows' values, then
-/// `on_conflict`.
-pub(crate) struct AgentRowsUpsert {
+/// The text of a SQLite multi-row upsert of [`AgentRow`]s ([`ValuesAgentRows`]): `insert` (`INSERT INTO table
+/// (columns)`), the rows' values, then `on_conflict`. Each row binds its three values, and with `with_receipts`
+/// its instant and cluster id again, as the receipt's two columns that follow (`received_at, received_cluster_id`).
+pub(crate) struct SqliteRows {
     pub(crate) insert: &'static str,
     pub(crate) on_conflict: &'static str,
+    pub(crate) with_receipts: bool,
 }
 
-/// Runs `upsert` over `rows`, in statements of up to [`MAX_ROWS_PER_UPSERT`] rows, in the caller's transaction.
-///
-/// Multi-row statements: compiling one statement per row was 13 % of the gateway's CPU under heartbeat load. On
-/// SQLite the statement of each group size up to [`MAX_CACHED_ROWS`] is compiled once per connection
-/// ([`ValuesAgentRows`]); on PostgreSQL (outside the one-statement group path, which is [`UnnestAgentRows`]) it has one
-/// `($n, $n, $n)` per row.
-pub(crate) fn upsert_agent_rows(
-    connection: &mut AnyConnection<'_>,
-    upsert: &AgentRowsUpsert,
+/// Writes `rows` with `sql`, in statements of up to [`MAX_ROWS_PER_UPSERT`] rows, in the caller's transaction.
+/// Multi-row statements: compiling one statement per row was 13 % of the gateway's CPU under heartbeat load.
+pub(crate) fn write_rows_sqlite(
+    connection: &mut SqliteConnection,
+    sql: &SqliteRows,
     rows: &[AgentRow<'_>],
 ) -> QueryResult<()> {
     for chunk in rows.chunks(MAX_ROWS_PER_UPSERT) {
-        match connection {
-            AnyConnection::Sqlite(connection) => ValuesAgentRows::new(upsert, chunk).execute(&mut **connection)?,
-            AnyConnection::Postgres(connection) => {
-                bind_rows(diesel::sql_query(upsert.postgres_sql(chunk.len())).into_boxed::<Pg>(), chunk)
-                    .execute(&mut **connection)?
-            }
-        };
+        ValuesAgentRows::new(sql, chunk).execute(connection)?;
     }
     Ok(())
-}
-
-impl AgentRowsUpsert {
-    /// PostgreSQL's statement for `rows` rows, one `($n, $n, $n)` each.
-    fn postgres_sql(&self, rows: usize) -> String {
-        let values: Vec<String> =
-            (0..rows).map(|row| format!("(${}, ${}, ${})", 3 * row + 1, 3 * row + 2, 3 * row + 3)).collect();
-        format!("{} VALUES {} {}", self.insert, values.join(", "), self.on_conflict)
-    }
 }
 
 /// Groups of up to this many rows keep their statement compiled (one per size, per connection); a larger group's
@@ -139,14 +122,15 @@ impl AgentRowsUpsert {
 /// heartbeats (32–64 in the benchmarks); a few statements of this size per connection are small.
 const MAX_CACHED_ROWS: usize = 64;
 
-/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row, kept in Diesel's statement cache
+/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row (five with [`SqliteRows::with_receipts`]),
+/// kept in Diesel's statement cache
 /// (keyed by the text: no static query id), so a group of a size seen before is not compiled again; compiling it
 /// for every group was about 3,800 instructions per heartbeat (docs/benchmarks.md). Each instant is bound as the
 /// text Diesel would bind for it, formatted by hand ([`push_sqlite_text`]), so the stored values are the same.
 /// Measured against one fixed text reading the rows as a JSON parameter with `json_each`: SQLite's JSON functions
 /// cost more per row than binding three parameters.
-pub(crate) struct ValuesAgentRows<'a> {
-    upsert: &'a AgentRowsUpsert,
+struct ValuesAgentRows<'a> {
+    sql: &'a SqliteRows,
     rows: &'a [AgentRow<'a>],
     /// Every row's instant, as text, one after the other: 19 bytes, or 21–26 with a fraction.
     instants: String,
@@ -155,7 +139,7 @@ pub(crate) struct ValuesAgentRows<'a> {
 }
 
 impl<'a> ValuesAgentRows<'a> {
-    pub(crate) fn new(upsert: &'a AgentRowsUpsert, rows: &'a [AgentRow<'a>]) -> Self {
+    fn new(sql: &'a SqliteRows, rows: &'a [AgentRow<'a>]) -> Self {
         let mut instants = String::with_capacity(rows.len() * 26);
         let ends = rows
             .iter()
@@ -164,7 +148,7 @@ impl<'a> ValuesAgentRows<'a> {
                 instants.len()
             })
             .collect();
-        Self { upsert, rows, instants, ends }
+        Self { sql, rows, instants, ends }
     }
 }
 
@@ -173,21 +157,28 @@ impl QueryFragment<Sqlite> for ValuesAgentRows<'_> {
         if self.rows.len() > MAX_CACHED_ROWS {
             out.unsafe_to_cache_prepared();
         }
-        out.push_sql(self.upsert.insert);
+        out.push_sql(self.sql.insert);
         out.push_sql(" VALUES ");
         let mut start = 0;
         for (n, ((agent_id, cluster_id, _), end)) in self.rows.iter().zip(&self.ends).enumerate() {
+            let at = self.instants.get(start..*end).unwrap_or_default();
             out.push_sql(if n == 0 { "(" } else { ", (" });
             out.push_bind_param::<Text, _>(*agent_id)?;
             out.push_sql(", ");
             out.push_bind_param::<Text, _>(*cluster_id)?;
             out.push_sql(", ");
-            out.push_bind_param::<Text, _>(self.instants.get(start..*end).unwrap_or_default())?;
+            out.push_bind_param::<Text, _>(at)?;
+            if self.sql.with_receipts {
+                out.push_sql(", ");
+                out.push_bind_param::<Text, _>(at)?;
+                out.push_sql(", ");
+                out.push_bind_param::<Text, _>(*cluster_id)?;
+            }
             out.push_sql(")");
             start = *end;
         }
         out.push_sql(" ");
-        out.push_sql(self.upsert.on_conflict);
+        out.push_sql(self.sql.on_conflict);
         Ok(())
     }
 }
@@ -296,17 +287,6 @@ impl<K: AgentRowsSql> QueryId for UnnestAgentRows<'_, K> {
 }
 
 impl<K: AgentRowsSql> RunQueryDsl<PgConnection> for UnnestAgentRows<'_, K> {}
-
-/// Binds the chunk's rows in [`AgentRowsUpsert::postgres_sql`]'s parameter order.
-fn bind_rows<'a>(
-    mut upsert: diesel::query_builder::BoxedSqlQuery<'a, Pg, diesel::query_builder::SqlQuery>,
-    chunk: &[AgentRow<'a>],
-) -> diesel::query_builder::BoxedSqlQuery<'a, Pg, diesel::query_builder::SqlQuery> {
-    for (agent_id, cluster_id, at) in chunk {
-        upsert = upsert.bind::<Text, _>(*agent_id).bind::<Text, _>(*cluster_id).bind::<Timestamp, _>(to_db(*at));
-    }
-    upsert
-}
 
 #[cfg(test)]
 mod tests {

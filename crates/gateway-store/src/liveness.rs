@@ -18,7 +18,7 @@ use diesel::prelude::*;
 use gateway_core::runtime::sync::lock;
 use gateway_core::{
     AgentId, CapabilityEntry, CapabilityMap, ClusterId, FencingToken, HeartbeatRecord, HeartbeatStore, LiveEntry,
-    LivenessMap, LivenessRefusal, StoreError,
+    LivePage, LivenessMap, LivenessRefusal, StoreError,
 };
 use time::{OffsetDateTime, PrimitiveDateTime};
 
@@ -26,7 +26,8 @@ use crate::background::PeriodicThread;
 use crate::connection::{AnyConnection, DieselStore};
 use crate::fencing::{admit, token_from_db};
 use crate::heartbeat::{
-    AgentRow, AgentRowsSql, Columns, HeartbeatRows, UnnestAgentRows, latest_rows, write_heartbeats,
+    AgentRow, AgentRowsSql, Columns, HEARTBEAT_ROWS, HeartbeatRows, SqliteRows, UnnestAgentRows, latest_rows,
+    write_rows_sqlite,
 };
 use crate::schema::gateway_heartbeats;
 use crate::timestamp::{from_db, to_db};
@@ -152,6 +153,18 @@ impl LiveRow {
             last_seen: from_db(self.received_at),
         })
     }
+}
+
+/// A row a page of the listing read: live while it has a receipt.
+#[derive(Queryable)]
+struct WalkedRow {
+    agent_id: String,
+    received_cluster_id: Option<String>,
+    received_at: Option<PrimitiveDateTime>,
+}
+
+fn agent_id_from_db(agent_id: String) -> Result<AgentId, StoreError> {
+    AgentId::new(agent_id).map_err(|error| StoreError::Internal(format!("stored agent_id invalid: {error}")))
 }
 
 #[derive(Queryable)]
@@ -322,8 +335,8 @@ impl SharedLiveness {
                 AnyConnection::Postgres(c) => write_rows_postgres(c, heartbeats, &rows)?,
                 AnyConnection::Sqlite(c) => {
                     // Receipts first: for an agent with both, the heartbeat's own columns are the heartbeat's.
-                    write_receipts_sqlite(c, &rows)?;
-                    write_heartbeats(connection, heartbeats)?;
+                    write_rows_sqlite(c, &RECEIPT_ROWS, &rows)?;
+                    write_rows_sqlite(c, &HEARTBEAT_ROWS, &latest_rows(heartbeats))?;
                 }
             }
             for (agent_id, entry) in &entries {
@@ -355,6 +368,17 @@ impl SharedLiveness {
             return Err(error);
         }
         Ok(())
+    }
+
+    /// Up to `want` rows after `cursor`, in agent id order, live or not: the primary key's walk.
+    fn read_rows(&self, cursor: &str, want: usize) -> Result<Vec<WalkedRow>, StoreError> {
+        use gateway_heartbeats::dsl;
+        let rows = dsl::gateway_heartbeats
+            .filter(dsl::agent_id.gt(cursor))
+            .order(dsl::agent_id.asc())
+            .limit(i64::try_from(want).unwrap_or(i64::MAX))
+            .select((dsl::agent_id, dsl::received_cluster_id, dsl::received_at));
+        self.inner.store.with_connection("list live agents", |connection| on_backend!(connection, c => rows.load(c)))
     }
 
     fn load_capabilities(&self, agent_ids: &[AgentId]) -> Result<HashMap<String, CapabilityEntry>, StoreError> {
@@ -437,22 +461,9 @@ impl LivenessMap for SharedLiveness {
         Ok(true)
     }
 
-    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError> {
-        use gateway_heartbeats::dsl;
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize, walk: usize) -> Result<LivePage, StoreError> {
         self.flush()?;
-        let after = after.map_or("", AgentId::as_str);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows: Vec<LiveRow> = self.inner.store.with_connection("list live agents", |connection| {
-            // `gateway_heartbeats_live` on PostgreSQL: the live rows' ids, without the evicted agents' rows.
-            on_backend!(connection, c => dsl::gateway_heartbeats
-                .filter(dsl::received_minute.is_not_null())
-                .filter(dsl::agent_id.gt(after))
-                .order(dsl::agent_id.asc())
-                .limit(limit)
-                .select((dsl::agent_id, dsl::received_cluster_id.assume_not_null(), dsl::received_at.assume_not_null()))
-                .load(c))
-        })?;
-        rows.into_iter().map(LiveRow::into_entry).collect()
+        read_page(after, limit, walk, |cursor, want| self.read_rows(cursor, want))
     }
 
     fn evict_silent(
@@ -653,6 +664,50 @@ impl CapabilityMap for SharedLiveness {
     }
 }
 
+/// A page of the listing from `read` (up to `want` rows after an id, in id order): the live agents among at most
+/// `walk` rows after `after`, at most `limit`. No index holds the live rows alone (migration 2026-12-21-000018 says
+/// why), so the walk is the primary key's, evicted agents' rows among the live ones, in reads of growing size until
+/// the page is full or `walk` rows were read. Each read starts after the last row the one before it returned, so an
+/// agent live throughout is never skipped, whatever was written between them.
+fn read_page(
+    after: Option<&AgentId>,
+    limit: usize,
+    walk: usize,
+    mut read: impl FnMut(&str, usize) -> Result<Vec<WalkedRow>, StoreError>,
+) -> Result<LivePage, StoreError> {
+    let mut page = LivePage::default();
+    let mut cursor = after.map_or_else(String::new, |after| after.as_str().to_owned());
+    let mut walked = 0;
+    while page.entries.len() < limit {
+        // As many rows as the page still lacks, or as many as were read already (those were mostly evicted
+        // agents': a few reads reach `walk`), within what is left of `walk`.
+        let want = (limit - page.entries.len()).max(walked).min(walk - walked);
+        if want == 0 {
+            // `walk` rows read without filling the page: the next page goes on after the last of them.
+            page.next_after = (walked > 0).then(|| agent_id_from_db(cursor)).transpose()?;
+            return Ok(page);
+        }
+        let rows = read(&cursor, want)?;
+        let exhausted = rows.len() < want;
+        walked += rows.len();
+        for row in rows {
+            if let (Some(cluster_id), Some(received_at)) = (row.received_cluster_id, row.received_at) {
+                page.entries.push(LiveRow { agent_id: row.agent_id.clone(), cluster_id, received_at }.into_entry()?);
+            }
+            cursor = row.agent_id;
+            if page.entries.len() == limit {
+                break;
+            }
+        }
+        if exhausted && page.entries.len() < limit {
+            // Every row after `after` read: the end.
+            return Ok(page);
+        }
+    }
+    page.next_after = page.entries.last().map(|entry| entry.agent_id.clone());
+    Ok(page)
+}
+
 /// Keeps `receipt` unless a later one of the agent is kept already.
 fn keep_latest(
     receipts: &mut HashMap<AgentId, (ClusterId, OffsetDateTime)>,
@@ -681,30 +736,20 @@ macro_rules! receipt_is_newer {
 /// heartbeat's own columns of the agents they carry). A receipt stands for its heartbeat in the contract's columns
 /// until that heartbeat's group writes them, as on PostgreSQL ([`RowsWithReceipts`]): a receipt is written by the
 /// first flush after it was kept, which can come before its heartbeat's group commit, and the row must exist then.
-fn write_receipts_sqlite(connection: &mut SqliteConnection, rows: &[AgentRow<'_>]) -> QueryResult<()> {
-    use diesel::sql_types::{Text, Timestamp};
-    for chunk in rows.chunks(MAX_IDS_PER_LIST) {
-        let values = vec!["(?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-        let sql = format!(
-            "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id) \
-             VALUES {values} \
-             ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, \
-             last_seen_at = excluded.last_seen_at, \
-             received_cluster_id = CASE WHEN {newer} \
-                 THEN excluded.received_cluster_id ELSE gateway_heartbeats.received_cluster_id END, \
-             received_at = CASE WHEN {newer} THEN excluded.received_at ELSE gateway_heartbeats.received_at END",
-            newer = receipt_is_newer!(),
-        );
-        let mut upsert = diesel::sql_query(sql).into_boxed::<diesel::sqlite::Sqlite>();
-        for (agent_id, cluster_id, at) in chunk {
-            let at = to_db(*at);
-            upsert = upsert.bind::<Text, _>(*agent_id).bind::<Text, _>(*cluster_id).bind::<Timestamp, _>(at);
-            upsert = upsert.bind::<Timestamp, _>(at).bind::<Text, _>(*cluster_id);
-        }
-        upsert.execute(connection)?;
-    }
-    Ok(())
-}
+const RECEIPT_ROWS: SqliteRows = SqliteRows {
+    insert: "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id)",
+    on_conflict: concat!(
+        "ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, \
+         last_seen_at = excluded.last_seen_at, \
+         received_cluster_id = CASE WHEN ",
+        receipt_is_newer!(),
+        " THEN excluded.received_cluster_id ELSE gateway_heartbeats.received_cluster_id END, \
+         received_at = CASE WHEN ",
+        receipt_is_newer!(),
+        " THEN excluded.received_at ELSE gateway_heartbeats.received_at END"
+    ),
+    with_receipts: true,
+};
 
 /// A group's heartbeat rows and receipts on PostgreSQL, in one statement when there are receipts; the heartbeat rows
 /// alone are the three-column statement a single instance sends.
@@ -820,7 +865,68 @@ mod tests {
         a_receipt_that_moved_between_examined_minutes_is_found_by_the_next_examination,
         an_agent_made_live_again_with_an_old_receipt_is_evicted_by_the_next_pass,
         an_evicted_agents_heartbeat_row_keeps_its_contract_columns,
+        a_page_reads_at_most_walk_rows_however_many_agents_are_not_live,
     );
+
+    /// Migration 2026-12-21-000018: no index holds the live rows alone, so a page walks the primary key, the rows of
+    /// agents not live among the others. Whatever the page's sizes, its reads ask for `walk` rows at most in all
+    /// (their `LIMIT`s summed), the table's rows between `after` and `next_after` are only those, and following
+    /// `next_after` lists every live agent once, in id order.
+    fn a_page_reads_at_most_walk_rows_however_many_agents_are_not_live(store: &DieselStore) {
+        let map = SharedLiveness::new(store.clone(), 100);
+        let west = ClusterId::new("west").unwrap();
+        let id = |n: usize| format!("agent-{n:04}");
+        // Heartbeat rows without a receipt, as a single instance writes them; and a few evicted agents.
+        let rows: Vec<HeartbeatRecord> = (0..3000)
+            .map(|n| HeartbeatRecord { agent_id: agent(&id(n)), cluster_id: west.clone(), last_seen_at: START })
+            .collect();
+        store.upsert_heartbeats(&rows).unwrap();
+        for n in [3, 1500, 2997] {
+            map.record(&agent(&id(n)), &west, START - time::Duration::seconds(200)).unwrap();
+        }
+        assert_eq!(evicted_ids(&map, START).len(), 3);
+        let live = [0, 1, 2, 4, 500, 501, 1337, 2000, 2998, 2999];
+        for n in live {
+            map.record(&agent(&id(n)), &west, START).unwrap();
+        }
+        map.flush().unwrap();
+        let live: Vec<String> = live.into_iter().map(id).collect();
+        for (limit, walk) in [(5, 200), (100, 1000), (1, 7), (3, 3000), (3000, 3000)] {
+            let (mut listed, mut after, mut pages, mut short) = (Vec::new(), None::<AgentId>, 0, 0);
+            loop {
+                let mut asked = 0;
+                let page = read_page(after.as_ref(), limit, walk, |cursor, want| {
+                    asked += want;
+                    map.read_rows(cursor, want)
+                })
+                .unwrap();
+                assert_eq!(map.live_agents(after.as_ref(), limit, walk).unwrap(), page, "the map's own page");
+                assert!(asked <= walk, "limit {limit}, walk {walk}: {asked} rows asked for after {after:?}");
+                assert!(page.entries.len() <= limit);
+                let end = page
+                    .next_after
+                    .as_ref()
+                    .map_or(usize::MAX, |next| next.as_str().strip_prefix("agent-").unwrap().parse::<usize>().unwrap());
+                let start = after
+                    .as_ref()
+                    .map_or(0, |after| after.as_str().strip_prefix("agent-").unwrap().parse::<usize>().unwrap() + 1);
+                assert!(end.min(2999) + 1 - start <= walk, "limit {limit}, walk {walk}: after {after:?}, {page:?}");
+                pages += 1;
+                assert!(pages <= 3000, "limit {limit}, walk {walk}: the cursor does not move on from {after:?}");
+                short += usize::from(page.entries.len() < limit && page.next_after.is_some());
+                listed.extend(page.entries.into_iter().map(|entry| entry.agent_id.as_str().to_owned()));
+                match page.next_after {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            assert_eq!(listed, live, "limit {limit}, walk {walk}");
+            assert!(pages >= 3000 / walk, "limit {limit}, walk {walk}: {pages} pages");
+            if walk < 3000 && limit > 1 {
+                assert!(short > 0, "limit {limit}, walk {walk}: some pages among agents not live are short");
+            }
+        }
+    }
 
     /// An evicted agent's row stays in `gateway_heartbeats`; a receipt makes it live again. With an old receipt
     /// (kept while the database was unreachable, say) into minutes the leader examined after the eviction, the next
@@ -837,9 +943,9 @@ mod tests {
         assert!(evicted_ids(&map, START + seconds(92)).is_empty());
         map.record(&agent("returner"), &west, START + seconds(5)).unwrap();
         map.flush().unwrap();
-        assert_eq!(map.live_agents(None, 10).unwrap().len(), 1, "live again");
+        assert_eq!(map.live_agents(None, 10, 100).unwrap().entries.len(), 1, "live again");
         assert_eq!(evicted_ids(&map, START + seconds(100)), ["returner"]);
-        assert!(map.live_agents(None, 10).unwrap().is_empty());
+        assert!(map.live_agents(None, 10, 100).unwrap().entries.is_empty());
     }
 
     /// Eviction clears the receipt, never the heartbeat: the row's contract columns read back as written, and the
@@ -857,7 +963,7 @@ mod tests {
         map.upsert_heartbeats(std::slice::from_ref(&row)).unwrap();
         assert_eq!(evicted_ids(&map, START + time::Duration::seconds(91)), ["alice"]);
         assert_eq!(map.heartbeat(&agent("alice")).unwrap(), Some(row));
-        assert!(map.live_agents(None, 10).unwrap().is_empty());
+        assert!(map.live_agents(None, 10, 100).unwrap().entries.is_empty());
         assert_eq!(map.count().unwrap(), 0);
         map.register(&agent("alice"), capabilities("1.0"));
         assert_eq!(map.get(&agent("alice")), None);
@@ -986,8 +1092,13 @@ mod tests {
             .collect();
         evicted.sort();
         assert_eq!(evicted, ["before", "earlier-minute"]);
-        let left: Vec<String> =
-            map.live_agents(None, 10).unwrap().into_iter().map(|entry| entry.agent_id.as_str().to_owned()).collect();
+        let left: Vec<String> = map
+            .live_agents(None, 10, 100)
+            .unwrap()
+            .entries
+            .into_iter()
+            .map(|entry| entry.agent_id.as_str().to_owned())
+            .collect();
         assert_eq!(left, ["after", "at", "next-minute"]);
     }
 
@@ -1043,8 +1154,13 @@ mod tests {
         a.record(&agent("bob"), &west, START).unwrap();
         let row = HeartbeatRecord { agent_id: agent("alice"), cluster_id: west, last_seen_at: START };
         a.upsert_heartbeats(std::slice::from_ref(&row)).unwrap();
-        let listed: Vec<String> =
-            b.live_agents(None, 10).unwrap().into_iter().map(|entry| entry.agent_id.as_str().to_owned()).collect();
+        let listed: Vec<String> = b
+            .live_agents(None, 10, 100)
+            .unwrap()
+            .entries
+            .into_iter()
+            .map(|entry| entry.agent_id.as_str().to_owned())
+            .collect();
         assert_eq!(listed, ["alice", "bob"]);
         assert_eq!(b.heartbeat(&agent("alice")).unwrap(), Some(row));
     }
@@ -1096,7 +1212,7 @@ mod tests {
         b.record(&agent("a1"), &west, later).unwrap();
         assert_eq!(b.tracked_count(), 2);
         b.flush().unwrap();
-        assert_eq!(b.live_agents(None, 10).unwrap()[0].last_seen, later);
+        assert_eq!(b.live_agents(None, 10, 100).unwrap().entries[0].last_seen, later);
         let evicted =
             a.evict_silent(START + time::Duration::seconds(91), time::Duration::seconds(90), FencingToken(1)).unwrap();
         assert_eq!(evicted.iter().map(|entry| entry.agent_id.as_str()).collect::<Vec<_>>(), ["a2"]);

@@ -1,12 +1,12 @@
 //! `GET /gateway/agents?limit=&after=`: live agents in id order, keyset-paginated.
 
-use gateway_api::agents::{AgentPage, Capabilities, DEFAULT_PAGE, LiveAgentBody, MAX_PAGE};
+use gateway_api::agents::{AgentPage, Capabilities, DEFAULT_PAGE, LiveAgentBody, MAX_PAGE, MAX_ROWS_READ};
 use gateway_core::{AgentId, CapabilityEntry};
 use gateway_heartbeat::LiveAgent;
 use http::StatusCode;
 
 use crate::http::error::ApiError;
-use crate::http::request::{Query, Request, next_cursor};
+use crate::http::request::{Query, Request};
 use crate::http::response::{Response, json_response};
 use crate::state::AppState;
 use gateway_api::Reason;
@@ -14,10 +14,9 @@ use gateway_api::Reason;
 pub(super) async fn list(state: &AppState, request: &Request) -> Result<Response, ApiError> {
     let query = Query::parse(request.uri(), &["limit", "after"])?;
     let page = query.page(DEFAULT_PAGE, MAX_PAGE, "after", |text| AgentId::new(text).ok())?;
-    let agents = state.heartbeat.live_agents(page.after, page.limit).await?;
-    let next_after = next_cursor(&agents, page.limit, |agent| agent.agent_id.clone());
-    let agents = agents.iter().map(live_agent_body).collect();
-    Ok(json_response(StatusCode::OK, &AgentPage { agents, next_after }))
+    let page = state.heartbeat.live_agents(page.after, page.limit, MAX_ROWS_READ).await?;
+    let agents = page.agents.iter().map(live_agent_body).collect();
+    Ok(json_response(StatusCode::OK, &AgentPage { agents, next_after: page.next_after }))
 }
 
 /// A live agent as the operator API shows it.

@@ -6,7 +6,7 @@
 
 use time::{Duration, OffsetDateTime};
 
-use crate::{AgentId, ClusterId, FencingToken, LiveEntry, LivenessMap, LivenessRefusal, StoreError};
+use crate::{AgentId, ClusterId, FencingToken, LiveEntry, LivePage, LivenessMap, LivenessRefusal, StoreError};
 
 /// How many agents the map under test may track.
 pub const CAPACITY: usize = 3;
@@ -31,7 +31,15 @@ fn record(map: &dyn LivenessMap, id: &str, cluster_id: &str, receipt: OffsetDate
 }
 
 fn everyone(map: &dyn LivenessMap) -> Vec<LiveEntry> {
-    map.live_agents(None, CAPACITY + 1).expect("list")
+    map.live_agents(None, CAPACITY + 1, WALK).expect("list").entries
+}
+
+/// Rows a page may read in these rules, unless a rule says otherwise: more than a map of [`CAPACITY`] agents
+/// keeps in any of them.
+const WALK: usize = 100;
+
+fn page(map: &dyn LivenessMap, after: Option<&str>, limit: usize, walk: usize) -> LivePage {
+    map.live_agents(after.map(agent).as_ref(), limit, walk).expect("list")
 }
 
 fn sorted(mut entries: Vec<LiveEntry>) -> Vec<LiveEntry> {
@@ -57,21 +65,71 @@ pub fn the_map_is_bounded_but_known_agents_update(map: &dyn LivenessMap, at: Off
 }
 
 /// Live agents list in ascending agent id, in keyset pages: at most `limit`, only ids after `after`, whatever the
-/// order they were recorded in; each entry carries its cluster and receipt time.
+/// order they were recorded in; each entry carries its cluster and receipt time. A full page's `next_after` is its
+/// last entry; a page that read every row after `after` has none.
 pub fn live_agents_are_listed_in_pages_by_agent_id(map: &dyn LivenessMap, at: OffsetDateTime) {
-    assert!(map.live_agents(None, 10).expect("list").is_empty());
+    assert_eq!(page(map, None, 10, WALK), LivePage::default());
     record(map, "carol", "west", at + Duration::seconds(3)).expect("record");
     record(map, "alice", "east", at + Duration::seconds(1)).expect("record");
     record(map, "bob", "west", at + Duration::seconds(2)).expect("record");
-    let first = map.live_agents(None, 2).expect("list");
+    let first = page(map, None, 2, WALK);
     assert_eq!(
-        first,
+        first.entries,
         [entry("alice", "east", at + Duration::seconds(1)), entry("bob", "west", at + Duration::seconds(2))]
     );
-    let second = map.live_agents(Some(&agent("bob")), 2).expect("list");
-    assert_eq!(second, [entry("carol", "west", at + Duration::seconds(3))]);
-    assert!(map.live_agents(Some(&agent("carol")), 2).expect("list").is_empty());
-    assert_eq!(map.live_agents(Some(&agent("b")), 1).expect("list")[0].agent_id, agent("bob"), "after is exclusive");
+    assert_eq!(first.next_after, Some(agent("bob")));
+    let second = page(map, Some("bob"), 2, WALK);
+    assert_eq!(second, LivePage { entries: vec![entry("carol", "west", at + Duration::seconds(3))], next_after: None });
+    assert_eq!(page(map, Some("carol"), 2, WALK), LivePage::default());
+    assert_eq!(page(map, Some("b"), 1, WALK).entries[0].agent_id, agent("bob"), "after is exclusive");
+    let walked_one = page(map, None, 3, 1);
+    assert_eq!(
+        (walked_one.entries.len(), walked_one.next_after),
+        (1, Some(agent("alice"))),
+        "a page reads `walk` rows"
+    );
+}
+
+/// Evicted agents are never listed, however many there were: following `next_after` from the start until it is
+/// absent lists every live agent once, in id order, in pages of at most `limit` (and of at most `walk`), whether
+/// the map keeps the evicted agents' rows (then pages among them are short, or empty) or not.
+pub fn following_the_cursor_lists_every_live_agent_among_evicted_ones(map: &dyn LivenessMap, at: OffsetDateTime) {
+    let id = |n: usize| format!("agent-{n:02}");
+    let live = [2, 9, 13];
+    let evicted: Vec<usize> = (0..15).filter(|n| !live.contains(n)).collect();
+    // At most CAPACITY at a time: in rounds, each evicted before the next is recorded.
+    for round in evicted.chunks(CAPACITY) {
+        for &n in round {
+            record(map, &id(n), "west", at).expect("record");
+        }
+        assert_eq!(
+            map.evict_silent(at + Duration::seconds(91), THRESHOLD, FencingToken(1)).expect("evict").len(),
+            round.len()
+        );
+    }
+    let later = at + Duration::seconds(100);
+    for n in live {
+        record(map, &id(n), "east", later).expect("record");
+    }
+    for (limit, walk) in [(2, 3), (1, 1), (2, 100)] {
+        let mut listed = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..100 {
+            let LivePage { entries, next_after } = page(map, after.as_deref(), limit, walk);
+            assert!(entries.len() <= limit.min(walk), "limit {limit}, walk {walk}: {entries:?}");
+            if let Some(next) = &next_after {
+                assert!(after.as_deref().is_none_or(|after| next.as_str() > after), "the cursor moves on");
+                assert!(entries.iter().all(|entry| entry.agent_id <= *next), "nothing past the cursor");
+            }
+            listed.extend(entries);
+            match next_after {
+                Some(next) => after = Some(next.into_inner()),
+                None => break,
+            }
+        }
+        let expected: Vec<LiveEntry> = live.iter().map(|&n| entry(&id(n), "east", later)).collect();
+        assert_eq!(listed, expected, "limit {limit}, walk {walk}");
+    }
 }
 
 /// An eviction removes exactly the agents silent for longer than the threshold (one silent for exactly the

@@ -216,6 +216,7 @@ macro_rules! liveness_map_conformance {
         $crate::__conformance_tests!(liveness_map, liveness, $fixture;
             the_map_is_bounded_but_known_agents_update,
             live_agents_are_listed_in_pages_by_agent_id,
+            following_the_cursor_lists_every_live_agent_among_evicted_ones,
             silent_agents_are_evicted_exactly_once,
             evictions_are_fenced_older_tokens_refused_whole_newer_ones_raise_the_epoch,
         );

@@ -25,6 +25,17 @@ pub struct LiveEntry {
     pub last_seen: OffsetDateTime,
 }
 
+/// A page of the listing ([`LivenessMap::live_agents`]): the live agents among the rows it read, and where the next
+/// page starts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LivePage {
+    pub entries: Vec<LiveEntry>,
+    /// The last id this page read (a full page's last entry, or the last row of its walk): the next page's
+    /// `after`. `None` once every row after `after` was read. A page may hold fewer than `limit` entries, or
+    /// none, and still have one: the rows it walked were mostly agents no longer live.
+    pub next_after: Option<AgentId>,
+}
+
 /// Why a heartbeat was not tracked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LivenessRefusal {
@@ -74,9 +85,12 @@ pub trait LivenessMap: Send + Sync + Debug {
         Ok(false)
     }
 
-    /// Tracked agents by id after `after`, at most `limit`. May block on a shared store: call it from a blocking
-    /// thread.
-    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError>;
+    /// Tracked agents by id after `after`: the live ones among at most `walk` rows the map keeps after `after`, in
+    /// id order, at most `limit` of them. A shared map keeps the rows of evicted agents (DESIGN §8), so a page's
+    /// cost is bounded by `walk` however many of those there are, and a page may be short (even empty) while
+    /// [`LivePage::next_after`] says where to go on; following it reaches every agent live throughout. A map that
+    /// keeps only live agents walks only those. May block on a shared store: call it from a blocking thread.
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize, walk: usize) -> Result<LivePage, StoreError>;
 
     /// Removes every agent last seen more than `threshold` before `now` and returns them, each exactly once
     /// however many instances ask. A leader-only write: [`StoreError::Fenced`] and nothing removed when `token`
@@ -140,8 +154,8 @@ impl LivenessMap for InMemoryLiveness {
         lock(&self.agents).contains_key(agent_id)
     }
 
-    fn live_agents(&self, after: Option<&AgentId>, limit: usize) -> Result<Vec<LiveEntry>, StoreError> {
-        let mut page: Vec<LiveEntry> = lock(&self.agents)
+    fn live_agents(&self, after: Option<&AgentId>, limit: usize, walk: usize) -> Result<LivePage, StoreError> {
+        let mut entries: Vec<LiveEntry> = lock(&self.agents)
             .iter()
             .filter(|(agent_id, _)| after.is_none_or(|after| *agent_id > after))
             .map(|(agent_id, seen)| LiveEntry {
@@ -150,9 +164,12 @@ impl LivenessMap for InMemoryLiveness {
                 last_seen: seen.last_seen,
             })
             .collect();
-        page.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
-        page.truncate(limit);
-        Ok(page)
+        entries.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
+        // Every row here is live: the walk and the page end together, at the smaller bound.
+        let read = limit.min(walk);
+        let next_after = read.checked_sub(1).and_then(|last| entries.get(last)).map(|entry| entry.agent_id.clone());
+        entries.truncate(read);
+        Ok(LivePage { entries, next_after })
     }
 
     fn evict_silent(
