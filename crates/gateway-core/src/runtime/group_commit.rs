@@ -350,6 +350,40 @@ mod tests {
         assert_eq!(group.submit(1).await, Ok(true), "the store call ran on the runtime's thread");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_of_a_writer_on_the_runtime_is_answered_only_once_its_store_call_returned() {
+        let (open_gate, gate) = std::sync::mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let entered = Arc::new(AtomicUsize::new(0));
+        let returned = Arc::new(AtomicUsize::new(0));
+        let (inside, done) = (Arc::clone(&entered), Arc::clone(&returned));
+        let group = Arc::new(
+            GroupCommit::<u8, u8>::new(8, move |items: Vec<u8>| {
+                inside.fetch_add(1, Ordering::SeqCst);
+                let _ = lock(&gate).recv();
+                done.fetch_add(1, Ordering::SeqCst);
+                Ok(items)
+            })
+            .replying_from_runtime(),
+        );
+        let caller = {
+            let group = Arc::clone(&group);
+            tokio::spawn(async move { group.submit(7).await })
+        };
+        while entered.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // However long the caller is given, the store call it waits for has not returned.
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            assert!(!caller.is_finished(), "the caller was answered while its store call was still running");
+        }
+        open_gate.send(()).unwrap();
+        assert_eq!(caller.await.unwrap(), Ok(7));
+        assert_eq!(returned.load(Ordering::SeqCst), 1);
+    }
+
     #[tokio::test]
     async fn an_async_group_that_panics_or_miscounts_fails_its_callers() {
         fails_its_callers(|group| group).await;
