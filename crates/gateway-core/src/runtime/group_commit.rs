@@ -319,7 +319,10 @@ mod tests {
                 tokio::spawn(async move { (item, group.submit(item).await) })
             })
             .collect();
+        // Bounded, so that a writer that answers callers before their group is written fails here instead of hanging.
+        let deadline = Instant::now() + Duration::from_secs(10);
         while lock(&group.state).queued.len() + in_first_write.load(Ordering::SeqCst) < 256 {
+            assert!(Instant::now() < deadline, "the callers never all waited for the first write");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         open_gate.send(()).unwrap();
@@ -370,7 +373,9 @@ mod tests {
             let group = Arc::clone(&group);
             tokio::spawn(async move { group.submit(7).await })
         };
+        let deadline = Instant::now() + Duration::from_secs(10);
         while entered.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the store call was never made");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // However long the caller is given, the store call it waits for has not returned.
