@@ -76,10 +76,11 @@ type StoreCall<T, R> = (Vec<T>, oneshot::Sender<Vec<Result<R, StoreError>>>);
 
 /// The one long-lived thread that makes a runtime-side writer's store calls, parked on its channel between groups.
 ///
-/// A group handed to tokio's blocking pool instead went to whichever idle pool thread the pool woke, a different
-/// one group after group (cold caches, and the pool's own queue, lock and task allocation per group): the hand-over
-/// was the largest single cost between a heartbeat and the bare server (docs/benchmarks.md, issue 18 item 2). The
-/// thread holds the write function, not the group, and stops when the group (the channel's sender) is dropped.
+/// Handed to tokio's blocking pool instead, each group went to whichever idle pool thread the pool woke (another one
+/// group after group), through the pool's queue, lock and a task allocation. On SQLite that made no measurable
+/// difference against this thread; PostgreSQL's and cluster mode's heartbeats ran faster with it in every pair
+/// measured (docs/benchmarks.md, s30-h). The thread holds the write function, not the group, and stops when the
+/// group (the channel's sender) is dropped.
 struct StoreThread<T, R> {
     calls: mpsc::Sender<StoreCall<T, R>>,
 }
