@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, oneshot};
@@ -18,11 +18,7 @@ use crate::runtime::sync::lock;
 
 /// Writes one group and gives each item its result. Other callers wait for these results: even a panicking
 /// store, or one that answers with the wrong number of results, must not leave them waiting forever.
-fn write_shared<T, R>(
-    write: &impl Fn(Vec<T>) -> Result<Vec<R>, StoreError>,
-    items: Vec<T>,
-    count: usize,
-) -> Vec<Result<R, StoreError>> {
+fn write_shared<T, R>(write: &GroupWrite<T, R>, items: Vec<T>, count: usize) -> Vec<Result<R, StoreError>> {
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| write(items)))
         .unwrap_or_else(|_| Err(StoreError::Internal("a grouped store write panicked".to_owned())));
     match outcome {
@@ -59,7 +55,7 @@ type GroupWrite<T, R> = dyn Fn(Vec<T>) -> Result<Vec<R>, StoreError> + Send + Sy
 /// transaction, so waiting only delays it), measured side by side in one session.
 pub struct GroupCommit<T, R> {
     max_group: usize,
-    write: Box<GroupWrite<T, R>>,
+    write: Arc<GroupWrite<T, R>>,
     state: Mutex<Pending<T, R>>,
     /// Signalled when a waiting writer's target is queued.
     arrived: Condvar,
@@ -67,9 +63,40 @@ pub struct GroupCommit<T, R> {
     came_back: Notify,
     /// Whether the writer waits for the callers it answered (see above).
     linger: bool,
-    /// Whether the writer is a task on the runtime that hands only the store call to the blocking pool
+    /// Whether the writer is a task on the runtime that hands only the store call to a thread of its own
     /// ([`Self::replying_from_runtime`]).
     on_runtime: bool,
+    /// That thread, started with the first group; `None` inside when it could not be started (the store calls then
+    /// go to the blocking pool).
+    store_thread: OnceLock<Option<StoreThread<T, R>>>,
+}
+
+/// A group on its way to the store thread, with where its results go.
+type StoreCall<T, R> = (Vec<T>, oneshot::Sender<Vec<Result<R, StoreError>>>);
+
+/// The one long-lived thread that makes a runtime-side writer's store calls, parked on its channel between groups.
+///
+/// Handed to tokio's blocking pool instead, each group went to whichever idle pool thread the pool woke (another one
+/// group after group), through the pool's queue, lock and a task allocation. On SQLite that made no measurable
+/// difference against this thread; PostgreSQL's and cluster mode's heartbeats ran faster with it in every pair
+/// measured (docs/benchmarks.md, s30-h). The thread holds the write function, not the group, and stops when the
+/// group (the channel's sender) is dropped.
+struct StoreThread<T, R> {
+    calls: mpsc::Sender<StoreCall<T, R>>,
+}
+
+impl<T: Send + 'static, R: Send + 'static> StoreThread<T, R> {
+    fn start(write: Arc<GroupWrite<T, R>>) -> Option<Self> {
+        let (calls, queue) = mpsc::channel::<StoreCall<T, R>>();
+        let serve = move || {
+            // `write_shared` catches a panicking store, so one bad group does not stop the thread.
+            while let Ok((items, results)) = queue.recv() {
+                let count = items.len();
+                let _ = results.send(write_shared(&*write, items, count));
+            }
+        };
+        std::thread::Builder::new().name("group-store-call".to_owned()).spawn(serve).ok().map(|_| Self { calls })
+    }
 }
 
 /// How long, at most, a writer waits for callers to come back, as a share of the last group's write time.
@@ -140,12 +167,13 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
     pub fn new(max_group: usize, write: impl Fn(Vec<T>) -> Result<Vec<R>, StoreError> + Send + Sync + 'static) -> Self {
         Self {
             max_group: max_group.max(1),
-            write: Box::new(write),
+            write: Arc::new(write),
             state: Mutex::new(Pending { queued: Vec::new(), writing: false, awaited: None }),
             arrived: Condvar::new(),
             came_back: Notify::new(),
             linger: false,
             on_runtime: false,
+            store_thread: OnceLock::new(),
         }
     }
 
@@ -157,7 +185,7 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
         self
     }
 
-    /// The writer runs as a task on the runtime and awaits only each group's store call on the blocking pool, so
+    /// The writer runs as a task on the runtime and awaits only each group's store call on a thread of its own, so
     /// that it answers its callers from a runtime thread: waking a caller there queues it on that thread, where a
     /// writer on the blocking pool wakes the runtime's worker once per reply (a syscall, and on a busy core a
     /// context switch each: 0.46 per heartbeat on SQLite, docs/benchmarks.md, issue 18 item 2). The store call,
@@ -221,7 +249,7 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             let Some((items, replies)) = group else { return };
             let count = items.len();
             let started = Instant::now();
-            let results = write_shared(&self.write, items, count);
+            let results = write_shared(&*self.write, items, count);
             last = Some((count, started.elapsed()));
             answer(replies, results);
         }
@@ -229,7 +257,8 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
 }
 
 impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
-    /// [`Self::write_while_queued`] as a task on the runtime: the same groups, each store call on the blocking pool.
+    /// [`Self::write_while_queued`] as a task on the runtime: the same groups, each store call on the group's store
+    /// thread.
     async fn write_from_runtime(self: Arc<Self>) {
         let mut last: Option<(usize, Duration)> = None;
         loop {
@@ -239,16 +268,34 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
             let Some((items, replies)) = lock(&self.state).take_group(self.max_group) else { return };
             let count = items.len();
             let started = Instant::now();
-            let writer = Arc::clone(&self);
-            let results = tokio::task::spawn_blocking(move || write_shared(&writer.write, items, count))
-                .await
-                .unwrap_or_else(|stopped| {
-                    let error = StoreError::Internal(format!("a grouped store write did not complete: {stopped}"));
-                    (0..count).map(|_| Err(error.clone())).collect()
-                });
+            let results = self.call_store(items).await.unwrap_or_else(|stopped| {
+                let error = StoreError::Internal(format!("a grouped store write did not complete: {stopped}"));
+                (0..count).map(|_| Err(error.clone())).collect()
+            });
             last = Some((count, started.elapsed()));
             answer(replies, results);
         }
+    }
+
+    /// One group's store call, off the runtime: on the store thread, or on the blocking pool when that thread could
+    /// not be started or has stopped.
+    async fn call_store(&self, items: Vec<T>) -> Result<Vec<Result<R, StoreError>>, String> {
+        let thread = self.store_thread.get_or_init(|| StoreThread::start(Arc::clone(&self.write)));
+        let items = match thread {
+            Some(thread) => {
+                let (sent, results) = oneshot::channel();
+                match thread.calls.send((items, sent)) {
+                    Ok(()) => return results.await.map_err(|_| "the store thread stopped".to_owned()),
+                    Err(mpsc::SendError((items, _))) => items,
+                }
+            }
+            None => items,
+        };
+        let write = Arc::clone(&self.write);
+        let count = items.len();
+        tokio::task::spawn_blocking(move || write_shared(&*write, items, count))
+            .await
+            .map_err(|stopped| stopped.to_string())
     }
 
     /// The writer's wait for the callers it answered, on the runtime: until as many items are queued as the group
@@ -301,7 +348,7 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&calls);
         // The first write waits at this gate until every caller has queued, so sharing does not depend on timing.
-        let (open_gate, gate) = std::sync::mpsc::channel::<()>();
+        let (open_gate, gate) = mpsc::channel::<()>();
         let gate = Mutex::new(gate);
         let in_first_write = Arc::new(AtomicUsize::new(0));
         let in_write = Arc::clone(&in_first_write);
@@ -319,7 +366,10 @@ mod tests {
                 tokio::spawn(async move { (item, group.submit(item).await) })
             })
             .collect();
+        // Bounded, so that a writer that answers callers before their group is written fails here instead of hanging.
+        let deadline = Instant::now() + Duration::from_secs(10);
         while lock(&group.state).queued.len() + in_first_write.load(Ordering::SeqCst) < 256 {
+            assert!(Instant::now() < deadline, "the callers never all waited for the first write");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         open_gate.send(()).unwrap();
@@ -348,6 +398,68 @@ mod tests {
             .replying_from_runtime(),
         );
         assert_eq!(group.submit(1).await, Ok(true), "the store call ran on the runtime's thread");
+    }
+
+    /// What a runtime-side writer's store call saw: its thread, and whether that thread runs inside a runtime (the
+    /// blocking pool's threads do).
+    type Seen = Vec<(std::thread::ThreadId, bool)>;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_on_the_runtime_makes_every_store_call_on_one_thread_of_its_own_that_outlives_a_panic() {
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let record = Arc::clone(&seen);
+        let group = Arc::new(
+            GroupCommit::<u8, u8>::new(8, move |items: Vec<u8>| {
+                let on_runtime = tokio::runtime::Handle::try_current().is_ok();
+                lock(&record).push((std::thread::current().id(), on_runtime));
+                assert!(!items.contains(&0), "adapter bug");
+                Ok(items)
+            })
+            .replying_from_runtime(),
+        );
+        assert_eq!(group.submit(1).await, Ok(1));
+        assert!(matches!(group.submit(0).await, Err(StoreError::Internal(_))));
+        assert_eq!(group.submit(2).await, Ok(2));
+        let seen = lock(&seen).clone();
+        assert_eq!(seen.len(), 3);
+        assert!(seen.iter().all(|(thread, _)| *thread == seen[0].0), "the store calls moved between threads: {seen:?}");
+        assert!(seen.iter().all(|(_, on_runtime)| !on_runtime), "a store call ran on the runtime's pool: {seen:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_of_a_writer_on_the_runtime_is_answered_only_once_its_store_call_returned() {
+        let (open_gate, gate) = mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let entered = Arc::new(AtomicUsize::new(0));
+        let returned = Arc::new(AtomicUsize::new(0));
+        let (inside, done) = (Arc::clone(&entered), Arc::clone(&returned));
+        let group = Arc::new(
+            GroupCommit::<u8, u8>::new(8, move |items: Vec<u8>| {
+                inside.fetch_add(1, Ordering::SeqCst);
+                let _ = lock(&gate).recv();
+                done.fetch_add(1, Ordering::SeqCst);
+                Ok(items)
+            })
+            .replying_from_runtime(),
+        );
+        let caller = {
+            let group = Arc::clone(&group);
+            tokio::spawn(async move { group.submit(7).await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while entered.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the store call was never made");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // However long the caller is given, the store call it waits for has not returned.
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            assert!(!caller.is_finished(), "the caller was answered while its store call was still running");
+        }
+        open_gate.send(()).unwrap();
+        assert_eq!(caller.await.unwrap(), Ok(7));
+        assert_eq!(returned.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
