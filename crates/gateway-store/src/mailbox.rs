@@ -1,9 +1,11 @@
 //! `MailboxStore` over `agent_mailbox` (migration `agent_mailbox`), and the recording of fires that the cron
 //! completions call inside their own transaction (`record_fires`).
 //!
-//! Recording is an `INSERT … ON CONFLICT (fire_id) DO NOTHING`: a refire after a crash carries the same `fire_id`
-//! and records nothing new. SQLite writes the group row by row with one cached statement (a function call each);
-//! PostgreSQL in one statement over `unnest` arrays, as the cron writes do (`batch`).
+//! A fire is recorded once: a refire after a crash carries the same `fire_id` and records nothing new. SQLite
+//! writes the group with `INSERT … ON CONFLICT (fire_id) DO NOTHING`, a few rows a statement of fixed sizes (each
+//! text prepared once); PostgreSQL in one statement over `unnest` arrays, as the cron writes do (`batch`), which
+//! leaves out the fires recorded already by probing the `fire_id` index itself (`InsertEntries` says why not
+//! `ON CONFLICT` there).
 
 use std::collections::HashSet;
 
@@ -99,7 +101,21 @@ impl TryFrom<EntryRow> for MailboxEntry {
 }
 
 /// A completion's records as one `INSERT … SELECT … FROM unnest(…)`, in the order given; a fire recorded already
-/// is left as it is.
+/// is left as it is. The rows must have distinct fire ids (`record_fires` keeps the first of each).
+///
+/// Not `ON CONFLICT (fire_id) DO NOTHING`: that inserts every row speculatively — a probe of the `fire_id` index,
+/// a speculative-insertion lock taken and released, and a second WAL record (`HEAP_CONFIRM`) per row, for a
+/// conflict that only a refire can have. Instead each row is kept only if `NOT EXISTS` a committed entry with its
+/// fire id, and then inserted plainly. That probe sees every earlier recording because recording is a leader-only
+/// write: every transaction that records (a completion, `record_fires`'s only callers) first locks the epoch row
+/// (`fencing::admit`), so two recordings never overlap, and this statement's snapshot, taken after that lock was
+/// granted, sees what the one before committed. (Were two ever to overlap, the later would fail on the unique
+/// index and its transaction roll back whole: the loop then fires those jobs again once their claims expire, and
+/// records them then — nothing lost, nothing recorded twice.)
+///
+/// `OFFSET 0` keeps the probe a subplan run per row, an index lookup whatever the table's size: as an anti-join,
+/// the generic plan this kept statement gets after five executions was a hash of the whole table when made on a
+/// new one (`the_recording_probes_the_fire_id_index_in_its_kept_plan_on_postgres` checks it).
 struct InsertEntries<'a> {
     fire_id: Vec<&'a str>,
     agent_id: Vec<&'a str>,
@@ -147,8 +163,8 @@ impl QueryFragment<Pg> for InsertEntries<'_> {
              SELECT fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch \
              FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY \
              AS sent (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch, position) \
-             ORDER BY position \
-             ON CONFLICT (fire_id) DO NOTHING",
+             WHERE NOT EXISTS (SELECT FROM agent_mailbox AS recorded WHERE recorded.fire_id = sent.fire_id OFFSET 0) \
+             ORDER BY position",
             |index, out| self.bind_arrays(index, out),
         )
     }
@@ -200,7 +216,12 @@ pub(crate) fn record_fires(connection: &mut AnyConnection<'_>, fired: &[FiredRem
     }
     let rows: Vec<NewEntryRow<'_>> = in_firing_order(fired).into_iter().map(NewEntryRow::of).collect();
     match connection {
-        AnyConnection::Postgres(connection) => InsertEntries::of(&rows).execute(&mut **connection).map(drop),
+        AnyConnection::Postgres(connection) => {
+            // The statement's probe sees only what was committed before it, not its own rows.
+            let mut seen = HashSet::with_capacity(rows.len());
+            let first: Vec<NewEntryRow<'_>> = rows.into_iter().filter(|row| seen.insert(row.fire_id)).collect();
+            InsertEntries::of(&first).execute(&mut **connection).map(drop)
+        }
         AnyConnection::Sqlite(connection) => {
             let mut rest = rows.as_slice();
             while !rest.is_empty() {
@@ -509,6 +530,111 @@ mod tests {
         let entries = store.mailbox_entries(&query).unwrap();
         assert_eq!(entries.iter().map(|entry| &entry.reminder).collect::<Vec<_>>(), fires.iter().collect::<Vec<_>>());
         assert_eq!(crate::testing::count(store, "agent_mailbox"), 1_000);
+    }
+
+    /// Recording leaves out recorded fires with a probe that sees only committed entries (`InsertEntries`), which
+    /// relies on recordings never overlapping: a refire recorded while the first recording's transaction is still
+    /// open must wait for it (on the epoch row every recording locks first), then record nothing new and fail
+    /// nothing. Without that wait it would find no entry, insert, and fail on the unique index once the first
+    /// commits.
+    #[test]
+    fn a_refire_waits_for_the_recording_before_it_and_records_nothing_on_postgres() {
+        let Some(fixture) = crate::testing::postgres(
+            "mailbox::tests::a_refire_waits_for_the_recording_before_it_and_records_nothing_on_postgres",
+        ) else {
+            return;
+        };
+        let store = &fixture.store;
+        // Term 1 is the epoch already, so no recording below raises it: only the epoch row's lock (`FOR UPDATE`)
+        // orders them, not the raise's row update.
+        store
+            .immediate_fenced("term 1 begins", |connection| crate::fencing::admit(connection, FencingToken(1)))
+            .unwrap();
+        let first = fire("agent-7", 1);
+        let refired = FiredReminder { fired_at: first.fired_at + Duration::seconds(10), ..first.clone() };
+        let waiting_for_a_lock = || {
+            #[derive(QueryableByName)]
+            struct Count {
+                #[diesel(sql_type = BigInt)]
+                n: i64,
+            }
+            crate::testing::on_postgres(store, |c| {
+                diesel::sql_query(
+                    "SELECT COUNT(*) AS n FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .get_result::<Count>(c)
+            })
+            .n
+        };
+        let (holds, holding) = std::sync::mpsc::channel();
+        let rival_done = std::sync::atomic::AtomicBool::new(false);
+        let refire = std::thread::scope(|scope| {
+            let held = scope.spawn(|| {
+                store.immediate_fenced("the first recording", |connection| {
+                    crate::fencing::admit(connection, FencingToken(1))?;
+                    record_fires(connection, std::slice::from_ref(&first))?;
+                    holds.send(()).unwrap();
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                    while !rival_done.load(std::sync::atomic::Ordering::SeqCst) && waiting_for_a_lock() == 0 {
+                        assert!(std::time::Instant::now() < deadline, "the refire neither ended nor waited");
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    Ok(())
+                })
+            });
+            holding.recv().unwrap();
+            let rival = scope.spawn(|| {
+                let answer = store.complete_fires("a", FencingToken(1), &[], std::slice::from_ref(&refired));
+                rival_done.store(true, std::sync::atomic::Ordering::SeqCst);
+                answer
+            });
+            held.join().unwrap().unwrap();
+            rival.join().unwrap()
+        });
+        assert_eq!(refire, Ok(0), "the refire's completion fails nothing");
+        let query = MailboxQuery {
+            agent_id: AgentId::new("agent-7").unwrap(),
+            unreceived_only: false,
+            after: 0,
+            through: None,
+            limit: 10,
+        };
+        let entries = store.mailbox_entries(&query).unwrap();
+        assert_eq!(
+            entries.iter().map(|entry| &entry.reminder).collect::<Vec<_>>(),
+            [&first],
+            "recorded once, as first"
+        );
+    }
+
+    /// The recording is a kept statement, so after five executions it runs the generic plan PostgreSQL made then,
+    /// possibly while the table was new and empty: that plan must still look each fire id up in its unique index
+    /// (a subplan per row), not hash the whole table to anti-join it, which it did without the probe's `OFFSET 0`.
+    #[test]
+    fn the_recording_probes_the_fire_id_index_in_its_kept_plan_on_postgres() {
+        let Some(fixture) = crate::testing::postgres(
+            "mailbox::tests::the_recording_probes_the_fire_id_index_in_its_kept_plan_on_postgres",
+        ) else {
+            return;
+        };
+        let fires = [fire("agent-7", 1)];
+        let rows: Vec<NewEntryRow<'_>> = fires.iter().map(NewEntryRow::of).collect();
+        let plan = crate::testing::on_postgres(&fixture.store, |c| {
+            crate::explain::postgres_generic_plan(
+                c,
+                &InsertEntries::of(&rows),
+                "text[], text[], bigint[], text[], timestamp[], timestamp[], bigint[]",
+                "'{1:x}', '{agent-7}', '{1}', '{x}', '{2026-02-22 12:00}', '{2026-02-22 12:00}', '{1}'",
+            )
+        })
+        .join("\n");
+        assert!(
+            plan.contains("Index Only Scan using agent_mailbox_fire_id_key")
+                || plan.contains("Index Scan using agent_mailbox_fire_id_key"),
+            "{plan}"
+        );
+        assert!(!plan.contains("Seq Scan") && !plan.contains("Hash"), "the probe reads the whole table: {plan}");
     }
 
     /// Streams on separate connections marking the same fires at once, each in its own order, while completions
