@@ -61,29 +61,6 @@ where
     Typed(Explain(query), std::marker::PhantomData::<Text>).load(connection)
 }
 
-/// The lines of the generic plan PostgreSQL keeps for `query` prepared (a kept statement's plan from its sixth
-/// execution on), `types` its parameters' types and `args` literal values for them.
-pub(crate) fn postgres_generic_plan<Q>(
-    connection: &mut PgConnection,
-    query: &Q,
-    types: &str,
-    args: &str,
-) -> QueryResult<Vec<String>>
-where
-    Q: QueryFragment<Pg>,
-{
-    let mut builder = diesel::pg::PgQueryBuilder::default();
-    query.to_sql(&mut builder, &Pg)?;
-    let sql = diesel::query_builder::QueryBuilder::finish(builder);
-    connection
-        .batch_execute(&format!("PREPARE generic_plan ({types}) AS {sql}; SET plan_cache_mode = force_generic_plan"))?;
-    let plan =
-        Typed(diesel::sql_query(format!("EXPLAIN EXECUTE generic_plan ({args})")), std::marker::PhantomData::<Text>)
-            .load(connection);
-    connection.batch_execute("DEALLOCATE generic_plan; RESET plan_cache_mode")?;
-    plan
-}
-
 /// `rows` one-time jobs, one a second, half of them due before 2026-02-22 12:00 (the tests' START), and fresh
 /// statistics, so that the planner plans for a large table rather than an empty one.
 pub(crate) fn fill_cron_jobs(connection: &mut PgConnection, rows: u32) -> QueryResult<()> {

@@ -1,11 +1,9 @@
 //! `MailboxStore` over `agent_mailbox` (migration `agent_mailbox`), and the recording of fires that the cron
 //! completions call inside their own transaction (`record_fires`).
 //!
-//! A fire is recorded once: a refire after a crash carries the same `fire_id` and records nothing new. SQLite
-//! writes the group with `INSERT … ON CONFLICT (fire_id) DO NOTHING`, a few rows a statement of fixed sizes (each
-//! text prepared once); PostgreSQL in one statement over `unnest` arrays, as the cron writes do (`batch`), which
-//! leaves out the fires recorded already by probing the `fire_id` index itself (`InsertEntries` says why not
-//! `ON CONFLICT` there).
+//! Recording is an `INSERT … ON CONFLICT (fire_id) DO NOTHING`: a refire after a crash carries the same `fire_id`
+//! and records nothing new. SQLite writes the group row by row with one cached statement (a function call each);
+//! PostgreSQL in one statement over `unnest` arrays, as the cron writes do (`batch`).
 
 use std::collections::HashSet;
 
@@ -101,21 +99,7 @@ impl TryFrom<EntryRow> for MailboxEntry {
 }
 
 /// A completion's records as one `INSERT … SELECT … FROM unnest(…)`, in the order given; a fire recorded already
-/// is left as it is. The rows must have distinct fire ids (`record_fires` keeps the first of each).
-///
-/// Not `ON CONFLICT (fire_id) DO NOTHING`: that inserts every row speculatively — a probe of the `fire_id` index,
-/// a speculative-insertion lock taken and released, and a second WAL record (`HEAP_CONFIRM`) per row, for a
-/// conflict that only a refire can have. Instead each row is kept only if `NOT EXISTS` a committed entry with its
-/// fire id, and then inserted plainly. That probe sees every earlier recording because recording is a leader-only
-/// write: every transaction that records (a completion, `record_fires`'s only callers) first locks the epoch row
-/// (`fencing::admit`), so two recordings never overlap, and this statement's snapshot, taken after that lock was
-/// granted, sees what the one before committed. (Were two ever to overlap, the later would fail on the unique
-/// index and its transaction roll back whole: the loop then fires those jobs again once their claims expire, and
-/// records them then — nothing lost, nothing recorded twice.)
-///
-/// `OFFSET 0` keeps the probe a subplan run per row, an index lookup whatever the table's size: as an anti-join,
-/// the generic plan this kept statement gets after five executions was a hash of the whole table when made on a
-/// new one (`the_recording_probes_the_fire_id_index_in_its_kept_plan_on_postgres` checks it).
+/// is left as it is.
 struct InsertEntries<'a> {
     fire_id: Vec<&'a str>,
     agent_id: Vec<&'a str>,
@@ -163,8 +147,8 @@ impl QueryFragment<Pg> for InsertEntries<'_> {
              SELECT fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch \
              FROM unnest($, $, $, $, $, $, $) WITH ORDINALITY \
              AS sent (fire_id, agent_id, job_id, payload, scheduled_for, fired_at, epoch, position) \
-             WHERE NOT EXISTS (SELECT FROM agent_mailbox AS recorded WHERE recorded.fire_id = sent.fire_id OFFSET 0) \
-             ORDER BY position",
+             ORDER BY position \
+             ON CONFLICT (fire_id) DO NOTHING",
             |index, out| self.bind_arrays(index, out),
         )
     }
@@ -216,12 +200,7 @@ pub(crate) fn record_fires(connection: &mut AnyConnection<'_>, fired: &[FiredRem
     }
     let rows: Vec<NewEntryRow<'_>> = in_firing_order(fired).into_iter().map(NewEntryRow::of).collect();
     match connection {
-        AnyConnection::Postgres(connection) => {
-            // The statement's probe sees only what was committed before it, not its own rows.
-            let mut seen = HashSet::with_capacity(rows.len());
-            let first: Vec<NewEntryRow<'_>> = rows.into_iter().filter(|row| seen.insert(row.fire_id)).collect();
-            InsertEntries::of(&first).execute(&mut **connection).map(drop)
-        }
+        AnyConnection::Postgres(connection) => InsertEntries::of(&rows).execute(&mut **connection).map(drop),
         AnyConnection::Sqlite(connection) => {
             let mut rest = rows.as_slice();
             while !rest.is_empty() {
@@ -532,11 +511,10 @@ mod tests {
         assert_eq!(crate::testing::count(store, "agent_mailbox"), 1_000);
     }
 
-    /// Recording leaves out recorded fires with a probe that sees only committed entries (`InsertEntries`), which
-    /// relies on recordings never overlapping: a refire recorded while the first recording's transaction is still
-    /// open must wait for it (on the epoch row every recording locks first), then record nothing new and fail
-    /// nothing. Without that wait it would find no entry, insert, and fail on the unique index once the first
-    /// commits.
+    /// A refire recorded while the first recording's transaction is still open waits for it, then records nothing
+    /// new and fails nothing (the port's "recorded once", under concurrency). `ON CONFLICT` waits on the first's
+    /// speculative insertion; a form that only probed for committed entries would rely on the epoch row's lock
+    /// (`fencing::admit`), which every recording takes first (docs/benchmarks.md, s30-c).
     #[test]
     fn a_refire_waits_for_the_recording_before_it_and_records_nothing_on_postgres() {
         let Some(fixture) = crate::testing::postgres(
@@ -606,35 +584,6 @@ mod tests {
             [&first],
             "recorded once, as first"
         );
-    }
-
-    /// The recording is a kept statement, so after five executions it runs the generic plan PostgreSQL made then,
-    /// possibly while the table was new and empty: that plan must still look each fire id up in its unique index
-    /// (a subplan per row), not hash the whole table to anti-join it, which it did without the probe's `OFFSET 0`.
-    #[test]
-    fn the_recording_probes_the_fire_id_index_in_its_kept_plan_on_postgres() {
-        let Some(fixture) = crate::testing::postgres(
-            "mailbox::tests::the_recording_probes_the_fire_id_index_in_its_kept_plan_on_postgres",
-        ) else {
-            return;
-        };
-        let fires = [fire("agent-7", 1)];
-        let rows: Vec<NewEntryRow<'_>> = fires.iter().map(NewEntryRow::of).collect();
-        let plan = crate::testing::on_postgres(&fixture.store, |c| {
-            crate::explain::postgres_generic_plan(
-                c,
-                &InsertEntries::of(&rows),
-                "text[], text[], bigint[], text[], timestamp[], timestamp[], bigint[]",
-                "'{1:x}', '{agent-7}', '{1}', '{x}', '{2026-02-22 12:00}', '{2026-02-22 12:00}', '{1}'",
-            )
-        })
-        .join("\n");
-        assert!(
-            plan.contains("Index Only Scan using agent_mailbox_fire_id_key")
-                || plan.contains("Index Scan using agent_mailbox_fire_id_key"),
-            "{plan}"
-        );
-        assert!(!plan.contains("Seq Scan") && !plan.contains("Hash"), "the probe reads the whole table: {plan}");
     }
 
     /// Streams on separate connections marking the same fires at once, each in its own order, while completions
