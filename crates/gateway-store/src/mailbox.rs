@@ -511,6 +511,81 @@ mod tests {
         assert_eq!(crate::testing::count(store, "agent_mailbox"), 1_000);
     }
 
+    /// A refire recorded while the first recording's transaction is still open waits for it, then records nothing
+    /// new and fails nothing (the port's "recorded once", under concurrency). `ON CONFLICT` waits on the first's
+    /// speculative insertion; a form that only probed for committed entries would rely on the epoch row's lock
+    /// (`fencing::admit`), which every recording takes first (docs/benchmarks.md, s30-c).
+    #[test]
+    fn a_refire_waits_for_the_recording_before_it_and_records_nothing_on_postgres() {
+        let Some(fixture) = crate::testing::postgres(
+            "mailbox::tests::a_refire_waits_for_the_recording_before_it_and_records_nothing_on_postgres",
+        ) else {
+            return;
+        };
+        let store = &fixture.store;
+        // Term 1 is the epoch already, so no recording below raises it: only the epoch row's lock (`FOR UPDATE`)
+        // orders them, not the raise's row update.
+        store
+            .immediate_fenced("term 1 begins", |connection| crate::fencing::admit(connection, FencingToken(1)))
+            .unwrap();
+        let first = fire("agent-7", 1);
+        let refired = FiredReminder { fired_at: first.fired_at + Duration::seconds(10), ..first.clone() };
+        let waiting_for_a_lock = || {
+            #[derive(QueryableByName)]
+            struct Count {
+                #[diesel(sql_type = BigInt)]
+                n: i64,
+            }
+            crate::testing::on_postgres(store, |c| {
+                diesel::sql_query(
+                    "SELECT COUNT(*) AS n FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .get_result::<Count>(c)
+            })
+            .n
+        };
+        let (holds, holding) = std::sync::mpsc::channel();
+        let rival_done = std::sync::atomic::AtomicBool::new(false);
+        let refire = std::thread::scope(|scope| {
+            let held = scope.spawn(|| {
+                store.immediate_fenced("the first recording", |connection| {
+                    crate::fencing::admit(connection, FencingToken(1))?;
+                    record_fires(connection, std::slice::from_ref(&first))?;
+                    holds.send(()).unwrap();
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                    while !rival_done.load(std::sync::atomic::Ordering::SeqCst) && waiting_for_a_lock() == 0 {
+                        assert!(std::time::Instant::now() < deadline, "the refire neither ended nor waited");
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    Ok(())
+                })
+            });
+            holding.recv().unwrap();
+            let rival = scope.spawn(|| {
+                let answer = store.complete_fires("a", FencingToken(1), &[], std::slice::from_ref(&refired));
+                rival_done.store(true, std::sync::atomic::Ordering::SeqCst);
+                answer
+            });
+            held.join().unwrap().unwrap();
+            rival.join().unwrap()
+        });
+        assert_eq!(refire, Ok(0), "the refire's completion fails nothing");
+        let query = MailboxQuery {
+            agent_id: AgentId::new("agent-7").unwrap(),
+            unreceived_only: false,
+            after: 0,
+            through: None,
+            limit: 10,
+        };
+        let entries = store.mailbox_entries(&query).unwrap();
+        assert_eq!(
+            entries.iter().map(|entry| &entry.reminder).collect::<Vec<_>>(),
+            [&first],
+            "recorded once, as first"
+        );
+    }
+
     /// Streams on separate connections marking the same fires at once, each in its own order, while completions
     /// record more: each recorded fire received once, no writer deadlocks with another (on PostgreSQL every mark
     /// locks its entries in `seq` order), and the fires recorded by nobody are answered as unknown, not recorded.
