@@ -1040,6 +1040,12 @@ mod tests {
         assert_eq!(evicted_ids(&map, START + seconds(45)), ["mover"]);
     }
 
+    /// The first page's live agent ids, in listing order.
+    fn live_ids(map: &SharedLiveness) -> Vec<String> {
+        let page = map.live_agents(None, 10, 100).unwrap();
+        page.entries.into_iter().map(|entry| entry.agent_id.as_str().to_owned()).collect()
+    }
+
     fn agent(id: &str) -> AgentId {
         AgentId::new(id).unwrap()
     }
@@ -1092,14 +1098,7 @@ mod tests {
             .collect();
         evicted.sort();
         assert_eq!(evicted, ["before", "earlier-minute"]);
-        let left: Vec<String> = map
-            .live_agents(None, 10, 100)
-            .unwrap()
-            .entries
-            .into_iter()
-            .map(|entry| entry.agent_id.as_str().to_owned())
-            .collect();
-        assert_eq!(left, ["after", "at", "next-minute"]);
+        assert_eq!(live_ids(&map), ["after", "at", "next-minute"]);
     }
 
     /// `received_minute` is the minute of the stored `received_at` (on PostgreSQL the gateway writes it, on SQLite
@@ -1154,14 +1153,7 @@ mod tests {
         a.record(&agent("bob"), &west, START).unwrap();
         let row = HeartbeatRecord { agent_id: agent("alice"), cluster_id: west, last_seen_at: START };
         a.upsert_heartbeats(std::slice::from_ref(&row)).unwrap();
-        let listed: Vec<String> = b
-            .live_agents(None, 10, 100)
-            .unwrap()
-            .entries
-            .into_iter()
-            .map(|entry| entry.agent_id.as_str().to_owned())
-            .collect();
-        assert_eq!(listed, ["alice", "bob"]);
+        assert_eq!(live_ids(&b), ["alice", "bob"]);
         assert_eq!(b.heartbeat(&agent("alice")).unwrap(), Some(row));
     }
 
