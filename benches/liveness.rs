@@ -13,6 +13,7 @@
 //! 1. Record N distinct agents: time, VmRSS before and after.
 //! 2. Sweep with nobody silent (clock moved less than the threshold): the cost of walking the map, 7 times,
 //!    then once more with the lock probe below.
+//!    Then pages of `GET /gateway/agents` (the default page size) over the full map, with the same probe.
 //! 3. Sweep with everybody silent (clock past the threshold): every agent evicted with one `agent_evicted`
 //!    publish each; this empties the map, so before each of 3 rounds the agents are recorded again (through
 //!    `record_heartbeat`, the map half of `accept`, to keep the run near a minute).
@@ -39,6 +40,8 @@ use tracing::Level;
 
 const QUIET_SWEEPS: usize = 7;
 const EVICTING_ROUNDS: usize = 3;
+/// `GET /gateway/agents`' default page size (gateway-api `agents::DEFAULT_PAGE`).
+const LISTING_PAGE: usize = 100;
 /// A few clusters, as a real deployment has: every agent holds its own copy of its cluster id.
 const CLUSTERS: [&str; 4] = ["cluster-eu-west-1", "cluster-us-east-1", "cluster-us-west-2", "cluster-ap-south-1"];
 
@@ -254,6 +257,24 @@ fn main() {
     assert_eq!(manager.tracked_count(), agents);
     println!();
     println!("sweep, nobody silent ({agents} kept): {}", summary(quiet));
+    println!("  one more with the probe: heartbeats waited up to {:.2} ms for the map", ms(stalled));
+
+    // 2b. Pages of `GET /gateway/agents` over the full map, the first and the second in turn.
+    let first = runtime.block_on(manager.live_agents(None, LISTING_PAGE, usize::MAX)).unwrap();
+    let second = first.next_after.clone();
+    let pages: Vec<Duration> = (0..QUIET_SWEEPS)
+        .map(|round| {
+            let after = if round % 2 == 0 { None } else { second.clone() };
+            let started = Instant::now();
+            let page = runtime.block_on(manager.live_agents(after, LISTING_PAGE, usize::MAX)).unwrap();
+            let elapsed = started.elapsed();
+            assert_eq!(page.agents.len(), LISTING_PAGE, "a full page");
+            elapsed
+        })
+        .collect();
+    let (_, stalled) =
+        with_lock_probe(&manager, || runtime.block_on(manager.live_agents(None, LISTING_PAGE, usize::MAX)).unwrap());
+    println!("a listing page of {LISTING_PAGE} ({agents} live): {}", summary(pages));
     println!("  one more with the probe: heartbeats waited up to {:.2} ms for the map", ms(stalled));
 
     // 3. Sweeps that evict everybody; each empties the map, so record again before the next.

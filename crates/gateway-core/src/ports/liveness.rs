@@ -5,7 +5,7 @@
 //! [`InMemoryLiveness`] is the single-instance adapter (and the fake): a bounded map in this process. A shared
 //! adapter keeps the same rules in shared storage.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt::Debug;
 use std::sync::Mutex;
 
@@ -155,20 +155,37 @@ impl LivenessMap for InMemoryLiveness {
     }
 
     fn live_agents(&self, after: Option<&AgentId>, limit: usize, walk: usize) -> Result<LivePage, StoreError> {
-        let mut entries: Vec<LiveEntry> = lock(&self.agents)
-            .iter()
-            .filter(|(agent_id, _)| after.is_none_or(|after| *agent_id > after))
+        // Every row here is live: the walk and the page end together, at the smaller bound.
+        let read = limit.min(walk);
+        if read == 0 {
+            return Ok(LivePage::default());
+        }
+        let agents = lock(&self.agents);
+        // The page's ids are the `read` smallest after `after`, kept in a max-heap while the map is walked, so that
+        // a page copies and sorts `read` entries, not the whole map: at a million agents a page took 0.66-0.69 s
+        // that way and held heartbeats off the map for up to 236 ms, 43-44 ms with the heap (docs/benchmarks.md,
+        // session 30; `benches/liveness.rs`).
+        let mut smallest: BinaryHeap<&AgentId> = BinaryHeap::with_capacity(read + 1);
+        for agent_id in agents.keys().filter(|agent_id| after.is_none_or(|after| *agent_id > after)) {
+            if smallest.len() < read {
+                smallest.push(agent_id);
+            } else if smallest.peek().is_some_and(|largest| agent_id < *largest) {
+                smallest.pop();
+                smallest.push(agent_id);
+            }
+        }
+        let full = smallest.len() == read;
+        let entries: Vec<LiveEntry> = smallest
+            .into_sorted_vec()
+            .into_iter()
+            .filter_map(|agent_id| agents.get_key_value(agent_id))
             .map(|(agent_id, seen)| LiveEntry {
                 agent_id: agent_id.clone(),
                 cluster_id: seen.cluster_id.clone(),
                 last_seen: seen.last_seen,
             })
             .collect();
-        entries.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
-        // Every row here is live: the walk and the page end together, at the smaller bound.
-        let read = limit.min(walk);
-        let next_after = read.checked_sub(1).and_then(|last| entries.get(last)).map(|entry| entry.agent_id.clone());
-        entries.truncate(read);
+        let next_after = if full { entries.last().map(|entry| entry.agent_id.clone()) } else { None };
         Ok(LivePage { entries, next_after })
     }
 
