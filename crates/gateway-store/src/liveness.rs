@@ -732,6 +732,21 @@ macro_rules! receipt_is_newer {
     };
 }
 
+/// The receipt's rule in an upsert's `SET` list, the same on both backends: `received_cluster_id` and `received_at`
+/// move only to a newer receipt, together.
+macro_rules! newer_receipt_kept {
+    () => {
+        concat!(
+            "received_cluster_id = CASE WHEN ",
+            receipt_is_newer!(),
+            " THEN excluded.received_cluster_id ELSE gateway_heartbeats.received_cluster_id END, \
+             received_at = CASE WHEN ",
+            receipt_is_newer!(),
+            " THEN excluded.received_at ELSE gateway_heartbeats.received_at END"
+        )
+    };
+}
+
 /// Receipts on SQLite, in the caller's transaction, before the group's heartbeat rows (which then overwrite the
 /// heartbeat's own columns of the agents they carry). A receipt stands for its heartbeat in the contract's columns
 /// until that heartbeat's group writes them, as on PostgreSQL ([`RowsWithReceipts`]): a receipt is written by the
@@ -740,13 +755,8 @@ const RECEIPT_ROWS: SqliteRows = SqliteRows {
     insert: "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id)",
     on_conflict: concat!(
         "ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, \
-         last_seen_at = excluded.last_seen_at, \
-         received_cluster_id = CASE WHEN ",
-        receipt_is_newer!(),
-        " THEN excluded.received_cluster_id ELSE gateway_heartbeats.received_cluster_id END, \
-         received_at = CASE WHEN ",
-        receipt_is_newer!(),
-        " THEN excluded.received_at ELSE gateway_heartbeats.received_at END"
+         last_seen_at = excluded.last_seen_at, ",
+        newer_receipt_kept!()
     ),
     with_receipts: true,
 };
@@ -819,13 +829,8 @@ impl AgentRowsSql for RowsWithReceipts {
              THEN excluded.inserted_minute ELSE gateway_heartbeats.inserted_minute END, \
          received_minute = CASE WHEN ",
         receipt_is_newer!(),
-        " THEN excluded.received_minute ELSE gateway_heartbeats.received_minute END, \
-         received_cluster_id = CASE WHEN ",
-        receipt_is_newer!(),
-        " THEN excluded.received_cluster_id ELSE gateway_heartbeats.received_cluster_id END, \
-         received_at = CASE WHEN ",
-        receipt_is_newer!(),
-        " THEN excluded.received_at ELSE gateway_heartbeats.received_at END"
+        " THEN excluded.received_minute ELSE gateway_heartbeats.received_minute END, ",
+        newer_receipt_kept!()
     );
     const WITH_MINUTES: &'static [bool] = &[false, true];
 }
