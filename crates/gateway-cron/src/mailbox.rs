@@ -54,6 +54,10 @@ pub const RECEIPT_RECHECK: Duration = Duration::from_secs(1);
 pub const RECEIPT_PATIENCE: Duration = Duration::from_secs(30);
 /// Receipts held for a recheck at most; past it the oldest are given up.
 pub const RECEIPTS_HELD: usize = 4_096;
+/// First pause before looking again for a published fire's record ([`Mailbox::recorded`]), doubled per look up to
+/// [`RECORD_LOOK_MAX`]: the firing loop's next write usually lands within milliseconds.
+pub const RECORD_LOOK_INITIAL: Duration = Duration::from_millis(5);
+pub const RECORD_LOOK_MAX: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone)]
 pub struct MailboxPorts {
@@ -295,6 +299,27 @@ impl Mailbox {
             None => 0,
         };
         self.read(MailboxQuery { agent_id, unreceived_only: false, after, through: None, limit }).await
+    }
+
+    /// Waits until `agent_id`'s fire `fire_id` is recorded in its mailbox; `false` when it was not within
+    /// [`RECEIPT_PATIENCE`]. A fire is published at its instant and recorded by the firing loop's next write, on
+    /// whichever instance fired it, so whoever is told of the publish and then reads the mailbox can find the fire
+    /// missing for a moment (MCP's resource update, DESIGN §16). A fire never recorded fires, and is published,
+    /// again once its claim lease ends.
+    pub async fn recorded(&self, agent_id: &AgentId, fire_id: &str) -> Result<bool, CronError> {
+        let give_up_at = Instant::now() + RECEIPT_PATIENCE;
+        let mut looks: u32 = 0;
+        loop {
+            if self.position(agent_id, fire_id).await?.is_some() {
+                return Ok(true);
+            }
+            looks = looks.saturating_add(1);
+            let pause = gateway_core::capped_backoff(RECORD_LOOK_INITIAL, RECORD_LOOK_MAX, looks);
+            if Instant::now() + pause > give_up_at {
+                return Ok(false);
+            }
+            tokio::time::sleep(pause).await;
+        }
     }
 
     /// A stream of `receipt.agent_id` handed the fire to its client: its entry in that agent's mailbox is written as

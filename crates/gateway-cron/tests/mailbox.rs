@@ -129,6 +129,31 @@ async fn the_reader_pages_after_a_fire_id_and_marks_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn waiting_for_a_published_fire_ends_once_it_is_recorded_or_after_the_patience() {
+    let Fixture { store, mailbox, .. } = fixture();
+    let published = fire("agent-7", 1);
+    let waiting = tokio::spawn({
+        let (mailbox, fire_id) = (mailbox.clone(), published.fire_id.clone());
+        async move { mailbox.recorded(&agent("agent-7"), &fire_id).await.unwrap() }
+    });
+    tokio::time::sleep(StdDuration::from_secs(2)).await;
+    assert!(!waiting.is_finished(), "not recorded yet");
+    record(&store, &[fire("agent-7", 3), fire("agent-8", 4)]);
+    tokio::time::sleep(StdDuration::from_secs(2)).await;
+    assert!(!waiting.is_finished(), "other fires recorded");
+    record(&store, std::slice::from_ref(&published));
+    let started = tokio::time::Instant::now();
+    assert!(waiting.await.unwrap(), "recorded");
+    assert!(started.elapsed() <= gateway_cron::RECORD_LOOK_MAX, "seen by the next look");
+
+    let started = tokio::time::Instant::now();
+    assert!(!mailbox.recorded(&agent("agent-7"), &fire("agent-7", 2).fire_id).await.unwrap(), "never recorded");
+    let waited = started.elapsed();
+    assert!(waited <= gateway_cron::RECEIPT_PATIENCE, "{waited:?}");
+    assert!(waited >= gateway_cron::RECEIPT_PATIENCE - gateway_cron::RECORD_LOOK_MAX, "{waited:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn receipts_are_written_in_batches_and_one_before_its_completion_marks_it_once_recorded() {
     let Fixture { store, mailbox, clock } = fixture();
     let shutdown = CancellationToken::new();

@@ -12,18 +12,19 @@ use bytes::Bytes;
 use gateway_api::Reason;
 use gateway_api::reminders::{MailboxPage, MailboxReminder};
 use gateway_auth::{Access, AuthError, Caller, Mismatch, Named};
-use gateway_core::{AgentId, ToolCallId, Topic};
+use gateway_core::{AgentId, FiredReminder, ToolCallId, Topic};
 use gateway_cron::{Replay, ToolName};
 use gateway_mcp::{
     McpHost, PROTOCOL_VERSION_HEADER, PostAnswer, PostStatus, RequestHeaders, ResourceNotifier, ResourceRefusal,
     SESSION_ID_HEADER, STREAM_KEEP_ALIVE, SubscriptionGuard, ToolDescriptor, ToolOutcome,
 };
-use gateway_pubsub::Received;
+use gateway_pubsub::{PublishedEvent, Received};
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use http_body::{Body, Frame};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
+use tracing::debug;
 
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
@@ -278,6 +279,7 @@ impl McpHost for Host<'_> {
     fn watch_reminders(&self, agent_id: &AgentId, notifier: ResourceNotifier) -> SubscriptionGuard {
         // Subscribed before the answer goes out: a fire after it is never missed.
         let mut subscription = self.state.bus.subscribe(&Topic::AgentScheduled(agent_id.clone()));
+        let (mailbox, agent_id) = (self.state.mailbox.clone(), agent_id.clone());
         let watching = self.state.shutdown.child_token();
         let stop = watching.clone();
         tokio::spawn(async move {
@@ -286,9 +288,16 @@ impl McpHost for Host<'_> {
                     () = stop.cancelled() => break,
                     received = subscription.recv() => received,
                 };
-                // A lagged subscription missed fires: one notification says the same (read the resource).
                 let more = match received {
-                    Received::Event(_) | Received::Lagged(_) => notifier.resource_updated(),
+                    Received::Event(event) => {
+                        let readable = tokio::select! {
+                            () = stop.cancelled() => break,
+                            readable = readable(&mailbox, &agent_id, &event) => readable,
+                        };
+                        !readable || notifier.resource_updated()
+                    }
+                    // A lagged subscription missed fires: one notification says the same (read the resource).
+                    Received::Lagged(_) => notifier.resource_updated(),
                     Received::Closed => false,
                 };
                 if !more {
@@ -297,6 +306,29 @@ impl McpHost for Host<'_> {
             }
         });
         Box::new(watching.drop_guard())
+    }
+}
+
+/// Whether the resource's read would give the fire `event` announces: a fire is published at its instant and
+/// recorded in the mailbox by the firing loop's next write, and a client told of it at once would read the
+/// resource without it. Waits for the record; `false` for a fire never recorded (its refire is published, and
+/// announced, again). Anything that is not a reminder of `agent_id`, or a store that cannot say, is announced.
+async fn readable(mailbox: &gateway_cron::Mailbox, agent_id: &AgentId, event: &PublishedEvent) -> bool {
+    let Some(reminder) = FiredReminder::from_event_json(event.json()) else { return true };
+    if reminder.agent_id != *agent_id {
+        return true;
+    }
+    match mailbox.recorded(agent_id, &reminder.fire_id).await {
+        Ok(recorded) => {
+            if !recorded {
+                debug!(fire_id = reminder.fire_id, "a published fire was never recorded; not announced");
+            }
+            recorded
+        }
+        Err(error) => {
+            debug!(fire_id = reminder.fire_id, %error, "cannot tell whether a fire is recorded; announced");
+            true
+        }
     }
 }
 
@@ -317,4 +349,60 @@ fn fresh_tool_call_id() -> Result<ToolCallId, ApiError> {
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
     // Short and of visible ASCII: always a valid id.
     ToolCallId::new(format!("mcp-{prefix}-{count}")).map_err(|_| ApiError::internal())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use gateway_core::{CronJobStore, FencingToken, InMemoryCronJobStore, ManualClock, SingleProcessLeadership};
+    use gateway_cron::{Mailbox, MailboxConfig, MailboxPorts};
+    use serde_json::Map;
+    use time::OffsetDateTime;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reminder_is_announced_once_its_fire_is_recorded_and_any_other_event_at_once() {
+        let at = OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000);
+        let store = Arc::new(InMemoryCronJobStore::default());
+        let ports = MailboxPorts {
+            store: store.clone(),
+            clock: Arc::new(ManualClock::new(at)),
+            leadership: Arc::new(SingleProcessLeadership),
+        };
+        let mailbox = Mailbox::new(ports, MailboxConfig::default());
+        let agent = AgentId::new("agent-7").unwrap();
+        let fire = FiredReminder {
+            fire_id: gateway_cron::fire_id(1, at),
+            job_id: 1,
+            agent_id: agent.clone(),
+            payload: Map::new(),
+            scheduled_for: at,
+            fired_at: at,
+            epoch: 1,
+        };
+        let published = PublishedEvent::of(&fire.event());
+
+        let announced = tokio::spawn({
+            let (mailbox, agent, published) = (mailbox.clone(), agent.clone(), published.clone());
+            async move { readable(&mailbox, &agent, &published).await }
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!announced.is_finished(), "published, not yet recorded: a read would not give it");
+        store.complete_fires("scheduler", FencingToken(1), &[], std::slice::from_ref(&fire)).unwrap();
+        assert!(announced.await.unwrap(), "announced once recorded");
+
+        let other = AgentId::new("agent-8").unwrap();
+        let unrecorded = FiredReminder { fire_id: gateway_cron::fire_id(2, at), job_id: 2, ..fire };
+        assert!(readable(&mailbox, &other, &PublishedEvent::of(&unrecorded.event())).await, "not this agent's fire");
+        let eviction = PublishedEvent::from_json("e-1", "agent_evicted", r#"{"event_type":"agent_evicted"}"#).unwrap();
+        assert!(readable(&mailbox, &agent, &eviction).await, "not a reminder");
+        let started = tokio::time::Instant::now();
+        assert!(!readable(&mailbox, &agent, &PublishedEvent::of(&unrecorded.event())).await, "never recorded");
+        assert!(started.elapsed() >= gateway_cron::RECEIPT_PATIENCE - gateway_cron::RECORD_LOOK_MAX);
+    }
 }
