@@ -1,29 +1,12 @@
 // Agents: the live ones (heartbeat within the eviction threshold), with what their last DecisionLog said they are.
 
 import { h, replace, table, empty } from './dom.js';
-import { api, errorAlert, query } from './api.js';
+import { errorAlert, readLiveAgents } from './api.js';
 import { clock, number, when } from './format.js';
 
 const PAGE = 100;
 const MAX_PAGE = 1000;
 const REFRESH_MS = 5000;
-// In cluster mode a page reads at most 10,000 agent rows, evicted agents' included, so it may hold fewer than
-// `limit` agents with `next_after` set: follow it, up to this many requests per load.
-const MAX_REQUESTS = 20;
-
-/** Up to `limit` live agents after `after`, following `next_after` through short pages. */
-async function agentsAfter(limit, after, signal) {
-  let agents = [];
-  let next = after;
-  for (let request = 0; request < MAX_REQUESTS; request += 1) {
-    const page = await api('GET', `/gateway/agents${query({ limit: limit - agents.length, after: next })}`, { signal });
-    agents = agents.concat(page.agents);
-    next = page.next_after;
-    if (next === null || agents.length >= limit) break;
-  }
-  return { agents, next_after: next };
-}
-
 export function render(main, _route, context) {
   let agents = [];
   let next = null;
@@ -80,7 +63,7 @@ export function render(main, _route, context) {
   const load = async () => {
     try {
       const limit = Math.min(MAX_PAGE, Math.max(PAGE, agents.length));
-      const page = await agentsAfter(limit, null, context.signal);
+      const page = await readLiveAgents(limit, null, context.signal);
       agents = page.agents;
       next = page.next_after;
       draw();
@@ -91,7 +74,7 @@ export function render(main, _route, context) {
   more.addEventListener('click', async () => {
     more.disabled = true;
     try {
-      const page = await agentsAfter(PAGE, next, context.signal);
+      const page = await readLiveAgents(PAGE, next, context.signal);
       agents = agents.concat(page.agents);
       next = page.next_after;
       draw();

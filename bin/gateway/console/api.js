@@ -82,6 +82,23 @@ export function query(params) {
 }
 
 /** What went wrong, in words: for an inline message. */
+// In cluster mode a page of GET /gateway/agents reads at most 10,000 agent rows, evicted agents' included, so it may
+// hold fewer than `limit` agents (even none) with `next_after` set: followed, up to this many requests per call.
+const MAX_AGENT_REQUESTS = 20;
+
+/** Up to `limit` live agents after `after`, following `next_after` through short pages (`next_after` null: no more). */
+export async function readLiveAgents(limit, after, signal) {
+  let agents = [];
+  let next = after;
+  for (let request = 0; request < MAX_AGENT_REQUESTS; request += 1) {
+    const page = await api('GET', `/gateway/agents${query({ limit: limit - agents.length, after: next })}`, { signal });
+    agents = agents.concat(page.agents);
+    next = page.next_after;
+    if (next === null || agents.length >= limit) break;
+  }
+  return { agents, next_after: next };
+}
+
 export function describe(error) {
   if (error instanceof ApiError) {
     const known = {

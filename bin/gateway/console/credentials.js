@@ -3,7 +3,7 @@
 // (never in storage or the address); closing the dialog empties the field and removes it from the page.
 
 import { h, replace, table, empty, field, showOnce } from './dom.js';
-import { api, errorAlert, query, ApiError } from './api.js';
+import { api, errorAlert, query, readLiveAgents, ApiError } from './api.js';
 import { absolute, badge, number, relative, when } from './format.js';
 
 const PAGE = 100;
@@ -77,7 +77,7 @@ export function render(main, route, context) {
   });
 
   // Live agents, to pick from (a convenience: an agent need not be live to get a token).
-  api('GET', `/gateway/agents${query({ limit: 1000 })}`, { signal: context.signal })
+  readLiveAgents(1000, null, context.signal)
     .then((page) => replace(liveAgents, page.agents.map((agent) => h('option', { value: agent.agent_id }))))
     .catch(() => {});
 

@@ -1,7 +1,7 @@
 // Overview: what is alive, what is scheduled, how deliveries stand, and who leads. Refreshed every 5 s.
 
 import { h, replace, table } from './dom.js';
-import { api, errorAlert, query } from './api.js';
+import { api, errorAlert, query, readLiveAgents } from './api.js';
 import { absolute, badge, clock, number, relative, when } from './format.js';
 import { hourlyCharts } from './charts.js';
 
@@ -32,7 +32,7 @@ export function render(main, _route, context) {
   const load = async () => {
     try {
       const [agents, jobs, counts, cluster, ready] = await Promise.all([
-        api('GET', `/gateway/agents${query({ limit: AGENTS_PAGE })}`, { signal: context.signal }),
+        readLiveAgents(AGENTS_PAGE, null, context.signal),
         api('GET', `/gateway/cron/jobs${query({ limit: JOBS_PAGE })}`, { signal: context.signal }),
         Promise.all(STATUSES.map((status) =>
           api('GET', `/gateway/deliveries${query({ status, limit: DELIVERIES_PAGE })}`, { signal: context.signal }))),
