@@ -56,14 +56,54 @@ pub struct Capabilities<'a> {
 
 pub fn list_doc() -> Operation {
     Operation::new("listAgents", "operator", "Live agents")
-        .describe(
+        .describe(&format!(
             "Live agents in `agent_id` order; pass `next_after` as `after` for the next page, until it is null. A page \
-             reads at most 10,000 agent rows, live or not (in cluster mode evicted agents keep theirs), so it may \
+             reads at most {} agent rows, live or not (in cluster mode evicted agents keep theirs), so it may \
              hold fewer than `limit` agents, or none, and still have a `next_after`: following it lists every agent \
              that stayed live.",
-        )
+            rows_read_in_words()
+        ))
         .limit(DEFAULT_PAGE, MAX_PAGE)
         .query_of::<AgentIdSchema>("after", "An agent id: the page starts after it.")
         .answer::<AgentPage<'static>>(200, "A page of live agents.")
         .error(503, Reason::StoreUnavailable)
+}
+
+/// [`MAX_ROWS_READ`] as the documents write it ("10,000"): the OpenAPI description is built from it, and
+/// docs/api.md is checked against it.
+fn rows_read_in_words() -> String {
+    grouped(MAX_ROWS_READ)
+}
+
+/// `n` with its thousands separated by commas.
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    grouped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_guide_states_the_rows_a_page_reads_as_the_code_bounds_them() {
+        let guide = include_str!("../../../docs/api.md");
+        let stated = format!("A page reads at most {} agent rows", rows_read_in_words());
+        assert!(guide.contains(&stated), "docs/api.md should say: {stated}");
+    }
+
+    #[test]
+    fn thousands_are_grouped_by_commas() {
+        let cases = [(0, "0"), (999, "999"), (1_000, "1,000"), (10_000, "10,000"), (1_234_567, "1,234,567")];
+        for (n, words) in cases {
+            assert_eq!(grouped(n), words);
+        }
+    }
 }
