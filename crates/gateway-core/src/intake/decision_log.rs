@@ -156,17 +156,72 @@ impl DecisionLog {
 impl DecisionLog {
     /// The log of a body that is certainly valid, read without a JSON tree; `None` for anything else (not JSON,
     /// a broken rule, a repeated key...), which [`Self::from_json`] then decides and names. See
-    /// [`crate::intake::direct_json`]; each check here is one of `from_json`'s rules.
+    /// [`crate::intake::direct_json`] and [`DirectLog`]; each check there is one of `from_json`'s rules.
     pub fn from_valid_body(body: &[u8]) -> Option<Self> {
-        let wire: wire::Log<'_> = crate::intake::direct_json::read(body)?;
+        DirectLog::read(body).map(DirectLog::into_owned)
+    }
+}
+
+/// A valid DecisionLog read straight from its body, owning almost nothing: its strings are borrowed from the body
+/// (unescaped into their own only where the body escapes them), and `tool_input` and `interrupt_signal` stay the
+/// JSON text they are (checked as the value reading would check them). The intake reads what every log needs (the
+/// identity, the trace id, the tool call) from here, and builds the owned [`DecisionLog`] only for someone who
+/// takes it (a subscriber of `gateway:messages`, a reminder): otherwise its dozen strings and its built
+/// `tool_input` would be allocated, copied and freed for nothing (docs/benchmarks.md, s28-h and s31-h).
+#[derive(Debug)]
+pub struct DirectLog<'a> {
+    meta: Option<(wire::Meta<'a>, OffsetDateTime)>,
+    identity: Option<(AgentId, wire::Identity<'a>)>,
+    cognition: Option<wire::Cognition<'a>>,
+    action: Option<(ActionStatus, wire::Action<'a>)>,
+    state_delta: Option<wire::StateDelta<'a>>,
+    control: Option<wire::Control<'a>>,
+}
+
+impl<'a> DirectLog<'a> {
+    /// The log of a body that is certainly valid, or `None` (see [`DecisionLog::from_valid_body`]).
+    pub fn read(body: &'a [u8]) -> Option<Self> {
+        let wire: wire::Log<'a> = crate::intake::direct_json::read(body)?;
         Some(Self {
             meta: valid_section(wire.meta, wire::Meta::valid)?,
             identity: valid_section(wire.identity, wire::Identity::valid)?,
             cognition: valid_section(wire.cognition, wire::Cognition::valid)?,
             action: valid_section(wire.action, wire::Action::valid)?,
             state_delta: valid_section(wire.state_delta, wire::StateDelta::valid)?,
-            control: wire.control.map(|Object(control)| control.into()),
+            control: valid_section(wire.control, wire::Control::valid)?,
         })
+    }
+
+    pub fn trace_id(&self) -> Option<&str> {
+        self.meta.as_ref().map(|(meta, _)| meta.trace_id.as_str())
+    }
+
+    pub fn agent_id(&self) -> Option<&AgentId> {
+        self.identity.as_ref().map(|(agent_id, _)| agent_id)
+    }
+
+    /// `identity`: the agent, its `agent_type` and its `capability_version`.
+    pub fn identity(&self) -> Option<(&AgentId, &str, &str)> {
+        self.identity
+            .as_ref()
+            .map(|(agent_id, identity)| (agent_id, identity.agent_type.as_str(), identity.capability_version.as_str()))
+    }
+
+    /// `action.tool_call`.
+    pub fn tool_call(&self) -> Option<&str> {
+        self.action.as_ref()?.1.tool_call.as_ref().map(wire::Text::as_str)
+    }
+
+    /// The owned log, exactly as [`DecisionLog::from_json`] builds it from the same body.
+    pub fn into_owned(self) -> DecisionLog {
+        DecisionLog {
+            meta: self.meta.map(|(meta, timestamp)| meta.into_owned(timestamp)),
+            identity: self.identity.map(|(agent_id, identity)| identity.into_owned(agent_id)),
+            cognition: self.cognition.map(wire::Cognition::into_owned),
+            action: self.action.map(|(status, action)| action.into_owned(status)),
+            state_delta: self.state_delta.map(wire::StateDelta::into_owned),
+            control: self.control.map(wire::Control::into_owned),
+        }
     }
 }
 
@@ -179,31 +234,155 @@ fn valid_section<W, T>(section: Option<Object<W>>, valid: impl FnOnce(W) -> Opti
 }
 
 /// The DecisionLog as the direct reading takes it: the types `from_json` accepts (a field that is `null` or
-/// absent is `None`, unknown fields are skipped), with the rules serde cannot state checked in `valid`.
+/// absent is `None`, unknown fields are skipped), borrowed from the body, with the rules serde cannot state
+/// checked in `valid`.
 mod wire {
     use std::borrow::Cow;
+    use std::fmt;
 
-    use serde::Deserialize;
+    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
     use serde_json::Value;
+    use serde_json::value::RawValue;
+    use time::OffsetDateTime;
 
     use super::{ActionStatus, Object};
     use crate::ids::{AgentId, MAX_ID_BYTES};
 
-    #[derive(Deserialize)]
+    #[derive(serde::Deserialize)]
     pub(super) struct Log<'a> {
         #[serde(borrow)]
         pub(super) meta: Option<Object<Meta<'a>>>,
-        pub(super) identity: Option<Object<Identity>>,
-        pub(super) cognition: Option<Object<Cognition>>,
+        #[serde(borrow)]
+        pub(super) identity: Option<Object<Identity<'a>>>,
+        #[serde(borrow)]
+        pub(super) cognition: Option<Object<Cognition<'a>>>,
         #[serde(borrow)]
         pub(super) action: Option<Object<Action<'a>>>,
-        pub(super) state_delta: Option<Object<StateDelta>>,
-        pub(super) control: Option<Object<Control>>,
+        #[serde(borrow)]
+        pub(super) state_delta: Option<Object<StateDelta<'a>>>,
+        #[serde(borrow)]
+        pub(super) control: Option<Object<Control<'a>>>,
     }
 
-    /// `Some(text)` when it is not empty (a required string must not be).
-    fn non_empty(text: String) -> Option<String> {
-        (!text.is_empty()).then_some(text)
+    /// A JSON string, borrowed from the body when it holds no escape. (serde borrows a `Cow<str>` field only
+    /// where the field is the `Cow` itself, never inside an `Option` or a `Vec`.)
+    #[derive(Debug)]
+    pub(super) struct Text<'a>(Cow<'a, str>);
+
+    impl Text<'_> {
+        pub(super) fn as_str(&self) -> &str {
+            &self.0
+        }
+
+        fn into_owned(self) -> String {
+            self.0.into_owned()
+        }
+
+        fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct TextVisitor;
+
+            impl<'de> Visitor<'de> for TextVisitor {
+                type Value = Cow<'de, str>;
+
+                fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    formatter.write_str("a string")
+                }
+
+                fn visit_borrowed_str<E: serde::de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+                    Ok(Cow::Borrowed(text))
+                }
+
+                fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                    Ok(Cow::Owned(text.to_owned()))
+                }
+            }
+
+            deserializer.deserialize_str(TextVisitor).map(Text)
+        }
+    }
+
+    /// A JSON value read as the value reading reads it, building nothing: numbers must fit an `f64`, a `\u`
+    /// escape must make a character. A value kept as its text (`&RawValue`, which serde_json only skips over, and
+    /// skipping takes `1e400` and a lone surrogate) is accepted only if it passes this, so the direct reading
+    /// never accepts what the value reading refuses.
+    struct Checked;
+
+    impl<'de> Deserialize<'de> for Checked {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_any(CheckedVisitor)
+        }
+    }
+
+    struct CheckedVisitor;
+
+    impl<'de> Visitor<'de> for CheckedVisitor {
+        type Value = Checked;
+
+        fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            formatter.write_str("a JSON value")
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_unit<E>(self) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Checked, A::Error> {
+            while items.next_element::<Checked>()?.is_some() {}
+            Ok(Checked)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Checked, A::Error> {
+            while entries.next_key::<Checked>()?.is_some() {
+                entries.next_value::<Checked>()?;
+            }
+            Ok(Checked)
+        }
+    }
+
+    /// Whether `raw` is a JSON text the value reading would take (see [`Checked`]).
+    fn checked(raw: &RawValue) -> bool {
+        serde_json::from_str::<Checked>(raw.get()).is_ok()
+    }
+
+    /// The value of a text that passed [`checked`]; the value reading of the same text cannot fail.
+    fn value_of(raw: &RawValue) -> Option<Value> {
+        serde_json::from_str(raw.get()).ok()
+    }
+
+    /// `Some` when a required string is not empty.
+    fn non_empty(text: &Text<'_>) -> Option<()> {
+        (!text.is_empty()).then_some(())
+    }
+
+    /// `Some` when an identity string is not empty and at most [`MAX_ID_BYTES`] long.
+    fn bounded(text: &Text<'_>) -> Option<()> {
+        (!text.is_empty() && text.as_str().len() <= MAX_ID_BYTES).then_some(())
     }
 
     /// `Some` when a number is absent or finite (numbers must be).
@@ -211,126 +390,172 @@ mod wire {
         number.is_none_or(f64::is_finite).then_some(())
     }
 
-    #[derive(Deserialize)]
+    fn owned_list(list: Option<Vec<Text<'_>>>) -> Option<Vec<String>> {
+        list.map(|items| items.into_iter().map(Text::into_owned).collect())
+    }
+
+    #[derive(Debug, serde::Deserialize)]
     pub(super) struct Meta<'a> {
-        trace_id: String,
         #[serde(borrow)]
-        timestamp: Cow<'a, str>,
-        parent_step_id: Option<String>,
-        cluster_id: Option<String>,
+        pub(super) trace_id: Text<'a>,
+        #[serde(borrow)]
+        timestamp: Text<'a>,
+        #[serde(borrow)]
+        parent_step_id: Option<Text<'a>>,
+        #[serde(borrow)]
+        cluster_id: Option<Text<'a>>,
     }
 
-    impl Meta<'_> {
-        pub(super) fn valid(self) -> Option<super::Meta> {
-            Some(super::Meta {
-                trace_id: non_empty(self.trace_id)?,
-                timestamp: crate::encoding::rfc3339::parse_utc(&self.timestamp)?,
-                parent_step_id: self.parent_step_id,
-                cluster_id: self.cluster_id,
-            })
+    impl<'a> Meta<'a> {
+        pub(super) fn valid(self) -> Option<(Self, OffsetDateTime)> {
+            non_empty(&self.trace_id)?;
+            let timestamp = crate::encoding::rfc3339::parse_utc(self.timestamp.as_str())?;
+            Some((self, timestamp))
+        }
+
+        pub(super) fn into_owned(self, timestamp: OffsetDateTime) -> super::Meta {
+            super::Meta {
+                trace_id: self.trace_id.into_owned(),
+                timestamp,
+                parent_step_id: self.parent_step_id.map(Text::into_owned),
+                cluster_id: self.cluster_id.map(Text::into_owned),
+            }
         }
     }
 
-    #[derive(Deserialize)]
-    pub(super) struct Identity {
-        agent_id: String,
-        agent_type: String,
-        capability_version: String,
+    #[derive(Debug, serde::Deserialize)]
+    pub(super) struct Identity<'a> {
+        #[serde(borrow)]
+        agent_id: Text<'a>,
+        #[serde(borrow)]
+        pub(super) agent_type: Text<'a>,
+        #[serde(borrow)]
+        pub(super) capability_version: Text<'a>,
     }
 
-    impl Identity {
-        pub(super) fn valid(self) -> Option<super::Identity> {
-            Some(super::Identity {
-                agent_id: AgentId::new(self.agent_id).ok()?,
-                agent_type: bounded(non_empty(self.agent_type)?)?,
-                capability_version: bounded(non_empty(self.capability_version)?)?,
-            })
+    impl<'a> Identity<'a> {
+        pub(super) fn valid(self) -> Option<(AgentId, Self)> {
+            bounded(&self.agent_type)?;
+            bounded(&self.capability_version)?;
+            Some((AgentId::new(self.agent_id.as_str()).ok()?, self))
+        }
+
+        pub(super) fn into_owned(self, agent_id: AgentId) -> super::Identity {
+            super::Identity {
+                agent_id,
+                agent_type: self.agent_type.into_owned(),
+                capability_version: self.capability_version.into_owned(),
+            }
         }
     }
 
-    /// `Some(text)` when it is at most [`MAX_ID_BYTES`] long (identity strings must be).
-    fn bounded(text: String) -> Option<String> {
-        (text.len() <= MAX_ID_BYTES).then_some(text)
-    }
-
-    #[derive(Deserialize)]
-    pub(super) struct Cognition {
-        intent: String,
-        reasoning_chain: Option<Vec<String>>,
+    #[derive(Debug, serde::Deserialize)]
+    pub(super) struct Cognition<'a> {
+        #[serde(borrow)]
+        intent: Text<'a>,
+        #[serde(borrow)]
+        reasoning_chain: Option<Vec<Text<'a>>>,
         confidence_score: Option<f64>,
-        strategy_used: Option<String>,
+        #[serde(borrow)]
+        strategy_used: Option<Text<'a>>,
         entropy_score: Option<f64>,
     }
 
-    impl Cognition {
-        pub(super) fn valid(self) -> Option<super::Cognition> {
+    impl Cognition<'_> {
+        pub(super) fn valid(self) -> Option<Self> {
             finite(self.confidence_score)?;
             finite(self.entropy_score)?;
-            Some(super::Cognition {
-                intent: non_empty(self.intent)?,
-                reasoning_chain: self.reasoning_chain,
+            non_empty(&self.intent)?;
+            Some(self)
+        }
+
+        pub(super) fn into_owned(self) -> super::Cognition {
+            super::Cognition {
+                intent: self.intent.into_owned(),
+                reasoning_chain: owned_list(self.reasoning_chain),
                 confidence_score: self.confidence_score,
-                strategy_used: self.strategy_used,
+                strategy_used: self.strategy_used.map(Text::into_owned),
                 entropy_score: self.entropy_score,
-            })
+            }
         }
     }
 
-    #[derive(Deserialize)]
+    #[derive(Debug, serde::Deserialize)]
     pub(super) struct Action<'a> {
         /// Read as text: serde's derived enum would also take `{"success": null}`.
         #[serde(borrow)]
         status: Cow<'a, str>,
-        tool_call: Option<String>,
-        tool_input: Option<Value>,
-        tool_output_summary: Option<String>,
+        #[serde(borrow)]
+        pub(super) tool_call: Option<Text<'a>>,
+        #[serde(borrow)]
+        tool_input: Option<&'a RawValue>,
+        #[serde(borrow)]
+        tool_output_summary: Option<Text<'a>>,
     }
 
     impl Action<'_> {
-        pub(super) fn valid(self) -> Option<super::Action> {
-            if !matches!(self.tool_input, None | Some(Value::Object(_) | Value::String(_))) {
-                return None;
+        pub(super) fn valid(self) -> Option<(ActionStatus, Self)> {
+            let status = ActionStatus::parse(&self.status)?;
+            if let Some(input) = self.tool_input {
+                // A raw value starts at its first byte: an object or a string, as the rule wants.
+                if !matches!(input.get().as_bytes().first(), Some(b'{' | b'"')) || !checked(input) {
+                    return None;
+                }
             }
-            Some(super::Action {
-                status: ActionStatus::parse(&self.status)?,
-                tool_call: self.tool_call,
-                tool_input: self.tool_input,
-                tool_output_summary: self.tool_output_summary,
-            })
+            Some((status, self))
+        }
+
+        pub(super) fn into_owned(self, status: ActionStatus) -> super::Action {
+            super::Action {
+                status,
+                tool_call: self.tool_call.map(Text::into_owned),
+                tool_input: self.tool_input.and_then(value_of),
+                tool_output_summary: self.tool_output_summary.map(Text::into_owned),
+            }
         }
     }
 
-    #[derive(Deserialize)]
-    pub(super) struct StateDelta {
-        added_to_memory: Option<Vec<String>>,
+    #[derive(Debug, serde::Deserialize)]
+    pub(super) struct StateDelta<'a> {
+        #[serde(borrow)]
+        added_to_memory: Option<Vec<Text<'a>>>,
         tokens_consumed: Option<u64>,
         cumulative_session_cost: Option<f64>,
     }
 
-    impl StateDelta {
-        pub(super) fn valid(self) -> Option<super::StateDelta> {
+    impl StateDelta<'_> {
+        pub(super) fn valid(self) -> Option<Self> {
             finite(self.cumulative_session_cost)?;
-            Some(super::StateDelta {
-                added_to_memory: self.added_to_memory,
+            Some(self)
+        }
+
+        pub(super) fn into_owned(self) -> super::StateDelta {
+            super::StateDelta {
+                added_to_memory: owned_list(self.added_to_memory),
                 tokens_consumed: self.tokens_consumed,
                 cumulative_session_cost: self.cumulative_session_cost,
-            })
+            }
         }
     }
 
-    #[derive(Deserialize)]
-    pub(super) struct Control {
+    #[derive(Debug, serde::Deserialize)]
+    pub(super) struct Control<'a> {
         hitl_required: Option<bool>,
-        interrupt_signal: Option<Value>,
+        #[serde(borrow)]
+        interrupt_signal: Option<&'a RawValue>,
         is_terminal: Option<bool>,
     }
 
-    impl From<Control> for super::Control {
-        fn from(wire: Control) -> Self {
-            Self {
-                hitl_required: wire.hitl_required.unwrap_or(false),
-                interrupt_signal: wire.interrupt_signal,
-                is_terminal: wire.is_terminal.unwrap_or(false),
+    impl Control<'_> {
+        pub(super) fn valid(self) -> Option<Self> {
+            self.interrupt_signal.is_none_or(checked).then_some(self)
+        }
+
+        pub(super) fn into_owned(self) -> super::Control {
+            super::Control {
+                hitl_required: self.hitl_required.unwrap_or(false),
+                interrupt_signal: self.interrupt_signal.and_then(value_of),
+                is_terminal: self.is_terminal.unwrap_or(false),
             }
         }
     }

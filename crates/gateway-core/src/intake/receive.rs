@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::ids::AgentId;
-use crate::intake::decision_log::DecisionLog;
+use crate::intake::decision_log::{DecisionLog, DirectLog};
 use crate::intake::interceptor::{
-    AcceptedLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
+    AcceptedLog, ReadLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
 };
 use crate::ports::capability::CapabilityNotes;
 use crate::ports::clock::Clock;
@@ -87,15 +87,16 @@ pub struct AcceptedReceipt {
     pub reminder: Option<Result<ScheduledReminder, ReminderNotScheduled>>,
 }
 
-/// A DecisionLog body as the interceptor read it, with nothing done yet (see [`DecisionLogIntake::inspect`]).
+/// A DecisionLog body as the interceptor read it, with nothing done yet (see [`DecisionLogIntake::inspect`]); it
+/// may borrow from the body.
 #[derive(Debug)]
-pub struct InspectedLog(Result<AcceptedLog, Rejection>);
+pub struct InspectedLog<'a>(Result<ReadLog<'a>, Rejection>);
 
-impl InspectedLog {
+impl InspectedLog<'_> {
     /// The agent an accepted log names (`identity.agent_id`); `None` for a log without an identity, and for a body
     /// that is refused (it names no agent the gateway has validated).
     pub fn agent_id(&self) -> Option<&AgentId> {
-        self.0.as_ref().ok().and_then(|accepted| accepted.log.agent_id())
+        self.0.as_ref().ok().and_then(ReadLog::agent_id)
     }
 
     /// Whether the log passed the schema (and will be accepted when settled).
@@ -170,20 +171,23 @@ impl DecisionLogIntake {
     /// This, `settle` and `accept` are `#[inline]`: called across the crate boundary, each moved the log (about
     /// 500 bytes) into another frame, some 250 instructions per DecisionLog (docs/benchmarks.md).
     #[inline]
-    pub fn inspect(&self, body: &[u8]) -> InspectedLog {
-        InspectedLog(SchemaInterceptor.inspect(body))
+    pub fn inspect<'a>(&self, body: &'a [u8]) -> InspectedLog<'a> {
+        InspectedLog(SchemaInterceptor.read(body))
     }
 
     /// Does what an inspected log asks: for an accepted log, notes its identity, schedules its reminder (and waits
     /// for the row), then publishes it; for a schema violation, publishes the `schema_violation` event. A log
     /// without a reminder is settled at once, and the future is ready at its first poll.
     #[inline]
-    pub fn settle(&self, inspected: InspectedLog) -> Settling<'_> {
+    pub fn settle(&self, inspected: InspectedLog<'_>) -> Settling<'_> {
         Settling(match inspected.0 {
-            Ok(AcceptedLog { log, reminder: None }) => SettlingState::Done(Some(Ok(self.accept(log, None)))),
+            Ok(ReadLog::Direct(log)) => SettlingState::Done(Some(Ok(self.accept_direct(log)))),
+            Ok(ReadLog::Accepted(AcceptedLog { log, reminder: None })) => {
+                SettlingState::Done(Some(Ok(self.accept(log, None))))
+            }
             // Boxed: the scheduler's future is large, and unboxed it would size every DecisionLog's future, which
             // hyper moves several times per request.
-            Ok(AcceptedLog { log, reminder: Some(reminder) }) => {
+            Ok(ReadLog::Accepted(AcceptedLog { log, reminder: Some(reminder) })) => {
                 SettlingState::Scheduling(Box::pin(self.accept_with_reminder(log, reminder)))
             }
             Err(Rejection::SchemaViolation(rejected)) => {
@@ -244,6 +248,18 @@ impl DecisionLogIntake {
             }
         }
         scheduled
+    }
+
+    /// [`Self::accept`] for a log read straight from its body: the owned log is built only to be published.
+    #[inline]
+    fn accept_direct(&self, log: DirectLog<'_>) -> AcceptedReceipt {
+        if self.ports.publisher.may_deliver(&Topic::Messages) {
+            return self.accept(log.into_owned(), None);
+        }
+        if let Some((agent_id, agent_type, capability_version)) = log.identity() {
+            self.ports.capabilities.note_capabilities(agent_id, agent_type, capability_version);
+        }
+        AcceptedReceipt { trace_id: log.trace_id().map(str::to_owned), reminder: None }
     }
 
     #[inline]
