@@ -185,7 +185,12 @@ impl HeartbeatManager {
         // capability writes keep only live agents' entries.
         let liveness = &self.inner.liveness;
         if liveness.is_shared() || liveness.is_live(agent_id) {
-            self.inner.capabilities.note(agent_id, agent_type, capability_version, self.inner.clock.now());
+            let entry = CapabilityEntry {
+                agent_type: agent_type.to_owned(),
+                capability_version: capability_version.to_owned(),
+                updated_at: self.inner.clock.now(),
+            };
+            self.inner.capabilities.register(agent_id, entry);
         }
     }
 

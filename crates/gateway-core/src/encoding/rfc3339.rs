@@ -5,7 +5,7 @@
 //! than reaching a conversion that would overflow.
 
 use time::format_description::well_known::Rfc3339;
-use time::{Date, Month, OffsetDateTime, PrimitiveDateTime, Time, UtcOffset};
+use time::{OffsetDateTime, UtcOffset};
 
 /// `instant` as the API writes every instant: RFC 3339 in UTC at millisecond precision, its fractional digits
 /// without trailing zeros (`2026-02-22T12:00:05.25Z`, `2026-02-22T12:00:05.001Z`), none on a whole second
@@ -77,37 +77,7 @@ pub fn parse(text: &str) -> Option<OffsetDateTime> {
 
 /// An RFC 3339 instant whose offset is UTC (`Z` or `+00:00`), as the DecisionLog and heartbeat contracts ask.
 pub fn parse_utc(text: &str) -> Option<OffsetDateTime> {
-    plain_utc(text).or_else(|| OffsetDateTime::parse(text, &Rfc3339).ok().filter(|instant| instant.offset().is_utc()))
-}
-
-/// The form nearly every client sends, `YYYY-MM-DDTHH:MM:SSZ` with at most nine fractional digits, read without
-/// the general parser (its machinery was most of the cost of a heartbeat's or a DecisionLog's timestamp): the
-/// instant `Rfc3339` makes of the same text, or `None` for any other text or an impossible date or time (leap
-/// seconds included), which the general parser then decides.
-fn plain_utc(text: &str) -> Option<OffsetDateTime> {
-    let bytes = text.as_bytes();
-    let separators = [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')];
-    if bytes.len() < 20 || bytes.last() != Some(&b'Z') || separators.iter().any(|&(at, byte)| bytes[at] != byte) {
-        return None;
-    }
-    let number = |digits: &[u8]| {
-        digits
-            .iter()
-            .try_fold(0u32, |number, &digit| digit.is_ascii_digit().then(|| number * 10 + u32::from(digit - b'0')))
-    };
-    let part = |from: usize| number(&bytes[from..from + 2]).and_then(|value| u8::try_from(value).ok());
-    let nanosecond = match &bytes[19..bytes.len() - 1] {
-        [] => 0,
-        [b'.', fraction @ ..] if (1..=9).contains(&fraction.len()) => {
-            number(fraction)? * 10u32.pow(9 - u32::try_from(fraction.len()).ok()?)
-        }
-        _ => return None,
-    };
-    let year = i32::try_from(number(&bytes[..4])?).ok()?;
-    let date = Date::from_calendar_date(year, Month::try_from(part(5)?).ok()?, part(8)?).ok()?;
-    let second = part(17).filter(|second| *second < 60)?;
-    let time = Time::from_hms_nano(part(11)?, part(14)?, second, nanosecond).ok()?;
-    Some(PrimitiveDateTime::new(date, time).assume_utc())
+    OffsetDateTime::parse(text, &Rfc3339).ok().filter(|instant| instant.offset().is_utc())
 }
 
 #[cfg(test)]
@@ -115,24 +85,6 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-
-    #[test]
-    fn the_plain_form_is_read_without_the_general_parser() {
-        assert_eq!(plain_utc("2026-02-22T12:00:05Z"), Some(datetime!(2026-02-22 12:00:05 UTC)));
-        assert_eq!(plain_utc("2024-02-29T23:59:59.000000001Z"), Some(datetime!(2024-02-29 23:59:59.000_000_001 UTC)));
-        assert_eq!(plain_utc("2026-02-22T12:00:05.25Z"), Some(datetime!(2026-02-22 12:00:05.25 UTC)));
-        // Left to the general parser: another offset, a leap second, ten fractional digits, an impossible date.
-        for other in [
-            "2026-02-22T12:00:05+00:00",
-            "2016-12-31T23:59:60Z",
-            "2026-02-22T12:00:05.0000000001Z",
-            "2026-02-22t12:00:05z",
-            "2025-02-29T12:00:05Z",
-        ] {
-            assert_eq!(plain_utc(other), None, "{other}");
-        }
-        assert_eq!(parse_utc("2026-02-22T12:00:05+00:00"), Some(datetime!(2026-02-22 12:00:05 UTC)));
-    }
 
     #[test]
     fn formats_in_utc_to_the_millisecond_without_trailing_zeros() {

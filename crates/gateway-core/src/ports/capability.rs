@@ -24,18 +24,6 @@ pub struct CapabilityEntry {
 /// The live capability map. Entries go when their agent is evicted.
 pub trait CapabilityMap: Send + Sync + Debug {
     fn register(&self, agent_id: &AgentId, entry: CapabilityEntry);
-
-    /// [`Self::register`] of the entry these parts make. A map that keeps its entries in place may update one
-    /// without building another: a live agent's every DecisionLog notes the same identity again.
-    fn note(&self, agent_id: &AgentId, agent_type: &str, capability_version: &str, updated_at: OffsetDateTime) {
-        let entry = CapabilityEntry {
-            agent_type: agent_type.to_owned(),
-            capability_version: capability_version.to_owned(),
-            updated_at,
-        };
-        self.register(agent_id, entry);
-    }
-
     fn remove_agent(&self, agent_id: &AgentId);
     fn get(&self, agent_id: &AgentId) -> Option<CapabilityEntry>;
 
@@ -81,27 +69,6 @@ impl CapabilityMap for InMemoryCapabilityMap {
         }
     }
 
-    /// In place for a known agent: no id copied, no strings made unless they changed.
-    fn note(&self, agent_id: &AgentId, agent_type: &str, capability_version: &str, updated_at: OffsetDateTime) {
-        let mut entries = lock(&self.entries);
-        if let Some(entry) = entries.get_mut(agent_id) {
-            if entry.agent_type != agent_type {
-                agent_type.clone_into(&mut entry.agent_type);
-            }
-            if entry.capability_version != capability_version {
-                capability_version.clone_into(&mut entry.capability_version);
-            }
-            entry.updated_at = updated_at;
-        } else if entries.len() < self.capacity {
-            let entry = CapabilityEntry {
-                agent_type: agent_type.to_owned(),
-                capability_version: capability_version.to_owned(),
-                updated_at,
-            };
-            entries.insert(agent_id.clone(), entry);
-        }
-    }
-
     fn remove_agent(&self, agent_id: &AgentId) {
         lock(&self.entries).remove(agent_id);
     }
@@ -137,34 +104,5 @@ mod tests {
         assert_eq!(map.get(&first), Some(updated));
         map.remove_agent(&first);
         assert!(map.is_empty());
-    }
-
-    /// Noting in place keeps `register`'s rules: bounded, known agents updated, each part as given.
-    #[test]
-    fn noting_is_registering_the_entry_the_parts_make() {
-        let noted = InMemoryCapabilityMap::new(1);
-        let registered = InMemoryCapabilityMap::new(1);
-        let (first, second) = (AgentId::new("a").unwrap(), AgentId::new("b").unwrap());
-        let later = datetime!(2026-02-22 12:00:05 UTC);
-        let steps = [
-            (&first, "t", "1", entry().updated_at),
-            (&second, "t", "1", later),
-            (&first, "t", "2", later),
-            (&first, "u", "2", later + time::Duration::SECOND),
-            (&first, "u", "2", later + time::Duration::MINUTE),
-        ];
-        for (agent_id, agent_type, capability_version, at) in steps {
-            noted.note(agent_id, agent_type, capability_version, at);
-            let entry = CapabilityEntry {
-                agent_type: agent_type.into(),
-                capability_version: capability_version.into(),
-                updated_at: at,
-            };
-            registered.register(agent_id, entry);
-            for agent in [&first, &second] {
-                assert_eq!(noted.get(agent), registered.get(agent), "{agent_id:?} {agent_type} {capability_version}");
-            }
-        }
-        assert_eq!((noted.len(), noted.get(&first).unwrap().agent_type.as_str()), (1, "u"));
     }
 }
