@@ -416,10 +416,10 @@ proptest! {
             1 => body.insert(at, byte),
             _ => { body.remove(at); }
         }
-        if let Ok(text) = std::str::from_utf8(&body) {
-            if let Err(disagreement) = readings_agree(text) {
-                prop_assert!(false, "{}", disagreement);
-            }
+        if let Ok(text) = std::str::from_utf8(&body)
+            && let Err(disagreement) = readings_agree(text)
+        {
+            prop_assert!(false, "{}", disagreement);
         }
     }
 
