@@ -3,7 +3,6 @@
 use std::borrow::Cow;
 
 use gateway_core::ids::MAX_ID_BYTES;
-use gateway_core::intake::direct_json::scan::{Flat, flat};
 use gateway_core::{AgentId, ClusterId};
 use serde::Deserialize;
 use serde_json::Value;
@@ -41,36 +40,15 @@ impl HeartbeatPing {
     /// The ping of a body that is certainly valid, read without a JSON tree; `None` for anything else (not JSON,
     /// a refused field, or a shape the direct reading leaves to the other, such as a timestamp that is not a
     /// string), which [`Self::from_json`] then decides. See `gateway_core::intake::direct_json`.
-    ///
-    /// A plain body (strings without escapes) is read by hand, every other one by serde's derive, with the same
-    /// checks after either.
     pub fn from_valid_body(body: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(body).ok()?;
-        match flat(text, ["type", "agent_id", "cluster_id", "timestamp"]) {
-            Some([Flat::Text(kind), Flat::Text(agent_id), Flat::Text(cluster_id), timestamp]) => {
-                let timestamp = match timestamp {
-                    Flat::Text(timestamp) => Some(timestamp),
-                    Flat::Absent | Flat::Null => None,
-                };
-                Self::valid(kind, agent_id.to_owned(), cluster_id.to_owned(), timestamp)
-            }
-            // A required field absent or `null`: serde's reading refuses it as well.
-            Some(_) => None,
-            None => {
-                let ping: PingFields<'_> = gateway_core::intake::direct_json::read(body)?;
-                Self::valid(&ping.kind, ping.agent_id, ping.cluster_id, ping.timestamp.as_deref())
-            }
-        }
-    }
-
-    fn valid(kind: &str, agent_id: String, cluster_id: String, timestamp: Option<&str>) -> Option<Self> {
-        if kind != "heartbeat" || timestamp.is_some_and(|text| text.len() > MAX_ID_BYTES) {
+        let ping: PingFields<'_> = gateway_core::intake::direct_json::read(body)?;
+        if ping.kind != "heartbeat" || ping.timestamp.as_ref().is_some_and(|text| text.len() > MAX_ID_BYTES) {
             return None;
         }
         Some(Self {
-            agent_id: AgentId::new(agent_id).ok()?,
-            cluster_id: ClusterId::new(cluster_id).ok()?,
-            timestamp: timestamp.and_then(gateway_core::encoding::rfc3339::parse_utc),
+            agent_id: AgentId::new(ping.agent_id).ok()?,
+            cluster_id: ClusterId::new(ping.cluster_id).ok()?,
+            timestamp: ping.timestamp.as_deref().and_then(gateway_core::encoding::rfc3339::parse_utc),
         })
     }
 }

@@ -425,39 +425,10 @@ mod wire {
 
         use super::{Action, Cognition, Control, Identity, Json, Log, Meta, StateDelta, Text};
         use crate::intake::direct_json::Object;
-        use crate::intake::direct_json::scan::Scan;
-
-        /// The readings of the wire's own types.
-        trait WireScan<'a> {
-            fn text(&mut self) -> Option<Text<'a>>;
-            fn optional_text(&mut self) -> Option<Option<Text<'a>>>;
-            fn optional_texts(&mut self) -> Option<Option<Vec<Text<'a>>>>;
-            fn optional_json(&mut self) -> Option<Option<Json<'a>>>;
-        }
-
-        impl<'a> WireScan<'a> for Scan<'a> {
-            fn text(&mut self) -> Option<Text<'a>> {
-                self.string().map(|text| Text(Cow::Borrowed(text)))
-            }
-
-            fn optional_text(&mut self) -> Option<Option<Text<'a>>> {
-                if self.null() { Some(None) } else { self.text().map(Some) }
-            }
-
-            fn optional_texts(&mut self) -> Option<Option<Vec<Text<'a>>>> {
-                if self.null() { Some(None) } else { self.array_of(|scan| scan.text()).map(Some) }
-            }
-
-            /// Any value, kept as its text: no escape and no number out of an `f64`'s range get past the skipping,
-            /// which is what `Checked` refuses.
-            fn optional_json(&mut self) -> Option<Option<Json<'a>>> {
-                if self.null() { Some(None) } else { self.skipped().map(|text| Some(Json { text, checked: true })) }
-            }
-        }
 
         /// The log of `text`, a body as text.
         pub(in super::super) fn log(text: &str) -> Option<Log<'_>> {
-            let mut scan = Scan::new(text);
+            let mut scan = Scan { text, at: 0, depth: 0 };
             let mut log =
                 Log { meta: None, identity: None, cognition: None, action: None, state_delta: None, control: None };
             let mut seen = Seen::default();
@@ -470,7 +441,8 @@ mod wire {
                 "control" => section(scan, seen.first(5)?, &mut log.control, control),
                 _ => scan.skip(),
             })?;
-            scan.at_end().then_some(log)
+            scan.space();
+            (scan.at == text.len()).then_some(log)
         }
 
         /// Which of an object's known keys came already: serde's derive refuses a key given twice, even after a
@@ -595,6 +567,277 @@ mod wire {
                 Some(())
             })?;
             Some(Control { hitl_required, interrupt_signal, is_terminal })
+        }
+
+        /// Where the first `"`, `\\` or control character of `bytes` is, eight bytes at a time: a byte-by-byte
+        /// search was two thirds of this reading.
+        pub(in super::super) fn special(bytes: &[u8]) -> Option<usize> {
+            const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+            const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+            // Bit 7 of each byte below `limit` (at most 0x80); above the first such byte a borrow may mark others,
+            // so only the lowest marked byte counts.
+            let below = |word: u64, limit: u8| word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS;
+            let mut chunks = bytes.chunks_exact(8);
+            let mut offset = 0;
+            for chunk in chunks.by_ref() {
+                let word = u64::from_le_bytes(chunk.try_into().ok()?);
+                let marks = below(word ^ (ONES * u64::from(b'"')), 1)
+                    | below(word ^ (ONES * u64::from(b'\\')), 1)
+                    | below(word, 0x20);
+                if marks != 0 {
+                    return Some(offset + marks.trailing_zeros() as usize / 8);
+                }
+                offset += 8;
+            }
+            let tail = chunks.remainder();
+            tail.iter().position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20).map(|at| offset + at)
+        }
+
+        /// How deep [`Scan::skip`] goes into the arrays and objects of a value, below the section it is in: far
+        /// less than the value reading's limit ([`crate::intake::direct_json::VALUE_DEPTH_LIMIT`]), so no body it
+        /// takes nests deeper than that, and its recursion stays short.
+        const MAX_SKIPPED_DEPTH: usize = 64;
+
+        /// The longest number [`Scan::skip`] takes (without an exponent): any such is far inside an `f64`'s range.
+        const MAX_SKIPPED_NUMBER: usize = 100;
+
+        /// A position in the text; every reading moves past what it read, or says `None`.
+        struct Scan<'a> {
+            text: &'a str,
+            at: usize,
+            /// Arrays and objects open in [`Self::skip`]: bounded (see [`MAX_SKIPPED_DEPTH`]).
+            depth: usize,
+        }
+
+        impl<'a> Scan<'a> {
+            /// JSON's whitespace (no other).
+            fn space(&mut self) {
+                let bytes = self.text.as_bytes();
+                while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.at) {
+                    self.at += 1;
+                }
+            }
+
+            /// The next byte after whitespace, not taken.
+            fn peek(&mut self) -> Option<u8> {
+                self.space();
+                self.text.as_bytes().get(self.at).copied()
+            }
+
+            fn eat(&mut self, byte: u8) -> Option<()> {
+                (self.peek()? == byte).then(|| self.at += 1)
+            }
+
+            fn literal(&mut self, word: &str) -> bool {
+                let found = self.peek().is_some() && self.text.as_bytes()[self.at..].starts_with(word.as_bytes());
+                if found {
+                    self.at += word.len();
+                }
+                found
+            }
+
+            fn null(&mut self) -> bool {
+                self.literal("null")
+            }
+
+            /// An object, `field` reading the value of each key (and `None` to give up).
+            fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+                self.eat(b'{')?;
+                if self.peek()? == b'}' {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    let key = self.string()?;
+                    self.eat(b':')?;
+                    field(self, key)?;
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b'}' => {
+                            self.at += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+
+            /// A string without escapes or control characters (JSON allows none unescaped), as it stands.
+            fn string(&mut self) -> Option<&'a str> {
+                self.eat(b'"')?;
+                let start = self.at;
+                let length = special(&self.text.as_bytes()[start..])?;
+                if self.text.as_bytes()[start + length] != b'"' {
+                    return None;
+                }
+                self.at = start + length + 1;
+                // Both ends are ASCII bytes of valid UTF-8, so char boundaries.
+                self.text.get(start..start + length)
+            }
+
+            fn text(&mut self) -> Option<Text<'a>> {
+                self.string().map(|text| Text(Cow::Borrowed(text)))
+            }
+
+            fn optional_text(&mut self) -> Option<Option<Text<'a>>> {
+                if self.null() { Some(None) } else { self.text().map(Some) }
+            }
+
+            fn optional_texts(&mut self) -> Option<Option<Vec<Text<'a>>>> {
+                if self.null() {
+                    return Some(None);
+                }
+                self.eat(b'[')?;
+                let mut texts = Vec::new();
+                if self.peek()? == b']' {
+                    self.at += 1;
+                    return Some(Some(texts));
+                }
+                loop {
+                    texts.push(self.text()?);
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b']' => {
+                            self.at += 1;
+                            return Some(Some(texts));
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+
+            fn optional_bool(&mut self) -> Option<Option<bool>> {
+                if self.null() {
+                    Some(None)
+                } else if self.literal("true") {
+                    Some(Some(true))
+                } else if self.literal("false") {
+                    Some(Some(false))
+                } else {
+                    None
+                }
+            }
+
+            /// An array, each element skipped.
+            fn array(&mut self) -> Option<()> {
+                self.eat(b'[')?;
+                if self.peek()? == b']' {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.skip()?;
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b']' => {
+                            self.at += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+
+            /// A number as JSON writes one, as it stands.
+            fn number(&mut self) -> Option<&'a str> {
+                self.space();
+                let bytes = self.text.as_bytes();
+                let start = self.at;
+                let mut at = start;
+                let digits = |at: &mut usize| {
+                    let first = *at;
+                    while let Some(b'0'..=b'9') = bytes.get(*at) {
+                        *at += 1;
+                    }
+                    *at > first
+                };
+                if bytes.get(at) == Some(&b'-') {
+                    at += 1;
+                }
+                match bytes.get(at) {
+                    Some(b'0') => at += 1,
+                    Some(b'1'..=b'9') => {
+                        digits(&mut at);
+                    }
+                    _ => return None,
+                }
+                if bytes.get(at) == Some(&b'.') {
+                    at += 1;
+                    if !digits(&mut at) {
+                        return None;
+                    }
+                }
+                if let Some(b'e' | b'E') = bytes.get(at) {
+                    at += 1;
+                    if let Some(b'+' | b'-') = bytes.get(at) {
+                        at += 1;
+                    }
+                    if !digits(&mut at) {
+                        return None;
+                    }
+                }
+                self.at = at;
+                self.text.get(start..at)
+            }
+
+            /// A number read as serde_json reads one into an `f64`: correctly rounded (its `float_roundtrip`), as
+            /// Rust's own parse is, integers too (its integer-to-float conversion rounds to nearest as well).
+            /// An infinite one (`1e400`) is refused there, and by the rule here.
+            fn optional_f64(&mut self) -> Option<Option<f64>> {
+                if self.null() {
+                    return Some(None);
+                }
+                let number: f64 = self.number()?.parse().ok()?;
+                number.is_finite().then_some(Some(number))
+            }
+
+            /// A count: digits only (serde_json takes `5.0` or `-0` for no `u64`), that fit.
+            fn optional_u64(&mut self) -> Option<Option<u64>> {
+                if self.null() {
+                    return Some(None);
+                }
+                let number = self.number()?;
+                if !number.bytes().all(|byte| byte.is_ascii_digit()) {
+                    return None;
+                }
+                number.parse().ok().map(Some)
+            }
+
+            /// Any value, kept as its text.
+            fn optional_json(&mut self) -> Option<Option<Json<'a>>> {
+                if self.null() {
+                    return Some(None);
+                }
+                self.space();
+                let start = self.at;
+                self.skip()?;
+                // No escape and no number out of an `f64`'s range got past `skip`: what `Checked` refuses.
+                self.text.get(start..self.at).map(|text| Some(Json { text, checked: true }))
+            }
+
+            /// Any value, checked as strictly as the value reading checks it: strings without escapes, numbers
+            /// without an exponent and short enough to be finite as an `f64`, nesting bounded.
+            fn skip(&mut self) -> Option<()> {
+                match self.peek()? {
+                    b'"' => self.string().map(drop),
+                    opener @ (b'{' | b'[') => {
+                        self.depth += 1;
+                        if self.depth > MAX_SKIPPED_DEPTH {
+                            return None;
+                        }
+                        let skipped = if opener == b'{' { self.object(|scan, _| scan.skip()) } else { self.array() };
+                        self.depth -= 1;
+                        skipped
+                    }
+                    b't' => self.literal("true").then_some(()),
+                    b'f' => self.literal("false").then_some(()),
+                    b'n' => self.null().then_some(()),
+                    _ => {
+                        let number = self.number()?;
+                        (number.len() <= MAX_SKIPPED_NUMBER && !number.contains(['e', 'E'])).then_some(())
+                    }
+                }
+            }
         }
     }
 
@@ -1222,12 +1465,12 @@ mod tests {
                         if at + 1 < length {
                             bytes[length - 1] = b'"';
                         }
-                        assert_eq!(crate::intake::direct_json::scan::special(&bytes), naive(&bytes), "{bytes:?}");
+                        assert_eq!(wire::scan::special(&bytes), naive(&bytes), "{bytes:?}");
                     }
                 }
             }
             let clean = vec![b'x'; length];
-            assert_eq!(crate::intake::direct_json::scan::special(&clean), None);
+            assert_eq!(wire::scan::special(&clean), None);
         }
     }
 }
