@@ -11,9 +11,9 @@ pub mod conformance;
 
 // The domain types every crate names, and the intake.
 pub use ids::{AgentId, ClusterId, CompactAgentId, INLINE_AGENT_ID_BYTES, IdError, IdempotencyKey, ToolCallId};
-pub use intake::decision_log::{DecisionLog, SchemaViolation};
+pub use intake::decision_log::{DecisionLog, DirectLog, SchemaViolation};
 pub use intake::interceptor::{
-    AcceptedLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
+    AcceptedLog, ReadLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
 };
 pub use intake::{
     AcceptedReceipt, DecisionLogIntake, InspectedLog, IntakePorts, ReminderDesk, ReminderNotScheduled, ReminderRefusal,

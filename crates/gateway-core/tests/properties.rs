@@ -390,6 +390,39 @@ proptest! {
         let _ = SchemaInterceptor.inspect(&body);
     }
 
+    /// The same broken bodies, and the load generator's log, are read alike by the direct readings (the hand
+    /// reading of plain logs, serde's) and the value reading.
+    #[test]
+    fn a_log_with_one_byte_broken_is_read_alike(at in any::<prop::sample::Index>(), byte in any::<u8>(), how in 0..3u8, which in 0..2usize) {
+        let logs = [
+            json!({
+                "meta": {"trace_id": "t-1", "timestamp": "2026-02-22T12:00:00Z"},
+                "identity": {"agent_id": "a-1", "agent_type": "planner", "capability_version": "1"},
+                "action": {"status": "success", "tool_call": "schedule_reminder", "tool_input": {"delay_ms": 5, "payload": {}}}
+            }),
+            json!({
+                "meta": {"trace_id": "t-1", "timestamp": "2026-02-22T12:00:00Z"},
+                "identity": {"agent_id": "agent-7", "agent_type": "researcher", "capability_version": "1.4.0"},
+                "cognition": {"intent": "summarize", "reasoning_chain": ["a", "b", "c"], "confidence_score": 0.8},
+                "action": {"status": "success", "tool_call": "search", "tool_input": {"q": "rust", "n": [1, -2.5e3, null, true]}},
+                "state_delta": {"tokens_consumed": 512, "cumulative_session_cost": 12},
+                "control": {"is_terminal": false, "interrupt_signal": {"why": "x"}}
+            }),
+        ];
+        let mut body = serde_json::to_vec(&logs[which]).unwrap();
+        let at = at.index(body.len());
+        match how {
+            0 => body[at] = byte,
+            1 => body.insert(at, byte),
+            _ => { body.remove(at); }
+        }
+        if let Ok(text) = std::str::from_utf8(&body)
+            && let Err(disagreement) = readings_agree(text)
+        {
+            prop_assert!(false, "{}", disagreement);
+        }
+    }
+
     #[test]
     fn rfc3339_round_trips_every_instant_it_can_write(seconds in -62_167_219_200i64..253_402_300_800, nanos in 0u32..1_000_000_000) {
         let instant = OffsetDateTime::from_unix_timestamp(seconds).unwrap() + time::Duration::nanoseconds(i64::from(nanos));

@@ -156,17 +156,78 @@ impl DecisionLog {
 impl DecisionLog {
     /// The log of a body that is certainly valid, read without a JSON tree; `None` for anything else (not JSON,
     /// a broken rule, a repeated key...), which [`Self::from_json`] then decides and names. See
-    /// [`crate::intake::direct_json`]; each check here is one of `from_json`'s rules.
+    /// [`crate::intake::direct_json`] and [`DirectLog`]; each check there is one of `from_json`'s rules.
     pub fn from_valid_body(body: &[u8]) -> Option<Self> {
-        let wire: wire::Log<'_> = crate::intake::direct_json::read(body)?;
+        DirectLog::read(body).map(DirectLog::into_owned)
+    }
+}
+
+/// A valid DecisionLog read straight from its body, owning almost nothing: its strings are borrowed from the body
+/// (unescaped into their own only where the body escapes them), and `tool_input` and `interrupt_signal` stay the
+/// JSON text they are (checked as the value reading would check them). The intake reads what every log needs (the
+/// identity, the trace id, the tool call) from here, and builds the owned [`DecisionLog`] only for someone who
+/// takes it (a subscriber of `gateway:messages`, a reminder): otherwise its dozen strings and its built
+/// `tool_input` would be allocated, copied and freed for nothing (docs/benchmarks.md, s28-h and s31-h).
+#[derive(Debug)]
+pub struct DirectLog<'a> {
+    meta: Option<(wire::Meta<'a>, OffsetDateTime)>,
+    identity: Option<(AgentId, wire::Identity<'a>)>,
+    cognition: Option<wire::Cognition<'a>>,
+    action: Option<(ActionStatus, wire::Action<'a>)>,
+    state_delta: Option<wire::StateDelta<'a>>,
+    control: Option<wire::Control<'a>>,
+}
+
+impl<'a> DirectLog<'a> {
+    /// The log of a body that is certainly valid, or `None` (see [`DecisionLog::from_valid_body`]).
+    pub fn read(body: &'a [u8]) -> Option<Self> {
+        let text = std::str::from_utf8(body).ok()?;
+        // The plainest logs by hand, every other one by serde; the same rules check either.
+        let wire = match wire::scan::log(text) {
+            Some(wire) => wire,
+            None if crate::intake::direct_json::shallow(text) => crate::intake::direct_json::read_text(text)?,
+            None => return None,
+        };
         Some(Self {
             meta: valid_section(wire.meta, wire::Meta::valid)?,
             identity: valid_section(wire.identity, wire::Identity::valid)?,
             cognition: valid_section(wire.cognition, wire::Cognition::valid)?,
             action: valid_section(wire.action, wire::Action::valid)?,
             state_delta: valid_section(wire.state_delta, wire::StateDelta::valid)?,
-            control: wire.control.map(|Object(control)| control.into()),
+            control: valid_section(wire.control, wire::Control::valid)?,
         })
+    }
+
+    pub fn trace_id(&self) -> Option<&str> {
+        self.meta.as_ref().map(|(meta, _)| meta.trace_id.as_str())
+    }
+
+    pub fn agent_id(&self) -> Option<&AgentId> {
+        self.identity.as_ref().map(|(agent_id, _)| agent_id)
+    }
+
+    /// `identity`: the agent, its `agent_type` and its `capability_version`.
+    pub fn identity(&self) -> Option<(&AgentId, &str, &str)> {
+        self.identity
+            .as_ref()
+            .map(|(agent_id, identity)| (agent_id, identity.agent_type.as_str(), identity.capability_version.as_str()))
+    }
+
+    /// `action.tool_call`.
+    pub fn tool_call(&self) -> Option<&str> {
+        self.action.as_ref()?.1.tool_call.as_ref().map(wire::Text::as_str)
+    }
+
+    /// The owned log, exactly as [`DecisionLog::from_json`] builds it from the same body.
+    pub fn into_owned(self) -> DecisionLog {
+        DecisionLog {
+            meta: self.meta.map(|(meta, timestamp)| meta.into_owned(timestamp)),
+            identity: self.identity.map(|(agent_id, identity)| identity.into_owned(agent_id)),
+            cognition: self.cognition.map(wire::Cognition::into_owned),
+            action: self.action.map(|(status, action)| action.into_owned(status)),
+            state_delta: self.state_delta.map(wire::StateDelta::into_owned),
+            control: self.control.map(wire::Control::into_owned),
+        }
     }
 }
 
@@ -179,31 +240,169 @@ fn valid_section<W, T>(section: Option<Object<W>>, valid: impl FnOnce(W) -> Opti
 }
 
 /// The DecisionLog as the direct reading takes it: the types `from_json` accepts (a field that is `null` or
-/// absent is `None`, unknown fields are skipped), with the rules serde cannot state checked in `valid`.
+/// absent is `None`, unknown fields are skipped), borrowed from the body, with the rules serde cannot state
+/// checked in `valid`.
 mod wire {
     use std::borrow::Cow;
+    use std::fmt;
 
-    use serde::Deserialize;
+    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
     use serde_json::Value;
+    use serde_json::value::RawValue;
+    use time::OffsetDateTime;
 
     use super::{ActionStatus, Object};
     use crate::ids::{AgentId, MAX_ID_BYTES};
 
-    #[derive(Deserialize)]
+    #[derive(serde::Deserialize)]
     pub(super) struct Log<'a> {
         #[serde(borrow)]
         pub(super) meta: Option<Object<Meta<'a>>>,
-        pub(super) identity: Option<Object<Identity>>,
-        pub(super) cognition: Option<Object<Cognition>>,
+        #[serde(borrow)]
+        pub(super) identity: Option<Object<Identity<'a>>>,
+        #[serde(borrow)]
+        pub(super) cognition: Option<Object<Cognition<'a>>>,
         #[serde(borrow)]
         pub(super) action: Option<Object<Action<'a>>>,
-        pub(super) state_delta: Option<Object<StateDelta>>,
-        pub(super) control: Option<Object<Control>>,
+        #[serde(borrow)]
+        pub(super) state_delta: Option<Object<StateDelta<'a>>>,
+        #[serde(borrow)]
+        pub(super) control: Option<Object<Control<'a>>>,
     }
 
-    /// `Some(text)` when it is not empty (a required string must not be).
-    fn non_empty(text: String) -> Option<String> {
-        (!text.is_empty()).then_some(text)
+    /// A JSON string, borrowed from the body when it holds no escape. (serde borrows a `Cow<str>` field only
+    /// where the field is the `Cow` itself, never inside an `Option` or a `Vec`.)
+    #[derive(Debug)]
+    pub(super) struct Text<'a>(Cow<'a, str>);
+
+    impl Text<'_> {
+        pub(super) fn as_str(&self) -> &str {
+            &self.0
+        }
+
+        fn into_owned(self) -> String {
+            self.0.into_owned()
+        }
+
+        fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct TextVisitor;
+
+            impl<'de> Visitor<'de> for TextVisitor {
+                type Value = Cow<'de, str>;
+
+                fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    formatter.write_str("a string")
+                }
+
+                fn visit_borrowed_str<E: serde::de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+                    Ok(Cow::Borrowed(text))
+                }
+
+                fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                    Ok(Cow::Owned(text.to_owned()))
+                }
+            }
+
+            deserializer.deserialize_str(TextVisitor).map(Text)
+        }
+    }
+
+    /// A JSON value read as the value reading reads it, building nothing: numbers must fit an `f64`, a `\u`
+    /// escape must make a character. A value kept as its text (`&RawValue`, which serde_json only skips over, and
+    /// skipping takes `1e400` and a lone surrogate) is accepted only if it passes this, so the direct reading
+    /// never accepts what the value reading refuses.
+    struct Checked;
+
+    impl<'de> Deserialize<'de> for Checked {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_any(CheckedVisitor)
+        }
+    }
+
+    struct CheckedVisitor;
+
+    impl<'de> Visitor<'de> for CheckedVisitor {
+        type Value = Checked;
+
+        fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            formatter.write_str("a JSON value")
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_unit<E>(self) -> Result<Checked, E> {
+            Ok(Checked)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Checked, A::Error> {
+            while items.next_element::<Checked>()?.is_some() {}
+            Ok(Checked)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Checked, A::Error> {
+            while entries.next_key::<Checked>()?.is_some() {
+                entries.next_value::<Checked>()?;
+            }
+            Ok(Checked)
+        }
+    }
+
+    /// Whether `raw` is a JSON text the value reading would take (see [`Checked`]).
+    fn checked(raw: &Json<'_>) -> bool {
+        raw.checked || serde_json::from_str::<Checked>(raw.text).is_ok()
+    }
+
+    /// The value of a text that passed [`checked`]; the value reading of the same text cannot fail.
+    fn value_of(raw: Json<'_>) -> Option<Value> {
+        serde_json::from_str(raw.text).ok()
+    }
+
+    /// A JSON value kept as its text, from its first byte to its last; `checked` when it is known to pass
+    /// [`Checked`] already.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct Json<'a> {
+        text: &'a str,
+        checked: bool,
+    }
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Json<'a> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            <&'de RawValue>::deserialize(deserializer).map(|raw| Json { text: raw.get(), checked: false })
+        }
+    }
+
+    /// `Some` when a required string is not empty.
+    fn non_empty(text: &Text<'_>) -> Option<()> {
+        (!text.is_empty()).then_some(())
+    }
+
+    /// `Some` when an identity string is not empty and at most [`MAX_ID_BYTES`] long.
+    fn bounded(text: &Text<'_>) -> Option<()> {
+        (!text.is_empty() && text.as_str().len() <= MAX_ID_BYTES).then_some(())
     }
 
     /// `Some` when a number is absent or finite (numbers must be).
@@ -211,126 +410,599 @@ mod wire {
         number.is_none_or(f64::is_finite).then_some(())
     }
 
-    #[derive(Deserialize)]
+    fn owned_list(list: Option<Vec<Text<'_>>>) -> Option<Vec<String>> {
+        list.map(|items| items.into_iter().map(Text::into_owned).collect())
+    }
+
+    /// The plainest DecisionLogs read by hand: strict JSON whose strings hold no escape, and no key twice within a
+    /// section. serde's reading costs some 200 instructions a key and a string value (its field matching, a visitor
+    /// and an `Option` per field), about as much again as the skipping of the same bytes (docs/benchmarks.md,
+    /// s31-h); this one compares each key with the names it can be. It only ever takes a log that the serde
+    /// reading would read into the same fields, and says `None` to anything else (an escape, a key repeated, a
+    /// number in a form it does not read, anything not JSON), which the serde reading then takes or leaves.
+    pub(super) mod scan {
+        use std::borrow::Cow;
+
+        use super::{Action, Cognition, Control, Identity, Json, Log, Meta, StateDelta, Text};
+        use crate::intake::direct_json::Object;
+
+        /// The log of `text`, a body as text.
+        pub(in super::super) fn log(text: &str) -> Option<Log<'_>> {
+            let mut scan = Scan { text, at: 0, depth: 0 };
+            let mut log =
+                Log { meta: None, identity: None, cognition: None, action: None, state_delta: None, control: None };
+            let mut seen = Seen::default();
+            scan.object(|scan, key| match key {
+                "meta" => section(scan, seen.first(0)?, &mut log.meta, meta),
+                "identity" => section(scan, seen.first(1)?, &mut log.identity, identity),
+                "cognition" => section(scan, seen.first(2)?, &mut log.cognition, cognition),
+                "action" => section(scan, seen.first(3)?, &mut log.action, action),
+                "state_delta" => section(scan, seen.first(4)?, &mut log.state_delta, state_delta),
+                "control" => section(scan, seen.first(5)?, &mut log.control, control),
+                _ => scan.skip(),
+            })?;
+            scan.space();
+            (scan.at == text.len()).then_some(log)
+        }
+
+        /// Which of an object's known keys came already: serde's derive refuses a key given twice, even after a
+        /// `null`.
+        #[derive(Default)]
+        struct Seen(u8);
+
+        impl Seen {
+            fn first(&mut self, field: u8) -> Option<()> {
+                let bit = 1 << field;
+                let first = self.0 & bit == 0;
+                self.0 |= bit;
+                first.then_some(())
+            }
+        }
+
+        /// A section: `null` (absent) or an object read by `read`.
+        fn section<'a, T>(
+            scan: &mut Scan<'a>,
+            (): (),
+            slot: &mut Option<Object<T>>,
+            read: fn(&mut Scan<'a>) -> Option<T>,
+        ) -> Option<()> {
+            if !scan.null() {
+                *slot = Some(Object(read(scan)?));
+            }
+            Some(())
+        }
+
+        fn meta<'a>(scan: &mut Scan<'a>) -> Option<Meta<'a>> {
+            let (mut trace_id, mut timestamp, mut parent_step_id, mut cluster_id) = (None, None, None, None);
+            let mut seen = Seen::default();
+            scan.object(|scan, key| {
+                match key {
+                    "trace_id" => (seen.first(0)?, trace_id = Some(scan.text()?)),
+                    "timestamp" => (seen.first(1)?, timestamp = Some(scan.text()?)),
+                    "parent_step_id" => (seen.first(2)?, parent_step_id = scan.optional_text()?),
+                    "cluster_id" => (seen.first(3)?, cluster_id = scan.optional_text()?),
+                    _ => (scan.skip()?, ()),
+                };
+                Some(())
+            })?;
+            Some(Meta { trace_id: trace_id?, timestamp: timestamp?, parent_step_id, cluster_id })
+        }
+
+        fn identity<'a>(scan: &mut Scan<'a>) -> Option<Identity<'a>> {
+            let (mut agent_id, mut agent_type, mut capability_version) = (None, None, None);
+            let mut seen = Seen::default();
+            scan.object(|scan, key| {
+                match key {
+                    "agent_id" => (seen.first(0)?, agent_id = Some(scan.text()?)),
+                    "agent_type" => (seen.first(1)?, agent_type = Some(scan.text()?)),
+                    "capability_version" => (seen.first(2)?, capability_version = Some(scan.text()?)),
+                    _ => (scan.skip()?, ()),
+                };
+                Some(())
+            })?;
+            Some(Identity { agent_id: agent_id?, agent_type: agent_type?, capability_version: capability_version? })
+        }
+
+        fn cognition<'a>(scan: &mut Scan<'a>) -> Option<Cognition<'a>> {
+            let mut intent = None;
+            let (mut reasoning_chain, mut confidence_score, mut strategy_used, mut entropy_score) =
+                (None, None, None, None);
+            let mut seen = Seen::default();
+            scan.object(|scan, key| {
+                match key {
+                    "intent" => (seen.first(0)?, intent = Some(scan.text()?)),
+                    "reasoning_chain" => (seen.first(1)?, reasoning_chain = scan.optional_texts()?),
+                    "confidence_score" => (seen.first(2)?, confidence_score = scan.optional_f64()?),
+                    "strategy_used" => (seen.first(3)?, strategy_used = scan.optional_text()?),
+                    "entropy_score" => (seen.first(4)?, entropy_score = scan.optional_f64()?),
+                    _ => (scan.skip()?, ()),
+                };
+                Some(())
+            })?;
+            Some(Cognition { intent: intent?, reasoning_chain, confidence_score, strategy_used, entropy_score })
+        }
+
+        fn action<'a>(scan: &mut Scan<'a>) -> Option<Action<'a>> {
+            let mut status = None;
+            let (mut tool_call, mut tool_input, mut tool_output_summary) = (None, None, None);
+            let mut seen = Seen::default();
+            scan.object(|scan, key| {
+                match key {
+                    "status" => (seen.first(0)?, status = Some(scan.string()?)),
+                    "tool_call" => (seen.first(1)?, tool_call = scan.optional_text()?),
+                    "tool_input" => (seen.first(2)?, tool_input = scan.optional_json()?),
+                    "tool_output_summary" => (seen.first(3)?, tool_output_summary = scan.optional_text()?),
+                    _ => (scan.skip()?, ()),
+                };
+                Some(())
+            })?;
+            Some(Action { status: Cow::Borrowed(status?), tool_call, tool_input, tool_output_summary })
+        }
+
+        fn state_delta<'a>(scan: &mut Scan<'a>) -> Option<StateDelta<'a>> {
+            let (mut added_to_memory, mut tokens_consumed, mut cumulative_session_cost) = (None, None, None);
+            let mut seen = Seen::default();
+            scan.object(|scan, key| {
+                match key {
+                    "added_to_memory" => (seen.first(0)?, added_to_memory = scan.optional_texts()?),
+                    "tokens_consumed" => (seen.first(1)?, tokens_consumed = scan.optional_u64()?),
+                    "cumulative_session_cost" => (seen.first(2)?, cumulative_session_cost = scan.optional_f64()?),
+                    _ => (scan.skip()?, ()),
+                };
+                Some(())
+            })?;
+            Some(StateDelta { added_to_memory, tokens_consumed, cumulative_session_cost })
+        }
+
+        fn control<'a>(scan: &mut Scan<'a>) -> Option<Control<'a>> {
+            let (mut hitl_required, mut interrupt_signal, mut is_terminal) = (None, None, None);
+            let mut seen = Seen::default();
+            scan.object(|scan, key| {
+                match key {
+                    "hitl_required" => (seen.first(0)?, hitl_required = scan.optional_bool()?),
+                    "interrupt_signal" => (seen.first(1)?, interrupt_signal = scan.optional_json()?),
+                    "is_terminal" => (seen.first(2)?, is_terminal = scan.optional_bool()?),
+                    _ => (scan.skip()?, ()),
+                };
+                Some(())
+            })?;
+            Some(Control { hitl_required, interrupt_signal, is_terminal })
+        }
+
+        /// Where the first `"`, `\\` or control character of `bytes` is, eight bytes at a time: a byte-by-byte
+        /// search was two thirds of this reading.
+        pub(in super::super) fn special(bytes: &[u8]) -> Option<usize> {
+            const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+            const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+            // Bit 7 of each byte below `limit` (at most 0x80); above the first such byte a borrow may mark others,
+            // so only the lowest marked byte counts.
+            let below = |word: u64, limit: u8| word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS;
+            let mut chunks = bytes.chunks_exact(8);
+            let mut offset = 0;
+            for chunk in chunks.by_ref() {
+                let word = u64::from_le_bytes(chunk.try_into().ok()?);
+                let marks = below(word ^ (ONES * u64::from(b'"')), 1)
+                    | below(word ^ (ONES * u64::from(b'\\')), 1)
+                    | below(word, 0x20);
+                if marks != 0 {
+                    return Some(offset + marks.trailing_zeros() as usize / 8);
+                }
+                offset += 8;
+            }
+            let tail = chunks.remainder();
+            tail.iter().position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20).map(|at| offset + at)
+        }
+
+        /// How deep [`Scan::skip`] goes into the arrays and objects of a value, below the section it is in: far
+        /// less than the value reading's limit ([`crate::intake::direct_json::VALUE_DEPTH_LIMIT`]), so no body it
+        /// takes nests deeper than that, and its recursion stays short.
+        const MAX_SKIPPED_DEPTH: usize = 64;
+
+        /// The longest number [`Scan::skip`] takes (without an exponent): any such is far inside an `f64`'s range.
+        const MAX_SKIPPED_NUMBER: usize = 100;
+
+        /// A position in the text; every reading moves past what it read, or says `None`.
+        struct Scan<'a> {
+            text: &'a str,
+            at: usize,
+            /// Arrays and objects open in [`Self::skip`]: bounded (see [`MAX_SKIPPED_DEPTH`]).
+            depth: usize,
+        }
+
+        impl<'a> Scan<'a> {
+            /// JSON's whitespace (no other).
+            fn space(&mut self) {
+                let bytes = self.text.as_bytes();
+                while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.at) {
+                    self.at += 1;
+                }
+            }
+
+            /// The next byte after whitespace, not taken.
+            fn peek(&mut self) -> Option<u8> {
+                self.space();
+                self.text.as_bytes().get(self.at).copied()
+            }
+
+            fn eat(&mut self, byte: u8) -> Option<()> {
+                (self.peek()? == byte).then(|| self.at += 1)
+            }
+
+            fn literal(&mut self, word: &str) -> bool {
+                let found = self.peek().is_some() && self.text.as_bytes()[self.at..].starts_with(word.as_bytes());
+                if found {
+                    self.at += word.len();
+                }
+                found
+            }
+
+            fn null(&mut self) -> bool {
+                self.literal("null")
+            }
+
+            /// An object, `field` reading the value of each key (and `None` to give up).
+            fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+                self.eat(b'{')?;
+                if self.peek()? == b'}' {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    let key = self.string()?;
+                    self.eat(b':')?;
+                    field(self, key)?;
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b'}' => {
+                            self.at += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+
+            /// A string without escapes or control characters (JSON allows none unescaped), as it stands.
+            fn string(&mut self) -> Option<&'a str> {
+                self.eat(b'"')?;
+                let start = self.at;
+                let length = special(&self.text.as_bytes()[start..])?;
+                if self.text.as_bytes()[start + length] != b'"' {
+                    return None;
+                }
+                self.at = start + length + 1;
+                // Both ends are ASCII bytes of valid UTF-8, so char boundaries.
+                self.text.get(start..start + length)
+            }
+
+            fn text(&mut self) -> Option<Text<'a>> {
+                self.string().map(|text| Text(Cow::Borrowed(text)))
+            }
+
+            fn optional_text(&mut self) -> Option<Option<Text<'a>>> {
+                if self.null() { Some(None) } else { self.text().map(Some) }
+            }
+
+            fn optional_texts(&mut self) -> Option<Option<Vec<Text<'a>>>> {
+                if self.null() {
+                    return Some(None);
+                }
+                self.eat(b'[')?;
+                let mut texts = Vec::new();
+                if self.peek()? == b']' {
+                    self.at += 1;
+                    return Some(Some(texts));
+                }
+                loop {
+                    texts.push(self.text()?);
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b']' => {
+                            self.at += 1;
+                            return Some(Some(texts));
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+
+            fn optional_bool(&mut self) -> Option<Option<bool>> {
+                if self.null() {
+                    Some(None)
+                } else if self.literal("true") {
+                    Some(Some(true))
+                } else if self.literal("false") {
+                    Some(Some(false))
+                } else {
+                    None
+                }
+            }
+
+            /// An array, each element skipped.
+            fn array(&mut self) -> Option<()> {
+                self.eat(b'[')?;
+                if self.peek()? == b']' {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.skip()?;
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b']' => {
+                            self.at += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+
+            /// A number as JSON writes one, as it stands.
+            fn number(&mut self) -> Option<&'a str> {
+                self.space();
+                let bytes = self.text.as_bytes();
+                let start = self.at;
+                let mut at = start;
+                let digits = |at: &mut usize| {
+                    let first = *at;
+                    while let Some(b'0'..=b'9') = bytes.get(*at) {
+                        *at += 1;
+                    }
+                    *at > first
+                };
+                if bytes.get(at) == Some(&b'-') {
+                    at += 1;
+                }
+                match bytes.get(at) {
+                    Some(b'0') => at += 1,
+                    Some(b'1'..=b'9') => {
+                        digits(&mut at);
+                    }
+                    _ => return None,
+                }
+                if bytes.get(at) == Some(&b'.') {
+                    at += 1;
+                    if !digits(&mut at) {
+                        return None;
+                    }
+                }
+                if let Some(b'e' | b'E') = bytes.get(at) {
+                    at += 1;
+                    if let Some(b'+' | b'-') = bytes.get(at) {
+                        at += 1;
+                    }
+                    if !digits(&mut at) {
+                        return None;
+                    }
+                }
+                self.at = at;
+                self.text.get(start..at)
+            }
+
+            /// A number read as serde_json reads one into an `f64`: correctly rounded (its `float_roundtrip`), as
+            /// Rust's own parse is, integers too (its integer-to-float conversion rounds to nearest as well).
+            /// An infinite one (`1e400`) is refused there, and by the rule here.
+            fn optional_f64(&mut self) -> Option<Option<f64>> {
+                if self.null() {
+                    return Some(None);
+                }
+                let number: f64 = self.number()?.parse().ok()?;
+                number.is_finite().then_some(Some(number))
+            }
+
+            /// A count: digits only (serde_json takes `5.0` or `-0` for no `u64`), that fit.
+            fn optional_u64(&mut self) -> Option<Option<u64>> {
+                if self.null() {
+                    return Some(None);
+                }
+                let number = self.number()?;
+                if !number.bytes().all(|byte| byte.is_ascii_digit()) {
+                    return None;
+                }
+                number.parse().ok().map(Some)
+            }
+
+            /// Any value, kept as its text.
+            fn optional_json(&mut self) -> Option<Option<Json<'a>>> {
+                if self.null() {
+                    return Some(None);
+                }
+                self.space();
+                let start = self.at;
+                self.skip()?;
+                // No escape and no number out of an `f64`'s range got past `skip`: what `Checked` refuses.
+                self.text.get(start..self.at).map(|text| Some(Json { text, checked: true }))
+            }
+
+            /// Any value, checked as strictly as the value reading checks it: strings without escapes, numbers
+            /// without an exponent and short enough to be finite as an `f64`, nesting bounded.
+            fn skip(&mut self) -> Option<()> {
+                match self.peek()? {
+                    b'"' => self.string().map(drop),
+                    opener @ (b'{' | b'[') => {
+                        self.depth += 1;
+                        if self.depth > MAX_SKIPPED_DEPTH {
+                            return None;
+                        }
+                        let skipped = if opener == b'{' { self.object(|scan, _| scan.skip()) } else { self.array() };
+                        self.depth -= 1;
+                        skipped
+                    }
+                    b't' => self.literal("true").then_some(()),
+                    b'f' => self.literal("false").then_some(()),
+                    b'n' => self.null().then_some(()),
+                    _ => {
+                        let number = self.number()?;
+                        (number.len() <= MAX_SKIPPED_NUMBER && !number.contains(['e', 'E'])).then_some(())
+                    }
+                }
+            }
+        }
+    }
+
+    #[derive(Debug, serde::Deserialize)]
     pub(super) struct Meta<'a> {
-        trace_id: String,
         #[serde(borrow)]
-        timestamp: Cow<'a, str>,
-        parent_step_id: Option<String>,
-        cluster_id: Option<String>,
+        pub(super) trace_id: Text<'a>,
+        #[serde(borrow)]
+        timestamp: Text<'a>,
+        #[serde(borrow)]
+        parent_step_id: Option<Text<'a>>,
+        #[serde(borrow)]
+        cluster_id: Option<Text<'a>>,
     }
 
-    impl Meta<'_> {
-        pub(super) fn valid(self) -> Option<super::Meta> {
-            Some(super::Meta {
-                trace_id: non_empty(self.trace_id)?,
-                timestamp: crate::encoding::rfc3339::parse_utc(&self.timestamp)?,
-                parent_step_id: self.parent_step_id,
-                cluster_id: self.cluster_id,
-            })
+    impl<'a> Meta<'a> {
+        pub(super) fn valid(self) -> Option<(Self, OffsetDateTime)> {
+            non_empty(&self.trace_id)?;
+            let timestamp = crate::encoding::rfc3339::parse_utc(self.timestamp.as_str())?;
+            Some((self, timestamp))
+        }
+
+        pub(super) fn into_owned(self, timestamp: OffsetDateTime) -> super::Meta {
+            super::Meta {
+                trace_id: self.trace_id.into_owned(),
+                timestamp,
+                parent_step_id: self.parent_step_id.map(Text::into_owned),
+                cluster_id: self.cluster_id.map(Text::into_owned),
+            }
         }
     }
 
-    #[derive(Deserialize)]
-    pub(super) struct Identity {
-        agent_id: String,
-        agent_type: String,
-        capability_version: String,
+    #[derive(Debug, serde::Deserialize)]
+    pub(super) struct Identity<'a> {
+        #[serde(borrow)]
+        agent_id: Text<'a>,
+        #[serde(borrow)]
+        pub(super) agent_type: Text<'a>,
+        #[serde(borrow)]
+        pub(super) capability_version: Text<'a>,
     }
 
-    impl Identity {
-        pub(super) fn valid(self) -> Option<super::Identity> {
-            Some(super::Identity {
-                agent_id: AgentId::new(self.agent_id).ok()?,
-                agent_type: bounded(non_empty(self.agent_type)?)?,
-                capability_version: bounded(non_empty(self.capability_version)?)?,
-            })
+    impl<'a> Identity<'a> {
+        pub(super) fn valid(self) -> Option<(AgentId, Self)> {
+            bounded(&self.agent_type)?;
+            bounded(&self.capability_version)?;
+            Some((AgentId::new(self.agent_id.as_str()).ok()?, self))
+        }
+
+        pub(super) fn into_owned(self, agent_id: AgentId) -> super::Identity {
+            super::Identity {
+                agent_id,
+                agent_type: self.agent_type.into_owned(),
+                capability_version: self.capability_version.into_owned(),
+            }
         }
     }
 
-    /// `Some(text)` when it is at most [`MAX_ID_BYTES`] long (identity strings must be).
-    fn bounded(text: String) -> Option<String> {
-        (text.len() <= MAX_ID_BYTES).then_some(text)
-    }
-
-    #[derive(Deserialize)]
-    pub(super) struct Cognition {
-        intent: String,
-        reasoning_chain: Option<Vec<String>>,
+    #[derive(Debug, serde::Deserialize)]
+    pub(super) struct Cognition<'a> {
+        #[serde(borrow)]
+        intent: Text<'a>,
+        #[serde(borrow)]
+        reasoning_chain: Option<Vec<Text<'a>>>,
         confidence_score: Option<f64>,
-        strategy_used: Option<String>,
+        #[serde(borrow)]
+        strategy_used: Option<Text<'a>>,
         entropy_score: Option<f64>,
     }
 
-    impl Cognition {
-        pub(super) fn valid(self) -> Option<super::Cognition> {
+    impl Cognition<'_> {
+        pub(super) fn valid(self) -> Option<Self> {
             finite(self.confidence_score)?;
             finite(self.entropy_score)?;
-            Some(super::Cognition {
-                intent: non_empty(self.intent)?,
-                reasoning_chain: self.reasoning_chain,
+            non_empty(&self.intent)?;
+            Some(self)
+        }
+
+        pub(super) fn into_owned(self) -> super::Cognition {
+            super::Cognition {
+                intent: self.intent.into_owned(),
+                reasoning_chain: owned_list(self.reasoning_chain),
                 confidence_score: self.confidence_score,
-                strategy_used: self.strategy_used,
+                strategy_used: self.strategy_used.map(Text::into_owned),
                 entropy_score: self.entropy_score,
-            })
+            }
         }
     }
 
-    #[derive(Deserialize)]
+    #[derive(Debug, serde::Deserialize)]
     pub(super) struct Action<'a> {
         /// Read as text: serde's derived enum would also take `{"success": null}`.
         #[serde(borrow)]
         status: Cow<'a, str>,
-        tool_call: Option<String>,
-        tool_input: Option<Value>,
-        tool_output_summary: Option<String>,
+        #[serde(borrow)]
+        pub(super) tool_call: Option<Text<'a>>,
+        #[serde(borrow)]
+        tool_input: Option<Json<'a>>,
+        #[serde(borrow)]
+        tool_output_summary: Option<Text<'a>>,
     }
 
     impl Action<'_> {
-        pub(super) fn valid(self) -> Option<super::Action> {
-            if !matches!(self.tool_input, None | Some(Value::Object(_) | Value::String(_))) {
-                return None;
+        pub(super) fn valid(self) -> Option<(ActionStatus, Self)> {
+            let status = ActionStatus::parse(&self.status)?;
+            if let Some(input) = &self.tool_input {
+                // A raw value starts at its first byte: an object or a string, as the rule wants.
+                if !matches!(input.text.as_bytes().first(), Some(b'{' | b'"')) || !checked(input) {
+                    return None;
+                }
             }
-            Some(super::Action {
-                status: ActionStatus::parse(&self.status)?,
-                tool_call: self.tool_call,
-                tool_input: self.tool_input,
-                tool_output_summary: self.tool_output_summary,
-            })
+            Some((status, self))
+        }
+
+        pub(super) fn into_owned(self, status: ActionStatus) -> super::Action {
+            super::Action {
+                status,
+                tool_call: self.tool_call.map(Text::into_owned),
+                tool_input: self.tool_input.and_then(value_of),
+                tool_output_summary: self.tool_output_summary.map(Text::into_owned),
+            }
         }
     }
 
-    #[derive(Deserialize)]
-    pub(super) struct StateDelta {
-        added_to_memory: Option<Vec<String>>,
+    #[derive(Debug, serde::Deserialize)]
+    pub(super) struct StateDelta<'a> {
+        #[serde(borrow)]
+        added_to_memory: Option<Vec<Text<'a>>>,
         tokens_consumed: Option<u64>,
         cumulative_session_cost: Option<f64>,
     }
 
-    impl StateDelta {
-        pub(super) fn valid(self) -> Option<super::StateDelta> {
+    impl StateDelta<'_> {
+        pub(super) fn valid(self) -> Option<Self> {
             finite(self.cumulative_session_cost)?;
-            Some(super::StateDelta {
-                added_to_memory: self.added_to_memory,
+            Some(self)
+        }
+
+        pub(super) fn into_owned(self) -> super::StateDelta {
+            super::StateDelta {
+                added_to_memory: owned_list(self.added_to_memory),
                 tokens_consumed: self.tokens_consumed,
                 cumulative_session_cost: self.cumulative_session_cost,
-            })
+            }
         }
     }
 
-    #[derive(Deserialize)]
-    pub(super) struct Control {
+    #[derive(Debug, serde::Deserialize)]
+    pub(super) struct Control<'a> {
         hitl_required: Option<bool>,
-        interrupt_signal: Option<Value>,
+        #[serde(borrow)]
+        interrupt_signal: Option<Json<'a>>,
         is_terminal: Option<bool>,
     }
 
-    impl From<Control> for super::Control {
-        fn from(wire: Control) -> Self {
-            Self {
-                hitl_required: wire.hitl_required.unwrap_or(false),
-                interrupt_signal: wire.interrupt_signal,
-                is_terminal: wire.is_terminal.unwrap_or(false),
+    impl Control<'_> {
+        pub(super) fn valid(self) -> Option<Self> {
+            self.interrupt_signal.as_ref().is_none_or(checked).then_some(self)
+        }
+
+        pub(super) fn into_owned(self) -> super::Control {
+            super::Control {
+                hitl_required: self.hitl_required.unwrap_or(false),
+                interrupt_signal: self.interrupt_signal.and_then(value_of),
+                is_terminal: self.is_terminal.unwrap_or(false),
             }
         }
     }
@@ -697,5 +1369,108 @@ mod tests {
         let violation = DecisionLog::from_json(&json!({"action": {"status": secret}})).unwrap_err().to_string();
         assert!(!violation.contains(secret), "{violation}");
         assert_eq!(violation, "action.status: must be one of success, failure, pending, skipped");
+    }
+
+    /// Whether the hand reading took `body` (rather than leaving it to serde's).
+    fn scanned(body: &str) -> bool {
+        wire::scan::log(body).is_some()
+    }
+
+    #[test]
+    fn the_hand_reading_takes_plain_logs_as_the_value_reading_does() {
+        let full = full_log().to_string();
+        assert!(scanned(&full) && direct_agrees(&full).is_some());
+        let spaced = serde_json::to_string_pretty(&full_log()).unwrap().replace("  ", "\t \r\n");
+        assert!(scanned(&spaced) && direct_agrees(&spaced).is_some());
+        let plain = [
+            "{}",
+            r#" { "x" : [ { } , [ ] , null , true , false , -0 , 0.5 , "s" ] } "#,
+            r#"{"meta":null,"identity":null,"cognition":null,"action":null,"state_delta":null,"control":null}"#,
+            r#"{"cognition":{"intent":"i","reasoning_chain":[],"confidence_score":-0,"entropy_score":1E-3}}"#,
+            r#"{"cognition":{"intent":"i","confidence_score":12345678901234567890123,"entropy_score":-9223372036854775809}}"#,
+            r#"{"state_delta":{"tokens_consumed":18446744073709551615,"added_to_memory":["é","😀"],"x":{"y":[1]}}}"#,
+            r#"{"action":{"status":"skipped","tool_input":"{\"not\":\"read\"}"}}"#,
+            r#"{"action":{"status":"failure","tool_input":{"a":[1,-2.5,{"b":null}]},"tool_call":null}}"#,
+            r#"{"control":{"hitl_required":null,"interrupt_signal":[{"k":"v"}],"is_terminal":true}}"#,
+        ];
+        for body in plain {
+            // The escaped tool_input is a string: the hand reading leaves it to serde, which takes it.
+            assert_eq!(scanned(body), !body.contains('\\'), "{body}");
+            assert!(direct_agrees(body).is_some(), "{body}");
+        }
+    }
+
+    #[test]
+    fn the_hand_reading_leaves_what_it_does_not_read_to_serde() {
+        // Taken by serde's reading, and as the value reading takes them.
+        let to_serde = [
+            r#"{"identity":{"agent_id":"a\"b","agent_type":"t","capability_version":"1"}}"#.to_owned(),
+            r#"{"meta":{"trace_id":"t\u0031","timestamp":"2026-02-22T12:00:00Z"}}"#.to_owned(),
+            r#"{"action":{"status":"success","tool_input":{"n":1e3}}}"#.to_owned(),
+            r#"{"action":{"status":"success","tool_input":{"n":1}},"x":{"y":"\n"}}"#.to_owned(),
+            format!(r#"{{"x":{}{}}}"#, "[".repeat(100), "]".repeat(100)),
+            format!(r#"{{"x":{}}}"#, "1".repeat(101)),
+        ];
+        for body in &to_serde {
+            assert!(!scanned(body), "{body}");
+            assert!(direct_agrees(body).is_some(), "{body}");
+        }
+        // Refused by both direct readings: a key given twice (serde's derive refuses it, the value reading keeps
+        // the last), and values the value reading refuses inside a kept text.
+        let refused = [
+            r#"{"meta":null,"meta":{"trace_id":"t","timestamp":"2026-02-22T12:00:00Z"}}"#,
+            r#"{"identity":{"agent_id":"a","agent_id":"b","agent_type":"t","capability_version":"1"}}"#,
+            r#"{"cognition":{"intent":"i","confidence_score":null,"confidence_score":1}}"#,
+            r#"{"action":{"status":"success","tool_input":{"n":1e400}}}"#,
+            r#"{"action":{"status":"success","tool_input":"\ud800"}}"#,
+            r#"{"control":{"interrupt_signal":[-1e999]}}"#,
+            r#"{"control":{"interrupt_signal":{"\udc00":1}}}"#,
+            r#"{"cognition":{"intent":"i","confidence_score":1e309}}"#,
+            r#"{"state_delta":{"tokens_consumed":18446744073709551616}}"#,
+            r#"{"state_delta":{"tokens_consumed":-0}}"#,
+            r#"{"state_delta":{"tokens_consumed":1.0}}"#,
+            r#"{"x":01}"#,
+            r#"{"x":1.}"#,
+            r#"{"x":.5}"#,
+            r#"{"x":-}"#,
+            r#"{"x":nul}"#,
+            r#"{"x":truee}"#,
+            "{\"x\":\"a\u{1}b\"}",
+            "{\u{c}}",
+            r#"{"x":[1,]}"#,
+            r#"{"x":{"a":1,}}"#,
+            r#"{"x":1} {}"#,
+            r#"{"x":1"#,
+        ];
+        for body in refused {
+            assert!(!scanned(body), "{body}");
+            assert!(direct_agrees(body).is_none(), "{body}");
+        }
+        // What the value reading makes of the ones the direct readings leave for being out of range.
+        for body in [refused[3], refused[4], refused[5], refused[6]] {
+            assert!(serde_json::from_str::<Value>(body).is_err(), "{body}");
+        }
+    }
+
+    #[test]
+    fn the_first_quote_backslash_or_control_byte_is_found_in_every_place() {
+        let naive = |bytes: &[u8]| bytes.iter().position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20);
+        for length in 0..24 {
+            for at in 0..length {
+                for special in [b'"', b'\\', 0x00, 0x1f] {
+                    for filler in [b'a', b' ', 0x7f, 0x80, 0xff, b'!', b'#', b'[', b']', b'\\' + 1, b'"' - 1] {
+                        let mut bytes = vec![filler; length];
+                        bytes[at] = special;
+                        // Another special byte after the first must not be taken for it.
+                        if at + 1 < length {
+                            bytes[length - 1] = b'"';
+                        }
+                        assert_eq!(wire::scan::special(&bytes), naive(&bytes), "{bytes:?}");
+                    }
+                }
+            }
+            let clean = vec![b'x'; length];
+            assert_eq!(wire::scan::special(&clean), None);
+        }
     }
 }

@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 
 use crate::ids::{AgentId, IdempotencyKey, ToolCallId, validate_id};
-use crate::intake::decision_log::{DecisionLog, SchemaViolation};
+use crate::intake::decision_log::{DecisionLog, DirectLog, SchemaViolation};
 
 /// The tool call that asks the gateway for a one-time reminder (FR-10.7).
 pub const SCHEDULE_REMINDER_TOOL: &str = "schedule_reminder";
@@ -23,6 +23,33 @@ pub struct AcceptedLog {
     pub log: DecisionLog,
     /// `Some` when `action.tool_call == "schedule_reminder"`: the request, or why it cannot be scheduled.
     pub reminder: Option<Result<ReminderRequest, ReminderRequestError>>,
+}
+
+/// An accepted body, read as cheaply as it could be: straight from the body when the log asks for no reminder,
+/// else owned, with its reminder (see [`SchemaInterceptor::read`]).
+#[derive(Debug)]
+pub enum ReadLog<'a> {
+    /// A log read straight from the body, without a reminder: what most logs are.
+    Direct(DirectLog<'a>),
+    /// A log with its reminder, or one that only the value reading took (a repeated key, ...).
+    Accepted(AcceptedLog),
+}
+
+impl ReadLog<'_> {
+    pub fn agent_id(&self) -> Option<&AgentId> {
+        match self {
+            Self::Direct(log) => log.agent_id(),
+            Self::Accepted(accepted) => accepted.log.agent_id(),
+        }
+    }
+
+    /// The owned form, as [`SchemaInterceptor::inspect`] gives it.
+    pub fn into_accepted(self) -> AcceptedLog {
+        match self {
+            Self::Direct(log) => AcceptedLog { log: log.into_owned(), reminder: None },
+            Self::Accepted(accepted) => accepted,
+        }
+    }
 }
 
 /// Why a body was refused.
@@ -125,13 +152,22 @@ pub struct SchemaInterceptor;
 
 impl SchemaInterceptor {
     pub fn inspect(&self, raw: &[u8]) -> Result<AcceptedLog, Rejection> {
+        self.read(raw).map(ReadLog::into_accepted)
+    }
+
+    /// What [`Self::inspect`] decides, with the owned log built only for a log that asks for a reminder (or that
+    /// only the value reading takes): the same answers, the same logs, the same errors.
+    pub fn read<'a>(&self, raw: &'a [u8]) -> Result<ReadLog<'a>, Rejection> {
         let accepted = |log: DecisionLog| {
             let reminder = reminder_request(&log);
-            AcceptedLog { log, reminder }
+            ReadLog::Accepted(AcceptedLog { log, reminder })
         };
         // A valid log is read without building a JSON tree; the tree reading decides and names everything else.
-        if let Some(log) = DecisionLog::from_valid_body(raw) {
-            return Ok(accepted(log));
+        if let Some(log) = DirectLog::read(raw) {
+            if log.tool_call() == Some(SCHEDULE_REMINDER_TOOL) {
+                return Ok(accepted(log.into_owned()));
+            }
+            return Ok(ReadLog::Direct(log));
         }
         let value: Value = serde_json::from_slice(raw).map_err(|_| Rejection::InvalidJson)?;
         match DecisionLog::from_json(&value) {

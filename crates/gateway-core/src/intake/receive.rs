@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::ids::AgentId;
-use crate::intake::decision_log::DecisionLog;
+use crate::intake::decision_log::{DecisionLog, DirectLog};
 use crate::intake::interceptor::{
-    AcceptedLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
+    AcceptedLog, ReadLog, RejectedLog, Rejection, ReminderRequest, ReminderRequestError, SchemaInterceptor,
 };
 use crate::ports::capability::CapabilityNotes;
 use crate::ports::clock::Clock;
@@ -87,15 +87,16 @@ pub struct AcceptedReceipt {
     pub reminder: Option<Result<ScheduledReminder, ReminderNotScheduled>>,
 }
 
-/// A DecisionLog body as the interceptor read it, with nothing done yet (see [`DecisionLogIntake::inspect`]).
+/// A DecisionLog body as the interceptor read it, with nothing done yet (see [`DecisionLogIntake::inspect`]); it
+/// may borrow from the body.
 #[derive(Debug)]
-pub struct InspectedLog(Result<AcceptedLog, Rejection>);
+pub struct InspectedLog<'a>(Result<ReadLog<'a>, Rejection>);
 
-impl InspectedLog {
+impl InspectedLog<'_> {
     /// The agent an accepted log names (`identity.agent_id`); `None` for a log without an identity, and for a body
     /// that is refused (it names no agent the gateway has validated).
     pub fn agent_id(&self) -> Option<&AgentId> {
-        self.0.as_ref().ok().and_then(|accepted| accepted.log.agent_id())
+        self.0.as_ref().ok().and_then(ReadLog::agent_id)
     }
 
     /// Whether the log passed the schema (and will be accepted when settled).
@@ -170,20 +171,23 @@ impl DecisionLogIntake {
     /// This, `settle` and `accept` are `#[inline]`: called across the crate boundary, each moved the log (about
     /// 500 bytes) into another frame, some 250 instructions per DecisionLog (docs/benchmarks.md).
     #[inline]
-    pub fn inspect(&self, body: &[u8]) -> InspectedLog {
-        InspectedLog(SchemaInterceptor.inspect(body))
+    pub fn inspect<'a>(&self, body: &'a [u8]) -> InspectedLog<'a> {
+        InspectedLog(SchemaInterceptor.read(body))
     }
 
     /// Does what an inspected log asks: for an accepted log, notes its identity, schedules its reminder (and waits
     /// for the row), then publishes it; for a schema violation, publishes the `schema_violation` event. A log
     /// without a reminder is settled at once, and the future is ready at its first poll.
     #[inline]
-    pub fn settle(&self, inspected: InspectedLog) -> Settling<'_> {
+    pub fn settle(&self, inspected: InspectedLog<'_>) -> Settling<'_> {
         Settling(match inspected.0 {
-            Ok(AcceptedLog { log, reminder: None }) => SettlingState::Done(Some(Ok(self.accept(log, None)))),
+            Ok(ReadLog::Direct(log)) => SettlingState::Done(Some(Ok(self.accept_direct(log)))),
+            Ok(ReadLog::Accepted(AcceptedLog { log, reminder: None })) => {
+                SettlingState::Done(Some(Ok(self.accept(log, None))))
+            }
             // Boxed: the scheduler's future is large, and unboxed it would size every DecisionLog's future, which
             // hyper moves several times per request.
-            Ok(AcceptedLog { log, reminder: Some(reminder) }) => {
+            Ok(ReadLog::Accepted(AcceptedLog { log, reminder: Some(reminder) })) => {
                 SettlingState::Scheduling(Box::pin(self.accept_with_reminder(log, reminder)))
             }
             Err(Rejection::SchemaViolation(rejected)) => {
@@ -244,6 +248,18 @@ impl DecisionLogIntake {
             }
         }
         scheduled
+    }
+
+    /// [`Self::accept`] for a log read straight from its body: the owned log is built only to be published.
+    #[inline]
+    fn accept_direct(&self, log: DirectLog<'_>) -> AcceptedReceipt {
+        if self.ports.publisher.may_deliver(&Topic::Messages) {
+            return self.accept(log.into_owned(), None);
+        }
+        if let Some((agent_id, agent_type, capability_version)) = log.identity() {
+            self.ports.capabilities.note_capabilities(agent_id, agent_type, capability_version);
+        }
+        AcceptedReceipt { trace_id: log.trace_id().map(str::to_owned), reminder: None }
     }
 
     #[inline]
@@ -448,7 +464,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn inspecting_does_nothing_until_the_log_is_settled() {
         let harness = harness(None);
-        let inspected = harness.intake.inspect(&log(reminder_action(json!({"delay_ms": 5, "payload": {}}))));
+        let body = log(reminder_action(json!({"delay_ms": 5, "payload": {}})));
+        let inspected = harness.intake.inspect(&body);
         assert_eq!(inspected.agent_id().map(AgentId::as_str), Some("agent-7"));
         let refused = harness.intake.inspect(br#"{"identity":{"agent_id":"agent-7"}}"#);
         assert_eq!(refused.agent_id(), None, "a refused body names no validated agent");
@@ -494,6 +511,73 @@ mod tests {
         let receipt = intake.receive(&log(json!({"status": "success"}))).await.unwrap();
         assert_eq!(receipt.trace_id.as_deref(), Some("trace-1"));
         assert!(publisher.0.events().is_empty());
+    }
+
+    /// Bodies each direct reading takes (the hand reading's plain log, serde's escaped one) and one only the value
+    /// reading takes (a repeated key).
+    fn logs_read_every_way() -> [String; 3] {
+        [
+            r#"{"meta":{"trace_id":"t-1","timestamp":"2026-02-22T12:00:00.25Z"},"identity":{"agent_id":"agent-7","agent_type":"researcher","capability_version":"1.4.0"},"cognition":{"intent":"i","reasoning_chain":["a"],"confidence_score":0.8},"action":{"status":"success","tool_call":"search","tool_input":{"q":"rust","n":[1.5,null]}},"state_delta":{"tokens_consumed":512},"control":{"interrupt_signal":{"k":[true]}}}"#.to_owned(),
+            r#"{"meta":{"trace_id":"t-\u00e9\"","timestamp":"2026-02-22T12:00:00Z","cluster_id":"c\nd"},"identity":{"agent_id":"agent-\u0037","agent_type":"re\tsearcher","capability_version":"1"},"action":{"status":"pending","tool_call":"se\\arch","tool_input":"{\"q\":\"\u00e9\"}","tool_output_summary":"a\/b"},"control":{"interrupt_signal":"\ud83d\ude00"}}"#.to_owned(),
+            r#"{"meta":null,"meta":{"trace_id":"t-2","timestamp":"2026-02-22T12:00:00Z"},"identity":{"agent_id":"agent-7","agent_type":"t","capability_version":"2"}}"#.to_owned(),
+        ]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_gets_the_log_the_value_reading_makes_however_the_body_was_read() {
+        for body in logs_read_every_way() {
+            let harness = harness(None);
+            let receipt = harness.intake.receive(body.as_bytes()).await.unwrap();
+            let expected = DecisionLog::from_json(&serde_json::from_str(&body).unwrap()).unwrap();
+            assert_eq!(receipt.trace_id.as_deref(), expected.trace_id());
+            let published = harness.publisher.on_topic(&Topic::Messages);
+            let [event] = published.as_slice() else { panic!("one event for {body}") };
+            let EventPayload::DecisionLog(log) = &event.payload else { panic!("a decision log for {body}") };
+            assert_eq!(**log, expected, "{body}");
+            assert_eq!(serde_json::to_vec(log).unwrap(), serde_json::to_vec(&expected).unwrap(), "{body}");
+            let identity = expected.identity.unwrap();
+            let noted = harness.capabilities.0.get(&identity.agent_id).unwrap();
+            assert_eq!(
+                (noted.agent_type, noted.capability_version),
+                (identity.agent_type, identity.capability_version)
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nobody_listening_still_notes_the_identity_and_answers_the_trace_id_however_the_body_was_read() {
+        #[derive(Debug, Default)]
+        struct Deaf(RecordingPublisher);
+        impl EventPublisher for Deaf {
+            fn publish(&self, topic: &Topic, event: &Event) -> Result<(), crate::PublishError> {
+                self.0.publish(topic, event)
+            }
+            fn may_deliver(&self, _topic: &Topic) -> bool {
+                false
+            }
+        }
+        for body in logs_read_every_way() {
+            let publisher = Arc::new(Deaf::default());
+            let capabilities = Arc::new(AllNoted(InMemoryCapabilityMap::new(10)));
+            let intake = DecisionLogIntake::new(IntakePorts {
+                reminders: Arc::new(FakeDesk::default()),
+                capabilities: capabilities.clone(),
+                publisher: publisher.clone(),
+                clock: Arc::new(ManualClock::at_fixed_start()),
+            });
+            let expected = DecisionLog::from_json(&serde_json::from_str(&body).unwrap()).unwrap();
+            let inspected = intake.inspect(body.as_bytes());
+            assert_eq!(inspected.agent_id(), expected.agent_id(), "{body}");
+            let receipt = intake.settle(inspected).await.unwrap();
+            assert_eq!(receipt, AcceptedReceipt { trace_id: expected.trace_id().map(str::to_owned), reminder: None });
+            assert!(publisher.0.events().is_empty());
+            let identity = expected.identity.unwrap();
+            let noted = capabilities.0.get(&identity.agent_id).unwrap();
+            assert_eq!(
+                (noted.agent_type, noted.capability_version),
+                (identity.agent_type, identity.capability_version)
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
