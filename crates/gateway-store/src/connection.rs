@@ -120,7 +120,7 @@ impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for SqlitePragma
     fn on_acquire(&self, connection: &mut SqliteConnection) -> Result<(), diesel::r2d2::Error> {
         connection
             .batch_execute(&format!(
-                "PRAGMA busy_timeout = {}; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
+                "PRAGMA busy_timeout = {}; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
                  PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES};{}",
                 BUSY_TIMEOUT.as_millis(),
                 if self.temp_store_memory { " PRAGMA temp_store = MEMORY;" } else { "" }
