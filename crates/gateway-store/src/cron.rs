@@ -548,6 +548,9 @@ impl CronJobStore for DieselStore {
         lease: &ClaimLease,
     ) -> Result<(usize, Vec<CronJob>), StoreError> {
         let (completed, rows) = self.immediate_fenced("complete and claim cron fires", |connection| {
+            if let AnyConnection::Postgres(c) = connection {
+                diesel::sql_query("SET LOCAL synchronous_commit = off").execute(*c)?;
+            }
             admit(connection, lease.token)?;
             record_fires(connection, fired)?;
             let completed = complete(connection, owner, completions)?;
