@@ -69,7 +69,8 @@ fn machine() -> Machine {
         }
     }
     if let Ok(pressure) = std::fs::read_to_string("/proc/pressure/io")
-        && let Some(total) = pressure.lines().find(|line| line.starts_with("full")).and_then(|line| line.rsplit_once("total="))
+        && let Some(total) =
+            pressure.lines().find(|line| line.starts_with("full")).and_then(|line| line.rsplit_once("total="))
     {
         machine.io_full_us = total.1.trim().parse().unwrap_or(0);
     }
@@ -77,7 +78,10 @@ fn machine() -> Machine {
 }
 
 fn query(connection: &mut diesel::PgConnection, sql: &str) -> Vec<String> {
-    diesel::sql_query(sql).load::<Line>(connection).map(|lines| lines.into_iter().map(|line| line.line).collect()).unwrap_or_else(|error| vec![format!("({error})")])
+    diesel::sql_query(sql)
+        .load::<Line>(connection)
+        .map(|lines| lines.into_iter().map(|line| line.line).collect())
+        .unwrap_or_else(|error| vec![format!("({error})")])
 }
 
 const SERVER: &str = "SELECT 'wal_records=' || wal_records || ' wal_fpi=' || wal_fpi || ' wal_bytes=' || wal_bytes \
@@ -161,11 +165,9 @@ impl Account {
             let _ = sampler.join();
         }
         let mut connection = diesel::PgConnection::establish(&self.url).unwrap();
-        let wal_bytes = query(
-            &mut connection,
-            &format!("SELECT (pg_current_wal_lsn() - '{}'::pg_lsn)::text AS line", self.lsn),
-        )
-        .concat();
+        let wal_bytes =
+            query(&mut connection, &format!("SELECT (pg_current_wal_lsn() - '{}'::pg_lsn)::text AS line", self.lsn))
+                .concat();
         let statements = query(
             &mut connection,
             "SELECT calls || ' calls, ' || rows || ' rows, ' || round(total_exec_time::numeric, 1) || ' ms: ' \
