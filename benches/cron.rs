@@ -12,7 +12,9 @@
 //! `CRON_BENCH_PG_STATS` (set: part 1 prints the server's account of the run with `psql` — per statement when the
 //! server has `pg_stat_statements`, which `TESTKIT_POSTGRES_OPTIONS="-c shared_preload_libraries=pg_stat_statements"`
 //! loads, WAL, rows and HOT updates per table) and `CRON_BENCH_PG_AFTER_SQL` (SQL run after the migrations, to
-//! measure a schema change before writing its migration).
+//! measure a schema change before writing its migration), and `CRON_BENCH_ACCOUNT` (set: part 1 prints what explains its rate —
+//! CPU per job, disk flushes, WAL flushes and their times, checkpoints, commits, group sizes, wait events: see
+//! cron_account.rs).
 //! Results: docs/benchmarks.md.
 //!
 //! 1. Throughput: one-time jobs scheduled (`schedule_once`, one row each), fired and deleted, per second.
@@ -42,8 +44,12 @@ use serde_json::json;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
+#[path = "cron_account.rs"]
+mod cron_account;
 #[path = "database.rs"]
 mod database;
+#[path = "http_load.rs"]
+mod http_load;
 
 /// The scheduler runs in this process, so it gets the allocator the gateway binary ships with (bin/gateway's
 /// main.rs), as in webhooks.rs: with glibc's, malloc and free were 12 % of this benchmark's CPU.
@@ -446,12 +452,20 @@ async fn throughput(backend: &Backend, jobs: usize, measure_groups: bool) -> (f6
         });
     }
     let stats = PgStats::start(&database);
+    let postmaster = match backend {
+        Backend::Postgres(server) => server.postmaster_pid(),
+        Backend::Sqlite => None,
+    };
+    let account = cron_account::Account::start(database.postgres_url.as_deref(), postmaster);
     let started = Instant::now();
     produce(&scheduler, jobs, producers(), |_| 1).await;
     let scheduled = started.elapsed();
     wait_until("every job fired", Duration::from_secs(600), || recorder.fired() >= jobs).await;
     wait_until("every row deleted", Duration::from_secs(600), || rows_due_within_a_day(&store) == 0).await;
     let total = started.elapsed();
+    if let Some(account) = account {
+        account.finish(jobs);
+    }
     shutdown.cancel();
     if let Some(stats) = stats {
         stats.print();

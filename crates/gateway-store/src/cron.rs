@@ -548,6 +548,9 @@ impl CronJobStore for DieselStore {
         lease: &ClaimLease,
     ) -> Result<(usize, Vec<CronJob>), StoreError> {
         let (completed, rows) = self.immediate_fenced("complete and claim cron fires", |connection| {
+            if let AnyConnection::Postgres(c) = connection {
+                commit_without_waiting_for_the_flush(c, lease.token)?;
+            }
             admit(connection, lease.token)?;
             record_fires(connection, fired)?;
             let completed = complete(connection, owner, completions)?;
@@ -570,6 +573,28 @@ impl CronJobStore for DieselStore {
     fn cron_job_runs(&self, job_id: i64, limit: usize) -> Result<Vec<CronJobRun>, StoreError> {
         crate::runs::job_runs(self, job_id, limit)
     }
+}
+
+/// Lets the firing loop's transaction commit without waiting for its WAL to reach the disk (PostgreSQL's
+/// `synchronous_commit = off`, for this transaction only), unless it is a new term's first write. Returns whether it
+/// did.
+///
+/// Why that is safe: the loop's write acknowledges nothing to anyone. The fires it records were published already
+/// (before it), and if the server loses the write in a crash before its WAL is flushed, that is a write that failed:
+/// the rows are still claimed, their claims expire, and they fire again with the same fire ids, recorded once then —
+/// as after any failed write. The WAL is flushed in order, so the next synchronous commit (an insert group's, whose
+/// callers are answered only once it is durable) makes this one durable too, and nothing committed after it can
+/// survive without it. A new term's first write raises the fencing epoch (`admit`), which must not be lost, so that
+/// one still waits: the condition reads the epoch before `admit` locks it; a rival that raises it in between fences
+/// this transaction anyway. Why: each of the loop's commits was a second WAL flush per ~17-row insert group, and the
+/// insert groups' commits queued behind it (docs/benchmarks.md, s31-c: the run's pace follows the flush's latency).
+fn commit_without_waiting_for_the_flush(connection: &mut PgConnection, token: FencingToken) -> QueryResult<bool> {
+    let relaxed = diesel::sql_query(
+        "SELECT set_config('synchronous_commit', 'off', true) FROM gateway_leader_epoch WHERE id = 1 AND epoch = $1",
+    )
+    .bind::<BigInt, _>(token_to_db(token))
+    .execute(connection)?;
+    Ok(relaxed == 1)
 }
 
 /// The unpaused rows due before `before`, soonest first: a range scan of the `cron_jobs_due` index (`paused`, then
@@ -1124,6 +1149,52 @@ mod tests {
         let claimed = store.claim_fires(&ids, &lease("a", 1, START + Duration::seconds(1))).unwrap();
         assert_eq!(claimed.len(), ids.len());
         assert_eq!(places(), before, "every claimed version stays on its row's page");
+    }
+
+    /// The firing loop's transaction commits without waiting for its WAL flush only under the epoch's own term: a new
+    /// term's first write (it raises the epoch) and a stale one still wait, and the setting ends with the
+    /// transaction, so the pooled connection's next transaction (an insert group, whose callers are answered once it
+    /// is durable) waits for its flush again.
+    #[test]
+    fn the_loops_commit_skips_the_flush_only_under_the_current_epoch_on_postgres() {
+        #[derive(diesel::QueryableByName)]
+        struct Setting {
+            #[diesel(sql_type = Text)]
+            setting: String,
+        }
+        let Some(fixture) = crate::testing::postgres(
+            "cron::tests::the_loops_commit_skips_the_flush_only_under_the_current_epoch_on_postgres",
+        ) else {
+            return;
+        };
+        let setting = |c: &mut PgConnection| {
+            diesel::sql_query("SELECT current_setting('synchronous_commit') AS setting")
+                .get_result::<Setting>(c)
+                .map(|row| row.setting)
+        };
+        // One write's decision and the setting inside its transaction, then `admit` as the loop's write does.
+        let write = |c: &mut PgConnection, token: u64| {
+            c.transaction(|c| {
+                let relaxed = commit_without_waiting_for_the_flush(c, FencingToken(token))?;
+                let inside = setting(c)?;
+                admit(&mut AnyConnection::Postgres(c), FencingToken(token))
+                    .map_err(|_| diesel::result::Error::RollbackTransaction)?;
+                Ok::<_, diesel::result::Error>((relaxed, inside))
+            })
+        };
+        let (first, current, after, stale) = crate::testing::on_postgres(&fixture.store, |c| {
+            // Test servers do not wait for flushes at all; this connection does, as a production server's.
+            diesel::sql_query("SET synchronous_commit = on").execute(c)?;
+            let first = write(c, 1)?;
+            let current = write(c, 1)?;
+            let after = setting(c)?;
+            let stale = c.transaction(|c| commit_without_waiting_for_the_flush(c, FencingToken(0)))?;
+            Ok((first, current, after, stale))
+        });
+        assert_eq!(first, (false, "on".to_owned()), "a new term's first write raises the epoch: it waits");
+        assert_eq!(current, (true, "off".to_owned()), "a write under the epoch's own term does not wait");
+        assert_eq!(after, "on", "the connection's next transaction waits for its flush again");
+        assert!(!stale, "a stale term's write (fenced by admit) is not relaxed either");
     }
 
     /// A group without idempotency keys is inserted plainly on PostgreSQL, not speculatively: `ON CONFLICT` writes
