@@ -489,18 +489,22 @@ mod tests {
         assert_eq!(receipt.trace_id, None);
     }
 
+    /// A publisher with no subscriber on any topic: what it is handed anyway is kept, so a test can see that nothing
+    /// was.
+    #[derive(Debug, Default)]
+    struct Deaf(RecordingPublisher);
+
+    impl EventPublisher for Deaf {
+        fn publish(&self, topic: &Topic, event: &Event) -> Result<(), crate::PublishError> {
+            self.0.publish(topic, event)
+        }
+        fn may_deliver(&self, _topic: &Topic) -> bool {
+            false
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn nobody_listening_costs_no_event_but_the_trace_id_comes_back() {
-        #[derive(Debug, Default)]
-        struct Deaf(RecordingPublisher);
-        impl EventPublisher for Deaf {
-            fn publish(&self, topic: &Topic, event: &Event) -> Result<(), crate::PublishError> {
-                self.0.publish(topic, event)
-            }
-            fn may_deliver(&self, _topic: &Topic) -> bool {
-                false
-            }
-        }
         let publisher = Arc::new(Deaf::default());
         let intake = DecisionLogIntake::new(IntakePorts {
             reminders: Arc::new(FakeDesk::default()),
@@ -546,16 +550,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn nobody_listening_still_notes_the_identity_and_answers_the_trace_id_however_the_body_was_read() {
-        #[derive(Debug, Default)]
-        struct Deaf(RecordingPublisher);
-        impl EventPublisher for Deaf {
-            fn publish(&self, topic: &Topic, event: &Event) -> Result<(), crate::PublishError> {
-                self.0.publish(topic, event)
-            }
-            fn may_deliver(&self, _topic: &Topic) -> bool {
-                false
-            }
-        }
         for body in logs_read_every_way() {
             let publisher = Arc::new(Deaf::default());
             let capabilities = Arc::new(AllNoted(InMemoryCapabilityMap::new(10)));
