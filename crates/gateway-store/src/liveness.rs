@@ -346,8 +346,7 @@ impl SharedLiveness {
         };
         // On PostgreSQL the rows and their receipts are one statement, atomic and durable on its own: a transaction
         // (two more round trips) only when capability entries go with it.
-        // EXPERIMENT (s31-l, not kept): always a transaction, whose commit does not wait for its WAL flush.
-        let written = if false && entries.is_empty() && !self.inner.store.is_sqlite() {
+        let written = if entries.is_empty() && !self.inner.store.is_sqlite() {
             self.inner.store.with_connection("share liveness", work)
         } else {
             self.inner.store.immediate("share liveness", work)
@@ -769,7 +768,6 @@ fn write_rows_postgres(
     heartbeats: &[HeartbeatRecord],
     receipts: &[AgentRow<'_>],
 ) -> QueryResult<()> {
-    diesel::sql_query("SELECT set_config('synchronous_commit', 'off', true)").execute(connection)?;
     let beats = latest_rows(heartbeats);
     if receipts.is_empty() {
         if !beats.is_empty() {
