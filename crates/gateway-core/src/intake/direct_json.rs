@@ -47,14 +47,12 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 /// reading enforces: a body whose `[` and `{` bytes alone could nest that deep is left to the value reading.
 /// (Counting the bytes, in strings too, overcounts and so only ever sends more bodies the slow way.)
 pub fn read<'de, T: Deserialize<'de>>(body: &'de [u8]) -> Option<T> {
-    readable(body).and_then(read_text)
-}
-
-/// `body` as text, when a direct reading may take it: UTF-8, and no deeper than the value reading goes (see
-/// [`read`]). One UTF-8 check of the whole body instead of one per string: serde_json then reads strings as they
-/// are.
-pub fn readable(body: &[u8]) -> Option<&str> {
-    std::str::from_utf8(body).ok().filter(|text| shallow(text))
+    // One UTF-8 check of the whole body instead of one per string: serde_json then reads strings as they are.
+    let text = std::str::from_utf8(body).ok()?;
+    if !shallow(text) {
+        return None;
+    }
+    read_text(text)
 }
 
 /// Whether `text` certainly nests less deep than the value reading's limit (see [`read`]).
@@ -62,7 +60,7 @@ pub fn shallow(text: &str) -> bool {
     openers(text) < VALUE_DEPTH_LIMIT
 }
 
-/// [`read`] of a body that [`readable`] gave.
+/// [`read`] of a body already checked as UTF-8 and [`shallow`].
 pub fn read_text<'de, T: Deserialize<'de>>(text: &'de str) -> Option<T> {
     serde_json::from_str::<Object<T>>(text).ok().map(|Object(value)| value)
 }
