@@ -126,8 +126,9 @@ fn cancel_on_signal(shutdown: CancellationToken) {
 }
 
 fn request_shutdown(shutdown: &CancellationToken) {
-    tracing::info!("shutdown requested; draining in-flight requests");
+    // Cancelled first: nothing, not even the log line, stands between a signal and the drain.
     shutdown.cancel();
+    tracing::info!("shutdown requested; draining in-flight requests");
 }
 
 fn fail(error: &StartError) -> ExitCode {

@@ -99,3 +99,65 @@ fn a_clean_start_says_nothing_about_claims_left_by_a_previous_process() {
         assert!(!logs.contains("released claims"), "{start}: nothing was left claimed: {logs}");
     }
 }
+
+/// A log pipe whose reader has gone (a log shipper that died, `gateway | head`, journald restarted) makes every write
+/// to stderr fail. Logging must then drop lines, not stop the gateway: the eviction loop, which logs each eviction,
+/// goes on evicting, heartbeats are answered, and SIGTERM still drains and exits cleanly (its handler logs too).
+#[test]
+fn a_log_pipe_nobody_reads_stops_neither_the_loops_nor_a_graceful_exit() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
+    let mut child = crate::support::gateway_command()
+        .args(["--listen", "127.0.0.1:0", "--database-url", &database, "--admin-token", crate::support::TOKEN])
+        .args(["--heartbeat-check-interval-ms", "100", "--heartbeat-eviction-threshold-s", "1"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut banner).unwrap();
+    let base = banner.trim().strip_prefix("gateway listening on ").expect("the banner").to_owned();
+    // The banner's reader is gone with the line above, the logs' goes here: from now on every line the gateway
+    // writes fails with a broken pipe.
+    drop(child.stderr.take());
+
+    let agent =
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(PATIENCE)).build().new_agent();
+    let heartbeat = |agent_id: &str| {
+        let body = json!({"type": "heartbeat", "agent_id": agent_id, "cluster_id": "c"}).to_string();
+        agent.post(format!("{base}/gateway/heartbeat")).content_type("application/json").send(body).unwrap().status()
+    };
+    let listed = |agent_id: &str| {
+        let mut response = agent
+            .get(format!("{base}/gateway/agents"))
+            .header("authorization", format!("Bearer {}", crate::support::TOKEN))
+            .call()
+            .unwrap();
+        response.body_mut().read_to_string().unwrap().contains(agent_id)
+    };
+    // Two evictions one after the other: the second shows the loop outlived the line the first one logged.
+    for agent_id in ["agent-before", "agent-after"] {
+        assert_eq!(heartbeat(agent_id), 200);
+        assert!(listed(agent_id));
+        eventually(&format!("{agent_id} evicted"), || !listed(agent_id));
+    }
+
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the gateway did not exit on SIGTERM with its log pipe broken");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    };
+    assert!(status.success(), "exit status {status:?}");
+}
