@@ -110,15 +110,18 @@ fn a_log_pipe_nobody_reads_stops_neither_the_loops_nor_a_graceful_exit() {
 
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}", dir.path().join("gateway.db").display());
-    let mut child = crate::support::gateway_command()
-        .args(["--listen", "127.0.0.1:0", "--database-url", &database, "--admin-token", crate::support::TOKEN])
-        .args(["--heartbeat-check-interval-ms", "100", "--heartbeat-eviction-threshold-s", "1"])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped(
+        crate::support::gateway_command()
+            .args(["--listen", "127.0.0.1:0", "--database-url", &database, "--admin-token", crate::support::TOKEN])
+            .args(["--heartbeat-check-interval-ms", "100", "--heartbeat-eviction-threshold-s", "1"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
     let mut banner = String::new();
     std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut banner).unwrap();
     let base = banner.trim().strip_prefix("gateway listening on ").expect("the banner").to_owned();
@@ -160,4 +163,14 @@ fn a_log_pipe_nobody_reads_stops_neither_the_loops_nor_a_graceful_exit() {
         std::thread::sleep(std::time::Duration::from_millis(25));
     };
     assert!(status.success(), "exit status {status:?}");
+}
+
+/// A child process killed when the test ends, passed or not.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
