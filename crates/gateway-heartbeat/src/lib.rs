@@ -1,10 +1,12 @@
 #![doc = include_str!("../README.md")]
 
 mod error;
+mod hearing;
 mod manager;
 mod ping;
 
 pub use error::HeartbeatError;
+pub use hearing::MAX_UNHEARD_SHARE;
 pub use manager::{
     EvictedAgent, HeartbeatConfig, HeartbeatManager, HeartbeatPorts, LiveAgent, LiveAgentPage, MAX_UPSERT_GROUP,
 };

@@ -1,10 +1,11 @@
 //! The HeartbeatManager and its eviction loop.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gateway_core::runtime::group_commit::GroupCommit;
 use gateway_core::runtime::stats::HeartbeatStats;
+use gateway_core::runtime::sync::lock;
 use gateway_core::{
     AgentId, BackgroundLoop, CapabilityEntry, CapabilityMap, CapabilityNotes, Clock, ClusterId, ComponentHealth, Event,
     EventPayload, EventPublisher, FencingToken, HeartbeatRecord, HeartbeatStore, LeaderLoop, Leadership, LivenessMap,
@@ -14,6 +15,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
+use crate::hearing::{Hearing, Verdict};
 use crate::{CHECK_INTERVAL, DEFAULT_MAX_TRACKED_AGENTS, EVICTION_THRESHOLD, HeartbeatError, HeartbeatPing};
 
 /// Most heartbeat rows written in one store transaction.
@@ -322,11 +324,24 @@ impl BackgroundLoop for HeartbeatManager {
             health: &self.inner.health,
             leadership: self.inner.leadership.as_ref(),
         };
+        let hearing = Arc::new(Mutex::new(Hearing::new(self.inner.config.eviction_threshold, checks.interval)));
         checks
             .run(&shutdown, |token| {
                 let manager = self.clone();
+                let hearing = Arc::clone(&hearing);
                 let now = self.inner.clock.now();
-                async move { manager.check_at(now, token).await.map(drop) }
+                async move {
+                    let verdict = lock(&hearing).before_pass(tokio::time::Instant::now(), now, token);
+                    let outcome = match verdict {
+                        Verdict::Evict => manager.check_at(now, token).await.map(drop),
+                        Verdict::Hold { until } => {
+                            tracing::debug!(%until, "eviction pass held");
+                            Ok(())
+                        }
+                    };
+                    lock(&hearing).after_pass(tokio::time::Instant::now(), manager.inner.clock.now(), token);
+                    outcome
+                }
             })
             .await;
     }

@@ -140,6 +140,46 @@ async fn the_loop_evicts_on_its_own_schedule() {
     assert_eq!(*last_seen, gateway_core::Clock::now(&ManualClock::at_fixed_start()));
 }
 
+/// Waits (in real time: a pass's store work runs on the blocking pool) until the loop has finished `count` passes
+/// that examined the map, so that the next move of the clocks does not overtake a pass still running.
+async fn passes_reach(fixture: &Fixture, count: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fixture.manager.stats().eviction_passes.count() < count {
+        assert!(std::time::Instant::now() < deadline, "{count} passes never came");
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The gateway stops for five minutes (SIGSTOP, a sleeping machine): both clocks jump, and every receipt looks five
+/// minutes old. The pass after it must not evict anyone for that; an agent that really went silent is evicted one
+/// threshold after the gateway could hear again (gateway-heartbeat's `hearing`).
+#[tokio::test(start_paused = true)]
+async fn after_the_gateway_could_not_hear_evictions_wait_one_threshold() {
+    let fixture = start(HeartbeatConfig::default()).await;
+    fixture.manager.record_heartbeat(agent("agent-silent"), cluster()).unwrap();
+    passes_reach(&fixture, 1).await;
+    elapse(&fixture, CHECK_INTERVAL).await;
+    passes_reach(&fixture, 2).await;
+    let resumed = gateway_core::Clock::now(&fixture.clock) + time::Duration::seconds(300);
+    // The pass served right after the stop, and the next two, are held: they examine nothing.
+    for step in [Duration::from_secs(300), CHECK_INTERVAL, CHECK_INTERVAL] {
+        elapse(&fixture, step).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        tokio::task::yield_now().await;
+    }
+    assert!(evictions(&fixture.publisher).is_empty(), "evicted for the gateway's own silence");
+    // One threshold after the stop, the agent that really went silent goes.
+    elapse(&fixture, CHECK_INTERVAL).await;
+    evictions_reach(&fixture, 1).await;
+    let events = fixture.publisher.on_topic(&Topic::Agents);
+    assert_eq!(evictions(&fixture.publisher), vec![agent("agent-silent")]);
+    assert_eq!(events[0].timestamp, resumed + time::Duration::try_from(EVICTION_THRESHOLD).unwrap());
+}
+
 #[tokio::test(start_paused = true)]
 async fn silent_for_89_seconds_is_kept() {
     let fixture = start_checked_by_hand().await;
