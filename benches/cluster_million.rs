@@ -10,7 +10,8 @@
 //! `--heartbeat-eviction-threshold-s`), `MILLION_CHECK_MS` (10,000: `--heartbeat-check-interval-ms`),
 //! `MILLION_RATE` (the steady load's heartbeats/s over both instances; default 0.6 of the rate the fill reached),
 //! `MILLION_CONNECTIONS` (64), `MILLION_SETTLE_S` (10: load after the crowd's pass), `MILLION_PG_NAPTIME_S` (unset:
-//! the server's 60 s autovacuum naptime). Pinning as the other modes
+//! the server's 60 s autovacuum naptime), `MILLION_DUMP_DIR` (unset: a directory to write every steady request's
+//! timing and the gateways' logs into, for a look at which requests were slow and when). Pinning as the other modes
 //! (`CLUSTER_BENCH_SERVER_CPUS`, `CLUSTER_BENCH_CLIENT_CPUS`).
 //!
 //! The run, in the leader's time (its passes tick every check interval from its start):
@@ -86,6 +87,8 @@ struct Shot {
     latency_us: u32,
     late_us: u32,
     ok: bool,
+    /// Which instance answered (0: gw-a, 1: gw-b).
+    server: u8,
 }
 
 #[derive(Clone, Copy)]
@@ -344,27 +347,31 @@ pub fn run(gateway_binary: &Path, pinning: &Pinning, postgres: &TempPostgres, po
         };
         groups[group].1.push(shot);
     }
-    println!("\n| heartbeats | count | failed | p50 | p99 | max |");
-    println!("| --- | --- | --- | --- | --- | --- |");
+    // Latency counts from the send; a request sent late (its connection still waiting for the answer before) also
+    // waited for its schedule, which the last column adds.
+    println!("\n| heartbeats | count | failed | p50 | p99 | max | p99 from its schedule |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for (name, shots) in &groups {
         let sample = latencies(shots.iter().copied());
         println!(
-            "| {name} | {} | {} | {} | {} | {} |",
+            "| {name} | {} | {} | {} | {} | {} | {} |",
             shots.len(),
             shots.iter().filter(|shot| !shot.ok).count(),
             ms(sample.percentile(50.0)),
             ms(sample.percentile(99.0)),
-            ms(sample.max())
+            ms(sample.max()),
+            ms(from_schedule(shots.iter().copied()).percentile(99.0)),
         );
     }
     let whole = latencies(steady.iter());
     println!(
-        "| steady, all | {} | {} | {} | {} | {} |",
+        "| steady, all | {} | {} | {} | {} | {} | {} |",
         steady.len(),
         failed(&steady),
         ms(whole.percentile(50.0)),
         ms(whole.percentile(99.0)),
-        ms(whole.max())
+        ms(whole.max()),
+        ms(from_schedule(steady.iter()).percentile(99.0)),
     );
 
     let before_crowd: Vec<&(u64, [u64; 2])> = rss_samples
@@ -384,6 +391,9 @@ pub fn run(gateway_binary: &Path, pinning: &Pinning, postgres: &TempPostgres, po
         );
     }
     println!("machine after: {}", machine_state());
+    if let Ok(dump) = std::env::var("MILLION_DUMP_DIR") {
+        dump_run(Path::new(&dump), &steady, base_wall, &gateways);
+    }
     let log_paths: Vec<(String, PathBuf)> =
         gateways.iter().map(|(instance_id, _, log)| ((*instance_id).to_owned(), log.clone())).collect();
     drop(gateways);
@@ -391,6 +401,27 @@ pub fn run(gateway_binary: &Path, pinning: &Pinning, postgres: &TempPostgres, po
         print_log_summary(instance_id, log);
     }
     drop(redis);
+}
+
+/// For a look at which requests were slow and what the gateways were doing then (`MILLION_DUMP_DIR`): every steady
+/// request as `sent_us,latency_us,late_us,ok,instance` (µs since the run's base), the base as Unix µs, and each
+/// gateway's JSON log.
+fn dump_run(dir: &Path, steady: &[Shot], base_wall: SystemTime, gateways: &[(&str, Server, PathBuf)]) {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir).unwrap();
+    let mut shots = std::io::BufWriter::new(File::create(dir.join("steady.csv")).unwrap());
+    writeln!(shots, "sent_us,latency_us,late_us,ok,instance").unwrap();
+    for shot in steady {
+        writeln!(shots, "{},{},{},{},{}", shot.sent_us, shot.latency_us, shot.late_us, u8::from(shot.ok), shot.server)
+            .unwrap();
+    }
+    shots.flush().unwrap();
+    let base = base_wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    std::fs::write(dir.join("base_unix_us"), micros(base).to_string()).unwrap();
+    for (instance_id, _, log) in gateways {
+        std::fs::copy(log, dir.join(format!("{instance_id}.log"))).unwrap();
+    }
+    println!("steady requests and the gateways' logs written to {}", dir.display());
 }
 
 fn wait_for_leader(gateways: &[(&str, Server, PathBuf)]) -> usize {
@@ -572,6 +603,7 @@ async fn connection_loop(
             latency_us: u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX),
             late_us: due.map_or(0, |due| u32::try_from(sent.duration_since(due).as_micros()).unwrap_or(u32::MAX)),
             ok,
+            server: u8::from(server == 1),
         });
         if !ok && sender.ready().await.is_err() {
             return shots;
@@ -581,6 +613,15 @@ async fn connection_loop(
 
 fn latencies<'a>(shots: impl Iterator<Item = &'a Shot>) -> Sample<Duration> {
     Sample::new(shots.filter(|shot| shot.ok).map(|shot| Duration::from_micros(shot.latency_us.into())).collect())
+}
+
+fn from_schedule<'a>(shots: impl Iterator<Item = &'a Shot>) -> Sample<Duration> {
+    Sample::new(
+        shots
+            .filter(|shot| shot.ok)
+            .map(|shot| Duration::from_micros(u64::from(shot.latency_us) + u64::from(shot.late_us)))
+            .collect(),
+    )
 }
 
 fn failed(shots: &[Shot]) -> usize {

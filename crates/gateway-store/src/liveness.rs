@@ -66,6 +66,19 @@ const EXAMINES_AFTER_A_PASS: Duration = Duration::from_secs(120);
 /// than this from its start to its commit; the next examination, one [`EXAMINE_INTERVAL`] later, reads that row.
 pub const EXAMINATION_MARGIN_SECONDS: i64 = 10;
 
+/// Runs `reads` in a transaction (they write nothing: no transaction id) in which PostgreSQL hands no scan to
+/// parallel workers. The count and the
+/// examination read up to the whole table every few seconds and nothing waits on their answer; planned freely, each
+/// ran as a parallel scan (the leader and two workers), three processes taking the database's CPUs from the
+/// heartbeats' commits at once: at a million agents on one CPU, 170-290 ms bursts that held the slowest 1 % of
+/// heartbeats (docs/benchmarks.md, s32-m).
+fn background_read<T>(c: &mut PgConnection, reads: impl FnOnce(&mut PgConnection) -> QueryResult<T>) -> QueryResult<T> {
+    c.transaction(|c| {
+        diesel::sql_query("SET LOCAL max_parallel_workers_per_gather = 0").execute(c)?;
+        reads(c)
+    })
+}
+
 /// The database-backed [`LivenessMap`] and [`CapabilityMap`]. Cheap to clone; clones share everything. Run
 /// [`SharedLiveness::start_flusher`] for as long as the process serves.
 ///
@@ -203,7 +216,9 @@ impl SharedLiveness {
             if pass.is_multiple_of(counts_every) {
                 map.count()?;
             }
-            if pass.is_multiple_of(examines_every) && map.runs_passes() {
+            // Half an interval after the count: each is a read of the table on the database's CPU, which the
+            // heartbeats share; one after the other they held it twice as long at a time.
+            if (pass + examines_every / 2).is_multiple_of(examines_every) && map.runs_passes() {
                 // A failed examination leaves the last one, which stays true (see `Examined`): passes only read
                 // more of the table until the next one works.
                 if let Err(error) = map.examine() {
@@ -257,7 +272,7 @@ impl SharedLiveness {
             // One read-only transaction (no transaction id, nothing to flush at its commit), two statements: the
             // bound by the transaction's start, the rows by the second statement's snapshot, taken later, so a row
             // that statement does not see was committed after the transaction began.
-            c.transaction(|c| {
+            background_read(c, |c| {
                 // The range holds the dead entries of the minutes agents left and the few rows still in them: an
                 // index scan reads those. Planned freely it was a sequential scan of the table (p50 122 ms at a
                 // million rows, every 5 s, on the database's CPU that heartbeats share).
@@ -295,13 +310,17 @@ impl SharedLiveness {
 
     /// Counts the cluster's live agents (the cap's reference).
     pub fn count(&self) -> Result<usize, StoreError> {
+        let began = Instant::now();
         let rows: i64 = self.inner.store.with_connection("count live agents", |connection| {
-            on_backend!(connection, c => gateway_heartbeats::table
-                .filter(gateway_heartbeats::received_minute.is_not_null())
-                .count()
-                .get_result(c))
+            let live = gateway_heartbeats::table.filter(gateway_heartbeats::received_minute.is_not_null()).count();
+            match connection {
+                AnyConnection::Postgres(c) => background_read(c, |c| live.get_result(c)),
+                AnyConnection::Sqlite(c) => live.get_result(&mut **c),
+            }
         })?;
         let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+        // A scan of the table every few seconds on each instance: timed, to tell its share of the database's CPU.
+        tracing::debug!(count_ms = began.elapsed().as_secs_f64() * 1e3, rows, "live agents counted");
         self.inner.tracked.store(rows, Ordering::Relaxed);
         let mut local = lock(&self.inner.local);
         // Agents evicted by another instance stay in `known` here; keep the set within the cap's size.
@@ -1160,6 +1179,88 @@ mod tests {
         a.upsert_heartbeats(std::slice::from_ref(&row)).unwrap();
         assert_eq!(live_ids(&b), ["alice", "bob"]);
         assert_eq!(b.heartbeat(&agent("alice")).unwrap(), Some(row));
+    }
+
+    /// The count and the examination read the table every few seconds in the background, each in one process
+    /// however the planner rates a parallel scan ([`background_read`]). Against a database that plans every scan
+    /// in parallel (no cost to start workers), the count must show one sequential scan of the table, where a
+    /// parallel one counts one per participant in PostgreSQL's statistics (the leader and each worker). The
+    /// examination's index scan counts once however many processes share it: what this test sees of it is that it
+    /// still reads under those settings.
+    #[test]
+    fn postgres_counts_and_examines_without_parallel_workers() {
+        #[derive(QueryableByName, Debug, PartialEq)]
+        struct Scans {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            seq_scan: i64,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            idx_scan: i64,
+        }
+        let Some(database) = gateway_testkit::postgres::database(module_path!()) else { return };
+        let mut admin = PgConnection::establish(database.url()).unwrap();
+        diesel::sql_query(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET parallel_setup_cost = 0; \
+             ALTER DATABASE %1$I SET parallel_tuple_cost = 0; \
+             ALTER DATABASE %1$I SET min_parallel_table_scan_size = 0; \
+             ALTER DATABASE %1$I SET min_parallel_index_scan_size = 0; \
+             ALTER DATABASE %1$I SET max_parallel_workers_per_gather = 2; \
+             ALTER DATABASE %1$I SET enable_indexonlyscan = off; \
+             ALTER DATABASE %1$I SET enable_bitmapscan = off', current_database()); END $$",
+        )
+        .execute(&mut admin)
+        .unwrap();
+        // Statistics reach the shared counters when a backend ends at the latest: each step closes its store and
+        // waits for its connections to be gone before reading them.
+        let closed = |admin: &mut PgConnection| {
+            #[derive(QueryableByName)]
+            struct Others {
+                #[diesel(sql_type = diesel::sql_types::BigInt)]
+                others: i64,
+            }
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let found: Others = diesel::sql_query(
+                    "SELECT count(*) AS others FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                )
+                .get_result(admin)
+                .unwrap();
+                if found.others == 0 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the store's connections did not close");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            diesel::sql_query("SELECT pg_stat_clear_snapshot()").execute(admin).unwrap();
+            diesel::sql_query(
+                "SELECT seq_scan, coalesce(idx_scan, 0) AS idx_scan FROM pg_stat_user_tables \
+                 WHERE relname = 'gateway_heartbeats'",
+            )
+            .get_result::<Scans>(admin)
+            .unwrap()
+        };
+        {
+            let store = DieselStore::open(&crate::testing::postgres_url(database.url())).unwrap();
+            let map = SharedLiveness::new(store, 100);
+            for n in 0..50 {
+                map.record(&agent(&format!("agent-{n:02}")), &ClusterId::new("west").unwrap(), START).unwrap();
+            }
+            map.flush().unwrap();
+        }
+        let before = closed(&mut admin);
+        {
+            let store = DieselStore::open(&crate::testing::postgres_url(database.url())).unwrap();
+            let map = SharedLiveness::new(store, 100);
+            assert_eq!(map.count().unwrap(), 50);
+            map.examine().unwrap();
+            assert!(lock(&map.inner.examined).is_some(), "the examination read the table");
+        }
+        let after = closed(&mut admin);
+        assert_eq!(
+            Scans { seq_scan: after.seq_scan - before.seq_scan, idx_scan: after.idx_scan - before.idx_scan },
+            Scans { seq_scan: 1, idx_scan: 1 },
+            "the count is one sequential scan and the examination one index scan, each by one process"
+        );
     }
 
     /// Migrations 2026-12-21-000012 and 000017: without them the eviction pass's probe walks a million dead index entries until
