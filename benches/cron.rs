@@ -142,13 +142,6 @@ impl CronJobStore for TracedStore {
     ) -> Result<Vec<gateway_core::CronJobInsert>, StoreErr> {
         self.timed("insert", jobs.len(), || self.inner.insert_cron_jobs(jobs))
     }
-    fn insert_cron_jobs_overlapping(
-        &self,
-        jobs: &[gateway_core::NewCronJob],
-        written: &mut dyn FnMut(),
-    ) -> Result<Vec<gateway_core::CronJobInsert>, StoreErr> {
-        self.timed("insert", jobs.len(), || self.inner.insert_cron_jobs_overlapping(jobs, written))
-    }
     fn cron_job(&self, id: i64) -> Result<Option<gateway_core::CronJob>, StoreErr> {
         self.inner.cron_job(id)
     }

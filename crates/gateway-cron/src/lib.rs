@@ -6,7 +6,6 @@ mod firing;
 mod jobs;
 mod mailbox;
 mod misfire;
-mod pipeline;
 mod reminders;
 mod schedule;
 mod scheduler;

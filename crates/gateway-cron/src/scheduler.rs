@@ -13,7 +13,6 @@ use gateway_core::{
 use time::Duration;
 use tokio::sync::{Notify, watch};
 
-use crate::pipeline::InsertPipeline;
 use crate::window::Window;
 
 /// How far ahead the window is loaded.
@@ -152,27 +151,10 @@ pub(crate) struct Inner {
     /// Fires and their lateness, for metrics.
     pub(crate) stats: CronStats,
     /// Shares commits between concurrent `schedule_once` calls.
-    pub(crate) inserts: Inserts,
+    pub(crate) inserts: Arc<GroupCommit<NewCronJob, CronJobInsert>>,
     /// Serializes this scheduler's writes on a single-writer store ([`WriteTurns`]).
     pub(crate) writes: Arc<WriteTurns>,
     pub(crate) pending_gates: PendingGates,
-}
-
-/// How `schedule_once` calls share commits: one group at a time ([`GroupCommit`]), or groups whose statements follow
-/// each other while their commits overlap ([`InsertPipeline`]).
-#[derive(Debug)]
-pub(crate) enum Inserts {
-    Grouped(Arc<GroupCommit<NewCronJob, CronJobInsert>>),
-    Overlapping(InsertPipeline),
-}
-
-impl Inserts {
-    pub(crate) async fn submit(&self, job: NewCronJob) -> Result<CronJobInsert, gateway_core::StoreError> {
-        match self {
-            Self::Grouped(group) => group.submit(job).await,
-            Self::Overlapping(pipeline) => pipeline.submit(job).await,
-        }
-    }
 }
 
 /// Turns for this scheduler's writes, taken only when the store has one writer at a time
@@ -229,19 +211,13 @@ impl CronScheduler {
         let CronPorts { store, storage, publisher, clock, leadership } = ports;
         let window = Mutex::new(Window::new(config.window_capacity, duration(config.claim_ahead)));
         let writes = Arc::new(WriteTurns::new(store.single_writer()));
-        // Experiment (s32-c): `CRON_INSERT_DEPTH` groups in flight on a store with writers side by side.
-        let depth = std::env::var("CRON_INSERT_DEPTH").ok().and_then(|depth| depth.parse::<usize>().ok()).unwrap_or(1);
-        let inserts = if store.single_writer() || depth <= 1 {
-            Inserts::Grouped(Arc::new(GroupCommit::new(MAX_INSERT_GROUP, {
-                let (store, writes) = (Arc::clone(&store), Arc::clone(&writes));
-                move |jobs: Vec<NewCronJob>| {
-                    let _writing = writes.take();
-                    store.insert_cron_jobs(&jobs)
-                }
-            })))
-        } else {
-            Inserts::Overlapping(InsertPipeline::new(Arc::clone(&store), MAX_INSERT_GROUP, depth))
-        };
+        let inserts = Arc::new(GroupCommit::new(MAX_INSERT_GROUP, {
+            let (store, writes) = (Arc::clone(&store), Arc::clone(&writes));
+            move |jobs: Vec<NewCronJob>| {
+                let _writing = writes.take();
+                store.insert_cron_jobs(&jobs)
+            }
+        }));
         Self {
             inner: Arc::new(Inner {
                 store,

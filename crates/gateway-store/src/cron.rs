@@ -425,33 +425,6 @@ impl CronJobStore for DieselStore {
         answers(jobs, &rows, outcomes)
     }
 
-    fn insert_cron_jobs_overlapping(
-        &self,
-        jobs: &[NewCronJob],
-        written: &mut dyn FnMut(),
-    ) -> Result<Vec<CronJobInsert>, StoreError> {
-        if self.is_sqlite() || jobs.is_empty() {
-            let outcome = self.insert_cron_jobs(jobs);
-            written();
-            return outcome;
-        }
-        let rows: Vec<NewCronJobRow<'_>> = jobs.iter().map(NewCronJobRow::of).collect();
-        // A transaction even for a keyless group (two round trips more than the lone statement): the point between
-        // the statement and the `COMMIT` is where the next group may start, its statement run while this group's
-        // commit waits for the WAL flush, and flushed by the same flush or the next one.
-        let outcomes = self.immediate("insert cron jobs", |connection| {
-            let outcomes = match connection {
-                AnyConnection::Sqlite(connection) => {
-                    rows.iter().map(|row| row.insert_unless_key_held(connection)).collect::<QueryResult<Vec<_>>>()
-                }
-                AnyConnection::Postgres(connection) => insert_group_postgres(connection, &rows),
-            }?;
-            written();
-            Ok(outcomes)
-        })?;
-        answers(jobs, &rows, outcomes)
-    }
-
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
         let row = self.with_connection("read cron job", |connection| {
             on_backend!(connection, c => cron_jobs::table.find(id).select(CronJobRow::as_select()).first(c).optional())

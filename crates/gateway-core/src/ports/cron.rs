@@ -186,20 +186,6 @@ pub trait CronJobStore: Send + Sync + std::fmt::Debug {
             })
             .collect()
     }
-    /// [`Self::insert_cron_jobs`], calling `written` once the group's rows are written and before its commit is
-    /// waited for, so that the caller may start the next group's statement while this one's commit is flushed (a
-    /// store whose commit waits for a disk flush, PostgreSQL). `written` is called at most once, and not at all when
-    /// the write fails before it; the result still comes only after the commit. This default has no such point: it
-    /// calls `written` after the whole insert.
-    fn insert_cron_jobs_overlapping(
-        &self,
-        jobs: &[NewCronJob],
-        written: &mut dyn FnMut(),
-    ) -> Result<Vec<CronJobInsert>, StoreError> {
-        let outcome = self.insert_cron_jobs(jobs);
-        written();
-        outcome
-    }
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError>;
     /// The job created with this `Idempotency-Key`, if any.
     fn cron_job_by_idempotency_key(&self, key: &IdempotencyKey) -> Result<Option<CronJob>, StoreError>;
