@@ -94,7 +94,8 @@ impl<'a> NewCronJobRow<'a> {
     /// checks) and so one that opens a statement journal and collects its rows in an ephemeral table; without it
     /// the insert writes the row and its index entries and nothing else.
     fn insert_sqlite(&self, connection: &mut SqliteConnection) -> QueryResult<CronJobRow> {
-        let id = self.insert_sqlite_id(connection)?;
+        diesel::insert_into(cron_jobs::table).values(self).execute(connection)?;
+        let id = diesel::select(last_insert_rowid()).get_result::<i64>(connection)?;
         Ok(CronJobRow {
             id,
             agent_id: self.agent_id.to_owned(),
@@ -110,60 +111,25 @@ impl<'a> NewCronJobRow<'a> {
         })
     }
 
-    fn insert_sqlite_id(&self, connection: &mut SqliteConnection) -> QueryResult<i64> {
-        diesel::insert_into(cron_jobs::table).values(self).execute(connection)?;
-        diesel::select(last_insert_rowid()).get_result::<i64>(connection)
-    }
-
-    /// Inserts the row unless its idempotency key is held, in which case the holder comes back instead. SQLite's
-    /// group path, inside the group's immediate transaction: no other writer can take the key between the read
-    /// and the insert, and a key repeated within the group finds the group's own earlier row. A read rather than
-    /// `ON CONFLICT`: the key's unique index is partial (keyless rows write no entry), and Diesel cannot name an
-    /// index predicate in SQLite's conflict target; PostgreSQL's group insert names it.
-    fn insert_unless_key_held(&self, connection: &mut SqliteConnection) -> QueryResult<GroupOutcome> {
-        let Some(key) = self.idempotency_key else {
-            return self.insert_sqlite_id(connection).map(GroupOutcome::Written);
-        };
-        let holder = cron_jobs::table
-            .filter(cron_jobs::idempotency_key.eq(key))
-            .select(CronJobRow::as_select())
-            .first(connection)
-            .optional()?;
+    /// Inserts the row unless its idempotency key is held, in which case the holder comes back instead
+    /// (`false`). SQLite's group path only, inside the group's immediate transaction: no other writer can take the
+    /// key between the read and the insert, and a key repeated within the group finds the group's own earlier row.
+    /// A read rather than `ON CONFLICT`: the key's unique index is partial (keyless rows write no entry), and
+    /// Diesel cannot name an index predicate in SQLite's conflict target; PostgreSQL's group insert names it.
+    fn insert_unless_key_held(&self, connection: &mut AnyConnection<'_>) -> QueryResult<(CronJobRow, bool)> {
+        let Some(key) = self.idempotency_key else { return self.insert(connection).map(|row| (row, true)) };
+        let holder = on_backend!(connection, c => {
+            cron_jobs::table
+                .filter(cron_jobs::idempotency_key.eq(key))
+                .select(CronJobRow::as_select())
+                .first(c)
+                .optional()
+        })?;
         match holder {
-            Some(holder) => Ok(GroupOutcome::Held(holder)),
-            None => self.insert_sqlite_id(connection).map(GroupOutcome::Written),
+            Some(holder) => Ok((holder, false)),
+            None => self.insert(connection).map(|row| (row, true)),
         }
     }
-
-    /// The job this row became under `id`, from what was bound rather than read back: the columns as stored (the
-    /// instant at the column's precision, the lateness as clamped), the payload the caller's own, which its stored
-    /// text parses back to (`to_string` of a map with string keys cannot fail). A group's caller already holds all
-    /// of it but the id, and parsing each payload back was most of what answering a written row cost.
-    fn written_job(&self, job: &NewCronJob, id: i64) -> CronJob {
-        CronJob {
-            id,
-            agent_id: job.agent_id.clone(),
-            schedule: job.schedule.clone(),
-            next_fire_at: from_db(self.next_fire_at),
-            payload: job.payload.clone(),
-            is_one_time: job.is_one_time,
-            // The column's default: a job is written unpaused.
-            paused: false,
-            timezone: job.timezone.clone(),
-            misfire_policy: job.misfire_policy,
-            max_lateness_ms: self.max_lateness_ms.and_then(|lateness| u64::try_from(lateness).ok()),
-        }
-    }
-}
-
-/// How one row of a group insert ended.
-enum GroupOutcome {
-    /// Written by this group, under this id.
-    Written(i64),
-    /// Not written: its idempotency key is held by this row.
-    Held(CronJobRow),
-    /// Not written: its key was the key of this earlier row of the group, whose outcome it shares.
-    SameAs(usize),
 }
 
 /// A group's rows as one `INSERT … SELECT … FROM unnest(…)` (`batch`), in the order they were sent; a row whose
@@ -180,7 +146,10 @@ struct InsertCronJobs<'a> {
     max_lateness_ms: Vec<Option<i64>>,
 }
 
-postgres_statement!(InsertCronJobs -> (BigInt, Text, Timestamp, Nullable<Text>));
+postgres_statement!(InsertCronJobs -> (
+    (BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text, Text, Nullable<BigInt>),
+    Nullable<Text>
+));
 
 impl<'a> InsertCronJobs<'a> {
     fn of(rows: &[&'a NewCronJobRow<'a>]) -> Self {
@@ -211,7 +180,8 @@ macro_rules! insert_cron_jobs_sql {
              misfire_policy, max_lateness_ms, position) \
              ORDER BY position ",
             $on_conflict,
-            "RETURNING id, agent_id, next_fire_at, idempotency_key"
+            "RETURNING id, agent_id, schedule, next_fire_at, payload, is_one_time, paused, timezone, misfire_policy, \
+             max_lateness_ms, idempotency_key"
         )
     };
 }
@@ -250,7 +220,10 @@ impl QueryFragment<Pg> for InsertCronJobs<'_> {
 /// branch s28-c).
 struct InsertKeylessCronJobs<'a>(InsertCronJobs<'a>);
 
-postgres_statement!(InsertKeylessCronJobs -> (BigInt, Text, Timestamp, Nullable<Text>));
+postgres_statement!(InsertKeylessCronJobs -> (
+    (BigInt, Text, Nullable<Text>, Timestamp, Text, Bool, Bool, Text, Text, Nullable<BigInt>),
+    Nullable<Text>
+));
 
 impl QueryFragment<Pg> for InsertKeylessCronJobs<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
@@ -264,10 +237,10 @@ impl QueryFragment<Pg> for InsertKeylessCronJobs<'_> {
 ///
 /// An insert whose key a concurrent, uncommitted insert holds waits for that transaction: if it commits, the row
 /// is skipped and the holders' read (a later statement, hence a later snapshot) finds its row.
-///
-/// The statement returns of each written row only its id and the columns that check its pairing with the row it
-/// was sent as ([`pair_in_order`]); the caller holds the rest ([`NewCronJobRow::written_job`]).
-fn insert_group_postgres(connection: &mut PgConnection, rows: &[NewCronJobRow<'_>]) -> QueryResult<Vec<GroupOutcome>> {
+fn insert_group_postgres(
+    connection: &mut PgConnection,
+    rows: &[NewCronJobRow<'_>],
+) -> QueryResult<Vec<(CronJobRow, bool)>> {
     // Per row: `Ok(position in the statement)` or, for a repeated key, `Err(the first row with that key)`.
     let mut first_with_key: HashMap<&str, usize> = HashMap::new();
     let mut sent: Vec<&NewCronJobRow<'_>> = Vec::with_capacity(rows.len());
@@ -283,18 +256,25 @@ fn insert_group_postgres(connection: &mut PgConnection, rows: &[NewCronJobRow<'_
         })
         .collect();
     let statement = InsertCronJobs::of(&sent);
-    let mut written: Vec<(i64, String, PrimitiveDateTime, Option<String>)> =
-        if sent.iter().all(|row| row.idempotency_key.is_none()) {
-            InsertKeylessCronJobs(statement).load(connection)?
-        } else {
-            statement.load(connection)?
-        };
-    written.sort_unstable_by_key(|(id, ..)| *id);
+    let mut written: Vec<(CronJobRow, Option<String>)> = if sent.iter().all(|row| row.idempotency_key.is_none()) {
+        InsertKeylessCronJobs(statement).load(connection)?
+    } else {
+        statement.load(connection)?
+    };
+    written.sort_unstable_by_key(|(row, _)| row.id);
     let written = pair_in_order(
         &sent,
         written,
-        |sent, (_, agent_id, next_fire_at, key)| {
-            agent_id == sent.agent_id && *next_fire_at == sent.next_fire_at && key.as_deref() == sent.idempotency_key
+        |sent, (row, key)| {
+            row.agent_id == sent.agent_id
+                && row.schedule.as_deref() == sent.schedule
+                && row.next_fire_at == sent.next_fire_at
+                && row.payload == sent.payload
+                && row.is_one_time == sent.is_one_time
+                && row.timezone == sent.timezone
+                && row.misfire_policy == sent.misfire_policy
+                && row.max_lateness_ms == sent.max_lateness_ms
+                && key.as_deref() == sent.idempotency_key
         },
         |sent| sent.idempotency_key.is_some(),
     )?;
@@ -317,20 +297,26 @@ fn insert_group_postgres(connection: &mut PgConnection, rows: &[NewCronJobRow<'_
             .map(|(row, key)| (key, row))
             .collect()
     };
-    plan.iter()
-        .enumerate()
-        .map(|(index, step)| match *step {
-            Ok(position) => match &written[position] {
-                Some((id, ..)) => Ok(GroupOutcome::Written(*id)),
+    // Each row's outcome: the row that holds its job, and whether this row wrote it. Only a key repeated within
+    // the group clones a row.
+    let mut outcomes: Vec<(CronJobRow, bool)> = Vec::with_capacity(rows.len());
+    let mut written: Vec<Option<CronJobRow>> = written.into_iter().map(|row| row.map(|(row, _)| row)).collect();
+    for (index, step) in plan.iter().enumerate() {
+        let outcome = match *step {
+            Ok(position) => match written[position].take() {
+                Some(row) => (row, true),
                 None => {
                     let key = rows[index].idempotency_key.unwrap_or_default();
                     // Deleted between the insert and this read: as the row-by-row insert, the group fails.
-                    holders.remove(key).map(GroupOutcome::Held).ok_or(diesel::result::Error::NotFound)
+                    let holder = holders.remove(key).ok_or(diesel::result::Error::NotFound)?;
+                    (holder, false)
                 }
             },
-            Err(first) => Ok(GroupOutcome::SameAs(first)),
-        })
-        .collect()
+            Err(first) => (outcomes[first].0.clone(), false),
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
 }
 
 impl TryFrom<CronJobRow> for CronJob {
@@ -369,29 +355,6 @@ fn limit_to_db(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-/// Each job's answer from its row's outcome in a group insert.
-fn answers(
-    jobs: &[NewCronJob],
-    rows: &[NewCronJobRow<'_>],
-    outcomes: Vec<GroupOutcome>,
-) -> Result<Vec<CronJobInsert>, StoreError> {
-    let mut answers: Vec<CronJobInsert> = Vec::with_capacity(jobs.len());
-    for ((job, row), outcome) in jobs.iter().zip(rows).zip(outcomes) {
-        let answer = match outcome {
-            GroupOutcome::Written(id) => CronJobInsert { job: row.written_job(job, id), inserted: true },
-            GroupOutcome::Held(holder) => CronJobInsert { job: holder.try_into()?, inserted: false },
-            GroupOutcome::SameAs(first) => {
-                let first = answers.get(first).ok_or_else(|| {
-                    StoreError::Internal("a cron group's repeated key answered before its first row".to_owned())
-                })?;
-                CronJobInsert { job: first.job.clone(), inserted: false }
-            }
-        };
-        answers.push(answer);
-    }
-    Ok(answers)
-}
-
 impl CronJobStore for DieselStore {
     fn single_writer(&self) -> bool {
         self.is_sqlite()
@@ -411,18 +374,18 @@ impl CronJobStore for DieselStore {
         let work = |connection: &mut AnyConnection<'_>| match connection {
             // One statement per row (RETURNING order is only defined per statement, and a held key must be known
             // per row), one commit for all: the commit's page writes are what a single-row insert mostly pays for.
-            AnyConnection::Sqlite(connection) => {
+            AnyConnection::Sqlite(_) => {
                 rows.iter().map(|row| row.insert_unless_key_held(connection)).collect::<QueryResult<Vec<_>>>()
             }
             AnyConnection::Postgres(connection) => insert_group_postgres(connection, &rows),
         };
-        let outcomes = if !self.is_sqlite() && rows.iter().all(|row| row.idempotency_key.is_none()) {
+        let stored = if !self.is_sqlite() && rows.iter().all(|row| row.idempotency_key.is_none()) {
             // Without keys the group is one statement, atomic on its own: no BEGIN and COMMIT round trips.
             self.with_connection("insert cron jobs", work)?
         } else {
             self.immediate("insert cron jobs", work)?
         };
-        answers(jobs, &rows, outcomes)
+        stored.into_iter().map(|(row, inserted)| Ok(CronJobInsert { job: row.try_into()?, inserted })).collect()
     }
 
     fn cron_job(&self, id: i64) -> Result<Option<CronJob>, StoreError> {
@@ -974,9 +937,10 @@ mod tests {
         assert_eq!(outcomes[3].job, alone, "the held key's row");
     }
 
-    /// A group's written rows are answered from what was sent, under the ids the statement returned (on
-    /// PostgreSQL it returns no payload): rows that differ in nothing but their payload each get their own, the one
-    /// a read of their id finds, in a group with and without keys.
+    /// Rows of one group that differ in nothing but their payload each get their own back, the one a read of their
+    /// id finds, in a group with and without keys: the check that pairs PostgreSQL's returned rows with the rows
+    /// sent must tell such rows apart (s29-c measured a group insert answering from what was sent; see
+    /// docs/benchmarks.md).
     fn rows_alike_but_for_their_payload_each_get_their_own_back(store: &DieselStore) {
         for keyed_row in [None, Some(7)] {
             let group: Vec<NewCronJob> = (0..64)
