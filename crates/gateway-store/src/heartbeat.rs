@@ -1,5 +1,6 @@
 //! `HeartbeatStore` over `gateway_heartbeats`.
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
 
 use diesel::pg::{Pg, PgConnection};
@@ -34,18 +35,15 @@ impl HeartbeatStore for DieselStore {
             return Ok(());
         }
         let work = |connection: &mut AnyConnection<'_>| match connection {
-            AnyConnection::Sqlite(c) => write_heartbeat_rows_sqlite(c, &rows),
+            AnyConnection::Sqlite(c) => write_rows_sqlite(c, &HEARTBEAT_ROWS, &rows),
             AnyConnection::Postgres(c) => {
                 UnnestAgentRows::<HeartbeatRows>::new(vec![Columns::of(&rows)]).execute(&mut **c).map(drop)
             }
         };
-        if self.is_sqlite() && rows.len() > MAX_ROWS_PER_UPSERT {
-            // Several statements: one transaction, so the group is written whole or not at all.
+        if self.is_sqlite() {
             return self.immediate("upsert heartbeats", work);
         }
-        // One statement, atomic and durable on its own: no BEGIN and COMMIT around it (on SQLite, a writing
-        // statement outside a transaction takes the write lock before it reads, as BEGIN IMMEDIATE would; the two
-        // statements cost their parse at every group, ~275 instructions a heartbeat).
+        // One statement, atomic and durable on its own: no BEGIN and COMMIT round trips around it.
         self.with_connection("upsert heartbeats", work)
     }
 
@@ -76,20 +74,15 @@ impl HeartbeatStore for DieselStore {
 pub(crate) fn latest_rows(records: &[HeartbeatRecord]) -> Vec<AgentRow<'_>> {
     // The last record of an agent wins, so only it is written: one row per agent per statement is also what
     // PostgreSQL requires of a multi-row upsert.
-    // In agent id order: two PostgreSQL transactions that upsert overlapping agents lock their rows in the same
-    // order, so they queue instead of deadlocking. The sort is stable, so an agent's records stay in the order
-    // given and the last of each run is its latest (a hash map of the ids cost ~600 instructions a row, SipHash).
-    let mut sorted: Vec<&HeartbeatRecord> = records.iter().collect();
-    sorted.sort_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
-    let mut rows: Vec<AgentRow<'_>> = Vec::with_capacity(sorted.len());
-    for record in sorted {
-        let row = (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at);
-        match rows.last_mut() {
-            Some(last) if last.0 == row.0 => *last = row,
-            _ => rows.push(row),
-        }
+    let mut latest: HashMap<&str, &HeartbeatRecord> = HashMap::with_capacity(records.len());
+    for record in records {
+        latest.insert(record.agent_id.as_str(), record);
     }
-    rows
+    let mut rows: Vec<&HeartbeatRecord> = latest.into_values().collect();
+    // In one order, whatever the hash map's: two PostgreSQL transactions that upsert overlapping agents lock
+    // their rows in the same order, so they queue instead of deadlocking.
+    rows.sort_unstable_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
+    rows.iter().map(|record| (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at)).collect()
 }
 
 /// The heartbeat rows alone, on SQLite.
@@ -123,50 +116,6 @@ pub(crate) fn write_rows_sqlite(
     }
     Ok(())
 }
-
-/// [`write_rows_sqlite`] for [`HEARTBEAT_ROWS`]: a group of up to [`MAX_CACHED_ROWS`] rows goes through
-/// [`SizedHeartbeatRows`], whose statement Diesel's cache finds by its type (its size) instead of by its text, so
-/// the text is not built and hashed at every group (~1,800 instructions a row with the text as the key, measured
-/// on a loop of this call alone with callgrind, docs/benchmarks.md s32-h).
-fn write_heartbeat_rows_sqlite(connection: &mut SqliteConnection, rows: &[AgentRow<'_>]) -> QueryResult<()> {
-    macro_rules! by_size {
-        ($($size:literal)*) => {
-            match rows.len() {
-                $($size => SizedHeartbeatRows::<$size>(ValuesAgentRows::new(&HEARTBEAT_ROWS, rows))
-                    .execute(connection)
-                    .map(drop),)*
-                _ => write_rows_sqlite(connection, &HEARTBEAT_ROWS, rows),
-            }
-        };
-    }
-    by_size!(
-        1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32
-        33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64
-    )
-}
-
-/// A heartbeat group of exactly `N` rows (`N` ≤ [`MAX_CACHED_ROWS`]): the same statement as [`ValuesAgentRows`]
-/// with [`HEARTBEAT_ROWS`], with a static query id per `N`.
-struct SizedHeartbeatRows<'a, const N: usize>(ValuesAgentRows<'a>);
-
-/// The query id of [`SizedHeartbeatRows`] of `N` rows.
-struct SizedHeartbeatRowsId<const N: usize>;
-
-impl<const N: usize> QueryFragment<Sqlite> for SizedHeartbeatRows<'_, N> {
-    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
-        if self.0.rows.len() != N {
-            return Err(diesel::result::Error::QueryBuilderError("a heartbeat group of another size".into()));
-        }
-        self.0.walk_ast(out)
-    }
-}
-
-impl<const N: usize> QueryId for SizedHeartbeatRows<'_, N> {
-    type QueryId = SizedHeartbeatRowsId<N>;
-    const HAS_STATIC_QUERY_ID: bool = N <= MAX_CACHED_ROWS;
-}
-
-impl<const N: usize> RunQueryDsl<SqliteConnection> for SizedHeartbeatRows<'_, N> {}
 
 /// Groups of up to this many rows keep their statement compiled (one per size, per connection); a larger group's
 /// is compiled for it and dropped. Under load a heartbeat group is about as large as the connections sending
@@ -355,10 +304,8 @@ mod tests {
         }
     }
 
-    // Ids with quotes, backslashes and non-ASCII read back as sent; groups of every size a statement is kept for,
-    // in turn, then one of them again (its statement then comes from the cache), past the cached sizes and past
-    // one statement's rows. On SQLite each kept size is found by its own type: a size given another's statement
-    // fails here.
+    // Ids with quotes, backslashes and non-ASCII read back as sent; groups of several sizes, one of them again
+    // (its statement then comes from the cache), past the cached sizes and past one statement's rows.
     on_every_backend!(odd_ids_and_every_group_size_read_back_as_written);
 
     fn odd_ids_and_every_group_size_read_back_as_written(store: &DieselStore) {
@@ -372,7 +319,7 @@ mod tests {
         for expected in &records {
             assert_eq!(store.heartbeat(&expected.agent_id).unwrap().as_ref(), Some(expected));
         }
-        for size in (1..=MAX_CACHED_ROWS + 1).chain([2, 31, MAX_ROWS_PER_UPSERT + 1]) {
+        for size in [1, 2, 31, 2, MAX_CACHED_ROWS + 1, MAX_ROWS_PER_UPSERT + 1] {
             let at = START + time::Duration::seconds(size as i64) + time::Duration::nanoseconds(1_234_567);
             let group: Vec<_> = (0..size).map(|n| record(&format!("agent-{n}"), "c", at)).collect();
             store.upsert_heartbeats(&group).unwrap();
