@@ -88,9 +88,8 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown:
             let busy = client.busy();
             // Mapped, not awaited in an `async` block: the block would move the router's future (~2.3 KB) into its
             // own state once more when first polled.
-            router::handle(Arc::clone(&state), &client, request).map(move |answer| {
-                answer.map(|response| response.map(|body| BusyBody::new(body, busy)))
-            })
+            router::handle(Arc::clone(&state), &client, request)
+                .map(move |answer| answer.map(|response| response.map(|body| BusyBody::new(body, busy))))
         });
         // No hyper header_read_timeout: gateway-edge's watcher enforces it for a fraction of the per-request cost.
         // No vectored writes: the answers are small, and copying the body behind the head and sending both in one
