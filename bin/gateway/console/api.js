@@ -81,7 +81,6 @@ export function query(params) {
   return text ? `?${text}` : '';
 }
 
-/** What went wrong, in words: for an inline message. */
 // In cluster mode a page of GET /gateway/agents reads at most 10,000 agent rows, evicted agents' included, so it may
 // hold fewer than `limit` agents (even none) with `next_after` set: followed, up to this many requests per call.
 const MAX_AGENT_REQUESTS = 20;
@@ -99,6 +98,7 @@ export async function readLiveAgents(limit, after, signal) {
   return { agents, next_after: next };
 }
 
+/** What went wrong, in words: for an inline message. */
 export function describe(error) {
   if (error instanceof ApiError) {
     const known = {

@@ -80,14 +80,20 @@ async fn elapse(fixture: &Fixture, by: Duration) {
     tokio::task::yield_now().await;
 }
 
-/// Waits (in real time: the check runs on the blocking pool) until `count` evictions have been announced.
-async fn evictions_reach(fixture: &Fixture, count: usize) {
+/// Waits in real time, letting the loop run, until `done`: a pass's store work runs on the blocking pool, which
+/// paused time does not wait for.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while evictions(&fixture.publisher).len() < count {
-        assert!(std::time::Instant::now() < deadline, "{count} evictions never came");
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what} never came");
         tokio::task::yield_now().await;
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Waits until `count` evictions have been announced.
+async fn evictions_reach(fixture: &Fixture, count: usize) {
+    until(&format!("{count} evictions"), || evictions(&fixture.publisher).len() >= count).await;
 }
 
 fn evictions(publisher: &RecordingPublisher) -> Vec<AgentId> {
@@ -140,15 +146,10 @@ async fn the_loop_evicts_on_its_own_schedule() {
     assert_eq!(*last_seen, gateway_core::Clock::now(&ManualClock::at_fixed_start()));
 }
 
-/// Waits (in real time: a pass's store work runs on the blocking pool) until the loop has finished `count` passes
-/// that examined the map, so that the next move of the clocks does not overtake a pass still running.
+/// Waits until the loop has finished `count` passes that examined the map, so that the next move of the clocks
+/// does not overtake a pass still running.
 async fn passes_reach(fixture: &Fixture, count: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while fixture.manager.stats().eviction_passes.count() < count {
-        assert!(std::time::Instant::now() < deadline, "{count} passes never came");
-        tokio::task::yield_now().await;
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    until(&format!("{count} passes"), || fixture.manager.stats().eviction_passes.count() >= count).await;
 }
 
 /// The gateway stops for five minutes (SIGSTOP, a sleeping machine): both clocks jump, and every receipt looks five

@@ -67,11 +67,10 @@ const EXAMINES_AFTER_A_PASS: Duration = Duration::from_secs(120);
 pub const EXAMINATION_MARGIN_SECONDS: i64 = 10;
 
 /// Runs `reads` in a transaction (they write nothing: no transaction id) in which PostgreSQL hands no scan to
-/// parallel workers. The count and the
-/// examination read up to the whole table every few seconds and nothing waits on their answer; planned freely, each
-/// ran as a parallel scan (the leader and two workers), three processes taking the database's CPUs from the
-/// heartbeats' commits at once: at a million agents on one CPU, 170-290 ms bursts that held the slowest 1 % of
-/// heartbeats (docs/benchmarks.md, s32-m).
+/// parallel workers. The count and the examination read up to the whole table every few seconds and nothing waits on
+/// their answer; planned freely, each ran as a parallel scan (the leader and two workers), three processes taking the
+/// database's CPUs from the heartbeats' commits at once: at a million agents on one CPU, 170-290 ms bursts that held
+/// the slowest 1 % of heartbeats (docs/benchmarks.md, s32-m).
 fn background_read<T>(c: &mut PgConnection, reads: impl FnOnce(&mut PgConnection) -> QueryResult<T>) -> QueryResult<T> {
     c.transaction(|c| {
         diesel::sql_query("SET LOCAL max_parallel_workers_per_gather = 0").execute(c)?;

@@ -151,18 +151,12 @@ fn a_log_pipe_nobody_reads_stops_neither_the_loops_nor_a_graceful_exit() {
     }
 
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the gateway did not exit on SIGTERM with its log pipe broken");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    };
-    assert!(status.success(), "exit status {status:?}");
+    let mut status = None;
+    eventually("the gateway to exit on SIGTERM with its log pipe broken", || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.is_some_and(|status| status.success()), "exit status {status:?}");
 }
 
 /// A child process killed when the test ends, passed or not.
