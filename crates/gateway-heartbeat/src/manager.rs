@@ -15,7 +15,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::hearing::{Hearing, Verdict};
+use crate::hearing::{Hearing, Outcome, Verdict};
 use crate::{CHECK_INTERVAL, DEFAULT_MAX_TRACKED_AGENTS, EVICTION_THRESHOLD, HeartbeatError, HeartbeatPing};
 
 /// Most heartbeat rows written in one store transaction.
@@ -199,17 +199,25 @@ impl HeartbeatManager {
     /// One eviction pass (FR-10.2), under leadership term `token`: agents silent for more than the threshold
     /// leave the liveness map and the capability map, each with an `agent_evicted` event and an info log.
     pub async fn check(&self, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
-        self.check_at(self.inner.clock.now(), token).await
+        let now = self.inner.clock.now();
+        self.check_at(now, now, token).await
     }
 
-    /// A pass judged at `now`: the loop reads the time when its tick fires, not whenever a blocking thread gets
-    /// to the pass.
-    async fn check_at(&self, now: OffsetDateTime, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
+    /// A pass at `now` that judges silence as of `judged_at` (`now`, unless the store could not be reached for a
+    /// while: see `hearing`). The loop reads the time when its tick fires, not whenever a blocking thread gets to the
+    /// pass.
+    async fn check_at(
+        &self,
+        now: OffsetDateTime,
+        judged_at: OffsetDateTime,
+        token: FencingToken,
+    ) -> Result<Vec<EvictedAgent>, StoreError> {
         let began = Instant::now();
         // On a blocking thread: a shared liveness map is a network store, and a million local agents take tens of
         // milliseconds.
         let manager = self.clone();
-        let evicted = run_blocking(move || manager.evict_silent(now, token)).await.map_err(StoreError::from)??;
+        let evicted =
+            run_blocking(move || manager.evict_silent(judged_at, token)).await.map_err(StoreError::from)??;
         let stored = began.elapsed();
         // Outside any lock of the map: heartbeats keep flowing while evictions are announced. Paced: a crowd evicted
         // at once (a hundred thousand) goes out as fast as the way to the other instances carries it, instead of
@@ -241,13 +249,13 @@ impl HeartbeatManager {
         Ok(evicted)
     }
 
-    /// The blocking part of a pass: the agents silent at `now` leave the liveness map and the capability map.
-    fn evict_silent(&self, now: OffsetDateTime, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
+    /// The blocking part of a pass: the agents silent at `judged_at` leave the liveness map and the capability map.
+    fn evict_silent(&self, judged_at: OffsetDateTime, token: FencingToken) -> Result<Vec<EvictedAgent>, StoreError> {
         let threshold = time::Duration::try_from(self.inner.config.eviction_threshold).unwrap_or(time::Duration::MAX);
         let evicted: Vec<EvictedAgent> = self
             .inner
             .liveness
-            .evict_silent(now, threshold, token)?
+            .evict_silent(judged_at, threshold, token)?
             .into_iter()
             .map(|entry| EvictedAgent {
                 agent_id: entry.agent_id,
@@ -333,13 +341,18 @@ impl BackgroundLoop for HeartbeatManager {
                 async move {
                     let verdict = lock(&hearing).before_pass(tokio::time::Instant::now(), now, token);
                     let outcome = match verdict {
-                        Verdict::Evict => manager.check_at(now, token).await.map(drop),
+                        Verdict::Evict => manager.check_at(now, now, token).await.map(drop),
+                        Verdict::EvictAsOf { as_of } => {
+                            tracing::debug!(%as_of, "eviction pass judged as of the last instant the store was reached");
+                            manager.check_at(now, as_of, token).await.map(drop)
+                        }
                         Verdict::Hold { until } => {
                             tracing::debug!(%until, "eviction pass held");
                             Ok(())
                         }
                     };
-                    lock(&hearing).after_pass(tokio::time::Instant::now(), manager.inner.clock.now(), token);
+                    let ended = if outcome.is_ok() { Outcome::Done } else { Outcome::Failed };
+                    lock(&hearing).after_pass(tokio::time::Instant::now(), manager.inner.clock.now(), token, ended);
                     outcome
                 }
             })

@@ -587,6 +587,79 @@ fn postgresql_stopped_20_s_under_a_cluster_answers_503_loses_nothing_and_recover
     );
 }
 
+/// PostgreSQL stops for twice the eviction threshold under a cluster whose agents keep heartbeating (answered 503
+/// meanwhile: their receipts wait on each instance for the store). Once it is back, the agents that kept
+/// heartbeating must not be evicted for the store's silence — every one of them announced `agent_evicted`, then
+/// registered again, was the storm this guards against — while an agent that went silent before the outage is still
+/// evicted, once. Judged from the `agent_evicted` events a subscriber receives.
+#[test]
+fn postgresql_stopped_longer_than_the_threshold_evicts_only_the_agent_that_went_silent() {
+    let test = "faults::postgresql_stopped_longer_than_the_threshold";
+    let _turn = gateway_testkit::heavy_test_turn();
+    let threshold = Duration::from_secs(4);
+    let args = ["--heartbeat-eviction-threshold-s", "4", "--heartbeat-check-interval-ms", "200"];
+    let Some(cluster) = Cluster::start_on_own_postgres(test, 2, &args) else {
+        return;
+    };
+    cluster.wait_for_leader(cluster.patience());
+    let watcher = cluster.gateway(0).subscribe("gateway:agents");
+    let heartbeat = |gateway: &Gateway, agent: &str| {
+        gateway.post_json("/gateway/heartbeat", &json!({"type": "heartbeat", "agent_id": agent, "cluster_id": "c"})).0
+    };
+    assert_eq!(heartbeat(cluster.gateway(1), "agent-gone"), 200);
+    let bases: Vec<String> = (0..cluster.len()).map(|index| cluster.gateway(index).base.clone()).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Eight agents, each heartbeating every 300 ms to one instance (half to each).
+    let agents: Vec<String> = (0..8).map(|n| format!("agent-alive-{n}")).collect();
+    let beaters: Vec<_> = agents
+        .iter()
+        .enumerate()
+        .map(|(n, agent)| {
+            let (base, agent, stop) = (bases[n % bases.len()].clone(), agent.clone(), Arc::clone(&stop));
+            thread::spawn(move || {
+                let client = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+                let body = json!({"type": "heartbeat", "agent_id": agent, "cluster_id": "c"}).to_string();
+                let mut answers = BTreeSet::new();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let sent = client
+                        .post(format!("{base}/gateway/heartbeat"))
+                        .content_type("application/json")
+                        .send(body.as_str());
+                    answers.insert(sent.map_or(0, |response| response.status().as_u16()));
+                    thread::sleep(Duration::from_millis(300));
+                }
+                answers
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(1));
+    cluster.postgres().stop().unwrap();
+    thread::sleep(threshold * 2);
+    cluster.postgres().start().unwrap();
+    wait_until("every instance ready again", cluster.patience(), || {
+        (0..cluster.len()).all(|index| cluster.gateway(index).operator_get("/readyz").0 == 200)
+    });
+    // Three thresholds of heartbeats after the store is back: any pass that judged the outage as the agents'
+    // silence has run by then, and the silent agent's eviction too.
+    thread::sleep(threshold * 3);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answers: Vec<BTreeSet<u16>> = beaters.into_iter().map(|beater| beater.join().unwrap()).collect();
+    // A heartbeat queued behind a group that waited out its checkout may be written once the store is back (200,
+    // late); the others were refused.
+    assert!(
+        answers.iter().all(|seen| seen.contains(&200)) && answers.iter().any(|seen| seen.contains(&503)),
+        "the agents heartbeated through an outage the gateway answered with 503: {answers:?}"
+    );
+    let mut evicted = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while let Some(event) = watcher.next_within(deadline.saturating_duration_since(Instant::now())) {
+        if event.event == "agent_evicted" {
+            evicted.push(event.data["agent_id"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    assert_eq!(evicted, vec!["agent-gone".to_owned()], "evictions after a store outage\n{}", cluster.story());
+}
+
 /// One inline command to the test's Redis (as `redis-cli` would send it); returns the first line of the reply.
 fn redis_command(port: u16, command: &str) -> String {
     use std::io::{BufRead, Write};
