@@ -291,13 +291,15 @@ fn defaults_are_the_fr_10_2_constants() {
     assert_eq!(EVICTION_THRESHOLD, Duration::from_secs(90));
 }
 
-/// A shared map stand-in: the in-process map, whose flushes are counted and can be made to fail, and which says
-/// that other instances track `elsewhere`.
+/// A shared map stand-in: the in-process map, whose flushes are counted and can be made to fail, whose eviction
+/// passes can be made to fail as a store out of reach does, and which says that other instances track `elsewhere`.
 #[derive(Debug)]
 struct FlushedLiveness {
     map: InMemoryLiveness,
     flushes: std::sync::atomic::AtomicUsize,
     failing: std::sync::atomic::AtomicBool,
+    passes_failing: std::sync::atomic::AtomicBool,
+    passes_tried: std::sync::atomic::AtomicUsize,
     elsewhere: Vec<AgentId>,
 }
 
@@ -307,6 +309,8 @@ impl FlushedLiveness {
             map: InMemoryLiveness::new(capacity),
             flushes: Default::default(),
             failing: Default::default(),
+            passes_failing: Default::default(),
+            passes_tried: Default::default(),
             elsewhere: elsewhere.iter().map(|id| agent(id)).collect(),
         }
     }
@@ -357,6 +361,10 @@ impl LivenessMap for FlushedLiveness {
         threshold: time::Duration,
         token: FencingToken,
     ) -> Result<Vec<LiveEntry>, StoreError> {
+        self.passes_tried.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.passes_failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("shared liveness store down".into()));
+        }
         self.map.evict_silent(now, threshold, token)
     }
 
@@ -480,4 +488,61 @@ async fn an_eviction_pass_announces_paced() {
     assert_eq!(manager.check(FencingToken(1)).await.unwrap().len(), 10);
     let ordering = std::sync::atomic::Ordering::Relaxed;
     assert_eq!((publisher.paced.load(ordering), publisher.at_once.load(ordering)), (10, 0));
+}
+
+/// Moves both clocks a second at a time, letting the loop run between steps, until `done`: a failed pass's backoff
+/// starts only when the loop gets to it, after a store call made on the blocking pool in real time.
+async fn step_until(fixture: &Fixture, what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..3600 {
+        if done() {
+            return;
+        }
+        elapse(fixture, Duration::from_secs(1)).await;
+        for _ in 0..5 {
+            tokio::task::yield_now().await;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("{what} never came");
+}
+
+/// The shared map's store is out of reach for five minutes (passes fail), and the agents' heartbeats meanwhile never
+/// reached it (in a cluster they wait on each instance until it is back). The pass that gets through must not judge
+/// the outage as their silence: the agent that went silent with the outage goes one threshold after the store is
+/// back, and the one that heartbeats again soon after is kept.
+#[tokio::test(start_paused = true)]
+async fn a_store_out_of_reach_is_not_the_agents_silence() {
+    let liveness = Arc::new(FlushedLiveness::new(10, &[]));
+    let fixture = start_with(HeartbeatConfig::default(), liveness.clone()).await;
+    let tried = || liveness.passes_tried.load(std::sync::atomic::Ordering::SeqCst);
+    fixture.manager.record_heartbeat(agent("alive"), cluster()).unwrap();
+    fixture.manager.record_heartbeat(agent("gone"), cluster()).unwrap();
+    until("the first pass", || fixture.manager.stats().eviction_passes.count() >= 1).await;
+    let out = gateway_core::Clock::now(&fixture.clock);
+    liveness.passes_failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    step_until(&fixture, "ten failed passes", || tried() >= 11).await;
+    liveness.passes_failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    step_until(&fixture, "the pass that gets through", || fixture.manager.stats().eviction_passes.count() >= 2).await;
+    let back = gateway_core::Clock::now(&fixture.clock);
+    assert!(back - out >= time::Duration::seconds(300), "out for {}", back - out);
+    fixture.manager.record_heartbeat(agent("alive"), cluster()).unwrap();
+    let tried_when_back = tried();
+    // Held for one threshold: two passes that evict nobody and do not reach the store.
+    for second in 1..=60 {
+        elapse(&fixture, Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        if second % 30 == 0 {
+            fixture.manager.record_heartbeat(agent("alive"), cluster()).unwrap();
+        }
+    }
+    assert!(evictions(&fixture.publisher).is_empty(), "evicted for the store's silence");
+    assert_eq!(tried(), tried_when_back, "held passes do not reach the store");
+    // One threshold after the store was back, the agent that went silent with the outage goes; `alive` stays.
+    step_until(&fixture, "an eviction", || !evictions(&fixture.publisher).is_empty()).await;
+    assert_eq!(evictions(&fixture.publisher), vec![agent("gone")]);
+    let evicted_at = fixture.publisher.on_topic(&Topic::Agents)[0].timestamp;
+    let held = time::Duration::try_from(EVICTION_THRESHOLD).unwrap();
+    assert!(evicted_at >= back + held && evicted_at <= back + held + time::Duration::seconds(35), "{evicted_at}");
+    assert!(liveness.is_live(&agent("alive")) && !liveness.is_live(&agent("gone")));
+    fixture.shutdown.cancel();
 }
