@@ -13,7 +13,8 @@
 //! 503 meanwhile left their receipts waiting on each instance until the store is back, and the first pass that
 //! reaches it would judge the outage as every agent's silence. So passes that fail for longer than the same
 //! tolerance make the next pass judge silence as of the last instant the store was reached (it evicts only the
-//! agents already overdue then), and once one gets through, evictions are held for one threshold.
+//! agents already overdue then), and once one gets through, evictions are held for one threshold. And a process
+//! that has just started holds them until it has listened for one threshold ([`Hearing::listening_since`]).
 
 use std::time::Duration;
 
@@ -37,8 +38,11 @@ pub(crate) struct Hearing {
     interval: Duration,
     /// The end of the last pass of the current term: both clocks, and the term.
     last: Option<(Instant, OffsetDateTime, FencingToken)>,
-    /// While the current term's passes fail: the end of the last one that did not (or of the first failure, when
-    /// none did), the last moment the gateway knows its store could hear.
+    /// When the pass under way started, and when the last one of this term that did not fail did.
+    started: Option<Moment>,
+    done: Option<Moment>,
+    /// While the current term's passes fail: the start of the last one that did not (or of the first failure, when
+    /// none did), the last instant the gateway knows its store could hear.
     failing_since: Option<Moment>,
     /// Evictions are held until then (wall clock).
     held_until: Option<OffsetDateTime>,
@@ -70,7 +74,16 @@ pub(crate) enum Outcome {
 
 impl Hearing {
     pub(crate) fn new(threshold: Duration, interval: Duration) -> Self {
-        Self { threshold, interval, last: None, failing_since: None, held_until: None }
+        Self { threshold, interval, last: None, started: None, done: None, failing_since: None, held_until: None }
+    }
+
+    /// Evictions held until one threshold after `started`, when the loop began to listen: a process that has just
+    /// started cannot tell how long its cluster was down (every instance stopped for an upgrade, a whole-site
+    /// outage), and would judge that time as every agent's silence. An instance judges nobody silent for longer than
+    /// it has itself been listening; an agent heard since it started cannot be overdue before then anyway.
+    pub(crate) fn listening_since(mut self, started: OffsetDateTime) -> Self {
+        self.held_until = Some(started + self.threshold);
+        self
     }
 
     fn tolerance(&self) -> Duration {
@@ -90,8 +103,10 @@ impl Hearing {
         // kept writing, and a fresh single instance starts with an empty map.
         let same_term = self.last.is_some_and(|(_, _, last_token)| last_token == token);
         if !same_term {
+            self.done = None;
             self.failing_since = None;
         }
+        self.started = Some((mono, wall));
         if let Some((last_mono, last_wall, _)) = self.last
             && same_term
         {
@@ -127,11 +142,11 @@ impl Hearing {
     pub(crate) fn after_pass(&mut self, mono: Instant, wall: OffsetDateTime, token: FencingToken, outcome: Outcome) {
         match outcome {
             Outcome::Failed => {
-                let previous = self.last.filter(|(_, _, last_token)| *last_token == token);
-                let since = previous.map_or((mono, wall), |(last_mono, last_wall, _)| (last_mono, last_wall));
+                let since = self.done.or(self.started).unwrap_or((mono, wall));
                 self.failing_since.get_or_insert(since);
             }
             Outcome::Done => {
+                self.done = self.started;
                 if let Some(since) = self.failing_since.take() {
                     let (unreached, _, _) = self.beyond_interval(since, mono, wall);
                     if unreached > self.tolerance() {
@@ -241,7 +256,9 @@ mod tests {
     async fn passes_failing_past_the_tolerance_judge_as_of_the_last_reach_then_hold_one_threshold() {
         let mut hearing = Hearing::new(THRESHOLD, INTERVAL);
         let (mut mono, mut wall) = (Instant::now(), START);
-        hearing.after_pass(mono, wall, TERM, Outcome::Done);
+        assert_eq!(hearing.before_pass(mono, wall, TERM), Verdict::Evict);
+        hearing.after_pass(mono + Duration::from_secs(2), wall + Duration::from_secs(2), TERM, Outcome::Done);
+        // As of the instant that pass judged, not its end.
         let reached = wall;
         let (failed, done) = (Outcome::Failed, Outcome::Done);
         // Failing from the pass at +30 s: the one at +60 s is an interval and more than the tolerance past the last
@@ -261,6 +278,7 @@ mod tests {
         let interval = Duration::from_secs(5);
         let mut hearing = Hearing::new(THRESHOLD, interval);
         let (mut mono, mut wall) = (Instant::now(), START);
+        assert_eq!(hearing.before_pass(mono, wall, TERM), Verdict::Evict);
         hearing.after_pass(mono, wall, TERM, Outcome::Done);
         // Four failed passes: 25 s from the last reach to the fifth pass, 20 s more than an interval.
         let mut outcomes = vec![Outcome::Failed; 4];
@@ -278,6 +296,21 @@ mod tests {
         hearing.after_pass(mono + hour, wall + hour, TERM, Outcome::Failed);
         let later = hour + INTERVAL;
         assert_eq!(hearing.before_pass(mono + later, wall + later, FencingToken(2)), Verdict::Evict);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_started_instance_judges_nobody_silent_for_longer_than_it_has_listened() {
+        let mut hearing = Hearing::new(THRESHOLD, INTERVAL).listening_since(START);
+        let (mut mono, mut wall) = (Instant::now(), START);
+        let held = Verdict::Hold { until: START + THRESHOLD };
+        assert_eq!(hearing.before_pass(mono, wall, TERM), held);
+        hearing.after_pass(mono, wall, TERM, Outcome::Done);
+        let verdicts = on_time(&mut hearing, &mut mono, &mut wall, 4);
+        assert_eq!(verdicts, vec![held, held, Verdict::Evict, Verdict::Evict]);
+        // Leading for the first time long after it started: nothing to hold.
+        let mut hearing = Hearing::new(THRESHOLD, INTERVAL).listening_since(START);
+        let hour = Duration::from_secs(3600);
+        assert_eq!(hearing.before_pass(Instant::now() + hour, START + hour, TERM), Verdict::Evict);
     }
 
     #[tokio::test(start_paused = true)]

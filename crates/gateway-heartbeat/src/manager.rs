@@ -332,7 +332,9 @@ impl BackgroundLoop for HeartbeatManager {
             health: &self.inner.health,
             leadership: self.inner.leadership.as_ref(),
         };
-        let hearing = Arc::new(Mutex::new(Hearing::new(self.inner.config.eviction_threshold, checks.interval)));
+        let hearing =
+            Hearing::new(self.inner.config.eviction_threshold, checks.interval).listening_since(self.inner.clock.now());
+        let hearing = Arc::new(Mutex::new(hearing));
         checks
             .run(&shutdown, |token| {
                 let manager = self.clone();

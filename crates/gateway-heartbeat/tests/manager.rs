@@ -158,8 +158,12 @@ async fn passes_reach(fixture: &Fixture, count: u64) {
 #[tokio::test(start_paused = true)]
 async fn after_the_gateway_could_not_hear_evictions_wait_one_threshold() {
     let fixture = start(HeartbeatConfig::default()).await;
-    fixture.manager.record_heartbeat(agent("agent-silent"), cluster()).unwrap();
+    // Past the hold of a started instance: the pass at one threshold is the first that examines the map.
+    for _ in 0..3 {
+        elapse(&fixture, CHECK_INTERVAL).await;
+    }
     passes_reach(&fixture, 1).await;
+    fixture.manager.record_heartbeat(agent("agent-silent"), cluster()).unwrap();
     elapse(&fixture, CHECK_INTERVAL).await;
     passes_reach(&fixture, 2).await;
     let resumed = gateway_core::Clock::now(&fixture.clock) + time::Duration::seconds(300);
@@ -179,6 +183,36 @@ async fn after_the_gateway_could_not_hear_evictions_wait_one_threshold() {
     let events = fixture.publisher.on_topic(&Topic::Agents);
     assert_eq!(evictions(&fixture.publisher), vec![agent("agent-silent")]);
     assert_eq!(events[0].timestamp, resumed + time::Duration::try_from(EVICTION_THRESHOLD).unwrap());
+}
+
+/// An instance starts against a shared map whose receipts are old: the whole cluster was down for five minutes (an
+/// upgrade that stops every instance). Its passes must not judge that time as the agents' silence: nobody goes in
+/// the first threshold, then the agent that did not come back does and the one that heartbeated stays.
+#[tokio::test(start_paused = true)]
+async fn a_started_instance_evicts_nobody_before_it_has_listened_one_threshold() {
+    let clock = ManualClock::at_fixed_start();
+    let liveness = Arc::new(FlushedLiveness::new(10, &[]));
+    let before = gateway_core::Clock::now(&clock) - time::Duration::minutes(5);
+    liveness.record(&agent("back"), &cluster(), before).unwrap();
+    liveness.record(&agent("gone"), &cluster(), before).unwrap();
+    let fixture = start_with(HeartbeatConfig::default(), liveness.clone()).await;
+    let started = gateway_core::Clock::now(&fixture.clock);
+    for second in 1..=60 {
+        elapse(&fixture, Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        if second == 10 || second == 40 {
+            fixture.manager.record_heartbeat(agent("back"), cluster()).unwrap();
+        }
+    }
+    assert_eq!(liveness.passes_tried.load(std::sync::atomic::Ordering::SeqCst), 0, "passes held since the start");
+    assert!(evictions(&fixture.publisher).is_empty(), "evicted for the cluster's own silence");
+    elapse(&fixture, CHECK_INTERVAL).await;
+    evictions_reach(&fixture, 1).await;
+    assert_eq!(evictions(&fixture.publisher), vec![agent("gone")]);
+    let evicted_at = fixture.publisher.on_topic(&Topic::Agents)[0].timestamp;
+    assert_eq!(evicted_at, started + time::Duration::try_from(EVICTION_THRESHOLD).unwrap());
+    assert!(liveness.is_live(&agent("back")));
+    fixture.shutdown.cancel();
 }
 
 #[tokio::test(start_paused = true)]
@@ -517,10 +551,12 @@ async fn a_store_out_of_reach_is_not_the_agents_silence() {
     let tried = || liveness.passes_tried.load(std::sync::atomic::Ordering::SeqCst);
     fixture.manager.record_heartbeat(agent("alive"), cluster()).unwrap();
     fixture.manager.record_heartbeat(agent("gone"), cluster()).unwrap();
-    until("the first pass", || fixture.manager.stats().eviction_passes.count() >= 1).await;
+    // The first pass that reaches the store, one threshold after the start.
+    step_until(&fixture, "the first pass", || fixture.manager.stats().eviction_passes.count() >= 1).await;
     let out = gateway_core::Clock::now(&fixture.clock);
     liveness.passes_failing.store(true, std::sync::atomic::Ordering::SeqCst);
-    step_until(&fixture, "ten failed passes", || tried() >= 11).await;
+    let tried_before = tried();
+    step_until(&fixture, "ten failed passes", || tried() >= tried_before + 10).await;
     liveness.passes_failing.store(false, std::sync::atomic::Ordering::SeqCst);
     step_until(&fixture, "the pass that gets through", || fixture.manager.stats().eviction_passes.count() >= 2).await;
     let back = gateway_core::Clock::now(&fixture.clock);
