@@ -354,7 +354,7 @@ impl BackgroundLoop for HeartbeatManager {
                         }
                     };
                     let ended = if outcome.is_ok() { Outcome::Done } else { Outcome::Failed };
-                    lock(&hearing).after_pass(tokio::time::Instant::now(), manager.inner.clock.now(), token, ended);
+                    lock(&hearing).after_pass(manager.inner.clock.now(), ended);
                     outcome
                 }
             })
