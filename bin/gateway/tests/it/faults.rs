@@ -694,7 +694,9 @@ fn a_cluster_stopped_whole_and_started_again_evicts_only_the_agent_that_did_not_
         cluster.restart(index);
     }
     let watcher = cluster.gateway(0).subscribe("gateway:agents");
-    // Each agent that came back heartbeats every second (a quarter of the threshold) for three thresholds.
+    // The agents come back on their own schedule: the first of them half a threshold after the restart (with the
+    // seeds' constants, within 30 s of it), then each heartbeats every second for three thresholds.
+    thread::sleep(threshold / 2);
     let until = Instant::now() + threshold * 3;
     while Instant::now() < until {
         for (n, agent) in back.iter().enumerate() {
