@@ -605,6 +605,28 @@ mod tests {
         DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
     }
 
+    /// The bundled SQLite is built as the workspace's .cargo/config.toml says (its comment says why): without the
+    /// per-connection mutexes of serialized mode, and with each connection's page cache its own. A build that lost
+    /// the flags still works, only slower, so nothing else would notice.
+    #[test]
+    fn the_bundled_sqlite_is_built_for_one_thread_per_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DieselStore::open(&DatabaseUrl::Sqlite(dir.path().join("g.db"))).unwrap();
+        let options: Vec<String> = store
+            .with_sqlite("compile options", |connection| {
+                diesel::sql_query("SELECT compile_options AS value FROM pragma_compile_options")
+                    .load::<Pragma>(connection)
+            })
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|option| option.value)
+            .collect();
+        let hint = "built without the flags of .cargo/config.toml (is LIBSQLITE3_FLAGS set in the environment?)";
+        assert!(options.iter().any(|option| option == "THREADSAFE=2"), "{hint}: {options:?}");
+        assert!(!options.iter().any(|option| option == "ENABLE_MEMORY_MANAGEMENT"), "{hint}: {options:?}");
+    }
+
     /// A command opens a file a gateway holds beside it, and what it writes the gateway reads; on a file nobody
     /// holds it opens as a gateway would (creating and migrating it), and lets go when it is done.
     #[test]
