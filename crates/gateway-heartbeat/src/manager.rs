@@ -203,8 +203,8 @@ impl HeartbeatManager {
         self.check_at(now, now, token).await
     }
 
-    /// A pass at `now` that judges silence as of `judged_at` (`now`, unless the store could not be reached for a
-    /// while: see `hearing`). The loop reads the time when its tick fires, not whenever a blocking thread gets to the
+    /// A pass at `now` that judges silence as of `judged_at` (`now`, unless the loop could not judge for a while:
+    /// see `hearing`). The loop reads the time when its tick fires, not whenever a blocking thread gets to the
     /// pass.
     async fn check_at(
         &self,
@@ -345,7 +345,7 @@ impl BackgroundLoop for HeartbeatManager {
                     let outcome = match verdict {
                         Verdict::Evict => manager.check_at(now, now, token).await.map(drop),
                         Verdict::EvictAsOf { as_of } => {
-                            tracing::debug!(%as_of, "eviction pass judged as of the last instant the store was reached");
+                            tracing::debug!(%as_of, "eviction pass judged as of the last instant the loop could judge");
                             manager.check_at(now, as_of, token).await.map(drop)
                         }
                         Verdict::Hold { until } => {
