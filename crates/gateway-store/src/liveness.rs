@@ -460,7 +460,7 @@ impl SharedLiveness {
                 "SELECT count(*) AS live, {statement} AS at_ms FROM gateway_heartbeats WHERE received_minute IS NOT NULL"
             ));
             let held: Option<Held> = on_backend!(connection, c => hold.clone().get_result(c).optional())?;
-            if !held.is_some_and(|row| row.id == 1) {
+            if held.is_none_or(|row| row.id != 1) {
                 return Ok(None);
             }
             let counted: Counted = on_backend!(connection, c => count.clone().get_result(c))?;
