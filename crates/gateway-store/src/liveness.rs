@@ -41,8 +41,8 @@ pub const COUNT_INTERVAL: Duration = Duration::from_secs(5);
 /// of one row, so that a count reaches every instance within this of being taken.
 pub const COUNT_READ_INTERVAL: Duration = Duration::from_secs(1);
 /// How long an instance remembers what it admitted and evicted when (one tally per flusher pass): what it adds to a
-/// count it reads is what it did after that count was taken. A count older than this gets everything since the
-/// oldest tally added, which only overstates the cluster.
+/// count it reads is what it did after that count was taken. A count older than this gets every admission of this
+/// instance added, which only overstates the cluster.
 const TALLY_WINDOW: Duration = Duration::from_secs(60);
 /// Longest pause between flusher passes while the database is unreachable.
 pub const FLUSH_RETRY_MAX: Duration = Duration::from_secs(5);
