@@ -279,8 +279,10 @@ impl SharedLiveness {
             if pass.is_multiple_of(counts_every) {
                 map.refresh_count()?;
             }
-            // Half an interval after the count: each is a read of the table on the database's CPU, which the
-            // heartbeats share; one after the other they held it twice as long at a time.
+            // Half a second off this instance's reads of the count (when it takes the count, it takes it then):
+            // each is a read of the table on the database's CPU, which the heartbeats share, and one after the other
+            // they held it twice as long at a time. The cluster's count is taken every 5-6 s by whichever instance
+            // finds it due, so it drifts against this 5 s beat and meets it now and then.
             if (pass + examines_every / 2).is_multiple_of(examines_every) && map.runs_passes() {
                 // A failed examination leaves the last one, which stays true (see `Examined`): passes only read
                 // more of the table until the next one works.
