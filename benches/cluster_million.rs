@@ -311,6 +311,17 @@ pub fn run(gateway_binary: &Path, pinning: &Pinning, postgres: &TempPostgres, po
         ms(examine_ms.percentile(50.0)),
         ms(examine_ms.max()),
     );
+    for (instance_id, _, log) in &gateways {
+        let counts = counts(log);
+        let count_ms = Sample::new(counts.iter().map(|ms| Duration::from_secs_f64(ms / 1e3)).collect());
+        println!(
+            "{instance_id}'s counts of the live agents over the whole run: {}, p50 {} max {} ({:.0} ms in all)",
+            counts.len(),
+            ms(count_ms.percentile(50.0)),
+            ms(count_ms.max()),
+            counts.iter().sum::<f64>(),
+        );
+    }
     let evicted: u64 = crowd.iter().map(|pass| pass.evicted).sum();
     println!(
         "passes that evicted: {} ({} agents in all; expected {}): {}",
@@ -492,6 +503,12 @@ fn examinations(log: &Path) -> Vec<f64> {
         .iter()
         .filter_map(|line| line["examine_ms"].as_f64())
         .collect()
+}
+
+/// The `count_ms` of each `live agents counted` line of a JSON log (gateway-store's count of the cluster's live
+/// agents: every 5 s on each instance before migration 2026-12-21-000020, once per 5 s for the cluster since).
+fn counts(log: &Path) -> Vec<f64> {
+    log_events(log, "live agents counted").iter().filter_map(|line| line["count_ms"].as_f64()).collect()
 }
 
 #[derive(QueryableByName)]

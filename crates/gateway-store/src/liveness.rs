@@ -8,9 +8,9 @@
 //! heartbeat's own group commit before it answers, writes every kept receipt in one transaction. Capability entries
 //! are kept the same way and written by the same flush, or by the flusher thread within [`FLUSH_INTERVAL`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,8 +34,16 @@ use crate::timestamp::{from_db, to_db};
 
 /// How often kept capability entries (and any receipt no heartbeat flushed) are written in the background.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
-/// How often each instance counts the live agents of the whole cluster, for the cap.
+/// How often the cluster counts its live agents, for the cap: one instance counts (whichever finds the last count
+/// this old first), the others read its answer ([`SharedLiveness::refresh_count`]).
 pub const COUNT_INTERVAL: Duration = Duration::from_secs(5);
+/// How often each instance reads the cluster's count, and counts when that count is [`COUNT_INTERVAL`] old: a read
+/// of one row, so that a count reaches every instance within this of being taken.
+pub const COUNT_READ_INTERVAL: Duration = Duration::from_secs(1);
+/// How long an instance remembers what it admitted and evicted when (one tally per flusher pass): what it adds to a
+/// count it reads is what it did after that count was taken. A count older than this gets every admission of this
+/// instance added, which only overstates the cluster.
+const TALLY_WINDOW: Duration = Duration::from_secs(60);
 /// Longest pause between flusher passes while the database is unreachable.
 pub const FLUSH_RETRY_MAX: Duration = Duration::from_secs(5);
 /// The width of `gateway_heartbeats.received_minute`, the indexed column the eviction pass finds its candidates
@@ -81,9 +89,9 @@ fn background_read<T>(c: &mut PgConnection, reads: impl FnOnce(&mut PgConnection
 /// The database-backed [`LivenessMap`] and [`CapabilityMap`]. Cheap to clone; clones share everything. Run
 /// [`SharedLiveness::start_flusher`] for as long as the process serves.
 ///
-/// The cap (`--max-tracked-agents`) is the cluster's: each instance counts the table every [`COUNT_INTERVAL`] and
-/// adds the agents it admitted since, so instances that admit new agents at the same moment may overshoot it by
-/// what they admit between two counts.
+/// The cap (`--max-tracked-agents`) is the cluster's: one instance counts the table every [`COUNT_INTERVAL`] for the
+/// whole cluster (`gateway_live_count`), and each adds to that count the agents it admitted since, so instances that
+/// admit new agents at the same moment may overshoot it by what they admit between two counts.
 #[derive(Clone)]
 pub struct SharedLiveness {
     inner: Arc<Inner>,
@@ -98,6 +106,19 @@ struct Inner {
     flushing: Mutex<()>,
     /// Live agents of the whole cluster, as of the last count, plus those admitted here since.
     tracked: AtomicUsize,
+    /// How old the cluster's count may be before an instance takes a new one ([`COUNT_INTERVAL`]).
+    count_interval: Duration,
+    /// New agents this instance admitted, and agents its passes evicted, since it started: the tallies a count is
+    /// brought up to date with.
+    admitted: AtomicU64,
+    evicted: AtomicU64,
+    /// Those two as they stood at each flusher pass of the last [`TALLY_WINDOW`], oldest first.
+    tallies: Mutex<VecDeque<Tally>>,
+    /// Counts of the table this instance took itself (the others it read).
+    counts_taken: AtomicU64,
+    /// The last count this instance took: its `counted_ms`, and the tallies just before and just after it, which
+    /// bring that count up to date exactly when this instance reads it back.
+    own_count: Mutex<Option<(i64, Tally, Tally)>>,
     /// The last examination of the minutes behind the cutoff (PostgreSQL; `None` before the first).
     examined: Mutex<Option<Arc<Examined>>>,
     /// When this instance last ran an eviction pass, and that pass's threshold: it examines while it is the one
@@ -128,6 +149,37 @@ impl Examined {
         self.earliest.range(..=upto).all(|(_, earliest)| *earliest >= cutoff).then_some(upto)
     }
 }
+
+/// What this instance had admitted and evicted at `at`.
+#[derive(Clone, Copy, Debug)]
+struct Tally {
+    at: Instant,
+    admitted: u64,
+    evicted: u64,
+}
+
+/// The cluster's count as `gateway_live_count` holds it.
+#[derive(QueryableByName)]
+struct SharedCount {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    live: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    counted_ms: Option<i64>,
+    /// How long ago it was taken, by the database's clock; `None` before the first count.
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::BigInt>)]
+    age_ms: Option<i64>,
+}
+
+/// The database's clock in milliseconds since the epoch, in each backend's SQL: what `gateway_live_count.counted_ms`
+/// holds and is compared with, so that no instance's clock enters the count's age.
+const NOW_MS_POSTGRES: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+const NOW_MS_SQLITE: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+/// When the count's statement began, on PostgreSQL (`clock_timestamp()` in its select list would be read after the
+/// scan); SQLite's `'now'` is the statement's start already.
+const STATEMENT_MS_POSTGRES: &str = "(extract(epoch FROM statement_timestamp()) * 1000)::bigint";
+/// How far the instant of a count read back is taken to be uncertain (the clock's milliseconds and a round trip):
+/// the tallies within it of the count are read as the side that overstates the cluster.
+const COUNT_INSTANT_MARGIN: Duration = Duration::from_millis(2);
 
 #[derive(Default)]
 struct Local {
@@ -191,32 +243,46 @@ impl SharedLiveness {
     /// A map over `store`'s `gateway_heartbeats` receipts that admits new agents while the cluster tracks fewer than
     /// `capacity`. Until the first count (the flusher's first pass), only this instance's admissions count.
     pub fn new(store: DieselStore, capacity: usize) -> Self {
+        Self::with_count_interval(store, capacity, COUNT_INTERVAL)
+    }
+
+    /// [`SharedLiveness::new`] with a count that instances retake once it is `count_interval` old.
+    pub fn with_count_interval(store: DieselStore, capacity: usize, count_interval: Duration) -> Self {
         let inner = Inner {
             store,
             capacity,
             local: Mutex::new(Local::default()),
             flushing: Mutex::new(()),
             tracked: AtomicUsize::new(0),
+            count_interval,
+            admitted: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            tallies: Mutex::new(VecDeque::new()),
+            counts_taken: AtomicU64::new(0),
+            own_count: Mutex::new(None),
             examined: Mutex::new(None),
             last_pass: Mutex::new(None),
         };
         Self { inner: Arc::new(inner) }
     }
 
-    /// Writes kept capability entries (and receipts) every [`FLUSH_INTERVAL`] and counts the cluster's live
-    /// agents every [`COUNT_INTERVAL`], on a thread of its own, until the handle is dropped.
+    /// Writes kept capability entries (and receipts) every [`FLUSH_INTERVAL`] and reads (or takes) the cluster's
+    /// count of live agents every [`COUNT_READ_INTERVAL`], on a thread of its own, until the handle is dropped.
     pub fn start_flusher(&self) -> std::io::Result<PeriodicThread> {
         let map = self.clone();
-        let counts_every = (COUNT_INTERVAL.as_millis() / FLUSH_INTERVAL.as_millis()).max(1);
+        let counts_every = (COUNT_READ_INTERVAL.as_millis() / FLUSH_INTERVAL.as_millis()).max(1);
         let examines_every = (EXAMINE_INTERVAL.as_millis() / FLUSH_INTERVAL.as_millis()).max(1);
         let mut pass: u128 = 0;
         PeriodicThread::spawn("liveness-flush", "sharing liveness", FLUSH_INTERVAL, FLUSH_RETRY_MAX, move || {
             map.flush()?;
+            map.keep_tally();
             if pass.is_multiple_of(counts_every) {
-                map.count()?;
+                map.refresh_count()?;
             }
-            // Half an interval after the count: each is a read of the table on the database's CPU, which the
-            // heartbeats share; one after the other they held it twice as long at a time.
+            // Half a second off this instance's reads of the count (when it takes the count, it takes it then):
+            // each is a read of the table on the database's CPU, which the heartbeats share, and one after the other
+            // they held it twice as long at a time. The cluster's count is taken every 5-6 s by whichever instance
+            // finds it due, so it drifts against this 5 s beat and meets it now and then.
             if (pass + examines_every / 2).is_multiple_of(examines_every) && map.runs_passes() {
                 // A failed examination leaves the last one, which stays true (see `Examined`): passes only read
                 // more of the table until the next one works.
@@ -307,26 +373,177 @@ impl SharedLiveness {
         Ok(())
     }
 
-    /// Counts the cluster's live agents (the cap's reference).
+    /// Counts the cluster's live agents now (the cap's reference), whether or not the cluster's count is due, and
+    /// shares the answer with the other instances.
     pub fn count(&self) -> Result<usize, StoreError> {
-        let began = Instant::now();
-        let rows: i64 = self.inner.store.with_connection("count live agents", |connection| {
-            let live = gateway_heartbeats::table.filter(gateway_heartbeats::received_minute.is_not_null()).count();
+        let counted = self.take_count(true)?;
+        Ok(counted.unwrap_or_else(|| self.tracked_count()))
+    }
+
+    /// The flusher's step every [`COUNT_READ_INTERVAL`]: reads the cluster's count, and takes a new one if it is
+    /// [`COUNT_INTERVAL`] old (or was never taken) and no other instance is taking one; then this instance tracks
+    /// that count plus what it admitted, less what it evicted, since the count was taken. So the table is read once
+    /// per interval for the whole cluster, by whichever instance finds it due first, leader or not: while no
+    /// instance leads (Redis down), the count goes on. A read that fails leaves the figure as it was (the last count
+    /// plus the admissions since), and the flusher retries.
+    pub fn refresh_count(&self) -> Result<usize, StoreError> {
+        let shared = self.read_count()?;
+        let due = shared.age_ms.is_none_or(|age| age >= self.interval_ms());
+        if due && let Some(live) = self.take_count(false)? {
+            return Ok(live);
+        }
+        if let (Some(counted_ms), Some(age)) = (shared.counted_ms, shared.age_ms) {
+            self.adopt(shared.live, counted_ms, Duration::from_millis(u64::try_from(age).unwrap_or(0)));
+        }
+        Ok(self.tracked_count())
+    }
+
+    /// How many counts of the table this instance took itself.
+    pub fn counts_taken(&self) -> u64 {
+        self.inner.counts_taken.load(Ordering::Relaxed)
+    }
+
+    fn interval_ms(&self) -> i64 {
+        i64::try_from(self.inner.count_interval.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The row of `gateway_live_count`, one primary-key read.
+    fn read_count(&self) -> Result<SharedCount, StoreError> {
+        self.inner.store.with_connection("read the count of live agents", |connection| {
+            let sql = |now: &str| {
+                format!("SELECT live, counted_ms, {now} - counted_ms AS age_ms FROM gateway_live_count WHERE id = 1")
+            };
             match connection {
-                AnyConnection::Postgres(c) => background_read(c, |c| live.get_result(c)),
-                AnyConnection::Sqlite(c) => live.get_result(&mut **c),
+                AnyConnection::Postgres(c) => diesel::sql_query(sql(NOW_MS_POSTGRES)).get_result(&mut **c),
+                AnyConnection::Sqlite(c) => diesel::sql_query(sql(NOW_MS_SQLITE)).get_result(&mut **c),
             }
+        })
+    }
+
+    /// Counts the table and writes the answer into `gateway_live_count`, in one transaction that holds the count's
+    /// row: unless `forced`, only if the count is due and no other instance holds the row (it is counting; on
+    /// SQLite the transaction's write lock makes it wait, and then the count is no longer due). `None`: not taken.
+    fn take_count(&self, forced: bool) -> Result<Option<usize>, StoreError> {
+        let before = self.tally_now();
+        let began = Instant::now();
+        let interval_ms = self.interval_ms();
+        #[derive(QueryableByName)]
+        struct Counted {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            live: i64,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            at_ms: i64,
+        }
+        #[derive(QueryableByName)]
+        struct Held {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            id: i64,
+        }
+        let counted: Option<(i64, i64)> = self.inner.store.immediate("count live agents", |connection| {
+            let (now, statement, lock) = match connection {
+                AnyConnection::Postgres(c) => {
+                    // The count reads up to the whole table and nothing waits on it: no parallel workers (see
+                    // `background_read`). Its row is a figure any instance can take again: its commit need not wait
+                    // for the WAL flush.
+                    diesel::sql_query("SET LOCAL max_parallel_workers_per_gather = 0").execute(&mut **c)?;
+                    diesel::sql_query("SET LOCAL synchronous_commit = off").execute(&mut **c)?;
+                    let lock = if forced { " FOR UPDATE" } else { " FOR UPDATE SKIP LOCKED" };
+                    (NOW_MS_POSTGRES, STATEMENT_MS_POSTGRES, lock)
+                }
+                AnyConnection::Sqlite(_) => (NOW_MS_SQLITE, NOW_MS_SQLITE, ""),
+            };
+            let hold = diesel::sql_query(format!(
+                "SELECT id FROM gateway_live_count WHERE id = 1 \
+                 AND ($1 OR counted_ms IS NULL OR counted_ms <= {now} - $2){lock}"
+            ))
+            .bind::<diesel::sql_types::Bool, _>(forced)
+            .bind::<diesel::sql_types::BigInt, _>(interval_ms);
+            let count = diesel::sql_query(format!(
+                "SELECT count(*) AS live, {statement} AS at_ms FROM gateway_heartbeats WHERE received_minute IS NOT NULL"
+            ));
+            let held: Option<Held> = on_backend!(connection, c => hold.clone().get_result(c).optional())?;
+            if held.is_none_or(|row| row.id != 1) {
+                return Ok(None);
+            }
+            let counted: Counted = on_backend!(connection, c => count.clone().get_result(c))?;
+            let write = diesel::sql_query("UPDATE gateway_live_count SET live = $1, counted_ms = $2 WHERE id = 1")
+                .bind::<diesel::sql_types::BigInt, _>(counted.live)
+                .bind::<diesel::sql_types::BigInt, _>(counted.at_ms);
+            on_backend!(connection, c => write.clone().execute(c))?;
+            Ok(Some((counted.live, counted.at_ms)))
         })?;
+        let Some((rows, counted_ms)) = counted else { return Ok(None) };
+        *lock(&self.inner.own_count) = Some((counted_ms, before, self.tally_now()));
         let rows = usize::try_from(rows).unwrap_or(usize::MAX);
-        // A scan of the table every few seconds on each instance: timed, to tell its share of the database's CPU.
+        self.inner.counts_taken.fetch_add(1, Ordering::Relaxed);
+        // A scan of the table once per interval for the cluster: timed, to tell its share of the database's CPU.
         tracing::debug!(count_ms = began.elapsed().as_secs_f64() * 1e3, rows, "live agents counted");
-        self.inner.tracked.store(rows, Ordering::Relaxed);
+        // What this instance admitted while it counted may be missing from the count; what it evicted meanwhile
+        // may be in it already: the one is added, the other left for the next count.
+        let admitted = self.inner.admitted.load(Ordering::Relaxed).saturating_sub(before.admitted);
+        self.set_tracked(rows, admitted, 0);
+        Ok(Some(rows))
+    }
+
+    /// Tracks the cluster's count taken `age` ago, brought up to date with this instance's own admissions and
+    /// evictions since. Both are read so as to overstate rather than understate the cluster (the cap refuses a
+    /// little early rather than late): the admissions since the last tally before the count, the evictions since
+    /// the first tally after it. A count this instance took itself is brought up to date by the tallies it kept
+    /// around it.
+    fn adopt(&self, live: i64, counted_ms: i64, age: Duration) {
+        let now = self.tally_now();
+        let own = *lock(&self.inner.own_count);
+        let (admitted_from, evicted_from) = match own {
+            Some((own_ms, before, after)) if own_ms == counted_ms => (before.admitted, after.evicted),
+            _ => {
+                let taken = now.at.checked_sub(age);
+                let tallies = lock(&self.inner.tallies);
+                // No tally from before the count (it is older than the window, or than this process): every
+                // admission of this instance is added.
+                let admitted_from = taken
+                    .and_then(|taken| taken.checked_sub(COUNT_INSTANT_MARGIN))
+                    .and_then(|before| tallies.iter().rev().find(|tally| tally.at <= before))
+                    .map_or(0, |tally| tally.admitted);
+                // No tally from after it (it is newer than the last pass): none of the evictions.
+                let evicted_from = taken
+                    .map(|taken| taken + COUNT_INSTANT_MARGIN)
+                    .and_then(|after| tallies.iter().find(|tally| tally.at >= after))
+                    .map_or(now.evicted, |tally| tally.evicted);
+                (admitted_from, evicted_from)
+            }
+        };
+        let live = usize::try_from(live).unwrap_or(0);
+        self.set_tracked(live, now.admitted.saturating_sub(admitted_from), now.evicted.saturating_sub(evicted_from));
+    }
+
+    fn set_tracked(&self, live: usize, admitted: u64, evicted: u64) {
+        let tracked = live
+            .saturating_add(usize::try_from(admitted).unwrap_or(usize::MAX))
+            .saturating_sub(usize::try_from(evicted).unwrap_or(usize::MAX));
+        self.inner.tracked.store(tracked, Ordering::Relaxed);
         let mut local = lock(&self.inner.local);
         // Agents evicted by another instance stay in `known` here; keep the set within the cap's size.
         if local.known.len() > self.inner.capacity {
             local.known.clear();
         }
-        Ok(rows)
+    }
+
+    fn tally_now(&self) -> Tally {
+        Tally {
+            at: Instant::now(),
+            admitted: self.inner.admitted.load(Ordering::Relaxed),
+            evicted: self.inner.evicted.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Notes what this instance has admitted and evicted so far (the flusher, each pass).
+    fn keep_tally(&self) {
+        let now = self.tally_now();
+        let mut tallies = lock(&self.inner.tallies);
+        while tallies.front().is_some_and(|oldest| now.at.duration_since(oldest.at) > TALLY_WINDOW) {
+            tallies.pop_front();
+        }
+        tallies.push_back(now);
     }
 
     /// Writes `heartbeats` and every kept receipt and capability entry in one transaction.
@@ -439,6 +656,7 @@ impl LivenessMap for SharedLiveness {
             }
             local.known.insert(agent_id.clone());
             self.inner.tracked.fetch_add(1, Ordering::Relaxed);
+            self.inner.admitted.fetch_add(1, Ordering::Relaxed);
         }
         keep_latest(&mut local.receipts, agent_id, cluster_id, receipt);
         Ok(())
@@ -623,7 +841,8 @@ impl LivenessMap for SharedLiveness {
             local.known.remove(&entry.agent_id);
             local.capabilities.remove(&entry.agent_id);
         }
-        // The flusher recounts within COUNT_INTERVAL; a count here would cost every pass a scan of the table.
+        // The cluster recounts within COUNT_INTERVAL; a count here would cost every pass a scan of the table.
+        self.inner.evicted.fetch_add(u64::try_from(evicted.len()).unwrap_or(u64::MAX), Ordering::Relaxed);
         let _ = self
             .inner
             .tracked
@@ -889,7 +1108,66 @@ mod tests {
         an_agent_made_live_again_with_an_old_receipt_is_evicted_by_the_next_pass,
         an_evicted_agents_heartbeat_row_keeps_its_contract_columns,
         a_page_reads_at_most_walk_rows_however_many_agents_are_not_live,
+        the_cluster_counts_once_per_interval_and_every_instance_reads_that_count,
     );
+
+    /// The table is counted once per interval for the whole cluster: the first instance to find the count due takes
+    /// it, the others read it (one row) and add what they admitted since; none counts again until it is due.
+    /// Three instances here read the count three times each within an interval of an hour: one count in all.
+    fn the_cluster_counts_once_per_interval_and_every_instance_reads_that_count(store: &DieselStore) {
+        let hour = Duration::from_secs(3600);
+        let instances: Vec<SharedLiveness> =
+            (0..3).map(|_| SharedLiveness::with_count_interval(store.clone(), 100, hour)).collect();
+        let west = ClusterId::new("west").unwrap();
+        for id in ["a1", "a2", "a3"] {
+            instances[0].record(&agent(id), &west, START).unwrap();
+        }
+        instances[0].flush().unwrap();
+        for _ in 0..3 {
+            for instance in &instances {
+                instance.keep_tally();
+                assert_eq!(instance.refresh_count().unwrap(), 3);
+            }
+        }
+        let taken: Vec<u64> = instances.iter().map(SharedLiveness::counts_taken).collect();
+        assert_eq!(taken, [1, 0, 0], "one count for the cluster, by the first instance that found it due");
+        // An agent admitted after the count is added to it by the instance that admitted it, read after read; the
+        // others learn of it at the next count.
+        instances[1].record(&agent("b1"), &west, START).unwrap();
+        instances[1].flush().unwrap();
+        for instance in &instances {
+            instance.keep_tally();
+        }
+        let tracked: Vec<usize> = instances.iter().map(|instance| instance.refresh_count().unwrap()).collect();
+        assert_eq!(tracked, [3, 4, 3]);
+        // An instance that finds the count due (here: due at once) takes it, and the others read its answer.
+        // Tallies are placed against a count read back to within a few milliseconds (the database's clock): this
+        // count comes well after them.
+        let apart = || std::thread::sleep(Duration::from_millis(20));
+        apart();
+        let eager = SharedLiveness::with_count_interval(store.clone(), 100, Duration::ZERO);
+        assert_eq!(eager.refresh_count().unwrap(), 4);
+        assert_eq!(eager.counts_taken(), 1);
+        let tracked: Vec<usize> = instances.iter().map(|instance| instance.refresh_count().unwrap()).collect();
+        assert_eq!(tracked, [4, 4, 4]);
+        let taken: Vec<u64> = instances.iter().map(SharedLiveness::counts_taken).collect();
+        assert_eq!(taken, [1, 0, 0]);
+        // An eviction is subtracted at once by the instance that evicted, and not twice once a count after it
+        // is read.
+        instances[0].record(&agent("c1"), &west, START + time::Duration::seconds(100)).unwrap();
+        instances[0].flush().unwrap();
+        instances[0].keep_tally();
+        let evicted = instances[2]
+            .evict_silent(START + time::Duration::seconds(100), time::Duration::seconds(90), FencingToken(1))
+            .unwrap();
+        assert_eq!(evicted.len(), 4);
+        assert_eq!(instances[2].tracked_count(), 0, "it knew of 4, all evicted");
+        instances[2].keep_tally();
+        apart();
+        assert_eq!(eager.refresh_count().unwrap(), 1);
+        let tracked: Vec<usize> = instances.iter().map(|instance| instance.refresh_count().unwrap()).collect();
+        assert_eq!(tracked, [1, 1, 1]);
+    }
 
     /// Migration 2026-12-21-000018: no index holds the live rows alone, so a page walks the primary key, the rows of
     /// agents not live among the others. Whatever the page's sizes, its reads ask for `walk` rows at most in all
@@ -1260,6 +1538,31 @@ mod tests {
             Scans { seq_scan: 1, idx_scan: 1 },
             "the count is one sequential scan and the examination one index scan, each by one process"
         );
+    }
+
+    /// An instance that finds the count due while another instance is taking it (holds its row) neither waits for
+    /// it nor counts too: it goes on with the count it read.
+    #[test]
+    fn postgres_an_instance_neither_waits_for_nor_repeats_a_count_under_way() {
+        let Some(database) = gateway_testkit::postgres::database(module_path!()) else { return };
+        let mut rival = PgConnection::establish(database.url()).unwrap();
+        // Were it to wait, its statement fails after this instead of the test hanging.
+        diesel::sql_query(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = ''3s''', current_database()); END $$",
+        )
+        .execute(&mut rival)
+        .unwrap();
+        let store = DieselStore::open(&crate::testing::postgres_url(database.url())).unwrap();
+        let map = SharedLiveness::with_count_interval(store, 10, Duration::ZERO);
+        map.record(&agent("alice"), &ClusterId::new("west").unwrap(), START).unwrap();
+        map.flush().unwrap();
+        diesel::sql_query("BEGIN").execute(&mut rival).unwrap();
+        diesel::sql_query("SELECT id FROM gateway_live_count WHERE id = 1 FOR UPDATE").execute(&mut rival).unwrap();
+        assert_eq!(map.refresh_count().unwrap(), 1, "its own admission");
+        assert_eq!(map.counts_taken(), 0);
+        diesel::sql_query("COMMIT").execute(&mut rival).unwrap();
+        assert_eq!(map.refresh_count().unwrap(), 1);
+        assert_eq!(map.counts_taken(), 1);
     }
 
     /// Migrations 2026-12-21-000012 and 000017: without them the eviction pass's probe walks a million dead index entries until

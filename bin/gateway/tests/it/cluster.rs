@@ -1267,3 +1267,41 @@ fn a_disabled_endpoint_is_disabled_on_every_instance_and_enabling_it_anywhere_re
         }
     }
 }
+
+/// `gateway_agents_live` as instance `index` reports it.
+fn live_agents(cluster: &Cluster, index: usize) -> f64 {
+    let (status, body) = cluster.gateway(index).try_operator_get("/metrics").unwrap();
+    assert_eq!(status, 200);
+    let text = body.as_str().unwrap_or_default().to_owned();
+    text.lines()
+        .find_map(|line| line.strip_prefix("gateway_agents_live ")?.parse().ok())
+        .unwrap_or_else(|| panic!("no gateway_agents_live in /metrics:\n{text}"))
+}
+
+/// The tracked-agent cap is the cluster's (docs/architecture.md): the agents live through one instance reach the
+/// others' figure through the cluster's count, which one instance takes for all and the others read
+/// (`gateway_live_count`); then a new agent is refused by every instance, and a known one still updates through
+/// any of them (after a look-up on an instance that never saw it).
+#[test]
+fn a_cluster_at_its_cap_refuses_new_agents_on_every_instance() {
+    let _turn = one_at_a_time();
+    let Some(cluster) =
+        start("a_cluster_at_its_cap_refuses_new_agents_on_every_instance", &["--max-tracked-agents", "2"])
+    else {
+        return;
+    };
+    for agent_id in ["agent-a", "agent-b"] {
+        assert_eq!(cluster.gateway(0).post_json("/gateway/heartbeat", &heartbeat(agent_id)).0, 200);
+    }
+    // Every instance comes to the count (one that admitted agents just before a count may overstate it by those
+    // until the next: its tallies are a flusher pass apart).
+    for index in 0..cluster.len() {
+        wait_until("the cluster's count on every instance", cluster.patience(), || live_agents(&cluster, index) == 2.0);
+    }
+    for index in 1..cluster.len() {
+        let (status, body) = cluster.gateway(index).post_json("/gateway/heartbeat", &heartbeat("agent-new"));
+        assert_eq!((status, body["reason"].as_str()), (503, Some("heartbeat_manager_unavailable")), "instance {index}");
+        let known = cluster.gateway(index).post_json("/gateway/heartbeat", &heartbeat("agent-a")).0;
+        assert_eq!(known, 200, "a known agent updates through instance {index}");
+    }
+}

@@ -1,0 +1,1 @@
+DROP TABLE gateway_live_count;
