@@ -587,6 +587,27 @@ fn postgresql_stopped_20_s_under_a_cluster_answers_503_loses_nothing_and_recover
     );
 }
 
+/// The eviction tests' threshold, short so that an outage of twice it takes seconds, and checks five times a second.
+const EVICTION_THRESHOLD: Duration = Duration::from_secs(4);
+const EVICTION_ARGS: [&str; 4] = ["--heartbeat-eviction-threshold-s", "4", "--heartbeat-check-interval-ms", "200"];
+
+/// One heartbeat of `agent` to `gateway`; its status.
+fn heartbeat(gateway: &Gateway, agent: &str) -> u16 {
+    gateway.post_json("/gateway/heartbeat", &json!({"type": "heartbeat", "agent_id": agent, "cluster_id": "c"})).0
+}
+
+/// The agents of the `agent_evicted` events `stream` receives within a second.
+fn evictions_within_a_second(stream: &crate::support::EventStream) -> Vec<String> {
+    let mut evicted = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while let Some(event) = stream.next_within(deadline.saturating_duration_since(Instant::now())) {
+        if event.event == "agent_evicted" {
+            evicted.push(event.data["agent_id"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    evicted
+}
+
 /// PostgreSQL stops for twice the eviction threshold under a cluster whose agents keep heartbeating (answered 503
 /// meanwhile: their receipts wait on each instance for the store). Once it is back, the agents that kept
 /// heartbeating must not be evicted for the store's silence — every one of them announced `agent_evicted`, then
@@ -596,16 +617,12 @@ fn postgresql_stopped_20_s_under_a_cluster_answers_503_loses_nothing_and_recover
 fn postgresql_stopped_longer_than_the_threshold_evicts_only_the_agent_that_went_silent() {
     let test = "faults::postgresql_stopped_longer_than_the_threshold";
     let _turn = gateway_testkit::heavy_test_turn();
-    let threshold = Duration::from_secs(4);
-    let args = ["--heartbeat-eviction-threshold-s", "4", "--heartbeat-check-interval-ms", "200"];
-    let Some(cluster) = Cluster::start_on_own_postgres(test, 2, &args) else {
+    let threshold = EVICTION_THRESHOLD;
+    let Some(cluster) = Cluster::start_on_own_postgres(test, 2, &EVICTION_ARGS) else {
         return;
     };
     cluster.wait_for_leader(cluster.patience());
     let watcher = cluster.gateway(0).subscribe("gateway:agents");
-    let heartbeat = |gateway: &Gateway, agent: &str| {
-        gateway.post_json("/gateway/heartbeat", &json!({"type": "heartbeat", "agent_id": agent, "cluster_id": "c"})).0
-    };
     assert_eq!(heartbeat(cluster.gateway(1), "agent-gone"), 200);
     let bases: Vec<String> = (0..cluster.len()).map(|index| cluster.gateway(index).base.clone()).collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -650,13 +667,7 @@ fn postgresql_stopped_longer_than_the_threshold_evicts_only_the_agent_that_went_
         answers.iter().all(|seen| seen.contains(&200)) && answers.iter().any(|seen| seen.contains(&503)),
         "the agents heartbeated through an outage the gateway answered with 503: {answers:?}"
     );
-    let mut evicted = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while let Some(event) = watcher.next_within(deadline.saturating_duration_since(Instant::now())) {
-        if event.event == "agent_evicted" {
-            evicted.push(event.data["agent_id"].as_str().unwrap_or_default().to_owned());
-        }
-    }
+    let evicted = evictions_within_a_second(&watcher);
     assert_eq!(evicted, vec!["agent-gone".to_owned()], "evictions after a store outage\n{}", cluster.story());
 }
 
@@ -670,15 +681,11 @@ fn postgresql_stopped_longer_than_the_threshold_evicts_only_the_agent_that_went_
 fn a_cluster_stopped_whole_and_started_again_evicts_only_the_agent_that_did_not_come_back() {
     let test = "faults::a_cluster_stopped_whole_and_started_again";
     let _turn = gateway_testkit::heavy_test_turn();
-    let threshold = Duration::from_secs(4);
-    let args = ["--heartbeat-eviction-threshold-s", "4", "--heartbeat-check-interval-ms", "200"];
-    let Some(mut cluster) = Cluster::start_on_own_postgres(test, 2, &args) else {
+    let threshold = EVICTION_THRESHOLD;
+    let Some(mut cluster) = Cluster::start_on_own_postgres(test, 2, &EVICTION_ARGS) else {
         return;
     };
     cluster.wait_for_leader(cluster.patience());
-    let heartbeat = |gateway: &Gateway, agent: &str| {
-        gateway.post_json("/gateway/heartbeat", &json!({"type": "heartbeat", "agent_id": agent, "cluster_id": "c"})).0
-    };
     let back: Vec<String> = (0..6).map(|n| format!("agent-back-{n}")).collect();
     for (n, agent) in back.iter().chain([&"agent-gone".to_owned()]).enumerate() {
         assert_eq!(heartbeat(cluster.gateway(n % 2), agent), 200);
@@ -704,13 +711,7 @@ fn a_cluster_stopped_whole_and_started_again_evicts_only_the_agent_that_did_not_
         }
         thread::sleep(Duration::from_secs(1));
     }
-    let mut streamed = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while let Some(event) = watcher.next_within(deadline.saturating_duration_since(Instant::now())) {
-        if event.event == "agent_evicted" {
-            streamed.push(event.data["agent_id"].as_str().unwrap_or_default().to_owned());
-        }
-    }
+    let streamed = evictions_within_a_second(&watcher);
     let logged: Vec<String> = (0..cluster.len())
         .flat_map(|index| cluster.log_entries_from(index, 0))
         .filter(|entry| entry["message"] == "agent evicted")
