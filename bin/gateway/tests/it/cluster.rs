@@ -512,7 +512,7 @@ pub(crate) fn listed(cluster: &Cluster, index: usize) -> BTreeSet<String> {
 }
 
 /// The `agent_evicted` events of `stream` that arrive within `wait`, by agent id.
-fn evictions_within(stream: &EventStream, wait: Duration) -> Vec<String> {
+pub(crate) fn evictions_within(stream: &EventStream, wait: Duration) -> Vec<String> {
     let deadline = Instant::now() + wait;
     let mut evicted = Vec::new();
     while let Some(event) = stream.next_within(deadline.saturating_duration_since(Instant::now())) {

@@ -596,18 +596,6 @@ fn heartbeat(gateway: &Gateway, agent: &str) -> u16 {
     gateway.post_json("/gateway/heartbeat", &json!({"type": "heartbeat", "agent_id": agent, "cluster_id": "c"})).0
 }
 
-/// The agents of the `agent_evicted` events `stream` receives within a second.
-fn evictions_within_a_second(stream: &crate::support::EventStream) -> Vec<String> {
-    let mut evicted = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while let Some(event) = stream.next_within(deadline.saturating_duration_since(Instant::now())) {
-        if event.event == "agent_evicted" {
-            evicted.push(event.data["agent_id"].as_str().unwrap_or_default().to_owned());
-        }
-    }
-    evicted
-}
-
 /// PostgreSQL stops for twice the eviction threshold under a cluster whose agents keep heartbeating (answered 503
 /// meanwhile: their receipts wait on each instance for the store). Once it is back, the agents that kept
 /// heartbeating must not be evicted for the store's silence — every one of them announced `agent_evicted`, then
@@ -667,7 +655,7 @@ fn postgresql_stopped_longer_than_the_threshold_evicts_only_the_agent_that_went_
         answers.iter().all(|seen| seen.contains(&200)) && answers.iter().any(|seen| seen.contains(&503)),
         "the agents heartbeated through an outage the gateway answered with 503: {answers:?}"
     );
-    let evicted = evictions_within_a_second(&watcher);
+    let evicted = crate::cluster::evictions_within(&watcher, Duration::from_secs(1));
     assert_eq!(evicted, vec!["agent-gone".to_owned()], "evictions after a store outage\n{}", cluster.story());
 }
 
@@ -711,7 +699,7 @@ fn a_cluster_stopped_whole_and_started_again_evicts_only_the_agent_that_did_not_
         }
         thread::sleep(Duration::from_secs(1));
     }
-    let streamed = evictions_within_a_second(&watcher);
+    let streamed = crate::cluster::evictions_within(&watcher, Duration::from_secs(1));
     let logged: Vec<String> = (0..cluster.len())
         .flat_map(|index| cluster.log_entries_from(index, 0))
         .filter(|entry| entry["message"] == "agent evicted")
