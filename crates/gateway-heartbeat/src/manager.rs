@@ -16,7 +16,10 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::hearing::{Hearing, Outcome, Verdict};
-use crate::{CHECK_INTERVAL, DEFAULT_MAX_TRACKED_AGENTS, EVICTION_THRESHOLD, HeartbeatError, HeartbeatPing};
+use crate::{
+    CHECK_INTERVAL, DEFAULT_MAX_TRACKED_AGENTS, EVICTION_THRESHOLD, FAILED_PASS_RETRY, HeartbeatError, HeartbeatPing,
+    MAX_FAILED_PASS_RETRY,
+};
 
 /// Most heartbeat rows written in one store transaction.
 pub const MAX_UPSERT_GROUP: usize = 512;
@@ -327,8 +330,8 @@ impl BackgroundLoop for HeartbeatManager {
         let checks = LeaderLoop {
             pass: "eviction check",
             interval: self.inner.config.check_interval,
-            first_backoff: self.inner.config.check_interval,
-            max_backoff: self.inner.config.check_interval,
+            first_backoff: FAILED_PASS_RETRY.min(self.inner.config.check_interval),
+            max_backoff: MAX_FAILED_PASS_RETRY.min(self.inner.config.check_interval),
             health: &self.inner.health,
             leadership: self.inner.leadership.as_ref(),
         };

@@ -1,7 +1,8 @@
 //! The loop shape of timed work done only by the leader: a pass every interval (the first at once), skipped while
 //! another instance leads, given the leadership token its writes carry; a pass the store fenced tells the
-//! leadership (which steps down); a failed pass marks the component degraded and backs off (capped) before the
-//! next; nothing but `shutdown` ends the loop (H-4, H-5 and H-8 in docs/requirements.md).
+//! leadership (which steps down); a failed pass marks the component degraded and is tried again after a backoff
+//! (doubling, capped) without waiting for the next tick; nothing but `shutdown` ends the loop (H-4, H-5 and H-8 in
+//! docs/requirements.md).
 
 use std::fmt::Display;
 use std::future::Future;
@@ -74,7 +75,8 @@ pub struct LeaderLoop<'a> {
     /// What a pass is, for the warning when one fails ("webhook poll").
     pub pass: &'static str,
     pub interval: Duration,
-    /// The first pause after a failed pass, doubled per failure in a row, at most `max_backoff`.
+    /// The pause before a failed pass is tried again, doubled per failure in a row, at most `max_backoff`; the
+    /// regular passes resume an interval after the one that gets through.
     pub first_backoff: Duration,
     pub max_backoff: Duration,
     pub health: &'a ComponentHealth,
@@ -94,25 +96,36 @@ impl LeaderLoop<'_> {
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut failures: u32 = 0;
         loop {
-            tokio::select! {
-                biased;
-                () = shutdown.cancelled() => return,
-                _ = ticks.tick() => {}
+            // A failed pass is tried again once its backoff is over, not at the next tick: a failed pass leaves
+            // the component degraded (and `/readyz` 503), and an hourly loop that waited for its next tick kept
+            // the leader out of a load balancer's rotation for an hour after a blip of its store.
+            if failures == 0 {
+                tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => return,
+                    _ = ticks.tick() => {}
+                }
             }
             // A follower runs no pass, so nothing of this loop is failing: a problem reported while it led (or by
             // the component's other work, such as recording an attempt during an outage) must not keep the
             // instance unready once it follows (`/readyz` checks the store itself).
             let Some(token) = self.leadership.current() else {
+                failures = 0;
                 self.health.recovered();
                 continue;
             };
             match pass(token).await {
                 Ok(()) => {
+                    if failures > 0 {
+                        // The next pass an interval after this one, not at the tick the retries ran past.
+                        ticks.reset();
+                    }
                     failures = 0;
                     self.health.recovered();
                 }
                 Err(error) if error.is_fenced() => {
                     tracing::warn!(pass = self.pass, %error, "fenced by a newer leader; stepping down");
+                    failures = 0;
                     self.leadership.fenced(token);
                 }
                 Err(error) => {
@@ -185,18 +198,28 @@ mod tests {
             leadership: &leadership,
         };
         let started = tokio::time::Instant::now();
+        let seen = |at: f64, count: u32| {
+            assert_eq!(passes.load(Ordering::SeqCst), count, "passes by {at} s");
+        };
         let driver = async {
             // Not leader for the first two ticks: no pass.
             tokio::time::sleep(Duration::from_secs(15)).await;
-            assert_eq!(passes.load(Ordering::SeqCst), 0);
+            seen(15.0, 0);
             leadership.set_leading(true);
-            // Ticks at 20 s (fails: degraded, 1 s backoff), 30 s (fails, 2 s), 40 s (works).
-            tokio::time::sleep(Duration::from_secs(6)).await;
-            assert_eq!(passes.load(Ordering::SeqCst), 1);
+            // The tick at 20 s fails (degraded, 1 s backoff), its retry at 21 s fails (2 s), the one at 23 s works;
+            // the regular passes then come an interval after it: 33 s, 43 s.
+            tokio::time::sleep(Duration::from_millis(5_500)).await;
+            seen(20.5, 1);
             assert!(health.report().problem.as_deref().is_some_and(|problem| problem.starts_with("test pass failed")));
-            tokio::time::sleep(Duration::from_secs(20)).await;
-            assert_eq!(passes.load(Ordering::SeqCst), 3);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            seen(21.5, 2);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            seen(23.5, 3);
             assert!(health.report().healthy);
+            tokio::time::sleep(Duration::from_secs(9)).await;
+            seen(32.5, 3);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            seen(33.5, 4);
             shutdown.cancel();
         };
         let work = runner.run(&shutdown, |token| {
@@ -205,8 +228,43 @@ mod tests {
             async move { if count < 3 { Err(StoreError::Unavailable("store down".into())) } else { Ok(()) } }
         });
         tokio::join!(work, driver);
-        assert!(started.elapsed() >= Duration::from_secs(41));
+        assert!(started.elapsed() >= Duration::from_secs(33));
         assert!(!health.is_running(), "the guard is dropped when the loop ends");
+    }
+
+    /// An hourly loop (the retention passes) whose pass meets a blip of the store is ready again once a retry gets
+    /// through, seconds later: it used to wait for the next tick, and the leader answered `/readyz` 503 for the hour.
+    #[tokio::test(start_paused = true)]
+    async fn an_hourly_pass_that_failed_once_is_healthy_again_after_its_backoff() {
+        let health = ComponentHealth::new("test");
+        let leadership = crate::SwitchableLeadership::leading();
+        let passes = AtomicU32::new(0);
+        let shutdown = CancellationToken::new();
+        let runner = LeaderLoop {
+            pass: "pruning",
+            interval: Duration::from_secs(3_600),
+            first_backoff: Duration::from_secs(1),
+            max_backoff: MAX_PRUNE_BACKOFF,
+            health: &health,
+            leadership: &leadership,
+        };
+        let driver = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(!health.report().healthy, "the first pass failed");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert_eq!(passes.load(Ordering::SeqCst), 2);
+            assert!(health.report().healthy, "{:?}", health.report());
+            tokio::time::sleep(Duration::from_secs(3_598)).await;
+            assert_eq!(passes.load(Ordering::SeqCst), 2, "no pass before an hour after the one that got through");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(passes.load(Ordering::SeqCst), 3);
+            shutdown.cancel();
+        };
+        let work = runner.run(&shutdown, |_| {
+            let count = passes.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { if count == 1 { Err(StoreError::Unavailable("store blip".into())) } else { Ok(()) } }
+        });
+        tokio::join!(work, driver);
     }
 }
 
