@@ -540,19 +540,25 @@ async fn step_until(fixture: &Fixture, what: &str, mut done: impl FnMut() -> boo
     panic!("{what} never came");
 }
 
+/// A shared map with the defaults, `alive` and `gone` heard at the start, and the first pass that reaches the store
+/// (one threshold after the start) done.
+async fn two_agents_past_the_first_pass() -> (Arc<FlushedLiveness>, Fixture) {
+    let liveness = Arc::new(FlushedLiveness::new(10, &[]));
+    let fixture = start_with(HeartbeatConfig::default(), liveness.clone()).await;
+    fixture.manager.record_heartbeat(agent("alive"), cluster()).unwrap();
+    fixture.manager.record_heartbeat(agent("gone"), cluster()).unwrap();
+    step_until(&fixture, "the first pass", || fixture.manager.stats().eviction_passes.count() >= 1).await;
+    (liveness, fixture)
+}
+
 /// The shared map's store is out of reach for five minutes (passes fail), and the agents' heartbeats meanwhile never
 /// reached it (in a cluster they wait on each instance until it is back). The pass that gets through must not judge
 /// the outage as their silence: the agent that went silent with the outage goes one threshold after the store is
 /// back, and the one that heartbeats again soon after is kept.
 #[tokio::test(start_paused = true)]
 async fn a_store_out_of_reach_is_not_the_agents_silence() {
-    let liveness = Arc::new(FlushedLiveness::new(10, &[]));
-    let fixture = start_with(HeartbeatConfig::default(), liveness.clone()).await;
+    let (liveness, fixture) = two_agents_past_the_first_pass().await;
     let tried = || liveness.passes_tried.load(std::sync::atomic::Ordering::SeqCst);
-    fixture.manager.record_heartbeat(agent("alive"), cluster()).unwrap();
-    fixture.manager.record_heartbeat(agent("gone"), cluster()).unwrap();
-    // The first pass that reaches the store, one threshold after the start.
-    step_until(&fixture, "the first pass", || fixture.manager.stats().eviction_passes.count() >= 1).await;
     let out = gateway_core::Clock::now(&fixture.clock);
     liveness.passes_failing.store(true, std::sync::atomic::Ordering::SeqCst);
     let tried_before = tried();
@@ -593,12 +599,8 @@ async fn a_store_out_of_reach_is_not_the_agents_silence() {
 /// the tolerance (52.5 s), and evictions were held for a threshold with a warning after every store hiccup.
 #[tokio::test(start_paused = true)]
 async fn a_pass_that_fails_once_is_retried_at_once_and_holds_no_eviction() {
-    let liveness = Arc::new(FlushedLiveness::new(10, &[]));
-    let fixture = start_with(HeartbeatConfig::default(), liveness.clone()).await;
+    let (liveness, fixture) = two_agents_past_the_first_pass().await;
     let tried = || liveness.passes_tried.load(std::sync::atomic::Ordering::SeqCst);
-    fixture.manager.record_heartbeat(agent("alive"), cluster()).unwrap();
-    fixture.manager.record_heartbeat(agent("gone"), cluster()).unwrap();
-    step_until(&fixture, "the first pass", || fixture.manager.stats().eviction_passes.count() >= 1).await;
     // `gone`'s last heartbeat; the next pass meets the blip.
     fixture.manager.record_heartbeat(agent("alive"), cluster()).unwrap();
     fixture.manager.record_heartbeat(agent("gone"), cluster()).unwrap();
