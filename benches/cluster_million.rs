@@ -6,13 +6,15 @@
 //! heartbeat rows) on disk.
 //!
 //! Run: `cargo bench -p gateway-benches --bench cluster-ingest -- million`. Sizes and timings (environment):
-//! `MILLION_AGENTS` (1,000,000), `MILLION_SILENT` (a tenth of them), `MILLION_THRESHOLD_S` (150: the gateways'
-//! `--heartbeat-eviction-threshold-s`), `MILLION_CHECK_MS` (10,000: `--heartbeat-check-interval-ms`),
-//! `MILLION_RATE` (the steady load's heartbeats/s over both instances; default 0.6 of the rate the fill reached),
-//! `MILLION_CONNECTIONS` (64), `MILLION_SETTLE_S` (10: load after the crowd's pass), `MILLION_PG_NAPTIME_S` (unset:
-//! the server's 60 s autovacuum naptime), `MILLION_DUMP_DIR` (unset: a directory to write every steady request's
-//! timing and the gateways' logs into, for a look at which requests were slow and when). Pinning as the other modes
-//! (`CLUSTER_BENCH_SERVER_CPUS`, `CLUSTER_BENCH_CLIENT_CPUS`).
+//! `MILLION_AGENTS` (1,000,000; the gateways' cap is twice it, at most the gateway's ceiling of 10,000,000, so keep it
+//! a little under ten million: at the cap an agent new to an instance costs a lookup in the database), `MILLION_SILENT`
+//! (a tenth of them), `MILLION_THRESHOLD_S` (150: the gateways' `--heartbeat-eviction-threshold-s`; at ten million on
+//! this box, 840 with `MILLION_RATE=18000`: see benchmarks.md, s34-t), `MILLION_CHECK_MS` (10,000:
+//! `--heartbeat-check-interval-ms`), `MILLION_RATE` (the steady load's heartbeats/s over both instances; default 0.6 of
+//! the rate the fill reached), `MILLION_CONNECTIONS` (64), `MILLION_SETTLE_S` (10: load after the crowd's pass),
+//! `MILLION_PG_NAPTIME_S` (unset: the server's 60 s autovacuum naptime), `MILLION_DUMP_DIR` (unset: a directory to
+//! write every steady request's timing and the gateways' logs into, for a look at which requests were slow and when).
+//! Pinning as the other modes (`CLUSTER_BENCH_SERVER_CPUS`, `CLUSTER_BENCH_CLIENT_CPUS`).
 //!
 //! The run, in the leader's time (its passes tick every check interval from its start):
 //! 1. right after one of the leader's passes, the SILENT agents heartbeat once each (agent `i` to instance `i % 2`),
@@ -48,6 +50,9 @@ use tokio::net::TcpStream;
 
 use crate::http_load::{Pinning, Server, answer, tree_cpu_time};
 use crate::{ADMIN_TOKEN, get, machine_state, print_log_summary, wait_ready};
+
+/// The gateway's largest `--max-tracked-agents` (bin/gateway's `MAX_TRACKED_AGENTS_CEILING`).
+const MAX_TRACKED_AGENTS_CEILING: u64 = 10_000_000;
 
 struct Config {
     agents: u64,
@@ -143,7 +148,10 @@ pub fn run(gateway_binary: &Path, pinning: &Pinning, postgres: &TempPostgres, po
         command.args(["--cluster-secret", "the cluster secret of the benchmark runs", "--log-format", "json"]);
         command.args(["--heartbeat-eviction-threshold-s", &config.threshold.as_secs().to_string()]);
         command.args(["--heartbeat-check-interval-ms", &config.check.as_millis().to_string()]);
-        command.args(["--max-tracked-agents", &(config.agents * 2).to_string()]);
+        // Room above the fleet so that an agent new to one instance (every agent, in the first steady cycle) never
+        // meets the cap's round trip to the database; bounded by the gateway's ceiling, which a fleet of ten million
+        // reaches: past 5,000,000 agents the room shrinks, and at 10,000,000 the run is at the cap.
+        command.args(["--max-tracked-agents", &(config.agents * 2).min(MAX_TRACKED_AGENTS_CEILING).to_string()]);
         let log = logs.path().join(format!("{instance_id}.log"));
         // Every pass's line; the info lines of evictions are what an operator's default `info` writes too.
         command
