@@ -774,7 +774,7 @@ fn explain_eviction(admin: &mut PgConnection) {
     let (table, _) = receipts_table(admin);
     let plan: Vec<Line> = diesel::sql_query(format!(
         "EXPLAIN (ANALYZE, BUFFERS) SELECT agent_id FROM {table} \
-         WHERE received_minute <= floor(extract(epoch FROM (now() AT TIME ZONE 'UTC') - interval '1 day') / 60) \
+         WHERE received_minute <= floor(extract(epoch FROM (now() AT TIME ZONE 'UTC') - interval '1 day') / 60)::bigint \
          AND received_at < (now() AT TIME ZONE 'UTC') - interval '1 day' ORDER BY received_minute LIMIT 1",
     ))
     .load(admin)
