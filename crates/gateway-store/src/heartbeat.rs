@@ -17,7 +17,7 @@ use crate::liveness::receipt_minute;
 use crate::schema::gateway_heartbeats;
 use crate::timestamp::{from_db, push_sqlite_text, to_db};
 
-/// Rows per SQLite upsert statement: 3 or 5 parameters each, far below SQLite's 32,766.
+/// Rows per SQLite upsert statement: 3 or 6 parameters each, far below SQLite's 32,766.
 const MAX_ROWS_PER_UPSERT: usize = 500;
 
 #[derive(Queryable)]
@@ -97,7 +97,8 @@ pub(crate) type AgentRow<'a> = (&'a str, &'a str, OffsetDateTime);
 
 /// The text of a SQLite multi-row upsert of [`AgentRow`]s ([`ValuesAgentRows`]): `insert` (`INSERT INTO table
 /// (columns)`), the rows' values, then `on_conflict`. Each row binds its three values, and with `with_receipts`
-/// its instant and cluster id again, as the receipt's two columns that follow (`received_at, received_cluster_id`).
+/// its instant and cluster id again and the instant's minute, as the receipt's three columns that follow
+/// (`received_at, received_cluster_id, received_minute`; [`receipt_minute`], as on PostgreSQL).
 pub(crate) struct SqliteRows {
     pub(crate) insert: &'static str,
     pub(crate) on_conflict: &'static str,
@@ -122,7 +123,7 @@ pub(crate) fn write_rows_sqlite(
 /// heartbeats (32–64 in the benchmarks); a few statements of this size per connection are small.
 const MAX_CACHED_ROWS: usize = 64;
 
-/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row (five with [`SqliteRows::with_receipts`]),
+/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row (six with [`SqliteRows::with_receipts`]),
 /// kept in Diesel's statement cache
 /// (keyed by the text: no static query id), so a group of a size seen before is not compiled again; compiling it
 /// for every group was about 3,800 instructions per heartbeat (docs/benchmarks.md). Each instant is bound as the
@@ -136,19 +137,26 @@ struct ValuesAgentRows<'a> {
     instants: String,
     /// Where each row's instant ends in `instants`.
     ends: Vec<usize>,
+    /// Each row's [`receipt_minute`] of the stored instant, with [`SqliteRows::with_receipts`]; empty otherwise.
+    minutes: Vec<i64>,
 }
 
 impl<'a> ValuesAgentRows<'a> {
     fn new(sql: &'a SqliteRows, rows: &'a [AgentRow<'a>]) -> Self {
         let mut instants = String::with_capacity(rows.len() * 26);
+        let mut minutes = Vec::with_capacity(if sql.with_receipts { rows.len() } else { 0 });
         let ends = rows
             .iter()
             .map(|(_, _, at)| {
-                push_sqlite_text(to_db(*at), &mut instants);
+                let stored = to_db(*at);
+                push_sqlite_text(stored, &mut instants);
+                if sql.with_receipts {
+                    minutes.push(receipt_minute(stored.assume_utc()));
+                }
                 instants.len()
             })
             .collect();
-        Self { sql, rows, instants, ends }
+        Self { sql, rows, instants, ends, minutes }
     }
 }
 
@@ -173,6 +181,8 @@ impl QueryFragment<Sqlite> for ValuesAgentRows<'_> {
                 out.push_bind_param::<Text, _>(at)?;
                 out.push_sql(", ");
                 out.push_bind_param::<Text, _>(*cluster_id)?;
+                out.push_sql(", ");
+                out.push_bind_param::<BigInt, _>(self.minutes.get(n).unwrap_or(&0))?;
             }
             out.push_sql(")");
             start = *end;
