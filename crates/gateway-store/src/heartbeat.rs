@@ -1,6 +1,5 @@
 //! `HeartbeatStore` over `gateway_heartbeats`.
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
 
 use diesel::pg::{Pg, PgConnection};
@@ -72,17 +71,21 @@ impl HeartbeatStore for DieselStore {
 
 /// The rows a group of heartbeats writes, one per agent, in agent id order.
 pub(crate) fn latest_rows(records: &[HeartbeatRecord]) -> Vec<AgentRow<'_>> {
-    // The last record of an agent wins, so only it is written: one row per agent per statement is also what
-    // PostgreSQL requires of a multi-row upsert.
-    let mut latest: HashMap<&str, &HeartbeatRecord> = HashMap::with_capacity(records.len());
-    for record in records {
-        latest.insert(record.agent_id.as_str(), record);
+    // In agent id order: two PostgreSQL transactions that upsert overlapping agents lock their rows in the same
+    // order, so they queue instead of deadlocking. The sort is stable, so an agent's records stay in the order
+    // sent and the last of each run is its latest: only it is written (one row per agent per statement is also
+    // what PostgreSQL requires of a multi-row upsert). No hash map: hashing every id cost more than the sort.
+    let mut rows: Vec<&HeartbeatRecord> = records.iter().collect();
+    rows.sort_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
+    let mut latest: Vec<AgentRow<'_>> = Vec::with_capacity(rows.len());
+    for record in rows {
+        let row = (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at);
+        match latest.last_mut() {
+            Some(last) if last.0 == row.0 => *last = row,
+            _ => latest.push(row),
+        }
     }
-    let mut rows: Vec<&HeartbeatRecord> = latest.into_values().collect();
-    // In one order, whatever the hash map's: two PostgreSQL transactions that upsert overlapping agents lock
-    // their rows in the same order, so they queue instead of deadlocking.
-    rows.sort_unstable_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
-    rows.iter().map(|record| (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at)).collect()
+    latest
 }
 
 /// The heartbeat rows alone, on SQLite.
