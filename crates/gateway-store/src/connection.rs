@@ -645,6 +645,100 @@ mod tests {
         assert_eq!(holder.admin_token().unwrap(), Some(record));
     }
 
+    /// Migration 2026-12-21-000021 on a database at 000020 with live and evicted agents: `received_minute`, a
+    /// generated column before, is a plain one after with the same value in every row (NULL for the evicted), the
+    /// gateway's `receipt_minute` of the receipt, and still indexed; reverted, it is generated again.
+    #[test]
+    fn sqlite_upgrade_to_a_written_receipt_minute_keeps_every_rows_minute() {
+        use diesel::migration::MigrationSource;
+        use diesel::sql_types::{BigInt, Nullable};
+        use time::macros::datetime;
+
+        #[derive(diesel::QueryableByName, Debug, PartialEq)]
+        struct Minute {
+            #[diesel(sql_type = Text)]
+            agent_id: String,
+            #[diesel(sql_type = Nullable<BigInt>)]
+            received_minute: Option<i64>,
+        }
+        #[derive(diesel::QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let minutes = |c: &mut SqliteConnection| {
+            diesel::sql_query("SELECT agent_id, received_minute FROM gateway_heartbeats ORDER BY agent_id")
+                .load::<Minute>(c)
+                .unwrap()
+        };
+        let count = |c: &mut SqliteConnection, sql: &str| diesel::sql_query(sql).get_result::<Count>(c).unwrap().n;
+        // 2 for a VIRTUAL generated column, 0 for a plain one.
+        let hidden = "SELECT hidden AS n FROM pragma_table_xinfo('gateway_heartbeats') WHERE name = 'received_minute'";
+        let indexed = "SELECT count(*) AS n FROM pragma_index_info('gateway_heartbeats_received_minute') \
+                       WHERE name = 'received_minute'";
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.db");
+        let mut c = SqliteConnection::establish(path.to_str().unwrap()).unwrap();
+        SqlitePragmas::MIGRATING.on_acquire(&mut c).unwrap();
+        let migrations = MigrationSource::<diesel::sqlite::Sqlite>::migrations(&SQLITE_MIGRATIONS).unwrap().len();
+        for _ in 0..migrations {
+            if c.run_next_migration(SQLITE_MIGRATIONS).unwrap().to_string() == "20261221000020" {
+                break;
+            }
+        }
+        assert_eq!(count(&mut c, hidden), 2, "generated at 000020");
+
+        // Receipts as the gateway writes them (Diesel's text for a timestamp), either side of minute boundaries.
+        let receipts = [
+            ("a-live", Some(datetime!(2026-02-22 12:00:59.999999 UTC))),
+            ("b-live", Some(datetime!(2026-02-22 12:01:00 UTC))),
+            ("c-live", Some(datetime!(2026-02-22 12:01:00.000001 UTC))),
+            ("d-evicted", None),
+            ("e-live", Some(datetime!(2030-07-01 23:59:30.5 UTC))),
+            ("f-evicted", None),
+        ];
+        for (agent_id, receipt) in receipts {
+            let received_at = receipt.map(|at| {
+                let mut text = String::new();
+                crate::timestamp::push_sqlite_text(crate::timestamp::to_db(at), &mut text);
+                format!("'{text}'")
+            });
+            c.batch_execute(&format!(
+                "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id) \
+                 VALUES ('{agent_id}', 'west', '2026-02-22 12:00:00', {at}, {cluster})",
+                at = received_at.as_deref().unwrap_or("NULL"),
+                cluster = if receipt.is_some() { "'west'" } else { "NULL" },
+            ))
+            .unwrap();
+        }
+        let before = minutes(&mut c);
+        let expected: Vec<Minute> = receipts
+            .iter()
+            .map(|(agent_id, receipt)| Minute {
+                agent_id: (*agent_id).to_owned(),
+                received_minute: receipt.map(crate::liveness::receipt_minute),
+            })
+            .collect();
+        assert_eq!(before, expected, "the generated column agrees with receipt_minute");
+
+        c.run_pending_migrations(SQLITE_MIGRATIONS).unwrap();
+        assert_eq!(minutes(&mut c), before, "the same minutes, written");
+        assert_eq!(count(&mut c, hidden), 0, "a plain column");
+        assert_eq!(count(&mut c, indexed), 1, "indexed");
+        // Plain: a write of the receipt alone no longer moves it (every statement of the gateway writes both).
+        c.batch_execute("UPDATE gateway_heartbeats SET received_at = '2026-02-22 13:00:00' WHERE agent_id = 'a-live'")
+            .unwrap();
+        assert_eq!(minutes(&mut c)[0].received_minute, before[0].received_minute);
+
+        c.revert_last_migration(SQLITE_MIGRATIONS).unwrap();
+        assert_eq!(count(&mut c, hidden), 2, "generated again");
+        assert_eq!(count(&mut c, indexed), 1, "indexed");
+        let mut reverted = before;
+        reverted[0].received_minute = Some(crate::liveness::receipt_minute(datetime!(2026-02-22 13:00:00 UTC)));
+        assert_eq!(minutes(&mut c), reverted, "computed from the receipts again");
+    }
+
     #[test]
     fn instances_starting_together_migrate_once() {
         let Some(database) =

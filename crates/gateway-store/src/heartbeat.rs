@@ -1,6 +1,5 @@
 //! `HeartbeatStore` over `gateway_heartbeats`.
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
 
 use diesel::pg::{Pg, PgConnection};
@@ -17,7 +16,7 @@ use crate::liveness::receipt_minute;
 use crate::schema::gateway_heartbeats;
 use crate::timestamp::{from_db, push_sqlite_text, to_db};
 
-/// Rows per SQLite upsert statement: 3 or 5 parameters each, far below SQLite's 32,766.
+/// Rows per SQLite upsert statement: 3 or 6 parameters each, far below SQLite's 32,766.
 const MAX_ROWS_PER_UPSERT: usize = 500;
 
 #[derive(Queryable)]
@@ -72,17 +71,21 @@ impl HeartbeatStore for DieselStore {
 
 /// The rows a group of heartbeats writes, one per agent, in agent id order.
 pub(crate) fn latest_rows(records: &[HeartbeatRecord]) -> Vec<AgentRow<'_>> {
-    // The last record of an agent wins, so only it is written: one row per agent per statement is also what
-    // PostgreSQL requires of a multi-row upsert.
-    let mut latest: HashMap<&str, &HeartbeatRecord> = HashMap::with_capacity(records.len());
-    for record in records {
-        latest.insert(record.agent_id.as_str(), record);
+    // In agent id order: two PostgreSQL transactions that upsert overlapping agents lock their rows in the same
+    // order, so they queue instead of deadlocking. The sort is stable, so an agent's records stay in the order
+    // sent and the last of each run is its latest: only it is written (one row per agent per statement is also
+    // what PostgreSQL requires of a multi-row upsert). No hash map: hashing every id cost more than the sort.
+    let mut rows: Vec<&HeartbeatRecord> = records.iter().collect();
+    rows.sort_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
+    let mut latest: Vec<AgentRow<'_>> = Vec::with_capacity(rows.len());
+    for record in rows {
+        let row = (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at);
+        match latest.last_mut() {
+            Some(last) if last.0 == row.0 => *last = row,
+            _ => latest.push(row),
+        }
     }
-    let mut rows: Vec<&HeartbeatRecord> = latest.into_values().collect();
-    // In one order, whatever the hash map's: two PostgreSQL transactions that upsert overlapping agents lock
-    // their rows in the same order, so they queue instead of deadlocking.
-    rows.sort_unstable_by(|a, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
-    rows.iter().map(|record| (record.agent_id.as_str(), record.cluster_id.as_str(), record.last_seen_at)).collect()
+    latest
 }
 
 /// The heartbeat rows alone, on SQLite.
@@ -97,7 +100,8 @@ pub(crate) type AgentRow<'a> = (&'a str, &'a str, OffsetDateTime);
 
 /// The text of a SQLite multi-row upsert of [`AgentRow`]s ([`ValuesAgentRows`]): `insert` (`INSERT INTO table
 /// (columns)`), the rows' values, then `on_conflict`. Each row binds its three values, and with `with_receipts`
-/// its instant and cluster id again, as the receipt's two columns that follow (`received_at, received_cluster_id`).
+/// its instant and cluster id again and the instant's minute, as the receipt's three columns that follow
+/// (`received_at, received_cluster_id, received_minute`; [`receipt_minute`], as on PostgreSQL).
 pub(crate) struct SqliteRows {
     pub(crate) insert: &'static str,
     pub(crate) on_conflict: &'static str,
@@ -122,7 +126,7 @@ pub(crate) fn write_rows_sqlite(
 /// heartbeats (32–64 in the benchmarks); a few statements of this size per connection are small.
 const MAX_CACHED_ROWS: usize = 64;
 
-/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row (five with [`SqliteRows::with_receipts`]),
+/// SQLite's statement for a group of [`AgentRow`]s: one `(?, ?, ?)` per row (six with [`SqliteRows::with_receipts`]),
 /// kept in Diesel's statement cache
 /// (keyed by the text: no static query id), so a group of a size seen before is not compiled again; compiling it
 /// for every group was about 3,800 instructions per heartbeat (docs/benchmarks.md). Each instant is bound as the
@@ -136,19 +140,26 @@ struct ValuesAgentRows<'a> {
     instants: String,
     /// Where each row's instant ends in `instants`.
     ends: Vec<usize>,
+    /// Each row's [`receipt_minute`] of the stored instant, with [`SqliteRows::with_receipts`]; empty otherwise.
+    minutes: Vec<i64>,
 }
 
 impl<'a> ValuesAgentRows<'a> {
     fn new(sql: &'a SqliteRows, rows: &'a [AgentRow<'a>]) -> Self {
         let mut instants = String::with_capacity(rows.len() * 26);
+        let mut minutes = Vec::with_capacity(if sql.with_receipts { rows.len() } else { 0 });
         let ends = rows
             .iter()
             .map(|(_, _, at)| {
-                push_sqlite_text(to_db(*at), &mut instants);
+                let stored = to_db(*at);
+                push_sqlite_text(stored, &mut instants);
+                if sql.with_receipts {
+                    minutes.push(receipt_minute(stored.assume_utc()));
+                }
                 instants.len()
             })
             .collect();
-        Self { sql, rows, instants, ends }
+        Self { sql, rows, instants, ends, minutes }
     }
 }
 
@@ -173,6 +184,8 @@ impl QueryFragment<Sqlite> for ValuesAgentRows<'_> {
                 out.push_bind_param::<Text, _>(at)?;
                 out.push_sql(", ");
                 out.push_bind_param::<Text, _>(*cluster_id)?;
+                out.push_sql(", ");
+                out.push_bind_param::<BigInt, _>(self.minutes.get(n).unwrap_or(&0))?;
             }
             out.push_sql(")");
             start = *end;

@@ -828,24 +828,19 @@ impl LivenessMap for SharedLiveness {
                 AnyConnection::Postgres(c) => silent.order(dsl::agent_id.asc()).for_update().load(&mut **c)?,
             };
             rows.sort_unstable_by(|a, b| a.agent_id.cmp(&b.agent_id));
-            // The receipt is cleared, not the row: heartbeat rows are kept (DESIGN §8). On SQLite the minute is
-            // generated from the receipt and clears with it.
+            // The receipt is cleared, not the row: heartbeat rows are kept (DESIGN §8).
             for chunk in rows.chunks(MAX_IDS_PER_LIST) {
                 let ids: Vec<&str> = chunk.iter().map(|row| row.agent_id.as_str()).collect();
                 let evicted = dsl::gateway_heartbeats.filter(dsl::agent_id.eq_any(&ids));
-                let cleared = (
+                let cleared = diesel::update(evicted).set((
                     dsl::received_at.eq(None::<PrimitiveDateTime>),
+                    dsl::received_minute.eq(None::<i64>),
                     dsl::received_cluster_id.eq(None::<String>),
                     dsl::agent_type.eq(None::<String>),
                     dsl::capability_version.eq(None::<String>),
                     dsl::capabilities_updated_at.eq(None::<PrimitiveDateTime>),
-                );
-                match connection {
-                    AnyConnection::Sqlite(c) => diesel::update(evicted).set(cleared).execute(&mut **c)?,
-                    AnyConnection::Postgres(c) => diesel::update(evicted)
-                        .set((cleared, dsl::received_minute.eq(None::<i64>)))
-                        .execute(&mut **c)?,
-                };
+                ));
+                on_backend!(connection, c => cleared.execute(c))?;
             }
             Ok(rows)
         })?;
@@ -1028,10 +1023,14 @@ macro_rules! newer_receipt_kept {
 /// until that heartbeat's group writes them, as on PostgreSQL ([`RowsWithReceipts`]): a receipt is written by the
 /// first flush after it was kept, which can come before its heartbeat's group commit, and the row must exist then.
 const RECEIPT_ROWS: SqliteRows = SqliteRows {
-    insert: "INSERT INTO gateway_heartbeats (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id)",
+    insert: "INSERT INTO gateway_heartbeats \
+             (agent_id, cluster_id, last_seen_at, received_at, received_cluster_id, received_minute)",
     on_conflict: concat!(
         "ON CONFLICT (agent_id) DO UPDATE SET cluster_id = excluded.cluster_id, \
-         last_seen_at = excluded.last_seen_at, ",
+         last_seen_at = excluded.last_seen_at, \
+         received_minute = CASE WHEN ",
+        receipt_is_newer!(),
+        " THEN excluded.received_minute ELSE gateway_heartbeats.received_minute END, ",
         newer_receipt_kept!()
     ),
     with_receipts: true,
@@ -1141,6 +1140,7 @@ mod tests {
         the_rows_transaction_writes_every_receipt_recorded_before_it,
         the_pass_decides_on_the_exact_receipt_within_the_cutoffs_minute,
         each_receipts_minute_is_its_own_and_moves_only_with_it,
+        every_write_of_a_receipt_writes_its_minute,
         a_receipt_inserted_late_into_examined_minutes_is_evicted_by_the_next_pass,
         a_pass_after_an_examination_evicts_every_receipt_its_cutoff_passed,
         a_receipt_that_moved_between_examined_minutes_is_found_by_the_next_examination,
@@ -1441,8 +1441,67 @@ mod tests {
         assert_eq!(live_ids(&map), ["after", "at", "next-minute"]);
     }
 
-    /// `received_minute` is the minute of the stored `received_at` (on PostgreSQL the gateway writes it, on SQLite
-    /// the column's expression computes it): either side of a minute's boundary by a microsecond, with the rows and
+    /// Every statement that writes or clears `received_at` writes or clears `received_minute` with it (on SQLite a
+    /// plain column since migration 2026-12-21-000021, as on PostgreSQL): after each kind of write below, every
+    /// row's minute is its receipt's, NULL with it. A stale minute would make the pass skip a silent agent, or count
+    /// and list an evicted one as live.
+    fn every_write_of_a_receipt_writes_its_minute(store: &DieselStore) {
+        use gateway_heartbeats::dsl;
+        let (a, b) = (SharedLiveness::new(store.clone(), 10), SharedLiveness::new(store.clone(), 10));
+        let west = ClusterId::new("west").unwrap();
+        let seconds = time::Duration::seconds;
+        let beat = |id: &str, at: OffsetDateTime| HeartbeatRecord {
+            agent_id: agent(id),
+            cluster_id: west.clone(),
+            last_seen_at: at,
+        };
+        let check = |step: &str| {
+            let rows: Vec<(String, Option<PrimitiveDateTime>, Option<i64>)> = store
+                .with_connection("read every receipt", |connection| {
+                    on_backend!(connection, c => dsl::gateway_heartbeats
+                        .select((dsl::agent_id, dsl::received_at, dsl::received_minute))
+                        .order(dsl::agent_id)
+                        .load(c))
+                })
+                .unwrap();
+            assert!(!rows.is_empty(), "{step}");
+            for (agent_id, received_at, minute) in rows {
+                let expected = received_at.map(|at| receipt_minute(at.assume_utc()));
+                assert_eq!(minute, expected, "{step}: {agent_id} received at {received_at:?}");
+            }
+        };
+        // A heartbeat row without a receipt (a single instance's), then receipts alone (a flush), into rows that
+        // exist and rows that do not.
+        store.upsert_heartbeats(&[beat("plain", START), beat("carol", START)]).unwrap();
+        for id in ["alice", "bob", "carol"] {
+            a.record(&agent(id), &west, START).unwrap();
+        }
+        a.flush().unwrap();
+        check("receipts alone");
+        // Receipts in the next minutes, with and without their heartbeat rows in the same group.
+        a.record(&agent("alice"), &west, START + seconds(61)).unwrap();
+        a.record(&agent("bob"), &west, START + seconds(125)).unwrap();
+        a.upsert_heartbeats(&[beat("bob", START + seconds(125)), beat("dave", START + seconds(125))]).unwrap();
+        check("receipts with heartbeat rows");
+        // An older receipt from another instance moves neither the receipt nor its minute.
+        b.record(&agent("alice"), &west, START + seconds(1)).unwrap();
+        b.flush().unwrap();
+        check("an older receipt");
+        // Eviction clears them; a heartbeat alone leaves an evicted agent's receipt NULL; a receipt makes it live.
+        let evicted = evicted_ids(&a, START + seconds(160));
+        assert_eq!(evicted, ["alice", "carol"]);
+        check("eviction");
+        a.upsert_heartbeats(&[beat("carol", START + seconds(200))]).unwrap();
+        check("a heartbeat of an evicted agent");
+        a.record(&agent("carol"), &west, START + seconds(130)).unwrap();
+        a.register(&agent("carol"), capabilities("2.0"));
+        a.flush().unwrap();
+        check("live again, with capabilities");
+        assert_eq!(live_ids(&a), ["bob", "carol"]);
+    }
+
+    /// `received_minute` is the minute of the stored `received_at` (the gateway writes it on both backends):
+    /// either side of a minute's boundary by a microsecond, with the rows and
     /// alone; and a receipt older than the stored one, flushed late by another instance, moves neither.
     fn each_receipts_minute_is_its_own_and_moves_only_with_it(store: &DieselStore) {
         use gateway_heartbeats::dsl;

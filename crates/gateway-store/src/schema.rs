@@ -10,7 +10,8 @@ diesel::table! {
         received_at -> Nullable<Timestamp>,
         /// The newest receipt's cluster (`cluster_id` is the last written heartbeat's).
         received_cluster_id -> Nullable<Text>,
-        /// Generated from `received_at` on SQLite (never written there); written with it on PostgreSQL.
+        /// The minute of `received_at` (`receipt_minute`), written and cleared with it on both backends (on
+        /// SQLite since migration `heartbeats_received_minute_written`; generated before).
         received_minute -> Nullable<BigInt>,
         inserted_minute -> BigInt,
         agent_type -> Nullable<Text>,

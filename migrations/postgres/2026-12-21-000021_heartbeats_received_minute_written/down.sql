@@ -1,0 +1,2 @@
+-- Nothing to undo (up.sql says why).
+SELECT 1;
