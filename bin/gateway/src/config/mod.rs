@@ -34,7 +34,9 @@ pub const INTERVAL_MS_CEILING: u64 = 86_400_000;
 pub const EVICTION_THRESHOLD_S_CEILING: u64 = 30 * 86_400;
 /// Longest outbound attempt: five minutes (receivers answer in seconds; a slower one is better retried).
 pub const WEBHOOK_TIMEOUT_MS_CEILING: u64 = 300_000;
-/// Largest liveness map: ten million agents (about 2 GiB of memory).
+/// Largest `--max-tracked-agents`: ten million agents. A single instance's own map then takes about 2 GiB of memory
+/// (~202 bytes an agent); in cluster mode the rows are in PostgreSQL and an instance keeps ~13 bytes an agent it
+/// has been sent (docs/capacity.md). A ten-million-agent fleet sits at this ceiling: run it a little under.
 pub const MAX_TRACKED_AGENTS_CEILING: usize = 10_000_000;
 /// Largest poll batch and in-flight cap.
 pub const WEBHOOK_MAX_PER_CYCLE_CEILING: usize = 10_000;
